@@ -1,0 +1,193 @@
+// Package pgtest gives each test its own freshly migrated PostgreSQL
+// database, so tests run in parallel against a real server.
+//
+// The server is TEST_DATABASE_URL when set (the role needs CREATEDB), else a
+// private throwaway server started from the installed binaries on first use
+// and removed when the test binary exits. Each package's TestMain calls Main.
+// Databases are cloned from a per-process template that has the schema
+// applied, which takes milliseconds, and are dropped when their test ends.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pglocal"
+	"github.com/batonhq/baton/schema"
+)
+
+var (
+	once     sync.Once
+	setupErr error
+	server   *pglocal.Server // nil with an external server
+	baseURL  *url.URL        // URL of the maintenance database
+	admin    *sql.DB
+	template string
+	createMu sync.Mutex
+	tempDir  string
+)
+
+// Main runs the tests of a package and tears the server down afterwards.
+func Main(m *testing.M) {
+	code := m.Run()
+	teardown()
+	os.Exit(code)
+}
+
+func teardown() {
+	if admin != nil {
+		if template != "" {
+			_, _ = admin.Exec("DROP DATABASE IF EXISTS " + quoteIdent(template) + " WITH (FORCE)")
+		}
+		admin.Close()
+	}
+	if server != nil {
+		server.Stop(pglocal.Fast)
+	}
+	if tempDir != "" {
+		os.RemoveAll(tempDir)
+	}
+}
+
+func setup() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	raw := os.Getenv("TEST_DATABASE_URL")
+	if raw == "" {
+		dir, err := os.MkdirTemp("", "baton-pgtest-")
+		if err != nil {
+			return err
+		}
+		tempDir = dir
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return err
+		}
+		server, err = pglocal.Start(ctx, pglocal.Options{Dir: dir + "/data"})
+		if err != nil {
+			return fmt.Errorf("starting private PostgreSQL for tests (or set TEST_DATABASE_URL): %w", err)
+		}
+		raw = server.URL("postgres")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("parsing TEST_DATABASE_URL: %w", err)
+	}
+	baseURL = u
+	admin, err = sql.Open("pgx", raw)
+	if err != nil {
+		return err
+	}
+	admin.SetMaxOpenConns(4)
+	template = "baton_tpl_" + randomSuffix()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+quoteIdent(template)); err != nil {
+		return fmt.Errorf("creating template database: %w", dbconn.RedactError(raw, err))
+	}
+	db, err := dbconn.Open(withDatabase(template), dbconn.Options{MaxOpenConns: 2})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := schema.Migrate(ctx, db); err != nil {
+		return fmt.Errorf("migrating template database: %w", err)
+	}
+	return nil
+}
+
+func withDatabase(name string) string {
+	u := *baseURL
+	u.Path = "/" + name
+	return u.String()
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func quoteIdent(s string) string { return `"` + s + `"` }
+
+// Server returns the private server, or nil (after skipping t) when tests
+// run against an external TEST_DATABASE_URL, which cannot be restarted.
+func Server(t testing.TB) *pglocal.Server {
+	t.Helper()
+	ensure(t)
+	if server == nil {
+		t.Skip("needs the private test server (TEST_DATABASE_URL is set)")
+	}
+	return server
+}
+
+func ensure(t testing.TB) {
+	t.Helper()
+	once.Do(func() { setupErr = setup() })
+	if setupErr != nil {
+		t.Fatalf("test database: %v", setupErr)
+	}
+}
+
+// NewURL creates a fresh database with the current schema, dropped when the
+// test ends, and returns its URL.
+func NewURL(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, true)
+}
+
+// NewEmptyURL creates a fresh database without any schema.
+func NewEmptyURL(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, false)
+}
+
+func newDatabase(t testing.TB, migrated bool) string {
+	ensure(t)
+	name := "baton_test_" + randomSuffix()
+	stmt := "CREATE DATABASE " + quoteIdent(name)
+	if migrated {
+		stmt += " TEMPLATE " + quoteIdent(template)
+	}
+	// Cloning a template fails if another clone is reading it at that
+	// moment, so clones are serialised within this process.
+	createMu.Lock()
+	_, err := admin.Exec(stmt)
+	createMu.Unlock()
+	if err != nil {
+		t.Fatalf("creating test database: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.Exec("DROP DATABASE IF EXISTS " + quoteIdent(name) + " WITH (FORCE)"); err != nil {
+			t.Errorf("dropping test database %s: %v", name, err)
+		}
+	})
+	return withDatabase(name)
+}
+
+// NewDB returns a handle on a fresh migrated database, closed when the test
+// ends.
+func NewDB(t testing.TB) *bun.DB {
+	t.Helper()
+	return Open(t, NewURL(t), dbconn.Options{})
+}
+
+// Open opens dsn with opts and closes it when the test ends.
+func Open(t testing.TB, dsn string, opts dbconn.Options) *bun.DB {
+	t.Helper()
+	db, err := dbconn.Open(dsn, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}

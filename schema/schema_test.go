@@ -1,0 +1,78 @@
+package schema_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/schema"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestCheckRefusesUnmigratedDatabase(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t, pgtest.NewEmptyURL(t), dbconn.Options{})
+	err := schema.Check(context.Background(), db)
+	if !errors.Is(err, schema.ErrOutdated) {
+		t.Fatalf("Check on empty database = %v, want ErrOutdated", err)
+	}
+}
+
+// Many workers starting at once against a fresh database must apply each
+// migration exactly once and all end up with a current schema.
+func TestConcurrentMigrateAppliesOnce(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewEmptyURL(t)
+	const n = 8
+	applied := make([][]string, n)
+	g, ctx := errgroup.WithContext(context.Background())
+	for i := range n {
+		db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 2})
+		g.Go(func() error {
+			var err error
+			applied[i], err = schema.Migrate(ctx, db)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, a := range applied {
+		total += len(a)
+	}
+	db := pgtest.Open(t, dsn, dbconn.Options{})
+	st, err := schema.Inspect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != len(st.Applied) || len(st.Applied) == 0 {
+		t.Fatalf("migrations applied %d times in total, want each of %d once", total, len(st.Applied))
+	}
+	if err := schema.Check(context.Background(), db); err != nil {
+		t.Fatalf("Check after migrate: %v", err)
+	}
+	var n2 int
+	if err := db.QueryRow("SELECT count(*) FROM bun_migrations").Scan(&n2); err != nil {
+		t.Fatal(err)
+	}
+	if n2 != len(st.Applied) {
+		t.Fatalf("bun_migrations has %d rows, want %d", n2, len(st.Applied))
+	}
+}
+
+func TestCheckRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	if _, err := db.Exec("INSERT INTO bun_migrations (name, group_id, migrated_at) VALUES ('99990101000000', 99, now())"); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Check(context.Background(), db); !errors.Is(err, schema.ErrTooNew) {
+		t.Fatalf("Check = %v, want ErrTooNew", err)
+	}
+}
