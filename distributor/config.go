@@ -1,0 +1,186 @@
+package distributor
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/partition"
+)
+
+// Mode says what a worker does with a partition that has caught up.
+type Mode string
+
+const (
+	// ModeLock releases a partition as soon as it has no pending work.
+	ModeLock Mode = "lock"
+	// ModeLeader keeps caught-up partitions and processes new work on them
+	// as it arrives.
+	ModeLeader Mode = "leader"
+)
+
+// Defaults. Each Config field documents its own.
+const (
+	HeartbeatDefault       = heartbeat.IntervalDefault
+	StaleAfterDefault      = heartbeat.StaleAfterDefault
+	ConfirmDefault         = heartbeat.ConfirmDefault
+	MaxPartitionsDefault   = 8
+	BatchSizeDefault       = 1000
+	MaxAttemptsDefault     = 5
+	BackoffDefault         = time.Second
+	MaxBackoffDefault      = 5 * time.Minute
+	ShutdownTimeoutDefault = 10 * time.Second
+)
+
+// Config configures a Distributor.
+type Config struct {
+	// Name identifies the worker in status and logs. The owner recorded in
+	// task rows is Name plus a unique suffix, so a restarted process with
+	// the same name does not inherit claims. Defaults to the host name.
+	Name string
+	// Heartbeat is the renewal interval. Defaults to 1s.
+	Heartbeat time.Duration
+	// StaleAfter is the lease length: a partition whose owner has not
+	// renewed for this long (by the database clock) may be taken over.
+	// Defaults to 10s; must be at least 3 × Heartbeat.
+	StaleAfter time.Duration
+	// SafetyMargin: processing stops this long before the lease would end
+	// without a successful renewal, by the local monotonic clock. Defaults
+	// to the larger of Heartbeat/2 and StaleAfter/5.
+	SafetyMargin time.Duration
+	// Confirm is how many consecutive successful heartbeats a taken-over
+	// partition needs before it is processed. Defaults to 3.
+	Confirm int
+	// MaxPartitions caps the partitions held at once. Defaults to 8. The
+	// database pool needs MaxPartitions + 3 connections.
+	MaxPartitions int
+	// BatchSize is the most work items per committed batch. Defaults to 1000.
+	BatchSize int
+	// Mode is ModeLock (default) or ModeLeader.
+	Mode Mode
+	// UntilDone makes Run return once no partition has pending work and
+	// none is held. Requires ModeLock.
+	UntilDone bool
+	// PollInterval is how often to look for claimable work when no
+	// notification arrives. Defaults to Heartbeat.
+	PollInterval time.Duration
+	// RebalanceInterval is how often the fair share is recomputed.
+	// Defaults to 5 × Heartbeat.
+	RebalanceInterval time.Duration
+	// MaxAttempts is how many failed attempts quarantine a partition.
+	// Defaults to 5.
+	MaxAttempts int
+	// Backoff is the delay after a partition's first failure, doubled
+	// after each further one up to MaxBackoff. Defaults to 1s and 5m.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+	// ShutdownTimeout bounds a graceful stop: batches still running after
+	// it are abandoned (rolled back). Defaults to 10s.
+	ShutdownTimeout time.Duration
+	// KeyAttr is the log attribute name for partition keys. Defaults to
+	// "partition_key".
+	KeyAttr string
+	// Clock is the local clock. Defaults to the real clock.
+	Clock clockwork.Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// OnEvent, if set, is called synchronously for every protocol event.
+	// It must not block.
+	OnEvent func(Event)
+	// OnHeartbeat, if set, is called after every heartbeat with its
+	// outcome, latency and the number of partitions renewed.
+	OnHeartbeat func(err error, latency time.Duration, renewed int)
+}
+
+func (c *Config) setDefaults() {
+	if c.Name == "" {
+		c.Name, _ = os.Hostname()
+		c.Name = cmp.Or(c.Name, "worker")
+	}
+	c.Heartbeat = cmp.Or(c.Heartbeat, HeartbeatDefault)
+	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
+	c.SafetyMargin = cmp.Or(c.SafetyMargin, max(c.Heartbeat/2, c.StaleAfter/5))
+	c.Confirm = cmp.Or(c.Confirm, ConfirmDefault)
+	c.MaxPartitions = cmp.Or(c.MaxPartitions, MaxPartitionsDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Mode = cmp.Or(c.Mode, ModeLock)
+	c.PollInterval = cmp.Or(c.PollInterval, c.Heartbeat)
+	c.RebalanceInterval = cmp.Or(c.RebalanceInterval, 5*c.Heartbeat)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.Backoff = cmp.Or(c.Backoff, BackoffDefault)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, MaxBackoffDefault)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.KeyAttr = cmp.Or(c.KeyAttr, "partition_key")
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c Config) heartbeatConfig() heartbeat.Config {
+	return heartbeat.Config{
+		Interval: c.Heartbeat, StaleAfter: c.StaleAfter, SafetyMargin: c.SafetyMargin,
+		Confirm: c.Confirm, Clock: c.Clock, Logger: c.Logger, OnBeat: c.OnHeartbeat,
+	}
+}
+
+// validate rejects impossible combinations (after defaults are applied).
+func (c Config) validate() error {
+	var errs []error
+	if strings.Contains(c.Name, partition.InstanceSeparator) {
+		errs = append(errs, fmt.Errorf("worker name %q must not contain %q", c.Name, partition.InstanceSeparator))
+	}
+	if err := c.heartbeatConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Mode != ModeLock && c.Mode != ModeLeader {
+		errs = append(errs, fmt.Errorf("mode must be %q or %q, got %q", ModeLock, ModeLeader, c.Mode))
+	}
+	if c.UntilDone && c.Mode != ModeLock {
+		errs = append(errs, errors.New("until-done needs mode lock: a leader keeps caught-up partitions and never finishes"))
+	}
+	if c.MaxPartitions < 1 {
+		errs = append(errs, fmt.Errorf("max-partitions must be at least 1, got %d", c.MaxPartitions))
+	}
+	if c.BatchSize < 1 {
+		errs = append(errs, fmt.Errorf("batch-size must be at least 1, got %d", c.BatchSize))
+	}
+	if c.PollInterval <= 0 || c.RebalanceInterval <= 0 {
+		errs = append(errs, errors.New("poll and rebalance intervals must be positive"))
+	}
+	if c.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("max-attempts must be at least 1, got %d", c.MaxAttempts))
+	}
+	if c.Backoff <= 0 || c.MaxBackoff < c.Backoff {
+		errs = append(errs, fmt.Errorf("backoff (%s) must be positive and at most max-backoff (%s)", c.Backoff, c.MaxBackoff))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("shutdown timeout must be positive, got %s", c.ShutdownTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate applies defaults to a copy of c and reports impossible
+// combinations.
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
+
+// ConnectionLimits returns the server-side limits a worker's connections
+// should carry so that a hung or cut-off worker cannot hold a row lock that
+// blocks a takeover: every statement, lock wait and idle transaction ends
+// well within the lease.
+func (c Config) ConnectionLimits() (statement, lock, idleInTx time.Duration) {
+	c.setDefaults()
+	return c.StaleAfter / 2, c.StaleAfter / 4, c.StaleAfter / 2
+}

@@ -1,0 +1,757 @@
+package distributor
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql/driver"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/partition"
+)
+
+// Processor processes a partition's work, one batch at a time.
+type Processor interface {
+	// Process handles the next work items of b.Lease.Key after
+	// b.Checkpoint.Position (at most b.Limit of them), writing its output
+	// through b.Tx, and returns the new checkpoint. The distributor records
+	// the checkpoint in the same transaction and commits it only if the
+	// claim is still current, so output and checkpoint are committed
+	// together or not at all, and only by the partition's owner.
+	//
+	// ctx is cancelled when ownership is lost; Process must not keep
+	// writing after that (its transaction would be rolled back anyway).
+	// Side effects outside b.Tx are at least once: use b.IdempotencyKey.
+	Process(ctx context.Context, b *Batch) (Result, error)
+}
+
+// ProcessorFunc adapts a function to Processor.
+type ProcessorFunc func(ctx context.Context, b *Batch) (Result, error)
+
+// Process calls f.
+func (f ProcessorFunc) Process(ctx context.Context, b *Batch) (Result, error) { return f(ctx, b) }
+
+// Batch is one unit of work handed to a Processor.
+type Batch struct {
+	// Lease is the claim under which the batch runs.
+	Lease partition.Lease
+	// Owner is this worker's instance id.
+	Owner string
+	// Tx is the fenced transaction: the task row is locked and verified
+	// to belong to Lease.
+	Tx bun.Tx
+	// Checkpoint is the committed progress, read under the fence.
+	Checkpoint partition.Checkpoint
+	// Limit is the most work items to process.
+	Limit int
+}
+
+// IdempotencyKey names the batch's items for side effects outside the
+// database: the same items always get the same key, whoever processes them.
+func (b *Batch) IdempotencyKey() string {
+	return fmt.Sprintf("%s/%d", b.Lease.Key, b.Checkpoint.Position)
+}
+
+// Result is a batch's new checkpoint.
+type Result struct {
+	// Position is the new checkpoint position; it must lie in
+	// (Checkpoint.Position, Checkpoint.Available].
+	Position int64
+	// State is processor-defined checkpoint state (JSON), stored with
+	// Position. Nil stores {}.
+	State json.RawMessage
+}
+
+// ErrIncomplete is returned by Run in until-done mode when it finished but
+// some partitions are quarantined with work left.
+var ErrIncomplete = errors.New("work remains on quarantined partitions")
+
+// errAbandoned cancels batches still running when the shutdown timeout ends.
+var errAbandoned = errors.New("batch abandoned at shutdown")
+
+// Distributor claims partitions and runs a Processor on them.
+type Distributor struct {
+	db    *bun.DB
+	store *partition.Store
+	proc  Processor
+	cfg   Config
+	log   *slog.Logger
+
+	worker partition.Worker
+	hb     *heartbeat.Service
+
+	mu    sync.Mutex
+	held  map[string]*held
+	share int
+
+	wakeClaim chan struct{}
+	stopping  chan struct{} // closed: claim nothing more, hand partitions back
+	abandon   context.Context
+	abandonFn context.CancelCauseFunc
+	base      context.Context // parent of lease contexts; outlives Start's ctx
+	baseStop  context.CancelFunc
+	wg        sync.WaitGroup
+	loopDone  chan struct{}
+	done      chan struct{}
+	err       error
+	stopOnce  sync.Once
+	started   atomic.Bool
+}
+
+type held struct {
+	lease     *heartbeat.Lease
+	takeover  bool
+	claimedAt time.Time
+	handBack  atomic.Bool   // release at the next batch boundary (rebalance)
+	nudge     chan struct{} // new work or hand-back request (leader mode)
+}
+
+// New returns a distributor over db running p. db's pool should allow
+// cfg.MaxPartitions + 3 connections.
+func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("invalid distributor config: %w", err)
+	}
+	host, _ := os.Hostname()
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	w := partition.Worker{
+		InstanceID: cfg.Name + partition.InstanceSeparator + hex.EncodeToString(suffix[:]),
+		Name:       cfg.Name, Hostname: host, PID: os.Getpid(), Mode: string(cfg.Mode),
+	}
+	d := &Distributor{
+		db: db, store: partition.NewStore(db), proc: p, cfg: cfg,
+		log:    cfg.Logger.With("worker", w.InstanceID),
+		worker: w, held: map[string]*held{},
+		wakeClaim: make(chan struct{}, 1), stopping: make(chan struct{}),
+		loopDone: make(chan struct{}), done: make(chan struct{}),
+	}
+	hbCfg := cfg.heartbeatConfig()
+	hbCfg.Logger = d.log
+	hb, err := heartbeat.New(renewer{d.store, w, cfg.StaleAfter}, hbCfg)
+	if err != nil {
+		return nil, err
+	}
+	d.hb = hb
+	d.abandon, d.abandonFn = context.WithCancelCause(context.Background())
+	d.base, d.baseStop = context.WithCancel(context.Background())
+	return d, nil
+}
+
+type renewer struct {
+	store  *partition.Store
+	worker partition.Worker
+	ttl    time.Duration
+}
+
+func (r renewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+	return r.store.Heartbeat(ctx, r.worker, r.ttl, leases)
+}
+
+func (r renewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
+	return r.store.Inspect(ctx, r.worker.InstanceID, leases)
+}
+
+// InstanceID is the owner id this worker writes into task rows.
+func (d *Distributor) InstanceID() string { return d.worker.InstanceID }
+
+// Start registers the worker and starts claiming in the background. It
+// returns at once. Cancelling ctx stops the distributor gracefully, as Stop
+// does.
+func (d *Distributor) Start(ctx context.Context) error {
+	if !d.started.CompareAndSwap(false, true) {
+		return errors.New("distributor already started")
+	}
+	// Register (one heartbeat with nothing held) so that others count this
+	// worker in their fair share before it claims anything.
+	if _, err := d.store.Heartbeat(ctx, d.worker, d.cfg.StaleAfter, nil); err != nil {
+		return fmt.Errorf("registering worker %s: %w", d.worker.InstanceID, err)
+	}
+	if err := d.hb.Start(d.base); err != nil {
+		return err
+	}
+	d.log.Info("worker started", "event", "started", "mode", d.cfg.Mode,
+		"heartbeat", d.cfg.Heartbeat, "stale_after", d.cfg.StaleAfter, "confirm", d.cfg.Confirm,
+		"max_partitions", d.cfg.MaxPartitions, "batch_size", d.cfg.BatchSize)
+	go d.listen(d.base)
+	go d.claimLoop()
+	go func() {
+		select {
+		case <-ctx.Done():
+			d.Stop()
+		case <-d.done:
+		}
+	}()
+	return nil
+}
+
+// Done is closed when the distributor has stopped: after Stop, or in
+// until-done mode once all work is done.
+func (d *Distributor) Done() <-chan struct{} { return d.done }
+
+// Err is the reason the distributor stopped, after Done is closed: nil for
+// a graceful stop or finished work, ErrIncomplete, or a fatal error.
+func (d *Distributor) Err() error {
+	<-d.done
+	return d.err
+}
+
+// Run starts the distributor and blocks until ctx is cancelled (then stops
+// gracefully and returns nil) or, in until-done mode, all work is done.
+func (d *Distributor) Run(ctx context.Context) error {
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	return d.Err()
+}
+
+// Stop stops gracefully: claims nothing more, lets batches in flight commit
+// (if still owned) for up to ShutdownTimeout, then abandons the rest,
+// releases every partition so others can claim it at once, and returns.
+// It is idempotent and safe to call from several goroutines.
+func (d *Distributor) Stop() { d.finish(nil) }
+
+func (d *Distributor) finish(err error) {
+	d.stopOnce.Do(func() {
+		d.err = err
+		close(d.stopping)
+		if !d.started.Load() {
+			close(d.done)
+			return
+		}
+		<-d.loopDone
+		d.nudgeAll()
+		waited := make(chan struct{})
+		go func() { d.wg.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-d.cfg.Clock.After(d.cfg.ShutdownTimeout):
+			d.log.Warn("shutdown timeout: abandoning batches in flight", "timeout", d.cfg.ShutdownTimeout)
+			d.abandonFn(errAbandoned)
+			<-waited
+		}
+		d.hb.Stop()
+		d.baseStop()
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
+		defer cancel()
+		if err := d.store.StopWorker(ctx, d.worker.InstanceID); err != nil {
+			d.log.Warn("could not mark worker stopped", "error", err)
+		}
+		d.log.Info("worker stopped", "event", "stopped")
+		close(d.done)
+	})
+}
+
+func (d *Distributor) nudgeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range d.held {
+		select {
+		case h.nudge <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (d *Distributor) wake() {
+	select {
+	case d.wakeClaim <- struct{}{}:
+	default:
+	}
+}
+
+// listen wakes the claim loop (and leader partitions) on notifications.
+// Polling remains the fallback when the listening connection is down.
+func (d *Distributor) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := d.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		d.log.Debug("listen connection lost; polling until it is back", "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.cfg.Clock.After(d.cfg.PollInterval):
+		}
+	}
+}
+
+func (d *Distributor) listenOnce(ctx context.Context) error {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+		// The connection is closed when done, so the pool discards it
+		// instead of handing out a connection that is still listening.
+		defer pc.Close(context.Background())
+		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
+			return err
+		}
+		for {
+			if _, err := pc.WaitForNotification(ctx); err != nil {
+				return err
+			}
+			d.wake()
+			d.nudgeAll()
+		}
+	})
+}
+
+// claimLoop claims partitions up to the fair share until stopped.
+func (d *Distributor) claimLoop() {
+	defer close(d.loopDone)
+	ctx, cancel := context.WithCancel(d.base)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	poll := d.cfg.Clock.NewTicker(d.cfg.PollInterval)
+	defer poll.Stop()
+	var lastRebalance time.Time
+	for {
+		now := d.cfg.Clock.Now()
+		if lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.cfg.RebalanceInterval || d.cfg.UntilDone && d.heldCount() == 0 {
+			finished, err := d.rebalance(ctx)
+			if err != nil && ctx.Err() == nil {
+				d.log.Warn("reading cluster load failed", "error", err)
+			} else {
+				lastRebalance = now
+			}
+			if finished != nil {
+				go d.finish(finished.err)
+				return
+			}
+		}
+		if err := d.claim(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("claiming failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.Chan():
+		case <-d.wakeClaim:
+		}
+	}
+}
+
+type finished struct{ err error }
+
+// rebalance recomputes the fair share, asks surplus partitions to be handed
+// back, and in until-done mode detects that all work is done.
+func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
+	load, err := d.store.ClusterLoad(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if d.cfg.UntilDone && d.heldCount() == 0 && load.Busy == 0 {
+		if load.Quarantined > 0 {
+			return &finished{fmt.Errorf("%w: %d partition(s) quarantined; see status, then retry", ErrIncomplete, load.Quarantined)}, nil
+		}
+		d.log.Info("all work done", "event", "done")
+		return &finished{}, nil
+	}
+	share := d.cfg.MaxPartitions
+	if load.LiveWorkers > 1 {
+		share = min(share, max(1, (load.Busy+load.LiveWorkers-1)/load.LiveWorkers))
+	}
+	d.mu.Lock()
+	d.share = share
+	surplus := len(d.held) - share
+	// Hand back only when someone else can take the partitions: there is
+	// nothing unclaimed left for them and some live worker is below its
+	// share. Otherwise keep them and avoid needless handoffs.
+	if surplus > 0 && load.Unclaimed == 0 && load.MinHeld < share {
+		// Newest claims first: they have the least progress to lose.
+		var newest []*held
+		for _, h := range d.held {
+			if !h.handBack.Load() {
+				newest = append(newest, h)
+			}
+		}
+		sortByClaimedDesc(newest)
+		for _, h := range newest[:min(surplus, len(newest))] {
+			h.handBack.Store(true)
+			select {
+			case h.nudge <- struct{}{}:
+			default:
+			}
+		}
+		d.log.Info("above fair share, handing back partitions", "held", len(d.held), "share", share, "live_workers", load.LiveWorkers)
+	}
+	d.mu.Unlock()
+	return nil, nil
+}
+
+func sortByClaimedDesc(hs []*held) {
+	for i := 1; i < len(hs); i++ {
+		for j := i; j > 0 && hs[j].claimedAt.After(hs[j-1].claimedAt); j-- {
+			hs[j], hs[j-1] = hs[j-1], hs[j]
+		}
+	}
+}
+
+func (d *Distributor) heldCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.held)
+}
+
+// claim tries to fill the worker up to its share. Candidates are read from
+// the head of the claimable index, shuffled so that workers polling at the
+// same moment spread over different rows, and claimed in one
+// compare-and-set statement.
+func (d *Distributor) claim(ctx context.Context) error {
+	d.mu.Lock()
+	want := min(d.share, d.cfg.MaxPartitions) - len(d.held)
+	d.mu.Unlock()
+	if want <= 0 {
+		return nil
+	}
+	cands, err := d.store.Candidates(ctx, 4*want+8)
+	if err != nil {
+		return err
+	}
+	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	for round := 0; round < 2 && want > 0 && len(cands) > 0; round++ {
+		try := cands[:min(want, len(cands))]
+		cands = cands[len(try):]
+		sent := d.cfg.Clock.Now()
+		won, err := d.store.Claim(ctx, d.worker.InstanceID, d.cfg.StaleAfter, try)
+		if err != nil {
+			return err
+		}
+		for _, c := range won {
+			d.emit(Event{Kind: EventClaimed, Key: c.Key, Version: c.Version, Takeover: c.Takeover, Position: c.Position})
+			d.log.Info("claimed partition", "event", "claimed", d.cfg.KeyAttr, c.Key, "version", c.Version,
+				"takeover", c.Takeover, "position", c.Position, "pending", c.Available-c.Position)
+			d.start(c, sent)
+		}
+		if lost := len(try) - len(won); lost > 0 {
+			d.emit(Event{Kind: EventClaimLost, Items: lost})
+		}
+		want -= len(won)
+	}
+	return nil
+}
+
+func (d *Distributor) start(c partition.Claimed, sent time.Time) {
+	h := &held{takeover: c.Takeover, claimedAt: sent, nudge: make(chan struct{}, 1)}
+	h.lease = d.hb.Track(d.base, c.Lease, sent, c.Takeover)
+	d.mu.Lock()
+	d.held[c.Key] = h
+	d.mu.Unlock()
+	d.wg.Add(1)
+	go d.runPartition(h)
+}
+
+func (d *Distributor) emit(e Event) {
+	if d.cfg.OnEvent != nil {
+		e.Worker = d.worker.InstanceID
+		e.At = d.cfg.Clock.Now()
+		d.cfg.OnEvent(e)
+	}
+}
+
+func (d *Distributor) isStopping() bool {
+	select {
+	case <-d.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// runPartition processes one held partition until it is caught up (lock
+// mode), handed back, lost or the worker stops.
+func (d *Distributor) runPartition(h *held) {
+	defer d.wg.Done()
+	l := h.lease
+	defer func() {
+		d.mu.Lock()
+		if cur, ok := d.held[l.Key]; ok && cur == h {
+			delete(d.held, l.Key)
+		}
+		d.mu.Unlock()
+		d.wake()
+	}()
+	lctx := l.Context()
+
+	if h.takeover {
+		select {
+		case <-l.Confirmed():
+			d.emit(Event{Kind: EventConfirmed, Key: l.Key, Version: l.Version})
+			d.log.Info("claim confirmed", "event", "confirmed", d.cfg.KeyAttr, l.Key, "version", l.Version,
+				"waited_ms", d.cfg.Clock.Since(h.claimedAt).Milliseconds())
+		case <-lctx.Done():
+			d.lost(h, context.Cause(lctx))
+			return
+		case <-d.stopping:
+			d.release(h, "shutdown")
+			return
+		}
+	}
+
+	transient := 0
+	for {
+		if lctx.Err() != nil {
+			d.lost(h, context.Cause(lctx))
+			return
+		}
+		if d.isStopping() {
+			d.release(h, "shutdown")
+			return
+		}
+		if h.handBack.Load() {
+			d.release(h, "rebalance")
+			return
+		}
+		items, caughtUp, err := d.batch(h)
+		switch {
+		case err == nil:
+			transient = 0
+		case errors.Is(err, partition.ErrFenced):
+			d.hb.Release(l)
+			d.emit(Event{Kind: EventFenced, Key: l.Key, Version: l.Version, Err: err})
+			d.log.Warn("commit rejected by the fence: partition belongs to a newer claim", "event", "fenced",
+				d.cfg.KeyAttr, l.Key, "version", l.Version)
+			return
+		case lctx.Err() != nil:
+			d.lost(h, context.Cause(lctx))
+			return
+		case errors.Is(err, errAbandoned):
+			d.release(h, "shutdown")
+			return
+		case isTransient(err) && transient < d.cfg.MaxAttempts:
+			transient++
+			d.log.Warn("batch failed with a transient error; retrying while the lease holds",
+				d.cfg.KeyAttr, l.Key, "version", l.Version, "error", err, "attempt", transient)
+			select {
+			case <-lctx.Done():
+			case <-d.stopping:
+			case <-d.cfg.Clock.After(d.cfg.Heartbeat):
+			}
+			continue
+		default:
+			d.fail(h, err)
+			return
+		}
+		if items > 0 {
+			continue
+		}
+		if !caughtUp {
+			continue
+		}
+		if d.cfg.Mode == ModeLock {
+			d.release(h, "caught_up")
+			return
+		}
+		// Leader: keep the partition and wait for new work.
+		select {
+		case <-l.Work():
+		case <-h.nudge:
+		case <-lctx.Done():
+		case <-d.stopping:
+		}
+	}
+}
+
+// batch runs one fenced transaction: lock and verify the task row, let the
+// processor write, record the checkpoint, commit.
+func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
+	l := h.lease
+	ctx, cancel := context.WithCancelCause(l.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(d.abandon, func() { cancel(context.Cause(d.abandon)) })
+	defer stop()
+
+	start := d.cfg.Clock.Now()
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	cp, err := d.store.Fence(ctx, tx, d.worker.InstanceID, l.Lease)
+	if err != nil {
+		return 0, false, causeOr(ctx, err)
+	}
+	if cp.Position >= cp.Available {
+		return 0, true, nil
+	}
+	b := &Batch{Lease: l.Lease, Owner: d.worker.InstanceID, Tx: tx, Checkpoint: cp,
+		Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
+	res, err := d.process(ctx, b)
+	if err != nil {
+		return 0, false, causeOr(ctx, err)
+	}
+	if res.Position <= cp.Position || res.Position > cp.Available {
+		return 0, false, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
+			l.Lease, res.Position, cp.Position, cp.Available)
+	}
+	if err := d.store.Advance(ctx, tx, l.Lease, res.Position, res.State); err != nil {
+		return 0, false, causeOr(ctx, err)
+	}
+	if err := tx.Commit(); err != nil {
+		if ctx.Err() != nil || !unknownOutcome(err) {
+			return 0, false, fmt.Errorf("committing batch of %s: %w", l.Lease, causeOr(ctx, err))
+		}
+		// The commit may have applied with its reply lost: re-read.
+		if ok, rerr := d.resolveCommit(l.Lease, res.Position); rerr != nil || !ok {
+			return 0, false, fmt.Errorf("committing batch of %s (outcome re-read: %v): %w", l.Lease, rerr, err)
+		}
+		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, l.Key, "version", l.Version)
+	}
+	items = res.Position - cp.Position
+	elapsed := d.cfg.Clock.Since(start)
+	d.emit(Event{Kind: EventCheckpoint, Key: l.Key, Version: l.Version, Items: int(items), Position: res.Position, Duration: elapsed})
+	d.log.Debug("checkpoint committed", "event", "checkpoint", d.cfg.KeyAttr, l.Key, "version", l.Version,
+		"position", res.Position, "items", items, "elapsed_ms", elapsed.Milliseconds())
+	return items, res.Position >= cp.Available, nil
+}
+
+func (d *Distributor) resolveCommit(l partition.Lease, position int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
+	defer cancel()
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		v, pos, err := d.store.Progress(ctx, l.Key)
+		if err == nil {
+			if v != l.Version {
+				return false, partition.ErrFenced
+			}
+			return pos == position, nil
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return false, lastErr
+		case <-d.cfg.Clock.After(d.cfg.Heartbeat / 4):
+		}
+	}
+	return false, lastErr
+}
+
+func (d *Distributor) process(ctx context.Context, b *Batch) (res Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("processor panicked on %s: %v", b.Lease, r)
+		}
+	}()
+	res, err = d.proc.Process(ctx, b)
+	if err != nil {
+		err = fmt.Errorf("processing %s: %w", b.Lease, err)
+	}
+	return res, err
+}
+
+func causeOr(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil && !errors.Is(err, c) {
+		return fmt.Errorf("%w (%w)", err, c)
+	}
+	return err
+}
+
+func (d *Distributor) lost(h *held, cause error) {
+	l := h.lease
+	d.hb.Release(l)
+	d.emit(Event{Kind: EventLost, Key: l.Key, Version: l.Version, Err: cause})
+	d.log.Warn("partition lost", "event", "lost", d.cfg.KeyAttr, l.Key, "version", l.Version, "cause", cause)
+}
+
+// release hands the partition back in the database (fenced by version) and
+// stops tracking it.
+func (d *Distributor) release(h *held, reason string) {
+	l := h.lease
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
+	defer cancel()
+	d.hb.Release(l)
+	released, err := d.store.Release(ctx, d.worker.InstanceID, []partition.Lease{l.Lease})
+	if err != nil {
+		d.log.Warn("release failed; the lease will expire instead", d.cfg.KeyAttr, l.Key, "version", l.Version, "error", err)
+		return
+	}
+	if len(released) == 0 {
+		d.emit(Event{Kind: EventLost, Key: l.Key, Version: l.Version, Err: partition.ErrFenced})
+		return
+	}
+	d.emit(Event{Kind: EventReleased, Key: l.Key, Version: l.Version, Reason: reason})
+	d.log.Info("released partition", "event", "released", d.cfg.KeyAttr, l.Key, "version", l.Version, "reason", reason)
+}
+
+func (d *Distributor) fail(h *held, cause error) {
+	l := h.lease
+	d.hb.Release(l)
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
+	defer cancel()
+	r, err := d.store.Fail(ctx, d.worker.InstanceID, l.Lease, cause.Error(), d.cfg.Backoff, d.cfg.MaxBackoff, d.cfg.MaxAttempts)
+	if err != nil {
+		d.log.Error("processing failed and the failure could not be recorded; the lease will expire",
+			"event", "failed", d.cfg.KeyAttr, l.Key, "version", l.Version, "error", cause, "record_error", err)
+		return
+	}
+	kind := EventFailed
+	if r.Quarantined {
+		kind = EventQuarantined
+	}
+	d.emit(Event{Kind: kind, Key: l.Key, Version: l.Version, Err: cause, Attempts: r.Attempts})
+	if r.Quarantined {
+		d.log.Error("partition quarantined after repeated failures", "event", "failed", d.cfg.KeyAttr, l.Key,
+			"version", l.Version, "attempts", r.Attempts, "error", cause)
+		return
+	}
+	d.log.Warn("processing failed; backing off", "event", "failed", d.cfg.KeyAttr, l.Key, "version", l.Version,
+		"attempts", r.Attempts, "retry_in_ms", r.RetryAfter.Milliseconds(), "error", cause)
+}
+
+// isTransient reports errors that say nothing about the data: the
+// connection or server went away, or a timeout or lock conflict hit.
+func isTransient(err error) bool {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case len(pgErr.Code) >= 2 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53"):
+			return true // connection exception, operator intervention (shutdown, cancel, timeout), resources
+		case pgErr.Code == "40001" || pgErr.Code == "40P01" || pgErr.Code == "55P03":
+			return true // serialization failure, deadlock, lock timeout
+		}
+		return false
+	}
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, pgx.ErrTxClosed)
+}
+
+// unknownOutcome reports whether err leaves open whether a commit applied.
+func unknownOutcome(err error) bool {
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr)
+}

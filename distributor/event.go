@@ -1,0 +1,36 @@
+package distributor
+
+import "time"
+
+// EventKind names a protocol event. The names are stable: they are also
+// the "event" attribute of the corresponding log lines.
+type EventKind string
+
+// Protocol events.
+const (
+	EventClaimed     EventKind = "claimed"     // a claim compare-and-set was won
+	EventClaimLost   EventKind = "claim_lost"  // claim attempts lost to other workers (Items counts them)
+	EventConfirmed   EventKind = "confirmed"   // a takeover survived Confirm heartbeats
+	EventCheckpoint  EventKind = "checkpoint"  // a batch committed (Items, Position, Duration)
+	EventReleased    EventKind = "released"    // handed back (Reason: caught_up, rebalance, shutdown)
+	EventLost        EventKind = "lost"        // ownership lost or lease expired locally (Err)
+	EventFenced      EventKind = "fenced"      // a commit was rejected by the fence
+	EventFailed      EventKind = "failed"      // a batch failed; the partition backs off (Attempts, Err)
+	EventQuarantined EventKind = "quarantined" // a partition failed MaxAttempts times
+)
+
+// Event is one protocol event, passed to Config.OnEvent.
+type Event struct {
+	Kind     EventKind
+	Worker   string // instance id
+	Key      string
+	Version  int64
+	Takeover bool
+	Items    int
+	Position int64
+	Attempts int
+	Reason   string
+	Duration time.Duration
+	Err      error
+	At       time.Time
+}

@@ -1,0 +1,431 @@
+// Package heartbeat keeps a worker's leases alive.
+//
+// Every Interval the service renews the worker and all the leases it tracks
+// with one statement (Renewer.Renew). For each lease it keeps:
+//
+//   - a streak of consecutive successful renewals, and closes Confirmed()
+//     once the streak reaches Confirm (immediately for leases that need no
+//     confirmation);
+//   - a local deadline on the worker's own monotonic clock: the send time of
+//     the last successful renewal plus the remaining lease minus
+//     SafetyMargin. When it passes, even if the database cannot be reached,
+//     the lease's context is cancelled with ErrLeaseExpired, so a cut-off
+//     worker stops before anybody else can claim the partition;
+//   - a context, cancelled with ErrOwnershipLost as soon as a renewal shows
+//     the lease is no longer this worker's.
+//
+// A renewal that fails without a server error (connection lost, reply never
+// arrived) has an unknown outcome: it may have applied. It is resolved by
+// re-reading the leases (Renewer.Inspect), never by guessing, so a write
+// whose reply was lost does not cost the lease.
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/batonhq/baton/partition"
+)
+
+// ErrOwnershipLost is the cancellation cause of a lease that a renewal
+// showed to be held by someone else (or released, or quarantined).
+var ErrOwnershipLost = errors.New("partition ownership lost")
+
+// ErrLeaseExpired is the cancellation cause of a lease whose local deadline
+// passed without a successful renewal.
+var ErrLeaseExpired = errors.New("lease expired locally without a successful heartbeat")
+
+// ErrReleased is the cancellation cause of a lease the worker gave up.
+var ErrReleased = errors.New("partition released")
+
+// Renewer is the storage the service needs.
+type Renewer interface {
+	// Renew renews the worker and leases in one statement and returns those
+	// renewed; the lease lasts StaleAfter from the database's now().
+	Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error)
+	// Inspect re-reads leases, returning those still held with their
+	// remaining time by the database clock.
+	Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error)
+}
+
+// Defaults.
+const (
+	IntervalDefault   = time.Second
+	StaleAfterDefault = 10 * time.Second
+	ConfirmDefault    = 3
+)
+
+// Config configures a Service.
+type Config struct {
+	// Interval between renewals. Defaults to IntervalDefault.
+	Interval time.Duration
+	// StaleAfter is the lease length. Defaults to StaleAfterDefault.
+	StaleAfter time.Duration
+	// SafetyMargin is how long before the lease's end, by the local clock,
+	// processing stops without a renewal. Defaults to the larger of
+	// Interval/2 and StaleAfter/5.
+	SafetyMargin time.Duration
+	// Confirm is how many consecutive renewals a lease that needs
+	// confirmation must survive before Confirmed() closes. Defaults to
+	// ConfirmDefault.
+	Confirm int
+	// Clock is the local clock. Defaults to the real clock.
+	Clock clockwork.Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// OnBeat, if set, is called after every renewal attempt with its
+	// outcome, latency and the number of leases renewed.
+	OnBeat func(err error, latency time.Duration, renewed int)
+}
+
+func (c *Config) setDefaults() {
+	c.Interval = cmpOr(c.Interval, IntervalDefault)
+	c.StaleAfter = cmpOr(c.StaleAfter, StaleAfterDefault)
+	c.SafetyMargin = cmpOr(c.SafetyMargin, max(c.Interval/2, c.StaleAfter/5))
+	if c.Confirm == 0 {
+		c.Confirm = ConfirmDefault
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Validate reports impossible combinations. The lease must outlive several
+// renewal intervals, and the local deadline must leave room for at least
+// one renewal.
+func (c Config) Validate() error {
+	c.setDefaults()
+	switch {
+	case c.Interval <= 0:
+		return fmt.Errorf("heartbeat interval must be positive, got %s", c.Interval)
+	case c.StaleAfter < 3*c.Interval:
+		return fmt.Errorf("stale-after (%s) must be at least 3 × heartbeat (%s) so a lease survives a missed beat", c.StaleAfter, c.Interval)
+	case c.SafetyMargin <= 0 || c.SafetyMargin >= c.StaleAfter-c.Interval:
+		return fmt.Errorf("safety margin (%s) must be positive and below stale-after − heartbeat (%s)", c.SafetyMargin, c.StaleAfter-c.Interval)
+	case c.Confirm < 1:
+		return fmt.Errorf("confirm must be at least 1, got %d", c.Confirm)
+	}
+	return nil
+}
+
+// Service renews leases. Start it once; Stop is idempotent.
+type Service struct {
+	r   Renewer
+	cfg Config
+
+	mu     sync.Mutex
+	leases map[string]*Lease
+
+	wake    chan struct{} // asks the loop for an immediate renewal
+	cancel  context.CancelFunc
+	stopped chan struct{}
+	once    sync.Once
+}
+
+// New returns a service; cfg is validated.
+func New(r Renewer, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	return &Service{r: r, cfg: cfg, leases: map[string]*Lease{}, wake: make(chan struct{}, 1)}, nil
+}
+
+// Lease is a tracked lease.
+type Lease struct {
+	partition.Lease
+	svc       *Service
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	confirmed chan struct{}
+	work      chan struct{}
+
+	// guarded by svc.mu
+	streak   int
+	deadline *deadline
+}
+
+type deadline struct {
+	timer clockwork.Timer
+}
+
+// Context is cancelled, with ErrOwnershipLost, ErrLeaseExpired or
+// ErrReleased as its cause, when the lease ends.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Confirmed is closed once the lease may be processed.
+func (l *Lease) Confirmed() <-chan struct{} { return l.confirmed }
+
+// Work receives a value when a renewal reports pending work (available >
+// position) on the partition.
+func (l *Lease) Work() <-chan struct{} { return l.work }
+
+// Streak is the number of consecutive successful renewals since the claim.
+func (l *Lease) Streak() int {
+	l.svc.mu.Lock()
+	defer l.svc.mu.Unlock()
+	return l.streak
+}
+
+// Track starts renewing lease. claimSent is the local time just before the
+// claim statement was sent: the lease runs StaleAfter from the database's
+// now() at claim, which is no earlier. needConfirm says whether processing
+// must wait for Confirm renewals. The lease's context derives from parent.
+func (s *Service) Track(parent context.Context, l partition.Lease, claimSent time.Time, needConfirm bool) *Lease {
+	ctx, cancel := context.WithCancelCause(parent)
+	tl := &Lease{Lease: l, svc: s, ctx: ctx, cancel: cancel, confirmed: make(chan struct{}), work: make(chan struct{}, 1)}
+	if !needConfirm {
+		close(tl.confirmed)
+	}
+	s.mu.Lock()
+	if old, ok := s.leases[l.Key]; ok {
+		s.endLocked(old, ErrOwnershipLost)
+	}
+	s.leases[l.Key] = tl
+	s.extendLocked(tl, claimSent, s.cfg.StaleAfter)
+	s.mu.Unlock()
+	return tl
+}
+
+// Release stops tracking a lease and cancels its context with ErrReleased.
+func (s *Service) Release(l *Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endLocked(l, ErrReleased)
+}
+
+// Held returns the leases tracked now.
+func (s *Service) Held() []*Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		out = append(out, l)
+	}
+	return out
+}
+
+func (s *Service) endLocked(l *Lease, cause error) {
+	if cur, ok := s.leases[l.Key]; ok && cur == l {
+		delete(s.leases, l.Key)
+	}
+	if l.deadline != nil {
+		l.deadline.timer.Stop()
+		l.deadline = nil
+	}
+	l.cancel(cause)
+}
+
+// extendLocked moves the local deadline to sent + remaining − margin.
+func (s *Service) extendLocked(l *Lease, sent time.Time, remaining time.Duration) {
+	at := sent.Add(remaining - s.cfg.SafetyMargin)
+	wait := at.Sub(s.cfg.Clock.Now())
+	if l.deadline != nil {
+		l.deadline.timer.Stop()
+	}
+	if wait <= 0 {
+		s.endLocked(l, ErrLeaseExpired)
+		s.cfg.Logger.Warn("lease expired locally", "event", "lost", "contract_id", l.Key, "version", l.Version)
+		return
+	}
+	l.deadline = &deadline{timer: s.cfg.Clock.AfterFunc(wait, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if cur, ok := s.leases[l.Key]; ok && cur == l && l.ctx.Err() == nil {
+			s.cfg.Logger.Warn("lease expired locally: no successful heartbeat in time, stopping",
+				"event", "lost", "contract_id", l.Key, "version", l.Version)
+			s.endLocked(l, ErrLeaseExpired)
+		}
+	})}
+}
+
+// Start begins renewing in the background and returns at once.
+func (s *Service) Start(ctx context.Context) error {
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.stopped = make(chan struct{})
+	go s.loop(ctx)
+	return nil
+}
+
+// Stop ends renewals and waits for the loop to exit. Leases still tracked
+// keep their contexts and deadlines; the caller releases them.
+func (s *Service) Stop() {
+	s.once.Do(func() {
+		if s.cancel != nil {
+			s.cancel()
+			<-s.stopped
+		}
+	})
+}
+
+// Now asks for a renewal as soon as possible (e.g. right after a claim,
+// to start the confirmation streak without waiting a full interval).
+func (s *Service) Now() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Service) loop(ctx context.Context) {
+	defer close(s.stopped)
+	ticker := s.cfg.Clock.NewTicker(s.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.Chan():
+		case <-s.wake:
+		}
+		s.Beat(ctx)
+	}
+}
+
+// Beat performs one renewal of every tracked lease now. The loop calls it
+// every Interval; tests may call it directly.
+func (s *Service) Beat(ctx context.Context) {
+	s.mu.Lock()
+	snapshot := make([]*Lease, 0, len(s.leases))
+	leases := make([]partition.Lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		snapshot = append(snapshot, l)
+		leases = append(leases, l.Lease)
+	}
+	s.mu.Unlock()
+
+	sent := s.cfg.Clock.Now()
+	// A renewal that takes longer than an interval is useless; give up on
+	// it so the next one can start.
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	renewals, err := s.r.Renew(rctx, leases)
+	cancel()
+	latency := s.cfg.Clock.Since(sent)
+
+	if err != nil && ctx.Err() == nil && unknownOutcome(err) {
+		s.cfg.Logger.Warn("heartbeat outcome unknown, re-reading leases", "error", err, "leases", len(leases))
+		sent2 := s.cfg.Clock.Now()
+		ictx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+		held, ierr := s.r.Inspect(ictx, leases)
+		cancel()
+		if ierr == nil {
+			s.applyInspect(snapshot, held, sent2)
+			if s.cfg.OnBeat != nil {
+				s.cfg.OnBeat(err, latency, len(held))
+			}
+			return
+		}
+		err = fmt.Errorf("%w (re-read also failed: %v)", err, ierr)
+	}
+	if s.cfg.OnBeat != nil {
+		s.cfg.OnBeat(err, latency, len(renewals))
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		s.cfg.Logger.Warn("heartbeat failed", "error", err, "leases", len(leases), "latency_ms", latency.Milliseconds())
+		s.mu.Lock()
+		for _, l := range snapshot {
+			if !isClosed(l.confirmed) {
+				l.streak = 0
+			}
+		}
+		s.mu.Unlock()
+		return
+	}
+	byKey := make(map[partition.Lease]partition.Renewal, len(renewals))
+	for _, r := range renewals {
+		byKey[r.Lease] = r
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range snapshot {
+		if l.ctx.Err() != nil {
+			continue
+		}
+		r, ok := byKey[l.Lease]
+		if !ok {
+			s.cfg.Logger.Warn("partition lost: heartbeat found it owned by another claim",
+				"event", "lost", "contract_id", l.Key, "version", l.Version)
+			s.endLocked(l, ErrOwnershipLost)
+			continue
+		}
+		s.renewedLocked(l, sent, s.cfg.StaleAfter)
+		if r.Available > r.Position {
+			select {
+			case l.work <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (s *Service) applyInspect(snapshot []*Lease, held []partition.Held, sent time.Time) {
+	byKey := make(map[partition.Lease]time.Duration, len(held))
+	for _, h := range held {
+		byKey[h.Lease] = h.Remaining
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range snapshot {
+		if l.ctx.Err() != nil {
+			continue
+		}
+		remaining, ok := byKey[l.Lease]
+		if !ok {
+			s.cfg.Logger.Warn("partition lost: re-read found it owned by another claim",
+				"event", "lost", "contract_id", l.Key, "version", l.Version)
+			s.endLocked(l, ErrOwnershipLost)
+			continue
+		}
+		// Still ours: whether or not the renewal applied, the database
+		// says how long the lease has left.
+		s.renewedLocked(l, sent, remaining)
+	}
+}
+
+func (s *Service) renewedLocked(l *Lease, sent time.Time, remaining time.Duration) {
+	s.extendLocked(l, sent, remaining)
+	if l.ctx.Err() != nil {
+		return
+	}
+	l.streak++
+	if l.streak >= s.cfg.Confirm && !isClosed(l.confirmed) {
+		close(l.confirmed)
+	}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// unknownOutcome reports whether err leaves it open whether the statement
+// applied. A server-reported error means the statement was rolled back; a
+// connection failure or a timeout on our side after sending does not say.
+func unknownOutcome(err error) bool {
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr)
+}

@@ -1,0 +1,506 @@
+package partition
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+)
+
+// NotifyChannel is the LISTEN/NOTIFY channel on which producers and
+// releasing workers announce claimable work.
+const NotifyChannel = "baton_work"
+
+// ErrFenced is returned when a write is attempted under a claim that is no
+// longer current: the partition was taken over, released or quarantined.
+var ErrFenced = errors.New("partition claim is no longer current")
+
+// Lease identifies one claim: a partition at the version its claim set.
+// Every change of ownership bumps the version, so (Key, Version) names one
+// holder's tenure exactly.
+type Lease struct {
+	Key     string
+	Version int64
+}
+
+func (l Lease) String() string { return fmt.Sprintf("%s@v%d", l.Key, l.Version) }
+
+// Candidate is a row that was claimable when read.
+type Candidate struct {
+	Key     string
+	Version int64
+	// Owned is true when the row still names an owner whose lease expired:
+	// claiming it is a takeover, and the new owner must wait for
+	// confirmation before processing.
+	Owned bool
+}
+
+// Claimed is a won claim.
+type Claimed struct {
+	Lease
+	Takeover  bool
+	Position  int64
+	Available int64
+}
+
+// Renewal is one partition renewed by a heartbeat, with its work counters.
+type Renewal struct {
+	Lease
+	Available int64
+	Position  int64
+}
+
+// Held is what a re-read says about a lease: whether it is still this
+// owner's and how long its lease has left by the database clock.
+type Held struct {
+	Lease
+	Remaining time.Duration
+}
+
+// Worker describes a worker instance for the workers table.
+type Worker struct {
+	InstanceID string
+	Name       string
+	Hostname   string
+	PID        int
+	Mode       string
+}
+
+// Store runs the protocol's statements against the tasks table. Its
+// methods are safe for concurrent use. Every statement that locks several
+// task rows locks them in partition_key order, like every producer must, so
+// concurrent heartbeats, claims, releases and loads cannot deadlock.
+type Store struct {
+	db bun.IDB
+}
+
+// NewStore returns a Store over db.
+func NewStore(db bun.IDB) *Store { return &Store{db: db} }
+
+func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
+
+func split(leases []Lease) (keys []string, versions []int64) {
+	keys = make([]string, len(leases))
+	versions = make([]int64, len(leases))
+	for i, l := range leases {
+		keys[i], versions[i] = l.Key, l.Version
+	}
+	return keys, versions
+}
+
+// Candidates returns up to limit claimable rows: with pending work, not
+// quarantined, and unowned or past their lease, earliest-claimable first.
+// It reads only the head of the tasks_claimable index.
+func (s *Store) Candidates(ctx context.Context, limit int) ([]Candidate, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT partition_key, version, owner IS NOT NULL
+		FROM tasks
+		WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
+		ORDER BY lease_expires_at
+		LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading claim candidates: %w", err)
+	}
+	defer rows.Close()
+	var out []Candidate
+	for rows.Next() {
+		var c Candidate
+		if err := rows.Scan(&c.Key, &c.Version, &c.Owned); err != nil {
+			return nil, fmt.Errorf("reading claim candidates: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading claim candidates: %w", err)
+	}
+	return out, nil
+}
+
+// Claim tries to claim every candidate with one compare-and-set statement:
+// a row is won only if its version is still the one read and it is still
+// claimable. It returns the claims won; the rest went to someone else.
+// The lease runs for ttl from the database's now().
+func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cands []Candidate) ([]Claimed, error) {
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	leases := make([]Lease, len(cands))
+	owned := make(map[string]bool, len(cands))
+	for i, c := range cands {
+		leases[i] = Lease{c.Key, c.Version}
+		owned[c.Key] = c.Owned
+	}
+	keys, versions := split(leases)
+	rows, err := s.db.QueryContext(ctx, `
+		WITH c AS (
+			SELECT t.partition_key
+			FROM tasks t
+			JOIN unnest(?::text[], ?::bigint[]) AS c(key, version)
+			  ON t.partition_key = c.key AND t.version = c.version
+			WHERE t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
+			ORDER BY t.partition_key
+			FOR UPDATE OF t SKIP LOCKED
+		)
+		UPDATE tasks t
+		SET version = t.version + 1, owner = ?, claimed_at = now(), heartbeat_at = now(),
+		    lease_expires_at = now() + ?::interval, updated_at = now()
+		FROM c
+		WHERE t.partition_key = c.partition_key
+		RETURNING t.partition_key, t.version, t.position, t.available`,
+		pgdialect.Array(keys), pgdialect.Array(versions), owner, interval(ttl))
+	if err != nil {
+		return nil, fmt.Errorf("claiming %d partitions: %w", len(cands), err)
+	}
+	defer rows.Close()
+	var won []Claimed
+	for rows.Next() {
+		var c Claimed
+		if err := rows.Scan(&c.Key, &c.Version, &c.Position, &c.Available); err != nil {
+			return nil, fmt.Errorf("claiming partitions: %w", err)
+		}
+		// The version compare-and-set guarantees the row is exactly as the
+		// candidate read saw it, owner included.
+		c.Takeover = owned[c.Key]
+		won = append(won, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claiming partitions: %w", err)
+	}
+	return won, nil
+}
+
+// Heartbeat renews the worker row and every lease still held by owner, in
+// one statement, extending each lease to now() + ttl. It returns the leases
+// renewed; a lease missing from the result is lost.
+func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
+	keys, versions := split(leases)
+	rows, err := s.db.QueryContext(ctx, `
+		WITH w AS (
+			INSERT INTO workers (instance_id, name, hostname, pid, mode, expires_at)
+			VALUES (?, ?, ?, ?, ?, now() + ?::interval)
+			ON CONFLICT (instance_id) DO UPDATE
+			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at, stopped_at = NULL
+		), l AS (
+			SELECT t.partition_key
+			FROM tasks t
+			JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
+			  ON t.partition_key = h.key AND t.version = h.version
+			WHERE t.owner = ?
+			ORDER BY t.partition_key
+			FOR UPDATE OF t
+		)
+		UPDATE tasks t
+		SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
+		FROM l
+		WHERE t.partition_key = l.partition_key
+		RETURNING t.partition_key, t.version, t.available, t.position`,
+		w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, interval(ttl),
+		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID, interval(ttl))
+	if err != nil {
+		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
+	}
+	defer rows.Close()
+	out := make([]Renewal, 0, len(leases))
+	for rows.Next() {
+		var r Renewal
+		if err := rows.Scan(&r.Key, &r.Version, &r.Available, &r.Position); err != nil {
+			return nil, fmt.Errorf("renewing partitions: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("renewing partitions: %w", err)
+	}
+	return out, nil
+}
+
+// Inspect re-reads leases without changing them: it is how a heartbeat or
+// commit whose outcome is unknown (the connection failed after sending) is
+// resolved. Leases no longer held by owner are absent from the result.
+func (s *Store) Inspect(ctx context.Context, owner string, leases []Lease) ([]Held, error) {
+	keys, versions := split(leases)
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT t.partition_key, t.version,
+		       greatest(0, (extract(epoch FROM t.lease_expires_at - now()) * 1000000)::bigint)
+		FROM tasks t
+		JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
+		  ON t.partition_key = h.key AND t.version = h.version
+		WHERE t.owner = ?`,
+		pgdialect.Array(keys), pgdialect.Array(versions), owner)
+	if err != nil {
+		return nil, fmt.Errorf("re-reading %d leases: %w", len(leases), err)
+	}
+	defer rows.Close()
+	var out []Held
+	for rows.Next() {
+		var h Held
+		var micros int64
+		if err := rows.Scan(&h.Key, &h.Version, &micros); err != nil {
+			return nil, fmt.Errorf("re-reading leases: %w", err)
+		}
+		h.Remaining = time.Duration(micros) * time.Microsecond
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("re-reading leases: %w", err)
+	}
+	return out, nil
+}
+
+// Release gives up leases held by owner, bumping their versions so that no
+// write under the old claim can commit, and makes them claimable at once
+// without confirmation. It wakes waiting workers. It returns the keys
+// released.
+func (s *Store) Release(ctx context.Context, owner string, leases []Lease) ([]string, error) {
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	keys, versions := split(leases)
+	rows, err := s.db.QueryContext(ctx, `
+		WITH l AS (
+			SELECT t.partition_key
+			FROM tasks t
+			JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
+			  ON t.partition_key = h.key AND t.version = h.version
+			WHERE t.owner = ?
+			ORDER BY t.partition_key
+			FOR UPDATE OF t
+		)
+		UPDATE tasks t
+		SET version = t.version + 1, owner = NULL, heartbeat_at = NULL,
+		    lease_expires_at = '-infinity', updated_at = now()
+		FROM l
+		WHERE t.partition_key = l.partition_key
+		RETURNING t.partition_key, t.available > t.position`,
+		pgdialect.Array(keys), pgdialect.Array(versions), owner)
+	if err != nil {
+		return nil, fmt.Errorf("releasing %d partitions: %w", len(leases), err)
+	}
+	defer rows.Close()
+	var released []string
+	wake := false
+	for rows.Next() {
+		var k string
+		var pending bool
+		if err := rows.Scan(&k, &pending); err != nil {
+			return nil, fmt.Errorf("releasing partitions: %w", err)
+		}
+		released = append(released, k)
+		wake = wake || pending
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("releasing partitions: %w", err)
+	}
+	if wake {
+		if err := s.Notify(ctx, "released"); err != nil {
+			return released, err
+		}
+	}
+	return released, nil
+}
+
+// Checkpoint is a partition's committed progress, read under the fence.
+type Checkpoint struct {
+	Position  int64
+	Available int64
+	State     json.RawMessage
+}
+
+// Fence locks the task row of lease inside tx and returns its checkpoint,
+// or ErrFenced if the lease is no longer owner's. The row lock is held
+// until tx ends, so no claim can change ownership between this check and
+// the commit: the ownership check is part of the write.
+func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l Lease) (Checkpoint, error) {
+	var cp Checkpoint
+	var state []byte
+	err := tx.QueryRowContext(ctx, `
+		SELECT position, available, checkpoint
+		FROM tasks
+		WHERE partition_key = ? AND version = ? AND owner = ?
+		FOR UPDATE`, l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return cp, fmt.Errorf("fencing %s: %w", l, ErrFenced)
+	}
+	if err != nil {
+		return cp, fmt.Errorf("fencing %s: %w", l, err)
+	}
+	cp.State = state
+	return cp, nil
+}
+
+// Advance records a new checkpoint inside a fenced tx.
+func (s *Store) Advance(ctx context.Context, tx bun.Tx, l Lease, position int64, state json.RawMessage) error {
+	if state == nil {
+		state = json.RawMessage(`{}`)
+	}
+	res, err := tx.ExecContext(ctx, `
+		UPDATE tasks
+		SET position = ?, checkpoint = ?::jsonb, attempts = 0, last_error = NULL, updated_at = now()
+		WHERE partition_key = ? AND version = ?`, position, string(state), l.Key, l.Version)
+	if err != nil {
+		return fmt.Errorf("advancing checkpoint of %s to %d: %w", l, position, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("advancing checkpoint of %s: %w", l, ErrFenced)
+	}
+	return nil
+}
+
+// Progress re-reads a partition's version and position, to resolve a
+// commit whose outcome is unknown.
+func (s *Store) Progress(ctx context.Context, key string) (version, position int64, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT version, position FROM tasks WHERE partition_key = ?`, key).
+		Scan(&version, &position)
+	if err != nil {
+		return 0, 0, fmt.Errorf("re-reading progress of %s: %w", key, err)
+	}
+	return version, position, nil
+}
+
+// FailResult says what a recorded failure did.
+type FailResult struct {
+	Attempts    int
+	Quarantined bool
+	RetryAfter  time.Duration
+}
+
+// Fail records a processing failure under lease and releases the partition:
+// it becomes claimable again after an exponential back-off
+// (backoff × 2^(attempts−1), at most maxBackoff), or, once attempts reaches
+// maxAttempts, is quarantined until Retry.
+func (s *Store) Fail(ctx context.Context, owner string, l Lease, cause string, backoff, maxBackoff time.Duration, maxAttempts int) (FailResult, error) {
+	var r FailResult
+	var retryMicros int64
+	err := s.db.QueryRowContext(ctx, `
+		WITH b AS (
+			SELECT least(?::bigint * (2 ^ least(attempts, 30))::bigint, ?::bigint) AS micros,
+			       attempts + 1 >= ? AS quarantine
+			FROM tasks WHERE partition_key = ? AND version = ? AND owner = ?
+			FOR UPDATE
+		)
+		UPDATE tasks t
+		SET attempts = t.attempts + 1, last_error = ?, version = t.version + 1, owner = NULL,
+		    heartbeat_at = NULL, updated_at = now(),
+		    failed_at = CASE WHEN b.quarantine THEN now() END,
+		    lease_expires_at = CASE WHEN b.quarantine THEN 'infinity'::timestamptz
+		                            ELSE now() + b.micros * interval '1 microsecond' END
+		FROM b
+		WHERE t.partition_key = ?
+		RETURNING t.attempts, b.quarantine, b.micros`,
+		backoff.Microseconds(), maxBackoff.Microseconds(), maxAttempts, l.Key, l.Version, owner,
+		truncate(cause, 4000), l.Key).Scan(&r.Attempts, &r.Quarantined, &retryMicros)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("recording failure of %s: %w", l, ErrFenced)
+	}
+	if err != nil {
+		return r, fmt.Errorf("recording failure of %s: %w", l, err)
+	}
+	if !r.Quarantined {
+		r.RetryAfter = time.Duration(retryMicros) * time.Microsecond
+	}
+	return r, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// ErrNotFound is returned by Retry for an unknown partition.
+var ErrNotFound = errors.New("no such partition")
+
+// Retry re-enables a quarantined or backing-off partition: attempts reset,
+// claimable at once. It reports whether anything changed.
+func (s *Store) Retry(ctx context.Context, key string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, `
+		UPDATE tasks
+		SET failed_at = NULL, attempts = 0, last_error = NULL, lease_expires_at = '-infinity',
+		    version = version + 1, updated_at = now()
+		WHERE partition_key = ? AND owner IS NULL AND (failed_at IS NOT NULL OR attempts > 0)`, key)
+	if err != nil {
+		return false, fmt.Errorf("retrying partition %s: %w", key, err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return true, s.Notify(ctx, "retry")
+	}
+	var exists bool
+	if err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE partition_key = ?)`, key).Scan(&exists); err != nil {
+		return false, fmt.Errorf("retrying partition %s: %w", key, err)
+	}
+	if !exists {
+		return false, fmt.Errorf("retrying partition %s: %w", key, ErrNotFound)
+	}
+	return false, nil
+}
+
+// Load is the cluster-wide picture a worker uses for its fair share and to
+// know when all work is done.
+type Load struct {
+	// Busy counts partitions that are pending or held under a live lease,
+	// excluding quarantined ones.
+	Busy int
+	// LiveWorkers counts worker instances whose heartbeat has not expired.
+	LiveWorkers int
+	// Quarantined counts partitions marked failed.
+	Quarantined int
+	// Unclaimed counts partitions with pending work that could be claimed
+	// right now.
+	Unclaimed int
+	// MinHeld is the fewest partitions any live worker holds.
+	MinHeld int
+}
+
+// ClusterLoad reads the fair-share inputs.
+func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
+	var l Load
+	err := s.db.QueryRowContext(ctx, `
+		SELECT
+		  (SELECT count(*) FROM tasks
+		    WHERE failed_at IS NULL AND available > position)
+		+ (SELECT count(*) FROM tasks
+		    WHERE owner IS NOT NULL AND lease_expires_at > now() AND available <= position),
+		  (SELECT count(*) FROM workers WHERE expires_at > now() AND stopped_at IS NULL),
+		  (SELECT count(*) FROM tasks WHERE failed_at IS NOT NULL),
+		  (SELECT count(*) FROM tasks
+		    WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()),
+		  coalesce((SELECT min(n) FROM (
+		    SELECT count(t.partition_key) AS n
+		    FROM workers w
+		    LEFT JOIN tasks t ON t.owner = w.instance_id AND t.lease_expires_at > now()
+		    WHERE w.expires_at > now() AND w.stopped_at IS NULL
+		    GROUP BY w.instance_id) h), 0)`).Scan(&l.Busy, &l.LiveWorkers, &l.Quarantined, &l.Unclaimed, &l.MinHeld)
+	if err != nil {
+		return l, fmt.Errorf("reading cluster load: %w", err)
+	}
+	return l, nil
+}
+
+// StopWorker marks a worker instance stopped, so others stop counting it at
+// once, and forgets instances that have been dead for over a day.
+func (s *Store) StopWorker(ctx context.Context, instanceID string) error {
+	if _, err := s.db.ExecContext(ctx, `
+		UPDATE workers SET stopped_at = now(), expires_at = now() WHERE instance_id = ?`, instanceID); err != nil {
+		return fmt.Errorf("marking worker %s stopped: %w", instanceID, err)
+	}
+	if _, err := s.db.ExecContext(ctx, `
+		DELETE FROM workers WHERE expires_at < now() - interval '1 day'`); err != nil {
+		return fmt.Errorf("forgetting dead workers: %w", err)
+	}
+	return nil
+}
+
+// Notify wakes workers waiting for claimable work. Inside a transaction the
+// notification is delivered at commit.
+func (s *Store) Notify(ctx context.Context, reason string) error {
+	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, NotifyChannel, reason); err != nil {
+		return fmt.Errorf("notifying workers: %w", err)
+	}
+	return nil
+}
