@@ -95,6 +95,7 @@ type Distributor struct {
 
 	worker partition.Worker
 	hb     *heartbeat.Service
+	hbConn *pinnedConn
 
 	mu    sync.Mutex
 	held  map[string]*held
@@ -145,7 +146,8 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 	}
 	hbCfg := cfg.heartbeatConfig()
 	hbCfg.Logger = d.log
-	hb, err := heartbeat.New(renewer{d.store, w, cfg.StaleAfter}, hbCfg)
+	d.hbConn = &pinnedConn{db: db}
+	hb, err := heartbeat.New(renewer{d.hbConn, d.store, w, cfg.StaleAfter}, hbCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -155,18 +157,61 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 	return d, nil
 }
 
+// renewer renews over a pinned connection, so a heartbeat never waits for
+// a pool saturated by batches nor pays for a new connection; it re-reads
+// over the pool, since the pinned connection is suspect after a failure.
 type renewer struct {
+	conn   *pinnedConn
 	store  *partition.Store
 	worker partition.Worker
 	ttl    time.Duration
 }
 
-func (r renewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
-	return r.store.Heartbeat(ctx, r.worker, r.ttl, leases)
+func (r renewer) Renew(ctx context.Context, leases []partition.Lease) (out []partition.Renewal, err error) {
+	err = r.conn.do(ctx, func(db bun.IDB) error {
+		out, err = partition.NewStore(db).Heartbeat(ctx, r.worker, r.ttl, leases)
+		return err
+	})
+	return out, err
 }
 
 func (r renewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
 	return r.store.Inspect(ctx, r.worker.InstanceID, leases)
+}
+
+// pinnedConn is one connection kept for a single purpose, replaced after
+// any failure that may have left it broken.
+type pinnedConn struct {
+	db   *bun.DB
+	mu   sync.Mutex
+	conn *bun.Conn
+}
+
+func (p *pinnedConn) do(ctx context.Context, fn func(bun.IDB) error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil {
+		c, err := p.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		p.conn = &c
+	}
+	err := fn(*p.conn)
+	if err != nil && unknownOutcome(err) {
+		_ = p.conn.Close()
+		p.conn = nil
+	}
+	return err
+}
+
+func (p *pinnedConn) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil {
+		_ = p.conn.Close()
+		p.conn = nil
+	}
 }
 
 // InstanceID is the owner id this worker writes into task rows.
@@ -181,7 +226,9 @@ func (d *Distributor) Start(ctx context.Context) error {
 	}
 	// Register (one heartbeat with nothing held) so that others count this
 	// worker in their fair share before it claims anything.
-	if _, err := d.store.Heartbeat(ctx, d.worker, d.cfg.StaleAfter, nil); err != nil {
+	// This also opens the heartbeat's pinned connection before any batch
+	// competes for connections.
+	if _, err := (renewer{d.hbConn, d.store, d.worker, d.cfg.StaleAfter}).Renew(ctx, nil); err != nil {
 		return fmt.Errorf("registering worker %s: %w", d.worker.InstanceID, err)
 	}
 	if err := d.hb.Start(d.base); err != nil {
@@ -248,6 +295,7 @@ func (d *Distributor) finish(err error) {
 			<-waited
 		}
 		d.hb.Stop()
+		d.hbConn.close()
 		d.baseStop()
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
 		defer cancel()
@@ -380,27 +428,28 @@ func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
 	}
 	d.mu.Lock()
 	d.share = share
-	surplus := len(d.held) - share
+	var keep []*held
+	for _, h := range d.held {
+		if !h.handBack.Load() {
+			keep = append(keep, h)
+		}
+	}
+	surplus := len(keep) - share
 	// Hand back only when someone else can take the partitions: there is
 	// nothing unclaimed left for them and some live worker is below its
 	// share. Otherwise keep them and avoid needless handoffs.
 	if surplus > 0 && load.Unclaimed == 0 && load.MinHeld < share {
 		// Newest claims first: they have the least progress to lose.
-		var newest []*held
-		for _, h := range d.held {
-			if !h.handBack.Load() {
-				newest = append(newest, h)
-			}
-		}
-		sortByClaimedDesc(newest)
-		for _, h := range newest[:min(surplus, len(newest))] {
+		sortByClaimedDesc(keep)
+		for _, h := range keep[:surplus] {
 			h.handBack.Store(true)
 			select {
 			case h.nudge <- struct{}{}:
 			default:
 			}
 		}
-		d.log.Info("above fair share, handing back partitions", "held", len(d.held), "share", share, "live_workers", load.LiveWorkers)
+		d.log.Info("above fair share, handing back partitions", "held", len(d.held), "handing_back", surplus,
+			"share", share, "live_workers", load.LiveWorkers)
 	}
 	d.mu.Unlock()
 	return nil, nil
@@ -427,6 +476,11 @@ func (d *Distributor) heldCount() int {
 func (d *Distributor) claim(ctx context.Context) error {
 	d.mu.Lock()
 	want := min(d.share, d.cfg.MaxPartitions) - len(d.held)
+	for _, h := range d.held {
+		if h.handBack.Load() {
+			want = 0 // still handing back: claiming now would churn
+		}
+	}
 	d.mu.Unlock()
 	if want <= 0 {
 		return nil

@@ -312,9 +312,10 @@ func (s *Service) Beat(ctx context.Context) {
 	s.mu.Unlock()
 
 	sent := s.cfg.Clock.Now()
-	// A renewal that takes longer than an interval is useless; give up on
-	// it so the next one can start.
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	// Bound the renewal so a hung connection cannot stall the loop; it may
+	// take longer than an interval and still save every lease.
+	timeout := max(s.cfg.Interval, s.cfg.StaleAfter/4)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	renewals, err := s.r.Renew(rctx, leases)
 	cancel()
 	latency := s.cfg.Clock.Since(sent)
@@ -322,7 +323,7 @@ func (s *Service) Beat(ctx context.Context) {
 	if err != nil && ctx.Err() == nil && unknownOutcome(err) {
 		s.cfg.Logger.Warn("heartbeat outcome unknown, re-reading leases", "error", err, "leases", len(leases))
 		sent2 := s.cfg.Clock.Now()
-		ictx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+		ictx, cancel := context.WithTimeout(ctx, timeout)
 		held, ierr := s.r.Inspect(ictx, leases)
 		cancel()
 		if ierr == nil {

@@ -61,7 +61,7 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 		         ELSE 'done'
 		       END,
 		       (extract(epoch FROM now() - heartbeat_at) * 1000000)::bigint,
-		       (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint,
+		       CASE WHEN isfinite(lease_expires_at) THEN (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint END,
 		       position, available - position, attempts, coalesce(last_error, ''), checkpoint
 		FROM tasks
 		ORDER BY partition_key`)

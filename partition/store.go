@@ -72,9 +72,16 @@ type Worker struct {
 }
 
 // Store runs the protocol's statements against the tasks table. Its
-// methods are safe for concurrent use. Every statement that locks several
-// task rows locks them in partition_key order, like every producer must, so
-// concurrent heartbeats, claims, releases and loads cannot deadlock.
+// methods are safe for concurrent use.
+//
+// Row-lock discipline (producers must follow it too):
+//   - every statement that changes ownership (version) first locks the row
+//     FOR UPDATE, which conflicts with a batch's fence (FOR KEY SHARE);
+//   - heartbeats and work-counter updates lock FOR NO KEY UPDATE, which
+//     does not wait for batches in flight;
+//   - statements locking several task rows lock them in partition_key
+//     order, so concurrent heartbeats, claims, releases and loads cannot
+//     deadlock.
 type Store struct {
 	db bun.IDB
 }
@@ -192,7 +199,7 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 			  ON t.partition_key = h.key AND t.version = h.version
 			WHERE t.owner = ?
 			ORDER BY t.partition_key
-			FOR UPDATE OF t
+			FOR NO KEY UPDATE OF t
 		)
 		UPDATE tasks t
 		SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
@@ -315,6 +322,11 @@ type Checkpoint struct {
 // or ErrFenced if the lease is no longer owner's. The row lock is held
 // until tx ends, so no claim can change ownership between this check and
 // the commit: the ownership check is part of the write.
+//
+// The lock is FOR KEY SHARE: it conflicts only with FOR UPDATE, which every
+// ownership change (claim, release, failure) takes before bumping the
+// version, while heartbeats (FOR NO KEY UPDATE) and the checkpoint update
+// proceed. So a long batch does not delay its own lease renewals.
 func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l Lease) (Checkpoint, error) {
 	var cp Checkpoint
 	var state []byte
@@ -322,7 +334,7 @@ func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l Lease) (Ch
 		SELECT position, available, checkpoint
 		FROM tasks
 		WHERE partition_key = ? AND version = ? AND owner = ?
-		FOR UPDATE`, l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state)
+		FOR KEY SHARE`, l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return cp, fmt.Errorf("fencing %s: %w", l, ErrFenced)
 	}
@@ -420,10 +432,15 @@ var ErrNotFound = errors.New("no such partition")
 // claimable at once. It reports whether anything changed.
 func (s *Store) Retry(ctx context.Context, key string) (bool, error) {
 	res, err := s.db.ExecContext(ctx, `
-		UPDATE tasks
+		WITH r AS (
+			SELECT partition_key FROM tasks
+			WHERE partition_key = ? AND owner IS NULL AND (failed_at IS NOT NULL OR attempts > 0)
+			FOR UPDATE
+		)
+		UPDATE tasks t
 		SET failed_at = NULL, attempts = 0, last_error = NULL, lease_expires_at = '-infinity',
-		    version = version + 1, updated_at = now()
-		WHERE partition_key = ? AND owner IS NULL AND (failed_at IS NOT NULL OR attempts > 0)`, key)
+		    version = t.version + 1, updated_at = now()
+		FROM r WHERE t.partition_key = r.partition_key`, key)
 	if err != nil {
 		return false, fmt.Errorf("retrying partition %s: %w", key, err)
 	}

@@ -1,0 +1,488 @@
+package distributor_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/partition"
+)
+
+func TestUntilDoneProcessesEverythingExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(35, keys("c", 20)...)
+	ev := newEvents()
+	cfg := fastConfig("solo", ev)
+	cfg.UntilDone = true
+	d := e.start(cfg, newProc())
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.verify()
+	// Every partition was released once it caught up, none is held.
+	parts, workers, err := partition.NewStore(e.db).Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		if p.State != partition.StateDone || p.OwnerInstance != "" {
+			t.Errorf("partition %s: state %s owner %q, want done and unowned", p.Key, p.State, p.OwnerInstance)
+		}
+	}
+	if len(workers) != 0 {
+		t.Errorf("%d live workers after until-done exit, want 0 (stopped workers are not live)", len(workers))
+	}
+}
+
+// Many claimers racing for the same row: exactly one compare-and-set wins.
+func TestClaimRaceExactlyOneWins(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(1, "contested")
+	store := partition.NewStore(e.db)
+	cands, err := store.Candidates(context.Background(), 10)
+	if err != nil || len(cands) != 1 {
+		t.Fatalf("candidates = %v, %v; want one", cands, err)
+	}
+	const racers = 16
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			won, err := store.Claim(context.Background(), "racer#"+string(rune('a'+i)), time.Minute, cands)
+			if err != nil {
+				t.Error(err)
+			}
+			wins.Add(int32(len(won)))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if got := wins.Load(); got != 1 {
+		t.Fatalf("%d racers won the claim, want exactly 1", got)
+	}
+	var version int64
+	if err := e.db.QueryRow("SELECT version FROM tasks WHERE partition_key = 'contested'").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version != cands[0].Version+1 {
+		t.Fatalf("version = %d, want %d (bumped once)", version, cands[0].Version+1)
+	}
+}
+
+// ghost is an owner driven by hand through the store, standing in for a
+// worker that crashes or freezes at a chosen moment.
+type ghost struct {
+	e     *env
+	store *partition.Store
+	id    string
+	lease partition.Lease
+}
+
+func claimAsGhost(t *testing.T, e *env, key string, ttl time.Duration) *ghost {
+	t.Helper()
+	g := &ghost{e: e, store: partition.NewStore(e.db), id: "ghost#0001"}
+	cands, err := g.store.Candidates(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine []partition.Candidate
+	for _, c := range cands {
+		if c.Key == key {
+			mine = append(mine, c)
+		}
+	}
+	won, err := g.store.Claim(context.Background(), g.id, ttl, mine)
+	if err != nil || len(won) != 1 {
+		t.Fatalf("ghost claim of %s = %v, %v", key, won, err)
+	}
+	g.lease = won[0].Lease
+	return g
+}
+
+// commitBatch runs one fenced batch of n items as the ghost.
+func (g *ghost) commitBatch(ctx context.Context, n int) error {
+	tx, err := g.e.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	cp, err := g.store.Fence(ctx, tx, g.id, g.lease)
+	if err != nil {
+		return err
+	}
+	res, err := newProc().Process(ctx, &distributor.Batch{Lease: g.lease, Owner: g.id, Tx: tx, Checkpoint: cp, Limit: n})
+	if err != nil {
+		return err
+	}
+	if err := g.store.Advance(ctx, tx, g.lease, res.Position, res.State); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// An owner that stops heartbeating (crashed or frozen) is taken over once
+// its lease expires; the new owner waits for confirmation, resumes from the
+// committed checkpoint with no gap and no duplicate, and the old owner's
+// late commit is rejected by the fence.
+func TestTakeoverAfterStaleConfirmResumeAndFence(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(100, "k")
+	ctx := context.Background()
+	g := claimAsGhost(t, e, "k", 300*time.Millisecond)
+	if err := g.commitBatch(ctx, 30); err != nil {
+		t.Fatal(err)
+	}
+	// The ghost now freezes: no more heartbeats.
+	var expiry time.Time
+	if err := e.db.QueryRow(`SELECT lease_expires_at FROM tasks WHERE partition_key = 'k'`).Scan(&expiry); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	cfg := fastConfig("heir", ev)
+	cfg.UntilDone = true
+	d := e.start(cfg, newProc())
+
+	claimed := ev.wait(t, 10*time.Second, "takeover claim", kind(distributor.EventClaimed))
+	if !claimed.Takeover || claimed.Position != 30 {
+		t.Fatalf("claim = %+v, want a takeover resuming at position 30", claimed)
+	}
+	// The lease had expired by the database clock when it was claimed.
+	var claimedAt time.Time
+	if err := e.db.QueryRow(`SELECT claimed_at FROM tasks WHERE partition_key = 'k'`).Scan(&claimedAt); err != nil {
+		t.Fatal(err)
+	}
+	if claimedAt.Before(expiry) {
+		t.Fatalf("taken over at %s, before the old lease expired at %s", claimedAt, expiry)
+	}
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Confirmation came before the first batch of the new owner.
+	var order []distributor.EventKind
+	for _, x := range ev.all {
+		if x.Key == "k" && (x.Kind == distributor.EventConfirmed || x.Kind == distributor.EventCheckpoint) {
+			order = append(order, x.Kind)
+		}
+	}
+	if len(order) < 2 || order[0] != distributor.EventConfirmed {
+		t.Fatalf("events for k = %v, want confirmed before any checkpoint", order)
+	}
+	e.verify()
+	var byGhost, byHeir int
+	if err := e.db.QueryRow(`SELECT count(*) FILTER (WHERE owner = ?), count(*) FILTER (WHERE owner <> ?)
+		FROM test_output`, g.id, g.id).Scan(&byGhost, &byHeir); err != nil {
+		t.Fatal(err)
+	}
+	if byGhost != 30 || byHeir != 70 {
+		t.Fatalf("ghost wrote %d, heir %d; want 30 and 70", byGhost, byHeir)
+	}
+
+	// The ghost wakes up and tries to commit under its old claim.
+	e.addWork(10, "k")
+	err := g.commitBatch(ctx, 5)
+	if !errors.Is(err, partition.ErrFenced) {
+		t.Fatalf("late commit by the old owner = %v, want ErrFenced", err)
+	}
+	var n int
+	if err := e.db.QueryRow(`SELECT count(*) FROM test_output WHERE key = 'k'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 100 {
+		t.Fatalf("%d outputs after the fenced commit, want 100 (nothing written)", n)
+	}
+}
+
+// Stopping a worker gracefully releases its partitions, and another worker
+// takes them over at once: no lease expiry, no confirmation wait.
+func TestGracefulReleaseLetsAnotherStartAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(100000, "big")
+	evA, evB := newEvents(), newEvents()
+	cfgA := fastConfig("a", evA)
+	cfgA.StaleAfter = 30 * time.Second // a takeover by expiry would take far longer than the test allows
+	a := e.start(cfgA, newProc())
+	evA.wait(t, 10*time.Second, "a's first checkpoint", kind(distributor.EventCheckpoint))
+
+	cfgB := fastConfig("b", evB)
+	cfgB.StaleAfter = 30 * time.Second
+	cfgB.Confirm = 50 // 2.5s of heartbeats if it had to confirm
+	e.start(cfgB, newProc())
+
+	stopped := time.Now()
+	a.Stop()
+	rel := evA.wait(t, 5*time.Second, "a's release", kind(distributor.EventReleased))
+	if rel.Reason != "shutdown" {
+		t.Fatalf("release reason %q, want shutdown", rel.Reason)
+	}
+	claim := evB.wait(t, 10*time.Second, "b's claim", kind(distributor.EventClaimed))
+	if claim.Takeover {
+		t.Fatalf("b's claim of a released partition was a takeover; it needs no confirmation")
+	}
+	evB.wait(t, 10*time.Second, "b's first checkpoint", kind(distributor.EventCheckpoint))
+	if n := evB.count(kind(distributor.EventConfirmed)); n != 0 {
+		t.Fatalf("b waited for confirmation %d times", n)
+	}
+	t.Logf("graceful handoff: first batch by the next worker %s after stop began", time.Since(stopped))
+}
+
+func TestLeaderKeepsPartitionsAndPicksUpNewWork(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(20, keys("l", 3)...)
+	ev := newEvents()
+	cfg := fastConfig("leader", ev)
+	cfg.Mode = distributor.ModeLeader
+	d := e.start(cfg, newProc())
+	for i := 0; i < 3; i++ {
+		ev.wait(t, 10*time.Second, "checkpoints to position 20", func(x distributor.Event) bool {
+			return x.Kind == distributor.EventCheckpoint && x.Key == keys("l", 3)[i] && x.Position == 20
+		})
+	}
+	e.addWork(15, "l001")
+	ev.wait(t, 10*time.Second, "new work processed", func(x distributor.Event) bool {
+		return x.Kind == distributor.EventCheckpoint && x.Key == "l001" && x.Position == 35
+	})
+	if n := ev.count(kind(distributor.EventReleased)); n != 0 {
+		t.Fatalf("leader released %d partitions, want to keep them", n)
+	}
+	if n := ev.count(kind(distributor.EventClaimed)); n != 3 {
+		t.Fatalf("leader claimed %d times, want 3 (claims kept across new work)", n)
+	}
+	d.Stop()
+	e.verify()
+}
+
+// In lock mode, records arriving for a caught-up, released partition make
+// it claimable again, and the notification wakes a worker promptly.
+func TestLockModeNewWorkOnCaughtUpPartition(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(5, "p")
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.PollInterval = time.Hour // only a notification can wake it
+	e.start(cfg, newProc())
+	ev.wait(t, 10*time.Second, "release after catching up", kind(distributor.EventReleased))
+	e.addWork(7, "p")
+	ev.wait(t, 10*time.Second, "the new work processed", func(x distributor.Event) bool {
+		return x.Kind == distributor.EventCheckpoint && x.Position == 12
+	})
+	e.verify()
+}
+
+func TestThreeWorkersShareThirtyPartitionsFairly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(100000, keys("f", 30)...)
+	p := newProc()
+	p.before = func(ctx context.Context, b *distributor.Batch) error {
+		// Simulated work so partitions stay busy while shares settle.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+			return nil
+		}
+	}
+	evs := []*events{newEvents(), newEvents(), newEvents()}
+	var ds []*distributor.Distributor
+	for i, name := range []string{"x", "y", "z"} {
+		cfg := fastConfig(name, evs[i])
+		cfg.MaxPartitions = 30
+		cfg.RebalanceInterval = 100 * time.Millisecond
+		ds = append(ds, e.start(cfg, p))
+		if i == 0 {
+			// The first worker alone takes everything...
+			for n := 0; n < 30; n++ {
+				evs[0].wait(t, 10*time.Second, "x claims all 30", func(x distributor.Event) bool {
+					return x.Kind == distributor.EventClaimed && x.Key == keys("f", 30)[n]
+				})
+			}
+		}
+	}
+	// ...and hands back its surplus until each holds 10.
+	store := partition.NewStore(e.db)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, workers, err := store.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := map[string]int{}
+		for _, w := range workers {
+			held[w.Name] = w.Held
+		}
+		if held["x"] == 10 && held["y"] == 10 && held["z"] == 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shares did not settle at 10/10/10: %v", held)
+		}
+		select {
+		case <-evs[1].cond:
+		case <-evs[2].cond:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if n := evs[0].count(func(x distributor.Event) bool {
+		return x.Kind == distributor.EventReleased && x.Reason == "rebalance"
+	}); n != 20 {
+		t.Errorf("x handed back %d partitions, want 20", n)
+	}
+	for _, d := range ds {
+		d.Stop()
+	}
+}
+
+func TestPoisonPartitionQuarantinedAndRetryRevives(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(25, "good1", "bad", "good2")
+	var poisoned atomic.Bool
+	poisoned.Store(true)
+	p := newProc()
+	p.before = func(ctx context.Context, b *distributor.Batch) error {
+		if b.Lease.Key == "bad" && poisoned.Load() {
+			return errors.New("record 3 is malformed")
+		}
+		return nil
+	}
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.UntilDone = true
+	cfg.MaxAttempts = 3
+	d := e.start(cfg, p)
+	err := waitDone(t, d, 30*time.Second)
+	if !errors.Is(err, distributor.ErrIncomplete) {
+		t.Fatalf("until-done with a poison partition = %v, want ErrIncomplete", err)
+	}
+	store := partition.NewStore(e.db)
+	parts, _, err := store.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range parts {
+		switch s.Key {
+		case "bad":
+			if s.State != partition.StateQuarantined || s.Attempts != 3 || !strings.Contains(s.Error, "record 3 is malformed") || s.Processed != 0 {
+				t.Fatalf("bad partition status = %+v", s)
+			}
+		default:
+			if s.State != partition.StateDone || s.Processed != 25 {
+				t.Fatalf("good partition %s status = %+v (held up by the poison one?)", s.Key, s)
+			}
+		}
+	}
+	if n := ev.count(kind(distributor.EventFailed)); n != 2 {
+		t.Errorf("%d back-off failures, want 2 before quarantine", n)
+	}
+
+	poisoned.Store(false)
+	if changed, err := store.Retry(context.Background(), "bad"); err != nil || !changed {
+		t.Fatalf("retry = %v, %v", changed, err)
+	}
+	if _, err := store.Retry(context.Background(), "nope"); !errors.Is(err, partition.ErrNotFound) {
+		t.Fatalf("retry of unknown partition = %v, want ErrNotFound", err)
+	}
+	d2 := e.start(cfg, p)
+	if err := waitDone(t, d2, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.verify()
+}
+
+// Killing the worker's database connections mid-run (as a network blip or
+// a server-side termination would) costs neither correctness nor the run.
+func TestLostConnectionsRecover(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(400, keys("n", 6)...)
+	p := newProc()
+	var killed atomic.Bool
+	p.before = func(ctx context.Context, b *distributor.Batch) error {
+		if b.Checkpoint.Position >= 100 && killed.CompareAndSwap(false, true) {
+			// Terminate every connection of this worker, including the one
+			// running this batch.
+			if _, err := e.db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE application_name = 'lossy' AND pid <> pg_backend_pid()`); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	ev := newEvents()
+	cfg := fastConfig("lossy", ev)
+	cfg.UntilDone = true
+	cfg.StaleAfter = 2 * time.Second
+	db := openNamed(t, e.dsn, "lossy", cfg.MaxPartitions+4)
+	d, err := distributor.New(db, p, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !killed.Load() {
+		t.Fatal("connections were never killed")
+	}
+	e.verify()
+	if n := ev.count(kind(distributor.EventQuarantined)); n != 0 {
+		t.Fatalf("%d partitions quarantined by a connection loss", n)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	bad := map[string]distributor.Config{
+		"stale not above heartbeat": {Heartbeat: time.Second, StaleAfter: 2 * time.Second},
+		"until-done leader":         {Mode: distributor.ModeLeader, UntilDone: true},
+		"unknown mode":              {Mode: "chaos"},
+		"name with separator":       {Name: "a#b"},
+		"negative batch":            {BatchSize: -1},
+		"margin too large":          {Heartbeat: time.Second, StaleAfter: 4 * time.Second, SafetyMargin: 3 * time.Second},
+		"backoff above max":         {Backoff: time.Hour, MaxBackoff: time.Minute},
+	}
+	for name, cfg := range bad {
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%s: Validate() = nil, want an error", name)
+		}
+	}
+	if err := (distributor.Config{}).Validate(); err != nil {
+		t.Errorf("defaults rejected: %v", err)
+	}
+}
+
+func TestStopLeaksNoGoroutines(t *testing.T) {
+	e := newEnv(t)
+	e.addWork(30, keys("g", 4)...)
+	ev := newEvents()
+	cfg := fastConfig("tidy", ev)
+	db := openNamed(t, e.dsn, "tidy", 12)
+	before := goleak.IgnoreCurrent()
+	d, err := distributor.New(db, newProc(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ev.wait(t, 10*time.Second, "a checkpoint", kind(distributor.EventCheckpoint))
+	d.Stop()
+	db.Close()
+	goleak.VerifyNone(t, before, goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))
+}

@@ -1,0 +1,219 @@
+package distributor_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// env is one test's database with a generic work model: a partition's items
+// are the integers 1..available, and the test processor writes one output
+// row per item, keyed (key, n), so a duplicate is a primary-key violation
+// and a gap is a missing row.
+type env struct {
+	t   *testing.T
+	dsn string
+	db  *bun.DB
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	dsn := pgtest.NewURL(t)
+	db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 20})
+	if _, err := db.Exec(`CREATE TABLE test_output (
+		key text NOT NULL, n bigint NOT NULL, owner text NOT NULL, version bigint NOT NULL,
+		PRIMARY KEY (key, n))`); err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, dsn: dsn, db: db}
+}
+
+// addWork makes n more items available on each key, as a producer would.
+func (e *env) addWork(n int64, keys ...string) {
+	e.t.Helper()
+	for _, k := range keys {
+		if _, err := e.db.Exec(`INSERT INTO tasks (partition_key, available) VALUES (?, ?)
+			ON CONFLICT (partition_key) DO UPDATE SET available = tasks.available + EXCLUDED.available`, k, n); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if _, err := e.db.Exec(`SELECT pg_notify('baton_work', '')`); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func keys(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%03d", prefix, i)
+	}
+	return out
+}
+
+// verify checks that every available item of every partition was output
+// exactly once and that checkpoints match.
+func (e *env) verify() {
+	e.t.Helper()
+	rows, err := e.db.Query(`
+		SELECT t.partition_key, t.available, t.position, count(o.n), coalesce(min(o.n), 0), coalesce(max(o.n), 0)
+		FROM tasks t LEFT JOIN test_output o ON o.key = t.partition_key
+		GROUP BY t.partition_key, t.available, t.position`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var avail, pos, cnt, lo, hi int64
+		if err := rows.Scan(&k, &avail, &pos, &cnt, &lo, &hi); err != nil {
+			e.t.Fatal(err)
+		}
+		if pos != avail || cnt != avail || (avail > 0 && (lo != 1 || hi != avail)) {
+			e.t.Errorf("partition %s: available %d, position %d, %d outputs spanning %d..%d", k, avail, pos, cnt, lo, hi)
+		}
+	}
+}
+
+// proc is the test processor. Hooks let tests block or fail batches.
+type proc struct {
+	mu      sync.Mutex
+	batches map[string]int // batches processed per key
+	before  func(ctx context.Context, b *distributor.Batch) error
+}
+
+func newProc() *proc { return &proc{batches: map[string]int{}} }
+
+func (p *proc) Process(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
+	if p.before != nil {
+		if err := p.before(ctx, b); err != nil {
+			return distributor.Result{}, err
+		}
+	}
+	end := b.Checkpoint.Position + int64(b.Limit)
+	if _, err := b.Tx.ExecContext(ctx, `
+		INSERT INTO test_output (key, n, owner, version)
+		SELECT ?, n, ?, ? FROM generate_series(?::bigint, ?::bigint) n`,
+		b.Lease.Key, b.Owner, b.Lease.Version, b.Checkpoint.Position+1, end); err != nil {
+		return distributor.Result{}, err
+	}
+	p.mu.Lock()
+	p.batches[b.Lease.Key]++
+	p.mu.Unlock()
+	return distributor.Result{Position: end, State: []byte(fmt.Sprintf(`{"last": %d}`, end))}, nil
+}
+
+// events collects distributor events and lets tests wait for one.
+type events struct {
+	mu   sync.Mutex
+	all  []distributor.Event
+	cond chan struct{}
+}
+
+func newEvents() *events { return &events{cond: make(chan struct{})} }
+
+func (e *events) add(ev distributor.Event) {
+	e.mu.Lock()
+	e.all = append(e.all, ev)
+	close(e.cond)
+	e.cond = make(chan struct{})
+	e.mu.Unlock()
+}
+
+// wait blocks until match holds for some event, or fails the test.
+func (e *events) wait(t *testing.T, timeout time.Duration, what string, match func(distributor.Event) bool) distributor.Event {
+	t.Helper()
+	deadline := time.After(timeout)
+	seen := 0
+	for {
+		e.mu.Lock()
+		for ; seen < len(e.all); seen++ {
+			if match(e.all[seen]) {
+				ev := e.all[seen]
+				e.mu.Unlock()
+				return ev
+			}
+		}
+		ch := e.cond
+		e.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+	}
+}
+
+func (e *events) count(match func(distributor.Event) bool) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, ev := range e.all {
+		if match(ev) {
+			n++
+		}
+	}
+	return n
+}
+
+func kind(k distributor.EventKind) func(distributor.Event) bool {
+	return func(e distributor.Event) bool { return e.Kind == k }
+}
+
+func quietLogger() *slog.Logger {
+	if os.Getenv("TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// fastConfig is a configuration with short timings for tests.
+func fastConfig(name string, ev *events) distributor.Config {
+	return distributor.Config{
+		Name: name, Heartbeat: 50 * time.Millisecond, StaleAfter: time.Second, Confirm: 3,
+		BatchSize: 10, Logger: quietLogger(), OnEvent: ev.add,
+		Backoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+	}
+}
+
+func (e *env) start(cfg distributor.Config, p distributor.Processor) *distributor.Distributor {
+	e.t.Helper()
+	db := pgtest.Open(e.t, e.dsn, dbconn.Options{MaxOpenConns: cfg.MaxPartitions + 4 + 8})
+	d, err := distributor.New(db, p, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(d.Stop)
+	return d
+}
+
+func waitDone(t *testing.T, d *distributor.Distributor, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case <-d.Done():
+		return d.Err()
+	case <-time.After(timeout):
+		t.Fatalf("distributor did not finish within %s", timeout)
+		return nil
+	}
+}
+
+func openNamed(t *testing.T, dsn, app string, conns int) *bun.DB {
+	t.Helper()
+	return pgtest.Open(t, dsn, dbconn.Options{ApplicationName: app, MaxOpenConns: conns})
+}
