@@ -1,0 +1,287 @@
+package heartbeat_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/partition"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fakeRenewer is a scripted Renewer: it renews every lease it is given
+// unless told to fail, and can be told that a lease belongs to someone else.
+type fakeRenewer struct {
+	mu      sync.Mutex
+	fail    error
+	stolen  map[string]bool
+	renews  int
+	inspect func([]partition.Lease) ([]partition.Held, error)
+}
+
+func (f *fakeRenewer) Renew(_ context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.renews++
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	var out []partition.Renewal
+	for _, l := range leases {
+		if !f.stolen[l.Key] {
+			out = append(out, partition.Renewal{Lease: l})
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeRenewer) Inspect(_ context.Context, leases []partition.Lease) ([]partition.Held, error) {
+	if f.inspect != nil {
+		return f.inspect(leases)
+	}
+	return nil, errors.New("no inspect scripted")
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newService(t *testing.T, r heartbeat.Renewer, clock clockwork.Clock) *heartbeat.Service {
+	t.Helper()
+	s, err := heartbeat.New(r, heartbeat.Config{
+		Interval: time.Second, StaleAfter: 10 * time.Second, SafetyMargin: 2 * time.Second,
+		Confirm: 3, Clock: clock, Logger: quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestConfirmNeedsConsecutiveRenewals(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	r := &fakeRenewer{}
+	s := newService(t, r, clock)
+	ctx := context.Background()
+	l := s.Track(ctx, partition.Lease{Key: "k", Version: 7}, clock.Now(), true)
+	fresh := s.Track(ctx, partition.Lease{Key: "released-before", Version: 2}, clock.Now(), false)
+	if !closed(fresh.Confirmed()) {
+		t.Fatal("a lease that needs no confirmation must be confirmed at once")
+	}
+
+	s.Beat(ctx)
+	s.Beat(ctx)
+	if closed(l.Confirmed()) {
+		t.Fatal("confirmed after 2 renewals, want 3")
+	}
+	// A failed renewal breaks the streak.
+	r.fail = errors.Join(&pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"})
+	s.Beat(ctx)
+	r.fail = nil
+	s.Beat(ctx)
+	s.Beat(ctx)
+	if closed(l.Confirmed()) {
+		t.Fatalf("confirmed with streak %d after a failure, want the count to restart", l.Streak())
+	}
+	s.Beat(ctx)
+	if !closed(l.Confirmed()) {
+		t.Fatalf("not confirmed after 3 consecutive renewals (streak %d)", l.Streak())
+	}
+	if l.Context().Err() != nil {
+		t.Fatal("a renewed lease's context must stay alive")
+	}
+}
+
+func TestLostLeaseCancelsWithCause(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	r := &fakeRenewer{stolen: map[string]bool{"taken": true}}
+	s := newService(t, r, clock)
+	ctx := context.Background()
+	kept := s.Track(ctx, partition.Lease{Key: "kept", Version: 1}, clock.Now(), false)
+	taken := s.Track(ctx, partition.Lease{Key: "taken", Version: 1}, clock.Now(), false)
+	s.Beat(ctx)
+	if !errors.Is(context.Cause(taken.Context()), heartbeat.ErrOwnershipLost) {
+		t.Fatalf("cause = %v, want ErrOwnershipLost", context.Cause(taken.Context()))
+	}
+	if kept.Context().Err() != nil {
+		t.Fatal("the other lease must survive")
+	}
+	if n := len(s.Held()); n != 1 {
+		t.Fatalf("%d leases tracked after the loss, want 1", n)
+	}
+}
+
+// A worker cut off from the database stops processing by its own clock
+// before the lease ends, even though no renewal ever returns.
+func TestLocalDeadlineStopsCutOffWorker(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	r := &fakeRenewer{fail: &pgconn.PgError{Code: "08006", Message: "connection failure"}}
+	s := newService(t, r, clock)
+	ctx := context.Background()
+	claimed := clock.Now()
+	l := s.Track(ctx, partition.Lease{Key: "k", Version: 1}, claimed, false)
+	for range 7 {
+		clock.Advance(time.Second)
+		s.Beat(ctx)
+	}
+	if l.Context().Err() != nil {
+		t.Fatal("stopped 7s into a 10s lease with a 2s margin; want it alive until 8s")
+	}
+	clock.Advance(time.Second) // 8s: stale_after − margin
+	select {
+	case <-l.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease not cancelled at its local deadline")
+	}
+	if !errors.Is(context.Cause(l.Context()), heartbeat.ErrLeaseExpired) {
+		t.Fatalf("cause = %v, want ErrLeaseExpired", context.Cause(l.Context()))
+	}
+}
+
+// A renewal that applied but whose reply was lost is resolved by re-reading
+// the database: the lease is kept, and its deadline follows the lease the
+// database actually holds. This uses the real store.
+func TestUnknownOutcomeHeartbeatIsResolvedByReRead(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	store := partition.NewStore(db)
+	ctx := context.Background()
+	if _, err := db.Exec(`INSERT INTO tasks (partition_key, available) VALUES ('k', 10)`); err != nil {
+		t.Fatal(err)
+	}
+	w := partition.Worker{InstanceID: "w#1", Name: "w"}
+	cands, err := store.Candidates(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	won, err := store.Claim(ctx, w.InstanceID, 10*time.Second, cands)
+	if err != nil || len(won) != 1 {
+		t.Fatalf("claim = %v, %v", won, err)
+	}
+	var before time.Time
+	if err := db.QueryRow(`SELECT lease_expires_at FROM tasks`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	r := &lossyRenewer{store: store, worker: w}
+	clock := clockwork.NewFakeClock()
+	s := newService(t, r, clock)
+	l := s.Track(ctx, won[0].Lease, clock.Now(), true)
+	s.Beat(ctx)
+	if r.applied != 1 {
+		t.Fatalf("renewal applied %d times, want 1", r.applied)
+	}
+	var after time.Time
+	if err := db.QueryRow(`SELECT lease_expires_at FROM tasks`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if !after.After(before) {
+		t.Fatal("the renewal did not apply in the database")
+	}
+	if l.Context().Err() != nil {
+		t.Fatalf("lease dropped after an unknown-outcome renewal: %v", context.Cause(l.Context()))
+	}
+	if l.Streak() != 1 {
+		t.Fatalf("streak %d, want 1: the re-read showed the lease still held", l.Streak())
+	}
+
+	// Someone else takes the partition over; the next unknown outcome
+	// re-reads and finds it gone.
+	if _, err := db.Exec(`UPDATE tasks SET version = version + 1, owner = 'other#2'`); err != nil {
+		t.Fatal(err)
+	}
+	s.Beat(ctx)
+	if !errors.Is(context.Cause(l.Context()), heartbeat.ErrOwnershipLost) {
+		t.Fatalf("cause = %v, want ErrOwnershipLost", context.Cause(l.Context()))
+	}
+}
+
+// lossyRenewer applies every renewal and then reports a lost connection.
+type lossyRenewer struct {
+	store   *partition.Store
+	worker  partition.Worker
+	applied int
+}
+
+func (r *lossyRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+	if _, err := r.store.Heartbeat(ctx, r.worker, 10*time.Second, leases); err != nil {
+		return nil, err
+	}
+	r.applied++
+	return nil, io.ErrUnexpectedEOF
+}
+
+func (r *lossyRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
+	return r.store.Inspect(ctx, r.worker.InstanceID, leases)
+}
+
+func TestValidateRejectsImpossibleTimings(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]heartbeat.Config{
+		"stale below 3 beats": {Interval: time.Second, StaleAfter: 2 * time.Second},
+		"margin eats lease":   {Interval: time.Second, StaleAfter: 5 * time.Second, SafetyMargin: 4500 * time.Millisecond},
+		"negative interval":   {Interval: -time.Second},
+		"confirm zero":        {Confirm: -1},
+	} {
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%s: Validate() = nil", name)
+		}
+	}
+}
+
+func TestStartStopRenewsOnTicks(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	beats := make(chan int, 10)
+	s, err := heartbeat.New(&fakeRenewer{}, heartbeat.Config{
+		Interval: time.Second, StaleAfter: 10 * time.Second, Clock: clock, Logger: quiet(),
+		OnBeat: func(err error, _ time.Duration, renewed int) { beats <- renewed },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l := s.Track(context.Background(), partition.Lease{Key: "k", Version: 1}, clock.Now(), true)
+	for i := 0; i < 3; i++ {
+		if err := clock.BlockUntilContext(context.Background(), 2); err != nil { // ticker + deadline timer
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+		select {
+		case n := <-beats:
+			if n != 1 {
+				t.Fatalf("tick %d renewed %d leases, want 1", i+1, n)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("tick %d did not renew", i+1)
+		}
+	}
+	select {
+	case <-l.Confirmed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not confirmed after 3 ticks")
+	}
+	s.Stop()
+	s.Stop() // idempotent
+}
