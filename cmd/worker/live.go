@@ -1,0 +1,103 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+)
+
+// liveView renders a status snapshot: redrawn in place on a terminal, a
+// line per second elsewhere.
+type liveView struct {
+	w      io.Writer
+	tty    bool
+	lines  int
+	notes  []string
+	last   time.Time
+	prevAt time.Time
+	prev   int64
+	rate   float64
+}
+
+func newLiveView(w io.Writer) *liveView { return &liveView{w: w, tty: isTerminal(w)} }
+
+func (v *liveView) note(s string) {
+	stamp := time.Now().Format("15:04:05.000")
+	if v.tty {
+		v.notes = append(v.notes, stamp+"  "+s)
+		return
+	}
+	fmt.Fprintf(v.w, "%s  %s\n", stamp, s)
+}
+
+func bar(done, total int64, width int) string {
+	if total <= 0 {
+		return strings.Repeat("█", width)
+	}
+	n := int(int64(width) * done / total)
+	return strings.Repeat("█", n) + strings.Repeat("░", width-n)
+}
+
+func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
+	now := time.Now()
+	if !v.prevAt.IsZero() && now.Sub(v.prevAt) >= 500*time.Millisecond {
+		v.rate = float64(s.Totals.Processed-v.prev) / now.Sub(v.prevAt).Seconds()
+		v.prev, v.prevAt = s.Totals.Processed, now
+	} else if v.prevAt.IsZero() {
+		v.prev, v.prevAt = s.Totals.Processed, now
+	}
+	if !v.tty {
+		if now.Sub(v.last) >= time.Second {
+			v.last = now
+			fmt.Fprintf(v.w, "%6.1fs  %s %3d%%  %d/%d priced  %.0f records/s  workers:%s\n",
+				elapsed.Seconds(), bar(s.Totals.Processed, total, 20), pct(s.Totals.Processed, total),
+				s.Totals.Processed, total, v.rate, workerSummary(s))
+		}
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%6.1fs  %s %3d%%  %d/%d records priced  %.0f records/s\n",
+		elapsed.Seconds(), bar(s.Totals.Processed, total, 30), pct(s.Totals.Processed, total), s.Totals.Processed, total, v.rate)
+	fmt.Fprintf(&b, "workers:%s\n", workerSummary(s))
+	// The busiest contracts, with their owners.
+	parts := append([]partitionJSON(nil), s.Partitions...)
+	sort.SliceStable(parts, func(i, j int) bool { return parts[i].Pending > parts[j].Pending })
+	for _, p := range parts[:min(8, len(parts))] {
+		owner := "-"
+		if p.Owner != nil {
+			owner = *p.Owner
+		}
+		fmt.Fprintf(&b, "  %-14s %s %-10s %-8s %6d left\n", p.ContractID, bar(p.Processed, p.Processed+p.Pending, 16), p.State, owner, p.Pending)
+	}
+	for _, n := range v.notes {
+		fmt.Fprintln(&b, n)
+	}
+	if v.lines > 0 {
+		fmt.Fprintf(v.w, "\033[%dA", v.lines)
+	}
+	text := b.String()
+	fmt.Fprint(v.w, strings.ReplaceAll(text, "\n", "\033[K\n"))
+	v.lines = strings.Count(text, "\n")
+}
+
+func (v *liveView) finish() {}
+
+func pct(a, b int64) int64 {
+	if b == 0 {
+		return 100
+	}
+	return 100 * a / b
+}
+
+func workerSummary(s statusJSON) string {
+	var b strings.Builder
+	for _, w := range s.Workers {
+		fmt.Fprintf(&b, " %s=%d", w.Name, w.Held)
+	}
+	if len(s.Workers) == 0 {
+		b.WriteString(" none")
+	}
+	return b.String()
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/pricer"
+)
+
+// runFlags are the flags of "worker run", shared with the demo's workers.
+type runFlags struct {
+	cfg  distributor.Config
+	mode string
+}
+
+func (r *runFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&r.cfg.Name, "id", "", "worker name shown in status and logs (default: host name); a unique suffix is added per process")
+	f.DurationVar(&r.cfg.Heartbeat, "heartbeat", distributor.HeartbeatDefault, "heartbeat interval")
+	f.DurationVar(&r.cfg.StaleAfter, "stale-after", distributor.StaleAfterDefault, "lease length: a partition not renewed for this long may be taken over (≥ 3 × heartbeat)")
+	f.IntVar(&r.cfg.Confirm, "confirm", distributor.ConfirmDefault, "consecutive heartbeats a taken-over partition needs before it is processed")
+	f.IntVar(&r.cfg.MaxPartitions, "max-partitions", distributor.MaxPartitionsDefault, "most partitions held at once")
+	f.IntVar(&r.cfg.BatchSize, "batch-size", distributor.BatchSizeDefault, "most records priced per committed batch")
+	f.StringVar(&r.mode, "mode", string(distributor.ModeLock), "lock: release caught-up contracts; leader: keep them and price new records as they arrive")
+	f.BoolVar(&r.cfg.UntilDone, "until-done", false, "exit once no contract has unpriced records and none is held")
+	f.IntVar(&r.cfg.MaxAttempts, "max-attempts", distributor.MaxAttemptsDefault, "failed attempts before a contract is quarantined")
+	f.DurationVar(&r.cfg.ShutdownTimeout, "shutdown-timeout", distributor.ShutdownTimeoutDefault, "how long a graceful stop waits for batches in flight")
+}
+
+func (r *runFlags) config(g *globals) (distributor.Config, error) {
+	cfg := r.cfg
+	cfg.Mode = distributor.Mode(r.mode)
+	cfg.KeyAttr = "contract_id"
+	cfg.Logger = g.logger
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError("%v", err)
+	}
+	return cfg, nil
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	var r runFlags
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run a pricing worker: claim contracts, price their records, hand them over on failure",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := r.config(g)
+			if err != nil {
+				return err
+			}
+			stmt, lock, idle := cfg.ConnectionLimits()
+			db, err := g.open(cmd.Context(), dbconn.Options{
+				ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,
+				IdleInTransactionTimeout: idle, MaxOpenConns: cfg.MaxPartitions + 4,
+			}, true)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			d, err := distributor.New(db, pricer.New(), cfg)
+			if err != nil {
+				return usageError("%v", err)
+			}
+			start := time.Now()
+			err = d.Run(cmd.Context())
+			if errors.Is(err, distributor.ErrIncomplete) {
+				return err
+			}
+			if err != nil {
+				return fmt.Errorf("worker %s: %w", d.InstanceID(), err)
+			}
+			g.logger.Info("worker exiting", "worker", d.InstanceID(), "elapsed_ms", time.Since(start).Milliseconds())
+			return nil
+		},
+	}
+	r.register(cmd)
+	return cmd
+}

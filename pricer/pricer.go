@@ -1,0 +1,186 @@
+// Package pricer is the pricing workload as a distributor.Processor: it
+// prices a contract's consumption records in acceptance order, a batch at a
+// time, writing priced rows in the batch's fenced transaction and carrying
+// the cumulative totals in the partition's checkpoint.
+//
+// The checkpoint is the last priced seq (the distributor's position) plus
+// the cumulative gross G and the exact cumulative net N(G)/10000. Resuming
+// from it is exact: the next record's net is R(G1) − R(G) whatever batch
+// boundaries and takeovers came before, so per-record nets always add up to
+// the contract-level rounded net.
+package pricer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/pricing"
+)
+
+// Checkpoint is the pricing state stored with a partition's position.
+type Checkpoint struct {
+	// CumGross is the sum of the amounts priced so far (minor units).
+	CumGross int64 `json:"cum_gross"`
+	// CumNet is R(CumGross), the sum of the nets priced so far.
+	CumNet int64 `json:"cum_net"`
+	// CumNetExact is N(CumGross)/10000 as an exact decimal.
+	CumNetExact string `json:"cum_net_exact"`
+}
+
+// ErrCorrupt reports stored data that breaks an invariant (a gap in a
+// contract's record sequence, a checkpoint that does not match). It is not
+// retried away: the partition is quarantined for an operator to look at.
+var ErrCorrupt = errors.New("pricing data is inconsistent")
+
+// Processor prices records. It is safe for concurrent use by the
+// distributor's partition goroutines.
+type Processor struct {
+	mu sync.Mutex
+	// schedules caches tier schedules of contracts that have priced
+	// records: those tiers can no longer change (the loader refuses), so
+	// the cache never goes stale.
+	schedules map[string]*pricing.Schedule
+}
+
+// New returns a pricing processor.
+func New() *Processor { return &Processor{schedules: map[string]*pricing.Schedule{}} }
+
+var _ distributor.Processor = (*Processor)(nil)
+
+type record struct {
+	seq      int64
+	recordID string
+	amount   int64
+}
+
+// Process prices the next batch of b's contract.
+func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
+	contract := b.Lease.Key
+	var cp Checkpoint
+	if len(b.Checkpoint.State) > 0 {
+		if err := json.Unmarshal(b.Checkpoint.State, &cp); err != nil {
+			return distributor.Result{}, fmt.Errorf("%w: checkpoint of %s: %v", ErrCorrupt, contract, err)
+		}
+	}
+	if b.Checkpoint.Position == 0 && cp.CumGross != 0 {
+		return distributor.Result{}, fmt.Errorf("%w: contract %s has cumulative gross %d at position 0", ErrCorrupt, contract, cp.CumGross)
+	}
+	sched, err := p.schedule(ctx, b.Tx, contract, b.Checkpoint.Position > 0)
+	if err != nil {
+		return distributor.Result{}, err
+	}
+	recs, err := readRecords(ctx, b.Tx, contract, b.Checkpoint.Position, b.Limit)
+	if err != nil {
+		return distributor.Result{}, err
+	}
+	if len(recs) == 0 {
+		return distributor.Result{}, fmt.Errorf("%w: contract %s has %d records available but none after seq %d",
+			ErrCorrupt, contract, b.Checkpoint.Available, b.Checkpoint.Position)
+	}
+	cur, err := sched.Resume(cp.CumGross)
+	if err != nil {
+		return distributor.Result{}, fmt.Errorf("resuming contract %s at gross %d: %w", contract, cp.CumGross, err)
+	}
+	if cur.CumNet() != cp.CumNet && b.Checkpoint.Position > 0 {
+		return distributor.Result{}, fmt.Errorf("%w: contract %s checkpoint net %d, tiers give %d", ErrCorrupt, contract, cp.CumNet, cur.CumNet())
+	}
+	n := len(recs)
+	seqs := make([]int64, n)
+	ids := make([]string, n)
+	gross := make([]int64, n)
+	disc := make([]int64, n)
+	net := make([]int64, n)
+	for i, r := range recs {
+		if want := b.Checkpoint.Position + int64(i) + 1; r.seq != want {
+			return distributor.Result{}, fmt.Errorf("%w: contract %s record seq %d where %d was expected", ErrCorrupt, contract, r.seq, want)
+		}
+		line, err := cur.Next(r.amount)
+		if err != nil {
+			return distributor.Result{}, fmt.Errorf("pricing record %s of contract %s: %w", r.recordID, contract, err)
+		}
+		seqs[i], ids[i], gross[i], disc[i], net[i] = r.seq, r.recordID, line.Gross, line.Discount, line.Net
+	}
+	if _, err := b.Tx.ExecContext(ctx, `
+		INSERT INTO priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
+		SELECT ?, s, r, g, d, n, ?, ?
+		FROM unnest(?::bigint[], ?::text[], ?::bigint[], ?::bigint[], ?::bigint[]) AS u(s, r, g, d, n)`,
+		contract, b.Lease.Version, b.Owner,
+		pgdialect.Array(seqs), pgdialect.Array(ids), pgdialect.Array(gross), pgdialect.Array(disc), pgdialect.Array(net)); err != nil {
+		return distributor.Result{}, fmt.Errorf("writing %d priced records of contract %s: %w", n, contract, err)
+	}
+	exact, err := sched.ExactNet(cur.CumGross())
+	if err != nil {
+		return distributor.Result{}, err
+	}
+	state, err := json.Marshal(Checkpoint{CumGross: cur.CumGross(), CumNet: cur.CumNet(), CumNetExact: exact})
+	if err != nil {
+		return distributor.Result{}, err
+	}
+	return distributor.Result{Position: recs[n-1].seq, State: state}, nil
+}
+
+func (p *Processor) schedule(ctx context.Context, tx bun.Tx, contract string, immutable bool) (*pricing.Schedule, error) {
+	p.mu.Lock()
+	s, ok := p.schedules[contract]
+	p.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT threshold_minor, discount_bp FROM tiers WHERE contract_id = ?`, contract)
+	if err != nil {
+		return nil, fmt.Errorf("reading tiers of contract %s: %w", contract, err)
+	}
+	defer rows.Close()
+	var tiers []pricing.Tier
+	for rows.Next() {
+		var t pricing.Tier
+		if err := rows.Scan(&t.ThresholdMinor, &t.DiscountBP); err != nil {
+			return nil, fmt.Errorf("reading tiers of contract %s: %w", contract, err)
+		}
+		tiers = append(tiers, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading tiers of contract %s: %w", contract, err)
+	}
+	s, err = pricing.NewSchedule(tiers)
+	if err != nil {
+		return nil, fmt.Errorf("tiers of contract %s: %w", contract, err)
+	}
+	if immutable {
+		p.mu.Lock()
+		p.schedules[contract] = s
+		p.mu.Unlock()
+	}
+	return s, nil
+}
+
+func readRecords(ctx context.Context, tx bun.Tx, contract string, after int64, limit int) ([]record, error) {
+	rows, err := tx.QueryContext(ctx, `
+		SELECT seq, record_id, amount_minor FROM records
+		WHERE contract_id = ? AND seq > ?
+		ORDER BY seq
+		LIMIT ?`, contract, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading records of contract %s after seq %d: %w", contract, after, err)
+	}
+	defer rows.Close()
+	recs := make([]record, 0, limit)
+	for rows.Next() {
+		var r record
+		if err := rows.Scan(&r.seq, &r.recordID, &r.amount); err != nil {
+			return nil, fmt.Errorf("reading records of contract %s: %w", contract, err)
+		}
+		recs = append(recs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading records of contract %s: %w", contract, err)
+	}
+	return recs, nil
+}
