@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+)
+
+// The test binary doubles as the worker binary: with BATON_RUN_AS_WORKER
+// set it runs the CLI instead of the tests, so tests start real worker
+// processes without a separate build.
+func TestMain(m *testing.M) {
+	if os.Getenv("BATON_RUN_AS_WORKER") == "1" {
+		os.Exit(execute(os.Args[1:]))
+	}
+	pgtest.Main(m)
+}
+
+const vectors = "../../testdata/vectors/"
+
+type cli struct {
+	t   *testing.T
+	dsn string
+}
+
+func (c cli) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "BATON_RUN_AS_WORKER=1", "DATABASE_URL="+c.dsn)
+	return cmd
+}
+
+// run runs the CLI to completion and returns stdout, stderr and the exit code.
+func (c cli) run(args ...string) (string, string, int) {
+	c.t.Helper()
+	cmd := c.command(args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func (c cli) mustRun(args ...string) string {
+	c.t.Helper()
+	out, errs, code := c.run(args...)
+	if code != 0 {
+		c.t.Fatalf("worker %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+func TestWorkersWithOneKilledMatchGoldenVectors(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	c.mustRun("load", "--tiers", vectors+"tiers.csv", "--records", vectors+"records.csv")
+	db := pgtest.Open(t, c.dsn, dbconn.Options{})
+
+	args := []string{"run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s", "--confirm", "3",
+		"--batch-size", "5", "--max-partitions", "3", "--log-format", "json"}
+	var procs []*exec.Cmd
+	logs := make([]*bytes.Buffer, 3)
+	for i := range 3 {
+		cmd := c.command(append(args, "--id", "w"+string(rune('1'+i)))...)
+		logs[i] = &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = logs[i], logs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, cmd)
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+		}
+	})
+
+	// Kill whichever worker holds a partially priced contract once a
+	// tenth of the records are priced.
+	victim := -1
+	deadline := time.Now().Add(60 * time.Second)
+	for victim < 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no worker held a partially priced contract in time")
+		}
+		var owner string
+		err := db.QueryRow(`SELECT owner FROM tasks
+			WHERE owner IS NOT NULL AND position > 0 AND position < available
+			  AND (SELECT sum(position) FROM tasks) > 350
+			ORDER BY available - position DESC LIMIT 1`).Scan(&owner)
+		if err == nil {
+			for i := range procs {
+				if strings.HasPrefix(owner, "w"+string(rune('1'+i))+"#") {
+					victim = i
+				}
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // polling the database for a moment to act on
+	}
+	if err := procs[victim].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range procs {
+		err := p.Wait()
+		if i == victim {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("worker w%d: %v\n%s", i+1, err, logs[i])
+		}
+	}
+	var takeovers int
+	for i := range procs {
+		takeovers += strings.Count(logs[i].String(), `"takeover":true`)
+	}
+	if takeovers == 0 {
+		t.Fatal("no worker took over a partition of the killed one")
+	}
+	out := filepath.Join(t.TempDir(), "priced.csv")
+	c.mustRun("export", "--out", out)
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(vectors + "expected.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("export after a SIGKILL differs from the golden vectors (%d vs %d bytes)", len(got), len(want))
+	}
+	t.Logf("killed w%d; %d takeovers", victim+1, takeovers)
+}
+
+func TestExitCodesAndMessages(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	// Bad configuration is a usage error naming the problem.
+	_, errs, code := c.run("run", "--heartbeat", "1s", "--stale-after", "2s")
+	if code != exitUsage || !strings.Contains(errs, "stale-after") {
+		t.Fatalf("bad timings: exit %d, %q", code, errs)
+	}
+	// Invalid input: exit 3, FILE:LINE: reason, nothing loaded.
+	bad := filepath.Join(t.TempDir(), "tiers.csv")
+	if err := os.WriteFile(bad, []byte("contract_id,threshold_minor,discount_bp\nok,0,100\nbad,0,10001\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, code = c.run("load", "--tiers", bad)
+	if code != exitBadInput || !strings.Contains(errs, bad+":3:") {
+		t.Fatalf("invalid tiers: exit %d, %q", code, errs)
+	}
+	status := c.mustRun("status", "--json")
+	var s statusJSON
+	if err := json.Unmarshal([]byte(status), &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Partitions) != 0 {
+		t.Fatalf("%d partitions after a failed load, want 0", len(s.Partitions))
+	}
+	// No database.
+	cmd := exec.Command(os.Args[0], "status")
+	cmd.Env = append(os.Environ(), "BATON_RUN_AS_WORKER=1", "DATABASE_URL=")
+	outb, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != exitUsage || !strings.Contains(string(outb), "DATABASE_URL") {
+		t.Fatalf("no database: exit %d, %q", cmd.ProcessState.ExitCode(), outb)
+	}
+}
+
+func TestStatusJSONFieldsAreStable(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	c.mustRun("load", "--tiers", vectors+"tiers.csv", "--records", vectors+"records.csv")
+	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+	var raw struct {
+		Partitions []map[string]any `json:"partitions"`
+		Workers    []map[string]any `json:"workers"`
+		Totals     map[string]any   `json:"totals"`
+	}
+	if err := json.Unmarshal([]byte(c.mustRun("status", "--json")), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if len(raw.Partitions) != 12 {
+		t.Fatalf("%d partitions, want 12 (one per contract)", len(raw.Partitions))
+	}
+	for _, field := range []string{"contract_id", "owner", "state", "version", "heartbeat_age_ms", "processed", "pending", "attempts", "error"} {
+		if _, ok := raw.Partitions[0][field]; !ok {
+			t.Errorf("status JSON lacks %q", field)
+		}
+	}
+	if raw.Totals["processed"].(float64) != 3544 || raw.Totals["pending"].(float64) != 0 {
+		t.Fatalf("totals %v, want 3544 processed, 0 pending", raw.Totals)
+	}
+}
+
+// A DSN's password never appears in output, even when the connection fails.
+func TestPasswordNeverPrinted(t *testing.T) {
+	t.Parallel()
+	c := cli{t, "postgres://baton:s3cret-pw@127.0.0.1:1/nowhere?connect_timeout=1"}
+	for _, args := range [][]string{{"status"}, {"migrate"}, {"run", "--until-done"}} {
+		out, errs, code := c.run(args...)
+		if code == 0 {
+			t.Fatalf("%v succeeded against a closed port", args)
+		}
+		if strings.Contains(out+errs, "s3cret-pw") {
+			t.Fatalf("%v printed the password:\n%s%s", args, out, errs)
+		}
+	}
+}
