@@ -486,3 +486,35 @@ func TestStopLeaksNoGoroutines(t *testing.T) {
 	db.Close()
 	goleak.VerifyNone(t, before, goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))
 }
+
+// The embedding shown in Example works against a real database: a
+// ProcessorFunc writing through the fenced transaction.
+func TestEmbeddingWithProcessorFunc(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, err := e.db.Exec(`CREATE TABLE invoices (account text, item bigint, PRIMARY KEY (account, item))`); err != nil {
+		t.Fatal(err)
+	}
+	e.addWork(42, "acct-1", "acct-2")
+	process := distributor.ProcessorFunc(func(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
+		from, to := b.Checkpoint.Position+1, b.Checkpoint.Position+int64(b.Limit)
+		if _, err := b.Tx.ExecContext(ctx, `INSERT INTO invoices (account, item) SELECT ?, generate_series(?::bigint, ?::bigint)`,
+			b.Lease.Key, from, to); err != nil {
+			return distributor.Result{}, err
+		}
+		return distributor.Result{Position: to}, nil
+	})
+	cfg := fastConfig("invoicer", newEvents())
+	cfg.UntilDone = true
+	d := e.start(cfg, process)
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := e.db.QueryRow(`SELECT count(*) FROM invoices`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 84 {
+		t.Fatalf("%d invoices, want 84", n)
+	}
+}

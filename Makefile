@@ -1,0 +1,34 @@
+# baton: make demo runs the showcase, make test runs every test.
+GO ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@2025.1.1
+
+.PHONY: demo test test-race lint build bench fuzz clean
+
+demo:
+	$(GO) run ./cmd/worker demo
+
+# Tests start their own throwaway PostgreSQL unless TEST_DATABASE_URL is set.
+test:
+	$(GO) test -count=1 ./...
+
+test-race:
+	$(GO) test -count=1 -race ./...
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/worker ./cmd/worker
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzPrice -fuzztime 60s ./pricing
+	$(GO) test -run '^$$' -fuzz FuzzReadRecords -fuzztime 60s ./ingest
+	$(GO) test -run '^$$' -fuzz FuzzReadTiers -fuzztime 60s ./ingest
+
+clean:
+	rm -rf bin

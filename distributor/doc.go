@@ -1,0 +1,152 @@
+// Package distributor runs work partitions across any number of worker
+// processes that share one PostgreSQL database and nothing else.
+//
+// Work is split into partitions, one task row each (table tasks). Producers
+// append work items and raise the row's available counter; a Processor
+// consumes them in order and commits its output together with the new
+// checkpoint position. The distributor guarantees that at any moment at
+// most one worker can commit for a partition, and that when a worker dies
+// another one resumes exactly at the last committed checkpoint.
+//
+// Embedding: implement Processor, then
+//
+//	d, err := distributor.New(db, myProcessor, distributor.Config{Name: "billing"})
+//	err = d.Run(ctx) // until ctx is cancelled; then hands everything back
+//
+// # The task row
+//
+//	partition_key     the partition
+//	version           bumped by every change of ownership
+//	owner             worker instance (name#suffix) or NULL
+//	heartbeat_at      last renewal, database clock
+//	lease_expires_at  when the row may be claimed: -infinity when unowned,
+//	                  heartbeat_at + the owner's stale_after while owned
+//	available         work items produced (high-water mark)
+//	position          work items processed (the checkpoint)
+//	checkpoint        processor state committed with position
+//	attempts, last_error, failed_at   failure bookkeeping
+//
+// All times that decide ownership are the database's now(); a worker's
+// clock only ever makes it stop earlier.
+//
+// # Protocol
+//
+// Claim. A worker reads claimable rows from the head of a partial index
+// (pending work, not quarantined, lease_expires_at <= now()), shuffles a
+// window of them so that workers polling together spread out, and claims
+// several in one compare-and-set statement: version = version + 1 where
+// version is still the value read and the row is still claimable, under
+// FOR UPDATE SKIP LOCKED. A row returned is won; a row not returned went to
+// someone else. The poll's cost follows the claims made, not the number of
+// partitions. It claims up to its fair share: ceil(busy partitions / live
+// workers), at most MaxPartitions.
+//
+// Heartbeat. Every Heartbeat interval the worker renews its own row and all
+// its leases in one statement (a batched compare-and-set on (key, version,
+// owner)), over a connection reserved for it. A lease missing from the
+// result is lost: its context is cancelled with heartbeat.ErrOwnershipLost
+// and processing stops. A heartbeat whose outcome is unknown (connection
+// lost after sending) is resolved by re-reading the rows, never by
+// guessing.
+//
+// Confirm. A partition taken over from a stale owner is processed only
+// after Confirm consecutive successful heartbeats, so an old owner that was
+// merely slow has time to notice and stop. A partition that was released
+// by its owner (or never owned) is processed at once: the owner released it
+// itself after its last batch had committed or rolled back, in a statement
+// that bumped the version, so there is no old owner still working to wait
+// for, and any stray write under the old version would be fenced anyway.
+//
+// Process. Each batch is one transaction that first locks the task row FOR
+// KEY SHARE where version and owner still match (the fence), reads the
+// checkpoint, lets the Processor write its output, records the new
+// checkpoint and commits. If the fence finds nothing, the claim is no
+// longer current: the transaction rolls back and the worker drops the
+// partition. A commit whose outcome is unknown is resolved by re-reading
+// the checkpoint.
+//
+// Local deadline. Each lease carries a deadline on the worker's monotonic
+// clock: the send time of its last successful renewal plus the lease
+// length minus SafetyMargin. When it passes, processing stops (context
+// cause heartbeat.ErrLeaseExpired) even if the database cannot be reached,
+// so a cut-off worker stops before anybody else can claim its partitions.
+//
+// Release. In lock mode a caught-up partition is released at once; in
+// leader mode it is kept and woken by new work. A worker above its fair
+// share hands back its newest claims at batch boundaries, once nothing is
+// left unclaimed for the others. On graceful stop the worker claims
+// nothing more, lets batches in flight commit (ShutdownTimeout at most),
+// and releases everything. Releases bump the version and notify waiting
+// workers, which claim without confirmation.
+//
+// Failure. A batch that fails with a transient error (connection, timeout,
+// lock conflict) is retried while the lease holds. Any other error releases
+// the partition with an exponential back-off, and after MaxAttempts marks
+// it quarantined (failed_at, last_error) until retried; other partitions
+// carry on.
+//
+// # States
+//
+//	                      claim (CAS on version)
+//	  pending ─────────────────────────────────────────────▶ active ◀─┐
+//	 (unowned)                                                  │  │   │ batch
+//	    ▲  ▲                    claim of a stale row            │  │   │ commits
+//	    │  │   stale ──────────▶ claimed ── Confirm beats ──────┘  └───┘ (fenced)
+//	    │  │     ▲                 (takeover)                      │
+//	    │  │     └── no renewal for stale_after (crash, pause, ────┤
+//	    │  │         partition from the database)                  │
+//	    │  └──── release: caught up (lock mode), rebalance, stop ──┤
+//	    │                                                          │
+//	    └── back-off ends ◀── backoff ◀── batch error ─────────────┤
+//	                            │ MaxAttempts                      │
+//	       retry ◀── quarantined ◀┘            caught up (leader) ─┴─▶ caught_up
+//
+// # Takeover time
+//
+// After an owner dies, its lease ends at most StaleAfter after its last
+// renewal; another worker finds the row within one PollInterval, claims it,
+// and starts its first batch after Confirm heartbeats. So the first batch
+// by another worker commits within
+//
+//	StaleAfter + PollInterval + Confirm × Heartbeat + one batch
+//
+// of the crash: 1s + 0.2s + 0.6s + a batch with --heartbeat 200ms
+// --stale-after 1s --confirm 3; 10s + 1s + 3s + a batch with the defaults.
+// A graceful stop hands partitions over immediately (one notification and
+// one claim, no confirmation).
+//
+// # Safety argument
+//
+// Claim: at most one claim can commit output for a partition at any time,
+// and committed checkpoints never go backwards or skip.
+//
+//  1. Every change of ownership (claim, release, failure, retry) locks the
+//     row FOR UPDATE and bumps version. Claims are compare-and-set on the
+//     version read, so each version is held by exactly one claim.
+//  2. A batch's output is written in a transaction that holds the row FOR
+//     KEY SHARE, taken where version and owner match, until it commits.
+//     FOR KEY SHARE conflicts with FOR UPDATE, so no change of ownership
+//     can commit between the fence and the batch's commit: either it
+//     committed before the fence (which then finds nothing and the batch
+//     rolls back), or it waits (or skips) until the batch has committed.
+//     Heartbeats lock FOR NO KEY UPDATE, which does not conflict with the
+//     fence, so long batches do not delay renewals.
+//  3. The checkpoint is read under the fence and written in the same
+//     transaction as the output, so the next holder (whose own fence waits
+//     for this commit) reads exactly the last committed position: no gap,
+//     no duplicate. Output tables can add a unique key on (partition,
+//     position) as a last line of defence; pricing does.
+//  4. Nothing in 1–3 depends on clocks or timing. Local deadlines,
+//     confirmation and server-side timeouts (statement_timeout,
+//     lock_timeout, idle_in_transaction_session_timeout below the lease,
+//     TCP keepalives) make a slow, paused or cut-off owner stop, and
+//     release its locks, before others take over, but even a worker frozen
+//     mid-transaction (SIGSTOP, VM pause) and resumed later cannot commit:
+//     its session is ended by the server, or its fence fails.
+//
+// Side effects outside the database are at least once: a batch may perform
+// them and then fail to commit (crash, fenced), and the next owner will
+// process the same items again. Make them idempotent with
+// Batch.IdempotencyKey, which names the same items identically whoever
+// processes them.
+package distributor
