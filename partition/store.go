@@ -191,7 +191,10 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 			INSERT INTO workers (instance_id, name, hostname, pid, mode, expires_at)
 			VALUES (?, ?, ?, ?, ?, now() + ?::interval)
 			ON CONFLICT (instance_id) DO UPDATE
-			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at, stopped_at = NULL
+			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at
+			-- A late heartbeat (cancelled client-side, applied server-side
+			-- after the worker stopped) must not bring it back to life.
+			WHERE workers.stopped_at IS NULL
 		), l AS (
 			SELECT t.partition_key
 			FROM tasks t
