@@ -359,7 +359,8 @@ func checkRecordID(s string) string {
 }
 
 // parseInt parses a plain decimal integer (ASCII digits with an optional
-// leading minus sign; no plus sign, spaces or underscores) in [lo, hi].
+// leading minus sign; no plus sign, spaces or underscores) in [lo, hi]. A
+// minus sign is out of range when lo ≥ 0, even on zero.
 func parseInt(name, s string, lo, hi int64, rule string) (int64, string) {
 	if s == "" {
 		return 0, name + " is empty"
@@ -369,7 +370,7 @@ func parseInt(name, s string, lo, hi int64, rule string) (int64, string) {
 		return 0, fmt.Sprintf("%s %s is not an integer", name, quote(s))
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v < lo || v > hi {
+	if err != nil || v < lo || v > hi || lo >= 0 && len(digits) < len(s) { // also "-0"
 		return 0, fmt.Sprintf("%s %s is out of range (%s)", name, truncate(s), rule)
 	}
 	return v, ""

@@ -28,7 +28,7 @@ func BenchmarkCursorNext(b *testing.B) {
 			for i := range amounts {
 				amounts[i] = 1 + r.Int64N(10_000)
 			}
-			restartAt := int64(n) * 100_000
+			restartAt := max(int64(n)*100_000, 10_000_000)
 			c, err := s.Resume(0)
 			if err != nil {
 				b.Fatal(err)

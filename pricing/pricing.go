@@ -230,8 +230,8 @@ func (s *Schedule) Price(g0, amount int64) (Line, error) {
 	if err := checkGross("Price", g0); err != nil {
 		return Line{}, err
 	}
-	_, line, err := s.step(s.at(g0), amount)
-	return line, err
+	p := s.at(g0)
+	return s.step(&p, amount)
 }
 
 // position is a cursor's cumulative state.
@@ -273,24 +273,18 @@ func (c *Cursor) Next(amount int64) (Line, error) {
 	if c.s == nil {
 		return Line{}, errZeroCursor
 	}
-	pos, line, err := c.s.step(c.pos, amount)
-	if err != nil {
-		return Line{}, err
-	}
-	c.pos = pos
-	return line, nil
+	return c.s.step(&c.pos, amount)
 }
 
-// step prices a record of amount minor units at position p and returns
-// the position after it.
-func (s *Schedule) step(p position, amount int64) (position, Line, error) {
+// step prices a record of amount minor units at position p and moves p
+// past it. On error p is unchanged.
+func (s *Schedule) step(p *position, amount int64) (Line, error) {
 	if amount < MinAmount || amount > MaxAmount {
-		return p, Line{}, fmt.Errorf("%w: %d not in %d..%d", ErrInvalidAmount, amount, MinAmount, MaxAmount)
+		return Line{}, invalidAmount(amount)
 	}
 	g0 := p.g
 	if g0 > math.MaxInt64-amount {
-		return p, Line{}, fmt.Errorf("%w: cumulative gross %d + amount %d exceeds %d",
-			ErrOverflow, g0, amount, int64(math.MaxInt64))
+		return Line{}, overflow(g0, amount)
 	}
 	g1 := g0 + amount
 
@@ -317,8 +311,18 @@ func (s *Schedule) step(p position, amount int64) (position, Line, error) {
 	rounded := roundHalfEven(q, rem)
 	net := rounded - p.rounded
 
-	next := position{g: g1, idx: idx, q: q, rem: rem, rounded: rounded}
-	return next, Line{Gross: amount, Discount: amount - net, Net: net}, nil
+	*p = position{g: g1, idx: idx, q: q, rem: rem, rounded: rounded}
+	return Line{Gross: amount, Discount: amount - net, Net: net}, nil
+}
+
+// invalidAmount and overflow build step's errors out of its fast path.
+func invalidAmount(amount int64) error {
+	return fmt.Errorf("%w: %d not in %d..%d", ErrInvalidAmount, amount, MinAmount, MaxAmount)
+}
+
+func overflow(g0, amount int64) error {
+	return fmt.Errorf("%w: cumulative gross %d + amount %d exceeds %d",
+		ErrOverflow, g0, amount, int64(math.MaxInt64))
 }
 
 // CumGross returns the cumulative gross G priced so far, including the

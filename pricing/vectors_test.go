@@ -23,10 +23,10 @@ type vectorRecord struct {
 }
 
 type vectors struct {
-	tiers    map[string][]pricing.Tier   // by contract, in file order
-	records  map[string][]vectorRecord   // by contract, in file order
-	expected [][]string                  // data rows of expected.csv
-	header   []string                    // header of expected.csv
+	tiers    map[string][]pricing.Tier // by contract, in file order
+	records  map[string][]vectorRecord // by contract, in file order
+	expected [][]string                // data rows of expected.csv
+	header   []string                  // header of expected.csv
 }
 
 // readCSV reads a whole CSV file and checks its header.
