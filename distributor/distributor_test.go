@@ -12,6 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -517,4 +519,49 @@ func TestEmbeddingWithProcessorFunc(t *testing.T) {
 	if n != 84 {
 		t.Fatalf("%d invoices, want 84", n)
 	}
+}
+
+// An owner frozen in the middle of a batch transaction (SIGSTOP, VM pause)
+// holds the fence's row lock. The server's idle-in-transaction timeout,
+// which workers set below the lease, ends its session so the takeover goes
+// ahead; when the owner resumes, its commit fails.
+func TestOwnerFrozenMidTransactionCannotBlockOrCommit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(50, "frozen")
+	ctx := context.Background()
+	g := claimAsGhost(t, e, "frozen", 300*time.Millisecond)
+	gdb := pgtest.Open(t, e.dsn, dbconn.Options{IdleInTransactionTimeout: 500 * time.Millisecond, MaxOpenConns: 2})
+	tx, err := gdb.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := partition.NewStore(gdb).Fence(ctx, tx, g.id, g.lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ...and the ghost freezes here, holding the row lock.
+	ev := newEvents()
+	cfg := fastConfig("heir", ev)
+	cfg.UntilDone = true
+	d := e.start(cfg, newProc())
+	claim := ev.wait(t, 15*time.Second, "takeover despite the frozen transaction", kind(distributor.EventClaimed))
+	if !claim.Takeover {
+		t.Fatalf("claim %+v is not a takeover", claim)
+	}
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The ghost resumes and finishes its batch.
+	res, perr := newProc().Process(ctx, &distributor.Batch{Lease: g.lease, Owner: g.id, Tx: tx, Checkpoint: cp, Limit: 10})
+	if perr == nil {
+		perr = partition.NewStore(gdb).Advance(ctx, tx, g.lease, res.Position, res.State)
+	}
+	if perr == nil {
+		perr = tx.Commit()
+	}
+	if perr == nil {
+		t.Fatal("the frozen owner's batch committed after a takeover")
+	}
+	e.verify()
 }

@@ -219,3 +219,62 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		}
 	}
 }
+
+// SIGTERM: the worker commits or abandons its batch, releases everything,
+// and exits 0; another worker then finishes the job from the checkpoints.
+func TestSIGTERMReleasesAndExitsZero(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	dir := t.TempDir()
+	c.mustRun("seed", "--contracts", "8", "--records-per-contract", "4000", "--dir", dir, "--load")
+	db := pgtest.Open(t, c.dsn, dbconn.Options{})
+
+	cmd := c.command("run", "--id", "leaver", "--heartbeat", "100ms", "--stale-after", "30s", "--batch-size", "20")
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var done int64
+		if err := db.QueryRow(`SELECT coalesce(sum(position), 0) FROM tasks`).Scan(&done); err != nil {
+			t.Fatal(err)
+		}
+		if done > 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the database for a moment to act on
+	}
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("worker exited with %v after SIGTERM\n%s", err, logs.String())
+	}
+	t.Logf("graceful exit took %s", time.Since(sent))
+	var held int
+	if err := db.QueryRow(`SELECT count(*) FROM tasks WHERE owner IS NOT NULL`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Fatalf("%d partitions still owned after a graceful stop", held)
+	}
+	// With a 30s lease, only the release lets the next worker start now.
+	start := time.Now()
+	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "30s")
+	if took := time.Since(start); took > 25*time.Second {
+		t.Fatalf("the next worker took %s: it waited for leases instead of using the releases", took)
+	}
+	var mismatches int
+	if err := db.QueryRow(`SELECT count(*) FROM records r LEFT JOIN priced p USING (contract_id, seq) WHERE p.seq IS NULL`).Scan(&mismatches); err != nil {
+		t.Fatal(err)
+	}
+	if mismatches != 0 {
+		t.Fatalf("%d records unpriced after restart", mismatches)
+	}
+}

@@ -1,0 +1,122 @@
+package partition_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/partition"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// With 100,000 task rows, a claim poll reads the head of the claimable
+// index, not the table.
+func TestCandidateQueryIsIndexDriven(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	// 100,000 partitions: most caught up, some pending, some owned.
+	if _, err := db.ExecContext(ctx, `
+		INSERT INTO tasks (partition_key, available, position, owner, lease_expires_at)
+		SELECT 'p' || i, 10, CASE WHEN i % 50 = 0 THEN 0 ELSE 10 END,
+		       CASE WHEN i % 7 = 0 THEN 'w#1' END,
+		       CASE WHEN i % 7 = 0 THEN now() + interval '1 hour' ELSE '-infinity' END
+		FROM generate_series(1, 100000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE tasks`); err != nil {
+		t.Fatal(err)
+	}
+	var plan string
+	if err := db.QueryRowContext(ctx, `EXPLAIN (ANALYZE, FORMAT JSON)
+		SELECT partition_key, version, owner IS NOT NULL FROM tasks
+		WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
+		ORDER BY lease_expires_at LIMIT 40`).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, `"Index Name": "tasks_claimable"`) || strings.Contains(plan, "Seq Scan") {
+		t.Fatalf("candidate query does not use the claimable index:\n%s", plan)
+	}
+	var p []struct {
+		Plan struct {
+			Plans []struct {
+				ActualRows float64 `json:"Actual Rows"`
+			} `json:"Plans"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(plan), &p); err != nil {
+		t.Fatal(err)
+	}
+	if rows := p[0].Plan.Plans[0].ActualRows; rows > 40 {
+		t.Fatalf("index scan returned %v rows for a LIMIT 40 poll", rows)
+	}
+	// And the store's query is the one measured here.
+	cands, err := partition.NewStore(db).Candidates(ctx, 40)
+	if err != nil || len(cands) != 40 {
+		t.Fatalf("Candidates = %d, %v", len(cands), err)
+	}
+}
+
+// One heartbeat statement renews any number of leases and reports which.
+func TestHeartbeatRenewsOnlyCurrentLeases(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	s := partition.NewStore(db)
+	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available)
+		SELECT 'k' || i, 5 FROM generate_series(1, 300) i`); err != nil {
+		t.Fatal(err)
+	}
+	cands, err := s.Candidates(ctx, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	won, err := s.Claim(ctx, "w#1", time.Minute, cands)
+	if err != nil || len(won) != 300 {
+		t.Fatalf("claimed %d, %v", len(won), err)
+	}
+	leases := make([]partition.Lease, len(won))
+	for i, c := range won {
+		leases[i] = c.Lease
+	}
+	// Another claim supersedes one lease.
+	if _, err := db.ExecContext(ctx, `UPDATE tasks SET version = version + 1, owner = 'w#2' WHERE partition_key = 'k7'`); err != nil {
+		t.Fatal(err)
+	}
+	ren, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, leases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ren) != 299 {
+		t.Fatalf("renewed %d leases, want 299", len(ren))
+	}
+	for _, r := range ren {
+		if r.Key == "k7" {
+			t.Fatal("renewed a lease that belongs to another claim")
+		}
+		if r.Available != 5 || r.Position != 0 {
+			t.Fatalf("renewal %+v lacks work counters", r)
+		}
+	}
+	// Released leases are claimable at once; the release bumped versions.
+	rel, err := s.Release(ctx, "w#1", leases[:10])
+	if err != nil || len(rel) != 10 {
+		t.Fatalf("released %d, %v", len(rel), err)
+	}
+	again, err := s.Candidates(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 10 {
+		t.Fatalf("%d candidates after releasing 10", len(again))
+	}
+	for _, c := range again {
+		if c.Owned {
+			t.Fatalf("released partition %s still looks owned", c.Key)
+		}
+	}
+}
