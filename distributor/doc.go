@@ -87,19 +87,19 @@
 //
 // # States
 //
-//	                      claim (CAS on version)
-//	  pending ─────────────────────────────────────────────▶ active ◀─┐
-//	 (unowned)                                                  │  │   │ batch
-//	    ▲  ▲                    claim of a stale row            │  │   │ commits
-//	    │  │   stale ──────────▶ claimed ── Confirm beats ──────┘  └───┘ (fenced)
-//	    │  │     ▲                 (takeover)                      │
-//	    │  │     └── no renewal for stale_after (crash, pause, ────┤
-//	    │  │         partition from the database)                  │
-//	    │  └──── release: caught up (lock mode), rebalance, stop ──┤
-//	    │                                                          │
-//	    └── back-off ends ◀── backoff ◀── batch error ─────────────┤
-//	                            │ MaxAttempts                      │
-//	       retry ◀── quarantined ◀┘            caught up (leader) ─┴─▶ caught_up
+//	                     claim (CAS on version)
+//	 pending ─────────────────────────────────────────────▶ active ◀─┐
+//	(unowned)                                                  │  │   │ batch
+//	   ▲  ▲                    claim of a stale row            │  │   │ commits
+//	   │  │   stale ──────────▶ claimed ── Confirm beats ──────┘  └───┘ (fenced)
+//	   │  │     ▲                 (takeover)                      │
+//	   │  │     └── no renewal for stale_after (crash, pause, ────┤
+//	   │  │         partition from the database)                  │
+//	   │  └──── release: caught up (lock mode), rebalance, stop ──┤
+//	   │                                                          │
+//	   └── back-off ends ◀── backoff ◀── batch error ─────────────┤
+//	                           │ MaxAttempts                      │
+//	      retry ◀── quarantined ◀┘            caught up (leader) ─┴─▶ caught_up
 //
 // # Takeover time
 //
