@@ -249,6 +249,35 @@ func (d *Distributor) Start(ctx context.Context) error {
 	return nil
 }
 
+// Held counts the partitions this worker holds, by local state:
+// "confirming" (a takeover waiting for its confirmation heartbeats),
+// "active", and "handing_back" (to be released at the next batch boundary).
+func (d *Distributor) Held() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]int{"confirming": 0, "active": 0, "handing_back": 0}
+	for _, h := range d.held {
+		switch {
+		case h.handBack.Load():
+			out["handing_back"]++
+		case h.takeover && !isDone(h.lease.Confirmed()):
+			out["confirming"]++
+		default:
+			out["active"]++
+		}
+	}
+	return out
+}
+
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
 // Done is closed when the distributor has stopped: after Stop, or in
 // until-done mode once all work is done.
 func (d *Distributor) Done() <-chan struct{} { return d.done }

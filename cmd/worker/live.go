@@ -19,9 +19,14 @@ type liveView struct {
 	prevAt time.Time
 	prev   int64
 	rate   float64
+	rows   int // contracts shown on a terminal
+	// per-contract rates between consecutive draws
+	seen   map[string]int64
+	seenAt time.Time
+	rates  map[string]float64
 }
 
-func newLiveView(w io.Writer) *liveView { return &liveView{w: w, tty: isTerminal(w)} }
+func newLiveView(w io.Writer) *liveView { return &liveView{w: w, tty: isTerminal(w), rows: 8} }
 
 func (v *liveView) note(s string) {
 	stamp := time.Now().Format("15:04:05.000")
@@ -42,6 +47,16 @@ func bar(done, total int64, width int) string {
 
 func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
 	now := time.Now()
+	if v.seen != nil && now.Sub(v.seenAt) > 0 {
+		v.rates = map[string]float64{}
+		for _, p := range s.Partitions {
+			v.rates[p.ContractID] = float64(p.Processed-v.seen[p.ContractID]) / now.Sub(v.seenAt).Seconds()
+		}
+	}
+	v.seen, v.seenAt = map[string]int64{}, now
+	for _, p := range s.Partitions {
+		v.seen[p.ContractID] = p.Processed
+	}
 	if !v.prevAt.IsZero() && now.Sub(v.prevAt) >= 500*time.Millisecond {
 		v.rate = float64(s.Totals.Processed-v.prev) / now.Sub(v.prevAt).Seconds()
 		v.prev, v.prevAt = s.Totals.Processed, now
@@ -60,16 +75,17 @@ func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%6.1fs  %s %3d%%  %d/%d records priced  %.0f records/s\n",
 		elapsed.Seconds(), bar(s.Totals.Processed, total, 30), pct(s.Totals.Processed, total), s.Totals.Processed, total, v.rate)
-	fmt.Fprintf(&b, "workers:%s\n", workerSummary(s))
+	fmt.Fprintf(&b, "workers:%s   contracts by state: %v\n", workerSummary(s), s.Totals.ByState)
 	// The busiest contracts, with their owners.
 	parts := append([]partitionJSON(nil), s.Partitions...)
 	sort.SliceStable(parts, func(i, j int) bool { return parts[i].Pending > parts[j].Pending })
-	for _, p := range parts[:min(8, len(parts))] {
+	for _, p := range parts[:min(v.rows, len(parts))] {
 		owner := "-"
 		if p.Owner != nil {
 			owner = *p.Owner
 		}
-		fmt.Fprintf(&b, "  %-14s %s %-10s %-8s %6d left\n", p.ContractID, bar(p.Processed, p.Processed+p.Pending, 16), p.State, owner, p.Pending)
+		fmt.Fprintf(&b, "  %-14s %s %-11s %-10s %7.0f/s %8d left\n", p.ContractID, bar(p.Processed, p.Processed+p.Pending, 16),
+			p.State, owner, v.rates[p.ContractID], p.Pending)
 	}
 	for _, n := range v.notes {
 		fmt.Fprintln(&b, n)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -45,7 +46,7 @@ func main() {
 }
 
 func execute(args []string) int {
-	root := newRoot()
+	root, g := newRoot()
 	root.SetArgs(args)
 	ctx, stop := signalContext()
 	defer stop()
@@ -53,7 +54,11 @@ func execute(args []string) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(os.Stderr, "worker:", err)
+	if g.logger != nil && g.logFormat == "json" {
+		g.logger.Error("command failed", "event", "error", "error", err.Error())
+	} else {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+	}
 	var ee *exitError
 	var invalid *ingest.InvalidInputError
 	switch {
@@ -77,19 +82,19 @@ func signalContext() (context.Context, func()) {
 	go func() {
 		select {
 		case sig := <-ch:
-			fmt.Fprintf(os.Stderr, "worker: %s received, stopping gracefully (again to exit at once)\n", sig)
+			slog.Info("signal received: stopping gracefully (send again to exit at once)", "event", "signal", "signal", sig.String())
 			cancel()
 		case <-ctx.Done():
 			return
 		}
 		sig := <-ch
-		fmt.Fprintf(os.Stderr, "worker: second %s, exiting now\n", sig)
+		slog.Warn("second signal: exiting now", "event", "signal", "signal", sig.String())
 		os.Exit(130)
 	}()
 	return ctx, func() { signal.Stop(ch); cancel() }
 }
 
-func newRoot() *cobra.Command {
+func newRoot() (*cobra.Command, *globals) {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:           "worker",
@@ -106,5 +111,5 @@ func newRoot() *cobra.Command {
 		newMigrateCmd(g), newLoadCmd(g), newRunCmd(g), newExportCmd(g),
 		newStatusCmd(g), newRetryCmd(g), newSeedCmd(g), newDemoCmd(g),
 	)
-	return root
+	return root, g
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -9,13 +10,16 @@ import (
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/schema"
 )
 
 // runFlags are the flags of "worker run", shared with the demo's workers.
 type runFlags struct {
-	cfg  distributor.Config
-	mode string
+	cfg         distributor.Config
+	mode        string
+	metricsAddr string
 }
 
 func (r *runFlags) register(cmd *cobra.Command) {
@@ -30,6 +34,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&r.cfg.UntilDone, "until-done", false, "exit once no contract has unpriced records and none is held")
 	f.IntVar(&r.cfg.MaxAttempts, "max-attempts", distributor.MaxAttemptsDefault, "failed attempts before a contract is quarantined")
 	f.DurationVar(&r.cfg.ShutdownTimeout, "shutdown-timeout", distributor.ShutdownTimeoutDefault, "how long a graceful stop waits for batches in flight")
+	f.StringVar(&r.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9090); off when empty")
 }
 
 func (r *runFlags) config(g *globals) (distributor.Config, error) {
@@ -63,9 +68,29 @@ func newRunCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer db.Close()
+			var m *metrics.Metrics
+			if r.metricsAddr != "" {
+				m = metrics.New()
+				m.Instrument(&cfg)
+			}
 			d, err := distributor.New(db, pricer.New(), cfg)
 			if err != nil {
 				return usageError("%v", err)
+			}
+			if m != nil {
+				m.Watch(d)
+				srv, err := metrics.Listen(r.metricsAddr, m, func(ctx context.Context) error {
+					if err := db.PingContext(ctx); err != nil {
+						return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
+					}
+					return schema.Check(ctx, db)
+				}, g.logger)
+				if err != nil {
+					return usageError("%v", err)
+				}
+				srv.Start()
+				defer srv.Stop()
+				g.logger.Info("serving metrics", "addr", srv.Addr())
 			}
 			start := time.Now()
 			err = d.Run(cmd.Context())

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
@@ -91,9 +92,10 @@ func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerSt
 }
 
 func newStatusCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, watch bool
+	var every time.Duration
 	cmd := &cobra.Command{
-		Use:   "status [--json]",
+		Use:   "status [--json | --watch]",
 		Short: "Show every contract's owner, state and progress, and the live workers",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -102,7 +104,14 @@ func newStatusCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			parts, workers, err := partition.NewStore(db).Status(cmd.Context())
+			store := partition.NewStore(db)
+			if watch {
+				if asJSON {
+					return usageError("--watch and --json do not go together")
+				}
+				return watchStatus(cmd.Context(), g, store, every)
+			}
+			parts, workers, err := store.Status(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -139,5 +148,35 @@ func newStatusCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (stable field names) for scripts")
+	cmd.Flags().BoolVar(&watch, "watch", false, "refresh a live view until interrupted")
+	cmd.Flags().DurationVar(&every, "interval", time.Second, "refresh interval with --watch")
 	return cmd
+}
+
+// watchStatus redraws the live view until ctx ends.
+func watchStatus(ctx context.Context, g *globals, store *partition.Store, every time.Duration) error {
+	if every <= 0 {
+		return usageError("--interval must be positive")
+	}
+	view := newLiveView(g.stdout)
+	view.rows = 20
+	start := time.Now()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		parts, workers, err := store.Status(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		s := buildStatus(parts, workers)
+		view.draw(s, s.Totals.Processed+s.Totals.Pending, time.Since(start))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
 }
