@@ -1,0 +1,91 @@
+package schema_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/ingest"
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/schema"
+)
+
+// The documented roles are enough to load and price, and no more: the
+// worker cannot touch the inputs, the loader cannot write output.
+func TestLeastPrivilegeRoles(t *testing.T) {
+	t.Parallel()
+	pgtest.Server(t) // creating roles needs our own server, not a shared one
+	dsn := pgtest.NewURL(t)
+	admin := pgtest.Open(t, dsn, dbconn.Options{})
+	ctx := context.Background()
+	// Roles are cluster-wide: give this test's its own names.
+	suffix := strings.ToLower(strings.TrimPrefix(dsn[strings.LastIndex(dsn, "/")+1:], "baton_test_"))
+	suffix = suffix[:strings.Index(suffix, "?")]
+	worker, loader := "baton_worker_"+suffix, "baton_loader_"+suffix
+	sql := strings.NewReplacer("baton_worker", worker, "baton_loader", loader).Replace(schema.RolesSQL)
+	if _, err := admin.ExecContext(ctx, sql); err != nil {
+		t.Fatalf("running roles.sql: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, r := range []string{worker, loader} {
+			_, _ = admin.Exec(`DROP OWNED BY ` + r)
+			_, _ = admin.Exec(`DROP ROLE ` + r)
+		}
+	})
+	as := func(role string) string {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User(role)
+		return u.String()
+	}
+	ldb := pgtest.Open(t, as(loader), dbconn.Options{})
+	if _, err := ingest.Load(ctx, ldb, ingest.Options{
+		TiersPath: "../testdata/vectors/tiers.csv", RecordsPath: "../testdata/vectors/records.csv",
+	}); err != nil {
+		t.Fatalf("load as %s: %v", loader, err)
+	}
+	wdb := pgtest.Open(t, as(worker), dbconn.Options{MaxOpenConns: 12})
+	if err := schema.Check(ctx, wdb); err != nil {
+		t.Fatalf("schema check as %s: %v", worker, err)
+	}
+	d, err := distributor.New(wdb, pricer.New(), distributor.Config{
+		Name: "least", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, UntilDone: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Run(ctx); err != nil {
+		t.Fatalf("pricing as %s: %v", worker, err)
+	}
+	sum, err := pricer.Verify(ctx, wdb)
+	if err != nil || len(sum.Mismatches) > 0 || sum.Priced != 3544 {
+		t.Fatalf("verify as worker: %+v, %v", sum, err)
+	}
+	for role, stmts := range map[string][]string{
+		worker: {`DELETE FROM records`, `UPDATE tiers SET discount_bp = 0`, `DELETE FROM priced`, `INSERT INTO contracts VALUES ('x')`,
+			`UPDATE tasks SET available = available + 1`},
+		loader: {`INSERT INTO priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by) VALUES ('x', 1, 'r', 1, 0, 1, 1, 'me')`, `DELETE FROM records`, `UPDATE tasks SET version = 0`},
+	} {
+		db := wdb
+		if role == loader {
+			db = ldb
+		}
+		for _, stmt := range stmts {
+			_, err := db.ExecContext(ctx, stmt)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+				t.Errorf("%s: %q = %v, want permission denied", role, stmt, err)
+			}
+		}
+	}
+}
