@@ -78,8 +78,20 @@ func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
 	fmt.Fprintf(&b, "workers:%s   contracts by state: %v\n", workerSummary(s), s.Totals.ByState)
 	// The busiest contracts, with their owners.
 	parts := append([]partitionJSON(nil), s.Partitions...)
-	sort.SliceStable(parts, func(i, j int) bool { return parts[i].Pending > parts[j].Pending })
-	for _, p := range parts[:min(v.rows, len(parts))] {
+	// Held contracts first (what is being worked on now), then the backlog.
+	rank := map[string]int{"active": 0, "caught_up": 1, "stale": 2, "backoff": 3, "quarantined": 4, "pending": 5, "done": 6}
+	sort.SliceStable(parts, func(i, j int) bool {
+		if ri, rj := rank[parts[i].State], rank[parts[j].State]; ri != rj {
+			return ri < rj
+		}
+		return parts[i].Pending > parts[j].Pending
+	})
+	rows := v.rows
+	if h := terminalRows(v.w); h > 0 {
+		// Header lines, notes and the cursor line must fit as well.
+		rows = max(0, min(rows, h-3-len(v.notes)))
+	}
+	for _, p := range parts[:min(rows, len(parts))] {
 		owner := "-"
 		if p.Owner != nil {
 			owner = *p.Owner

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"sync"
+
+	"golang.org/x/term"
 )
 
 // progress draws a one-line counter on a terminal and stays silent
@@ -42,12 +44,21 @@ func (p *progress) done() {
 	}
 }
 
-// isTerminal reports whether w is a character device (a terminal).
+// isTerminal reports whether w is a terminal.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// terminalRows is the height of w's terminal, or 0 if unknown.
+func terminalRows(w io.Writer) int {
+	f, ok := w.(*os.File)
 	if !ok {
-		return false
+		return 0
 	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	_, rows, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0
+	}
+	return rows
 }
