@@ -39,11 +39,15 @@ var (
 	tempDir  string
 )
 
-// Main runs the tests of a package and tears the server down afterwards.
-func Main(m *testing.M) {
+// Main runs the tests of a package, tears the server down and exits.
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run runs the tests of a package, tears the server down and returns the
+// exit code, for a TestMain with work of its own to do afterwards.
+func Run(m *testing.M) int {
 	code := m.Run()
 	teardown()
-	os.Exit(code)
+	return code
 }
 
 func teardown() {

@@ -1,0 +1,17 @@
+// Package faults is baton's fault-injection suite. Its tests run real
+// worker binaries against a real PostgreSQL, inject faults — SIGKILL at
+// random moments, SIGSTOP past the lease, database restarts (fast and
+// immediate), network partitions, latency and connection resets through a
+// Toxiproxy in front of the database, loads while workers run, graceful stop
+// of every worker at once — wait for the workers to finish, and compare the
+// export with an independent recomputation from the input files (and the
+// SQL verification): every accepted record priced exactly once with exactly
+// the right amounts, no worker exiting non-zero unless it was killed.
+//
+// A short randomized run is part of every "go test ./..."; its seed is
+// printed, and BATON_FAULTS_SEED=<seed> replays it. "go test ./faults -long"
+// (or BATON_FAULTS_LONG=1) runs larger data, more faults and several
+// schedules per scenario for soak use. The suite prints a summary: schedules
+// run, faults injected, records checked, discrepancies, takeover time
+// percentiles.
+package faults
