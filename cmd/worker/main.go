@@ -109,7 +109,7 @@ func newRoot() (*cobra.Command, *globals) {
 	g.register(root)
 	root.AddCommand(
 		newMigrateCmd(g), newLoadCmd(g), newRunCmd(g), newExportCmd(g),
-		newStatusCmd(g), newRetryCmd(g), newSeedCmd(g), newDemoCmd(g),
+		newStatusCmd(g), newRetryCmd(g), newSeedCmd(g), newDemoCmd(g), newProbeCmd(g),
 	)
 	return root, g
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"syscall"
@@ -173,5 +174,21 @@ func TestMetricsReadinessAndJSONLogEvents(t *testing.T) {
 		if seen[ev] == 0 {
 			t.Errorf("no %q events logged", ev)
 		}
+	}
+}
+
+func TestProbe(t *testing.T) {
+	t.Parallel()
+	ok := http.NewServeMux()
+	ok.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ready") })
+	ok.HandleFunc("/down", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "not ready: schema", 503) })
+	srv := httptest.NewServer(ok)
+	defer srv.Close()
+	c := cli{t, ""}
+	if _, _, code := c.run("probe", srv.URL+"/readyz"); code != 0 {
+		t.Fatalf("probe of a ready endpoint exited %d", code)
+	}
+	if _, errs, code := c.run("probe", srv.URL+"/down"); code == 0 || !strings.Contains(errs, "503") {
+		t.Fatalf("probe of an unready endpoint exited %d: %q", code, errs)
 	}
 }
