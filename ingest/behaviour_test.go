@@ -19,6 +19,7 @@ import (
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/partition"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -454,7 +455,7 @@ func TestLoadWhileTasksAreUpdated(t *testing.T) {
 	t.Logf("%d concurrent task updates", beats.Load())
 }
 
-// A load that adds records notifies WorkChannel on commit.
+// A load that adds records notifies partition.NotifyChannel on commit.
 func TestNotify(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
@@ -466,12 +467,12 @@ func TestNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer listener.Close(context.Background())
-	if _, err := listener.Exec(ctx, "LISTEN "+WorkChannel); err != nil {
+	if _, err := listener.Exec(ctx, "LISTEN "+partition.NotifyChannel); err != nil {
 		t.Fatal(err)
 	}
 	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: writeFile(t, "r.csv", rh+"c1,a,1\n")})
 	n, err := listener.WaitForNotification(ctx)
-	if err != nil || n.Channel != WorkChannel {
+	if err != nil || n.Channel != partition.NotifyChannel {
 		t.Fatalf("notification %+v, %v", n, err)
 	}
 }
@@ -571,5 +572,150 @@ func TestProgress(t *testing.T) {
 	want := []string{"tiers 3", "records 100000", "records 200000", "records 200005"}
 	if !slices.Equal(calls, want) {
 		t.Fatalf("progress calls %q, want %q", calls, want)
+	}
+}
+
+// waitForLockWait waits until a statement containing marker waits for a
+// lock.
+func waitForLockWait(t *testing.T, db *bun.DB, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, ?) > 0`, marker).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no statement with %q waits for a lock", marker)
+}
+
+// A load that only adds records does not wait for a batch in flight (which
+// holds its task row FOR KEY SHARE, as the distributor's fence does).
+func TestRecordsLoadDoesNotWaitForBatches(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: writeFile(t, "r1.csv", rh+"c1,a,1\n")})
+	batch, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batch.Rollback()
+	if _, err := batch.ExecContext(ctx, "SELECT 1 FROM tasks WHERE partition_key = 'c1' FOR KEY SHARE"); err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	rep, err := Load(lctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,b,2\n")})
+	if err != nil || rep.RecordsAccepted != 1 {
+		t.Fatalf("Load while a batch is in flight = %+v, %v", rep, err)
+	}
+}
+
+// Changing the tiers of a contract with unpriced records waits for a batch
+// in flight; if that batch prices records (with the old tiers), the load
+// fails instead of changing the tiers under it.
+func TestTierChangeWaitsForBatchInFlight(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: writeFile(t, "r.csv", rh+"c1,a,1\nc2,a,1\n")})
+	before := tiersOf(t, db, "c1")
+
+	batch, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batch.Rollback()
+	if _, err := batch.ExecContext(ctx, "SELECT 1 FROM tasks WHERE partition_key = 'c1' FOR KEY SHARE"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Load(ctx, db, Options{TiersPath: writeFile(t, "t2.csv", th+"c1,0,9\n"), RecordsPath: writeFile(t, "r2.csv", rh+"c2,b,1\n")})
+		done <- err
+	}()
+	waitForLockWait(t, db, "FOR UPDATE OF t")
+	if _, err := batch.ExecContext(ctx, "UPDATE tasks SET position = 1 WHERE partition_key = 'c1'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	if err == nil || !strings.Contains(err.Error(), "contract c1 had records priced while this load ran (position 1), so its tiers can no longer change") {
+		t.Fatalf("Load = %v", err)
+	}
+	if got := tiersOf(t, db, "c1"); got != before {
+		t.Fatalf("tiers of c1 = %s, want %s", got, before)
+	}
+	if c := tableCounts(t, db); c.Records != 2 {
+		t.Fatalf("%d records after the failed load", c.Records)
+	}
+
+	// Once the batch has ended without pricing, the change goes through.
+	db2 := pgtest.NewDB(t)
+	mustLoad(t, db2, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: writeFile(t, "r.csv", rh+"c1,a,1\n")})
+	batch2, err := db2.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batch2.Rollback()
+	if _, err := batch2.ExecContext(ctx, "SELECT 1 FROM tasks WHERE partition_key = 'c1' FOR KEY SHARE"); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := Load(ctx, db2, Options{TiersPath: writeFile(t, "t2.csv", th+"c1,0,9\n")})
+		done <- err
+	}()
+	waitForLockWait(t, db2, "FOR UPDATE OF t")
+	batch2.Rollback()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := tiersOf(t, db2, "c1"); got != "0:9" {
+		t.Fatalf("tiers of c1 = %s", got)
+	}
+}
+
+// With SkipInvalid, a tiers row that is invalid as a whole still rejects
+// its contract's set when the contract can be told, and stops the load
+// when it cannot (a malformed record may have swallowed other rows).
+func TestSkipInvalidIncompleteTierSets(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	reject := filepath.Join(t.TempDir(), "reject.csv")
+	tiers := writeFile(t, "t.csv", th+"c1,0\nc1,10,5\nc2,\"0\"x,1\nc2,5,5\nc3,0,0\n")
+	rep := mustLoad(t, db, Options{TiersPath: tiers, SkipInvalid: true, RejectPath: reject})
+	if rep.ContractsCreated != 1 || rep.RowsRejected != 4 || tiersOf(t, db, "c3") != "0:0" {
+		t.Fatalf("report = %+v", rep)
+	}
+	got := readCSV(t, reject)
+	want := [][]string{
+		{"file", "line", "reason", "row"},
+		{tiers, "2", "has 2 fields, want 3 (contract_id,threshold_minor,discount_bp)", "c1,0"},
+		{tiers, "3", "tier set of contract c1 is rejected because line 2 is invalid", "c1,10,5"},
+		{tiers, "4", `malformed CSV: extraneous or missing " in quoted-field (at column 6)`, ""},
+		{tiers, "5", "tier set of contract c2 is rejected because line 4 is invalid", "c2,5,5"},
+	}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("reject file:\n%q\nwant:\n%q", got, want)
+	}
+
+	db2 := pgtest.NewDB(t)
+	tiers2 := writeFile(t, "t2.csv", th+"c1,0,0\nc2,\"0,1\nc3,0,0\nc4,0,0\n")
+	_, err := Load(context.Background(), db2, Options{TiersPath: tiers2, SkipInvalid: true, RejectPath: reject + "2"})
+	var ie *InvalidInputError
+	if !errors.As(err, &ie) || !strings.HasPrefix(err.Error(), tiers2+":3: malformed CSV") ||
+		!strings.Contains(err.Error(), "cannot tell which contract this tier row belongs to") {
+		t.Fatalf("Load = %v", err)
+	}
+	if c := tableCounts(t, db2); c != (counts{}) {
+		t.Fatalf("tables after a failed load: %+v", c)
 	}
 }

@@ -155,6 +155,9 @@ func FuzzReadTiers(f *testing.F) {
 				r := &TiersReader{f: cf}
 				return func() (string, int64, error) {
 					row, err := r.Next()
+					if row.ContractID != "" && !contractIDPattern.MatchString(row.ContractID) {
+						t.Fatalf("row %+v has an invalid contract id", row)
+					}
 					if err == nil {
 						fs := r.Fields()
 						if fs[0] != row.ContractID || fs[1] != strconv.FormatInt(row.ThresholdMinor, 10) && !strings.HasPrefix(fs[1], "0") {
@@ -207,6 +210,9 @@ func FuzzReadRecords(f *testing.F) {
 				r := &RecordsReader{f: cf}
 				return func() (string, int64, error) {
 					row, err := r.Next()
+					if row.ContractID != "" && !contractIDPattern.MatchString(row.ContractID) {
+						t.Fatalf("row %+v has an invalid contract id", row)
+					}
 					if err == nil {
 						if fs := r.Fields(); fs[0] != row.ContractID || fs[1] != row.RecordID {
 							t.Fatalf("fields %q do not match row %+v", fs, row)

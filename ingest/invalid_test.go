@@ -76,6 +76,8 @@ func tierCases() []invalidCase {
 			want: []string{`tiers.csv:2: threshold_minor is empty`}},
 		{name: "threshold_negative", tiers: th + "c1,-1,0\n",
 			want: []string{`tiers.csv:2: threshold_minor -1 is out of range (must be ≥ 0)`}},
+		{name: "threshold_minus_zero", tiers: th + "c1,-0,0\n",
+			want: []string{`tiers.csv:2: threshold_minor -0 is out of range (must be ≥ 0)`}},
 		{name: "threshold_overflow", tiers: th + "c1,9223372036854775808,0\n",
 			want: []string{`tiers.csv:2: threshold_minor 9223372036854775808 is out of range (must be ≥ 0)`}},
 		{name: "discount_high", tiers: th + "c1,0,10001\n",
@@ -215,12 +217,5 @@ func TestInvalidInput(t *testing.T) {
 	}
 	for _, c := range recordCases() {
 		t.Run("records/"+c.name, func(t *testing.T) { run(t, c, true) })
-	}
-}
-
-func writeTo(t testing.TB, path, content string) {
-	t.Helper()
-	if err := writeFileErr(path, content); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -3,30 +3,23 @@ package ingest
 import (
 	"bufio"
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/partition"
 )
 
 // loadLockKey identifies the load lock among advisory locks ("baton-ld" as
 // a 64-bit integer).
 const loadLockKey int64 = 0x626174_6f6e2d6c64
-
-// WorkChannel is the notification channel a load signals on when it has
-// added records, so that idle workers wake up.
-const WorkChannel = "baton_work"
 
 // DefaultMaxListed is the number of problems an *InvalidInputError lists
 // when Options.MaxListed is zero.
@@ -171,13 +164,15 @@ func wrapInput(doing string, err error) error {
 }
 
 type loader struct {
-	opts    Options
-	tiers   *TiersReader
-	records *RecordsReader
-	rep     Report
+	opts           Options
+	tiers          *TiersReader
+	records        *RecordsReader
+	rep            Report
+	repeatsChecked bool // checkRepeats has run
+	affectedStale  bool // load_affected needs collecting again
 }
 
-// statement runs one step of the load, naming it in any error.
+// exec runs one step of the load, naming it in any error.
 func exec(ctx context.Context, tx pgx.Tx, doing, sql string, args ...any) (int64, error) {
 	tag, err := tx.Exec(ctx, sql, args...)
 	if err != nil {
@@ -202,6 +197,11 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 		nullIfEmpty(l.opts.TiersPath), nullIfEmpty(l.opts.RecordsPath)).Scan(&rep.LoadID); err != nil {
 		return *rep, fmt.Errorf("loading: recording the load: %w", err)
 	}
+	// Sorts and hashes over the staged rows stay in memory up to this
+	// size; compiling the load's one-off queries is not worth it.
+	if _, err := exec(ctx, tx, "loading: configuring the transaction", "SET LOCAL work_mem = '64MB'; SET LOCAL jit = off"); err != nil {
+		return *rep, err
+	}
 	if _, err := exec(ctx, tx, "loading: creating staging tables", sqlCreateStaging); err != nil {
 		return *rep, err
 	}
@@ -216,16 +216,21 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 			return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
 		}
 	}
-
-	if err := tx.QueryRow(ctx, sqlCountRejected).Scan(&rep.RowsRejected); err != nil {
-		return *rep, fmt.Errorf("loading: counting invalid rows: %w", err)
+	if err := l.countRejected(ctx, tx); err != nil {
+		return *rep, err
 	}
-	if rep.RowsRejected > 0 && !l.opts.SkipInvalid {
-		ie, err := l.listErrors(ctx, tx)
-		if err != nil {
-			return *rep, err
+	if l.records != nil {
+		err := l.insertRecords(ctx, tx)
+		if errors.Is(err, errRepeatedIDs) {
+			if err = l.checkRepeats(ctx, tx); err == nil {
+				if err = l.countRejected(ctx, tx); err == nil {
+					err = l.insertRecords(ctx, tx)
+				}
+			}
 		}
-		return *rep, ie
+		if err != nil {
+			return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
+		}
 	}
 	var rejectTmp string
 	if l.opts.SkipInvalid {
@@ -237,12 +242,6 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 				os.Remove(rejectTmp)
 			}
 		}()
-	}
-
-	if l.records != nil {
-		if err := l.insertRecords(ctx, tx); err != nil {
-			return *rep, fmt.Errorf("loading records from %s: %w", l.opts.RecordsPath, err)
-		}
 	}
 	if err := l.finish(ctx, tx); err != nil {
 		return *rep, err
@@ -259,6 +258,37 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	return *rep, nil
 }
 
+// countRejected counts the invalid rows. If there are any and the load is
+// all-or-nothing, it returns the *InvalidInputError that ends the load,
+// after completing the checks so that every problem is counted.
+func (l *loader) countRejected(ctx context.Context, tx pgx.Tx) error {
+	count := func() error {
+		if err := tx.QueryRow(ctx, sqlCountRejected).Scan(&l.rep.RowsRejected); err != nil {
+			return fmt.Errorf("loading: counting invalid rows: %w", err)
+		}
+		return nil
+	}
+	if err := count(); err != nil {
+		return err
+	}
+	if l.rep.RowsRejected == 0 || l.opts.SkipInvalid {
+		return nil
+	}
+	if l.records != nil && !l.repeatsChecked {
+		if err := l.checkRepeats(ctx, tx); err != nil {
+			return wrapInput("loading records from "+l.opts.RecordsPath, err)
+		}
+		if err := count(); err != nil {
+			return err
+		}
+	}
+	ie, err := l.listErrors(ctx, tx)
+	if err != nil {
+		return err
+	}
+	return ie
+}
+
 func nullIfEmpty(s string) any {
 	if s == "" {
 		return nil
@@ -266,545 +296,26 @@ func nullIfEmpty(s string) any {
 	return s
 }
 
-// Staging tables live until the end of the transaction. Rows keep their
-// line numbers; err is set for an invalid row (the first problem found);
-// raw holds the original fields as CSV when they cannot be rebuilt from the
-// typed columns (invalid rows, integers written with leading zeros).
-const sqlCreateStaging = `
-CREATE TEMP TABLE load_tiers (
-    line            bigint NOT NULL,
-    contract_id     text COLLATE "C",
-    threshold_minor bigint,
-    discount_bp     bigint,
-    raw             text,
-    err             text
-) ON COMMIT DROP;
-CREATE TEMP TABLE load_records (
-    line         bigint NOT NULL,
-    contract_id  text COLLATE "C",
-    record_id    text COLLATE "C",
-    amount_minor bigint,
-    raw          text,
-    err          text,
-    redelivered  boolean NOT NULL DEFAULT false,
-    first_line   bigint
-) ON COMMIT DROP;
-CREATE TEMP TABLE load_tier_sets (
-    contract_id text COLLATE "C" NOT NULL,
-    existed     boolean NOT NULL,
-    changed     boolean NOT NULL,
-    position    bigint NOT NULL
-) ON COMMIT DROP;`
-
-// rowSource feeds parsed rows to CopyFrom, one staging row per input row.
-type rowSource struct {
-	next     func(vals []any) (bool, error) // fills vals; false at the end
-	vals     []any
-	err      error
-	n        int64
-	stage    string
-	progress func(string, int64)
-}
-
-func (s *rowSource) Next() bool {
-	more, err := s.next(s.vals)
-	if err != nil {
-		s.err = err
-		return false
-	}
-	if !more {
-		if s.progress != nil {
-			s.progress(s.stage, s.n)
-		}
-		return false
-	}
-	s.n++
-	if s.progress != nil && s.n%progressEvery == 0 {
-		s.progress(s.stage, s.n)
-	}
-	return true
-}
-
-func (s *rowSource) Values() ([]any, error) { return s.vals, nil }
-func (s *rowSource) Err() error             { return s.err }
-
-func (l *loader) copyIn(ctx context.Context, tx pgx.Tx, table string, cols []string, src *rowSource) error {
-	src.vals = make([]any, len(cols))
-	src.progress = l.opts.Progress
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, src)
-	if src.err != nil {
-		return src.err // the input's own error, not pgx's wrapping of it
-	}
-	if err != nil {
-		return fmt.Errorf("copying rows to the database: %w", err)
-	}
-	if _, err := tx.Exec(ctx, "ANALYZE "+table); err != nil {
-		return fmt.Errorf("analyzing staged rows: %w", err)
-	}
-	return nil
-}
-
-// rawRow gives the value of a staging row's raw column.
-func rawRow(fields []string) string {
-	return sanitize(joinCSV(fields))
-}
-
-// sanitize makes s storable as PostgreSQL text: valid UTF-8 without NUL.
-func sanitize(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.ReplaceAll(s, "\x00", "\uFFFD")
-}
-
-func (l *loader) stageTiers(ctx context.Context, tx pgx.Tx) error {
-	src := &rowSource{stage: "tiers", next: func(v []any) (bool, error) {
-		row, err := l.tiers.Next()
-		if err == io.EOF {
-			return false, nil
-		}
-		var le *LineError
-		switch {
-		case err == nil:
-			v[0], v[1], v[2], v[3], v[4], v[5] = row.Line, row.ContractID, row.ThresholdMinor, row.DiscountBP, nil, nil
-			if f := l.tiers.Fields(); !canonicalInt(f[1]) || !canonicalInt(f[2]) {
-				v[4] = rawRow(f)
-			}
-		case errors.As(err, &le):
-			v[0], v[1], v[2], v[3], v[4], v[5] = le.Line, nullIfEmpty(row.ContractID), nil, nil, rawRow(le.Row), sanitize(le.Reason)
-		default:
-			return false, err
-		}
-		return true, nil
-	}}
-	if err := l.copyIn(ctx, tx, "load_tiers",
-		[]string{"line", "contract_id", "threshold_minor", "discount_bp", "raw", "err"}, src); err != nil {
-		return err
-	}
-	steps := []struct {
-		doing, sql string
-		args       []any
-	}{
-		{"checking for duplicate thresholds", sqlTierDuplicates, nil},
-		{"checking tier counts", sqlTierTooMany, []any{MaxTiers}},
-		{"rejecting incomplete tier sets", sqlTierSetRejected, nil},
-		{"comparing with stored tier sets", sqlTierSets, nil},
-		{"checking for priced contracts", sqlTierFrozen, nil},
-		{"checking for priced contracts", sqlTierSetsDropRejected, nil},
-	}
-	for _, s := range steps {
-		if _, err := exec(ctx, tx, s.doing, s.sql, s.args...); err != nil {
-			return err
-		}
-	}
-	n, err := exec(ctx, tx, "creating contracts", sqlInsertContracts)
-	if err != nil {
-		return err
-	}
-	l.rep.ContractsCreated = n
-	for _, s := range []struct{ doing, sql string }{
-		{"creating task rows", sqlInsertTierTasks},
-		{"removing replaced tiers", sqlDeleteChangedTiers},
-		{"storing tiers", sqlInsertTiers},
-	} {
-		if _, err := exec(ctx, tx, s.doing, s.sql); err != nil {
-			return err
-		}
-	}
-	if err := tx.QueryRow(ctx, "SELECT count(*) FROM load_tiers WHERE err IS NULL").Scan(&l.rep.TierRows); err != nil {
-		return fmt.Errorf("counting tier rows: %w", err)
-	}
-	return nil
-}
-
-const sqlTierDuplicates = `
-UPDATE load_tiers t
-   SET err = format('duplicate threshold_minor %s for contract %s (first on line %s)',
-                    t.threshold_minor, t.contract_id, d.first_line)
-  FROM (SELECT line, min(line) OVER (PARTITION BY contract_id, threshold_minor) AS first_line
-          FROM load_tiers WHERE err IS NULL) d
- WHERE t.line = d.line AND d.first_line <> d.line`
-
-const sqlTierTooMany = `
-UPDATE load_tiers t
-   SET err = format('contract %s has %s tier rows, at most %s are allowed', t.contract_id, c.n, $1::int)
-  FROM (SELECT contract_id, count(*) AS n FROM load_tiers
-         WHERE contract_id IS NOT NULL GROUP BY contract_id HAVING count(*) > $1::int) c
- WHERE t.contract_id = c.contract_id AND t.err IS NULL`
-
-const sqlTierSetRejected = `
-UPDATE load_tiers t
-   SET err = format('tier set of contract %s is rejected because line %s is invalid', t.contract_id, b.first_bad)
-  FROM (SELECT contract_id, min(line) AS first_bad FROM load_tiers
-         WHERE err IS NOT NULL AND contract_id IS NOT NULL GROUP BY contract_id) b
- WHERE t.contract_id = b.contract_id AND t.err IS NULL`
-
-// Every valid tier set, whether its contract exists, whether the set
-// differs from the stored one, and the contract's position as of now. The
-// position is checked again under the task row lock before commit.
-const sqlTierSets = `
-INSERT INTO load_tier_sets (contract_id, existed, changed, position)
-WITH new AS (
-    SELECT contract_id,
-           array_agg(threshold_minor ORDER BY threshold_minor) AS th,
-           array_agg(discount_bp ORDER BY threshold_minor) AS bp
-      FROM load_tiers WHERE err IS NULL GROUP BY contract_id
-), old AS (
-    SELECT contract_id,
-           array_agg(threshold_minor ORDER BY threshold_minor) AS th,
-           array_agg(discount_bp::bigint ORDER BY threshold_minor) AS bp
-      FROM tiers WHERE contract_id IN (SELECT contract_id FROM new) GROUP BY contract_id
-)
-SELECT n.contract_id, c.contract_id IS NOT NULL,
-       o.th IS DISTINCT FROM n.th OR o.bp IS DISTINCT FROM n.bp,
-       coalesce(k.position, 0)
-  FROM new n
-  LEFT JOIN contracts c ON c.contract_id = n.contract_id
-  LEFT JOIN old o ON o.contract_id = n.contract_id
-  LEFT JOIN tasks k ON k.partition_key = n.contract_id`
-
-const sqlTierFrozen = `
-UPDATE load_tiers t
-   SET err = format('tiers of contract %s cannot change: %s of its records are already priced', s.contract_id, s.position)
-  FROM load_tier_sets s
- WHERE s.contract_id = t.contract_id AND s.existed AND s.changed AND s.position > 0 AND t.err IS NULL`
-
-const sqlTierSetsDropRejected = `DELETE FROM load_tier_sets WHERE existed AND changed AND position > 0`
-
-const sqlInsertContracts = `
-INSERT INTO contracts (contract_id)
-SELECT contract_id FROM load_tier_sets WHERE NOT existed ORDER BY contract_id
-ON CONFLICT DO NOTHING`
-
-// Existing conflicting rows are not locked by ON CONFLICT DO NOTHING.
-const sqlInsertTierTasks = `
-INSERT INTO tasks (partition_key)
-SELECT contract_id FROM load_tier_sets ORDER BY contract_id
-ON CONFLICT DO NOTHING`
-
-const sqlDeleteChangedTiers = `
-DELETE FROM tiers WHERE contract_id IN (SELECT contract_id FROM load_tier_sets WHERE existed AND changed)`
-
-const sqlInsertTiers = `
-INSERT INTO tiers (contract_id, threshold_minor, discount_bp)
-SELECT t.contract_id, t.threshold_minor, t.discount_bp
-  FROM load_tiers t JOIN load_tier_sets s ON s.contract_id = t.contract_id
- WHERE s.changed AND t.err IS NULL
- ORDER BY t.contract_id, t.threshold_minor`
-
-func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
-	src := &rowSource{stage: "records", next: func(v []any) (bool, error) {
-		row, err := l.records.Next()
-		if err == io.EOF {
-			return false, nil
-		}
-		var le *LineError
-		switch {
-		case err == nil:
-			v[0], v[1], v[2], v[3], v[4], v[5] = row.Line, row.ContractID, row.RecordID, row.AmountMinor, nil, nil
-			if f := l.records.Fields(); !canonicalInt(f[2]) {
-				v[4] = rawRow(f)
-			}
-		case errors.As(err, &le):
-			v[0], v[1], v[2], v[3], v[4], v[5] = le.Line, nil, nil, nil, rawRow(le.Row), sanitize(le.Reason)
-		default:
-			return false, err
-		}
-		return true, nil
-	}}
-	if err := l.copyIn(ctx, tx, "load_records",
-		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, src); err != nil {
-		return err
-	}
-	if _, err := exec(ctx, tx, "checking contracts", sqlRecordUnknownContract, l.opts.TiersPath); err != nil {
-		return err
-	}
-	if _, err := exec(ctx, tx, "comparing with stored records", sqlRecordStored); err != nil {
-		return err
-	}
-	n, err := exec(ctx, tx, "finding repeated record ids", sqlRecordDups)
-	if err != nil {
-		return err
-	}
-	if n > 0 {
-		if _, err := exec(ctx, tx, "checking repeated record ids", sqlRecordDupsMark); err != nil {
-			return err
-		}
-	}
-	n, err = exec(ctx, tx, "checking cumulative gross", sqlRecordGross, l.opts.maxGross, MaxAmountMinor)
-	if err != nil {
-		return err
-	}
-	if n > 0 {
-		n, err := exec(ctx, tx, "checking cumulative gross", sqlRecordGrossMark, l.opts.maxGross)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			if _, err := exec(ctx, tx, "checking repeated record ids", sqlRecordDupOfRejected); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-const sqlRecordUnknownContract = `
-UPDATE load_records r
-   SET err = CASE WHEN EXISTS (SELECT 1 FROM load_tiers t WHERE t.contract_id = r.contract_id)
-                  THEN format('unknown contract %s (its tier set in %s was rejected)', r.contract_id, $1::text)
-                  ELSE format('unknown contract %s', r.contract_id) END
- WHERE r.err IS NULL AND NOT EXISTS (SELECT 1 FROM contracts c WHERE c.contract_id = r.contract_id)`
-
-// A record id already stored: the same amount is a re-delivery, another
-// amount an error.
-const sqlRecordStored = `
-UPDATE load_records r
-   SET redelivered = x.amount_minor = r.amount_minor,
-       err = CASE WHEN x.amount_minor <> r.amount_minor THEN
-             format('record_id %s of contract %s has amount_minor %s, but load %s%s stored it with amount_minor %s',
-                    to_json(r.record_id::text), r.contract_id, r.amount_minor, x.load_id,
-                    coalesce(' (' || l.records_file || ')', ''), x.amount_minor) END
-  FROM records x LEFT JOIN loads l ON l.load_id = x.load_id
- WHERE r.err IS NULL AND x.contract_id = r.contract_id AND x.record_id = r.record_id`
-
-// Later occurrences of a record id within the file, with the line and
-// amount of its first valid occurrence.
-const sqlRecordDups = `
-CREATE TEMP TABLE load_dups ON COMMIT DROP AS
-SELECT line, first_line, first_amount FROM (
-    SELECT line, first_value(line) OVER w AS first_line, first_value(amount_minor) OVER w AS first_amount
-      FROM load_records WHERE err IS NULL AND NOT redelivered
-    WINDOW w AS (PARTITION BY contract_id, record_id ORDER BY line)
-) d WHERE line <> first_line`
-
-const sqlRecordDupsMark = `
-UPDATE load_records r
-   SET first_line = d.first_line,
-       redelivered = d.first_amount = r.amount_minor,
-       err = CASE WHEN d.first_amount <> r.amount_minor THEN
-             format('record_id %s of contract %s has amount_minor %s here but %s on line %s',
-                    to_json(r.record_id::text), r.contract_id, r.amount_minor, d.first_amount, d.first_line) END
-  FROM load_dups d WHERE d.line = r.line`
-
-// Contracts whose cumulative gross might pass the limit: each record is at
-// most $2, so only a contract with more than $1/$2 records can, and only
-// those have their stored gross summed.
-const sqlRecordGross = `
-CREATE TEMP TABLE load_gross ON COMMIT DROP AS
-SELECT n.contract_id,
-       coalesce((SELECT sum(x.amount_minor) FROM records x WHERE x.contract_id = n.contract_id), 0) AS stored
-  FROM (SELECT contract_id, count(*) AS cnt FROM load_records
-         WHERE err IS NULL AND NOT redelivered GROUP BY contract_id) n
-  LEFT JOIN tasks t ON t.partition_key = n.contract_id
- WHERE (coalesce(t.available, 0) + n.cnt)::numeric * $2::bigint > $1::bigint`
-
-// Rejects the records from the one that takes the cumulative gross past the
-// limit onwards.
-const sqlRecordGrossMark = `
-UPDATE load_records r
-   SET err = format('cumulative gross of contract %s would exceed %s', r.contract_id, $1::bigint)
-  FROM (SELECT l.line, g.stored + sum(l.amount_minor) OVER (PARTITION BY l.contract_id ORDER BY l.line) AS running
-          FROM load_records l JOIN load_gross g ON g.contract_id = l.contract_id
-         WHERE l.err IS NULL AND NOT l.redelivered) w
- WHERE w.line = r.line AND w.running > $1::bigint`
-
-const sqlRecordDupOfRejected = `
-UPDATE load_records r
-   SET redelivered = false, err = format('same record as line %s, which is rejected', r.first_line)
-  FROM load_records f
- WHERE r.first_line IS NOT NULL AND r.err IS NULL AND f.line = r.first_line AND f.err IS NOT NULL`
-
-const sqlCountRejected = `
-SELECT (SELECT count(*) FROM load_tiers WHERE err IS NOT NULL) + (SELECT count(*) FROM load_records WHERE err IS NOT NULL)`
-
-// sqlRejected lists the invalid rows, tiers first, in line order; c1..c3
-// rebuild the row when raw is NULL.
-const sqlRejected = `
-SELECT f, line, err, raw, c1, c2, c3 FROM (
-    SELECT 0 AS f, line, err, raw, contract_id AS c1, threshold_minor::text AS c2, discount_bp::text AS c3
-      FROM load_tiers WHERE err IS NOT NULL
-    UNION ALL
-    SELECT 1, line, err, raw, contract_id, record_id, amount_minor::text
-      FROM load_records WHERE err IS NOT NULL
-) e ORDER BY f, line`
-
-// rejected is one row of sqlRejected.
-type rejected struct {
-	file   int
-	line   int64
-	reason string
-	raw    *string
-	c      [3]*string
-}
-
-func (r *rejected) scan(rows pgx.Rows) error {
-	return rows.Scan(&r.file, &r.line, &r.reason, &r.raw, &r.c[0], &r.c[1], &r.c[2])
-}
-
-// row returns the original row as CSV.
-func (r *rejected) row() string {
-	if r.raw != nil {
-		return *r.raw
-	}
-	fields := make([]string, 3)
-	for i, p := range r.c {
-		if p != nil {
-			fields[i] = *p
-		}
-	}
-	return joinCSV(fields)
-}
-
-func (l *loader) fileName(f int) string {
-	if f == 0 {
-		return l.opts.TiersPath
-	}
-	return l.opts.RecordsPath
-}
-
-func (l *loader) listErrors(ctx context.Context, tx pgx.Tx) (*InvalidInputError, error) {
-	ie := &InvalidInputError{Total: l.rep.RowsRejected}
-	rows, err := tx.Query(ctx, sqlRejected+" LIMIT $1", l.opts.MaxListed)
-	if err != nil {
-		return nil, fmt.Errorf("loading: listing invalid rows: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r rejected
-		if err := r.scan(rows); err != nil {
-			return nil, fmt.Errorf("loading: listing invalid rows: %w", err)
-		}
-		fields, _ := csv.NewReader(strings.NewReader(r.row())).Read()
-		ie.Errors = append(ie.Errors, LineError{File: l.fileName(r.file), Line: r.line, Reason: r.reason, Row: fields})
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("loading: listing invalid rows: %w", err)
-	}
-	return ie, nil
-}
-
-// writeRejects writes the reject file under a temporary name next to
-// RejectPath and returns that name; it is renamed once the load commits.
-func (l *loader) writeRejects(ctx context.Context, tx pgx.Tx) (string, error) {
-	path := l.opts.RejectPath
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("writing reject file: %w", err)
-	}
-	tmp := f.Name()
-	if err := l.writeRejectRows(ctx, tx, f); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return "", fmt.Errorf("writing reject file %s: %w", path, err)
-	}
-	return tmp, nil
-}
-
-func (l *loader) writeRejectRows(ctx context.Context, tx pgx.Tx, f *os.File) error {
-	bw := bufio.NewWriterSize(f, 1<<16)
-	w := csv.NewWriter(bw)
-	if err := w.Write([]string{"file", "line", "reason", "row"}); err != nil {
-		return err
-	}
-	rows, err := tx.Query(ctx, sqlRejected)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	rec := make([]string, 4)
-	for rows.Next() {
-		var r rejected
-		if err := r.scan(rows); err != nil {
-			return err
-		}
-		rec[0], rec[1], rec[2], rec[3] = l.fileName(r.file), strconv.FormatInt(r.line, 10), r.reason, r.row()
-		if err := w.Write(rec); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-// sqlAffected collects the contracts whose task rows the load changes or
-// whose position it must check: those gaining records (n_new > 0) and
-// existing ones whose tiers change. base is tasks.available before the load.
-const sqlAffected = `
-CREATE TEMP TABLE load_affected ON COMMIT DROP AS
-SELECT contract_id, sum(n_new)::bigint AS n_new, bool_or(tiers_changed) AS tiers_changed, NULL::bigint AS base
-  FROM (SELECT contract_id, count(*) AS n_new, false AS tiers_changed
-          FROM load_records WHERE err IS NULL AND NOT redelivered GROUP BY contract_id
-        UNION ALL
-        SELECT contract_id, 0, true FROM load_tier_sets WHERE existed AND changed) u
- GROUP BY contract_id`
-
-const sqlRecordTasks = `
-INSERT INTO tasks (partition_key)
-SELECT contract_id FROM load_affected WHERE n_new > 0 ORDER BY contract_id
-ON CONFLICT DO NOTHING`
-
-// Loads are serialised by the advisory lock and only loads raise
-// available, so this plain read stays true until commit (checked again
-// under the row locks).
-const sqlBase = `
-UPDATE load_affected a SET base = t.available FROM tasks t WHERE t.partition_key = a.contract_id`
-
-const sqlInsertRecords = `
-INSERT INTO records (contract_id, seq, record_id, amount_minor, load_id)
-SELECT r.contract_id, a.base + row_number() OVER (PARTITION BY r.contract_id ORDER BY r.line),
-       r.record_id, r.amount_minor, $1
-  FROM load_records r JOIN load_affected a ON a.contract_id = r.contract_id
- WHERE r.err IS NULL AND NOT r.redelivered`
-
-func (l *loader) insertRecords(ctx context.Context, tx pgx.Tx) error {
-	if err := tx.QueryRow(ctx, "SELECT count(*) FILTER (WHERE NOT redelivered), count(*) FILTER (WHERE redelivered) FROM load_records WHERE err IS NULL").
-		Scan(&l.rep.RecordsAccepted, &l.rep.RecordsRedelivered); err != nil {
-		return fmt.Errorf("counting records: %w", err)
-	}
-	if _, err := exec(ctx, tx, "collecting contracts", sqlAffected); err != nil {
-		return err
-	}
-	if l.rep.RecordsAccepted == 0 {
-		return nil
-	}
-	if _, err := exec(ctx, tx, "creating task rows", sqlRecordTasks); err != nil {
-		return err
-	}
-	if _, err := exec(ctx, tx, "reading task positions", sqlBase); err != nil {
-		return err
-	}
-	n, err := exec(ctx, tx, "storing records", sqlInsertRecords, l.rep.LoadID)
-	if err != nil {
-		return err
-	}
-	if n != l.rep.RecordsAccepted {
-		return fmt.Errorf("storing records: stored %d, want %d", n, l.rep.RecordsAccepted)
-	}
-	return nil
-}
-
-// Locks the task rows of the affected contracts in partition_key order, the
-// order every multi-row locker of tasks uses, so that loads, heartbeats and
-// claims cannot deadlock. LockRows sits above the Sort, so rows are locked
-// in that order.
+// sqlLockTasks locks the task rows of the affected contracts in
+// partition_key order, the order every multi-row locker of tasks uses, so
+// that loads, heartbeats and claims cannot deadlock. LockRows sits above
+// the Sort, so rows are locked in that order. %s is the lock strength:
+//
+//   - FOR NO KEY UPDATE when the load only adds records. That is the
+//     distributor's lock for work-counter updates: it waits for heartbeats
+//     and ownership changes but not for batches in flight (which hold FOR
+//     KEY SHARE), and the records it adds are invisible to them until
+//     commit anyway.
+//   - FOR UPDATE when the tiers of an existing contract change. That waits
+//     for a batch in flight on the contract, which may have read the old
+//     tiers, to commit or roll back, and makes later batches' fences wait
+//     for this commit, so they read the new tiers. The position check that
+//     follows therefore sees every record priced with the old tiers.
 const sqlLockTasks = `
 SELECT count(*) FROM (
     SELECT 1 FROM tasks t JOIN load_affected a ON a.contract_id = t.partition_key
-     ORDER BY t.partition_key FOR UPDATE OF t
+     WHERE a.n_new > 0 OR a.tiers_changed
+     ORDER BY t.partition_key FOR %s OF t
 ) locked`
 
 const sqlCheckLocked = `
@@ -829,12 +340,20 @@ UPDATE loads SET finished_at = clock_timestamp(), tier_rows = $2, records_accept
 		return err
 	}
 	if l.records == nil {
-		// Only tier changes of existing contracts need the check.
-		if _, err := exec(ctx, tx, "loading: collecting contracts", sqlAffected); err != nil {
-			return err
+		// Tier changes of existing contracts need the check.
+		if err := l.collectAffected(ctx, tx); err != nil {
+			return fmt.Errorf("loading: %w", err)
 		}
 	}
-	if _, err := exec(ctx, tx, "loading: locking task rows", sqlLockTasks); err != nil {
+	var tiersChange bool
+	if err := tx.QueryRow(ctx, "SELECT coalesce(bool_or(tiers_changed), false) FROM load_affected").Scan(&tiersChange); err != nil {
+		return fmt.Errorf("loading: collecting contracts: %w", err)
+	}
+	strength := "NO KEY UPDATE"
+	if tiersChange {
+		strength = "UPDATE"
+	}
+	if _, err := exec(ctx, tx, "loading: locking task rows", fmt.Sprintf(sqlLockTasks, strength)); err != nil {
 		return err
 	}
 	var (
@@ -855,7 +374,7 @@ UPDATE loads SET finished_at = clock_timestamp(), tier_rows = $2, records_accept
 		if _, err := exec(ctx, tx, "loading: updating task rows", sqlBumpTasks); err != nil {
 			return err
 		}
-		if _, err := exec(ctx, tx, "loading: notifying workers", "SELECT pg_notify($1, '')", WorkChannel); err != nil {
+		if _, err := exec(ctx, tx, "loading: notifying workers", "SELECT pg_notify($1, '')", partition.NotifyChannel); err != nil {
 			return err
 		}
 	}

@@ -77,4 +77,10 @@ func storedRecords(t testing.TB, db *bun.DB) []seqRow {
 	return out
 }
 
-func writeFileErr(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
+// writeTo writes content to path.
+func writeTo(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

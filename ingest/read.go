@@ -47,10 +47,11 @@ type LineError struct {
 
 func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Reason) }
 
-// InvalidInputError reports input that was refused: rows that broke the input
-// rules in an all-or-nothing load (nothing was loaded), or a file that cannot
-// be read as a tiers or records file at all (wrong header, empty, a CSV record
-// that never ends), which fails even a load with SkipInvalid.
+// InvalidInputError reports input that was refused, and nothing loaded:
+// rows that broke the input rules in an all-or-nothing load, or a file that
+// cannot be read as a tiers or records file at all (wrong header, empty, a
+// CSV record that never ends, or with SkipInvalid a malformed tiers row
+// whose contract cannot be told), which fails even a load with SkipInvalid.
 type InvalidInputError struct {
 	// Errors lists the first problems in file order (tiers before records)
 	// and line order, at most Options.MaxListed of them.
@@ -147,8 +148,10 @@ func openCSVLimit(r io.Reader, name string, header []string, maxBytes int64) (*c
 
 // next returns the fields and starting line of the next record. A record
 // that is not well-formed CSV gives a *LineError, after which reading goes
-// on with the next line. At the end it returns io.EOF; any other error is
-// fatal and returned again by every later call.
+// on with the next line; the fields returned with it are those completed
+// before the error if the record is one line, else none. At the end it
+// returns io.EOF; any other error is fatal and returned again by every
+// later call.
 func (f *csvFile) next() ([]string, int64, error) {
 	if f.err != nil {
 		return nil, 0, f.err
@@ -174,7 +177,11 @@ func (f *csvFile) next() ([]string, int64, error) {
 		if pe.Line != pe.StartLine {
 			where = fmt.Sprintf("line %d, column %d", pe.Line, pe.Column)
 		}
-		return nil, int64(pe.StartLine), &LineError{File: f.name, Line: int64(pe.StartLine),
+		// The fields completed before the error, if the record is one line.
+		if pe.Line != pe.StartLine {
+			fields = nil
+		}
+		return fields, int64(pe.StartLine), &LineError{File: f.name, Line: int64(pe.StartLine),
 			Reason: fmt.Sprintf("malformed CSV: %v (at %s)", pe.Err, where)}
 	}
 	switch {
@@ -231,24 +238,27 @@ func NewTiersReader(r io.Reader, file string) (*TiersReader, error) {
 	return &TiersReader{f: f}, nil
 }
 
-// Next returns the next row. A *LineError means the row is invalid; its Line
-// is set, and so is its ContractID when that field is valid, and reading may
-// go on. Next returns io.EOF after the last row; any other error ends the
-// file (an *InvalidInputError when the file is not readable as CSV).
+// Next returns the next row. A *LineError means the row is invalid and
+// reading may go on; the row then has its Line, and its ContractID if the
+// row's first field is a valid contract id (for a malformed CSV record only
+// if it is one line, as it may have swallowed the lines after it), so that
+// the contract's tier set can be rejected as incomplete. Next returns
+// io.EOF after the last row; any other error ends the file (an
+// *InvalidInputError when the file is not readable as CSV).
 func (r *TiersReader) Next() (TierRow, error) {
 	fields, line, err := r.f.next()
-	r.fields = fields
-	row := TierRow{Line: line}
+	row := TierRow{Line: line, ContractID: validContractID(fields)}
 	if err != nil {
+		r.fields = nil
 		return row, err
 	}
+	r.fields = fields
 	if le := r.f.checkShape(line, fields, tiersColumns); le != nil {
 		return row, le
 	}
 	if reason := checkContractID(fields[0]); reason != "" {
 		return row, r.f.rowError(line, fields, "%s", reason)
 	}
-	row.ContractID = fields[0]
 	var reason string
 	if row.ThresholdMinor, reason = parseInt("threshold_minor", fields[1], 0, 1<<63-1, "must be ≥ 0"); reason != "" {
 		return row, r.f.rowError(line, fields, "%s", reason)
@@ -257,6 +267,14 @@ func (r *TiersReader) Next() (TierRow, error) {
 		return row, r.f.rowError(line, fields, "%s", reason)
 	}
 	return row, nil
+}
+
+// validContractID returns the first field if it is a valid contract id.
+func validContractID(fields []string) string {
+	if len(fields) > 0 && checkContractID(fields[0]) == "" {
+		return fields[0]
+	}
+	return ""
 }
 
 // Fields returns the raw fields of the row last returned by Next, valid
@@ -293,18 +311,18 @@ func NewRecordsReader(r io.Reader, file string) (*RecordsReader, error) {
 // known contracts and totals are checked by Load.
 func (r *RecordsReader) Next() (RecordRow, error) {
 	fields, line, err := r.f.next()
-	r.fields = fields
-	row := RecordRow{Line: line}
+	row := RecordRow{Line: line, ContractID: validContractID(fields)}
 	if err != nil {
+		r.fields = nil
 		return row, err
 	}
+	r.fields = fields
 	if le := r.f.checkShape(line, fields, recordsColumns); le != nil {
 		return row, le
 	}
 	if reason := checkContractID(fields[0]); reason != "" {
 		return row, r.f.rowError(line, fields, "%s", reason)
 	}
-	row.ContractID = fields[0]
 	if reason := checkRecordID(fields[1]); reason != "" {
 		return row, r.f.rowError(line, fields, "%s", reason)
 	}

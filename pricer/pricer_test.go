@@ -117,6 +117,9 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 	db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 16})
 	loadVectors(t, db)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv("TEST_LOG") != "" {
+		quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	for round := 0; ; round++ {
 		var left int64
 		if err := db.QueryRow(`SELECT coalesce(sum(available - position), 0) FROM tasks`).Scan(&left); err != nil {
@@ -135,7 +138,7 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 		commits := make(chan struct{}, 1000)
 		cfg := distributor.Config{
 			Name: "r" + strconv.Itoa(round), Heartbeat: 50 * time.Millisecond, StaleAfter: time.Second,
-			BatchSize: 1 + rng.IntN(300), MaxPartitions: 1 + rng.IntN(4), Logger: quiet,
+			BatchSize: 1 + rng.IntN(300), MaxPartitions: 1 + rng.IntN(4), Logger: quiet, UntilDone: true,
 			OnEvent: func(e distributor.Event) {
 				if e.Kind == distributor.EventCheckpoint {
 					commits <- struct{}{}
@@ -149,14 +152,20 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 		if err := d.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; i < stopAfter && left > 0; i++ {
+	wait:
+		for i := 0; i < stopAfter; i++ {
 			select {
 			case <-commits:
+			case <-d.Done(): // the round finished everything that was left
+				break wait
 			case <-time.After(30 * time.Second):
 				t.Fatal("no batch committed")
 			}
 		}
 		d.Stop()
+		if err := d.Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	assertGolden(t, exportBytes(t, db))
 	verifyClean(t, db)

@@ -1,0 +1,99 @@
+// Package ingest loads pricing inputs: tiers files and records files.
+//
+// # Input files
+//
+// A tiers file has the header contract_id,threshold_minor,discount_bp and
+// gives the complete tier set of every contract it names (rows in any
+// order): contract_id is 1–64 characters from A-Z a-z 0-9 . _ : -;
+// threshold_minor is an integer ≥ 0, distinct within the contract;
+// discount_bp an integer from 0 to 10000; at most 64 tiers per contract. A
+// set replaces the contract's stored one. Once a contract has priced
+// records (its task row has position > 0) its tiers cannot change; an
+// identical set is accepted and changes nothing.
+//
+// A records file has the header contract_id,record_id,amount_minor.
+// record_id is 1–128 printable characters (valid UTF-8, unicode.IsPrint),
+// unique within its contract; amount_minor is an integer from 1 to
+// 1,000,000,000,000; the contract must exist or be created by the tiers
+// file of the same load. A contract's records are accepted in file order,
+// after those of earlier loads: record seq is the dense 1-based acceptance
+// position within the contract. A record id seen before (stored, or earlier
+// in the file) with the same amount is a re-delivery, skipped and counted;
+// with another amount it is an error. A load may not take a contract's
+// cumulative gross past 2^63−1.
+//
+// Integers are plain decimal (digits, optionally a leading minus sign,
+// which is then out of range). Files are UTF-8 CSV (RFC 4180 quoting, LF or
+// CRLF line ends, blank lines ignored). Every problem is reported as
+// FILE:LINE: reason, LINE being the physical line on which the row starts.
+//
+// The readers (NewTiersReader, NewRecordsReader) check each row on its
+// own and stream: memory does not depend on the file's size, and a CSV
+// record may not span more than 1 MiB (an unclosed quote otherwise reads
+// the rest of the file as one field). The checks across rows and against
+// the database are done by Load, in SQL.
+//
+// # The load transaction
+//
+// Load runs one transaction on one connection:
+//
+//  1. pg_advisory_xact_lock on a fixed key serialises loads. Only loads
+//     raise tasks.available, so while the lock is held a contract's
+//     available is the highest seq stored and can be read without a row
+//     lock. Workers do not take this lock and are not held up by it.
+//  2. A loads row is inserted; its load_id tags the records added.
+//  3. Each file is parsed and copied (COPY, binary) into a temporary
+//     staging table, one row per input row with its line number; a row
+//     that breaks a rule on its own is staged with its reason. The
+//     cross-row checks are then UPDATEs over the staging tables: duplicate
+//     thresholds, tier counts, comparison with stored tier sets, unknown
+//     contracts, cumulative gross, record ids repeating stored or earlier
+//     ones.
+//  4. Tiers are applied first: new contracts and their task rows (INSERT
+//     ... ON CONFLICT DO NOTHING, which locks no existing row), changed
+//     tier sets replaced. A tier set with any invalid row is rejected as a
+//     whole, and so are then the records of its contract unless that
+//     contract existed before.
+//  5. If any row is invalid and SkipInvalid is off, the transaction rolls
+//     back and Load returns an *InvalidInputError. Otherwise the accepted
+//     records are inserted with seq = available + their rank in file order.
+//     Re-deliveries are usually absent, so they are only looked for when
+//     needed: the insert runs under a savepoint, and the unique index on
+//     (contract_id, record_id) makes it fail exactly when a record id
+//     repeats; then it is rolled back to the savepoint, the repeats are
+//     sorted out in SQL and the insert runs again.
+//  6. With SkipInvalid the reject file is written (to a temporary name,
+//     renamed after commit), and the loads row gets its counts.
+//  7. As the last statements, the task rows of the contracts that gain
+//     records or change tiers are locked in partition_key order and
+//     checked, available is raised, and pg_notify wakes idle workers
+//     (delivered on commit). Then commit.
+//
+// # Why it is safe while workers run
+//
+// Workers update task rows all the time (heartbeats every second, claims,
+// checkpoints). The load touches those rows only in step 7, so the row
+// locks are held for a few short statements and the commit. Like every
+// other multi-row locker of tasks, it locks in partition_key order, so it
+// cannot deadlock with batched heartbeats or claims.
+//
+// When the load only adds records it locks FOR NO KEY UPDATE, the
+// distributor's lock for work-counter updates: it does not wait for a batch
+// in flight, which holds its row FOR KEY SHARE and cannot see the new
+// records before commit anyway. A worker only processes records up to
+// available, and available is raised in the same transaction that inserts
+// them, so no worker sees a seq it cannot read.
+//
+// When the load changes the tiers of an existing contract it locks FOR
+// UPDATE instead, and checks position = 0 under that lock. FOR UPDATE
+// conflicts with a batch's fence, so the load first waits for a batch in
+// flight (which may have read the old tiers) to end, and batches that
+// start later wait for the load's commit and then read the new tiers. If a
+// batch priced records meanwhile, position is no longer 0 and the load
+// fails as a whole; running it again reports the contract's tiers as
+// frozen. Loads are rare and quick to lock, so waiting for one batch is
+// acceptable here, and only here.
+//
+// A load that fails at any point rolls back completely: staging tables,
+// contracts, tiers, records, task rows and the loads row.
+package ingest

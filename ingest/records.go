@@ -1,0 +1,270 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// stageRecords copies the records file into load_records and runs the
+// checks every load needs. Record ids that repeat one already stored or
+// one earlier in the file are found by checkRepeats, which runs only when
+// needed (see insertRecords).
+func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
+	src := &rowSource{stage: "records", next: func(v []any) (bool, error) {
+		row, err := l.records.Next()
+		if err == io.EOF {
+			return false, nil
+		}
+		var le *LineError
+		switch {
+		case err == nil:
+			v[0], v[1], v[2], v[3], v[4], v[5] = row.Line, row.ContractID, row.RecordID, row.AmountMinor, nil, nil
+			if f := l.records.Fields(); !canonicalInt(f[2]) {
+				v[4] = rawRow(f)
+			}
+		case errors.As(err, &le):
+			v[0], v[1], v[2], v[3], v[4], v[5] = le.Line, nil, nil, nil, rawRow(le.Row), sanitize(le.Reason)
+		default:
+			return false, err
+		}
+		return true, nil
+	}}
+	if err := l.copyIn(ctx, tx, "load_records",
+		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, src, "contract_id, err, redelivered"); err != nil {
+		return err
+	}
+	if _, err := exec(ctx, tx, "checking contracts", sqlRecordUnknownContract, l.opts.TiersPath); err != nil {
+		return err
+	}
+	if err := l.collectAffected(ctx, tx); err != nil {
+		return err
+	}
+	return l.checkGross(ctx, tx)
+}
+
+const sqlRecordUnknownContract = `
+UPDATE load_records r
+   SET err = CASE WHEN EXISTS (SELECT 1 FROM load_tiers t WHERE t.contract_id = r.contract_id)
+                  THEN format('unknown contract %s (its tier set in %s was rejected)', r.contract_id, $1::text)
+                  ELSE format('unknown contract %s', r.contract_id) END
+ WHERE r.err IS NULL AND NOT EXISTS (SELECT 1 FROM contracts c WHERE c.contract_id = r.contract_id)`
+
+// checkRepeats handles record ids that repeat a stored record or an
+// earlier row of the file: with the same amount the row is a re-delivery,
+// with another amount an error.
+func (l *loader) checkRepeats(ctx context.Context, tx pgx.Tx) error {
+	l.repeatsChecked = true
+	n, err := exec(ctx, tx, "comparing with stored records", sqlRecordStored)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		l.affectedStale = true
+	}
+	if n, err = exec(ctx, tx, "finding repeated record ids", sqlDupKeys); err != nil || n == 0 {
+		return err
+	}
+	l.affectedStale = true
+	_, err = exec(ctx, tx, "checking repeated record ids", sqlDupsMark)
+	return err
+}
+
+// The LATERAL subquery with LIMIT makes this one probe of the unique index
+// per staged row, so the cost follows the size of the load, not of the
+// records table (which a hash join would read whole).
+const sqlRecordStored = `
+UPDATE load_records r
+   SET redelivered = m.amount_minor = r.amount_minor,
+       err = CASE WHEN m.amount_minor <> r.amount_minor THEN
+             format('record_id %s of contract %s has amount_minor %s, but load %s%s stored it with amount_minor %s',
+                    to_json(r.record_id::text), r.contract_id, r.amount_minor, m.load_id,
+                    coalesce(' (' || m.records_file || ')', ''), m.amount_minor) END
+  FROM (SELECT s.line, x.amount_minor, x.load_id, l.records_file
+          FROM load_records s
+         CROSS JOIN LATERAL (SELECT amount_minor, load_id FROM records x
+                              WHERE x.contract_id = s.contract_id AND x.record_id = s.record_id LIMIT 1) x
+          LEFT JOIN loads l ON l.load_id = x.load_id
+         WHERE s.err IS NULL) m
+ WHERE r.line = m.line`
+
+// Record ids that occur more than once among the valid rows not matched
+// to a stored record, with their first line.
+const sqlDupKeys = `
+INSERT INTO load_dup_keys (contract_id, record_id, first_line)
+SELECT contract_id, record_id, min(line) FROM load_records
+ WHERE err IS NULL AND NOT redelivered
+ GROUP BY contract_id, record_id HAVING count(*) > 1`
+
+const sqlDupsMark = `
+UPDATE load_records r
+   SET first_line = k.first_line,
+       redelivered = f.amount_minor = r.amount_minor,
+       err = CASE WHEN f.amount_minor <> r.amount_minor THEN
+             format('record_id %s of contract %s has amount_minor %s here but %s on line %s',
+                    to_json(r.record_id::text), r.contract_id, r.amount_minor, f.amount_minor, k.first_line) END
+  FROM load_dup_keys k JOIN load_records f ON f.line = k.first_line
+ WHERE r.contract_id = k.contract_id AND r.record_id = k.record_id AND r.line <> k.first_line
+   AND r.err IS NULL AND NOT r.redelivered`
+
+// checkGross rejects the records that would take a contract's cumulative
+// gross past the limit. Each record is at most MaxAmountMinor, so only a
+// contract with more than limit/MaxAmountMinor records (stored and new) can
+// get there, and only such contracts are summed exactly. Almost always
+// there are none and this only reads load_affected.
+func (l *loader) checkGross(ctx context.Context, tx pgx.Tx) error {
+	n, err := exec(ctx, tx, "checking cumulative gross", sqlGrossCandidates, l.opts.maxGross, MaxAmountMinor)
+	if err != nil || n == 0 {
+		return err
+	}
+	// The counts above included re-deliveries; settle those first.
+	if err := l.checkRepeats(ctx, tx); err != nil {
+		return err
+	}
+	if n, err = exec(ctx, tx, "checking cumulative gross", sqlGrossMark, l.opts.maxGross); err != nil || n == 0 {
+		return err
+	}
+	l.affectedStale = true
+	_, err = exec(ctx, tx, "checking repeated record ids", sqlDupOfRejected)
+	return err
+}
+
+const sqlGrossCandidates = `
+INSERT INTO load_gross (contract_id, stored)
+SELECT a.contract_id,
+       coalesce((SELECT sum(x.amount_minor) FROM records x WHERE x.contract_id = a.contract_id), 0)
+  FROM load_affected a LEFT JOIN tasks t ON t.partition_key = a.contract_id
+ WHERE a.n_new > 0 AND (coalesce(t.available, 0) + a.n_new)::numeric * $2::bigint > $1::bigint`
+
+// Rejects the records from the one that takes the cumulative gross past
+// the limit onwards.
+const sqlGrossMark = `
+UPDATE load_records r
+   SET err = format('cumulative gross of contract %s would exceed %s', r.contract_id, $1::bigint)
+  FROM (SELECT l.line, g.stored + sum(l.amount_minor) OVER (PARTITION BY l.contract_id ORDER BY l.line) AS running
+          FROM load_records l JOIN load_gross g ON g.contract_id = l.contract_id
+         WHERE l.err IS NULL AND NOT l.redelivered) w
+ WHERE w.line = r.line AND w.running > $1::bigint`
+
+// A re-delivery of a row that was itself rejected is rejected too.
+const sqlDupOfRejected = `
+UPDATE load_records r
+   SET redelivered = false, err = format('same record as line %s, which is rejected', r.first_line)
+  FROM load_records f
+ WHERE r.first_line IS NOT NULL AND r.err IS NULL AND f.line = r.first_line AND f.err IS NOT NULL`
+
+// errRepeatedIDs reports that the insert met a record id that checkRepeats
+// has not handled yet.
+var errRepeatedIDs = errors.New("record ids repeated")
+
+// insertRecords stores the accepted records.
+//
+// Finding re-delivered record ids costs an index probe per staged row and
+// a pass over them all, and usually there are none. So unless they have
+// been looked for already, the insert runs first under a savepoint:
+// records has a unique index on (contract_id, record_id), so the insert
+// fails on that index exactly when a record id repeats a stored one or an
+// earlier row. Then it is rolled back to the savepoint, and errRepeatedIDs
+// tells the caller to run checkRepeats and try again.
+func (l *loader) insertRecords(ctx context.Context, tx pgx.Tx) error {
+	if l.affectedStale {
+		if err := l.collectAffected(ctx, tx); err != nil {
+			return err
+		}
+	}
+	rep := &l.rep
+	if rep.RecordsAccepted == 0 {
+		return nil
+	}
+	db := tx
+	if !l.repeatsChecked {
+		sp, err := tx.Begin(ctx) // a savepoint
+		if err != nil {
+			return fmt.Errorf("setting a savepoint: %w", err)
+		}
+		defer func() { _ = sp.Rollback(ctx) }() // a no-op after Commit
+		db = sp
+	}
+	if _, err := exec(ctx, db, "creating task rows", sqlRecordTasks); err != nil {
+		return err
+	}
+	if _, err := exec(ctx, db, "reading task positions", sqlBase); err != nil {
+		return err
+	}
+	n, err := exec(ctx, db, "storing records", sqlInsertRecords, rep.LoadID)
+	var pe *pgconn.PgError
+	if !l.repeatsChecked && errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "records_contract_record_id" {
+		return errRepeatedIDs
+	}
+	if err != nil {
+		return err
+	}
+	if n != rep.RecordsAccepted {
+		return fmt.Errorf("storing records: stored %d, want %d", n, rep.RecordsAccepted)
+	}
+	if db != tx {
+		if err := db.Commit(ctx); err != nil {
+			return fmt.Errorf("releasing the savepoint: %w", err)
+		}
+	}
+	return nil
+}
+
+// collectAffected fills load_affected and takes the record counts from it.
+func (l *loader) collectAffected(ctx context.Context, tx pgx.Tx) error {
+	if _, err := exec(ctx, tx, "collecting contracts", "DELETE FROM load_affected"); err != nil {
+		return err
+	}
+	if _, err := exec(ctx, tx, "collecting contracts", sqlAffected); err != nil {
+		return err
+	}
+	// Without statistics the planner would hash the staged rows rather
+	// than these few when joining the two.
+	if _, err := exec(ctx, tx, "collecting contracts", "ANALYZE load_affected"); err != nil {
+		return err
+	}
+	if err := tx.QueryRow(ctx, "SELECT coalesce(sum(n_new), 0), coalesce(sum(n_redelivered), 0) FROM load_affected").
+		Scan(&l.rep.RecordsAccepted, &l.rep.RecordsRedelivered); err != nil {
+		return fmt.Errorf("counting records: %w", err)
+	}
+	l.affectedStale = false
+	return nil
+}
+
+// sqlAffected collects the contracts with valid records, with the numbers
+// of new and re-delivered ones, and the existing contracts whose tiers
+// change.
+const sqlAffected = `
+INSERT INTO load_affected (contract_id, n_new, n_redelivered, tiers_changed, ord)
+SELECT contract_id, sum(n_new), sum(n_redelivered), bool_or(tiers_changed), row_number() OVER (ORDER BY contract_id)
+  FROM (SELECT contract_id, count(*) FILTER (WHERE NOT redelivered) AS n_new,
+               count(*) FILTER (WHERE redelivered) AS n_redelivered, false AS tiers_changed
+          FROM load_records WHERE err IS NULL GROUP BY contract_id
+        UNION ALL
+        SELECT contract_id, 0, 0, true FROM load_tier_sets WHERE existed AND changed) u
+ GROUP BY contract_id`
+
+// Existing rows are not locked by ON CONFLICT DO NOTHING.
+const sqlRecordTasks = `
+INSERT INTO tasks (partition_key)
+SELECT contract_id FROM load_affected WHERE n_new > 0 ORDER BY contract_id
+ON CONFLICT DO NOTHING`
+
+// Loads are serialised by the advisory lock and only loads raise
+// available, so this plain read stays true until commit (checked again
+// under the row locks).
+const sqlBase = `
+UPDATE load_affected a SET base = t.available FROM tasks t WHERE t.partition_key = a.contract_id`
+
+// seq continues from tasks.available in file order. The window partitions
+// by ord, an integer standing for contract_id, which sorts faster.
+const sqlInsertRecords = `
+INSERT INTO records (contract_id, seq, record_id, amount_minor, load_id)
+SELECT r.contract_id, a.base + row_number() OVER (PARTITION BY a.ord ORDER BY r.line),
+       r.record_id, r.amount_minor, $1
+  FROM load_records r JOIN load_affected a ON a.contract_id = r.contract_id
+ WHERE r.err IS NULL AND NOT r.redelivered`

@@ -1,0 +1,268 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The staging tables live until the end of the transaction. Rows keep
+// their line numbers; err is set for an invalid row (the first problem
+// found); raw holds the original fields as CSV when they cannot be rebuilt
+// from the typed columns (invalid rows, integers with leading zeros).
+const sqlCreateStaging = `
+CREATE TEMP TABLE load_tiers (
+    line            bigint NOT NULL,
+    contract_id     text COLLATE "C",
+    threshold_minor bigint,
+    discount_bp     bigint,
+    raw             text,
+    err             text
+) ON COMMIT DROP;
+CREATE TEMP TABLE load_records (
+    line         bigint NOT NULL,
+    contract_id  text COLLATE "C",
+    record_id    text COLLATE "C",
+    amount_minor bigint,
+    raw          text,
+    err          text,
+    redelivered  boolean NOT NULL DEFAULT false,
+    first_line   bigint
+) ON COMMIT DROP;
+-- Each valid tier set: is its contract new, does the set differ from the
+-- stored one, and the contract's position when checked.
+CREATE TEMP TABLE load_tier_sets (
+    contract_id text COLLATE "C" NOT NULL,
+    existed     boolean NOT NULL,
+    changed     boolean NOT NULL,
+    position    bigint NOT NULL
+) ON COMMIT DROP;
+-- Record ids that occur more than once in the file, with their first line.
+CREATE TEMP TABLE load_dup_keys (
+    contract_id text COLLATE "C" NOT NULL,
+    record_id   text COLLATE "C" NOT NULL,
+    first_line  bigint NOT NULL
+) ON COMMIT DROP;
+-- Contracts whose cumulative gross needs an exact check.
+CREATE TEMP TABLE load_gross (
+    contract_id text COLLATE "C" NOT NULL,
+    stored      numeric NOT NULL
+) ON COMMIT DROP;
+-- The contracts with valid records or changed tiers. The load updates the
+-- task rows of those with n_new > 0 and checks those with tiers_changed;
+-- base is tasks.available before the load.
+CREATE TEMP TABLE load_affected (
+    contract_id   text COLLATE "C" NOT NULL,
+    n_new         bigint NOT NULL,
+    n_redelivered bigint NOT NULL,
+    tiers_changed boolean NOT NULL,
+    ord           bigint NOT NULL, -- 1, 2, ... in contract_id order
+    base          bigint
+) ON COMMIT DROP;`
+
+// rowSource feeds parsed rows to CopyFrom, one staging row per input row.
+type rowSource struct {
+	next     func(vals []any) (bool, error) // fills vals; false at the end
+	vals     []any
+	err      error
+	n        int64
+	stage    string
+	progress func(string, int64)
+}
+
+func (s *rowSource) Next() bool {
+	more, err := s.next(s.vals)
+	if err != nil {
+		s.err = err
+		return false
+	}
+	if !more {
+		if s.progress != nil {
+			s.progress(s.stage, s.n)
+		}
+		return false
+	}
+	s.n++
+	if s.progress != nil && s.n%progressEvery == 0 {
+		s.progress(s.stage, s.n)
+	}
+	return true
+}
+
+func (s *rowSource) Values() ([]any, error) { return s.vals, nil }
+func (s *rowSource) Err() error             { return s.err }
+
+// copyIn copies src into a staging table and analyses the columns in stats.
+func (l *loader) copyIn(ctx context.Context, tx pgx.Tx, table string, cols []string, src *rowSource, stats string) error {
+	src.vals = make([]any, len(cols))
+	src.progress = l.opts.Progress
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, src)
+	if src.err != nil {
+		return src.err // the input's own error, not pgx's wrapping of it
+	}
+	if err != nil {
+		return fmt.Errorf("copying rows to the database: %w", err)
+	}
+	// Temporary tables are not analysed automatically. The row count, the
+	// number of contracts and the share of valid rows steer the plans.
+	if _, err := tx.Exec(ctx, "ANALYZE "+table+" ("+stats+")"); err != nil {
+		return fmt.Errorf("analyzing staged rows: %w", err)
+	}
+	return nil
+}
+
+// rawRow gives the value of a staging row's raw column.
+func rawRow(fields []string) string {
+	return sanitize(joinCSV(fields))
+}
+
+// sanitize makes s storable as PostgreSQL text: valid UTF-8 without NUL.
+func sanitize(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
+func (l *loader) stageTiers(ctx context.Context, tx pgx.Tx) error {
+	src := &rowSource{stage: "tiers", next: func(v []any) (bool, error) {
+		row, err := l.tiers.Next()
+		if err == io.EOF {
+			return false, nil
+		}
+		var le *LineError
+		switch {
+		case err == nil:
+			v[0], v[1], v[2], v[3], v[4], v[5] = row.Line, row.ContractID, row.ThresholdMinor, row.DiscountBP, nil, nil
+			if f := l.tiers.Fields(); !canonicalInt(f[1]) || !canonicalInt(f[2]) {
+				v[4] = rawRow(f)
+			}
+		case errors.As(err, &le):
+			if le.Row == nil && row.ContractID == "" && l.opts.SkipInvalid {
+				// Any contract's tier set might lack this row, and none
+				// may load incomplete. (All-or-nothing fails anyway.)
+				return false, fatalInput(le.File, le.Line,
+					"%s; cannot tell which contract this tier row belongs to, so no tier set can be trusted to be complete", le.Reason)
+			}
+			v[0], v[1], v[2], v[3], v[4], v[5] = le.Line, nullIfEmpty(row.ContractID), nil, nil, rawRow(le.Row), sanitize(le.Reason)
+		default:
+			return false, err
+		}
+		return true, nil
+	}}
+	if err := l.copyIn(ctx, tx, "load_tiers",
+		[]string{"line", "contract_id", "threshold_minor", "discount_bp", "raw", "err"}, src, "contract_id, err"); err != nil {
+		return err
+	}
+	steps := []struct {
+		doing, sql string
+		args       []any
+	}{
+		{"checking for duplicate thresholds", sqlTierDuplicates, nil},
+		{"checking tier counts", sqlTierTooMany, []any{MaxTiers}},
+		{"rejecting incomplete tier sets", sqlTierSetRejected, nil},
+		{"comparing with stored tier sets", sqlTierSets, nil},
+		{"checking for priced contracts", sqlTierFrozen, nil},
+		{"checking for priced contracts", sqlTierSetsDropRejected, nil},
+	}
+	for _, s := range steps {
+		if _, err := exec(ctx, tx, s.doing, s.sql, s.args...); err != nil {
+			return err
+		}
+	}
+	n, err := exec(ctx, tx, "creating contracts", sqlInsertContracts)
+	if err != nil {
+		return err
+	}
+	l.rep.ContractsCreated = n
+	for _, s := range []struct{ doing, sql string }{
+		{"creating task rows", sqlInsertTierTasks},
+		{"removing replaced tiers", sqlDeleteChangedTiers},
+		{"storing tiers", sqlInsertTiers},
+	} {
+		if _, err := exec(ctx, tx, s.doing, s.sql); err != nil {
+			return err
+		}
+	}
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM load_tiers WHERE err IS NULL").Scan(&l.rep.TierRows); err != nil {
+		return fmt.Errorf("counting tier rows: %w", err)
+	}
+	return nil
+}
+
+const sqlTierDuplicates = `
+UPDATE load_tiers t
+   SET err = format('duplicate threshold_minor %s for contract %s (first on line %s)',
+                    t.threshold_minor, t.contract_id, d.first_line)
+  FROM (SELECT line, min(line) OVER (PARTITION BY contract_id, threshold_minor) AS first_line
+          FROM load_tiers WHERE err IS NULL) d
+ WHERE t.line = d.line AND d.first_line <> d.line`
+
+const sqlTierTooMany = `
+UPDATE load_tiers t
+   SET err = format('contract %s has %s tier rows, at most %s are allowed', t.contract_id, c.n, $1::int)
+  FROM (SELECT contract_id, count(*) AS n FROM load_tiers
+         WHERE contract_id IS NOT NULL GROUP BY contract_id HAVING count(*) > $1::int) c
+ WHERE t.contract_id = c.contract_id AND t.err IS NULL`
+
+const sqlTierSetRejected = `
+UPDATE load_tiers t
+   SET err = format('tier set of contract %s is rejected because line %s is invalid', t.contract_id, b.first_bad)
+  FROM (SELECT contract_id, min(line) AS first_bad FROM load_tiers
+         WHERE err IS NOT NULL AND contract_id IS NOT NULL GROUP BY contract_id) b
+ WHERE t.contract_id = b.contract_id AND t.err IS NULL`
+
+// Every valid tier set, whether its contract exists, whether the set
+// differs from the stored one, and the contract's position as of now. The
+// position is checked again under the task row lock before commit.
+const sqlTierSets = `
+INSERT INTO load_tier_sets (contract_id, existed, changed, position)
+WITH new AS (
+    SELECT contract_id,
+           array_agg(threshold_minor ORDER BY threshold_minor) AS th,
+           array_agg(discount_bp ORDER BY threshold_minor) AS bp
+      FROM load_tiers WHERE err IS NULL GROUP BY contract_id
+), old AS (
+    SELECT contract_id,
+           array_agg(threshold_minor ORDER BY threshold_minor) AS th,
+           array_agg(discount_bp::bigint ORDER BY threshold_minor) AS bp
+      FROM tiers WHERE contract_id IN (SELECT contract_id FROM new) GROUP BY contract_id
+)
+SELECT n.contract_id, c.contract_id IS NOT NULL,
+       o.th IS DISTINCT FROM n.th OR o.bp IS DISTINCT FROM n.bp,
+       coalesce(k.position, 0)
+  FROM new n
+  LEFT JOIN contracts c ON c.contract_id = n.contract_id
+  LEFT JOIN old o ON o.contract_id = n.contract_id
+  LEFT JOIN tasks k ON k.partition_key = n.contract_id`
+
+const sqlTierFrozen = `
+UPDATE load_tiers t
+   SET err = format('tiers of contract %s cannot change: %s of its records are already priced', s.contract_id, s.position)
+  FROM load_tier_sets s
+ WHERE s.contract_id = t.contract_id AND s.existed AND s.changed AND s.position > 0 AND t.err IS NULL`
+
+const sqlTierSetsDropRejected = `DELETE FROM load_tier_sets WHERE existed AND changed AND position > 0`
+
+const sqlInsertContracts = `
+INSERT INTO contracts (contract_id)
+SELECT contract_id FROM load_tier_sets WHERE NOT existed ORDER BY contract_id
+ON CONFLICT DO NOTHING`
+
+// Existing conflicting rows are not locked by ON CONFLICT DO NOTHING.
+const sqlInsertTierTasks = `
+INSERT INTO tasks (partition_key)
+SELECT contract_id FROM load_tier_sets ORDER BY contract_id
+ON CONFLICT DO NOTHING`
+
+const sqlDeleteChangedTiers = `
+DELETE FROM tiers WHERE contract_id IN (SELECT contract_id FROM load_tier_sets WHERE existed AND changed)`
+
+const sqlInsertTiers = `
+INSERT INTO tiers (contract_id, threshold_minor, discount_bp)
+SELECT t.contract_id, t.threshold_minor, t.discount_bp
+  FROM load_tiers t JOIN load_tier_sets s ON s.contract_id = t.contract_id
+ WHERE s.changed AND t.err IS NULL
+ ORDER BY t.contract_id, t.threshold_minor`
