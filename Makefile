@@ -1,6 +1,6 @@
 # baton: make demo runs the showcase, make test runs every test.
 GO ?= go
-STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@2025.1.1
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: demo test test-race lint build bench fuzz clean
 
