@@ -395,39 +395,38 @@ func (d *Distributor) listenOnce(ctx context.Context) error {
 }
 
 // claimLoop claims partitions up to the fair share until stopped.
+//
+// A stop does not cancel a round in flight: a claim statement cancelled on
+// the client may still apply on the server, and the worker would hold rows
+// it does not know about until their leases expired. Each round is bounded
+// by its own timeout instead, and the loop checks for a stop between rounds.
 func (d *Distributor) claimLoop() {
 	defer close(d.loopDone)
-	ctx, cancel := context.WithCancel(d.base)
-	defer cancel()
-	go func() {
-		select {
-		case <-d.stopping:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	poll := d.cfg.Clock.NewTicker(d.cfg.PollInterval)
 	defer poll.Stop()
 	var lastRebalance time.Time
-	for {
+	for !d.isStopping() {
+		ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
 		now := d.cfg.Clock.Now()
 		if lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.cfg.RebalanceInterval || d.cfg.UntilDone && d.heldCount() == 0 {
 			finished, err := d.rebalance(ctx)
-			if err != nil && ctx.Err() == nil {
+			if err != nil {
 				d.log.Warn("reading cluster load failed", "error", err)
 			} else {
 				lastRebalance = now
 			}
 			if finished != nil {
+				cancel()
 				go d.finish(finished.err)
 				return
 			}
 		}
-		if err := d.claim(ctx); err != nil && ctx.Err() == nil {
+		if err := d.claim(ctx); err != nil {
 			d.log.Warn("claiming failed", "error", err)
 		}
+		cancel()
 		select {
-		case <-ctx.Done():
+		case <-d.stopping:
 			return
 		case <-poll.Chan():
 		case <-d.wakeClaim:
@@ -525,7 +524,18 @@ func (d *Distributor) claim(ctx context.Context) error {
 		sent := d.cfg.Clock.Now()
 		won, err := d.store.Claim(ctx, d.worker.InstanceID, d.cfg.StaleAfter, try)
 		if err != nil {
-			return err
+			if !unknownOutcome(err) {
+				return err
+			}
+			// The claim may have applied with its reply lost: re-read, and
+			// adopt whatever is ours so it is processed or handed back
+			// rather than left owned until its lease expires.
+			adopted, rerr := d.resolveClaims(try)
+			if rerr != nil {
+				return fmt.Errorf("%w (outcome re-read: %v)", err, rerr)
+			}
+			d.log.Warn("claim outcome was unknown; re-read it", "error", err, "adopted", len(adopted))
+			won = adopted
 		}
 		for _, c := range won {
 			d.emit(Event{Kind: EventClaimed, Key: c.Key, Version: c.Version, Takeover: c.Takeover, Position: c.Position})
@@ -539,6 +549,28 @@ func (d *Distributor) claim(ctx context.Context) error {
 		want -= len(won)
 	}
 	return nil
+}
+
+// resolveClaims finds which of the candidates a claim whose outcome is
+// unknown actually won: those now at the next version under this owner.
+func (d *Distributor) resolveClaims(cands []partition.Candidate) ([]partition.Claimed, error) {
+	ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
+	defer cancel()
+	next := make([]partition.Lease, len(cands))
+	owned := make(map[string]bool, len(cands))
+	for i, c := range cands {
+		next[i] = partition.Lease{Key: c.Key, Version: c.Version + 1}
+		owned[c.Key] = c.Owned
+	}
+	held, err := d.store.Inspect(ctx, d.worker.InstanceID, next)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]partition.Claimed, len(held))
+	for i, h := range held {
+		out[i] = partition.Claimed{Lease: h.Lease, Takeover: owned[h.Key]}
+	}
+	return out, nil
 }
 
 func (d *Distributor) start(c partition.Claimed, sent time.Time) {

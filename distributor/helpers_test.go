@@ -17,7 +17,7 @@ import (
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+
 
 // env is one test's database with a generic work model: a partition's items
 // are the integers 1..available, and the test processor writes one output
