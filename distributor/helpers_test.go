@@ -17,8 +17,6 @@ import (
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
-
-
 // env is one test's database with a generic work model: a partition's items
 // are the integers 1..available, and the test processor writes one output
 // row per item, keyed (key, n), so a duplicate is a primary-key violation
