@@ -120,6 +120,7 @@ type held struct {
 	takeover  bool
 	claimedAt time.Time
 	handBack  atomic.Bool   // release at the next batch boundary (rebalance)
+	idle      atomic.Bool   // leader mode: caught up, waiting for new work
 	nudge     chan struct{} // new work or hand-back request (leader mode)
 }
 
@@ -478,6 +479,24 @@ func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
 		}
 		d.log.Info("above fair share, handing back partitions", "held", len(d.held), "handing_back", surplus,
 			"share", share, "live_workers", load.LiveWorkers)
+	} else if d.cfg.Mode == ModeLeader && load.Unclaimed > 0 && len(keep) >= min(share, d.cfg.MaxPartitions) {
+		// A leader at capacity must not sit on caught-up partitions while
+		// claimable work waits that nobody has room for: hand idle ones
+		// back so the loop can claim the waiting work.
+		n := 0
+		for _, h := range keep {
+			if n < load.Unclaimed && h.idle.Load() {
+				h.handBack.Store(true)
+				select {
+				case h.nudge <- struct{}{}:
+				default:
+				}
+				n++
+			}
+		}
+		if n > 0 {
+			d.log.Info("leader at capacity with work waiting: handing back idle partitions", "handing_back", n, "unclaimed", load.Unclaimed)
+		}
 	}
 	d.mu.Unlock()
 	return nil, nil
@@ -685,12 +704,14 @@ func (d *Distributor) runPartition(h *held) {
 			return
 		}
 		// Leader: keep the partition and wait for new work.
+		h.idle.Store(true)
 		select {
 		case <-l.Work():
 		case <-h.nudge:
 		case <-lctx.Done():
 		case <-d.stopping:
 		}
+		h.idle.Store(false)
 	}
 }
 
@@ -726,7 +747,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 		return 0, false, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
 			l.Lease, res.Position, cp.Position, cp.Available)
 	}
-	if err := d.store.Advance(ctx, tx, l.Lease, res.Position, res.State); err != nil {
+	if err := d.store.Advance(ctx, tx, l.Lease, cp.Position, res.Position, res.State); err != nil {
 		return 0, false, causeOr(ctx, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -852,6 +873,9 @@ func isTransient(err error) bool {
 	if errors.As(err, &netErr) {
 		return true
 	}
+	if errors.Is(err, partition.ErrCheckpointMoved) {
+		return true // an earlier commit of ours applied late: retry from the new checkpoint
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
@@ -859,6 +883,8 @@ func isTransient(err error) bool {
 			return true // connection exception, operator intervention (shutdown, cancel, timeout), resources
 		case pgErr.Code == "40001" || pgErr.Code == "40P01" || pgErr.Code == "55P03":
 			return true // serialization failure, deadlock, lock timeout
+		case pgErr.Code == "25P03":
+			return true // idle_in_transaction_session_timeout ended the session
 		}
 		return false
 	}

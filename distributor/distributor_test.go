@@ -129,7 +129,7 @@ func (g *ghost) commitBatch(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := g.store.Advance(ctx, tx, g.lease, res.Position, res.State); err != nil {
+	if err := g.store.Advance(ctx, tx, g.lease, cp.Position, res.Position, res.State); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -555,7 +555,7 @@ func TestOwnerFrozenMidTransactionCannotBlockOrCommit(t *testing.T) {
 	// The ghost resumes and finishes its batch.
 	res, perr := newProc().Process(ctx, &distributor.Batch{Lease: g.lease, Owner: g.id, Tx: tx, Checkpoint: cp, Limit: 10})
 	if perr == nil {
-		perr = partition.NewStore(gdb).Advance(ctx, tx, g.lease, res.Position, res.State)
+		perr = partition.NewStore(gdb).Advance(ctx, tx, g.lease, cp.Position, res.Position, res.State)
 	}
 	if perr == nil {
 		perr = tx.Commit()
@@ -563,5 +563,30 @@ func TestOwnerFrozenMidTransactionCannotBlockOrCommit(t *testing.T) {
 	if perr == nil {
 		t.Fatal("the frozen owner's batch committed after a takeover")
 	}
+	e.verify()
+}
+
+// A leader holding its maximum of caught-up partitions hands idle ones back
+// when other partitions have work that nobody can claim.
+func TestLeaderAtCapacityMakesRoomForWaitingWork(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(5, "a", "b")
+	ev := newEvents()
+	cfg := fastConfig("leader", ev)
+	cfg.Mode = distributor.ModeLeader
+	cfg.MaxPartitions = 2
+	cfg.RebalanceInterval = 100 * time.Millisecond
+	d := e.start(cfg, newProc())
+	for _, k := range []string{"a", "b"} {
+		ev.wait(t, 10*time.Second, k+" caught up", func(x distributor.Event) bool {
+			return x.Kind == distributor.EventCheckpoint && x.Key == k && x.Position == 5
+		})
+	}
+	e.addWork(7, "c")
+	ev.wait(t, 10*time.Second, "c processed by the full leader", func(x distributor.Event) bool {
+		return x.Kind == distributor.EventCheckpoint && x.Key == "c" && x.Position == 7
+	})
+	d.Stop()
 	e.verify()
 }

@@ -72,7 +72,9 @@
 // so a cut-off worker stops before anybody else can claim its partitions.
 //
 // Release. In lock mode a caught-up partition is released at once; in
-// leader mode it is kept and woken by new work. A worker above its fair
+// leader mode it is kept and woken by new work, unless the leader is at
+// capacity while claimable work waits, when idle partitions are handed
+// back to make room. A worker above its fair
 // share hands back its newest claims at batch boundaries, once nothing is
 // left unclaimed for the others. On graceful stop the worker claims
 // nothing more, lets batches in flight commit (ShutdownTimeout at most),
@@ -112,6 +114,8 @@
 //
 // of the crash: 1s + 0.2s + 0.6s + a batch with --heartbeat 200ms
 // --stale-after 1s --confirm 3; 10s + 1s + 3s + a batch with the defaults.
+// The bound assumes a surviving worker has room to claim (below its fair
+// share and MaxPartitions); otherwise the partition waits until one has.
 // A graceful stop hands partitions over immediately (one notification and
 // one claim, no confirmation).
 //
@@ -132,10 +136,14 @@
 //     Heartbeats lock FOR NO KEY UPDATE, which does not conflict with the
 //     fence, so long batches do not delay renewals.
 //  3. The checkpoint is read under the fence and written in the same
-//     transaction as the output, so the next holder (whose own fence waits
-//     for this commit) reads exactly the last committed position: no gap,
-//     no duplicate. Output tables can add a unique key on (partition,
-//     position) as a last line of defence; pricing does.
+//     transaction as the output, with a compare-and-set on both the
+//     version and the position the fence read. So the next holder reads
+//     exactly the last committed position (no gap), and a batch retried
+//     after a commit whose outcome was unknown — which may still apply
+//     after the retry's fence read the old position — fails its checkpoint
+//     update instead of committing the same items twice or moving the
+//     checkpoint backwards. Output tables can add a unique key on
+//     (partition, position) as a last line of defence; pricing does.
 //  4. Nothing in 1–3 depends on clocks or timing. Local deadlines,
 //     confirmation and server-side timeouts (statement_timeout,
 //     lock_timeout, idle_in_transaction_session_timeout below the lease,

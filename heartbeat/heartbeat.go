@@ -117,8 +117,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("heartbeat interval must be positive, got %s", c.Interval)
 	case c.StaleAfter < 3*c.Interval:
 		return fmt.Errorf("stale-after (%s) must be at least 3 × heartbeat (%s) so a lease survives a missed beat", c.StaleAfter, c.Interval)
-	case c.SafetyMargin <= 0 || c.SafetyMargin >= c.StaleAfter-c.Interval:
-		return fmt.Errorf("safety margin (%s) must be positive and below stale-after − heartbeat (%s)", c.SafetyMargin, c.StaleAfter-c.Interval)
+	case c.SafetyMargin <= 0 || c.SafetyMargin > c.StaleAfter-2*c.Interval:
+		// The local deadline must leave room for two renewals, or a lease
+		// can be dropped before it is ever confirmed, again and again.
+		return fmt.Errorf("safety margin (%s) must be positive and at most stale-after − 2 × heartbeat (%s)", c.SafetyMargin, c.StaleAfter-2*c.Interval)
 	case c.Confirm < 1:
 		return fmt.Errorf("confirm must be at least 1, got %d", c.Confirm)
 	}

@@ -239,6 +239,7 @@ func TestValidateRejectsImpossibleTimings(t *testing.T) {
 	for name, cfg := range map[string]heartbeat.Config{
 		"stale below 3 beats": {Interval: time.Second, StaleAfter: 2 * time.Second},
 		"margin eats lease":   {Interval: time.Second, StaleAfter: 5 * time.Second, SafetyMargin: 4500 * time.Millisecond},
+		"one renewal of room": {Interval: 200 * time.Millisecond, StaleAfter: 800 * time.Millisecond, SafetyMargin: 594 * time.Millisecond},
 		"negative interval":   {Interval: -time.Second},
 		"confirm zero":        {Confirm: -1},
 	} {

@@ -348,22 +348,42 @@ func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l Lease) (Ch
 	return cp, nil
 }
 
-// Advance records a new checkpoint inside a fenced tx.
-func (s *Store) Advance(ctx context.Context, tx bun.Tx, l Lease, position int64, state json.RawMessage) error {
+// ErrCheckpointMoved is returned by Advance when the checkpoint is no
+// longer the one the fence read, although the claim is still current: an
+// earlier commit of the same claim, whose outcome the worker could not
+// learn, has applied in the meantime. The batch must roll back and be
+// retried from the new checkpoint.
+var ErrCheckpointMoved = errors.New("checkpoint moved since the fence read it")
+
+// Advance records a new checkpoint inside a fenced tx. It is a
+// compare-and-set on both the version and the position the fence read
+// (from), so a batch retried after a commit whose outcome was unknown can
+// never commit the same items twice or move the checkpoint backwards.
+func (s *Store) Advance(ctx context.Context, tx bun.Tx, l Lease, from, position int64, state json.RawMessage) error {
 	if state == nil {
 		state = json.RawMessage(`{}`)
 	}
-	res, err := tx.ExecContext(ctx, `
-		UPDATE tasks
-		SET position = ?, checkpoint = ?::jsonb, attempts = 0, last_error = NULL, updated_at = now()
-		WHERE partition_key = ? AND version = ?`, position, string(state), l.Key, l.Version)
-	if err != nil {
+	var version, current int64
+	err := tx.QueryRowContext(ctx, `
+		WITH u AS (
+			UPDATE tasks
+			SET position = ?, checkpoint = ?::jsonb, attempts = 0, last_error = NULL, updated_at = now()
+			WHERE partition_key = ? AND version = ? AND position = ?
+			RETURNING 1
+		)
+		SELECT version, position FROM tasks
+		WHERE partition_key = ? AND NOT EXISTS (SELECT 1 FROM u)`,
+		position, string(state), l.Key, l.Version, from, l.Key).Scan(&version, &current)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil // updated
+	case err != nil:
 		return fmt.Errorf("advancing checkpoint of %s to %d: %w", l, position, err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
+	case version == l.Version:
+		return fmt.Errorf("advancing checkpoint of %s from %d: it is at %d: %w", l, from, current, ErrCheckpointMoved)
+	default:
 		return fmt.Errorf("advancing checkpoint of %s: %w", l, ErrFenced)
 	}
-	return nil
 }
 
 // Progress re-reads a partition's version and position, to resolve a

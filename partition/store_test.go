@@ -3,6 +3,7 @@ package partition_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +119,79 @@ func TestHeartbeatRenewsOnlyCurrentLeases(t *testing.T) {
 		if c.Owned {
 			t.Fatalf("released partition %s still looks owned", c.Key)
 		}
+	}
+}
+
+// A commit whose outcome the worker could not learn may apply after the
+// worker retried the batch under the same claim. The retry's checkpoint
+// update must then fail, not commit the same items a second time.
+func TestAdvanceIsACompareAndSetOnPosition(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	s := partition.NewStore(db)
+	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available) VALUES ('k', 100)`); err != nil {
+		t.Fatal(err)
+	}
+	cands, _ := s.Candidates(ctx, 1)
+	won, err := s.Claim(ctx, "w#1", time.Minute, cands)
+	if err != nil || len(won) != 1 {
+		t.Fatalf("claim: %v %v", won, err)
+	}
+	l := won[0].Lease
+	// The first attempt: fenced at 0, checkpoint written, commit stalls.
+	first, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback()
+	cp1, err := s.Fence(ctx, first, "w#1", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Advance(ctx, first, l, cp1.Position, 10, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The retry: its fence is compatible and still reads position 0.
+	retry, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer retry.Rollback()
+	cp2, err := s.Fence(ctx, retry, "w#1", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp2.Position != 0 {
+		t.Fatalf("retry fenced at %d, want 0 (the first commit is not visible yet)", cp2.Position)
+	}
+	// The stalled commit lands while the retry's update waits for its lock.
+	landed := make(chan error, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond) // let the retry's update queue behind the first
+		landed <- first.Commit()
+	}()
+	err = s.Advance(ctx, retry, l, cp2.Position, 10, nil)
+	if err := <-landed; err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, partition.ErrCheckpointMoved) {
+		t.Fatalf("retry's Advance = %v, want ErrCheckpointMoved", err)
+	}
+	if err := retry.Rollback(); err != nil { // as the distributor does
+		t.Fatal(err)
+	}
+	var pos int64
+	if err := db.QueryRow(`SELECT position FROM tasks`).Scan(&pos); err != nil || pos != 10 {
+		t.Fatalf("position %d, %v; want 10 (committed once)", pos, err)
+	}
+	// A claim that is no longer current is fenced, not "moved".
+	if _, err := db.ExecContext(ctx, `UPDATE tasks SET version = version + 1`); err != nil {
+		t.Fatal(err)
+	}
+	tx, _ := db.BeginTx(ctx, nil)
+	defer tx.Rollback()
+	if err := s.Advance(ctx, tx, l, 10, 20, nil); !errors.Is(err, partition.ErrFenced) {
+		t.Fatalf("Advance under a superseded claim = %v, want ErrFenced", err)
 	}
 }

@@ -1,0 +1,1001 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Sentinels for lease_expires_at.
+const (
+	negInf = time.Duration(math.MinInt64)
+	posInf = time.Duration(math.MaxInt64)
+)
+
+// errKind is what a client sees as a statement's outcome. It mirrors how
+// the real code classifies errors: unknownOutcome is "not a server error"
+// (heartbeat.unknownOutcome, distributor.unknownOutcome) and transient is
+// distributor.isTransient.
+type errKind uint8
+
+const (
+	errNone            errKind = iota
+	errNet                     // connection lost, reset, refused, EOF
+	errTimeout                 // client-side context deadline
+	errCanceled                // the lease's (or the claim loop's) context was cancelled
+	errAbandoned               // batch abandoned at the end of the shutdown timeout
+	errFenced                  // the fence (or the checkpoint update) found no current claim
+	errLockTimeout             // SQLSTATE 55P03
+	errStmtTimeout             // SQLSTATE 57014
+	errShutdown                // SQLSTATE 57P01: terminated by a server restart
+	errIdleTimeout             // SQLSTATE 25P03: idle-in-transaction timeout (FATAL)
+	errTxAborted               // SQLSTATE 25P02: statement in an aborted transaction
+	errProcessor               // the processor failed
+	errCheckpointMoved         // AdvanceCAS: the checkpoint moved since the fence read it
+)
+
+var errNames = []string{"ok", "net", "timeout", "canceled", "abandoned", "fenced", "lock-timeout", "statement-timeout",
+	"shutdown", "idle-timeout", "tx-aborted", "processor", "checkpoint-moved"}
+
+func (e errKind) String() string { return errNames[e] }
+
+// unknownOutcome: the error is not one reported by the server, so the
+// statement may or may not have applied.
+func (e errKind) unknownOutcome() bool {
+	return e == errNet || e == errTimeout || e == errCanceled || e == errAbandoned
+}
+
+// transient mirrors distributor.isTransient.
+func (e errKind) transient() bool {
+	switch e {
+	case errNet, errTimeout, errLockTimeout, errStmtTimeout, errShutdown, errCheckpointMoved:
+		return true
+	}
+	return false
+}
+
+type lockMode uint8
+
+const (
+	lockKeyShare    lockMode = 1 << iota // FOR KEY SHARE (the fence)
+	lockShare                            // FOR SHARE
+	lockNoKeyUpdate                      // FOR NO KEY UPDATE (heartbeat, UPDATE of non-key columns)
+	lockUpdate                           // FOR UPDATE (claim, release, fail, retry)
+)
+
+// conflicts is PostgreSQL's row-lock conflict table.
+func conflicts(held, want lockMode) bool {
+	switch want {
+	case lockKeyShare:
+		return held&lockUpdate != 0
+	case lockShare:
+		return held&(lockNoKeyUpdate|lockUpdate) != 0
+	case lockNoKeyUpdate:
+		return held&(lockShare|lockNoKeyUpdate|lockUpdate) != 0
+	default:
+		return held != 0
+	}
+}
+
+type leaseID struct {
+	key     int
+	version int64
+}
+
+func (l leaseID) String() string { return fmt.Sprintf("p%d@v%d", l.key, l.version) }
+
+type candidate struct {
+	leaseID
+	owned bool
+}
+
+type claimed struct {
+	leaseID
+	takeover            bool
+	position, available int64
+}
+
+type renewal struct {
+	leaseID
+	available, position int64
+}
+
+type heldLease struct {
+	leaseID
+	remaining time.Duration
+}
+
+type clusterLoad struct {
+	busy, live, quarantined, unclaimed, minHeld int
+}
+
+type reqKind uint8
+
+const (
+	reqHeartbeat reqKind = iota
+	reqInspect
+	reqCandidates
+	reqClaim
+	reqRelease
+	reqFail
+	reqProgress
+	reqClusterLoad
+	reqStopWorker
+	reqBeginFence
+	reqWrite
+	reqAdvance
+	reqCommit
+	reqClose
+	reqProduce
+	reqRetry
+)
+
+var reqNames = []string{"heartbeat", "inspect", "candidates", "claim", "release", "fail", "progress", "load",
+	"stop-worker", "begin+fence", "write", "advance", "commit", "close", "produce", "retry"}
+
+func (k reqKind) String() string { return reqNames[k] }
+
+type request struct {
+	kind     reqKind
+	owner    int // sender's instance id
+	lease    leaseID
+	leases   []leaseID
+	cands    []candidate
+	from, to int64 // items written
+	newPos   int64
+	limit    int
+	key      int
+	n        int64
+	attempts int // Fail: max attempts
+}
+
+type response struct {
+	err       errKind
+	terminate bool // the server ended the session
+	position  int64
+	available int64
+	version   int64
+	renewals  []renewal
+	held      []heldLease
+	cands     []candidate
+	won       []claimed
+	released  bool
+	load      clusterLoad
+}
+
+type rowLock struct {
+	t *txn
+	m lockMode
+}
+
+type lockWait struct {
+	t    *txn
+	m    lockMode
+	x    *stmt
+	r    *row
+	cont func()
+}
+
+type commitRec struct {
+	from, to int64
+	owner    int
+	version  int64
+	at       time.Duration
+}
+
+// row is a task row plus the per-partition output log the checker keeps.
+type row struct {
+	key         int
+	version     int64
+	owner       int // instance id; 0 is NULL
+	heartbeatAt time.Duration
+	leaseExp    time.Duration
+	available   int64
+	position    int64
+	attempts    int
+	failed      bool
+
+	locks   []rowLock
+	waiters []*lockWait
+
+	logEnd  int64 // last output item committed: items 1..logEnd are in the log
+	commits []commitRec
+}
+
+type workerRow struct {
+	expires time.Duration
+	stopped bool
+}
+
+// txn is a transaction: an explicit one (a batch) or the implicit one of
+// an autocommit statement.
+type txn struct {
+	id       int
+	explicit bool
+	rows     []*row
+
+	lease     leaseID
+	owner     int
+	readPos   int64
+	wrote     bool
+	writeFrom int64
+	writeTo   int64
+	advanced  bool
+	newPos    int64
+	aborted   bool
+	ended     bool
+}
+
+// stmt is a statement executing in a session.
+type stmt struct {
+	sess       *session
+	req        *request
+	t          *txn
+	start      time.Duration // now() of the statement
+	waiting    *lockWait
+	committing bool
+	apply      func() response
+	finished   bool
+}
+
+type session struct {
+	conn       *conn
+	txn        *txn
+	queue      []*request
+	cur        *stmt
+	dead       bool
+	clientGone bool
+	idleGen    int
+}
+
+type store struct {
+	s          *sim
+	rows       []*row
+	workerRows map[int]*workerRow
+	sessions   []*session
+	down       bool
+	stallUntil time.Duration
+	nextTxn    int
+}
+
+func newStore(s *sim) *store {
+	st := &store{s: s, workerRows: map[int]*workerRow{}}
+	for k := 0; k < s.cfg.Partitions; k++ {
+		st.rows = append(st.rows, &row{key: k, leaseExp: negInf})
+	}
+	return st
+}
+
+func (st *store) describe(r *row) string {
+	var locks []string
+	for _, l := range r.locks {
+		var modes []string
+		for _, m := range []struct {
+			m    lockMode
+			name string
+		}{{lockKeyShare, "key-share"}, {lockShare, "share"}, {lockNoKeyUpdate, "no-key-update"}, {lockUpdate, "update"}} {
+			if l.m&m.m != 0 {
+				modes = append(modes, m.name)
+			}
+		}
+		locks = append(locks, fmt.Sprintf("txn%d:%s", l.t.id, strings.Join(modes, "+")))
+	}
+	exp := "-inf"
+	switch r.leaseExp {
+	case posInf:
+		exp = "+inf"
+	case negInf:
+	default:
+		exp = r.leaseExp.String()
+	}
+	return fmt.Sprintf("version=%d owner=w%d lease_expires_at=%s position=%d available=%d attempts=%d failed=%v locks=[%s] waiters=%d",
+		r.version, r.owner, exp, r.position, r.available, r.attempts, r.failed, strings.Join(locks, " "), len(r.waiters))
+}
+
+// ---- sessions -----------------------------------------------------------
+
+// internal runs a statement for a producer or the operator, directly on
+// the server.
+func (st *store) internal(req *request, reply func(response)) {
+	c := st.s.newConn(nil)
+	c.internal = reply
+	st.arrive(c, req)
+}
+
+func (st *store) arrive(c *conn, req *request) {
+	s := st.s
+	if c.sess == nil {
+		if req.kind == reqClose {
+			return
+		}
+		if st.down {
+			// Connection refused.
+			s.sendDown(c, response{err: errNet, terminate: true})
+			return
+		}
+		c.sess = &session{conn: c}
+		st.sessions = append(st.sessions, c.sess)
+	}
+	ss := c.sess
+	if ss.dead {
+		return
+	}
+	if req.kind == reqClose {
+		// The client closed the connection (after a rollback, a context
+		// cancellation or at exit). pgx's default context watcher only
+		// sets a deadline on the socket and sends no cancel request, and
+		// a backend busy with a statement (waiting for a lock, committing)
+		// does not notice the closed socket: the statement runs to its
+		// end, then the session ends.
+		if ss.cur != nil {
+			ss.clientGone = true
+			return
+		}
+		st.kill(ss, errNone)
+		return
+	}
+	ss.queue = append(ss.queue, req)
+	if ss.cur == nil {
+		st.next(ss)
+	}
+}
+
+func (st *store) next(ss *session) {
+	s := st.s
+	if ss.dead {
+		return
+	}
+	if len(ss.queue) == 0 {
+		if ss.clientGone {
+			st.kill(ss, errNone)
+			return
+		}
+		if ss.txn != nil && s.cfg.Mutation&MutNoIdleTimeout == 0 {
+			gen := ss.idleGen
+			s.after(s.cfg.IdleTxTimeout, func() {
+				if !ss.dead && ss.idleGen == gen && ss.cur == nil && ss.txn != nil {
+					s.tracef("store: txn%d idle in transaction too long, session terminated", ss.txn.id)
+					code := errIdleTimeout
+					if s.rng.IntN(2) == 0 {
+						code = errNet
+					}
+					st.kill(ss, code)
+				}
+			})
+		}
+		return
+	}
+	req := ss.queue[0]
+	ss.queue = ss.queue[1:]
+	ss.idleGen++
+	x := &stmt{sess: ss, req: req, start: s.now}
+	ss.cur = x
+	s.after(s.randDur(0, 300*time.Microsecond), func() {
+		if !x.finished {
+			st.exec(x)
+		}
+	})
+}
+
+// kill ends a session: its statement and transaction are aborted, its
+// locks released. notify, if set, is the error its client will see.
+func (st *store) kill(ss *session, notify errKind) {
+	if ss.dead {
+		return
+	}
+	ss.dead = true
+	if x := ss.cur; x != nil {
+		x.finished = true
+		st.unwait(x)
+		if x.t != nil && !x.t.explicit {
+			st.endTxn(x.t)
+		}
+		ss.cur = nil
+	}
+	if ss.txn != nil {
+		st.s.tracef("store: txn%d (%s by w%d) aborted", ss.txn.id, ss.txn.lease, ss.txn.owner)
+		st.endTxn(ss.txn)
+		ss.txn = nil
+	}
+	if notify != errNone {
+		st.s.sendDown(ss.conn, response{err: notify, terminate: true})
+	}
+	st.sessions = slices.DeleteFunc(st.sessions, func(o *session) bool { return o == ss })
+}
+
+// restart ends every session, as a database restart does. A commit in
+// progress survives or not, at random (its WAL record may have been
+// flushed). The database accepts connections again after downtime.
+func (st *store) restart(downtime time.Duration) {
+	s := st.s
+	s.tracef("store: restart, down for %s", downtime)
+	st.down = true
+	for _, ss := range slices.Clone(st.sessions) {
+		if x := ss.cur; x != nil && x.committing && !x.finished && s.rng.IntN(2) == 0 {
+			x.finished = true
+			x.apply()
+			if !x.t.explicit {
+				st.endTxn(x.t)
+			}
+			ss.cur = nil
+		}
+		code := errShutdown
+		if s.rng.IntN(2) == 0 {
+			code = errNet
+		}
+		st.kill(ss, code)
+	}
+	s.after(downtime, func() {
+		st.down = false
+		s.tracef("store: up")
+	})
+}
+
+// ---- locks ----------------------------------------------------------------
+
+func (st *store) canLock(t *txn, r *row, m lockMode) bool {
+	for _, l := range r.locks {
+		if l.t != t && conflicts(l.m, m) {
+			return false
+		}
+	}
+	return true
+}
+
+func (st *store) addLock(t *txn, r *row, m lockMode) {
+	for i := range r.locks {
+		if r.locks[i].t == t {
+			r.locks[i].m |= m
+			return
+		}
+	}
+	r.locks = append(r.locks, rowLock{t: t, m: m})
+	t.rows = append(t.rows, r)
+}
+
+func (st *store) lockedByOthers(t *txn, r *row) bool {
+	for _, l := range r.locks {
+		if l.t != t {
+			return true
+		}
+	}
+	return false
+}
+
+// acquire takes a row lock for statement x and continues with cont, at
+// once or after waiting (bounded by lock_timeout and statement_timeout).
+func (st *store) acquire(x *stmt, r *row, m lockMode, cont func()) {
+	if st.canLock(x.t, r, m) {
+		st.addLock(x.t, r, m)
+		cont()
+		return
+	}
+	s := st.s
+	w := &lockWait{t: x.t, m: m, x: x, r: r, cont: cont}
+	r.waiters = append(r.waiters, w)
+	x.waiting = w
+	deadline := min(s.now+s.cfg.LockTimeout, x.start+s.cfg.StatementTimeout)
+	code := errLockTimeout
+	if x.start+s.cfg.StatementTimeout < s.now+s.cfg.LockTimeout {
+		code = errStmtTimeout
+	}
+	s.at(deadline, func() {
+		if x.waiting == w && !x.finished {
+			st.fail(x, code)
+		}
+	})
+}
+
+func (st *store) unwait(x *stmt) {
+	if w := x.waiting; w != nil {
+		w.r.waiters = slices.DeleteFunc(w.r.waiters, func(o *lockWait) bool { return o == w })
+		x.waiting = nil
+	}
+}
+
+// endTxn releases a transaction's locks and wakes compatible waiters.
+func (st *store) endTxn(t *txn) {
+	if t.ended {
+		return
+	}
+	t.ended = true
+	for _, r := range t.rows {
+		r.locks = slices.DeleteFunc(r.locks, func(l rowLock) bool { return l.t == t })
+		st.wake(r)
+	}
+	t.rows = nil
+}
+
+func (st *store) wake(r *row) {
+	for i := 0; i < len(r.waiters); {
+		w := r.waiters[i]
+		if !st.canLock(w.t, r, w.m) {
+			i++
+			continue
+		}
+		r.waiters = slices.Delete(r.waiters, i, i+1)
+		st.addLock(w.t, r, w.m)
+		w.x.waiting = nil
+		x := w.x
+		cont := w.cont
+		st.s.after(0, func() {
+			if !x.finished {
+				cont()
+			}
+		})
+	}
+}
+
+// ---- statement completion ---------------------------------------------
+
+func (st *store) done(x *stmt, resp response) {
+	if x.finished {
+		return
+	}
+	x.finished = true
+	ss := x.sess
+	if !x.t.explicit {
+		st.endTxn(x.t)
+	} else if resp.err != errNone && resp.err != errFenced {
+		x.t.aborted = true
+	}
+	ss.cur = nil
+	st.s.sendDown(ss.conn, resp)
+	st.next(ss)
+}
+
+func (st *store) fail(x *stmt, code errKind) {
+	st.unwait(x)
+	st.done(x, response{err: code})
+}
+
+// commit makes x's writes durable and visible after the commit latency,
+// which a stall stretches; its locks are held until then.
+func (st *store) commit(x *stmt, apply func() response) {
+	s := st.s
+	x.committing = true
+	x.apply = apply
+	var finish func()
+	finish = func() {
+		if x.finished {
+			return
+		}
+		if s.now < st.stallUntil {
+			s.at(st.stallUntil+s.randDur(0, time.Millisecond), finish)
+			return
+		}
+		resp := apply()
+		st.done(x, resp)
+	}
+	s.after(s.randDur(50*time.Microsecond, 2*time.Millisecond), finish)
+}
+
+// ---- statements -----------------------------------------------------------
+
+func (st *store) exec(x *stmt) {
+	s := st.s
+	req := x.req
+	ss := x.sess
+	mut := s.cfg.Mutation
+	switch req.kind {
+	case reqBeginFence, reqWrite, reqAdvance, reqCommit:
+		if req.kind == reqBeginFence {
+			if ss.txn == nil {
+				st.nextTxn++
+				ss.txn = &txn{id: st.nextTxn, explicit: true, lease: req.lease, owner: req.owner}
+			}
+		}
+		x.t = ss.txn
+		if x.t == nil {
+			st.done(x, response{err: errTxAborted})
+			return
+		}
+		if x.t.aborted && req.kind != reqCommit {
+			st.done(x, response{err: errTxAborted})
+			return
+		}
+	default:
+		st.nextTxn++
+		x.t = &txn{id: st.nextTxn}
+	}
+	t := x.t
+
+	switch req.kind {
+	case reqHeartbeat:
+		wr := st.workerRows[req.owner]
+		var rows []*row
+		for _, l := range sortedLeases(req.leases) {
+			if r := st.rows[l.key]; r.version == l.version && r.owner == req.owner {
+				rows = append(rows, r)
+			}
+		}
+		var renewed []*row
+		var lockNext func(i int)
+		lockNext = func(i int) {
+			if i == len(rows) {
+				st.commit(x, func() response {
+					if wr == nil {
+						st.workerRows[req.owner] = &workerRow{expires: x.start + s.cfg.StaleAfter}
+					} else if !wr.stopped {
+						wr.expires = x.start + s.cfg.StaleAfter
+					}
+					out := make([]renewal, 0, len(renewed))
+					for _, r := range renewed {
+						r.heartbeatAt = x.start
+						r.leaseExp = x.start + s.cfg.StaleAfter
+						out = append(out, renewal{leaseID{r.key, r.version}, r.available, r.position})
+					}
+					return response{renewals: out}
+				})
+				return
+			}
+			r := rows[i]
+			l := leaseID{r.key, r.version}
+			st.acquire(x, r, lockNoKeyUpdate, func() {
+				// Re-checked on the row as locked (EvalPlanQual).
+				if r.version == l.version && r.owner == req.owner {
+					renewed = append(renewed, r)
+				}
+				lockNext(i + 1)
+			})
+		}
+		lockNext(0)
+
+	case reqInspect:
+		var out []heldLease
+		for _, l := range req.leases {
+			if r := st.rows[l.key]; r.version == l.version && r.owner == req.owner {
+				out = append(out, heldLease{l, max(0, r.leaseExp-x.start)})
+			}
+		}
+		st.done(x, response{held: out})
+
+	case reqCandidates:
+		var rows []*row
+		for _, r := range st.rows {
+			if r.available > r.position && !r.failed && r.leaseExp <= x.start {
+				rows = append(rows, r)
+			}
+		}
+		slices.SortStableFunc(rows, func(a, b *row) int {
+			if a.leaseExp < b.leaseExp {
+				return -1
+			} else if a.leaseExp > b.leaseExp {
+				return 1
+			}
+			return 0
+		})
+		var out []candidate
+		for _, r := range rows[:min(len(rows), req.limit)] {
+			out = append(out, candidate{leaseID{r.key, r.version}, r.owner != 0})
+		}
+		st.done(x, response{cands: out})
+
+	case reqClaim:
+		cands := slices.Clone(req.cands)
+		slices.SortFunc(cands, func(a, b candidate) int { return a.key - b.key })
+		type win struct {
+			r *row
+			c candidate
+		}
+		var wins []win
+		for _, c := range cands {
+			r := st.rows[c.key]
+			if mut&MutClaimNoCAS == 0 {
+				if r.version != c.version || r.available <= r.position || r.failed || r.leaseExp > x.start {
+					continue
+				}
+			}
+			if st.lockedByOthers(t, r) {
+				continue // SKIP LOCKED
+			}
+			st.addLock(t, r, lockUpdate)
+			wins = append(wins, win{r, c})
+		}
+		st.commit(x, func() response {
+			var out []claimed
+			for _, wn := range wins {
+				r := wn.r
+				nv := r.version + 1
+				if mut&MutClaimNoCAS != 0 {
+					nv = wn.c.version + 1
+				}
+				if r.owner != 0 {
+					s.res.Takeover++
+					s.checkTakeover(r, req.owner, x.start)
+				}
+				st.setVersion(r, nv, fmt.Sprintf("claim by w%d", req.owner))
+				r.owner = req.owner
+				r.heartbeatAt = x.start
+				r.leaseExp = x.start + s.cfg.StaleAfter
+				s.res.Claims++
+				s.tracef("store: p%d claimed by w%d at v%d (takeover=%v) position=%d available=%d", r.key, req.owner, r.version, wn.c.owned, r.position, r.available)
+				out = append(out, claimed{leaseID{r.key, r.version}, wn.c.owned, r.position, r.available})
+			}
+			return response{won: out}
+		})
+
+	case reqRelease, reqFail:
+		r := st.rows[req.lease.key]
+		if r.version != req.lease.version || r.owner != req.owner {
+			st.done(x, response{})
+			return
+		}
+		st.acquire(x, r, lockUpdate, func() {
+			if r.version != req.lease.version || r.owner != req.owner {
+				st.done(x, response{})
+				return
+			}
+			st.commit(x, func() response {
+				if req.kind == reqRelease {
+					st.setVersion(r, r.version+1, fmt.Sprintf("release by w%d", req.owner))
+					r.owner, r.heartbeatAt, r.leaseExp = 0, 0, negInf
+					s.res.Releases++
+					s.tracef("store: p%d released by w%d, now v%d", r.key, req.owner, r.version)
+					if r.available > r.position {
+						st.notify()
+					}
+					return response{released: true}
+				}
+				backoff := s.cfg.MaxBackoff
+				if r.attempts < 20 {
+					backoff = min(s.cfg.Backoff<<r.attempts, s.cfg.MaxBackoff)
+				}
+				quarantine := r.attempts+1 >= req.attempts
+				r.attempts++
+				st.setVersion(r, r.version+1, fmt.Sprintf("failure by w%d", req.owner))
+				r.owner, r.heartbeatAt = 0, 0
+				r.failed = quarantine
+				if quarantine {
+					r.leaseExp = posInf
+				} else {
+					r.leaseExp = x.start + backoff
+				}
+				s.res.Failures++
+				s.tracef("store: p%d failed by w%d (attempt %d, quarantined=%v), now v%d", r.key, req.owner, r.attempts, quarantine, r.version)
+				return response{released: true}
+			})
+		})
+
+	case reqProgress:
+		r := st.rows[req.key]
+		st.done(x, response{version: r.version, position: r.position})
+
+	case reqClusterLoad:
+		var l clusterLoad
+		held := map[int]int{}
+		for id, wr := range st.workerRows {
+			if wr.expires > x.start && !wr.stopped {
+				l.live++
+				held[id] = 0
+			}
+		}
+		for _, r := range st.rows {
+			switch {
+			case !r.failed && r.available > r.position:
+				l.busy++
+			case r.owner != 0 && r.leaseExp > x.start && r.available <= r.position:
+				l.busy++
+			}
+			if r.failed {
+				l.quarantined++
+			}
+			if r.available > r.position && !r.failed && r.leaseExp <= x.start {
+				l.unclaimed++
+			}
+			if r.owner != 0 && r.leaseExp > x.start {
+				if _, ok := held[r.owner]; ok {
+					held[r.owner]++
+				}
+			}
+		}
+		first := true
+		for _, n := range held {
+			if first || n < l.minHeld {
+				l.minHeld, first = n, false
+			}
+		}
+		st.done(x, response{load: l})
+
+	case reqStopWorker:
+		st.commit(x, func() response {
+			if wr := st.workerRows[req.owner]; wr != nil {
+				wr.stopped, wr.expires = true, x.start
+			}
+			return response{}
+		})
+
+	case reqBeginFence:
+		r := st.rows[req.lease.key]
+		st.countStale(r, t)
+		check := func() {
+			if mut&MutNoFence == 0 && (r.version != req.lease.version || r.owner != req.owner) {
+				s.tracef("store: txn%d fence of %s by w%d finds %s", t.id, req.lease, req.owner, st.describe(r))
+				st.done(x, response{err: errFenced})
+				return
+			}
+			t.readPos = r.position
+			s.tracef("store: txn%d fences %s for w%d, reads position %d available %d", t.id, req.lease, req.owner, r.position, r.available)
+			st.done(x, response{position: r.position, available: r.available})
+		}
+		if mut&MutNoFence != 0 {
+			check()
+			return
+		}
+		st.acquire(x, r, lockKeyShare, check)
+
+	case reqWrite:
+		st.countStale(st.rows[t.lease.key], t)
+		if !t.wrote {
+			t.wrote, t.writeFrom = true, req.from
+		}
+		t.writeTo = req.to
+		st.done(x, response{})
+
+	case reqAdvance:
+		r := st.rows[t.lease.key]
+		st.countStale(r, t)
+		if !st.canLock(t, r, lockNoKeyUpdate) {
+			s.tracef("store: txn%d checkpoint update of %s to %d waits for a row lock: %s", t.id, t.lease, req.newPos, st.describe(r))
+		}
+		st.acquire(x, r, lockNoKeyUpdate, func() {
+			if mut&MutNoFence == 0 && r.version != t.lease.version {
+				st.done(x, response{err: errFenced})
+				return
+			}
+			if s.cfg.AdvanceCAS && r.position != t.readPos {
+				s.tracef("store: txn%d checkpoint of p%d moved from %d to %d since the fence", t.id, r.key, t.readPos, r.position)
+				st.done(x, response{err: errCheckpointMoved})
+				return
+			}
+			t.advanced, t.newPos = true, req.newPos
+			st.done(x, response{})
+		})
+
+	case reqCommit:
+		st.countStale(st.rows[t.lease.key], t)
+		if t.aborted {
+			ss.txn = nil
+			st.endTxn(t)
+			st.done(x, response{err: errTxAborted})
+			return
+		}
+		if t.advanced {
+			s.tracef("store: txn%d commit of %s items %d..%d by w%d starts", t.id, t.lease, t.writeFrom, t.writeTo, t.owner)
+		}
+		st.commit(x, func() response {
+			st.applyCommit(t)
+			ss.txn = nil
+			return response{}
+		})
+
+	case reqProduce:
+		r := st.rows[req.key]
+		st.acquire(x, r, lockNoKeyUpdate, func() {
+			st.commit(x, func() response {
+				r.available += req.n
+				s.tracef("store: p%d +%d work, available=%d", r.key, req.n, r.available)
+				st.notify()
+				return response{}
+			})
+		})
+
+	case reqRetry:
+		r := st.rows[req.key]
+		st.acquire(x, r, lockUpdate, func() {
+			if r.owner != 0 || (!r.failed && r.attempts == 0) {
+				st.done(x, response{})
+				return
+			}
+			st.commit(x, func() response {
+				r.failed, r.attempts, r.leaseExp = false, 0, negInf
+				st.setVersion(r, r.version+1, "operator retry")
+				s.tracef("store: p%d retried by the operator, now v%d", r.key, r.version)
+				st.notify()
+				return response{}
+			})
+		})
+	}
+}
+
+func sortedLeases(ls []leaseID) []leaseID {
+	out := slices.Clone(ls)
+	slices.SortFunc(out, func(a, b leaseID) int { return a.key - b.key })
+	return out
+}
+
+// countStale counts batch statements arriving for a claim that is no
+// longer current.
+func (st *store) countStale(r *row, t *txn) {
+	if r.version != t.lease.version || r.owner != t.owner {
+		st.s.res.StaleStatements++
+	}
+}
+
+// notify is pg_notify: every worker listening is woken, unless it is cut
+// off from the database.
+func (st *store) notify() {
+	s := st.s
+	for _, w := range s.slots {
+		if w == nil || w.state == wCrashed || w.state == wExited || w.partitioned {
+			continue
+		}
+		w := w
+		s.after(s.netDelay(w), func() {
+			if !w.partitioned {
+				w.post(nil, w.notified)
+			}
+		})
+	}
+}
+
+// ---- invariants checked by the store ----------------------------------
+
+// setVersion is the only place a version changes: versions only increase
+// (invariant 5), so each version names exactly one claim's tenure.
+func (st *store) setVersion(r *row, v int64, why string) {
+	if v <= r.version {
+		st.s.violate("versions increase", r.key, "partition %d: %s sets version %d, but it was already %d (two claims share a version)", r.key, why, v, r.version)
+	}
+	r.version = v
+}
+
+// applyCommit is the commit of a batch. It checks invariants 1–3 against
+// the row as it is at the moment of commit, then applies the checkpoint
+// and appends the output to the partition's log.
+func (st *store) applyCommit(t *txn) {
+	s := st.s
+	defer st.endTxn(t)
+	if !t.advanced {
+		return
+	}
+	r := st.rows[t.lease.key]
+	var n int64
+	if t.wrote {
+		n = t.writeTo - t.writeFrom + 1
+	}
+	switch {
+	case r.version != t.lease.version || r.owner != t.owner:
+		s.violate("single writer", r.key, "partition %d: batch of w%d under v%d (items %d..%d) committed while the row is at v%d owned by w%d",
+			r.key, t.owner, t.lease.version, t.writeFrom, t.writeTo, r.version, r.owner)
+		return
+	case t.newPos < r.position:
+		s.violate("checkpoint monotone", r.key, "partition %d: checkpoint goes backwards from %d to %d (w%d v%d)", r.key, r.position, t.newPos, t.owner, t.lease.version)
+		return
+	case n > 0 && t.writeFrom <= r.logEnd:
+		first := commitRec{}
+		for _, c := range r.commits {
+			if c.to >= t.writeFrom {
+				first = c
+				break
+			}
+		}
+		s.violate("exactly-once", r.key, "partition %d: items %d..%d committed again by w%d under v%d (checkpoint read %d); item %d was committed at %s by w%d under v%d (items %d..%d)",
+			r.key, t.writeFrom, min(t.writeTo, r.logEnd), t.owner, t.lease.version, t.readPos,
+			t.writeFrom, first.at, first.owner, first.version, first.from, first.to)
+		return
+	case n > 0 && t.writeFrom != r.logEnd+1:
+		s.violate("exactly-once", r.key, "partition %d: gap: items %d..%d committed after item %d", r.key, t.writeFrom, t.writeTo, r.logEnd)
+		return
+	case t.newPos-r.position != n || (n > 0 && t.writeTo != t.newPos):
+		s.violate("checkpoint exact", r.key, "partition %d: checkpoint advances from %d to %d but the batch wrote %d items (%d..%d)",
+			r.key, r.position, t.newPos, n, t.writeFrom, t.writeTo)
+		return
+	case t.newPos > r.available:
+		s.violate("checkpoint exact", r.key, "partition %d: checkpoint %d beyond available %d", r.key, t.newPos, r.available)
+		return
+	}
+	r.position = t.newPos
+	r.attempts = 0
+	if n > 0 {
+		r.logEnd = t.writeTo
+		r.commits = append(r.commits, commitRec{t.writeFrom, t.writeTo, t.owner, t.lease.version, s.now})
+	}
+	s.res.Commits++
+	s.res.Items += n
+	s.lastProgress = s.now
+	s.tracef("store: txn%d commits p%d items %d..%d by w%d under v%d", t.id, r.key, t.writeFrom, t.writeTo, t.owner, t.lease.version)
+	s.committed(r.key, t.owner)
+}
