@@ -181,7 +181,9 @@ func TestProbe(t *testing.T) {
 	t.Parallel()
 	ok := http.NewServeMux()
 	ok.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ready") })
-	ok.HandleFunc("/down", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "not ready: schema", http.StatusServiceUnavailable) })
+	ok.HandleFunc("/down", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "not ready: schema", http.StatusServiceUnavailable)
+	})
 	srv := httptest.NewServer(ok)
 	defer srv.Close()
 	c := cli{t, ""}
