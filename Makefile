@@ -8,8 +8,10 @@ demo:
 	$(GO) run ./cmd/worker demo
 
 # Tests start their own throwaway PostgreSQL unless TEST_DATABASE_URL is set.
+# The fault-injection suite runs verbosely so its seeds and summary show.
 test:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/faults$$')
+	$(GO) test -count=1 -v ./faults
 
 test-race:
 	$(GO) test -count=1 -race ./...
