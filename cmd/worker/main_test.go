@@ -278,3 +278,16 @@ func TestSIGTERMReleasesAndExitsZero(t *testing.T) {
 		t.Fatalf("%d records unpriced after restart", mismatches)
 	}
 }
+
+// The demo, against a given database: three worker processes, one killed,
+// verified, exit 0.
+func TestDemoKillsAWorkerAndVerifies(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	out := c.mustRun("demo", "--contracts", "12", "--records-per-contract", "400")
+	for _, want := range []string{"SIGKILL demo-", "first batch by another worker", "verification        OK", "0 priced twice"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
