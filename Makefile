@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: demo test test-race lint build bench fuzz clean
+.PHONY: demo test test-race lint build bench bench-report fuzz clean
 
 demo:
 	$(GO) run ./cmd/worker demo
@@ -26,6 +26,11 @@ build:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Regenerates bench/results/ (report.md, plots, results.json); about 15
+# minutes on 2 cores. go run ./bench -quick for a 2-minute smoke run.
+bench-report:
+	$(GO) run ./bench
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzPrice -fuzztime 60s ./pricing

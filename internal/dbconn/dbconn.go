@@ -60,6 +60,10 @@ func Open(dsn string, opts Options) (*bun.DB, error) {
 		opts.MaxOpenConns = 10
 	}
 	cfg.ConnectTimeout = opts.ConnectTimeout
+	// bun formats values into the statement text, so nearly every text is
+	// new: preparing and caching each one (pgx's default) costs a round
+	// trip and a plan per statement for nothing. Exec mode sends it in one.
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	params := cfg.RuntimeParams
 	params["application_name"] = opts.ApplicationName
 	setMillis(params, "statement_timeout", opts.StatementTimeout)

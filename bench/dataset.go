@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/ingest"
+	"github.com/batonhq/baton/seed"
+)
+
+// dataset is a seeded data set loaded into a template database.
+type dataset struct {
+	Name        string  `json:"name"`
+	Contracts   int     `json:"contracts"`
+	PerContract int     `json:"records_per_contract"`
+	Records     int64   `json:"records"`
+	Seed        uint64  `json:"seed"`
+	LoadSeconds float64 `json:"load_s"` // ingest.Load (baton's COPY loader) into the template
+	template    string
+	opts        seed.Options
+}
+
+// seedTemplate generates the seed CSV files and loads them with baton's
+// loader into a template database, once per name.
+func (e *env) seedTemplate(ctx context.Context, name string, contracts, perContract int) (*dataset, error) {
+	ds := &dataset{Name: name, Contracts: contracts, PerContract: perContract, Seed: e.cfg.seed,
+		opts: seed.Options{Contracts: contracts, RecordsPerContract: perContract, Seed: e.cfg.seed, Prefix: "c"}}
+	tpl, err := e.template(ctx, fmt.Sprintf("%s_%dx%d_s%d", name, contracts, perContract, e.cfg.seed), func(ctx context.Context, db *bun.DB) error {
+		dir := filepath.Join(e.tmp, "data-"+name)
+		tiers, records, err := writeSeed(dir, ds.opts)
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		log.Printf("loading %s: %d contracts × %d records", name, contracts, perContract)
+		rep, err := ingest.Load(ctx, db, ingest.Options{TiersPath: tiers, RecordsPath: records})
+		if err != nil {
+			return fmt.Errorf("loading %s: %w", name, err)
+		}
+		ds.LoadSeconds = rep.Duration.Seconds()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	ds.template = tpl
+	ds.Records = int64(contracts) * int64(perContract)
+	return ds, nil
+}
+
+func writeSeed(dir string, o seed.Options) (tiersPath, recordsPath string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	tiersPath, recordsPath = filepath.Join(dir, "tiers.csv"), filepath.Join(dir, "records.csv")
+	if err := writeFile(tiersPath, func(w *bufio.Writer) error { return seed.WriteTiers(w, o) }); err != nil {
+		return "", "", err
+	}
+	if err := writeFile(recordsPath, func(w *bufio.Writer) error { return seed.WriteRecords(w, o, nil) }); err != nil {
+		return "", "", err
+	}
+	return tiersPath, recordsPath, nil
+}
+
+func writeFile(path string, fn func(*bufio.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<16)
+	if err := fn(w); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// producer keeps contracts busy while workers run: whenever fewer than
+// lowWater records are pending it loads chunk more, spread over every
+// contract, through baton's loader (safe while workers run).
+type producer struct {
+	e        *env
+	db       *bun.DB
+	opts     seed.Options
+	lowWater int64
+	chunk    int
+	rng      *rand.Rand
+	n        int
+	Loads    int     `json:"loads"`
+	Records  int64   `json:"records"`
+	Seconds  float64 `json:"load_s"`
+}
+
+func (p *producer) run(ctx context.Context) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var pending int64
+		if err := p.db.QueryRowContext(ctx, `SELECT coalesce(sum(available - position), 0) FROM tasks`).Scan(&pending); err != nil {
+			continue
+		}
+		if pending >= p.lowWater {
+			continue
+		}
+		if err := p.load(ctx); err != nil && ctx.Err() == nil {
+			log.Printf("producer: %v", err)
+		}
+	}
+}
+
+func (p *producer) load(ctx context.Context) error {
+	p.n++
+	path := filepath.Join(p.e.tmp, fmt.Sprintf("produce-%d.csv", p.n))
+	defer os.Remove(path)
+	perContract := max(1, p.chunk/p.opts.Contracts)
+	err := writeFile(path, func(w *bufio.Writer) error {
+		w.WriteString("contract_id,record_id,amount_minor\n")
+		var buf []byte
+		for j := range perContract {
+			for i := range p.opts.Contracts {
+				buf = append(buf[:0], p.opts.ContractID(i)...)
+				buf = append(buf, ",p"...)
+				buf = strconv.AppendInt(buf, int64(p.n), 10)
+				buf = append(buf, '-')
+				buf = strconv.AppendInt(buf, int64(j), 10)
+				buf = append(buf, ',')
+				buf = strconv.AppendInt(buf, 1+p.rng.Int64N(100_000), 10)
+				buf = append(buf, '\n')
+				if _, err := w.Write(buf); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	rep, err := ingest.Load(ctx, p.db, ingest.Options{RecordsPath: path})
+	if err != nil {
+		return fmt.Errorf("loading produced records: %w", err)
+	}
+	p.Loads++
+	p.Records += rep.RecordsAccepted
+	p.Seconds += rep.Duration.Seconds()
+	return nil
+}

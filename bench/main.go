@@ -1,0 +1,165 @@
+// Command bench regenerates baton's load-benchmark report.
+//
+//	go run ./bench [flags] [scenario...]
+//
+// It uses DATABASE_URL when set (the role needs CREATEDB), else a private
+// PostgreSQL started from the installed binaries in a temporary directory.
+// It builds the worker binary once, drives real worker processes, and
+// writes bench/results/report.md, results.json (every measurement) and the
+// plots. Scenarios: throughput, peers, coordination, failover, micro (all
+// by default). -quick is a smoke run of about two minutes.
+//
+// "go run ./bench peer-worker ..." runs one peer worker process (the bench
+// starts these itself).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "peer-worker" {
+		os.Exit(peerWorkerMain(os.Args[2:]))
+	}
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("bench: ")
+	cfg, err := parseConfig(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	cfg.commandLine = strings.TrimSpace("go run ./bench " + strings.Join(os.Args[1:], " "))
+	if cfg.render {
+		if err := render(cfg.out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg config) error {
+	if _, err := os.Stat("cmd/worker"); err != nil {
+		return fmt.Errorf("run from the module root (where cmd/worker is): %w", err)
+	}
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", cfg.out, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	began := time.Now()
+	res := &results{Machine: describeMachine(), Config: configInfo{
+		CommandLine: cfg.commandLine, Quick: cfg.quick, Seed: cfg.seed, Scenarios: cfg.scenarios,
+	}}
+	merging := false
+	if cfg.merge {
+		prev, err := loadResults(cfg.out)
+		if err != nil {
+			return fmt.Errorf("-merge: %w", err)
+		}
+		prev.Config.Merged = append(prev.Config.Merged, fmt.Sprintf("%s (at %s, load average %s): %s",
+			cfg.commandLine, time.Now().UTC().Format(time.RFC3339), loadAvg(), strings.Join(cfg.scenarios, ", ")))
+		prev.forget(cfg.scenarios)
+		res, merging = prev, true
+	}
+	e, err := newEnv(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	if !merging {
+		res.Server = serverInfo{Version: e.serverInfo, Private: !e.external, Durable: cfg.durable && !e.external,
+			Settings: e.settings, PGSS: e.pgss, CommitTS: e.commitTS, CPUMeasurable: e.cpu != nil}
+	}
+	if err := e.buildWorker(ctx); err != nil {
+		return err
+	}
+	res.addCommand(cfg.commandLine)
+	res.addCommand("go build -o <tmp>/worker ./cmd/worker")
+
+	steps := []struct {
+		name string
+		fn   func(context.Context, *results) error
+	}{
+		{"throughput", e.runThroughput},
+		{"peers", e.runPeers},
+		{"coordination", e.runCoordination},
+		{"failover", e.runFailover},
+		{"micro", e.runMicro},
+		{"profile", e.runProfiles},
+	}
+	for _, s := range steps {
+		if !cfg.runs(s.name) {
+			continue
+		}
+		t0 := time.Now()
+		load0 := loadAvg()
+		log.Printf("=== %s", s.name)
+		if err := s.fn(ctx, res); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			log.Printf("%s failed: %v", s.name, err)
+			res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", s.name, err))
+		}
+		res.Scenarios = append(res.Scenarios, scenarioRun{Name: s.name, Seconds: time.Since(t0).Seconds(), LoadBefore: load0, LoadAfter: loadAvg()})
+		log.Printf("=== %s took %s", s.name, time.Since(t0).Round(time.Second))
+	}
+	res.WallSeconds += time.Since(began).Seconds()
+	if err := res.save(cfg.out); err != nil {
+		return err
+	}
+	if err := writePlots(res, cfg.out); err != nil {
+		res.Errors = append(res.Errors, fmt.Sprintf("plots: %v", err))
+	}
+	if err := writeReport(res, cfg.out); err != nil {
+		return err
+	}
+	log.Printf("wrote %s/report.md in %s", cfg.out, time.Since(began).Round(time.Second))
+	if len(res.Errors) > 0 {
+		return fmt.Errorf("%d scenario(s) failed: %s", len(res.Errors), strings.Join(res.Errors, "; "))
+	}
+	return nil
+}
+
+func loadResults(dir string) (*results, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return nil, err
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("reading %s/results.json: %w", dir, err)
+	}
+	return &res, nil
+}
+
+// render regenerates the report and plots of dir from its results.json.
+func render(dir string) error {
+	res, err := loadResults(dir)
+	if err != nil {
+		return err
+	}
+	if err := writePlots(res, dir); err != nil {
+		return err
+	}
+	return writeReport(res, dir)
+}
