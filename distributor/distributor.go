@@ -663,7 +663,7 @@ func (d *Distributor) runPartition(h *held) {
 			d.release(h, "rebalance")
 			return
 		}
-		items, caughtUp, err := d.batch(h)
+		_, caughtUp, err := d.batch(h)
 		switch {
 		case err == nil:
 			transient = 0
@@ -693,9 +693,10 @@ func (d *Distributor) runPartition(h *held) {
 			d.fail(h, err)
 			return
 		}
-		if items > 0 {
-			continue
-		}
+		// A batch that reached the available count goes straight on: no
+		// empty fenced transaction just to learn there is nothing left.
+		// Work arriving meanwhile is not missed: a release notifies when
+		// work is pending, and a leader is woken by its next heartbeat.
 		if !caughtUp {
 			continue
 		}
