@@ -91,6 +91,22 @@ func NewStore(db bun.IDB) *Store { return &Store{db: db} }
 
 func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
 
+// lockOwnLeases is the subquery that locks an owner's leases, given as
+// parallel key and version arrays followed by the owner, in partition_key
+// order with the given lock strength (a constant, never input): FOR UPDATE
+// to change ownership, FOR NO KEY UPDATE to renew.
+func lockOwnLeases(strength string) string {
+	return `
+			SELECT t.partition_key
+			FROM tasks t
+			JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
+			  ON t.partition_key = h.key AND t.version = h.version
+			WHERE t.owner = ?
+			ORDER BY t.partition_key
+			FOR ` + strength + ` OF t
+		`
+}
+
 func split(leases []Lease) (keys []string, versions []int64) {
 	keys = make([]string, len(leases))
 	versions = make([]int64, len(leases))
@@ -195,15 +211,7 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 			-- A late heartbeat (cancelled client-side, applied server-side
 			-- after the worker stopped) must not bring it back to life.
 			WHERE workers.stopped_at IS NULL
-		), l AS (
-			SELECT t.partition_key
-			FROM tasks t
-			JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
-			  ON t.partition_key = h.key AND t.version = h.version
-			WHERE t.owner = ?
-			ORDER BY t.partition_key
-			FOR NO KEY UPDATE OF t
-		)
+		), l AS (`+lockOwnLeases("NO KEY UPDATE")+`)
 		UPDATE tasks t
 		SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
 		FROM l
@@ -272,15 +280,7 @@ func (s *Store) Release(ctx context.Context, owner string, leases []Lease) ([]st
 	}
 	keys, versions := split(leases)
 	rows, err := s.db.QueryContext(ctx, `
-		WITH l AS (
-			SELECT t.partition_key
-			FROM tasks t
-			JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
-			  ON t.partition_key = h.key AND t.version = h.version
-			WHERE t.owner = ?
-			ORDER BY t.partition_key
-			FOR UPDATE OF t
-		)
+		WITH l AS (`+lockOwnLeases("UPDATE")+`)
 		UPDATE tasks t
 		SET version = t.version + 1, owner = NULL, heartbeat_at = NULL,
 		    lease_expires_at = '-infinity', updated_at = now()
