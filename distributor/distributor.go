@@ -13,6 +13,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,22 +262,13 @@ func (d *Distributor) Held() map[string]int {
 		switch {
 		case h.handBack.Load():
 			out["handing_back"]++
-		case h.takeover && !isDone(h.lease.Confirmed()):
+		case h.takeover && !h.lease.IsConfirmed():
 			out["confirming"]++
 		default:
 			out["active"]++
 		}
 	}
 	return out
-}
-
-func isDone(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 // Done is closed when the distributor has stopped: after Stop, or in
@@ -469,7 +461,7 @@ func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
 	// share. Otherwise keep them and avoid needless handoffs.
 	if surplus > 0 && load.Unclaimed == 0 && load.MinHeld < share {
 		// Newest claims first: they have the least progress to lose.
-		sortByClaimedDesc(keep)
+		slices.SortFunc(keep, func(a, b *held) int { return b.claimedAt.Compare(a.claimedAt) })
 		for _, h := range keep[:surplus] {
 			h.handBack.Store(true)
 			select {
@@ -500,14 +492,6 @@ func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
 	}
 	d.mu.Unlock()
 	return nil, nil
-}
-
-func sortByClaimedDesc(hs []*held) {
-	for i := 1; i < len(hs); i++ {
-		for j := i; j > 0 && hs[j].claimedAt.After(hs[j-1].claimedAt); j-- {
-			hs[j], hs[j-1] = hs[j-1], hs[j]
-		}
-	}
 }
 
 func (d *Distributor) heldCount() int {

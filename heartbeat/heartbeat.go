@@ -175,6 +175,9 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // Confirmed is closed once the lease may be processed.
 func (l *Lease) Confirmed() <-chan struct{} { return l.confirmed }
 
+// IsConfirmed reports whether Confirmed() is closed.
+func (l *Lease) IsConfirmed() bool { return isClosed(l.confirmed) }
+
 // Work receives a value when a renewal reports pending work (available >
 // position) on the partition.
 func (l *Lease) Work() <-chan struct{} { return l.work }

@@ -575,25 +575,6 @@ func TestProgress(t *testing.T) {
 	}
 }
 
-// waitForLockWait waits until a statement containing marker waits for a
-// lock.
-func waitForLockWait(t *testing.T, db *bun.DB, marker string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		var n int
-		if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, ?) > 0`, marker).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no statement with %q waits for a lock", marker)
-}
-
 // A load that only adds records does not wait for a batch in flight (which
 // holds its task row FOR KEY SHARE, as the distributor's fence does).
 func TestRecordsLoadDoesNotWaitForBatches(t *testing.T) {
@@ -640,7 +621,7 @@ func TestTierChangeWaitsForBatchInFlight(t *testing.T) {
 		_, err := Load(ctx, db, Options{TiersPath: writeFile(t, "t2.csv", th+"c1,0,9\n"), RecordsPath: writeFile(t, "r2.csv", rh+"c2,b,1\n")})
 		done <- err
 	}()
-	waitForLockWait(t, db, "FOR UPDATE OF t")
+	pgtest.WaitForLockWait(t, db, "FOR UPDATE OF t")
 	if _, err := batch.ExecContext(ctx, "UPDATE tasks SET position = 1 WHERE partition_key = 'c1'"); err != nil {
 		t.Fatal(err)
 	}
@@ -673,7 +654,7 @@ func TestTierChangeWaitsForBatchInFlight(t *testing.T) {
 		_, err := Load(ctx, db2, Options{TiersPath: writeFile(t, "t2.csv", th+"c1,0,9\n")})
 		done <- err
 	}()
-	waitForLockWait(t, db2, "FOR UPDATE OF t")
+	pgtest.WaitForLockWait(t, db2, "FOR UPDATE OF t")
 	batch2.Rollback()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -165,16 +165,15 @@ func TestAdvanceIsACompareAndSetOnPosition(t *testing.T) {
 	if cp2.Position != 0 {
 		t.Fatalf("retry fenced at %d, want 0 (the first commit is not visible yet)", cp2.Position)
 	}
-	// The stalled commit lands while the retry's update waits for its lock.
-	landed := make(chan error, 1)
-	go func() {
-		time.Sleep(100 * time.Millisecond) // let the retry's update queue behind the first
-		landed <- first.Commit()
-	}()
-	err = s.Advance(ctx, retry, l, cp2.Position, 10, nil)
-	if err := <-landed; err != nil {
+	// The retry's checkpoint update queues behind the first transaction's
+	// row lock; then the stalled commit lands.
+	advanced := make(chan error, 1)
+	go func() { advanced <- s.Advance(ctx, retry, l, cp2.Position, 10, nil) }()
+	pgtest.WaitForLockWait(t, db, "WITH u AS")
+	if err := first.Commit(); err != nil {
 		t.Fatal(err)
 	}
+	err = <-advanced
 	if !errors.Is(err, partition.ErrCheckpointMoved) {
 		t.Fatalf("retry's Advance = %v, want ErrCheckpointMoved", err)
 	}

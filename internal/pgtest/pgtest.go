@@ -195,3 +195,23 @@ func Open(t testing.TB, dsn string, opts dbconn.Options) *bun.DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// WaitForLockWait blocks until a statement whose text contains marker is
+// waiting for a lock in the test's database: the signal that a concurrent
+// transaction has queued behind another, without guessing with a sleep.
+func WaitForLockWait(t testing.TB, db *bun.DB, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, ?) > 0`, marker).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // pg_stat_activity offers no notification
+	}
+	t.Fatalf("no statement containing %q is waiting for a lock", marker)
+}
