@@ -12,6 +12,7 @@ demo:
 test:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/faults$$')
 	$(GO) test -count=1 -v ./faults
+	$(GO) test -count=1 -race ./heartbeat ./distributor ./partition
 
 test-race:
 	$(GO) test -count=1 -race ./...

@@ -175,7 +175,7 @@ func TestTakeoverAfterStaleConfirmResumeAndFence(t *testing.T) {
 	}
 	// Confirmation came before the first batch of the new owner.
 	var order []distributor.EventKind
-	for _, x := range ev.all {
+	for _, x := range ev.snapshot() {
 		if x.Key == "k" && (x.Kind == distributor.EventConfirmed || x.Kind == distributor.EventCheckpoint) {
 			order = append(order, x.Kind)
 		}
@@ -336,8 +336,8 @@ func TestThreeWorkersShareThirtyPartitionsFairly(t *testing.T) {
 			t.Fatalf("shares did not settle at 10/10/10: %v", held)
 		}
 		select {
-		case <-evs[1].cond:
-		case <-evs[2].cond:
+		case <-evs[1].changed():
+		case <-evs[2].changed():
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

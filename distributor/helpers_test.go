@@ -154,6 +154,20 @@ func (e *events) wait(t *testing.T, timeout time.Duration, what string, match fu
 	}
 }
 
+// changed is closed at the next event.
+func (e *events) changed() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cond
+}
+
+// snapshot returns the events so far.
+func (e *events) snapshot() []distributor.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]distributor.Event(nil), e.all...)
+}
+
 func (e *events) count(match func(distributor.Event) bool) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
