@@ -79,6 +79,8 @@ type Config struct {
 	MaxAttempts int
 	// Backoff is the delay after a partition's first failure, doubled
 	// after each further one up to MaxBackoff. Defaults to 1s and 5m.
+	// A failed claim round is retried on the same schedule, never later
+	// than the next poll.
 	Backoff    time.Duration
 	MaxBackoff time.Duration
 	// ShutdownTimeout bounds a graceful stop: batches still running after

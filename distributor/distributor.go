@@ -220,7 +220,8 @@ func (p *pinnedConn) close() {
 func (d *Distributor) InstanceID() string { return d.worker.InstanceID }
 
 // Start registers the worker and starts claiming in the background. It
-// returns at once. Cancelling ctx stops the distributor gracefully, as Stop
+// returns once registered, or with an error when the database does not
+// answer within StaleAfter. Cancelling ctx stops the distributor gracefully, as Stop
 // does.
 func (d *Distributor) Start(ctx context.Context) error {
 	if !d.started.CompareAndSwap(false, true) {
@@ -230,7 +231,12 @@ func (d *Distributor) Start(ctx context.Context) error {
 	// worker in their fair share before it claims anything.
 	// This also opens the heartbeat's pinned connection before any batch
 	// competes for connections.
-	if _, err := (renewer{d.hbConn, d.store, d.worker, d.cfg.StaleAfter}).Renew(ctx, nil); err != nil {
+	// Bounded like every heartbeat: a database that cannot answer within
+	// the stale timeout fails the start rather than hanging it.
+	rctx, cancel := context.WithTimeout(ctx, d.cfg.StaleAfter)
+	_, err := (renewer{d.hbConn, d.store, d.worker, d.cfg.StaleAfter}).Renew(rctx, nil)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("registering worker %s: %w", d.worker.InstanceID, err)
 	}
 	if err := d.hb.Start(d.base); err != nil {
@@ -377,6 +383,11 @@ func (d *Distributor) listenOnce(ctx context.Context) error {
 		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
 			return err
 		}
+		// Notifications sent before LISTEN took effect (at start, or while
+		// the connection was down) are gone: look once now, so work that
+		// arrived in that window waits for nobody's poll.
+		d.wake()
+		d.nudgeAll()
 		for {
 			if _, err := pc.WaitForNotification(ctx); err != nil {
 				return err
@@ -398,13 +409,15 @@ func (d *Distributor) claimLoop() {
 	poll := d.cfg.Clock.NewTicker(d.cfg.PollInterval)
 	defer poll.Stop()
 	var lastRebalance time.Time
+	failures := 0
 	for !d.isStopping() {
 		ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
 		now := d.cfg.Clock.Now()
+		var roundErr error
 		if lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.cfg.RebalanceInterval || d.cfg.UntilDone && d.heldCount() == 0 {
 			finished, err := d.rebalance(ctx)
 			if err != nil {
-				d.log.Warn("reading cluster load failed", "error", err)
+				roundErr = fmt.Errorf("reading cluster load: %w", err)
 			} else {
 				lastRebalance = now
 			}
@@ -415,16 +428,37 @@ func (d *Distributor) claimLoop() {
 			}
 		}
 		if err := d.claim(ctx); err != nil {
-			d.log.Warn("claiming failed", "error", err)
+			roundErr = errors.Join(roundErr, fmt.Errorf("claiming: %w", err))
 		}
 		cancel()
+		// A failed round is retried after a backoff rather than at the next
+		// poll: the work it was looking for is still waiting.
+		var retry <-chan time.Time
+		if roundErr != nil {
+			delay := min(backoff(d.cfg.Backoff, d.cfg.MaxBackoff, failures), d.cfg.PollInterval)
+			failures++
+			d.log.Warn("claim round failed", "error", roundErr, "failures", failures, "retry_in", delay)
+			retry = d.cfg.Clock.After(delay)
+		} else {
+			failures = 0
+		}
 		select {
 		case <-d.stopping:
 			return
 		case <-poll.Chan():
 		case <-d.wakeClaim:
+		case <-retry:
 		}
 	}
+}
+
+// backoff is base doubled per earlier failure, capped at limit.
+func backoff(base, limit time.Duration, failures int) time.Duration {
+	d := base
+	for ; failures > 0 && d < limit; failures-- {
+		d *= 2
+	}
+	return min(d, limit)
 }
 
 type finished struct{ err error }

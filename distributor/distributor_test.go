@@ -3,6 +3,7 @@ package distributor_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,6 +286,75 @@ func TestLockModeNewWorkOnCaughtUpPartition(t *testing.T) {
 		return x.Kind == distributor.EventCheckpoint && x.Position == 12
 	})
 	e.verify()
+}
+
+// A claim round that fails (here: the task table is locked past the
+// round's timeout) is retried after a backoff, not left to the next poll.
+func TestFailedClaimRoundIsRetried(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ev, logs := newEvents(), newLogWatch()
+	cfg := fastConfig("w", ev)
+	cfg.PollInterval = time.Hour // no poll can rescue it
+	cfg.Logger = slog.New(logs)
+	e.start(cfg, newProc())
+	// Once listening, the worker has looked for work once and found none.
+	waitForActivity(t, e.db, "LISTEN ")
+
+	ctx := context.Background()
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	// Wake the worker into a claim round that cannot finish.
+	if _, err := e.db.ExecContext(ctx, `SELECT pg_notify('baton_work', '')`); err != nil {
+		t.Fatal(err)
+	}
+	// Rounds already under way (the start, the wake once listening, the
+	// notification) fail at most three times; a fourth failure is a retry.
+	logs.wait(t, 20*time.Second, "claim round failed", 4)
+	// The work appears without a notification: only a retry finds it.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO tasks (partition_key, available) VALUES ('p', 5)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ev.wait(t, 10*time.Second, "the partition claimed and caught up", kind(distributor.EventReleased))
+	e.verify()
+}
+
+// Start fails with an error, instead of hanging, when the database cannot
+// register the worker.
+func TestStartFailsWhenRegistrationBlocks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	db := pgtest.Open(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
+	d, err := distributor.New(db, newProc(), fastConfig("w", newEvents()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Start(ctx)
+	if err == nil {
+		d.Stop()
+		t.Fatal("Start succeeded while the task table was locked")
+	}
+	if !strings.Contains(err.Error(), "registering worker") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Start error = %v; want registering worker ... deadline exceeded", err)
+	}
 }
 
 func TestThreeWorkersShareThirtyPartitionsFairly(t *testing.T) {

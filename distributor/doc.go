@@ -81,6 +81,12 @@
 // and releases everything. Releases bump the version and notify waiting
 // workers, which claim without confirmation.
 //
+// Waking. The claim loop runs at start, every PollInterval, on every
+// notification, once each time the listening connection is (re)established
+// (notifications sent while it was down are lost), and when a held
+// partition ends. A round that fails is retried after the Backoff schedule
+// rather than left to the next poll.
+//
 // Failure. A batch that fails with a transient error (connection, timeout,
 // lock conflict) is retried while the lease holds. Any other error releases
 // the partition with an exponential back-off, and after MaxAttempts marks

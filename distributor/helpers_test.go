@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -149,9 +150,19 @@ func (e *events) wait(t *testing.T, timeout time.Duration, what string, match fu
 		select {
 		case <-ch:
 		case <-deadline:
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			t.Fatalf("timed out after %s waiting for %s; events so far:\n%s", timeout, what, e.dump())
 		}
 	}
+}
+
+// dump formats the events so far, one a line, for failure messages.
+func (e *events) dump() string {
+	var b strings.Builder
+	for _, ev := range e.snapshot() {
+		fmt.Fprintf(&b, "  %s %s key=%s v=%d pos=%d items=%d reason=%s err=%v\n",
+			ev.At.Format("15:04:05.000"), ev.Kind, ev.Key, ev.Version, ev.Position, ev.Items, ev.Reason, ev.Err)
+	}
+	return b.String()
 }
 
 // changed is closed at the next event.
@@ -228,4 +239,74 @@ func waitDone(t *testing.T, d *distributor.Distributor, timeout time.Duration) e
 func openNamed(t *testing.T, dsn, app string, conns int) *bun.DB {
 	t.Helper()
 	return pgtest.Open(t, dsn, dbconn.Options{ApplicationName: app, MaxOpenConns: conns})
+}
+
+// logWatch is a slog handler that keeps warnings and errors so a test can
+// wait for the worker to report a failure.
+type logWatch struct {
+	mu   sync.Mutex
+	msgs []string
+	cond chan struct{}
+}
+
+func newLogWatch() *logWatch { return &logWatch{cond: make(chan struct{})} }
+
+func (w *logWatch) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *logWatch) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *logWatch) WithGroup(string) slog.Handler                { return w }
+
+func (w *logWatch) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, r.Message)
+	if os.Getenv("TEST_LOG") != "" {
+		fmt.Fprintf(os.Stderr, "%s %s %s\n", r.Time.Format("15:04:05.000"), r.Level, r.Message)
+	}
+	close(w.cond)
+	w.cond = make(chan struct{})
+	return nil
+}
+
+// wait blocks until msg has been logged n times, or fails the test.
+func (w *logWatch) wait(t *testing.T, timeout time.Duration, msg string, n int) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		w.mu.Lock()
+		seen := 0
+		for _, m := range w.msgs {
+			if m == msg {
+				seen++
+			}
+		}
+		ch := w.cond
+		w.mu.Unlock()
+		if seen >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("timed out after %s waiting for the log message %q %d times (seen %d)", timeout, msg, n, seen)
+		}
+	}
+}
+
+// waitForActivity waits until some session of this database has run a
+// statement starting with prefix (pg_stat_activity keeps the last one).
+func waitForActivity(t *testing.T, db *bun.DB, prefix string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND starts_with(query, ?)`, prefix).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // pg_stat_activity offers no notification
+	}
+	t.Fatalf("no session has run a statement starting with %q", prefix)
 }
