@@ -843,9 +843,25 @@ func (d *Distributor) release(h *held, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
 	defer cancel()
 	d.hb.Release(l)
-	released, err := d.store.Release(ctx, d.worker.InstanceID, []partition.Lease{l.Lease})
+	var released []string
+	var err error
+	for {
+		// Releasing twice is harmless: it is fenced by version, so a retry
+		// after an attempt that applied unseen finds nothing to release.
+		released, err = d.store.Release(ctx, d.worker.InstanceID, []partition.Lease{l.Lease})
+		if err == nil || !isTransient(err) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-d.cfg.Clock.After(d.cfg.Heartbeat / 4):
+		}
+	}
 	if err != nil {
-		d.log.Warn("release failed; the lease will expire instead", d.cfg.KeyAttr, l.Key, "version", l.Version, "error", err)
+		err = fmt.Errorf("releasing %s: %w", l.Lease, err)
+		d.emit(Event{Kind: EventLost, Key: l.Key, Version: l.Version, Err: err})
+		d.log.Warn("release failed; the lease will expire instead", "event", "lost", d.cfg.KeyAttr, l.Key,
+			"version", l.Version, "error", err)
 		return
 	}
 	if len(released) == 0 {
@@ -863,8 +879,10 @@ func (d *Distributor) fail(h *held, cause error) {
 	defer cancel()
 	r, err := d.store.Fail(ctx, d.worker.InstanceID, l.Lease, cause.Error(), d.cfg.Backoff, d.cfg.MaxBackoff, d.cfg.MaxAttempts)
 	if err != nil {
+		d.emit(Event{Kind: EventLost, Key: l.Key, Version: l.Version,
+			Err: fmt.Errorf("recording failure of %s (%v): %w", l.Lease, cause, err)})
 		d.log.Error("processing failed and the failure could not be recorded; the lease will expire",
-			"event", "failed", d.cfg.KeyAttr, l.Key, "version", l.Version, "error", cause, "record_error", err)
+			"event", "lost", d.cfg.KeyAttr, l.Key, "version", l.Version, "error", cause, "record_error", err)
 		return
 	}
 	kind := EventFailed

@@ -13,7 +13,7 @@ const (
 	EventConfirmed   EventKind = "confirmed"   // a takeover survived Confirm heartbeats
 	EventCheckpoint  EventKind = "checkpoint"  // a batch committed (Items, Position, Duration)
 	EventReleased    EventKind = "released"    // handed back (Reason: caught_up, rebalance, shutdown)
-	EventLost        EventKind = "lost"        // ownership lost or lease expired locally (Err)
+	EventLost        EventKind = "lost"        // ownership lost, lease expired locally, or left to expire because releasing failed (Err)
 	EventFenced      EventKind = "fenced"      // a commit was rejected by the fence
 	EventFailed      EventKind = "failed"      // a batch failed; the partition backs off (Attempts, Err)
 	EventQuarantined EventKind = "quarantined" // a partition failed MaxAttempts times

@@ -155,10 +155,14 @@ func (e *events) wait(t *testing.T, timeout time.Duration, what string, match fu
 	}
 }
 
-// dump formats the events so far, one a line, for failure messages.
-func (e *events) dump() string {
+// dump formats the events so far (those matching filter, if given), one a
+// line, for failure messages.
+func (e *events) dump(filter ...func(distributor.Event) bool) string {
 	var b strings.Builder
 	for _, ev := range e.snapshot() {
+		if len(filter) > 0 && !filter[0](ev) {
+			continue
+		}
 		fmt.Fprintf(&b, "  %s %s key=%s v=%d pos=%d items=%d reason=%s err=%v\n",
 			ev.At.Format("15:04:05.000"), ev.Kind, ev.Key, ev.Version, ev.Position, ev.Items, ev.Reason, ev.Err)
 	}
