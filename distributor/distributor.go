@@ -216,12 +216,16 @@ func (p *pinnedConn) close() {
 	}
 }
 
+// registerTimeout is the least time Start gives the database to register
+// the worker.
+const registerTimeout = 10 * time.Second
+
 // InstanceID is the owner id this worker writes into task rows.
 func (d *Distributor) InstanceID() string { return d.worker.InstanceID }
 
 // Start registers the worker and starts claiming in the background. It
 // returns once registered, or with an error when the database does not
-// answer within StaleAfter. Cancelling ctx stops the distributor gracefully, as Stop
+// answer within StaleAfter (at least 10s) or before ctx ends. Cancelling ctx stops the distributor gracefully, as Stop
 // does.
 func (d *Distributor) Start(ctx context.Context) error {
 	if !d.started.CompareAndSwap(false, true) {
@@ -231,9 +235,10 @@ func (d *Distributor) Start(ctx context.Context) error {
 	// worker in their fair share before it claims anything.
 	// This also opens the heartbeat's pinned connection before any batch
 	// competes for connections.
-	// Bounded like every heartbeat: a database that cannot answer within
-	// the stale timeout fails the start rather than hanging it.
-	rctx, cancel := context.WithTimeout(ctx, d.cfg.StaleAfter)
+	// Bounded: a database that cannot answer fails the start rather than
+	// hanging it. Connecting may take a while on a busy server, so the
+	// bound is never shorter than registerTimeout.
+	rctx, cancel := context.WithTimeout(ctx, max(d.cfg.StaleAfter, registerTimeout))
 	_, err := (renewer{d.hbConn, d.store, d.worker, d.cfg.StaleAfter}).Renew(rctx, nil)
 	cancel()
 	if err != nil {
