@@ -103,17 +103,20 @@ type Distributor struct {
 	share int
 
 	wakeClaim chan struct{}
-	stopping  chan struct{} // closed: claim nothing more, hand partitions back
-	abandon   context.Context
-	abandonFn context.CancelCauseFunc
-	base      context.Context // parent of lease contexts; outlives Start's ctx
-	baseStop  context.CancelFunc
-	wg        sync.WaitGroup
-	loopDone  chan struct{}
-	done      chan struct{}
-	err       error
-	stopOnce  sync.Once
-	started   atomic.Bool
+	// workChanged is set by notifications (work released, loaded or
+	// retried): the next claim round recomputes the fair share first.
+	workChanged atomic.Bool
+	stopping    chan struct{} // closed: claim nothing more, hand partitions back
+	abandon     context.Context
+	abandonFn   context.CancelCauseFunc
+	base        context.Context // parent of lease contexts; outlives Start's ctx
+	baseStop    context.CancelFunc
+	wg          sync.WaitGroup
+	loopDone    chan struct{}
+	done        chan struct{}
+	err         error
+	stopOnce    sync.Once
+	started     atomic.Bool
 }
 
 type held struct {
@@ -317,6 +320,10 @@ func (d *Distributor) finish(err error) {
 			return
 		}
 		<-d.loopDone
+		// Leave the live count before handing partitions back, so the
+		// workers their release notifications wake count one fewer and
+		// take a larger share at once. Heartbeats still renew the leases.
+		d.markStopped()
 		d.nudgeAll()
 		waited := make(chan struct{})
 		go func() { d.wg.Wait(); close(waited) }()
@@ -330,14 +337,17 @@ func (d *Distributor) finish(err error) {
 		d.hb.Stop()
 		d.hbConn.close()
 		d.baseStop()
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
-		defer cancel()
-		if err := d.store.StopWorker(ctx, d.worker.InstanceID); err != nil {
-			d.log.Warn("could not mark worker stopped", "error", err)
-		}
 		d.log.Info("worker stopped", "event", "stopped")
 		close(d.done)
 	})
+}
+
+func (d *Distributor) markStopped() {
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
+	defer cancel()
+	if err := d.store.StopWorker(ctx, d.worker.InstanceID); err != nil {
+		d.log.Warn("could not mark worker stopped; others count it until its registration expires", "error", err)
+	}
 }
 
 func (d *Distributor) nudgeAll() {
@@ -397,6 +407,7 @@ func (d *Distributor) listenOnce(ctx context.Context) error {
 			if _, err := pc.WaitForNotification(ctx); err != nil {
 				return err
 			}
+			d.workChanged.Store(true)
 			d.wake()
 			d.nudgeAll()
 		}
@@ -419,7 +430,13 @@ func (d *Distributor) claimLoop() {
 		ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
 		now := d.cfg.Clock.Now()
 		var roundErr error
-		if lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.cfg.RebalanceInterval || d.cfg.UntilDone && d.heldCount() == 0 {
+		// A notification means work was released (a worker may have left),
+		// loaded or retried, so the share may be stale: a worker with room
+		// recomputes it now rather than at the next rebalance, at most
+		// once a heartbeat.
+		recompute := d.workChanged.Swap(false) && now.Sub(lastRebalance) >= d.cfg.Heartbeat && d.hasRoom()
+		if lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.cfg.RebalanceInterval || recompute ||
+			d.cfg.UntilDone && d.heldCount() == 0 {
 			finished, err := d.rebalance(ctx)
 			if err != nil {
 				roundErr = fmt.Errorf("reading cluster load: %w", err)
@@ -531,6 +548,13 @@ func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
 	}
 	d.mu.Unlock()
 	return nil, nil
+}
+
+// hasRoom reports whether the worker holds fewer than MaxPartitions.
+func (d *Distributor) hasRoom() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.held) < d.cfg.MaxPartitions
 }
 
 func (d *Distributor) heldCount() int {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -241,6 +242,61 @@ func TestGracefulReleaseLetsAnotherStartAtOnce(t *testing.T) {
 		t.Fatalf("b waited for confirmation %d times", n)
 	}
 	t.Logf("graceful handoff: first batch by the next worker %s after stop began", time.Since(stopped))
+}
+
+// When a worker stops gracefully, the others take its partitions at once
+// even though they were at their fair share: it leaves the live count
+// before releasing, and the release notifications make them recompute the
+// share. RebalanceInterval is an hour, so nothing else could.
+func TestGracefulLeaveRaisesOthersShareAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	evs := map[string]*events{}
+	ds := map[string]*distributor.Distributor{}
+	for _, name := range []string{"x", "y", "z"} {
+		evs[name] = newEvents()
+		cfg := fastConfig(name, evs[name])
+		cfg.MaxPartitions = 12
+		cfg.RebalanceInterval = time.Hour
+		cfg.PollInterval = 100 * time.Millisecond // picks up claim races lost at the start
+		ds[name] = e.start(cfg, newProc())
+	}
+	// The work arrives after all three registered: the notification makes
+	// each compute a share of 4.
+	e.addWork(1_000_000, keys("g", 12)...)
+	store := partition.NewStore(e.db)
+	waitHeld := func(what string, want map[string]int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, workers, err := store.Status(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := map[string]int{}
+			for _, w := range workers {
+				if w.Held > 0 {
+					held[w.Name] = w.Held
+				}
+			}
+			if maps.Equal(held, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: held %v, want %v", what, held, want)
+			}
+			time.Sleep(20 * time.Millisecond) // the task table offers no notification
+		}
+	}
+	waitHeld("shares at start", map[string]int{"x": 4, "y": 4, "z": 4})
+
+	ds["z"].Stop()
+	waitHeld("after z left", map[string]int{"x": 6, "y": 6})
+	for _, name := range []string{"x", "y"} {
+		if n := evs[name].count(kind(distributor.EventLost)); n != 0 {
+			t.Errorf("%s lost %d partitions; want none", name, n)
+		}
+	}
 }
 
 func TestLeaderKeepsPartitionsAndPicksUpNewWork(t *testing.T) {

@@ -39,7 +39,9 @@
 // FOR UPDATE SKIP LOCKED. A row returned is won; a row not returned went to
 // someone else. The poll's cost follows the claims made, not the number of
 // partitions. It claims up to its fair share: ceil(busy partitions / live
-// workers), at most MaxPartitions.
+// workers), at most MaxPartitions. The share is recomputed every
+// RebalanceInterval, and sooner (at most once a heartbeat) when a
+// notification says work was released, loaded or retried.
 //
 // Heartbeat. Every Heartbeat interval the worker renews its own row and all
 // its leases in one statement (a batched compare-and-set on (key, version,
@@ -77,8 +79,9 @@
 // back to make room. A worker above its fair
 // share hands back its newest claims at batch boundaries, once nothing is
 // left unclaimed for the others. On graceful stop the worker claims
-// nothing more, lets batches in flight commit (ShutdownTimeout at most),
-// and releases everything. Releases bump the version and notify waiting
+// nothing more, marks itself stopped (so the others' shares grow at once),
+// lets batches in flight commit (ShutdownTimeout at most), and releases
+// everything. Releases bump the version and notify waiting
 // workers, which claim without confirmation.
 //
 // Waking. The claim loop runs at start, every PollInterval, on every
@@ -122,8 +125,9 @@
 // --stale-after 1s --confirm 3; 10s + 1s + 3s + a batch with the defaults.
 // The bound assumes a surviving worker has room to claim (below its fair
 // share and MaxPartitions); otherwise the partition waits until one has.
-// A graceful stop hands partitions over immediately (one notification and
-// one claim, no confirmation).
+// A graceful stop hands partitions over immediately (one notification, one
+// share recomputation and one claim, no confirmation), even to workers
+// that were at their share.
 //
 // # Safety argument
 //
