@@ -279,37 +279,36 @@ func (s *Store) Release(ctx context.Context, owner string, leases []Lease) ([]st
 		return nil, nil
 	}
 	keys, versions := split(leases)
+	// One statement: the notification (only when a released partition
+	// still has pending work) is sent at the release's commit.
 	rows, err := s.db.QueryContext(ctx, `
-		WITH l AS (`+lockOwnLeases("UPDATE")+`)
-		UPDATE tasks t
-		SET version = t.version + 1, owner = NULL, heartbeat_at = NULL,
-		    lease_expires_at = '-infinity', updated_at = now()
-		FROM l
-		WHERE t.partition_key = l.partition_key
-		RETURNING t.partition_key, t.available > t.position`,
-		pgdialect.Array(keys), pgdialect.Array(versions), owner)
+		WITH l AS (`+lockOwnLeases("UPDATE")+`), r AS (
+			UPDATE tasks t
+			SET version = t.version + 1, owner = NULL, heartbeat_at = NULL,
+			    lease_expires_at = '-infinity', updated_at = now()
+			FROM l
+			WHERE t.partition_key = l.partition_key
+			RETURNING t.partition_key, t.available > t.position AS pending
+		), n AS (
+			SELECT count(pg_notify(?, 'released')) AS sent
+			FROM (SELECT 1 FROM r WHERE pending LIMIT 1) p
+		)
+		SELECT r.partition_key FROM r CROSS JOIN n`,
+		pgdialect.Array(keys), pgdialect.Array(versions), owner, NotifyChannel)
 	if err != nil {
 		return nil, fmt.Errorf("releasing %d partitions: %w", len(leases), err)
 	}
 	defer rows.Close()
 	var released []string
-	wake := false
 	for rows.Next() {
 		var k string
-		var pending bool
-		if err := rows.Scan(&k, &pending); err != nil {
+		if err := rows.Scan(&k); err != nil {
 			return nil, fmt.Errorf("releasing partitions: %w", err)
 		}
 		released = append(released, k)
-		wake = wake || pending
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("releasing partitions: %w", err)
-	}
-	if wake {
-		if err := s.Notify(ctx, "released"); err != nil {
-			return released, err
-		}
 	}
 	return released, nil
 }

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
 )
@@ -192,5 +195,80 @@ func TestAdvanceIsACompareAndSetOnPosition(t *testing.T) {
 	defer tx.Rollback()
 	if err := s.Advance(ctx, tx, l, 10, 20, nil); !errors.Is(err, partition.ErrFenced) {
 		t.Fatalf("Advance under a superseded claim = %v, want ErrFenced", err)
+	}
+}
+
+// A release notifies waiting workers, at its commit, only when a released
+// partition still has work pending.
+func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	db := pgtest.Open(t, url, dbconn.Options{})
+	ctx := context.Background()
+	listener, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close(ctx)
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	next := func() string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := listener.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("waiting for a notification: %v", err)
+		}
+		return n.Payload
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available, position)
+		VALUES ('done', 5, 2), ('pending', 5, 2)`); err != nil {
+		t.Fatal(err)
+	}
+	s := partition.NewStore(db)
+	claim := func(key string) partition.Lease {
+		t.Helper()
+		won, err := s.Claim(ctx, "w#1", time.Minute, []partition.Candidate{{Key: key, Version: 0}})
+		if err != nil || len(won) != 1 {
+			t.Fatalf("claiming %s: %v %v", key, won, err)
+		}
+		return won[0].Lease
+	}
+	done, pending := claim("done"), claim("pending")
+	// The owner's last batch catches "done" up.
+	if _, err := db.ExecContext(ctx, `UPDATE tasks SET position = available WHERE partition_key = 'done'`); err != nil {
+		t.Fatal(err)
+	}
+
+	rel, err := s.Release(ctx, "w#1", []partition.Lease{done})
+	if err != nil || len(rel) != 1 {
+		t.Fatalf("releasing done: %v %v", rel, err)
+	}
+	// Notifications arrive in commit order: had the release notified, its
+	// payload would come before this marker.
+	if err := s.Notify(ctx, "marker"); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "marker" {
+		t.Fatalf("first notification %q after releasing a caught-up partition; want none before the marker", got)
+	}
+	rel, err = s.Release(ctx, "w#1", []partition.Lease{pending})
+	if err != nil || len(rel) != 1 || rel[0] != "pending" {
+		t.Fatalf("releasing pending: %v %v", rel, err)
+	}
+	if got := next(); got != "released" {
+		t.Fatalf("notification %q after releasing a partition with pending work; want released", got)
+	}
+	// Releasing again is fenced by version: nothing released, no notification.
+	if rel, err := s.Release(ctx, "w#1", []partition.Lease{pending}); err != nil || len(rel) != 0 {
+		t.Fatalf("second release: %v %v; want nothing released", rel, err)
+	}
+	if err := s.Notify(ctx, "marker"); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "marker" {
+		t.Fatalf("notification %q after a fenced release; want none before the marker", got)
 	}
 }
