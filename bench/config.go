@@ -49,6 +49,7 @@ type config struct {
 	coordInterval   time.Duration
 	coordConns      int
 	claimers        intList
+	claimBatches    intList
 	claimDuration   time.Duration
 	tinyContracts   int
 	heartbeatSample int
@@ -103,7 +104,7 @@ func defaultConfig() config {
 		coordWorkers: intList{10, 100, 1000}, coordParts: intList{10_000, 100_000},
 		coordHeld: intList{1, 10, 100, 1000}, coordDuration: 5 * time.Second,
 		coordInterval: time.Second, coordConns: 64,
-		claimers: intList{1, 4}, claimDuration: 4 * time.Second,
+		claimers: intList{1, 4}, claimBatches: intList{1, 16}, claimDuration: 4 * time.Second,
 		tinyContracts: 3000, heartbeatSample: 200,
 		foWorkers: 3, foContracts: 12, foBatch: 100,
 		killsFast: 20, killsDefault: 5, handoffsFast: 10, handoffsDefault: 4,
@@ -179,6 +180,7 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&c.coordInterval, "coord-interval", c.coordInterval, "coordination: heartbeat and poll interval of the simulated workers")
 	fs.IntVar(&c.coordConns, "coord-conns", c.coordConns, "coordination: database connections shared by the simulated workers")
 	fs.Var(&c.claimers, "claimers", "coordination: goroutines in the claim-throughput loop")
+	fs.Var(&c.claimBatches, "claim-batches", "coordination: partitions per claim statement in the claim-throughput loop")
 	fs.DurationVar(&c.claimDuration, "claim-duration", c.claimDuration, "coordination: measuring time per claim-throughput cell")
 	fs.IntVar(&c.tinyContracts, "tiny-contracts", c.tinyContracts, "coordination: one-record contracts priced end to end by 2 real workers (claims/s)")
 	fs.IntVar(&c.heartbeatSample, "heartbeat-samples", c.heartbeatSample, "coordination: heartbeats timed per held-partition count")

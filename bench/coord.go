@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -60,6 +61,7 @@ type heldLatency struct {
 // releasing as fast as they can.
 type claimCell struct {
 	Claimers   int        `json:"claimers"`
+	Batch      int        `json:"batch"`
 	Partitions int        `json:"partitions"`
 	Seconds    float64    `json:"seconds"`
 	Claims     int64      `json:"claims"`
@@ -153,16 +155,18 @@ func (e *env) coordPartitions(ctx context.Context, c *coordResult, name string, 
 			return err
 		}
 	}
-	for _, k := range cfg.claimers {
-		if err := resetTasks(ctx, db, true); err != nil {
-			return err
+	for _, batch := range cfg.claimBatches {
+		for _, k := range cfg.claimers {
+			if err := resetTasks(ctx, db, true); err != nil {
+				return err
+			}
+			cl, err := e.claimLoop(ctx, name, simDB, k, parts, batch)
+			if err != nil {
+				return err
+			}
+			log.Printf("coordination: claim loop, %d claimers, %d a statement, %d partitions: %.0f claims/s", k, batch, parts, cl.PerSec)
+			c.Claims = append(c.Claims, cl)
 		}
-		cl, err := e.claimLoop(ctx, name, simDB, k, parts)
-		if err != nil {
-			return err
-		}
-		log.Printf("coordination: claim loop, %d claimers, %d partitions: %.0f claims/s", k, parts, cl.PerSec)
-		c.Claims = append(c.Claims, cl)
 	}
 	return nil
 }
@@ -406,11 +410,13 @@ func (e *env) heldSeries(ctx context.Context, dbname string, simDB *bun.DB) ([]h
 	return out, nil
 }
 
-// claimLoop measures claims per second: k goroutines each claim one
-// partition the way the distributor does (Candidates, shuffle, Claim) and
-// release it at once, as fast as they can.
-func (e *env) claimLoop(ctx context.Context, dbname string, simDB *bun.DB, k, parts int) (claimCell, error) {
-	cl := claimCell{Claimers: k, Partitions: parts}
+// claimLoop measures claims per second: k goroutines each claim batch
+// partitions the way the distributor does when it has room for that many
+// (Candidates of 4×batch+8, shuffle, one Claim compare-and-set, a second
+// one for those lost) and release them at once in one statement, as fast
+// as they can.
+func (e *env) claimLoop(ctx context.Context, dbname string, simDB *bun.DB, k, parts, batch int) (claimCell, error) {
+	cl := claimCell{Claimers: k, Partitions: parts, Batch: batch}
 	store := partition.NewStore(simDB)
 	ttl := 10 * e.cfg.coordInterval
 	var claims, lost atomic.Int64
@@ -422,6 +428,13 @@ func (e *env) claimLoop(ctx context.Context, dbname string, simDB *bun.DB, k, pa
 	defer cancel()
 	var wg sync.WaitGroup
 	var firstErr error
+	fail := func(err error) {
+		if wctx.Err() == nil {
+			mu.Lock()
+			firstErr = cmp.Or(firstErr, err)
+			mu.Unlock()
+		}
+	}
 	for i := range k {
 		wg.Add(1)
 		go func() {
@@ -435,37 +448,41 @@ func (e *env) claimLoop(ctx context.Context, dbname string, simDB *bun.DB, k, pa
 			}()
 			for wctx.Err() == nil {
 				t0 := time.Now()
-				cands, err := store.Candidates(wctx, 12)
+				cands, err := store.Candidates(wctx, 4*batch+8)
 				if err != nil {
+					fail(err)
 					break
 				}
 				ls = append(ls, time.Since(t0))
 				mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-				for round := 0; round < 2 && len(cands) > 0; round++ {
+				var leases []partition.Lease
+				want := batch
+				for round := 0; round < 2 && want > 0 && len(cands) > 0; round++ {
+					try := cands[:min(want, len(cands))]
+					cands = cands[len(try):]
 					t1 := time.Now()
-					won, err := store.Claim(wctx, owner, ttl, cands[:1])
+					won, err := store.Claim(wctx, owner, ttl, try)
 					if err != nil {
+						fail(err)
 						break
 					}
 					lc = append(lc, time.Since(t1))
-					cands = cands[1:]
-					if len(won) == 0 {
-						lost.Add(1)
-						continue
+					lost.Add(int64(len(try) - len(won)))
+					for _, w := range won {
+						leases = append(leases, w.Lease)
 					}
-					claims.Add(1)
-					t2 := time.Now()
-					if _, err := store.Release(wctx, owner, []partition.Lease{won[0].Lease}); err != nil {
-						if wctx.Err() == nil {
-							mu.Lock()
-							firstErr = err
-							mu.Unlock()
-						}
-						break
-					}
-					lr = append(lr, time.Since(t2))
+					want -= len(won)
+				}
+				if len(leases) == 0 {
+					continue
+				}
+				claims.Add(int64(len(leases)))
+				t2 := time.Now()
+				if _, err := store.Release(wctx, owner, leases); err != nil {
+					fail(err)
 					break
 				}
+				lr = append(lr, time.Since(t2))
 			}
 		}()
 	}

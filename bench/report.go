@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -131,15 +132,24 @@ func headline(w writer, r *results) {
 			w("| heartbeat statements per beat, holding %d … %d partitions | 1 | %s | %s |\n", c.Held[0].Held, c.Held[len(c.Held)-1].Held,
 				map[bool]string{true: "1", false: "see §3"}[oneEach], yesNo(oneEach))
 		}
-		best := claimCell{}
+		// The best cell for each claim batch size: one partition a
+		// statement is the distributor topping up by one; larger batches are
+		// a worker with room for that many (at start, after a takeover wave).
+		var bests []claimCell
 		for _, cl := range c.Claims {
-			if cl.PerSec > best.PerSec {
-				best = cl
+			i := slices.IndexFunc(bests, func(b claimCell) bool { return b.Batch == cl.Batch })
+			switch {
+			case i < 0:
+				bests = append(bests, cl)
+			case cl.PerSec > bests[i].PerSec:
+				bests[i] = cl
 			}
 		}
-		if best.Claims > 0 {
-			w("| claims/s, claim + release loop (%d goroutines, %d partitions) | db-scheduler publishes 2,000–4,000 executions/s | %s | %s |\n",
-				best.Claimers, best.Partitions, rate(best.PerSec), yesNo(best.PerSec >= 2000))
+		for _, best := range bests {
+			if best.Claims > 0 {
+				w("| claims/s, claim + release loop (%d goroutines, %d partition(s) a statement, %d partitions) | db-scheduler publishes 2,000–4,000 executions/s | %s | %s |\n",
+					best.Claimers, max(best.Batch, 1), best.Partitions, rate(best.PerSec), yesNo(best.PerSec >= 2000))
+			}
 		}
 		if c.Tiny != nil {
 			w("| one-record contracts priced end to end by 2 workers (claim → batch → release), per s | (same comparison) | %s | %s |\n",
@@ -362,10 +372,10 @@ func coordSection(w writer, r *results) {
 		}
 	}
 	if len(c.Claims) > 0 {
-		w("\n**Claims per second.** K goroutines each claim one partition the way the distributor does (`Candidates` of 12, shuffle, `Claim` compare-and-set, a second candidate if the first was lost) and release it at once (`Release`, which notifies), as fast as they can. This is the comparison point for db-scheduler's published 2,000–4,000 optimistic executions/s (measured on other hardware).\n\n")
-		w("| claimers | partitions | claims/s | lost compare-and-sets | scan p50 / p99 ms | claim p50 / p99 ms | release p50 / p99 ms | DB CPU (cores) |\n|---|---|---|---|---|---|---|---|\n")
+		w("\n**Claims per second.** K goroutines each claim B partitions the way the distributor does when it has room for B (`Candidates` of 4×B+8, shuffle, one `Claim` compare-and-set, a second for those lost) and release them at once in one `Release` (which notifies, since the work is still pending), as fast as they can. B = 1 is a worker topping up by one partition; larger B is a worker with room for many (at start, after a takeover wave). Every claim and release is a committed, durable transaction. This is the comparison point for db-scheduler's published 2,000–4,000 optimistic executions/s (measured on other hardware).\n\n")
+		w("| claimers | partitions a statement | partitions | claims/s | lost compare-and-sets | scan p50 / p99 ms | claim p50 / p99 ms | release p50 / p99 ms | DB CPU (cores) |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, cl := range c.Claims {
-			w("| %d | %d | %.0f | %d | %s | %s | %s | %s |\n", cl.Claimers, cl.Partitions, cl.PerSec, cl.LostCAS, pp(cl.Scan), pp(cl.Claim), pp(cl.Release),
+			w("| %d | %d | %d | %.0f | %d | %s | %s | %s | %s |\n", cl.Claimers, max(cl.Batch, 1), cl.Partitions, cl.PerSec, cl.LostCAS, pp(cl.Scan), pp(cl.Claim), pp(cl.Release),
 				cores(cl.CPU.DB/cl.Seconds, cl.CPU.DB))
 		}
 	}
