@@ -228,8 +228,8 @@ func (d *Distributor) InstanceID() string { return d.worker.InstanceID }
 
 // Start registers the worker and starts claiming in the background. It
 // returns once registered, or with an error when the database does not
-// answer within StaleAfter (at least 10s) or before ctx ends. Cancelling ctx stops the distributor gracefully, as Stop
-// does.
+// answer within StaleAfter (at least 10s) or before ctx ends. Cancelling
+// ctx stops the distributor gracefully, as Stop does.
 func (d *Distributor) Start(ctx context.Context) error {
 	if !d.started.CompareAndSwap(false, true) {
 		return errors.New("distributor already started")
