@@ -264,21 +264,11 @@ func TestGracefulLeaveRaisesOthersShareAtOnce(t *testing.T) {
 	// The work arrives after all three registered: the notification makes
 	// each compute a share of 4.
 	e.addWork(1_000_000, keys("g", 12)...)
-	store := partition.NewStore(e.db)
 	waitHeld := func(what string, want map[string]int) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			_, workers, err := store.Status(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			held := map[string]int{}
-			for _, w := range workers {
-				if w.Held > 0 {
-					held[w.Name] = w.Held
-				}
-			}
+			held := e.heldBy()
 			if maps.Equal(held, want) {
 				return
 			}
@@ -355,7 +345,7 @@ func TestFailedClaimRoundIsRetried(t *testing.T) {
 	cfg.Logger = slog.New(logs)
 	e.start(cfg, newProc())
 	// Once listening, the worker has looked for work once and found none.
-	waitForActivity(t, e.db, "LISTEN ")
+	pgtest.WaitForStatement(t, e.db, "LISTEN ")
 
 	ctx := context.Background()
 	tx, err := e.db.BeginTx(ctx, nil)
@@ -444,17 +434,9 @@ func TestThreeWorkersShareThirtyPartitionsFairly(t *testing.T) {
 		}
 	}
 	// ...and hands back its surplus until each holds 10.
-	store := partition.NewStore(e.db)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		_, workers, err := store.Status(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		held := map[string]int{}
-		for _, w := range workers {
-			held[w.Name] = w.Held
-		}
+		held := e.heldBy()
 		if held["x"] == 10 && held["y"] == 10 && held["z"] == 10 {
 			break
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/partition"
 )
 
 // env is one test's database with a generic work model: a partition's items
@@ -296,21 +297,19 @@ func (w *logWatch) wait(t *testing.T, timeout time.Duration, msg string, n int) 
 	}
 }
 
-// waitForActivity waits until some session of this database has run a
-// statement starting with prefix (pg_stat_activity keeps the last one).
-func waitForActivity(t *testing.T, db *bun.DB, prefix string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		var n int
-		if err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND starts_with(query, ?)`, prefix).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond) // pg_stat_activity offers no notification
+// heldBy returns how many partitions each worker name holds, leaving out
+// those holding none.
+func (e *env) heldBy() map[string]int {
+	e.t.Helper()
+	_, workers, err := partition.NewStore(e.db).Status(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	t.Fatalf("no session has run a statement starting with %q", prefix)
+	held := map[string]int{}
+	for _, w := range workers {
+		if w.Held > 0 {
+			held[w.Name] = w.Held
+		}
+	}
+	return held
 }

@@ -201,11 +201,27 @@ func Open(t testing.TB, dsn string, opts dbconn.Options) *bun.DB {
 // transaction has queued behind another, without guessing with a sleep.
 func WaitForLockWait(t testing.TB, db *bun.DB, marker string) {
 	t.Helper()
+	waitForSession(t, db, fmt.Sprintf("a statement containing %q waiting for a lock", marker), `
+		wait_event_type = 'Lock' AND strpos(query, ?) > 0`, marker)
+}
+
+// WaitForStatement waits until some session of this database has run a
+// statement starting with prefix (pg_stat_activity keeps the last one).
+func WaitForStatement(t testing.TB, db *bun.DB, prefix string) {
+	t.Helper()
+	waitForSession(t, db, fmt.Sprintf("a session that ran a statement starting with %q", prefix), `
+		starts_with(query, ?)`, prefix)
+}
+
+// waitForSession polls pg_stat_activity until a session of this database
+// matches cond, or fails the test.
+func waitForSession(t testing.TB, db *bun.DB, what, cond string, arg any) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		var n int
 		if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, ?) > 0`, marker).Scan(&n); err != nil {
+			WHERE datname = current_database() AND `+cond, arg).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -213,5 +229,5 @@ func WaitForLockWait(t testing.TB, db *bun.DB, marker string) {
 		}
 		time.Sleep(10 * time.Millisecond) // pg_stat_activity offers no notification
 	}
-	t.Fatalf("no statement containing %q is waiting for a lock", marker)
+	t.Fatalf("timed out waiting for %s", what)
 }
