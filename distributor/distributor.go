@@ -434,12 +434,26 @@ func (d *Distributor) claimLoop() {
 		// loaded or retried, so the share may be stale: a worker with room
 		// recomputes it now rather than at the next rebalance, at most
 		// once a heartbeat.
-		recompute := d.workChanged.Swap(false) && now.Sub(lastRebalance) >= d.cfg.Heartbeat && d.hasRoom()
+		// A notification inside that heartbeat is kept, not dropped: the
+		// loop comes back for it when the heartbeat has passed.
+		recompute := false
+		var deferred <-chan time.Time
+		if d.workChanged.Load() && d.hasRoom() {
+			if wait := d.cfg.Heartbeat - now.Sub(lastRebalance); wait > 0 && !lastRebalance.IsZero() {
+				deferred = d.cfg.Clock.After(wait)
+			} else {
+				recompute = true
+				d.workChanged.Store(false)
+			}
+		}
 		if lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.cfg.RebalanceInterval || recompute ||
 			d.cfg.UntilDone && d.heldCount() == 0 {
 			finished, err := d.rebalance(ctx)
 			if err != nil {
 				roundErr = fmt.Errorf("reading cluster load: %w", err)
+				if recompute {
+					d.workChanged.Store(true) // still owed: the retry recomputes
+				}
 			} else {
 				lastRebalance = now
 			}
@@ -470,6 +484,7 @@ func (d *Distributor) claimLoop() {
 		case <-poll.Chan():
 		case <-d.wakeClaim:
 		case <-retry:
+		case <-deferred:
 		}
 	}
 }
