@@ -101,22 +101,29 @@ type Distributor struct {
 	mu    sync.Mutex
 	held  map[string]*held
 	share int
+	// shareIdle: the share was computed from a load with no work at all.
+	shareIdle bool
 
 	wakeClaim chan struct{}
 	// workChanged is set by notifications (work released, loaded or
 	// retried): the next claim round recomputes the fair share first.
 	workChanged atomic.Bool
-	stopping    chan struct{} // closed: claim nothing more, hand partitions back
-	abandon     context.Context
-	abandonFn   context.CancelCauseFunc
-	base        context.Context // parent of lease contexts; outlives Start's ctx
-	baseStop    context.CancelFunc
-	wg          sync.WaitGroup
-	loopDone    chan struct{}
-	done        chan struct{}
-	err         error
-	stopOnce    sync.Once
-	started     atomic.Bool
+	stopping    chan struct{} // closed: claim nothing more
+	// leaving is closed once the worker has left the live count: held
+	// partitions are then handed back. Not before, or the workers that a
+	// release wakes would still count this one and compute too small a
+	// share.
+	leaving   chan struct{}
+	abandon   context.Context
+	abandonFn context.CancelCauseFunc
+	base      context.Context // parent of lease contexts; outlives Start's ctx
+	baseStop  context.CancelFunc
+	wg        sync.WaitGroup
+	loopDone  chan struct{}
+	done      chan struct{}
+	err       error
+	stopOnce  sync.Once
+	started   atomic.Bool
 }
 
 type held struct {
@@ -147,6 +154,7 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 		log:    cfg.Logger.With("worker", w.InstanceID),
 		worker: w, held: map[string]*held{},
 		wakeClaim: make(chan struct{}, 1), stopping: make(chan struct{}),
+		leaving:  make(chan struct{}),
 		loopDone: make(chan struct{}), done: make(chan struct{}),
 	}
 	hbCfg := cfg.heartbeatConfig()
@@ -324,6 +332,7 @@ func (d *Distributor) finish(err error) {
 		// workers their release notifications wake count one fewer and
 		// take a larger share at once. Heartbeats still renew the leases.
 		d.markStopped()
+		close(d.leaving)
 		d.nudgeAll()
 		waited := make(chan struct{})
 		go func() { d.wg.Wait(); close(waited) }()
@@ -436,11 +445,17 @@ func (d *Distributor) claimLoop() {
 		// once a heartbeat.
 		// A notification inside that heartbeat is kept, not dropped: the
 		// loop comes back for it when the heartbeat has passed.
-		recompute := false
+		// While a recompute is owed, the share in hand is known to be stale
+		// (computed, say, when this worker was alone or there was no work),
+		// so the round claims nothing: claiming up to a stale share would
+		// take other workers' partitions, and only a rebalance, possibly an
+		// hour away, would give them back.
+		recompute, owed := false, false
 		var deferred <-chan time.Time
 		if d.workChanged.Load() && d.hasRoom() {
 			if wait := d.cfg.Heartbeat - now.Sub(lastRebalance); wait > 0 && !lastRebalance.IsZero() {
 				deferred = d.cfg.Clock.After(wait)
+				owed = true
 			} else {
 				recompute = true
 				d.workChanged.Store(false)
@@ -453,6 +468,7 @@ func (d *Distributor) claimLoop() {
 				roundErr = fmt.Errorf("reading cluster load: %w", err)
 				if recompute {
 					d.workChanged.Store(true) // still owed: the retry recomputes
+					owed = true
 				}
 			} else {
 				lastRebalance = now
@@ -463,8 +479,10 @@ func (d *Distributor) claimLoop() {
 				return
 			}
 		}
-		if err := d.claim(ctx); err != nil {
-			roundErr = errors.Join(roundErr, fmt.Errorf("claiming: %w", err))
+		if !owed {
+			if err := d.claim(ctx); err != nil {
+				roundErr = errors.Join(roundErr, fmt.Errorf("claiming: %w", err))
+			}
 		}
 		cancel()
 		// A failed round is retried after a backoff rather than at the next
@@ -514,12 +532,22 @@ func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
 		d.log.Info("all work done", "event", "done")
 		return &finished{}, nil
 	}
+	d.applyShare(load)
+	return nil, nil
+}
+
+// applyShare sets the fair share from load and asks surplus partitions to
+// be handed back.
+func (d *Distributor) applyShare(load partition.Load) {
 	share := d.cfg.MaxPartitions
 	if load.LiveWorkers > 1 {
 		share = min(share, max(1, (load.Busy+load.LiveWorkers-1)/load.LiveWorkers))
 	}
+	d.log.Debug("fair share computed", "share", share, "busy", load.Busy, "live_workers", load.LiveWorkers,
+		"unclaimed", load.Unclaimed, "min_held", load.MinHeld)
 	d.mu.Lock()
 	d.share = share
+	d.shareIdle = load.Busy == 0
 	var keep []*held
 	for _, h := range d.held {
 		if !h.handBack.Load() {
@@ -562,7 +590,6 @@ func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
 		}
 	}
 	d.mu.Unlock()
-	return nil, nil
 }
 
 // hasRoom reports whether the worker holds fewer than MaxPartitions.
@@ -583,20 +610,30 @@ func (d *Distributor) heldCount() int {
 // same moment spread over different rows, and claimed in one
 // compare-and-set statement.
 func (d *Distributor) claim(ctx context.Context) error {
-	d.mu.Lock()
-	want := min(d.share, d.cfg.MaxPartitions) - len(d.held)
-	for _, h := range d.held {
-		if h.handBack.Load() {
-			want = 0 // still handing back: claiming now would churn
-		}
-	}
-	d.mu.Unlock()
+	want, idle := d.wanted()
 	if want <= 0 {
 		return nil
 	}
 	cands, err := d.store.Candidates(ctx, 4*want+8)
 	if err != nil {
 		return err
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	if idle {
+		// The share was computed when there was no work (1 of nothing, or
+		// all of it for a worker that was alone); work has arrived since,
+		// perhaps seen by this poll before its notification: recompute
+		// before claiming. This costs one load read per idle-to-busy turn.
+		load, err := d.store.ClusterLoad(ctx)
+		if err != nil {
+			return err
+		}
+		d.applyShare(load)
+		if want, _ = d.wanted(); want <= 0 {
+			return nil
+		}
 	}
 	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	for round := 0; round < 2 && want > 0 && len(cands) > 0; round++ {
@@ -630,6 +667,19 @@ func (d *Distributor) claim(ctx context.Context) error {
 		want -= len(won)
 	}
 	return nil
+}
+
+// wanted is how many more partitions the share allows, and whether the
+// share was computed when there was no work at all.
+func (d *Distributor) wanted() (want int, idle bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range d.held {
+		if h.handBack.Load() {
+			return 0, d.shareIdle // still handing back: claiming now would churn
+		}
+	}
+	return min(d.share, d.cfg.MaxPartitions) - len(d.held), d.shareIdle
 }
 
 // resolveClaims finds which of the candidates a claim whose outcome is
@@ -681,6 +731,15 @@ func (d *Distributor) isStopping() bool {
 	}
 }
 
+func (d *Distributor) isLeaving() bool {
+	select {
+	case <-d.leaving:
+		return true
+	default:
+		return false
+	}
+}
+
 // runPartition processes one held partition until it is caught up (lock
 // mode), handed back, lost or the worker stops.
 func (d *Distributor) runPartition(h *held) {
@@ -705,7 +764,7 @@ func (d *Distributor) runPartition(h *held) {
 		case <-lctx.Done():
 			d.lost(h, context.Cause(lctx))
 			return
-		case <-d.stopping:
+		case <-d.leaving:
 			d.release(h, "shutdown")
 			return
 		}
@@ -717,7 +776,7 @@ func (d *Distributor) runPartition(h *held) {
 			d.lost(h, context.Cause(lctx))
 			return
 		}
-		if d.isStopping() {
+		if d.isLeaving() {
 			d.release(h, "shutdown")
 			return
 		}
@@ -747,7 +806,7 @@ func (d *Distributor) runPartition(h *held) {
 				d.cfg.KeyAttr, l.Key, "version", l.Version, "error", err, "attempt", transient)
 			select {
 			case <-lctx.Done():
-			case <-d.stopping:
+			case <-d.leaving:
 			case <-d.cfg.Clock.After(d.cfg.Heartbeat):
 			}
 			continue
@@ -772,7 +831,7 @@ func (d *Distributor) runPartition(h *held) {
 		case <-l.Work():
 		case <-h.nudge:
 		case <-lctx.Done():
-		case <-d.stopping:
+		case <-d.leaving:
 		}
 		h.idle.Store(false)
 	}

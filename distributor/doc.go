@@ -81,7 +81,13 @@
 // left unclaimed for the others. On graceful stop the worker claims
 // nothing more, marks itself stopped (so the others' shares grow at once),
 // lets batches in flight commit (ShutdownTimeout at most), and releases
-// everything. Releases bump the version and notify waiting
+// everything. No partition is released before the mark has committed: a
+// worker woken by a release must already see one live worker fewer, or it
+// would keep the old share until its next rebalance. For the same reason a
+// worker never claims with a share it knows to be stale: while a
+// notification's recomputation is rate-limited the round claims nothing,
+// and a share computed when there was no work at all is recomputed before
+// the first claim that finds some. Releases bump the version and notify waiting
 // workers, which claim without confirmation.
 //
 // Waking. The claim loop runs at start, every PollInterval, on every

@@ -202,7 +202,7 @@ func kind(k distributor.EventKind) func(distributor.Event) bool {
 
 func quietLogger() *slog.Logger {
 	if os.Getenv("TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
