@@ -605,23 +605,37 @@ func (d *Distributor) heldCount() int {
 	return len(d.held)
 }
 
-// claim tries to fill the worker up to its share. Candidates are read from
-// the head of the claimable index, shuffled so that workers polling at the
-// same moment spread over different rows, and claimed in one
-// compare-and-set statement.
+// claim tries to fill the worker up to its share, and takes partitions of
+// dead workers beyond it. Candidates are read from the head of the
+// claimable index, shuffled so that workers polling at the same moment
+// spread over different rows, and claimed in one compare-and-set
+// statement.
+//
+// A dead worker's partitions (still owned, lease expired) are claimed up to
+// MaxPartitions whatever the share: otherwise they would wait for a
+// survivor below its share, and when every survivor is at its share that is
+// the next rebalance after the dead worker's registration expires, beyond
+// the takeover bound. The share corrects itself afterwards (the dead worker
+// leaves the live count; surplus is handed back at batch boundaries).
 func (d *Distributor) claim(ctx context.Context) error {
-	want, idle := d.wanted()
-	if want <= 0 {
+	want, room, idle := d.wanted()
+	if room <= 0 {
 		return nil
 	}
-	cands, err := d.store.Candidates(ctx, 4*want+8)
+	var cands []partition.Candidate
+	var err error
+	if want > 0 {
+		cands, err = d.store.Candidates(ctx, 4*want+8)
+	} else {
+		cands, err = d.store.StaleCandidates(ctx, 4*room+8)
+	}
 	if err != nil {
 		return err
 	}
 	if len(cands) == 0 {
 		return nil
 	}
-	if idle {
+	if idle && want > 0 {
 		// The share was computed when there was no work (1 of nothing, or
 		// all of it for a worker that was alone); work has arrived since,
 		// perhaps seen by this poll before its notification: recompute
@@ -631,14 +645,17 @@ func (d *Distributor) claim(ctx context.Context) error {
 			return err
 		}
 		d.applyShare(load)
-		if want, _ = d.wanted(); want <= 0 {
+		if want, room, _ = d.wanted(); room <= 0 {
 			return nil
 		}
 	}
 	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	for round := 0; round < 2 && want > 0 && len(cands) > 0; round++ {
-		try := cands[:min(want, len(cands))]
-		cands = cands[len(try):]
+	for round := 0; round < 2 && room > 0 && len(cands) > 0; round++ {
+		var try []partition.Candidate
+		try, cands = pickClaims(cands, want, room)
+		if len(try) == 0 {
+			break
+		}
 		sent := d.cfg.Clock.Now()
 		won, err := d.store.Claim(ctx, d.worker.InstanceID, d.cfg.StaleAfter, try)
 		if err != nil {
@@ -660,26 +677,52 @@ func (d *Distributor) claim(ctx context.Context) error {
 			d.log.Info("claimed partition", "event", "claimed", d.cfg.KeyAttr, c.Key, "version", c.Version,
 				"takeover", c.Takeover, "position", c.Position, "pending", c.Available-c.Position)
 			d.start(c, sent)
+			if !c.Takeover {
+				want--
+			}
+			room--
 		}
 		if lost := len(try) - len(won); lost > 0 {
 			d.emit(Event{Kind: EventClaimLost, Items: lost})
 		}
-		want -= len(won)
 	}
 	return nil
 }
 
-// wanted is how many more partitions the share allows, and whether the
-// share was computed when there was no work at all.
-func (d *Distributor) wanted() (want int, idle bool) {
+// pickClaims chooses the candidates to claim in one statement: a dead
+// worker's partitions (Owned) up to room, unowned ones up to want within
+// room. It returns the choice and the candidates left for another round.
+func pickClaims(cands []partition.Candidate, want, room int) (try, rest []partition.Candidate) {
+	for _, c := range cands {
+		switch {
+		case len(try) >= room:
+			rest = append(rest, c)
+		case c.Owned:
+			try = append(try, c)
+		case want > 0:
+			try = append(try, c)
+			want--
+		default:
+			rest = append(rest, c)
+		}
+	}
+	return try, rest
+}
+
+// wanted is how many more partitions the share allows (want) and
+// MaxPartitions allows (room), and whether the share was computed when
+// there was no work at all. Both are zero while partitions are being handed
+// back: claiming then would churn.
+func (d *Distributor) wanted() (want, room int, idle bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, h := range d.held {
 		if h.handBack.Load() {
-			return 0, d.shareIdle // still handing back: claiming now would churn
+			return 0, 0, d.shareIdle
 		}
 	}
-	return min(d.share, d.cfg.MaxPartitions) - len(d.held), d.shareIdle
+	room = d.cfg.MaxPartitions - len(d.held)
+	return min(min(d.share, d.cfg.MaxPartitions)-len(d.held), room), room, d.shareIdle
 }
 
 // resolveClaims finds which of the candidates a claim whose outcome is

@@ -721,3 +721,45 @@ func TestLeaderAtCapacityMakesRoomForWaitingWork(t *testing.T) {
 	d.Stop()
 	e.verify()
 }
+
+// When a worker dies while every survivor is at its fair share, the
+// survivors still take its partitions once their leases expire: a takeover
+// never waits for a rebalance (an hour here) or for a survivor below its
+// share. The dead worker stays registered for the whole test, so the
+// survivors' share never grows.
+func TestTakeoverDoesNotWaitForFairShare(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	all := keys("s", 9)
+	e.addWork(1_000_000, all...)
+	ctx := context.Background()
+	dead := partition.NewStore(e.db)
+	if _, err := dead.Heartbeat(ctx, partition.Worker{InstanceID: "ghost#0001", Name: "ghost"}, time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	var ghostKeys []string
+	for _, k := range all[:3] {
+		g := claimAsGhost(t, e, k, 500*time.Millisecond)
+		ghostKeys = append(ghostKeys, g.lease.Key)
+	}
+
+	ev := newEvents() // both survivors' events, told apart by Worker
+	for _, name := range []string{"x", "y"} {
+		cfg := fastConfig(name, ev)
+		cfg.MaxPartitions = 8
+		cfg.RebalanceInterval = time.Hour
+		e.start(cfg, newProc())
+	}
+	// Three live workers (the ghost among them) and nine busy partitions:
+	// a share of 3 each. The ghost's leases expire while x and y are at it.
+	for _, k := range ghostKeys {
+		c := ev.wait(t, 20*time.Second, "takeover of "+k+" confirmed", func(x distributor.Event) bool {
+			return x.Kind == distributor.EventConfirmed && x.Key == k
+		})
+		t.Logf("%s taken over by %s", k, c.Worker)
+	}
+	held := e.heldBy()
+	if held["x"]+held["y"] != 9 || held["ghost"] != 0 {
+		t.Fatalf("held %v, want all 9 partitions with x and y", held)
+	}
+}

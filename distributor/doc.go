@@ -39,9 +39,12 @@
 // FOR UPDATE SKIP LOCKED. A row returned is won; a row not returned went to
 // someone else. The poll's cost follows the claims made, not the number of
 // partitions. It claims up to its fair share: ceil(busy partitions / live
-// workers), at most MaxPartitions. The share is recomputed every
-// RebalanceInterval, and sooner (at most once a heartbeat) when a
-// notification says work was released, loaded or retried.
+// workers), at most MaxPartitions, except that a dead worker's partitions
+// are taken beyond the share (see Takeover bound). The share is recomputed
+// every RebalanceInterval, and sooner (at most once a heartbeat) when a
+// notification says work was released, loaded or retried. A worker at its
+// share still polls, for expired leases only (the index range past the
+// unowned rows).
 //
 // Heartbeat. Every Heartbeat interval the worker renews its own row and all
 // its leases in one statement (a batched compare-and-set on (key, version,
@@ -129,8 +132,12 @@
 //
 // of the crash: 1s + 0.2s + 0.6s + a batch with --heartbeat 200ms
 // --stale-after 1s --confirm 3; 10s + 1s + 3s + a batch with the defaults.
-// The bound assumes a surviving worker has room to claim (below its fair
-// share and MaxPartitions); otherwise the partition waits until one has.
+// The bound assumes a surviving worker below MaxPartitions; its fair share
+// does not matter: a dead worker's partitions (still owned, lease expired)
+// are claimed beyond the share, up to MaxPartitions, and the share corrects
+// itself afterwards (the dead worker leaves the live count at its next
+// rebalance and surplus is handed back at batch boundaries). Only when every
+// survivor holds MaxPartitions does the partition wait for room.
 // A graceful stop hands partitions over immediately (one notification, one
 // share recomputation and one claim, no confirmation), even to workers
 // that were at their share.

@@ -129,6 +129,10 @@ func (s *Store) Candidates(ctx context.Context, limit int) ([]Candidate, error) 
 	if err != nil {
 		return nil, fmt.Errorf("reading claim candidates: %w", err)
 	}
+	return scanCandidates(rows)
+}
+
+func scanCandidates(rows *sql.Rows) ([]Candidate, error) {
 	defer rows.Close()
 	var out []Candidate
 	for rows.Next() {
@@ -142,6 +146,24 @@ func (s *Store) Candidates(ctx context.Context, limit int) ([]Candidate, error) 
 		return nil, fmt.Errorf("reading claim candidates: %w", err)
 	}
 	return out, nil
+}
+
+// StaleCandidates is Candidates restricted to rows whose owner's lease
+// expired: the partitions of dead (or cut-off) workers. Workers at their
+// fair share still take these, so a takeover never waits for a rebalance.
+// It reads the claimable index from just past the unowned rows.
+func (s *Store) StaleCandidates(ctx context.Context, limit int) ([]Candidate, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT partition_key, version, true
+		FROM tasks
+		WHERE available > position AND failed_at IS NULL
+		  AND lease_expires_at > '-infinity' AND lease_expires_at <= now() AND owner IS NOT NULL
+		ORDER BY lease_expires_at
+		LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading stale claim candidates: %w", err)
+	}
+	return scanCandidates(rows)
 }
 
 // Claim tries to claim every candidate with one compare-and-set statement:
