@@ -906,14 +906,14 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 		Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
 	res, err := d.process(ctx, b)
 	if err != nil {
-		return 0, false, causeOr(ctx, err)
+		return 0, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
 	}
 	if res.Position <= cp.Position || res.Position > cp.Available {
 		return 0, false, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
 			l.Lease, res.Position, cp.Position, cp.Available)
 	}
 	if err := d.store.Advance(ctx, tx, l.Lease, cp.Position, res.Position, res.State); err != nil {
-		return 0, false, causeOr(ctx, err)
+		return 0, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
 	}
 	if err := tx.Commit(); err != nil {
 		if ctx.Err() != nil || !unknownOutcome(err) {
@@ -931,6 +931,30 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 	d.log.Debug("checkpoint committed", "event", "checkpoint", d.cfg.KeyAttr, l.Key, "version", l.Version,
 		"position", res.Position, "items", items, "elapsed_ms", elapsed.Milliseconds())
 	return items, res.Position >= cp.Available, nil
+}
+
+// movedOr tells a batch that collided with a late commit of its own claim
+// from a real failure. When an earlier attempt's commit (whose outcome the
+// worker could not learn) lands after the retry's fence read the old
+// checkpoint, the retry writes the same output again and usually fails on
+// the output's unique key (23505) before it reaches the checkpoint
+// compare-and-set. That is a moved checkpoint, to be retried from the new
+// position, not a processing error that counts towards quarantine: so a
+// failed batch re-reads the checkpoint, and if it moved under the same
+// claim the error becomes partition.ErrCheckpointMoved. Errors that are
+// already transient, fenced or caused by the lease ending are left alone.
+func (d *Distributor) movedOr(ctx context.Context, l partition.Lease, from int64, err error) error {
+	if ctx.Err() != nil || isTransient(err) || errors.Is(err, partition.ErrFenced) {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
+	defer cancel()
+	v, pos, rerr := d.store.Progress(rctx, l.Key)
+	if rerr != nil || v != l.Version || pos == from {
+		return err
+	}
+	return fmt.Errorf("%w: it is at %d, not %d (a late commit of this claim landed): %w",
+		partition.ErrCheckpointMoved, pos, from, err)
 }
 
 func (d *Distributor) resolveCommit(l partition.Lease, position int64) (bool, error) {

@@ -68,13 +68,25 @@
 // checkpoint and commits. If the fence finds nothing, the claim is no
 // longer current: the transaction rolls back and the worker drops the
 // partition. A commit whose outcome is unknown is resolved by re-reading
-// the checkpoint.
+// the checkpoint. If that commit lands late, after the retry's fence read
+// the old checkpoint, the retry fails on its checkpoint compare-and-set or,
+// usually earlier, on the output's unique key (23505); a failed batch
+// re-reads the checkpoint and, if it moved under the same claim, retries
+// from there without counting a failure.
 //
 // Local deadline. Each lease carries a deadline on the worker's monotonic
 // clock: the send time of its last successful renewal plus the lease
 // length minus SafetyMargin. When it passes, processing stops (context
 // cause heartbeat.ErrLeaseExpired) even if the database cannot be reached,
-// so a cut-off worker stops before anybody else can claim its partitions.
+// so a cut-off worker normally stops before anybody else can claim its
+// partitions. Normally, not always: Go's monotonic clock is
+// CLOCK_MONOTONIC, which stops while the machine is suspended, so a worker
+// suspended mid-lease wakes with its local deadline still ahead although
+// the lease has ended by the database clock and the partition may have a
+// new owner. The deadline is an optimisation that stops wasted work early;
+// safety never rests on it: the woken worker's next batch fails its fence,
+// and a transaction it had open was ended by the server
+// (idle_in_transaction_session_timeout), as for any pause.
 //
 // Release. In lock mode a caught-up partition is released at once; in
 // leader mode it is kept and woken by new work, unless the leader is at

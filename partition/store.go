@@ -434,7 +434,9 @@ func (s *Store) Fail(ctx context.Context, owner string, l Lease, cause string, b
 	var retryMicros int64
 	err := s.db.QueryRowContext(ctx, `
 		WITH b AS (
-			SELECT least(?::bigint * (2 ^ least(attempts, 30))::bigint, ?::bigint) AS micros,
+			-- In numeric: backoff × 2^attempts overflows bigint with long
+			-- back-offs; the result is capped by maxBackoff, a bigint.
+			SELECT least(?::numeric * power(2::numeric, least(attempts, 62)), ?::numeric)::bigint AS micros,
 			       attempts + 1 >= ? AS quarantine
 			FROM tasks WHERE partition_key = ? AND version = ? AND owner = ?
 			FOR UPDATE
