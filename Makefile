@@ -13,6 +13,7 @@ test:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/faults$$')
 	$(GO) test -count=1 -v ./faults
 	$(GO) test -count=1 -race ./heartbeat ./distributor ./partition
+	cd bench && $(GO) test -count=1 ./...
 
 test-race:
 	$(GO) test -count=1 -race ./...
@@ -21,17 +22,21 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/worker ./cmd/worker
 
+# bench/ is a module of its own (its plotting dependencies stay out of the
+# library's module).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	cd bench && $(GO) test -run '^$$' -bench . -benchmem ./...
 
 # Regenerates bench/results/ (report.md, plots, results.json); about 15
-# minutes on 2 cores. go run ./bench -quick for a 2-minute smoke run.
+# minutes on 2 cores. cd bench && go run . -quick for a 2-minute smoke run.
 bench-report:
-	$(GO) run ./bench
+	cd bench && $(GO) run .
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzPrice -fuzztime 60s ./pricing

@@ -96,7 +96,7 @@ func (l *intList) Set(v string) error {
 
 func defaultConfig() config {
 	return config{
-		out: "bench/results", seed: 1, durable: true, profile: "auto",
+		seed: 1, durable: true, profile: "auto",
 		contracts: 1000, perContract: 1000, workers: intList{1, 2, 4}, repeat: 1,
 		peerWorkers: intList{2}, peerConc: 8,
 		faultWorkers: 3, faultContr: 12, faultPerContr: 10000, faultBatch: 200,
@@ -146,11 +146,11 @@ func parseConfig(args []string) (config, error) {
 	c := defaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: go run ./bench [flags] [scenario...]\nscenarios: %s (default: all; profile runs when a goal is missed)\n\nflags:\n",
+		fmt.Fprintf(fs.Output(), "usage: go run . [flags] [scenario...]\nscenarios: %s (default: all; profile runs when a goal is missed)\n\nflags:\n",
 			strings.Join(scenarioNames, " "))
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&c.out, "out", c.out, "directory for report.md, results.json and the plots")
+	fs.StringVar(&c.out, "out", c.out, "directory for report.md, results.json and the plots (default bench/results in the repository)")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run (~2 minutes): smaller sizes unless set explicitly")
 	fs.Uint64Var(&c.seed, "seed", c.seed, "seed of the synthetic data")
 	fs.BoolVar(&c.durable, "durable", c.durable, "private server with fsync and synchronous_commit on (ignored with DATABASE_URL)")

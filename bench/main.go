@@ -1,6 +1,6 @@
 // Command bench regenerates baton's load-benchmark report.
 //
-//	go run ./bench [flags] [scenario...]
+//	cd bench && go run . [flags] [scenario...]
 //
 // It uses DATABASE_URL when set (the role needs CREATEDB), else a private
 // PostgreSQL started from the installed binaries in a temporary directory.
@@ -9,8 +9,13 @@
 // plots. Scenarios: throughput, peers, coordination, failover, micro (all
 // by default). -quick is a smoke run of about two minutes.
 //
-// "go run ./bench peer-worker ..." runs one peer worker process (the bench
-// starts these itself).
+// It is a module of its own, so that the library's module does not carry
+// its plotting dependencies. It runs from the repository root whichever of
+// the two directories it is started in; relative paths in flags are taken
+// from the directory it was started in.
+//
+// "go run . peer-worker ..." runs one peer worker process (the bench starts
+// these itself).
 package main
 
 import (
@@ -42,7 +47,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
-	cfg.commandLine = strings.TrimSpace("go run ./bench " + strings.Join(os.Args[1:], " "))
+	cfg.commandLine = strings.TrimSpace("go run . " + strings.Join(os.Args[1:], " "))
+	if err := toRepositoryRoot(&cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
 	if cfg.render {
 		if err := render(cfg.out); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -56,10 +65,30 @@ func main() {
 	}
 }
 
-func run(cfg config) error {
-	if _, err := os.Stat("cmd/worker"); err != nil {
-		return fmt.Errorf("run from the module root (where cmd/worker is): %w", err)
+// toRepositoryRoot makes the repository root (the directory holding
+// cmd/worker, the bench's parent) the working directory. An output
+// directory given on the command line stays where it was meant; the
+// default is bench/results.
+func toRepositoryRoot(cfg *config) error {
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
 	}
+	if cfg.out != "" && !filepath.IsAbs(cfg.out) {
+		cfg.out = filepath.Join(wd, cfg.out)
+	}
+	for _, dir := range []string{wd, filepath.Dir(wd)} {
+		if _, err := os.Stat(filepath.Join(dir, "cmd", "worker")); err == nil {
+			if cfg.out == "" {
+				cfg.out = filepath.Join(dir, "bench", "results")
+			}
+			return os.Chdir(dir)
+		}
+	}
+	return fmt.Errorf("run from the bench directory or the repository root: no cmd/worker in %s or its parent", wd)
+}
+
+func run(cfg config) error {
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", cfg.out, err)
 	}

@@ -40,20 +40,26 @@ func (e *env) runMicro(ctx context.Context, res *results) error {
 	}
 	// The loader benchmark loads the whole file per iteration: one is
 	// enough.
+	// The bench's own benchmarks are in its module, the others in the
+	// library's (the working directory).
 	runs := []struct {
-		pkg, benchtime string
-		env            []string
+		dir, pkg, benchtime string
+		env                 []string
 	}{
-		{"./bench", e.cfg.benchtime, nil},
-		{"./pricing", pricingTime, nil},
-		{"./ingest", "1x", []string{"BATON_BENCH_ROWS=" + rows}},
+		{"bench", ".", e.cfg.benchtime, nil},
+		{"", "./pricing", pricingTime, nil},
+		{"", "./ingest", "1x", []string{"BATON_BENCH_ROWS=" + rows}},
 	}
 	start := time.Now()
 	for _, r := range runs {
 		args := []string{"test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", r.benchtime, "-count", "1", r.pkg}
 		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = r.dir
 		cmd.Env = append(append(os.Environ(), "TEST_DATABASE_URL="+e.url("postgres")), r.env...)
 		line := strings.TrimSpace("TEST_DATABASE_URL=<this run's server> " + strings.Join(r.env, " ") + " go " + strings.Join(args, " "))
+		if r.dir != "" {
+			line = "(cd " + r.dir + " && " + line + ")"
+		}
 		res.addCommand(line)
 		m.Command += line + "\n"
 		log.Printf("micro: %s", line)

@@ -75,8 +75,7 @@ type profileTarget struct {
 	label  string
 	data   func(context.Context) (*dataset, error)
 	missed bool
-	reps   int  // runs of each query mode
-	bound  bool // also try boundPricer
+	reps   int // runs of each query mode
 }
 
 // claimShort says whether claims per second fell short of the comparison
@@ -104,10 +103,10 @@ func (e *env) runProfiles(ctx context.Context, res *results) error {
 	targets := []profileTarget{
 		{"pricing (records per contract as in §1)", func(ctx context.Context) (*dataset, error) {
 			return e.seedTemplate(ctx, "profile", min(e.cfg.contracts, 200), e.cfg.perContract)
-		}, profileNeeded(res), 2, true},
+		}, profileNeeded(res), 2},
 		{"claim path (one-record contracts)", func(ctx context.Context) (*dataset, error) {
 			return e.seedTemplate(ctx, "tiny", e.cfg.tinyContracts, 1)
-		}, claimShort(res), 1, false},
+		}, claimShort(res), 1},
 	}
 	var errs []string
 	for _, t := range targets {
@@ -139,18 +138,13 @@ func (e *env) profileTarget(ctx context.Context, res *results, t profileTarget) 
 		}
 		res.Profiles = append(res.Profiles, p...)
 	}
-	type variant struct {
-		name  string
-		mode  pgx.QueryExecMode
-		bound bool
-	}
-	modes := []variant{
-		{"as shipped (dbconn.Open: cache_statement)", -1, false},
-		{"exec (one unnamed statement per query)", pgx.QueryExecModeExec, false},
-		{"simple_protocol", pgx.QueryExecModeSimpleProtocol, false},
-	}
-	if t.bound {
-		modes = append(modes, variant{"as shipped, priced rows and reads with bound parameters (bench's boundPricer)", -1, true})
+	modes := []struct {
+		name string
+		mode pgx.QueryExecMode
+	}{
+		{"as shipped (dbconn.Open: cache_statement)", -1},
+		{"exec (one unnamed statement per query)", pgx.QueryExecModeExec},
+		{"simple_protocol", pgx.QueryExecModeSimpleProtocol},
 	}
 	// Interleaved and repeated: the machine is shared, so alternate the
 	// modes rather than run each in one block. The first run is profiled.
@@ -171,7 +165,7 @@ func (e *env) profileTarget(ctx context.Context, res *results, t profileTarget) 
 				defer f.Close()
 				prof = f
 			}
-			r, err := e.inProcess(ctx, ds, m.name, m.mode, m.bound, 2, prof)
+			r, err := e.inProcess(ctx, ds, m.name, m.mode, 2, prof)
 			if err != nil {
 				errs = append(errs, fmt.Sprintf("in-process run (%s): %v", m.name, err))
 				continue
@@ -235,7 +229,7 @@ func openMode(url string, mode pgx.QueryExecMode, conns int) (*bun.DB, error) {
 }
 
 // inProcess prices a fresh copy of ds with n distributors in this process.
-func (e *env) inProcess(ctx context.Context, ds *dataset, name string, mode pgx.QueryExecMode, bound bool, n int, prof io.Writer) (modeRun, error) {
+func (e *env) inProcess(ctx context.Context, ds *dataset, name string, mode pgx.QueryExecMode, n int, prof io.Writer) (modeRun, error) {
 	r := modeRun{Mode: name, Records: ds.Records}
 	dbname, db, err := e.fresh(ctx, ds.template, "inproc")
 	if err != nil {
@@ -256,11 +250,7 @@ func (e *env) inProcess(ctx context.Context, ds *dataset, name string, mode pgx.
 			return r, err
 		}
 		dbs = append(dbs, wdb)
-		var proc distributor.Processor = pricer.New()
-		if bound {
-			proc = newBoundPricer()
-		}
-		d, err := distributor.New(wdb, proc, distributor.Config{Name: fmt.Sprintf("inproc-%d", i+1),
+		d, err := distributor.New(wdb, pricer.New(), distributor.Config{Name: fmt.Sprintf("inproc-%d", i+1),
 			UntilDone: true, KeyAttr: "contract_id", Logger: quiet})
 		if err != nil {
 			return r, err
