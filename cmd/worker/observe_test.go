@@ -114,7 +114,16 @@ func TestMetricsReadinessAndJSONLogEvents(t *testing.T) {
 	if code, body := get(t, base+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz = %d %s", code, body)
 	}
-	_, text := get(t, base+"/metrics")
+	// The work can finish before the first periodic heartbeat (the
+	// registration at start is not counted): wait for one, the worker keeps
+	// renewing its registration while idle.
+	var text string
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		_, text = get(t, base+"/metrics")
+		if metricValue(t, text, `baton_heartbeats_total{result="ok"}`) >= 1 || time.Since(start) > 30*time.Second {
+			break
+		}
+	}
 	if got := metricValue(t, text, "baton_records_processed_total"); got != 3544 {
 		t.Errorf("baton_records_processed_total = %v, want 3544", got)
 	}
