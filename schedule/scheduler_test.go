@@ -1,0 +1,394 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// offsetClock is the real clock off by a fixed amount, like a worker whose
+// system clock is wrong.
+type offsetClock struct {
+	clockwork.Clock
+	off time.Duration
+}
+
+func (c offsetClock) Now() time.Time { return c.Clock.Now().Add(c.off) }
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func testConfig(id string, off time.Duration) Config {
+	return Config{
+		InstanceID: id, Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, Confirm: 2,
+		PollInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+		Clock: offsetClock{clockwork.NewRealClock(), off}, Logger: quietLogger(),
+	}
+}
+
+func createRunLog(t *testing.T, db *bun.DB) {
+	t.Helper()
+	if _, err := db.Exec(`CREATE TABLE run_log (job text, slot timestamptz, worker text, fence bigint,
+		takeover boolean, at timestamptz DEFAULT clock_timestamp())`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logRun records the run in run_log behind the run's fence.
+func logRun(db *bun.DB) RunFunc {
+	return func(ctx context.Context, r *Run) error {
+		return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			if err := r.Check(ctx, tx); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO run_log (job, slot, worker, fence, takeover) VALUES (?, ?, ?, ?, ?)`,
+				r.Job, r.Slot, r.Worker, r.Fence, r.Takeover)
+			return err
+		})
+	}
+}
+
+type logged struct {
+	Slot     time.Time
+	Worker   string
+	Fence    int64
+	Takeover bool
+}
+
+func runLog(t *testing.T, db *bun.DB, job string) []logged {
+	t.Helper()
+	rows, err := db.Query(`SELECT slot, worker, fence, takeover FROM run_log WHERE job = ? ORDER BY at`, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []logged
+	for rows.Next() {
+		var l logged
+		if err := rows.Scan(&l.Slot, &l.Worker, &l.Fence, &l.Takeover); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// startSchedulers runs one scheduler per config, each with job registered,
+// and returns a function that stops them all and waits.
+func startSchedulers(t *testing.T, db *bun.DB, job Job, cfgs ...Config) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, cfg := range cfgs {
+		s, err := New(db, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Register(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Run(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+func waitRuns(t *testing.T, db *bun.DB, job string, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var runs int64
+		if err := db.QueryRow(`SELECT runs FROM jobs WHERE name = ?`, job).Scan(&runs); err != nil {
+			t.Fatal(err)
+		}
+		if runs >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: %d runs after 60s, want %d", job, runs, n)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the database for progress
+	}
+}
+
+// Workers whose clocks are minutes apart run every slot of a catch-up job
+// exactly once, in order: slots come from the database clock.
+func TestSkewedWorkerClocksRunOneRunPerSlot(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	createRunLog(t, db)
+	job := Job{Definition: Definition{Name: "tick", Every: 200 * time.Millisecond, Missed: MissedCatchUp}, Run: logRun(db)}
+	stop := startSchedulers(t, db, job,
+		testConfig("early#1", -7*time.Minute), testConfig("exact#1", 0), testConfig("late#1", 5*time.Minute))
+	waitRuns(t, db, "tick", 12)
+	stop()
+
+	runs := runLog(t, db, "tick")
+	if len(runs) < 12 {
+		t.Fatalf("%d runs logged, want at least 12", len(runs))
+	}
+	for i, r := range runs {
+		if r.Slot.UnixMicro()%(200*time.Millisecond).Microseconds() != 0 {
+			t.Errorf("run %d: slot %s is not a multiple of the interval", i, r.Slot)
+		}
+		if i > 0 && !r.Slot.Equal(runs[i-1].Slot.Add(200*time.Millisecond)) {
+			t.Errorf("run %d: slot %s follows %s: want every slot once, in order", i, r.Slot, runs[i-1].Slot)
+		}
+	}
+}
+
+// A skip job that missed many slots runs only the latest due one.
+func TestSkipRunsTheLatestDueSlotOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	createRunLog(t, db)
+	ctx := context.Background()
+	if err := Add(ctx, db, Definition{Name: "daily", Every: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	// An hour of slots missed.
+	if _, err := db.Exec(`UPDATE jobs SET next_run = date_trunc('minute', now()) - interval '1 hour' WHERE name = 'daily'`); err != nil {
+		t.Fatal(err)
+	}
+	var latest time.Time
+	if err := db.QueryRow(`SELECT date_trunc('minute', now()) FROM jobs`).Scan(&latest); err != nil {
+		t.Fatal(err)
+	}
+	startSchedulers(t, db, Job{Definition: Definition{Name: "daily", Every: time.Minute}, Run: logRun(db)},
+		testConfig("a#1", 0), testConfig("b#1", 0))
+	waitRuns(t, db, "daily", 1)
+	runs := runLog(t, db, "daily")
+	if len(runs) != 1 {
+		t.Fatalf("%d runs, want 1: %+v", len(runs), runs)
+	}
+	// The latest slot at or before now: the minute the test started in, or
+	// the next one if the minute turned meanwhile.
+	if d := runs[0].Slot.Sub(latest.UTC()); d != 0 && d != time.Minute {
+		t.Fatalf("ran slot %s, want the latest due slot %s", runs[0].Slot, latest)
+	}
+	var next time.Time
+	if err := db.QueryRow(`SELECT next_run FROM jobs`).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	if !next.Equal(runs[0].Slot.Add(time.Minute)) {
+		t.Fatalf("next_run = %s, want %s", next, runs[0].Slot.Add(time.Minute))
+	}
+}
+
+// A job left RUNNING by a worker that died is taken over once its lease
+// has expired, and the same slot runs again under a higher fence.
+func TestStuckRunningJobIsRecoveredByLeaseExpiry(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	createRunLog(t, db)
+	ctx := context.Background()
+	def := Definition{Name: "stuck", Every: time.Hour, Missed: MissedCatchUp}
+	if err := Add(ctx, db, def); err != nil {
+		t.Fatal(err)
+	}
+	var slot time.Time
+	if err := db.QueryRow(`
+		UPDATE jobs SET state = 'running', owner = 'dead#1', version = 7, running_slot = date_trunc('hour', now()),
+		       last_run_started = now() - interval '2 seconds', run_deadline = now() + interval '1 hour',
+		       lease_expires_at = now() + interval '300 milliseconds', next_run = date_trunc('hour', now())
+		RETURNING running_slot`).Scan(&slot); err != nil {
+		t.Fatal(err)
+	}
+	startSchedulers(t, db, Job{Definition: def, Run: logRun(db)}, testConfig("alive#1", 0))
+	waitRuns(t, db, "stuck", 1)
+	runs := runLog(t, db, "stuck")
+	if len(runs) != 1 || !runs[0].Slot.Equal(slot) || !runs[0].Takeover || runs[0].Fence != 8 || runs[0].Worker != "alive#1" {
+		t.Fatalf("runs = %+v, want one takeover of slot %s at fence 8 by alive#1", runs, slot)
+	}
+	var state string
+	var next time.Time
+	if err := db.QueryRow(`SELECT state, next_run FROM jobs`).Scan(&state, &next); err != nil {
+		t.Fatal(err)
+	}
+	if state != "idle" || !next.Equal(slot.Add(time.Hour)) {
+		t.Fatalf("after recovery: state %s next_run %s, want idle and %s", state, next, slot.Add(time.Hour))
+	}
+}
+
+// A run whose job was taken over can neither write behind its fence nor
+// record its completion.
+func TestTakenOverRunIsFenced(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	def := Definition{Name: "fenced", Every: time.Hour}
+	if err := Add(ctx, db, def); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE jobs SET next_run = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	a := &store{db: db, owner: "a#1", ttl: time.Second}
+	cl, err := a.claim(ctx, candidate{name: "fenced", version: 0})
+	if err != nil || cl == nil {
+		t.Fatalf("claim: %v, %v", cl, err)
+	}
+	// Another claim while a's lease is live loses.
+	b := &store{db: db, owner: "b#1", ttl: time.Second}
+	if cl2, err := b.claim(ctx, candidate{name: "fenced", version: cl.version}); err != nil || cl2 != nil {
+		t.Fatalf("claim of a held job: %+v, %v; want nothing", cl2, err)
+	}
+	// a's lease runs out; b takes over.
+	if _, err := db.Exec(`UPDATE jobs SET lease_expires_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	cl2, err := b.claim(ctx, candidate{name: "fenced", version: cl.version})
+	if err != nil || cl2 == nil || !cl2.takeover || !cl2.slot.Equal(cl.slot) || cl2.version != cl.version+1 {
+		t.Fatalf("takeover: %+v, %v", cl2, err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := a.fence(ctx, tx, "fenced", cl.version, cl.slot); !errors.Is(err, ErrFenced) {
+		t.Fatalf("stale fence: %v, want ErrFenced", err)
+	}
+	if err := a.complete(ctx, "fenced", cl.version, cl.slot, cl.slot.Add(time.Hour), "ok", ""); !errors.Is(err, ErrFenced) {
+		t.Fatalf("stale completion: %v, want ErrFenced", err)
+	}
+	if err := b.complete(ctx, "fenced", cl2.version, cl2.slot, cl2.slot.Add(time.Hour), "ok", ""); err != nil {
+		t.Fatalf("current completion: %v", err)
+	}
+}
+
+// A run that reaches lock-at-most-for is cancelled and recorded as failed.
+func TestLockAtMostForStopsTheRun(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	hung := make(chan error, 1)
+	job := Job{Definition: Definition{Name: "hang", Every: time.Hour, LockAtMostFor: 300 * time.Millisecond},
+		Run: func(ctx context.Context, r *Run) error {
+			<-ctx.Done()
+			hung <- context.Cause(ctx)
+			return ctx.Err()
+		}}
+	if err := Add(context.Background(), db, job.Definition); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE jobs SET next_run = now()`); err != nil {
+		t.Fatal(err)
+	}
+	startSchedulers(t, db, job, testConfig("a#1", 0))
+	if cause := <-hung; !errors.Is(cause, ErrLockAtMostFor) {
+		t.Fatalf("run cancelled with %v, want ErrLockAtMostFor", cause)
+	}
+	waitRuns(t, db, "hang", 1)
+	var result, lastErr string
+	if err := db.QueryRow(`SELECT last_result, last_error FROM jobs`).Scan(&result, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if result != "failed" || lastErr == "" {
+		t.Fatalf("last_result %q last_error %q, want failed with the cause", result, lastErr)
+	}
+}
+
+// A leader-mode job stays with its worker between runs; a lock-mode job is
+// released after each.
+func TestModesLeaderKeepsLockReleases(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	createRunLog(t, db)
+	leader := Job{Definition: Definition{Name: "lead", Every: 200 * time.Millisecond, Mode: ModeLeader}, Run: logRun(db)}
+	lock := Job{Definition: Definition{Name: "lock", Every: 200 * time.Millisecond, Mode: ModeLock}, Run: logRun(db)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		s, err := New(db, testConfig(fmt.Sprintf("w%d#1", i), 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range []Job{leader, lock} {
+			if err := s.Register(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.Run(ctx) }()
+	}
+	waitRuns(t, db, "lead", 8)
+	var owner, state string
+	var lease bool
+	if err := db.QueryRow(`SELECT coalesce(owner, ''), state, lease_expires_at > now() FROM jobs WHERE name = 'lock'`).Scan(&owner, &state, &lease); err != nil {
+		t.Fatal(err)
+	}
+	if state == "idle" && (owner != "" || lease) {
+		t.Errorf("idle lock-mode job still held by %q (lease live %v)", owner, lease)
+	}
+	cancel()
+	wg.Wait()
+	runs := runLog(t, db, "lead")
+	for _, r := range runs[1:] {
+		if r.Worker != runs[0].Worker || r.Fence != runs[0].Fence {
+			t.Fatalf("leader job moved: %+v then %+v", runs[0], r)
+		}
+	}
+	// The stop released the leader job.
+	if err := db.QueryRow(`SELECT coalesce(owner, '') FROM jobs WHERE name = 'lead'`).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	if owner != "" {
+		t.Fatalf("leader job still owned by %s after a graceful stop", owner)
+	}
+}
+
+// Trigger runs a job once now, beside its schedule.
+func TestTriggerRunsOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	createRunLog(t, db)
+	job := Job{Definition: Definition{Name: "nightly", Cron: "0 3 * * *"}, Run: logRun(db)}
+	ctx := context.Background()
+	if err := Add(ctx, db, job.Definition); err != nil {
+		t.Fatal(err)
+	}
+	at, err := Trigger(ctx, db, "nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Trigger(ctx, db, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("trigger of unknown job: %v", err)
+	}
+	var next0 time.Time
+	if err := db.QueryRow(`SELECT next_run FROM jobs`).Scan(&next0); err != nil {
+		t.Fatal(err)
+	}
+	startSchedulers(t, db, job, testConfig("a#1", 0))
+	waitRuns(t, db, "nightly", 1)
+	runs := runLog(t, db, "nightly")
+	if len(runs) != 1 || !runs[0].Slot.Equal(at) {
+		t.Fatalf("runs %+v, want one at the trigger time %s", runs, at)
+	}
+	st, err := List(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || !st[0].NextRun.Equal(next0.UTC()) || st[0].Runs != 1 || st[0].Schedule != "cron 0 3 * * *" {
+		t.Fatalf("list after trigger: %+v (next_run before %s)", st, next0)
+	}
+}
