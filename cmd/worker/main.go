@@ -110,6 +110,7 @@ func newRoot() (*cobra.Command, *globals) {
 	root.AddCommand(
 		newMigrateCmd(g), newLoadCmd(g), newRunCmd(g), newExportCmd(g),
 		newStatusCmd(g), newRetryCmd(g), newSeedCmd(g), newDemoCmd(g), newProbeCmd(g),
+		newScheduleCmd(g),
 	)
 	return root, g
 }

@@ -20,6 +20,7 @@ type runFlags struct {
 	cfg         distributor.Config
 	mode        string
 	metricsAddr string
+	jobs        bool
 }
 
 func (r *runFlags) register(cmd *cobra.Command) {
@@ -34,6 +35,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&r.cfg.UntilDone, "until-done", false, "exit once no contract has unpriced records and none is held")
 	f.IntVar(&r.cfg.MaxAttempts, "max-attempts", distributor.MaxAttemptsDefault, "failed attempts before a contract is quarantined")
 	f.DurationVar(&r.cfg.ShutdownTimeout, "shutdown-timeout", distributor.ShutdownTimeoutDefault, "how long a graceful stop waits for batches in flight")
+	f.BoolVar(&r.jobs, "jobs", true, "also run due scheduled jobs (see \"worker schedule\"); --jobs=false opts out")
 	f.StringVar(&r.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9090); off when empty")
 }
 
@@ -62,7 +64,7 @@ func newRunCmd(g *globals) *cobra.Command {
 			stmt, lock, idle := cfg.ConnectionLimits()
 			db, err := g.open(cmd.Context(), dbconn.Options{
 				ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,
-				IdleInTransactionTimeout: idle, MaxOpenConns: cfg.MaxPartitions + 4,
+				IdleInTransactionTimeout: idle, MaxOpenConns: cfg.MaxPartitions + 4 + jobConns(r.jobs),
 			}, true)
 			if err != nil {
 				return err
@@ -92,8 +94,21 @@ func newRunCmd(g *globals) *cobra.Command {
 				defer srv.Stop()
 				g.logger.Info("serving metrics", "addr", srv.Addr())
 			}
+			stopJobs := func() error { return nil }
+			if r.jobs {
+				var onVerify func(int)
+				if m != nil {
+					onVerify = m.SetVerifyMismatches
+				}
+				if stopJobs, err = startJobs(cmd.Context(), db, g.logger, cfg, d.InstanceID(), onVerify); err != nil {
+					return err
+				}
+			}
 			start := time.Now()
 			err = d.Run(cmd.Context())
+			if jerr := stopJobs(); err == nil {
+				err = jerr
+			}
 			if errors.Is(err, distributor.ErrIncomplete) {
 				return err
 			}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/schedule"
+)
+
+// The JSON shape of "worker schedule list --json" is a stable interface:
+// fields may be added, never renamed or removed.
+
+func newScheduleCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "schedule",
+		Short: "Manage scheduled jobs, run by every \"worker run\" once per due time across the farm",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newScheduleAddCmd(g), newScheduleListCmd(g), newScheduleRemoveCmd(g), newScheduleTriggerCmd(g))
+	return cmd
+}
+
+func (g *globals) openForSchedule(ctx context.Context) (*bun.DB, error) {
+	return g.open(ctx, dbconn.Options{ApplicationName: "baton-schedule", MaxOpenConns: 2}, true)
+}
+
+func newScheduleAddCmd(g *globals) *cobra.Command {
+	var d schedule.Definition
+	var mode, missed string
+	cmd := &cobra.Command{
+		Use:   "add NAME (--every DURATION | --cron \"EXPR\") [flags] (-- COMMAND [ARGS...] | --builtin NAME)",
+		Short: "Add a scheduled job, or update the job of that name",
+		Long: `Add a scheduled job, or update the job of that name.
+
+The command runs with BATON_JOB, BATON_SLOT (the due time, RFC 3339 UTC, from
+the database clock), BATON_FENCE, BATON_IDEMPOTENCY_KEY (job@slot) and
+BATON_WORKER in its environment; its output goes to the worker's log and its
+exit status is the run's result. Built-in jobs: verify (recomputes every
+contract's totals in SQL and checks the priced output and checkpoints).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dash := cmd.ArgsLenAtDash()
+			if dash < 0 {
+				dash = len(args)
+			}
+			if dash != 1 {
+				return usageError("schedule add: want one NAME before --, got %d", dash)
+			}
+			d.Name, d.Command = args[0], args[dash:]
+			d.Mode, d.Missed = schedule.Mode(mode), schedule.Missed(missed)
+			switch {
+			case len(d.Command) == 0 && d.Builtin == "":
+				return usageError("schedule add %s: give a command after -- or --builtin", d.Name)
+			case d.Builtin != "" && d.Builtin != pricer.VerifyBuiltin:
+				return usageError("schedule add %s: unknown built-in %q (known: %s)", d.Name, d.Builtin, pricer.VerifyBuiltin)
+			}
+			if err := d.Validate(); err != nil {
+				return usageError("%v", err)
+			}
+			db, err := g.openForSchedule(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			if err := schedule.Add(cmd.Context(), db, d); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "job %s: %s, mode %s, missed %s\n", d.Name, d.ScheduleString(), d.Mode, d.Missed)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&d.Every, "every", 0, "run every DURATION (slots are multiples of it since the Unix epoch, database clock)")
+	f.StringVar(&d.Cron, "cron", "", "run at the times of a five-field cron expression, UTC (e.g. \"*/5 * * * *\")")
+	f.StringVar(&mode, "mode", string(schedule.ModeLock), "lock: release after each run; expire: let the lease run out; leader: keep the job on one worker while it lives")
+	f.StringVar(&missed, "missed", string(schedule.MissedSkip), "skip: run the latest missed slot once; catch-up: run every missed slot, in order")
+	f.DurationVar(&d.LockAtMostFor, "lock-at-most-for", schedule.LockAtMostForDefault, "longest a run may hold the job; the command is then stopped (SIGTERM, then SIGKILL)")
+	f.DurationVar(&d.LockAtLeastFor, "lock-at-least-for", 0, "shortest time between two runs' starts")
+	f.StringVar(&d.Builtin, "builtin", "", "run a built-in job instead of a command: verify")
+	return cmd
+}
+
+func newScheduleListCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List scheduled jobs: state, owner, next and last runs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := g.openForSchedule(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			jobs, err := schedule.List(cmd.Context(), db)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if jobs == nil {
+					jobs = []schedule.Status{}
+				}
+				enc := json.NewEncoder(g.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(jobs)
+			}
+			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tOWNER\tMODE\tSCHEDULE\tNEXT RUN\tLAST STARTED\tLAST FINISHED\tRESULT\tRUNS\tERROR")
+			for _, j := range jobs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", j.Name, j.State, orDash(j.Owner), j.Mode,
+					j.Schedule, j.NextRun.Format(time.RFC3339), timeOrDash(j.LastRunStarted), timeOrDash(j.LastRunFinished),
+					orDash(j.LastResult), j.Runs, orDash(oneLine(j.LastError)))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func timeOrDash(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+func newScheduleRemoveCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Remove a scheduled job (a run in progress can no longer record its completion)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			db, err := g.openForSchedule(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			if err := schedule.Remove(cmd.Context(), db, args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "job %s removed\n", args[0])
+			return nil
+		},
+	}
+}
+
+func newScheduleTriggerCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "trigger NAME",
+		Short: "Ask for one extra run of a job now, beside its schedule",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			db, err := g.openForSchedule(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			at, err := schedule.Trigger(cmd.Context(), db, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "job %s triggered: slot %s\n", args[0], at.Format(time.RFC3339Nano))
+			return nil
+		},
+	}
+}
+
+// jobConns is how many more connections a worker needs to run jobs.
+func jobConns(enabled bool) int {
+	if enabled {
+		return 3
+	}
+	return 0
+}
+
+// startJobs runs due jobs beside the distributor, under the same instance
+// id and lease settings, until stop is called (a graceful stop: runs in
+// progress get the shutdown timeout to finish). onVerify, if set, gets the
+// built-in verify job's mismatch count.
+func startJobs(ctx context.Context, db *bun.DB, logger *slog.Logger, cfg distributor.Config, instanceID string,
+	onVerify func(int)) (stop func() error, err error) {
+	s, err := schedule.New(db, schedule.Config{
+		InstanceID: instanceID, Heartbeat: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
+		PollInterval: cfg.Heartbeat, ShutdownTimeout: cfg.ShutdownTimeout, Logger: logger,
+		Resolve: func(d schedule.Definition) (schedule.RunFunc, bool) {
+			switch {
+			case len(d.Command) > 0:
+				return schedule.Command(d.Command, 0, logger), true
+			case d.Builtin == pricer.VerifyBuiltin:
+				return pricer.VerifyJob(db, logger, onVerify), true
+			default:
+				return nil, false // a built-in this binary does not know
+			}
+		},
+	})
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runErr = s.Run(ctx)
+	}()
+	var once sync.Once
+	return func() error {
+		once.Do(func() { cancel(); wg.Wait() })
+		if runErr != nil && !errors.Is(runErr, context.Canceled) {
+			return fmt.Errorf("running scheduled jobs: %w", runErr)
+		}
+		return nil
+	}, nil
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+)
+
+func TestScheduleCommands(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"schedule", "add", "x", "--", "true"}, exitUsage},                                     // no schedule
+		{[]string{"schedule", "add", "x", "--every", "1s", "--cron", "* * * * *", "--", "true"}, exitUsage}, // both
+		{[]string{"schedule", "add", "x", "--every", "1s"}, exitUsage},                                  // nothing to run
+		{[]string{"schedule", "add", "x", "--cron", "61 * * * *", "--", "true"}, exitUsage},             // bad cron
+		{[]string{"schedule", "add", "x", "--every", "1s", "--mode", "auto", "--", "true"}, exitUsage},
+		{[]string{"schedule", "add", "x", "--every", "1s", "--builtin", "nope"}, exitUsage},
+		{[]string{"schedule", "remove", "nope"}, exitFailure},
+		{[]string{"schedule", "trigger", "nope"}, exitFailure},
+	} {
+		if _, errs, code := c.run(tc.args...); code != tc.code {
+			t.Errorf("worker %s: exit %d, want %d\n%s", strings.Join(tc.args, " "), code, tc.code, errs)
+		}
+	}
+	c.mustRun("schedule", "add", "report", "--cron", "0 3 * * *", "--mode", "leader", "--missed", "catch-up",
+		"--lock-at-most-for", "10m", "--lock-at-least-for", "1m", "--", "sh", "-c", "echo hi")
+	c.mustRun("schedule", "add", "verify", "--every", "1h", "--builtin", "verify")
+	// Adding an existing name updates it.
+	c.mustRun("schedule", "add", "report", "--every", "30m", "--", "sh", "-c", "echo updated")
+	c.mustRun("schedule", "trigger", "verify")
+	jobs := listJobs(t, c)
+	if len(jobs) != 2 {
+		t.Fatalf("list: %+v", jobs)
+	}
+	r := jobs["report"]
+	if r["schedule"] != "every 30m0s" || r["mode"] != "lock" || r["state"] != "idle" || r["runs"] != 0.0 {
+		t.Errorf("report after update: %v", r)
+	}
+	for _, k := range []string{"name", "state", "owner", "mode", "schedule", "next_run", "last_run_started",
+		"last_run_finished", "last_result", "last_error", "runs"} {
+		if _, ok := r[k]; !ok {
+			t.Errorf("schedule list --json lacks %q", k)
+		}
+	}
+	if out := c.mustRun("schedule", "list"); !strings.Contains(out, "report") || !strings.Contains(out, "NEXT RUN") {
+		t.Errorf("schedule list:\n%s", out)
+	}
+	c.mustRun("schedule", "remove", "report")
+	if jobs := listJobs(t, c); len(jobs) != 1 {
+		t.Fatalf("after remove: %+v", jobs)
+	}
+}
+
+func listJobs(t *testing.T, c cli) map[string]map[string]any {
+	t.Helper()
+	var jobs []map[string]any
+	if err := json.Unmarshal([]byte(c.mustRun("schedule", "list", "--json")), &jobs); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]any{}
+	for _, j := range jobs {
+		out[j["name"].(string)] = j
+	}
+	return out
+}
+
+type jobLine struct{ slot, worker string }
+
+func readJobLines(t *testing.T, path string) []jobLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []jobLine
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 2 {
+			t.Fatalf("%s: bad line %q", path, sc.Text())
+		}
+		out = append(out, jobLine{fs[0], fs[1]})
+	}
+	return out
+}
+
+func jobRuns(t *testing.T, db *bun.DB, name string) (runs int64, owner string) {
+	t.Helper()
+	if err := db.QueryRow(`SELECT runs, CASE WHEN lease_expires_at > now() THEN coalesce(owner, '') ELSE '' END
+		FROM jobs WHERE name = ?`, name).Scan(&runs, &owner); err != nil {
+		t.Fatal(err)
+	}
+	return runs, owner
+}
+
+// waitFor polls the database until cond holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the database for progress
+	}
+}
+
+// Three real workers run a 1-second catch-up job and a leader-mode job
+// through a SIGKILL and a SIGSTOP longer than the lease: every slot runs,
+// a slot runs twice only if its first runner was killed or stopped, and the
+// leader job changes worker only when its worker dies.
+func TestScheduledJobsThroughKillAndStop(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	db := pgtest.Open(t, c.dsn, dbconn.Options{})
+	dir := t.TempDir()
+	tickLog, leadLog := filepath.Join(dir, "tick"), filepath.Join(dir, "lead")
+	for _, f := range []string{tickLog, leadLog} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// tick takes a while, so a kill can land mid-run.
+	c.mustRun("schedule", "add", "tick", "--every", "1s", "--missed", "catch-up", "--lock-at-most-for", "5s",
+		"--", "sh", "-c", `echo "$BATON_SLOT $BATON_WORKER" >> `+tickLog+`; sleep 0.3`)
+	c.mustRun("schedule", "add", "lead", "--every", "1s", "--mode", "leader",
+		"--", "sh", "-c", `echo "$BATON_SLOT $BATON_WORKER" >> `+leadLog)
+
+	args := []string{"run", "--heartbeat", "100ms", "--stale-after", "1s", "--confirm", "2", "--log-format", "json"}
+	procs := map[string]*exec.Cmd{}
+	logs := map[string]*bytes.Buffer{}
+	for _, id := range []string{"w1", "w2", "w3"} {
+		cmd := c.command(append(args, "--id", id)...)
+		logs[id] = &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = logs[id], logs[id]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[id] = cmd
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(syscall.SIGCONT)
+			_ = p.Process.Kill()
+		}
+	})
+	workerOf := func(instance string) string { return strings.SplitN(instance, "#", 2)[0] }
+
+	var leader string
+	waitFor(t, "three tick runs and a leader", func() bool {
+		n, _ := jobRuns(t, db, "tick")
+		_, o := jobRuns(t, db, "lead")
+		leader = workerOf(o)
+		return n >= 3 && leader != ""
+	})
+	// SIGKILL the leader job's worker.
+	killed := leader
+	if err := procs[killed].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = procs[killed].Wait()
+	n0, _ := jobRuns(t, db, "tick")
+	waitFor(t, "a new leader and three more tick runs", func() bool {
+		n, _ := jobRuns(t, db, "tick")
+		_, o := jobRuns(t, db, "lead")
+		leader = workerOf(o)
+		return n >= n0+3 && leader != "" && leader != killed
+	})
+	// SIGSTOP the new leader for three times the lease.
+	stopped := leader
+	if err := procs[stopped].Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := time.Now()
+	n1, _ := jobRuns(t, db, "tick")
+	waitFor(t, "three tick runs while one worker is stopped", func() bool {
+		n, _ := jobRuns(t, db, "tick")
+		return n >= n1+3
+	})
+	if rest := 3*time.Second - time.Since(stoppedAt); rest > 0 {
+		time.Sleep(rest) // the fault's duration: a pause longer than the lease
+	}
+	if err := procs[stopped].Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	n2, _ := jobRuns(t, db, "tick")
+	waitFor(t, "three tick runs after the stopped worker resumed", func() bool {
+		n, _ := jobRuns(t, db, "tick")
+		return n >= n2+3
+	})
+
+	jobs := listJobs(t, c)
+	if len(jobs) != 2 || jobs["tick"]["mode"] != "lock" || jobs["lead"]["mode"] != "leader" ||
+		jobs["lead"]["owner"] == "" || jobs["tick"]["runs"].(float64) < float64(n2+3) {
+		t.Fatalf("schedule list --json: %v", jobs)
+	}
+
+	for id, p := range procs {
+		if id == killed {
+			continue
+		}
+		if err := p.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, p := range procs {
+		if id == killed {
+			continue
+		}
+		if err := p.Wait(); err != nil {
+			t.Errorf("worker %s: %v\n%s", id, err, logs[id])
+		}
+	}
+
+	victims := map[string]bool{killed: true, stopped: true}
+	// Every slot from the first to the last ran; a slot ran again only
+	// after a run by a killed or stopped worker.
+	ticks := readJobLines(t, tickLog)
+	seen := map[string]string{}
+	var first, last time.Time
+	for _, l := range ticks {
+		slot, err := time.Parse(time.RFC3339Nano, l.slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prev, ok := seen[l.slot]; ok && !victims[workerOf(prev)] {
+			t.Errorf("slot %s ran twice: by %s (neither killed nor stopped) then %s", l.slot, prev, l.worker)
+		}
+		seen[l.slot] = l.worker
+		if first.IsZero() || slot.Before(first) {
+			first = slot
+		}
+		if slot.After(last) {
+			last = slot
+		}
+	}
+	for s := first; !s.After(last); s = s.Add(time.Second) {
+		if _, ok := seen[s.Format(time.RFC3339Nano)]; !ok {
+			t.Errorf("slot %s never ran (window %s – %s)", s.Format(time.RFC3339), first, last)
+		}
+	}
+	if len(seen) < 12 {
+		t.Errorf("only %d tick slots ran", len(seen))
+	}
+	// The leader job changed worker only when its worker was killed or
+	// stopped past its lease.
+	leads := readJobLines(t, leadLog)
+	changes := 0
+	for i := 1; i < len(leads); i++ {
+		prev, cur := workerOf(leads[i-1].worker), workerOf(leads[i].worker)
+		if prev != cur {
+			changes++
+			if !victims[prev] {
+				t.Errorf("leader job moved from %s to %s at slot %s although %s was alive", prev, cur, leads[i].slot, prev)
+			}
+		}
+	}
+	t.Logf("tick: %d runs of %d slots (%s – %s); lead: %d runs, %d changes of worker; killed %s, stopped %s",
+		len(ticks), len(seen), first.Format(time.RFC3339), last.Format(time.RFC3339), len(leads), changes, killed, stopped)
+	if changes == 0 {
+		t.Errorf("leader job never changed worker although its worker was killed: %v", leads)
+	}
+	for id, l := range logs {
+		if id != killed && !strings.Contains(l.String(), `"event":"job_output"`) && !strings.Contains(l.String(), `"job":"tick"`) {
+			t.Errorf("worker %s logged nothing about its jobs:\n%s", id, l)
+		}
+	}
+}
