@@ -16,7 +16,6 @@ import (
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/dbconn"
-	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/schedule"
 )
 
@@ -64,8 +63,8 @@ contract's totals in SQL and checks the priced output and checkpoints).`,
 			switch {
 			case len(d.Command) == 0 && d.Builtin == "":
 				return usageError("schedule add %s: give a command after -- or --builtin", d.Name)
-			case d.Builtin != "" && d.Builtin != pricer.VerifyBuiltin:
-				return usageError("schedule add %s: unknown built-in %q (known: %s)", d.Name, d.Builtin, pricer.VerifyBuiltin)
+			case d.Builtin != "" && d.Builtin != verifyBuiltin:
+				return usageError("schedule add %s: unknown built-in %q (known: %s)", d.Name, d.Builtin, verifyBuiltin)
 			}
 			if err := d.Validate(); err != nil {
 				return usageError("%v", err)
@@ -215,8 +214,8 @@ func startJobs(ctx context.Context, db *bun.DB, logger *slog.Logger, cfg distrib
 			switch {
 			case len(d.Command) > 0:
 				return schedule.Command(d.Command, 0, logger), true
-			case d.Builtin == pricer.VerifyBuiltin:
-				return pricer.VerifyJob(db, logger, onVerify), true
+			case d.Builtin == verifyBuiltin:
+				return verifyJob(db, logger, onVerify), true
 			default:
 				return nil, false // a built-in this binary does not know
 			}

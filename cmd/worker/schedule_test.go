@@ -25,10 +25,10 @@ func TestScheduleCommands(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"schedule", "add", "x", "--", "true"}, exitUsage},                                     // no schedule
+		{[]string{"schedule", "add", "x", "--", "true"}, exitUsage},                                         // no schedule
 		{[]string{"schedule", "add", "x", "--every", "1s", "--cron", "* * * * *", "--", "true"}, exitUsage}, // both
-		{[]string{"schedule", "add", "x", "--every", "1s"}, exitUsage},                                  // nothing to run
-		{[]string{"schedule", "add", "x", "--cron", "61 * * * *", "--", "true"}, exitUsage},             // bad cron
+		{[]string{"schedule", "add", "x", "--every", "1s"}, exitUsage},                                      // nothing to run
+		{[]string{"schedule", "add", "x", "--cron", "61 * * * *", "--", "true"}, exitUsage},                 // bad cron
 		{[]string{"schedule", "add", "x", "--every", "1s", "--mode", "auto", "--", "true"}, exitUsage},
 		{[]string{"schedule", "add", "x", "--every", "1s", "--builtin", "nope"}, exitUsage},
 		{[]string{"schedule", "remove", "nope"}, exitFailure},
