@@ -57,10 +57,30 @@ type Batch struct {
 	// Tx is the fenced transaction: the task row is locked and verified
 	// to belong to Lease.
 	Tx bun.Tx
+	// Conn is the connection Tx runs on (zero when the batch was built
+	// without one). Use it only through Raw.
+	Conn bun.Conn
 	// Checkpoint is the committed progress, read under the fence.
 	Checkpoint partition.Checkpoint
 	// Limit is the most work items to process.
 	Limit int
+}
+
+// ErrNoConn is returned by Batch.Raw for a batch built without its
+// connection.
+var ErrNoConn = errors.New("batch has no connection")
+
+// Raw calls fn with the pgx connection that the batch's transaction runs on,
+// for what database/sql cannot express: COPY, binary-format parameters and
+// results. Statements sent through it run inside the fenced transaction, so
+// they are committed with the checkpoint or not at all. fn must not commit,
+// roll back or begin a transaction, and must not keep the connection after
+// it returns.
+func (b *Batch) Raw(fn func(conn *pgx.Conn) error) error {
+	if b.Conn.Conn == nil {
+		return ErrNoConn
+	}
+	return dbconn.Raw(b.Conn.Conn, fn)
 }
 
 // IdempotencyKey names the batch's items for side effects outside the
@@ -890,7 +910,14 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 	defer stop()
 
 	start := d.cfg.Clock.Now()
-	tx, err := d.db.BeginTx(ctx, nil)
+	// A connection of its own, so that the processor can reach the
+	// driver's connection inside the transaction (Batch.Raw).
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return 0, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
+	}
+	defer func() { _ = conn.Close() }()
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
 	}
@@ -902,7 +929,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 	if cp.Position >= cp.Available {
 		return 0, true, nil
 	}
-	b := &Batch{Lease: l.Lease, Owner: d.worker.InstanceID, Tx: tx, Checkpoint: cp,
+	b := &Batch{Lease: l.Lease, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
 		Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
 	res, err := d.process(ctx, b)
 	if err != nil {

@@ -65,7 +65,10 @@
 // Process. Each batch is one transaction that first locks the task row FOR
 // KEY SHARE where version and owner still match (the fence), reads the
 // checkpoint, lets the Processor write its output, records the new
-// checkpoint and commits. If the fence finds nothing, the claim is no
+// checkpoint and commits. The transaction runs on a connection taken for the
+// batch alone; Batch.Raw hands the processor that connection's driver (for
+// COPY and binary I/O), so whatever it writes there is inside the same
+// fenced transaction and commits with the checkpoint or not at all. If the fence finds nothing, the claim is no
 // longer current: the transaction rolls back and the worker drops the
 // partition. A commit whose outcome is unknown is resolved by re-reading
 // the checkpoint. If that commit lands late, after the retry's fence read
@@ -170,6 +173,8 @@
 //     rolls back), or it waits (or skips) until the batch has committed.
 //     Heartbeats lock FOR NO KEY UPDATE, which does not conflict with the
 //     fence, so long batches do not delay renewals.
+//     Output written through Batch.Raw (COPY) goes over the same
+//     connection inside the same transaction, so it is covered alike.
 //  3. The checkpoint is read under the fence and written in the same
 //     transaction as the output, with a compare-and-set on both the
 //     version and the position the fence read. So the next holder reads

@@ -18,7 +18,6 @@ import (
 	"sync"
 
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/pricing"
@@ -55,9 +54,10 @@ func New() *Processor { return &Processor{schedules: map[string]*pricing.Schedul
 var _ distributor.Processor = (*Processor)(nil)
 
 type record struct {
-	seq      int64
-	recordID string
-	amount   int64
+	seq          int64
+	recordID     []byte // in the workspace's id buffer
+	idFrom, idTo int
+	amount       int64
 }
 
 // Process prices the next batch of b's contract.
@@ -76,10 +76,12 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 	if err != nil {
 		return distributor.Result{}, err
 	}
-	recs, err := readRecords(ctx, b.Tx, contract, b.Checkpoint.Position, b.Limit)
-	if err != nil {
+	w := getWorkspace()
+	defer putWorkspace(w)
+	if err := readRecords(ctx, b, w, contract, b.Checkpoint.Position, b.Limit); err != nil {
 		return distributor.Result{}, err
 	}
+	recs := w.recs
 	if len(recs) == 0 {
 		return distributor.Result{}, fmt.Errorf("%w: contract %s has %d records available but none after seq %d",
 			ErrCorrupt, contract, b.Checkpoint.Available, b.Checkpoint.Position)
@@ -92,11 +94,7 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 		return distributor.Result{}, fmt.Errorf("%w: contract %s checkpoint net %d, tiers give %d", ErrCorrupt, contract, cp.CumNet, cur.CumNet())
 	}
 	n := len(recs)
-	seqs := make([]int64, n)
-	ids := make([]string, n)
-	gross := make([]int64, n)
-	disc := make([]int64, n)
-	net := make([]int64, n)
+	w.lines = w.lines[:0]
 	for i, r := range recs {
 		if want := b.Checkpoint.Position + int64(i) + 1; r.seq != want {
 			return distributor.Result{}, fmt.Errorf("%w: contract %s record seq %d where %d was expected", ErrCorrupt, contract, r.seq, want)
@@ -105,14 +103,9 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 		if err != nil {
 			return distributor.Result{}, fmt.Errorf("pricing record %s of contract %s: %w", r.recordID, contract, err)
 		}
-		seqs[i], ids[i], gross[i], disc[i], net[i] = r.seq, r.recordID, line.Gross, line.Discount, line.Net
+		w.lines = append(w.lines, line)
 	}
-	if _, err := b.Tx.ExecContext(ctx, `
-		INSERT INTO priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
-		SELECT ?, s, r, g, d, n, ?, ?
-		FROM unnest(?::bigint[], ?::text[], ?::bigint[], ?::bigint[], ?::bigint[]) AS u(s, r, g, d, n)`,
-		contract, b.Lease.Version, b.Owner,
-		pgdialect.Array(seqs), pgdialect.Array(ids), pgdialect.Array(gross), pgdialect.Array(disc), pgdialect.Array(net)); err != nil {
+	if err := writePriced(ctx, b, w); err != nil {
 		return distributor.Result{}, fmt.Errorf("writing %d priced records of contract %s: %w", n, contract, err)
 	}
 	exact, err := sched.ExactNet(cur.CumGross())
@@ -159,28 +152,4 @@ func (p *Processor) schedule(ctx context.Context, tx bun.Tx, contract string, im
 		p.mu.Unlock()
 	}
 	return s, nil
-}
-
-func readRecords(ctx context.Context, tx bun.Tx, contract string, after int64, limit int) ([]record, error) {
-	rows, err := tx.QueryContext(ctx, `
-		SELECT seq, record_id, amount_minor FROM records
-		WHERE contract_id = ? AND seq > ?
-		ORDER BY seq
-		LIMIT ?`, contract, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("reading records of contract %s after seq %d: %w", contract, after, err)
-	}
-	defer rows.Close()
-	recs := make([]record, 0, limit)
-	for rows.Next() {
-		var r record
-		if err := rows.Scan(&r.seq, &r.recordID, &r.amount); err != nil {
-			return nil, fmt.Errorf("reading records of contract %s: %w", contract, err)
-		}
-		recs = append(recs, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading records of contract %s: %w", contract, err)
-	}
-	return recs, nil
 }

@@ -1,0 +1,119 @@
+package pricer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricer"
+)
+
+// claimOne claims key for owner directly in the store.
+func claimOne(t *testing.T, db *bun.DB, owner, key string) partition.Lease {
+	t.Helper()
+	ctx := context.Background()
+	store := partition.NewStore(db)
+	var version int64
+	if err := db.QueryRow(`SELECT version FROM tasks WHERE partition_key = ?`, key).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	won, err := store.Claim(ctx, owner, time.Minute, []partition.Candidate{{Key: key, Version: version}})
+	if err != nil || len(won) != 1 {
+		t.Fatalf("claiming %s: %v (won %d)", key, err, len(won))
+	}
+	return won[0].Lease
+}
+
+func pricedCount(t *testing.T, db *bun.DB, key string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM priced WHERE contract_id = ?`, key).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The priced rows written over Batch.Raw (COPY) belong to the batch's
+// transaction: rolled back with it, committed with it, and a repeat of
+// committed rows fails on the primary key.
+func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	loadVectors(t, db)
+	ctx := context.Background()
+	const key = "basic-3-tiers"
+	lease := claimOne(t, db, "w#1", key)
+	store := partition.NewStore(db)
+
+	process := func(commit bool) (distributor.Result, error) {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		cp, err := store.Fence(ctx, tx, "w#1", lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := pricer.New().Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Conn: conn, Checkpoint: cp, Limit: 5})
+		if err != nil || !commit {
+			return res, err
+		}
+		return res, tx.Commit()
+	}
+	if _, err := process(false); err != nil {
+		t.Fatal(err)
+	}
+	if n := pricedCount(t, db, key); n != 0 {
+		t.Fatalf("%d priced rows survived a rolled-back batch", n)
+	}
+	res, err := process(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := pricedCount(t, db, key); n == 0 || int64(n) != res.Position {
+		t.Fatalf("%d priced rows after a committed batch up to position %d", n, res.Position)
+	}
+	// The checkpoint was not advanced (no Advance above): the same rows
+	// again collide with the committed ones.
+	_, err = process(true)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" {
+		t.Fatalf("repeating committed rows: %v, want a unique violation", err)
+	}
+}
+
+// A batch built without its connection cannot reach the driver: the
+// processor fails clearly instead of writing outside the transaction.
+func TestBatchWithoutConnection(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	loadVectors(t, db)
+	ctx := context.Background()
+	lease := claimOne(t, db, "w#1", "basic-3-tiers")
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	cp, err := partition.NewStore(db).Fence(ctx, tx, "w#1", lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pricer.New().Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Checkpoint: cp, Limit: 5})
+	if !errors.Is(err, distributor.ErrNoConn) {
+		t.Fatalf("Process without a connection: %v, want ErrNoConn", err)
+	}
+}
