@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
@@ -18,51 +20,84 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // With 100,000 task rows, a claim poll reads the head of the claimable
-// index, not the table.
-func TestCandidateQueryIsIndexDriven(t *testing.T) {
+// index, not the table. The plans are those of the store's own statements,
+// captured as they are sent.
+func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	// 100,000 partitions: most caught up, some pending, some owned.
+	// 100,000 partitions: most caught up, some pending, some owned (half
+	// of those by dead workers).
 	if _, err := db.ExecContext(ctx, `
 		INSERT INTO tasks (partition_key, available, position, owner, lease_expires_at)
 		SELECT 'p' || i, 10, CASE WHEN i % 50 = 0 THEN 0 ELSE 10 END,
 		       CASE WHEN i % 7 = 0 THEN 'w#1' END,
-		       CASE WHEN i % 7 = 0 THEN now() + interval '1 hour' ELSE '-infinity' END
+		       CASE WHEN i % 14 = 0 THEN now() - interval '1 hour'
+		            WHEN i % 7 = 0 THEN now() + interval '1 hour' ELSE '-infinity' END
 		FROM generate_series(1, 100000) i`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, `ANALYZE tasks`); err != nil {
 		t.Fatal(err)
 	}
-	var plan string
-	if err := db.QueryRowContext(ctx, `EXPLAIN (ANALYZE, FORMAT JSON)
-		SELECT partition_key, version, owner IS NOT NULL FROM tasks
-		WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
-		ORDER BY lease_expires_at LIMIT 40`).Scan(&plan); err != nil {
-		t.Fatal(err)
+	sent := &lastQuery{}
+	s := partition.NewStore(db.WithQueryHook(sent))
+	for _, tc := range []struct {
+		name string
+		read func(context.Context, int) ([]partition.Candidate, error)
+	}{
+		{"Candidates", s.Candidates},
+		{"StaleCandidates", s.StaleCandidates},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cands, err := tc.read(ctx, 40)
+			if err != nil || len(cands) != 40 {
+				t.Fatalf("%s = %d rows, %v", tc.name, len(cands), err)
+			}
+			var plan string
+			if err := db.NewRaw("EXPLAIN (ANALYZE, FORMAT JSON) "+sent.get()).Scan(ctx, &plan); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(plan, `"Index Name": "tasks_claimable"`) || strings.Contains(plan, "Seq Scan") {
+				t.Fatalf("%s does not use the claimable index:\n%s", tc.name, plan)
+			}
+			var p []struct {
+				Plan struct {
+					Plans []struct {
+						ActualRows float64 `json:"Actual Rows"`
+					} `json:"Plans"`
+				} `json:"Plan"`
+			}
+			if err := json.Unmarshal([]byte(plan), &p); err != nil {
+				t.Fatal(err)
+			}
+			if rows := p[0].Plan.Plans[0].ActualRows; rows > 40 {
+				t.Fatalf("index scan returned %v rows for a LIMIT 40 poll:\n%s", rows, plan)
+			}
+		})
 	}
-	if !strings.Contains(plan, `"Index Name": "tasks_claimable"`) || strings.Contains(plan, "Seq Scan") {
-		t.Fatalf("candidate query does not use the claimable index:\n%s", plan)
-	}
-	var p []struct {
-		Plan struct {
-			Plans []struct {
-				ActualRows float64 `json:"Actual Rows"`
-			} `json:"Plans"`
-		} `json:"Plan"`
-	}
-	if err := json.Unmarshal([]byte(plan), &p); err != nil {
-		t.Fatal(err)
-	}
-	if rows := p[0].Plan.Plans[0].ActualRows; rows > 40 {
-		t.Fatalf("index scan returned %v rows for a LIMIT 40 poll", rows)
-	}
-	// And the store's query is the one measured here.
-	cands, err := partition.NewStore(db).Candidates(ctx, 40)
-	if err != nil || len(cands) != 40 {
-		t.Fatalf("Candidates = %d, %v", len(cands), err)
-	}
+}
+
+// lastQuery is a query hook that keeps the text of the last statement
+// sent, arguments interpolated.
+type lastQuery struct {
+	mu    sync.Mutex
+	query string
+}
+
+func (q *lastQuery) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.Context {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.query = e.Query
+	return ctx
+}
+
+func (q *lastQuery) AfterQuery(context.Context, *bun.QueryEvent) {}
+
+func (q *lastQuery) get() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.query
 }
 
 // One heartbeat statement renews any number of leases and reports which.

@@ -117,6 +117,7 @@ const (
 	reqHeartbeat reqKind = iota
 	reqInspect
 	reqCandidates
+	reqStaleCandidates
 	reqClaim
 	reqRelease
 	reqFail
@@ -132,7 +133,7 @@ const (
 	reqRetry
 )
 
-var reqNames = []string{"heartbeat", "inspect", "candidates", "claim", "release", "fail", "progress", "load",
+var reqNames = []string{"heartbeat", "inspect", "candidates", "stale-candidates", "claim", "release", "fail", "progress", "load",
 	"stop-worker", "begin+fence", "write", "advance", "commit", "close", "produce", "retry"}
 
 func (k reqKind) String() string { return reqNames[k] }
@@ -161,8 +162,12 @@ type response struct {
 	held      []heldLease
 	cands     []candidate
 	won       []claimed
-	released  bool
+	released  bool // Release, Fail: the lease was current; Retry: the row changed
 	load      clusterLoad
+	// Fail: what the failure did.
+	attempts    int
+	quarantined bool
+	retryAfter  time.Duration
 }
 
 type rowLock struct {
@@ -652,10 +657,13 @@ func (st *store) exec(x *stmt) {
 		}
 		st.done(x, response{held: out})
 
-	case reqCandidates:
+	case reqCandidates, reqStaleCandidates:
+		// StaleCandidates: only rows whose owner's lease expired.
+		stale := req.kind == reqStaleCandidates
 		var rows []*row
 		for _, r := range st.rows {
-			if r.available > r.position && !r.failed && r.leaseExp <= x.start {
+			if r.available > r.position && !r.failed && r.leaseExp <= x.start &&
+				(!stale || r.leaseExp > negInf && r.owner != 0) {
 				rows = append(rows, r)
 			}
 		}
@@ -755,7 +763,11 @@ func (st *store) exec(x *stmt) {
 				}
 				s.res.Failures++
 				s.tracef("store: p%d failed by w%d (attempt %d, quarantined=%v), now v%d", r.key, req.owner, r.attempts, quarantine, r.version)
-				return response{released: true}
+				resp := response{released: true, attempts: r.attempts, quarantined: quarantine}
+				if !quarantine {
+					resp.retryAfter = backoff
+				}
+				return resp
 			})
 		})
 
@@ -894,7 +906,7 @@ func (st *store) exec(x *stmt) {
 				st.setVersion(r, r.version+1, "operator retry")
 				s.tracef("store: p%d retried by the operator, now v%d", r.key, r.version)
 				st.notify()
-				return response{}
+				return response{released: true}
 			})
 		})
 	}

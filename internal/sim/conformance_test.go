@@ -1,0 +1,311 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/storetest"
+	"github.com/batonhq/baton/partition"
+)
+
+// The model store is held to the contract partition.Store passes on
+// PostgreSQL (see TestStoreContract in package partition): the same cases,
+// through the same statements the simulated workers send.
+func TestModelStoreContract(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		h := newModelHarness(Config{AdvanceCAS: true})
+		t.Cleanup(func() {
+			if v := h.s.viol; v != nil {
+				t.Errorf("the model's invariant checker: %v", v)
+			}
+		})
+		return h
+	})
+}
+
+// A model that breaks the protocol does not pass the contract: the suite
+// catches the drift.
+func TestBrokenModelStoresFailTheContract(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string // a case that must fail
+	}{
+		{"claim ignores the version", Config{AdvanceCAS: true, Mutation: MutClaimNoCAS}, "Claim/CompareAndSetOnVersion"},
+		{"no fence", Config{AdvanceCAS: true, Mutation: MutNoFence}, "Fence/OnlyTheCurrentOwner"},
+		{"checkpoint update compares only the version", Config{}, "Advance/CheckpointMovedSinceTheFence"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			failed := storetest.Failures(t, func(*testing.T) storetest.Harness { return newModelHarness(tc.cfg) })
+			t.Logf("failing cases: %v", failed)
+			if _, ok := failed[tc.want]; !ok {
+				t.Errorf("%s passes %s; failing cases: %v", tc.name, tc.want, failed)
+			}
+		})
+	}
+}
+
+// modelHarness drives the model store statement by statement: each call
+// runs the event loop until the reply arrives.
+type modelHarness struct {
+	s      *sim
+	keys   map[string]int
+	names  []string
+	owners map[string]int
+}
+
+func newModelHarness(cfg Config) *modelHarness {
+	cfg.Workers, cfg.Partitions = 1, 1
+	cfg.StaleAfter = storetest.TTL
+	cfg.Heartbeat = storetest.TTL / 10
+	cfg.Backoff, cfg.MaxBackoff = storetest.Backoff, storetest.MaxBackoff
+	cfg.setDefaults()
+	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0)), latStart: map[int]latencyStart{}}
+	s.st = &store{s: s, workerRows: map[int]*workerRow{}}
+	return &modelHarness{s: s, keys: map[string]int{}, owners: map[string]int{}}
+}
+
+func (h *modelHarness) owner(name string) int {
+	id, ok := h.owners[name]
+	if !ok {
+		id = len(h.owners) + 1
+		h.owners[name] = id
+	}
+	return id
+}
+
+func (h *modelHarness) lease(l partition.Lease) (leaseID, bool) {
+	k, ok := h.keys[l.Key]
+	return leaseID{k, l.Version}, ok
+}
+
+func (h *modelHarness) leases(ls []partition.Lease) []leaseID {
+	var out []leaseID
+	for _, l := range ls {
+		if id, ok := h.lease(l); ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (h *modelHarness) plain(id leaseID) partition.Lease {
+	return partition.Lease{Key: h.names[id.key], Version: id.version}
+}
+
+// call sends req on c and runs the simulation until its reply.
+func (h *modelHarness) call(c *conn, req *request) response {
+	var got *response
+	c.internal = func(r response) { got = &r }
+	h.s.st.arrive(c, req)
+	for got == nil && len(h.s.q) > 0 {
+		e := h.s.q.pop()
+		h.s.now = e.at
+		h.s.events++
+		e.fn()
+	}
+	if got == nil {
+		return response{err: errNet}
+	}
+	return *got
+}
+
+// do runs one autocommit statement on a connection of its own.
+func (h *modelHarness) do(req *request) response {
+	c := h.s.newConn(nil)
+	r := h.call(c, req)
+	h.s.st.arrive(c, &request{kind: reqClose})
+	return r
+}
+
+func asError(e errKind) error {
+	switch e {
+	case errNone:
+		return nil
+	case errFenced:
+		return partition.ErrFenced
+	case errCheckpointMoved:
+		return partition.ErrCheckpointMoved
+	}
+	return fmt.Errorf("model store: %s", e)
+}
+
+func (h *modelHarness) AddPartition(key string, available int64) {
+	h.keys[key] = len(h.names)
+	h.names = append(h.names, key)
+	h.s.st.rows = append(h.s.st.rows, &row{key: h.keys[key], leaseExp: negInf, available: available})
+}
+
+func (h *modelHarness) Produce(key string, n int64) {
+	h.do(&request{kind: reqProduce, key: h.keys[key], n: n})
+}
+
+func (h *modelHarness) ExpireLease(key string) {
+	if r := h.s.st.rows[h.keys[key]]; r.leaseExp > h.s.now && r.leaseExp != posInf {
+		r.leaseExp = h.s.now - time.Millisecond
+	}
+}
+
+func (h *modelHarness) ExpireWorker(owner string) {
+	if wr := h.s.st.workerRows[h.owner(owner)]; wr != nil {
+		wr.expires = h.s.now - time.Millisecond
+	}
+}
+
+func (h *modelHarness) candidates(kind reqKind, limit int) ([]partition.Candidate, error) {
+	r := h.do(&request{kind: kind, limit: limit})
+	var out []partition.Candidate
+	for _, c := range r.cands {
+		out = append(out, partition.Candidate{Key: h.names[c.key], Version: c.version, Owned: c.owned})
+	}
+	return out, asError(r.err)
+}
+
+func (h *modelHarness) Candidates(_ context.Context, limit int) ([]partition.Candidate, error) {
+	return h.candidates(reqCandidates, limit)
+}
+
+func (h *modelHarness) StaleCandidates(_ context.Context, limit int) ([]partition.Candidate, error) {
+	return h.candidates(reqStaleCandidates, limit)
+}
+
+func (h *modelHarness) Claim(_ context.Context, owner string, cands []partition.Candidate) ([]partition.Claimed, error) {
+	var cs []candidate
+	for _, c := range cands {
+		if k, ok := h.keys[c.Key]; ok {
+			cs = append(cs, candidate{leaseID{k, c.Version}, c.Owned})
+		}
+	}
+	r := h.do(&request{kind: reqClaim, owner: h.owner(owner), cands: cs})
+	var out []partition.Claimed
+	for _, c := range r.won {
+		out = append(out, partition.Claimed{Lease: h.plain(c.leaseID), Takeover: c.takeover, Position: c.position, Available: c.available})
+	}
+	return out, asError(r.err)
+}
+
+func (h *modelHarness) Heartbeat(_ context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error) {
+	r := h.do(&request{kind: reqHeartbeat, owner: h.owner(owner), leases: h.leases(leases)})
+	var out []partition.Renewal
+	for _, x := range r.renewals {
+		out = append(out, partition.Renewal{Lease: h.plain(x.leaseID), Available: x.available, Position: x.position})
+	}
+	return out, asError(r.err)
+}
+
+func (h *modelHarness) Inspect(_ context.Context, owner string, leases []partition.Lease) ([]partition.Held, error) {
+	r := h.do(&request{kind: reqInspect, owner: h.owner(owner), leases: h.leases(leases)})
+	var out []partition.Held
+	for _, x := range r.held {
+		out = append(out, partition.Held{Lease: h.plain(x.leaseID), Remaining: x.remaining})
+	}
+	return out, asError(r.err)
+}
+
+// Release hands back each lease in a statement of its own: the model's
+// workers release one partition at a time.
+func (h *modelHarness) Release(_ context.Context, owner string, leases []partition.Lease) ([]string, error) {
+	var out []string
+	for _, id := range h.leases(leases) {
+		r := h.do(&request{kind: reqRelease, owner: h.owner(owner), lease: id})
+		if err := asError(r.err); err != nil {
+			return out, err
+		}
+		if r.released {
+			out = append(out, h.names[id.key])
+		}
+	}
+	return out, nil
+}
+
+func (h *modelHarness) Fail(_ context.Context, owner string, l partition.Lease, _ string, maxAttempts int) (partition.FailResult, error) {
+	id, ok := h.lease(l)
+	if !ok {
+		return partition.FailResult{}, partition.ErrFenced
+	}
+	r := h.do(&request{kind: reqFail, owner: h.owner(owner), lease: id, attempts: maxAttempts})
+	if err := asError(r.err); err != nil {
+		return partition.FailResult{}, err
+	}
+	if !r.released {
+		return partition.FailResult{}, partition.ErrFenced
+	}
+	return partition.FailResult{Attempts: r.attempts, Quarantined: r.quarantined, RetryAfter: r.retryAfter}, nil
+}
+
+func (h *modelHarness) Retry(_ context.Context, key string) (bool, error) {
+	k, ok := h.keys[key]
+	if !ok {
+		return false, partition.ErrNotFound
+	}
+	r := h.do(&request{kind: reqRetry, key: k})
+	return r.released, asError(r.err)
+}
+
+func (h *modelHarness) Progress(_ context.Context, key string) (int64, int64, error) {
+	k, ok := h.keys[key]
+	if !ok {
+		return 0, 0, partition.ErrNotFound
+	}
+	r := h.do(&request{kind: reqProgress, key: k})
+	return r.version, r.position, asError(r.err)
+}
+
+func (h *modelHarness) ClusterLoad(context.Context) (partition.Load, error) {
+	r := h.do(&request{kind: reqClusterLoad})
+	l := r.load
+	return partition.Load{Busy: l.busy, LiveWorkers: l.live, Quarantined: l.quarantined, Unclaimed: l.unclaimed, MinHeld: l.minHeld}, asError(r.err)
+}
+
+func (h *modelHarness) StopWorker(_ context.Context, owner string) error {
+	return asError(h.do(&request{kind: reqStopWorker, owner: h.owner(owner)}).err)
+}
+
+func (h *modelHarness) Begin(_ context.Context, owner string, l partition.Lease) (storetest.Batch, partition.Checkpoint, error) {
+	id, ok := h.lease(l)
+	if !ok {
+		return nil, partition.Checkpoint{}, partition.ErrFenced
+	}
+	c := h.s.newConn(nil)
+	r := h.call(c, &request{kind: reqBeginFence, owner: h.owner(owner), lease: id})
+	if err := asError(r.err); err != nil {
+		h.s.st.arrive(c, &request{kind: reqClose})
+		return nil, partition.Checkpoint{}, err
+	}
+	return &modelBatch{h: h, c: c}, partition.Checkpoint{Position: r.position, Available: r.available}, nil
+}
+
+// modelBatch is a transaction on a connection of its own.
+type modelBatch struct {
+	h      *modelHarness
+	c      *conn
+	closed bool
+}
+
+func (b *modelBatch) Advance(_ context.Context, from, to int64) error {
+	if to > from {
+		if err := asError(b.h.call(b.c, &request{kind: reqWrite, from: from + 1, to: to}).err); err != nil {
+			return err
+		}
+	}
+	return asError(b.h.call(b.c, &request{kind: reqAdvance, newPos: to}).err)
+}
+
+func (b *modelBatch) Commit(context.Context) error {
+	err := asError(b.h.call(b.c, &request{kind: reqCommit}).err)
+	b.Rollback()
+	return err
+}
+
+func (b *modelBatch) Rollback() {
+	if !b.closed {
+		b.closed = true
+		b.h.s.st.arrive(b.c, &request{kind: reqClose})
+	}
+}

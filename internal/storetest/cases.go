@@ -1,0 +1,677 @@
+package storetest
+
+import (
+	"errors"
+	"slices"
+
+	"github.com/batonhq/baton/partition"
+)
+
+// Cases is the suite, one case per contract.
+func Cases() []Case {
+	return []Case{
+		{"Candidates/PendingUnleasedOnly", candidatesPendingUnleased},
+		{"Candidates/Limit", candidatesLimit},
+		{"Claim/WinsAtTheVersionRead", claimWins},
+		{"Claim/CompareAndSetOnVersion", claimCompareAndSet},
+		{"Claim/SkipsRowsFencedByABatch", claimSkipsFenced},
+		{"StaleCandidates/OnlyExpiredOwnedRows", staleCandidates},
+		{"Claim/TakeoverOfAnExpiredLease", claimTakeover},
+		{"Heartbeat/RenewsOnlyCurrentLeases", heartbeatRenews},
+		{"Heartbeat/RegistersTheWorker", heartbeatRegisters},
+		{"Inspect/CurrentLeasesWithRemainingTime", inspect},
+		{"Fence/OnlyTheCurrentOwner", fenceOwner},
+		{"Advance/CommitsTheCheckpoint", advanceCommits},
+		{"Advance/CheckpointMovedSinceTheFence", advanceMoved},
+		{"Advance/RolledBackBatchChangesNothing", advanceRollback},
+		{"Release/BumpsVersionAndFreesAtOnce", release},
+		{"Release/OnlyCurrentLeasesOfTheOwner", releaseFenced},
+		{"Fail/BacksOffThenQuarantines", fail},
+		{"Fail/FencedByVersion", failFenced},
+		{"Retry/ReenablesFailedPartitions", retry},
+		{"Progress/VersionAndPosition", progress},
+		{"ClusterLoad/CountsBusyLiveUnclaimedQuarantined", clusterLoad},
+		{"ClusterLoad/MinHeldByLiveWorkers", clusterLoadMinHeld},
+		{"StopWorker/LeavesTheLiveCountForGood", stopWorker},
+		{"Produce/CaughtUpPartitionBecomesClaimable", produce},
+	}
+}
+
+// ---- helpers ----------------------------------------------------------
+
+func (c *C) must(err error, what string) {
+	if err != nil {
+		c.Fatalf("%s: %v", what, err)
+	}
+}
+
+func candKeys(cs []partition.Candidate) []string {
+	out := make([]string, len(cs))
+	for i, x := range cs {
+		out[i] = x.Key
+	}
+	slices.Sort(out)
+	return out
+}
+
+func claimedKeys(cs []partition.Claimed) []string {
+	out := make([]string, len(cs))
+	for i, x := range cs {
+		out[i] = x.Key
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sorted(ks ...string) []string {
+	ks = slices.Clone(ks)
+	slices.Sort(ks)
+	if ks == nil {
+		ks = []string{}
+	}
+	return ks
+}
+
+func (c *C) wantKeys(what string, got, want []string) {
+	if got == nil {
+		got = []string{}
+	}
+	if !slices.Equal(got, sorted(want...)) {
+		c.Errorf("%s: got %v, want %v", what, got, sorted(want...))
+	}
+}
+
+func (c *C) candidates(h Harness, limit int) []partition.Candidate {
+	cs, err := h.Candidates(c.Ctx, limit)
+	c.must(err, "Candidates")
+	return cs
+}
+
+// claimOne claims key for owner from a fresh candidate read and fails the
+// case unless it is won.
+func (c *C) claimOne(h Harness, owner, key string) partition.Claimed {
+	for _, x := range c.candidates(h, 100) {
+		if x.Key != key {
+			continue
+		}
+		won, err := h.Claim(c.Ctx, owner, []partition.Candidate{x})
+		c.must(err, "Claim")
+		if len(won) != 1 || won[0].Key != key {
+			c.Fatalf("claim of %s by %s won %v", key, owner, won)
+		}
+		return won[0]
+	}
+	c.Fatalf("%s is not a candidate", key)
+	return partition.Claimed{}
+}
+
+func (c *C) load(h Harness) partition.Load {
+	l, err := h.ClusterLoad(c.Ctx)
+	c.must(err, "ClusterLoad")
+	return l
+}
+
+// ---- cases ------------------------------------------------------------
+
+func candidatesPendingUnleased(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 0)
+	h.AddPartition("c", 3)
+	c.claimOne(h, "w1", "c")
+	cs := c.candidates(h, 10)
+	c.wantKeys("candidates (b has no work, c is leased)", candKeys(cs), []string{"a"})
+	if len(cs) == 1 && cs[0].Owned {
+		c.Errorf("an unowned row is a candidate with Owned set")
+	}
+}
+
+func candidatesLimit(c *C, h Harness) {
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		h.AddPartition(k, 1)
+	}
+	if n := len(c.candidates(h, 3)); n != 3 {
+		c.Errorf("Candidates(3) returned %d rows of 5 claimable", n)
+	}
+}
+
+func claimWins(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	cs := c.candidates(h, 10)
+	if len(cs) != 1 {
+		c.Fatalf("candidates = %v", cs)
+	}
+	won, err := h.Claim(c.Ctx, "w1", cs)
+	c.must(err, "Claim")
+	if len(won) != 1 {
+		c.Fatalf("claim of a fresh candidate won %v", won)
+	}
+	got := won[0]
+	if got.Key != "a" || got.Version <= cs[0].Version || got.Takeover || got.Position != 0 || got.Available != 5 {
+		c.Errorf("claimed %+v; want a at a version above %d, no takeover, position 0, available 5", got, cs[0].Version)
+	}
+	if v, _, err := h.Progress(c.Ctx, "a"); err != nil || v != got.Version {
+		c.Errorf("Progress after the claim = v%d, %v; want v%d", v, err, got.Version)
+	}
+	c.wantKeys("candidates while leased", candKeys(c.candidates(h, 10)), nil)
+}
+
+func claimCompareAndSet(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 5)
+	cs := c.candidates(h, 10)
+	// Two workers read the same candidates; the first claim wins them.
+	won, err := h.Claim(c.Ctx, "w1", cs)
+	c.must(err, "Claim by w1")
+	c.wantKeys("won by w1", claimedKeys(won), []string{"a", "b"})
+	// The second, with the versions it read, wins nothing, even once the
+	// rows are claimable again: the release moved the version on.
+	lost, err := h.Claim(c.Ctx, "w2", cs)
+	c.must(err, "Claim by w2")
+	c.wantKeys("won by w2 with versions read before w1's claim", claimedKeys(lost), nil)
+	leases := []partition.Lease{won[0].Lease, won[1].Lease}
+	if _, err := h.Release(c.Ctx, "w1", leases); err != nil {
+		c.Fatalf("Release: %v", err)
+	}
+	lost, err = h.Claim(c.Ctx, "w2", cs)
+	c.must(err, "Claim by w2 after the release")
+	c.wantKeys("won by w2 with versions read before claim and release", claimedKeys(lost), nil)
+	// A candidate whose row no longer has work is not won either.
+	h.AddPartition("c", 1)
+	cc := c.candidates(h, 10)
+	var forC []partition.Candidate
+	for _, x := range cc {
+		if x.Key == "c" {
+			forC = append(forC, x)
+		}
+	}
+	cl := c.claimOne(h, "w1", "c")
+	b, _, err := h.Begin(c.Ctx, "w1", cl.Lease)
+	c.must(err, "Begin")
+	c.must(b.Advance(c.Ctx, 0, 1), "Advance")
+	c.must(b.Commit(c.Ctx), "Commit")
+	if _, err := h.Release(c.Ctx, "w1", []partition.Lease{cl.Lease}); err != nil {
+		c.Fatalf("Release: %v", err)
+	}
+	if won, err := h.Claim(c.Ctx, "w2", forC); err != nil || len(won) != 0 {
+		c.Errorf("claim of a caught-up row = %v, %v; want nothing won", won, err)
+	}
+}
+
+func claimSkipsFenced(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	cl := c.claimOne(h, "w1", "a")
+	b, _, err := h.Begin(c.Ctx, "w1", cl.Lease)
+	c.must(err, "Begin")
+	defer b.Rollback()
+	// The lease expires while the batch is in flight: the row is a
+	// candidate, but a claim does not wait for the batch's fence, nor
+	// take the row from under it.
+	h.ExpireLease("a")
+	cs := c.candidates(h, 10)
+	if len(cs) != 1 {
+		c.Fatalf("candidates after expiry = %v", cs)
+	}
+	won, err := h.Claim(c.Ctx, "w2", cs)
+	c.must(err, "Claim")
+	c.wantKeys("won while fenced by a batch", claimedKeys(won), nil)
+	b.Rollback()
+	won, err = h.Claim(c.Ctx, "w2", cs)
+	c.must(err, "Claim after the batch ended")
+	c.wantKeys("won once the batch ended", claimedKeys(won), []string{"a"})
+}
+
+func staleCandidates(c *C, h Harness) {
+	h.AddPartition("free", 5)
+	h.AddPartition("live", 5)
+	h.AddPartition("dead", 5)
+	h.AddPartition("released", 5)
+	h.AddPartition("failed", 5)
+	c.claimOne(h, "w1", "live")
+	c.claimOne(h, "w1", "dead")
+	rel := c.claimOne(h, "w1", "released")
+	fl := c.claimOne(h, "w1", "failed")
+	if _, err := h.Release(c.Ctx, "w1", []partition.Lease{rel.Lease}); err != nil {
+		c.Fatalf("Release: %v", err)
+	}
+	if _, err := h.Fail(c.Ctx, "w1", fl.Lease, "boom", 5); err != nil {
+		c.Fatalf("Fail: %v", err)
+	}
+	h.ExpireLease("dead")
+	h.ExpireLease("failed") // its back-off is over, but nobody owns it
+	st, err := h.StaleCandidates(c.Ctx, 10)
+	c.must(err, "StaleCandidates")
+	c.wantKeys("stale candidates", candKeys(st), []string{"dead"})
+	for _, x := range st {
+		if !x.Owned {
+			c.Errorf("stale candidate %s without Owned", x.Key)
+		}
+	}
+	all := c.candidates(h, 10)
+	c.wantKeys("candidates", candKeys(all), []string{"free", "dead", "released", "failed"})
+	for _, x := range all {
+		if x.Owned != (x.Key == "dead") {
+			c.Errorf("candidate %s: Owned = %v", x.Key, x.Owned)
+		}
+	}
+}
+
+func claimTakeover(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	old := c.claimOne(h, "w1", "a")
+	h.ExpireLease("a")
+	st, err := h.StaleCandidates(c.Ctx, 10)
+	c.must(err, "StaleCandidates")
+	won, err := h.Claim(c.Ctx, "w2", st)
+	c.must(err, "Claim")
+	if len(won) != 1 || !won[0].Takeover || won[0].Version <= old.Version {
+		c.Fatalf("takeover claim won %+v; want a, Takeover, version above %d", won, old.Version)
+	}
+	// The old owner's lease is gone: it renews nothing and fences nothing.
+	rs, err := h.Heartbeat(c.Ctx, "w1", []partition.Lease{old.Lease})
+	c.must(err, "Heartbeat")
+	if len(rs) != 0 {
+		c.Errorf("the old owner renewed %v after the takeover", rs)
+	}
+	if _, _, err := h.Begin(c.Ctx, "w1", old.Lease); !errors.Is(err, partition.ErrFenced) {
+		c.Errorf("old owner's fence after the takeover: %v, want ErrFenced", err)
+	}
+}
+
+func heartbeatRenews(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 5)
+	h.AddPartition("c", 5)
+	a := c.claimOne(h, "w1", "a")
+	b := c.claimOne(h, "w1", "b")
+	other := c.claimOne(h, "w2", "c")
+	h.ExpireLease("b") // expired but not taken over: still w1's
+	stale := partition.Lease{Key: "a", Version: a.Version - 1}
+	rs, err := h.Heartbeat(c.Ctx, "w1", []partition.Lease{a.Lease, b.Lease, other.Lease, stale})
+	c.must(err, "Heartbeat")
+	got := map[string]partition.Renewal{}
+	for _, r := range rs {
+		got[r.Key] = r
+	}
+	if len(rs) != 2 || got["a"].Version != a.Version || got["b"].Version != b.Version {
+		c.Errorf("renewed %+v; want a@v%d and b@v%d only", rs, a.Version, b.Version)
+	}
+	if r := got["a"]; r.Available != 5 || r.Position != 0 {
+		c.Errorf("renewal of a reports available %d position %d; want 5, 0", r.Available, r.Position)
+	}
+	// b's lease runs again: it is no longer a candidate.
+	c.wantKeys("candidates after renewing the expired lease", candKeys(c.candidates(h, 10)), nil)
+}
+
+func heartbeatRegisters(c *C, h Harness) {
+	if n := c.load(h).LiveWorkers; n != 0 {
+		c.Fatalf("live workers in an empty store: %d", n)
+	}
+	_, err := h.Heartbeat(c.Ctx, "w1", nil)
+	c.must(err, "Heartbeat w1")
+	_, err = h.Heartbeat(c.Ctx, "w2", nil)
+	c.must(err, "Heartbeat w2")
+	_, err = h.Heartbeat(c.Ctx, "w1", nil)
+	c.must(err, "second Heartbeat w1")
+	if n := c.load(h).LiveWorkers; n != 2 {
+		c.Errorf("live workers after heartbeats of w1, w2, w1: %d, want 2", n)
+	}
+	h.ExpireWorker("w2")
+	if n := c.load(h).LiveWorkers; n != 1 {
+		c.Errorf("live workers after w2's registration expired: %d, want 1", n)
+	}
+	_, err = h.Heartbeat(c.Ctx, "w2", nil)
+	c.must(err, "Heartbeat w2 again")
+	if n := c.load(h).LiveWorkers; n != 2 {
+		c.Errorf("live workers after w2 heartbeats again: %d, want 2", n)
+	}
+}
+
+func inspect(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 5)
+	a := c.claimOne(h, "w1", "a")
+	b := c.claimOne(h, "w2", "b")
+	hs, err := h.Inspect(c.Ctx, "w1", []partition.Lease{a.Lease, b.Lease, {Key: "a", Version: a.Version + 1}})
+	c.must(err, "Inspect")
+	if len(hs) != 1 || hs[0].Lease != a.Lease {
+		c.Fatalf("Inspect = %+v; want only %v", hs, a.Lease)
+	}
+	if r := hs[0].Remaining; r <= 0 || r > TTL {
+		c.Errorf("remaining lease %s; want in (0, %s]", r, TTL)
+	}
+	h.ExpireLease("a")
+	hs, err = h.Inspect(c.Ctx, "w1", []partition.Lease{a.Lease})
+	c.must(err, "Inspect after expiry")
+	if len(hs) != 1 || hs[0].Remaining != 0 {
+		c.Errorf("Inspect of an expired, not taken over lease = %+v; want it with 0 remaining", hs)
+	}
+}
+
+func fenceOwner(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	a := c.claimOne(h, "w1", "a")
+	if _, _, err := h.Begin(c.Ctx, "w2", a.Lease); !errors.Is(err, partition.ErrFenced) {
+		c.Errorf("fence by another owner: %v, want ErrFenced", err)
+	}
+	if _, _, err := h.Begin(c.Ctx, "w1", partition.Lease{Key: "a", Version: a.Version - 1}); !errors.Is(err, partition.ErrFenced) {
+		c.Errorf("fence at an older version: %v, want ErrFenced", err)
+	}
+	b, cp, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin by the owner")
+	b.Rollback()
+	if cp.Position != 0 || cp.Available != 5 {
+		c.Errorf("fence read position %d available %d; want 0, 5", cp.Position, cp.Available)
+	}
+	if _, err := h.Release(c.Ctx, "w1", []partition.Lease{a.Lease}); err != nil {
+		c.Fatalf("Release: %v", err)
+	}
+	if _, _, err := h.Begin(c.Ctx, "w1", a.Lease); !errors.Is(err, partition.ErrFenced) {
+		c.Errorf("fence after release: %v, want ErrFenced", err)
+	}
+}
+
+func advanceCommits(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	a := c.claimOne(h, "w1", "a")
+	for _, step := range [][2]int64{{0, 3}, {3, 5}} {
+		b, cp, err := h.Begin(c.Ctx, "w1", a.Lease)
+		c.must(err, "Begin")
+		if cp.Position != step[0] {
+			c.Errorf("fence read position %d, want %d", cp.Position, step[0])
+		}
+		c.must(b.Advance(c.Ctx, step[0], step[1]), "Advance")
+		c.must(b.Commit(c.Ctx), "Commit")
+		v, pos, err := h.Progress(c.Ctx, "a")
+		c.must(err, "Progress")
+		if v != a.Version || pos != step[1] {
+			c.Errorf("after committing %d..%d: v%d position %d; want v%d position %d", step[0], step[1], v, pos, a.Version, step[1])
+		}
+	}
+	// Caught up: no longer a candidate, even once its lease ends.
+	h.ExpireLease("a")
+	c.wantKeys("candidates after catching up", candKeys(c.candidates(h, 10)), nil)
+}
+
+func advanceMoved(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	a := c.claimOne(h, "w1", "a")
+	// Two batches of the same claim read the same checkpoint (a retry of a
+	// commit whose outcome was unknown, while that commit was still
+	// applying): the second must not commit on top of the first.
+	first, _, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin first")
+	second, _, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin second")
+	defer second.Rollback()
+	c.must(first.Advance(c.Ctx, 0, 3), "Advance first")
+	c.must(first.Commit(c.Ctx), "Commit first")
+	if err := second.Advance(c.Ctx, 0, 2); !errors.Is(err, partition.ErrCheckpointMoved) {
+		c.Errorf("second batch's Advance from the old checkpoint: %v, want ErrCheckpointMoved", err)
+	}
+	second.Rollback()
+	if v, pos, err := h.Progress(c.Ctx, "a"); err != nil || v != a.Version || pos != 3 {
+		c.Errorf("Progress = v%d %d, %v; want v%d 3", v, pos, err, a.Version)
+	}
+}
+
+func advanceRollback(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	a := c.claimOne(h, "w1", "a")
+	b, _, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin")
+	c.must(b.Advance(c.Ctx, 0, 4), "Advance")
+	b.Rollback()
+	if _, pos, err := h.Progress(c.Ctx, "a"); err != nil || pos != 0 {
+		c.Errorf("position after a rolled-back batch: %d, %v; want 0", pos, err)
+	}
+}
+
+func release(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 5)
+	a := c.claimOne(h, "w1", "a")
+	b := c.claimOne(h, "w1", "b")
+	keys, err := h.Release(c.Ctx, "w1", []partition.Lease{a.Lease, b.Lease})
+	c.must(err, "Release")
+	slices.Sort(keys)
+	c.wantKeys("released", keys, []string{"a", "b"})
+	cs := c.candidates(h, 10)
+	c.wantKeys("candidates right after the release", candKeys(cs), []string{"a", "b"})
+	for _, x := range cs {
+		if x.Owned {
+			c.Errorf("released %s is a candidate with Owned set (a claim would wait for confirmation)", x.Key)
+		}
+		if want := map[string]int64{"a": a.Version, "b": b.Version}[x.Key]; x.Version <= want {
+			c.Errorf("released %s at v%d; want the version bumped past v%d", x.Key, x.Version, want)
+		}
+	}
+}
+
+func releaseFenced(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 5)
+	a := c.claimOne(h, "w1", "a")
+	b := c.claimOne(h, "w2", "b")
+	keys, err := h.Release(c.Ctx, "w1", []partition.Lease{{Key: "a", Version: a.Version - 1}, b.Lease})
+	c.must(err, "Release")
+	c.wantKeys("released under a stale version and another owner's lease", keys, nil)
+	if v, _, _ := h.Progress(c.Ctx, "a"); v != a.Version {
+		c.Errorf("a moved to v%d", v)
+	}
+	if v, _, _ := h.Progress(c.Ctx, "b"); v != b.Version {
+		c.Errorf("b moved to v%d", v)
+	}
+	keys, err = h.Release(c.Ctx, "w1", nil)
+	c.must(err, "Release of nothing")
+	c.wantKeys("released of nothing", keys, nil)
+}
+
+func fail(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	const maxAttempts = 3
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		if attempt > 1 {
+			h.ExpireLease("a") // the back-off is over
+		}
+		l := c.claimOne(h, "w1", "a")
+		r, err := h.Fail(c.Ctx, "w1", l.Lease, "boom", maxAttempts)
+		c.must(err, "Fail")
+		quarantine := attempt == maxAttempts
+		want := min(Backoff<<(attempt-1), MaxBackoff)
+		if quarantine {
+			want = 0
+		}
+		if r.Attempts != attempt || r.Quarantined != quarantine || r.RetryAfter != want {
+			c.Errorf("failure %d: %+v; want attempts %d, quarantined %v, retry after %s", attempt, r, attempt, quarantine, want)
+		}
+		if v, _, _ := h.Progress(c.Ctx, "a"); v <= l.Version {
+			c.Errorf("failure %d left the version at v%d", attempt, v)
+		}
+		// Backing off or quarantined: not claimable.
+		c.wantKeys("candidates after a failure", candKeys(c.candidates(h, 10)), nil)
+	}
+	h.ExpireLease("a") // no effect on a quarantined row
+	c.wantKeys("candidates of a quarantined partition", candKeys(c.candidates(h, 10)), nil)
+	if q := c.load(h).Quarantined; q != 1 {
+		c.Errorf("quarantined in the load: %d, want 1", q)
+	}
+}
+
+func failFenced(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	a := c.claimOne(h, "w1", "a")
+	if _, err := h.Fail(c.Ctx, "w2", a.Lease, "boom", 3); !errors.Is(err, partition.ErrFenced) {
+		c.Errorf("Fail by another owner: %v, want ErrFenced", err)
+	}
+	if _, err := h.Fail(c.Ctx, "w1", partition.Lease{Key: "a", Version: a.Version - 1}, "boom", 3); !errors.Is(err, partition.ErrFenced) {
+		c.Errorf("Fail at an older version: %v, want ErrFenced", err)
+	}
+	if v, _, _ := h.Progress(c.Ctx, "a"); v != a.Version {
+		c.Errorf("a fenced failure moved a to v%d", v)
+	}
+}
+
+func retry(c *C, h Harness) {
+	h.AddPartition("q", 5)
+	h.AddPartition("backoff", 5)
+	h.AddPartition("healthy", 5)
+	q := c.claimOne(h, "w1", "q")
+	if _, err := h.Fail(c.Ctx, "w1", q.Lease, "boom", 1); err != nil {
+		c.Fatalf("Fail: %v", err)
+	}
+	bo := c.claimOne(h, "w1", "backoff")
+	if _, err := h.Fail(c.Ctx, "w1", bo.Lease, "boom", 5); err != nil {
+		c.Fatalf("Fail: %v", err)
+	}
+	held := c.claimOne(h, "w1", "healthy")
+	for _, k := range []string{"q", "backoff"} {
+		changed, err := h.Retry(c.Ctx, k)
+		if err != nil || !changed {
+			c.Errorf("Retry(%s) = %v, %v; want true", k, changed, err)
+		}
+	}
+	if changed, err := h.Retry(c.Ctx, "healthy"); err != nil || changed {
+		c.Errorf("Retry of a held, healthy partition = %v, %v; want false", changed, err)
+	}
+	c.wantKeys("candidates after retries", candKeys(c.candidates(h, 10)), []string{"q", "backoff"})
+	if n := c.load(h).Quarantined; n != 0 {
+		c.Errorf("quarantined after retry: %d", n)
+	}
+	if v, _, _ := h.Progress(c.Ctx, "healthy"); v != held.Version {
+		c.Errorf("retry of a held partition moved it to v%d", v)
+	}
+	// Attempts start again from zero.
+	l := c.claimOne(h, "w1", "backoff")
+	if r, err := h.Fail(c.Ctx, "w1", l.Lease, "boom", 5); err != nil || r.Attempts != 1 {
+		c.Errorf("first failure after a retry: %+v, %v; want attempt 1", r, err)
+	}
+}
+
+func progress(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	v0, p0, err := h.Progress(c.Ctx, "a")
+	c.must(err, "Progress")
+	if p0 != 0 {
+		c.Errorf("position of a new partition: %d", p0)
+	}
+	a := c.claimOne(h, "w1", "a")
+	if a.Version <= v0 {
+		c.Errorf("claim at v%d, not above the v%d read before", a.Version, v0)
+	}
+	b, _, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin")
+	c.must(b.Advance(c.Ctx, 0, 2), "Advance")
+	// Uncommitted progress is not visible.
+	if _, p, _ := h.Progress(c.Ctx, "a"); p != 0 {
+		c.Errorf("uncommitted position visible: %d", p)
+	}
+	c.must(b.Commit(c.Ctx), "Commit")
+	if v, p, err := h.Progress(c.Ctx, "a"); err != nil || v != a.Version || p != 2 {
+		c.Errorf("Progress = v%d %d, %v; want v%d 2", v, p, err, a.Version)
+	}
+}
+
+func clusterLoad(c *C, h Harness) {
+	h.AddPartition("pending", 5)
+	h.AddPartition("held", 5)
+	h.AddPartition("heldDone", 2)
+	h.AddPartition("idle", 0)
+	h.AddPartition("quarantined", 5)
+	h.AddPartition("backingOff", 5)
+	_, err := h.Heartbeat(c.Ctx, "w1", nil)
+	c.must(err, "Heartbeat")
+	c.claimOne(h, "w1", "held")
+	d := c.claimOne(h, "w1", "heldDone")
+	b, _, err := h.Begin(c.Ctx, "w1", d.Lease)
+	c.must(err, "Begin")
+	c.must(b.Advance(c.Ctx, 0, 2), "Advance")
+	c.must(b.Commit(c.Ctx), "Commit")
+	q := c.claimOne(h, "w1", "quarantined")
+	if _, err := h.Fail(c.Ctx, "w1", q.Lease, "boom", 1); err != nil {
+		c.Fatalf("Fail: %v", err)
+	}
+	bo := c.claimOne(h, "w1", "backingOff")
+	if _, err := h.Fail(c.Ctx, "w1", bo.Lease, "boom", 5); err != nil {
+		c.Fatalf("Fail: %v", err)
+	}
+	got := c.load(h)
+	// Busy: pending, held, heldDone (held under a live lease), backingOff
+	// (pending); not idle, not quarantined. Unclaimed: pending only.
+	want := partition.Load{Busy: 4, LiveWorkers: 1, Quarantined: 1, Unclaimed: 1, MinHeld: 2}
+	if got != want {
+		c.Errorf("ClusterLoad = %+v, want %+v", got, want)
+	}
+	// heldDone's lease expires: it is caught up, so no longer busy.
+	h.ExpireLease("heldDone")
+	want.Busy, want.MinHeld = 3, 1
+	if got := c.load(h); got != want {
+		c.Errorf("ClusterLoad after a caught-up lease expired = %+v, want %+v", got, want)
+	}
+}
+
+func clusterLoadMinHeld(c *C, h Harness) {
+	for _, k := range []string{"a", "b", "c"} {
+		h.AddPartition(k, 5)
+	}
+	if m := c.load(h).MinHeld; m != 0 {
+		c.Errorf("MinHeld with no workers: %d", m)
+	}
+	for _, w := range []string{"w1", "w2", "w3"} {
+		_, err := h.Heartbeat(c.Ctx, w, nil)
+		c.must(err, "Heartbeat")
+	}
+	c.claimOne(h, "w1", "a")
+	c.claimOne(h, "w1", "b")
+	c.claimOne(h, "w2", "c")
+	if m := c.load(h).MinHeld; m != 0 {
+		c.Errorf("MinHeld with w3 holding nothing: %d, want 0", m)
+	}
+	c.must(h.StopWorker(c.Ctx, "w3"), "StopWorker")
+	if m := c.load(h).MinHeld; m != 1 {
+		c.Errorf("MinHeld once w3 stopped: %d, want 1 (w2)", m)
+	}
+	h.ExpireLease("c") // w2's lease ended: it holds nothing live
+	if m := c.load(h).MinHeld; m != 0 {
+		c.Errorf("MinHeld once w2's lease expired: %d, want 0", m)
+	}
+}
+
+func stopWorker(c *C, h Harness) {
+	for _, w := range []string{"w1", "w2"} {
+		_, err := h.Heartbeat(c.Ctx, w, nil)
+		c.must(err, "Heartbeat")
+	}
+	c.must(h.StopWorker(c.Ctx, "w1"), "StopWorker")
+	if n := c.load(h).LiveWorkers; n != 1 {
+		c.Errorf("live workers after w1 stopped: %d, want 1", n)
+	}
+	// A late heartbeat (sent before the stop, applied after it) does not
+	// bring the worker back.
+	_, err := h.Heartbeat(c.Ctx, "w1", nil)
+	c.must(err, "late Heartbeat")
+	if n := c.load(h).LiveWorkers; n != 1 {
+		c.Errorf("live workers after a late heartbeat of the stopped w1: %d, want 1", n)
+	}
+	c.must(h.StopWorker(c.Ctx, "never-registered"), "StopWorker of an unknown instance")
+}
+
+func produce(c *C, h Harness) {
+	h.AddPartition("a", 2)
+	a := c.claimOne(h, "w1", "a")
+	b, _, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin")
+	c.must(b.Advance(c.Ctx, 0, 2), "Advance")
+	c.must(b.Commit(c.Ctx), "Commit")
+	if _, err := h.Release(c.Ctx, "w1", []partition.Lease{a.Lease}); err != nil {
+		c.Fatalf("Release: %v", err)
+	}
+	c.wantKeys("candidates when caught up", candKeys(c.candidates(h, 10)), nil)
+	h.Produce("a", 3)
+	cs := c.candidates(h, 10)
+	c.wantKeys("candidates after new work", candKeys(cs), []string{"a"})
+	won, err := h.Claim(c.Ctx, "w2", cs)
+	c.must(err, "Claim")
+	if len(won) != 1 || won[0].Position != 2 || won[0].Available != 5 {
+		c.Errorf("claim after new work = %+v; want position 2, available 5", won)
+	}
+}

@@ -1,0 +1,152 @@
+// Package storetest is the contract of the task store, as one conformance
+// suite that every implementation runs: the PostgreSQL store
+// (partition.Store) and the simulator's model of it (internal/sim). The
+// model is only worth its schedules if it does what the SQL does; running
+// both against the same cases is what keeps it from drifting.
+//
+// An implementation provides a Harness: the store's operations, in
+// partition.Store's types, and a Fixture to set rows up and to move time
+// past a lease or a registration (by back-dating, never by waiting). Every
+// case gets a fresh, empty store. Durations are the suite's: leases and
+// registrations last TTL, failures back off from Backoff up to MaxBackoff.
+//
+//	func TestStoreContract(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) storetest.Harness { return newHarness(t) })
+//	}
+//
+// Cases report through a *C rather than a *testing.T, so that a
+// deliberately broken implementation can be run against the suite and its
+// failures collected (Failures): a suite that a broken store passes checks
+// nothing.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/partition"
+)
+
+// The suite's durations. Implementations use them for every lease,
+// registration and failure back-off.
+const (
+	TTL        = time.Minute
+	Backoff    = time.Second
+	MaxBackoff = 4 * time.Second
+)
+
+// Store is the store's contract: partition.Store's operations, with the
+// lease duration and back-offs fixed to the suite's.
+type Store interface {
+	Candidates(ctx context.Context, limit int) ([]partition.Candidate, error)
+	StaleCandidates(ctx context.Context, limit int) ([]partition.Candidate, error)
+	Claim(ctx context.Context, owner string, cands []partition.Candidate) ([]partition.Claimed, error)
+	// Heartbeat registers (or renews) owner's worker row and renews its
+	// leases.
+	Heartbeat(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error)
+	Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error)
+	Release(ctx context.Context, owner string, leases []partition.Lease) ([]string, error)
+	Fail(ctx context.Context, owner string, l partition.Lease, cause string, maxAttempts int) (partition.FailResult, error)
+	Retry(ctx context.Context, key string) (bool, error)
+	Progress(ctx context.Context, key string) (version, position int64, err error)
+	ClusterLoad(ctx context.Context) (partition.Load, error)
+	StopWorker(ctx context.Context, owner string) error
+	// Begin opens a batch's transaction and fences l for owner in it.
+	Begin(ctx context.Context, owner string, l partition.Lease) (Batch, partition.Checkpoint, error)
+}
+
+// Batch is a fenced transaction.
+type Batch interface {
+	// Advance writes items from+1 … to and moves the checkpoint from
+	// from to to.
+	Advance(ctx context.Context, from, to int64) error
+	Commit(ctx context.Context) error
+	Rollback()
+}
+
+// Fixture sets rows up and moves time for the cases.
+type Fixture interface {
+	// AddPartition creates a partition with available items of work.
+	AddPartition(key string, available int64)
+	// Produce adds n items of work to a partition.
+	Produce(key string, n int64)
+	// ExpireLease makes the partition's lease (or back-off) end in the
+	// past; it leaves unleased and quarantined rows alone.
+	ExpireLease(key string)
+	// ExpireWorker makes owner's registration end in the past.
+	ExpireWorker(owner string)
+}
+
+// Harness is one implementation under test.
+type Harness interface {
+	Store
+	Fixture
+}
+
+// C is a running case: its context and its failures.
+type C struct {
+	Ctx  context.Context
+	errs []string
+}
+
+type fatal struct{}
+
+// Errorf records a failure and continues.
+func (c *C) Errorf(format string, args ...any) { c.errs = append(c.errs, fmt.Sprintf(format, args...)) }
+
+// Fatalf records a failure and ends the case.
+func (c *C) Fatalf(format string, args ...any) {
+	c.Errorf(format, args...)
+	panic(fatal{})
+}
+
+// Case is one contract.
+type Case struct {
+	Name string
+	Run  func(c *C, h Harness)
+}
+
+// Check runs one case against h and returns its failures.
+func Check(ctx context.Context, k Case, h Harness) (errs []string) {
+	c := &C{Ctx: ctx}
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(fatal); !ok {
+				c.Errorf("panic: %v\n%s", r, debug.Stack())
+			}
+		}
+		errs = c.errs
+	}()
+	k.Run(c, h)
+	return c.errs
+}
+
+// Run runs every case as a subtest, each against a fresh store from
+// newHarness.
+func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
+	for _, k := range Cases() {
+		t.Run(k.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, e := range Check(t.Context(), k, newHarness(t)) {
+				t.Error(e)
+			}
+		})
+	}
+}
+
+// Failures runs every case against fresh stores from newHarness and
+// returns, by case name, the failures of those that failed: for checking
+// that a broken implementation does not pass.
+func Failures(t *testing.T, newHarness func(t *testing.T) Harness) map[string]string {
+	out := map[string]string{}
+	for _, k := range Cases() {
+		if errs := Check(t.Context(), k, newHarness(t)); len(errs) > 0 {
+			out[k.Name] = strings.Join(errs, "; ")
+		}
+	}
+	return out
+}

@@ -1,0 +1,123 @@
+package partition_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/storetest"
+	"github.com/batonhq/baton/partition"
+)
+
+// The store's contract, the one the simulator's model is held to as well.
+func TestStoreContract(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		db := pgtest.NewDB(t)
+		return &pgHarness{t: t, db: db, s: partition.NewStore(db)}
+	})
+}
+
+// pgHarness runs the contract against partition.Store; its fixtures
+// write the rows directly, back-dating leases instead of waiting.
+type pgHarness struct {
+	t  *testing.T
+	db *bun.DB
+	s  *partition.Store
+}
+
+func (h *pgHarness) exec(query string, args ...any) {
+	h.t.Helper()
+	if _, err := h.db.ExecContext(context.Background(), query, args...); err != nil {
+		h.t.Fatalf("fixture: %v", err)
+	}
+}
+
+func (h *pgHarness) AddPartition(key string, available int64) {
+	h.exec(`INSERT INTO tasks (partition_key, available) VALUES (?, ?)`, key, available)
+}
+
+func (h *pgHarness) Produce(key string, n int64) {
+	h.exec(`UPDATE tasks SET available = available + ? WHERE partition_key = ?`, n, key)
+}
+
+func (h *pgHarness) ExpireLease(key string) {
+	h.exec(`UPDATE tasks SET lease_expires_at = now() - interval '1 millisecond'
+		WHERE partition_key = ? AND lease_expires_at > now() AND lease_expires_at < 'infinity'`, key)
+}
+
+func (h *pgHarness) ExpireWorker(owner string) {
+	h.exec(`UPDATE workers SET expires_at = now() - interval '1 millisecond' WHERE instance_id = ?`, owner)
+}
+
+func (h *pgHarness) Candidates(ctx context.Context, limit int) ([]partition.Candidate, error) {
+	return h.s.Candidates(ctx, limit)
+}
+
+func (h *pgHarness) StaleCandidates(ctx context.Context, limit int) ([]partition.Candidate, error) {
+	return h.s.StaleCandidates(ctx, limit)
+}
+
+func (h *pgHarness) Claim(ctx context.Context, owner string, cands []partition.Candidate) ([]partition.Claimed, error) {
+	return h.s.Claim(ctx, owner, storetest.TTL, cands)
+}
+
+func (h *pgHarness) Heartbeat(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error) {
+	w := partition.Worker{InstanceID: owner, Name: owner, Hostname: "test", PID: 1, Mode: "lock"}
+	return h.s.Heartbeat(ctx, w, storetest.TTL, leases)
+}
+
+func (h *pgHarness) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error) {
+	return h.s.Inspect(ctx, owner, leases)
+}
+
+func (h *pgHarness) Release(ctx context.Context, owner string, leases []partition.Lease) ([]string, error) {
+	return h.s.Release(ctx, owner, leases)
+}
+
+func (h *pgHarness) Fail(ctx context.Context, owner string, l partition.Lease, cause string, maxAttempts int) (partition.FailResult, error) {
+	return h.s.Fail(ctx, owner, l, cause, storetest.Backoff, storetest.MaxBackoff, maxAttempts)
+}
+
+func (h *pgHarness) Retry(ctx context.Context, key string) (bool, error) { return h.s.Retry(ctx, key) }
+
+func (h *pgHarness) Progress(ctx context.Context, key string) (int64, int64, error) {
+	return h.s.Progress(ctx, key)
+}
+
+func (h *pgHarness) ClusterLoad(ctx context.Context) (partition.Load, error) {
+	return h.s.ClusterLoad(ctx)
+}
+
+func (h *pgHarness) StopWorker(ctx context.Context, owner string) error {
+	return h.s.StopWorker(ctx, owner)
+}
+
+func (h *pgHarness) Begin(ctx context.Context, owner string, l partition.Lease) (storetest.Batch, partition.Checkpoint, error) {
+	tx, err := h.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, partition.Checkpoint{}, err
+	}
+	cp, err := h.s.Fence(ctx, tx, owner, l)
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, cp, err
+	}
+	return &pgBatch{s: h.s, tx: tx, l: l}, cp, nil
+}
+
+type pgBatch struct {
+	s  *partition.Store
+	tx bun.Tx
+	l  partition.Lease
+}
+
+func (b *pgBatch) Advance(ctx context.Context, from, to int64) error {
+	return b.s.Advance(ctx, b.tx, b.l, from, to, nil)
+}
+
+func (b *pgBatch) Commit(context.Context) error { return b.tx.Commit() }
+
+func (b *pgBatch) Rollback() { _ = b.tx.Rollback() }
