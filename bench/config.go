@@ -10,7 +10,7 @@ import (
 )
 
 // scenarioNames are the scenarios in the order they run.
-var scenarioNames = []string{"throughput", "peers", "coordination", "failover", "micro", "profile"}
+var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "micro", "profile"}
 
 // config holds every knob of a report run. Defaults finish the full run in
 // about 15 minutes on a 2-core machine; -quick scales everything down to a
@@ -30,6 +30,9 @@ type config struct {
 	perContract int
 	workers     intList
 	repeat      int
+
+	// events
+	eventsRepeat int
 
 	// peers
 	peerWorkers   intList
@@ -97,7 +100,7 @@ func (l *intList) Set(v string) error {
 func defaultConfig() config {
 	return config{
 		seed: 1, durable: true, profile: "auto",
-		contracts: 1000, perContract: 1000, workers: intList{1, 2, 4}, repeat: 1,
+		contracts: 1000, perContract: 1000, workers: intList{1, 2, 4}, repeat: 1, eventsRepeat: 3,
 		peerWorkers: intList{2}, peerConc: 8,
 		faultWorkers: 3, faultContr: 12, faultPerContr: 10000, faultBatch: 200,
 		giveUp: 60 * time.Second, hardened: true,
@@ -122,6 +125,7 @@ func (c *config) applyQuick(set map[string]bool) {
 	q("contracts", func() { c.contracts = 200 })
 	q("records-per-contract", func() { c.perContract = 500 })
 	q("workers", func() { c.workers = intList{1, 2} })
+	q("events-repeat", func() { c.eventsRepeat = 1 })
 	q("peer-workers", func() { c.peerWorkers = intList{2} })
 	q("fault-contracts", func() { c.faultContr = 12 })
 	q("fault-records-per-contract", func() { c.faultPerContr = 2000 })
@@ -163,6 +167,7 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.perContract, "records-per-contract", c.perContract, "throughput: records per contract")
 	fs.Var(&c.workers, "workers", "throughput: baton worker process counts")
 	fs.IntVar(&c.repeat, "repeat", c.repeat, "throughput: repetitions of every configuration (the median is reported)")
+	fs.IntVar(&c.eventsRepeat, "events-repeat", c.eventsRepeat, "events: pairs of runs with and without the events table per data set")
 
 	fs.Var(&c.peerWorkers, "peer-workers", "peers: worker process counts for the throughput of each peer design")
 	fs.IntVar(&c.peerConc, "peer-concurrency", c.peerConc, "peers: contracts processed at once per peer process (baton's --max-partitions default)")

@@ -15,6 +15,7 @@ type design struct {
 	// peer is the peer-worker --design value; "" for baton.
 	peer     string
 	hardened bool
+	noEvents bool // baton without its events table
 }
 
 var (
@@ -55,6 +56,9 @@ func (d design) workerArgs(batch int, tm *timing, conc int) []string {
 	if d.peer == "" {
 		if tm != nil {
 			args = append(args, tm.args()...)
+		}
+		if d.noEvents {
+			args = append(args, "--events=false")
 		}
 		return args
 	}

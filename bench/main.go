@@ -129,6 +129,7 @@ func run(cfg config) error {
 		fn   func(context.Context, *results) error
 	}{
 		{"throughput", e.runThroughput},
+		{"events", e.runEvents},
 		{"peers", e.runPeers},
 		{"coordination", e.runCoordination},
 		{"failover", e.runFailover},

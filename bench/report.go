@@ -105,6 +105,7 @@ func headline(w writer, r *results) {
 			w("| heartbeat statements per worker per interval (2 real workers over the whole run, pg_stat_statements; the one registration beat at start excluded) | 1 | %.2f | %s |\n", r2.HBPerWorker, yesNo(r2.HBPerWorker <= 1.05))
 		}
 	}
+	eventsHeadline(w, r)
 	if c := r.Coord; c != nil {
 		// Cells where the database had spare CPU; a saturated server
 		// delays statements into and out of the window.

@@ -16,6 +16,7 @@ type results struct {
 	Config      configInfo        `json:"config"`
 	Commands    []string          `json:"commands"`
 	Throughput  *throughputResult `json:"throughput,omitempty"`
+	Events      *eventsResult     `json:"events,omitempty"`
 	Peers       *peersResult      `json:"peers,omitempty"`
 	Coord       *coordResult      `json:"coordination,omitempty"`
 	Failover    *failoverResult   `json:"failover,omitempty"`
@@ -81,6 +82,8 @@ func (r *results) forget(scenarios []string) {
 		switch s {
 		case "throughput":
 			r.Throughput = nil
+		case "events":
+			r.Events = nil
 		case "peers":
 			r.Peers = nil
 		case "coordination":

@@ -26,11 +26,13 @@ type runResult struct {
 	HBPerWorker float64    `json:"heartbeats_per_worker_interval,omitempty"`
 	Claims      int64      `json:"claims,omitempty"`
 	Events      events     `json:"events"`
-	Verified    bool       `json:"verified"`
-	Mismatches  int        `json:"mismatches"`
-	Priced      int64      `json:"priced"`
-	Digest      string     `json:"digest"`
-	Command     string     `json:"command"`
+	// HistoryEvents counts the rows the run wrote to the events table.
+	HistoryEvents int64  `json:"history_events,omitempty"`
+	Verified      bool   `json:"verified"`
+	Mismatches    int    `json:"mismatches"`
+	Priced        int64  `json:"priced"`
+	Digest        string `json:"digest"`
+	Command       string `json:"command"`
 }
 
 // throughputResult is scenario 1 (and the peers' throughput runs).
@@ -212,6 +214,9 @@ func (e *env) runDesign(ctx context.Context, ds *dataset, d design, n, rep int, 
 				r.HBPerWorker = float64(hb-int64(len(ps))) / float64(intervals)
 			}
 		}
+	}
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM events`).Scan(&r.HistoryEvents); err != nil {
+		return r, fmt.Errorf("counting events: %w", err)
 	}
 	sum, err := pricer.Verify(ctx, db)
 	if err != nil {

@@ -37,6 +37,8 @@ const (
 	BackoffDefault         = time.Second
 	MaxBackoffDefault      = 5 * time.Minute
 	ShutdownTimeoutDefault = 10 * time.Second
+	EventRetentionDefault  = 7 * 24 * time.Hour
+	EventMaxRowsDefault    = 1_000_000
 )
 
 // Config configures a Distributor.
@@ -86,6 +88,15 @@ type Config struct {
 	// ShutdownTimeout bounds a graceful stop: batches still running after
 	// it are abandoned (rolled back). Defaults to 10s.
 	ShutdownTimeout time.Duration
+	// DisableEvents turns off the ownership history (table events) that
+	// claims, takeovers, first batches, releases, fence rejections,
+	// failures and retries otherwise record in their own statements.
+	DisableEvents bool
+	// EventRetention is how long events are kept; EventMaxRows bounds
+	// their number. Workers prune them about once a minute. Defaults to 7
+	// days and 1,000,000 rows.
+	EventRetention time.Duration
+	EventMaxRows   int64
 	// KeyAttr is the log attribute name for partition keys. Defaults to
 	// "partition_key".
 	KeyAttr string
@@ -119,6 +130,8 @@ func (c *Config) setDefaults() {
 	c.Backoff = cmp.Or(c.Backoff, BackoffDefault)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, MaxBackoffDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.EventRetention = cmp.Or(c.EventRetention, EventRetentionDefault)
+	c.EventMaxRows = cmp.Or(c.EventMaxRows, EventMaxRowsDefault)
 	c.KeyAttr = cmp.Or(c.KeyAttr, "partition_key")
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
@@ -164,6 +177,9 @@ func (c Config) validate() error {
 	}
 	if c.Backoff <= 0 || c.MaxBackoff < c.Backoff {
 		errs = append(errs, fmt.Errorf("backoff (%s) must be positive and at most max-backoff (%s)", c.Backoff, c.MaxBackoff))
+	}
+	if c.EventRetention <= 0 || c.EventMaxRows < 1 {
+		errs = append(errs, fmt.Errorf("event retention (%s) and max rows (%d) must be positive", c.EventRetention, c.EventMaxRows))
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("shutdown timeout must be positive, got %s", c.ShutdownTimeout))

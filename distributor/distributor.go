@@ -150,6 +150,8 @@ type held struct {
 	lease     *heartbeat.Lease
 	takeover  bool
 	claimedAt time.Time
+	prevBeat  time.Time     // takeover: the old owner's last heartbeat (database clock)
+	started   bool          // a batch of this claim has committed
 	handBack  atomic.Bool   // release at the next batch boundary (rebalance)
 	idle      atomic.Bool   // leader mode: caught up, waiting for new work
 	nudge     chan struct{} // new work or hand-back request (leader mode)
@@ -170,7 +172,7 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 		Name:       cfg.Name, Hostname: host, PID: os.Getpid(), Mode: string(cfg.Mode),
 	}
 	d := &Distributor{
-		db: db, store: partition.NewStore(db), proc: p, cfg: cfg,
+		db: db, store: newStore(db, cfg), proc: p, cfg: cfg,
 		log:    cfg.Logger.With("worker", w.InstanceID),
 		worker: w, held: map[string]*held{},
 		wakeClaim: make(chan struct{}, 1), stopping: make(chan struct{}),
@@ -453,7 +455,7 @@ func (d *Distributor) claimLoop() {
 	defer close(d.loopDone)
 	poll := d.cfg.Clock.NewTicker(d.cfg.PollInterval)
 	defer poll.Stop()
-	var lastRebalance time.Time
+	var lastRebalance, lastPrune time.Time
 	failures := 0
 	for !d.isStopping() {
 		ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
@@ -498,6 +500,10 @@ func (d *Distributor) claimLoop() {
 				go d.finish(finished.err)
 				return
 			}
+		}
+		if now.Sub(lastPrune) >= pruneInterval {
+			d.pruneEvents(ctx)
+			lastPrune = now
 		}
 		if !owed {
 			if err := d.claim(ctx); err != nil {
@@ -768,7 +774,7 @@ func (d *Distributor) resolveClaims(cands []partition.Candidate) ([]partition.Cl
 }
 
 func (d *Distributor) start(c partition.Claimed, sent time.Time) {
-	h := &held{takeover: c.Takeover, claimedAt: sent, nudge: make(chan struct{}, 1)}
+	h := &held{takeover: c.Takeover, claimedAt: sent, prevBeat: c.PrevHeartbeat, nudge: make(chan struct{}, 1)}
 	h.lease = d.hb.Track(d.base, c.Lease, sent, c.Takeover)
 	d.mu.Lock()
 	d.held[c.Key] = h
@@ -853,6 +859,7 @@ func (d *Distributor) runPartition(h *held) {
 			transient = 0
 		case errors.Is(err, partition.ErrFenced):
 			d.hb.Release(l)
+			d.record(partition.EventFenced, l.Lease, err)
 			d.emit(Event{Kind: EventFenced, Key: l.Key, Version: l.Version, Err: err})
 			d.log.Warn("commit rejected by the fence: partition belongs to a newer claim", "event", "fenced",
 				d.cfg.KeyAttr, l.Key, "version", l.Version)
@@ -942,6 +949,12 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 	if err := d.store.Advance(ctx, tx, l.Lease, cp.Position, res.Position, res.State); err != nil {
 		return 0, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
 	}
+	if !h.started {
+		if err := d.store.RecordFirstBatch(ctx, tx, d.worker.InstanceID, l.Lease, res.Position,
+			res.Position-cp.Position, h.prevBeat); err != nil {
+			return 0, false, causeOr(ctx, err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		if ctx.Err() != nil || !unknownOutcome(err) {
 			return 0, false, fmt.Errorf("committing batch of %s: %w", l.Lease, causeOr(ctx, err))
@@ -952,6 +965,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 		}
 		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, l.Key, "version", l.Version)
 	}
+	h.started = true
 	items = res.Position - cp.Position
 	elapsed := d.cfg.Clock.Since(start)
 	d.emit(Event{Kind: EventCheckpoint, Key: l.Key, Version: l.Version, Items: int(items), Position: res.Position, Duration: elapsed})
@@ -1029,6 +1043,7 @@ func causeOr(ctx context.Context, err error) error {
 func (d *Distributor) lost(h *held, cause error) {
 	l := h.lease
 	d.hb.Release(l)
+	d.record(partition.EventLost, l.Lease, cause)
 	d.emit(Event{Kind: EventLost, Key: l.Key, Version: l.Version, Err: cause})
 	d.log.Warn("partition lost", "event", "lost", d.cfg.KeyAttr, l.Key, "version", l.Version, "cause", cause)
 }
@@ -1045,7 +1060,7 @@ func (d *Distributor) release(h *held, reason string) {
 	for {
 		// Releasing twice is harmless: it is fenced by version, so a retry
 		// after an attempt that applied unseen finds nothing to release.
-		released, err = d.store.Release(ctx, d.worker.InstanceID, []partition.Lease{l.Lease})
+		released, err = d.store.ReleaseFor(ctx, d.worker.InstanceID, reason, []partition.Lease{l.Lease})
 		if err == nil || !isTransient(err) || ctx.Err() != nil {
 			break
 		}

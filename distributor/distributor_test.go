@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -186,6 +187,29 @@ func TestTakeoverAfterStaleConfirmResumeAndFence(t *testing.T) {
 		t.Fatalf("events for k = %v, want confirmed before any checkpoint", order)
 	}
 	e.verify()
+	// The history shows the takeover from the ghost, the heir's first batch
+	// with the time since the ghost's last heartbeat (at least its lease),
+	// and the release once caught up.
+	hist, err := partition.NewStore(e.db).History(ctx, "k", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for i := len(hist) - 1; i >= 0; i-- {
+		kinds = append(kinds, hist[i].Kind)
+	}
+	if want := []string{"claimed", "takeover", "first_batch", "released"}; !slices.Equal(kinds, want) {
+		t.Fatalf("history of k = %v, want %v", kinds, want)
+	}
+	if to := hist[2]; to.PrevOwner != g.id || to.Worker != d.InstanceID() {
+		t.Fatalf("takeover event %+v: want from %s by %s", to, g.id, d.InstanceID())
+	}
+	if fb := hist[1]; fb.TakeoverTime == nil || *fb.TakeoverTime < 300*time.Millisecond || *fb.Position <= 30 {
+		t.Fatalf("first batch event %+v: want a takeover time of at least the 300ms lease, past position 30", fb)
+	}
+	if hist[0].Detail != "caught_up" {
+		t.Fatalf("release event %+v: want reason caught_up", hist[0])
+	}
 	var byGhost, byHeir int
 	if err := e.db.QueryRow(`SELECT count(*) FILTER (WHERE owner = ?), count(*) FILTER (WHERE owner <> ?)
 		FROM test_output`, g.id, g.id).Scan(&byGhost, &byHeir); err != nil {
@@ -197,7 +221,7 @@ func TestTakeoverAfterStaleConfirmResumeAndFence(t *testing.T) {
 
 	// The ghost wakes up and tries to commit under its old claim.
 	e.addWork(10, "k")
-	err := g.commitBatch(ctx, 5)
+	err = g.commitBatch(ctx, 5)
 	if !errors.Is(err, partition.ErrFenced) {
 		t.Fatalf("late commit by the old owner = %v, want ErrFenced", err)
 	}

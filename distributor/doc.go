@@ -120,6 +120,20 @@
 // it quarantined (failed_at, last_error) until retried; other partitions
 // carry on.
 //
+// History. Each change of ownership also records an event (table events)
+// in its own statement: the claim statement records "claimed" or
+// "takeover" (with the old owner and its last heartbeat), the release,
+// failure and retry statements record "released" (with the reason),
+// "failed" or "quarantined", and "retried"; a claim's first batch records
+// "first_batch" inside its fenced transaction, with the time from the old
+// owner's last heartbeat to this commit for a takeover. So the history
+// commits or rolls back with the change it describes. Fence rejections and
+// lost leases, which change nothing, are recorded by a separate
+// best-effort insert. Inserting an event locks no task row and takes no
+// lock any protocol statement waits for (events are only appended, and
+// pruned by age and count about once a minute), so the locking below is
+// unchanged. Heartbeats and batches after the first write no events.
+//
 // # States
 //
 //	                     claim (CAS on version)

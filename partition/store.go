@@ -46,6 +46,9 @@ type Claimed struct {
 	Takeover  bool
 	Position  int64
 	Available int64
+	// PrevHeartbeat is, for a takeover, the previous owner's last
+	// heartbeat by the database clock (zero otherwise).
+	PrevHeartbeat time.Time
 }
 
 // Renewal is one partition renewed by a heartbeat, with its work counters.
@@ -82,8 +85,12 @@ type Worker struct {
 //   - statements locking several task rows lock them in partition_key
 //     order, so concurrent heartbeats, claims, releases and loads cannot
 //     deadlock.
+//
+// Ownership changes also write the partition's history (table events) in
+// the same statement; see WithoutEvents.
 type Store struct {
-	db bun.IDB
+	db       bun.IDB
+	noEvents bool
 }
 
 // NewStore returns a Store over db.
@@ -181,23 +188,31 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 		owned[c.Key] = c.Owned
 	}
 	keys, versions := split(leases)
+	events, eargs := s.events(`, e AS (
+			INSERT INTO events (partition_key, kind, version, worker, prev_owner, prev_heartbeat_at, position)
+			SELECT partition_key, CASE WHEN prev_owner IS NULL THEN ? ELSE ? END, version, owner,
+			       prev_owner, prev_heartbeat, position
+			FROM u
+		)`, EventClaimed, EventTakeover)
 	rows, err := s.db.QueryContext(ctx, `
 		WITH c AS (
-			SELECT t.partition_key
+			SELECT t.partition_key, t.owner AS prev_owner, t.heartbeat_at AS prev_heartbeat
 			FROM tasks t
 			JOIN unnest(?::text[], ?::bigint[]) AS c(key, version)
 			  ON t.partition_key = c.key AND t.version = c.version
 			WHERE t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
 			ORDER BY t.partition_key
 			FOR UPDATE OF t SKIP LOCKED
-		)
-		UPDATE tasks t
-		SET version = t.version + 1, owner = ?, claimed_at = now(), heartbeat_at = now(),
-		    lease_expires_at = now() + ?::interval, updated_at = now()
-		FROM c
-		WHERE t.partition_key = c.partition_key
-		RETURNING t.partition_key, t.version, t.position, t.available`,
-		pgdialect.Array(keys), pgdialect.Array(versions), owner, interval(ttl))
+		), u AS (
+			UPDATE tasks t
+			SET version = t.version + 1, owner = ?, claimed_at = now(), heartbeat_at = now(),
+			    lease_expires_at = now() + ?::interval, updated_at = now()
+			FROM c
+			WHERE t.partition_key = c.partition_key
+			RETURNING t.partition_key, t.version, t.position, t.available, t.owner, c.prev_owner, c.prev_heartbeat
+		)`+events+`
+		SELECT partition_key, version, position, available, prev_heartbeat FROM u`,
+		append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, interval(ttl)}, eargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("claiming %d partitions: %w", len(cands), err)
 	}
@@ -205,9 +220,11 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 	var won []Claimed
 	for rows.Next() {
 		var c Claimed
-		if err := rows.Scan(&c.Key, &c.Version, &c.Position, &c.Available); err != nil {
+		var prevBeat sql.NullTime
+		if err := rows.Scan(&c.Key, &c.Version, &c.Position, &c.Available, &prevBeat); err != nil {
 			return nil, fmt.Errorf("claiming partitions: %w", err)
 		}
+		c.PrevHeartbeat = prevBeat.Time
 		// The version compare-and-set guarantees the row is exactly as the
 		// candidate read saw it, owner included.
 		c.Takeover = owned[c.Key]
@@ -297,10 +314,20 @@ func (s *Store) Inspect(ctx context.Context, owner string, leases []Lease) ([]He
 // without confirmation. It wakes waiting workers. It returns the keys
 // released.
 func (s *Store) Release(ctx context.Context, owner string, leases []Lease) ([]string, error) {
+	return s.ReleaseFor(ctx, owner, "", leases)
+}
+
+// ReleaseFor is Release recording reason (caught_up, rebalance, shutdown)
+// in the partitions' history.
+func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []Lease) ([]string, error) {
 	if len(leases) == 0 {
 		return nil, nil
 	}
 	keys, versions := split(leases)
+	events, eargs := s.events(`, e AS (
+			INSERT INTO events (partition_key, kind, version, worker, position, detail)
+			SELECT partition_key, ?, version - 1, ?, position, nullif(?, '') FROM r
+		)`, EventReleased, owner, reason)
 	// One statement: the notification (only when a released partition
 	// still has pending work) is sent at the release's commit.
 	rows, err := s.db.QueryContext(ctx, `
@@ -310,13 +337,13 @@ func (s *Store) Release(ctx context.Context, owner string, leases []Lease) ([]st
 			    lease_expires_at = '-infinity', updated_at = now()
 			FROM l
 			WHERE t.partition_key = l.partition_key
-			RETURNING t.partition_key, t.available > t.position AS pending
+			RETURNING t.partition_key, t.version, t.position, t.available > t.position AS pending
 		), n AS (
 			SELECT count(pg_notify(?, 'released')) AS sent
 			FROM (SELECT 1 FROM r WHERE pending LIMIT 1) p
-		)
+		)`+events+`
 		SELECT r.partition_key FROM r CROSS JOIN n`,
-		pgdialect.Array(keys), pgdialect.Array(versions), owner, NotifyChannel)
+		append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, NotifyChannel}, eargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("releasing %d partitions: %w", len(leases), err)
 	}
@@ -432,6 +459,10 @@ type FailResult struct {
 func (s *Store) Fail(ctx context.Context, owner string, l Lease, cause string, backoff, maxBackoff time.Duration, maxAttempts int) (FailResult, error) {
 	var r FailResult
 	var retryMicros int64
+	events, eargs := s.events(`, e AS (
+			INSERT INTO events (partition_key, kind, version, worker, attempts, detail)
+			SELECT partition_key, CASE WHEN quarantine THEN ? ELSE ? END, ?, ?, attempts, last_error FROM u
+		)`, EventQuarantined, EventFailed, l.Version, owner)
 	err := s.db.QueryRowContext(ctx, `
 		WITH b AS (
 			-- In numeric: backoff × 2^attempts overflows bigint with long
@@ -440,18 +471,20 @@ func (s *Store) Fail(ctx context.Context, owner string, l Lease, cause string, b
 			       attempts + 1 >= ? AS quarantine
 			FROM tasks WHERE partition_key = ? AND version = ? AND owner = ?
 			FOR UPDATE
-		)
-		UPDATE tasks t
-		SET attempts = t.attempts + 1, last_error = ?, version = t.version + 1, owner = NULL,
-		    heartbeat_at = NULL, updated_at = now(),
-		    failed_at = CASE WHEN b.quarantine THEN now() END,
-		    lease_expires_at = CASE WHEN b.quarantine THEN 'infinity'::timestamptz
-		                            ELSE now() + b.micros * interval '1 microsecond' END
-		FROM b
-		WHERE t.partition_key = ?
-		RETURNING t.attempts, b.quarantine, b.micros`,
-		backoff.Microseconds(), maxBackoff.Microseconds(), maxAttempts, l.Key, l.Version, owner,
-		truncate(cause, 4000), l.Key).Scan(&r.Attempts, &r.Quarantined, &retryMicros)
+		), u AS (
+			UPDATE tasks t
+			SET attempts = t.attempts + 1, last_error = ?, version = t.version + 1, owner = NULL,
+			    heartbeat_at = NULL, updated_at = now(),
+			    failed_at = CASE WHEN b.quarantine THEN now() END,
+			    lease_expires_at = CASE WHEN b.quarantine THEN 'infinity'::timestamptz
+			                            ELSE now() + b.micros * interval '1 microsecond' END
+			FROM b
+			WHERE t.partition_key = ?
+			RETURNING t.partition_key, t.attempts, t.last_error, b.quarantine, b.micros
+		)`+events+`
+		SELECT attempts, quarantine, micros FROM u`,
+		append([]any{backoff.Microseconds(), maxBackoff.Microseconds(), maxAttempts, l.Key, l.Version, owner,
+			truncate(cause, 4000), l.Key}, eargs...)...).Scan(&r.Attempts, &r.Quarantined, &retryMicros)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("recording failure of %s: %w", l, ErrFenced)
 	}
@@ -477,20 +510,34 @@ var ErrNotFound = errors.New("no such partition")
 // Retry re-enables a quarantined or backing-off partition: attempts reset,
 // claimable at once. It reports whether anything changed.
 func (s *Store) Retry(ctx context.Context, key string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, `
+	return s.RetryBy(ctx, key, "")
+}
+
+// RetryBy is Retry recording who asked (for example "console") in the
+// partition's history.
+func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
+	events, eargs := s.events(`, e AS (
+			INSERT INTO events (partition_key, kind, version, detail)
+			SELECT partition_key, ?, version, nullif(?, '') FROM u
+		)`, EventRetried, actor)
+	var n int
+	err := s.db.QueryRowContext(ctx, `
 		WITH r AS (
 			SELECT partition_key FROM tasks
 			WHERE partition_key = ? AND owner IS NULL AND (failed_at IS NOT NULL OR attempts > 0)
 			FOR UPDATE
-		)
-		UPDATE tasks t
-		SET failed_at = NULL, attempts = 0, last_error = NULL, lease_expires_at = '-infinity',
-		    version = t.version + 1, updated_at = now()
-		FROM r WHERE t.partition_key = r.partition_key`, key)
+		), u AS (
+			UPDATE tasks t
+			SET failed_at = NULL, attempts = 0, last_error = NULL, lease_expires_at = '-infinity',
+			    version = t.version + 1, updated_at = now()
+			FROM r WHERE t.partition_key = r.partition_key
+			RETURNING t.partition_key, t.version
+		)`+events+`
+		SELECT count(*) FROM u`, append([]any{key}, eargs...)...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("retrying partition %s: %w", key, err)
 	}
-	if n, _ := res.RowsAffected(); n == 1 {
+	if n == 1 {
 		return true, s.Notify(ctx, "retry")
 	}
 	var exists bool

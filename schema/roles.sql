@@ -12,10 +12,11 @@ GRANT USAGE ON SCHEMA public TO baton_worker;
 GRANT SELECT ON bun_migrations, contracts, tiers, records TO baton_worker;
 GRANT SELECT ON tasks TO baton_worker;
 GRANT UPDATE (version, owner, claimed_at, heartbeat_at, lease_expires_at, position, checkpoint,
-              attempts, last_error, failed_at, updated_at)
+              attempts, last_error, failed_at, updated_at, traceparent)
     ON tasks TO baton_worker;                                    -- claim, heartbeat, fence, checkpoint, release
 GRANT SELECT, INSERT, UPDATE, DELETE ON workers TO baton_worker; -- registration and liveness
 GRANT SELECT, INSERT ON priced TO baton_worker;                  -- output
+GRANT SELECT, INSERT, DELETE ON events TO baton_worker;          -- ownership history, pruned by age
 
 CREATE ROLE baton_loader LOGIN;
 GRANT USAGE ON SCHEMA public TO baton_loader;

@@ -21,6 +21,7 @@ type runFlags struct {
 	mode        string
 	metricsAddr string
 	jobs        bool
+	history     historyFlags
 }
 
 func (r *runFlags) register(cmd *cobra.Command) {
@@ -37,6 +38,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.DurationVar(&r.cfg.ShutdownTimeout, "shutdown-timeout", distributor.ShutdownTimeoutDefault, "how long a graceful stop waits for batches in flight")
 	f.BoolVar(&r.jobs, "jobs", true, "also run due scheduled jobs (see \"worker schedule\"); --jobs=false opts out")
 	f.StringVar(&r.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9090); off when empty")
+	r.history.register(f)
 }
 
 func (r *runFlags) config(g *globals) (distributor.Config, error) {
@@ -44,6 +46,7 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	cfg.Mode = distributor.Mode(r.mode)
 	cfg.KeyAttr = "contract_id"
 	cfg.Logger = g.logger
+	r.history.apply(&cfg)
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError("%v", err)
 	}

@@ -1,0 +1,197 @@
+package partition
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Event kinds recorded in the events table. The names are stable.
+const (
+	EventClaimed     = "claimed"     // an unowned partition was claimed
+	EventTakeover    = "takeover"    // a partition whose owner's lease had expired was claimed
+	EventFirstBatch  = "first_batch" // the first batch of a claim committed (TakeoverMS after a takeover)
+	EventReleased    = "released"    // handed back (Detail: the reason)
+	EventFenced      = "fenced"      // a commit was rejected by the fence: the claim was no longer current
+	EventLost        = "lost"        // the owner stopped processing: lease lost or expired locally (Detail)
+	EventFailed      = "failed"      // a batch failed; back-off (Attempts, Detail: the error)
+	EventQuarantined = "quarantined" // failed MaxAttempts times (Attempts, Detail)
+	EventRetried     = "retried"     // an operator re-enabled the partition
+)
+
+// Event is one row of a partition's ownership history.
+type Event struct {
+	ID           int64
+	At           time.Time
+	Key          string
+	Kind         string
+	Version      int64
+	Worker       string // instance id; "" for an operator's action
+	PrevOwner    string // takeover: the owner whose lease expired
+	PrevBeatAt   *time.Time
+	Position     *int64
+	Items        *int64
+	Attempts     *int
+	TakeoverTime *time.Duration // first batch after a takeover: old owner's last heartbeat → this commit
+	Detail       string
+}
+
+// WithoutEvents returns a Store over the same database that records no
+// history: the protocol's statements run without their events insert.
+func (s *Store) WithoutEvents() *Store {
+	c := *s
+	c.noEvents = true
+	return &c
+}
+
+// events returns cte (a ", e AS (INSERT INTO events ...)" clause) and its
+// arguments, or nothing when the store records no history.
+func (s *Store) events(cte string, args ...any) (string, []any) {
+	if s.noEvents {
+		return "", nil
+	}
+	return cte, args
+}
+
+// RecordFirstBatch records, inside a claim's first committed batch, that
+// processing started: position and items of the batch and, after a
+// takeover, the time from the previous owner's last heartbeat (prevBeat,
+// database clock) to this commit. It commits or rolls back with the batch.
+func (s *Store) RecordFirstBatch(ctx context.Context, tx bun.Tx, owner string, l Lease, position, items int64, prevBeat time.Time) error {
+	if s.noEvents {
+		return nil
+	}
+	var prev any
+	if !prevBeat.IsZero() {
+		prev = prevBeat
+	}
+	_, err := tx.ExecContext(ctx, `
+		INSERT INTO events (partition_key, kind, version, worker, position, items, prev_heartbeat_at, takeover_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?::timestamptz,
+		        (extract(epoch FROM clock_timestamp() - ?::timestamptz) * 1000)::bigint)`,
+		l.Key, EventFirstBatch, l.Version, owner, position, items, prev, prev)
+	if err != nil {
+		return fmt.Errorf("recording first batch of %s: %w", l, err)
+	}
+	return nil
+}
+
+// Record writes an event that no protocol statement carries: a fence
+// rejection (its transaction rolled back) or a lost lease.
+func (s *Store) Record(ctx context.Context, owner, kind string, l Lease, detail string) error {
+	if s.noEvents {
+		return nil
+	}
+	if _, err := s.db.ExecContext(ctx, `
+		INSERT INTO events (partition_key, kind, version, worker, detail) VALUES (?, ?, ?, ?, nullif(?, ''))`,
+		l.Key, kind, l.Version, owner, truncate(detail, 4000)); err != nil {
+		return fmt.Errorf("recording %s event of %s: %w", kind, l, err)
+	}
+	return nil
+}
+
+// PruneEvents deletes events older than retention, and the oldest beyond
+// the newest maxRows, so the history stays bounded. It returns how many
+// rows it deleted. Both bounds use an index.
+func (s *Store) PruneEvents(ctx context.Context, retention time.Duration, maxRows int64) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `
+		DELETE FROM events
+		WHERE at < now() - ?::interval
+		   OR event_id <= (SELECT max(event_id) FROM events) - ?`, interval(retention), maxRows)
+	if err != nil {
+		return 0, fmt.Errorf("pruning events: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+// History returns up to limit of a partition's events, newest first.
+func (s *Store) History(ctx context.Context, key string, limit int) ([]Event, error) {
+	return s.readEvents(ctx, `WHERE partition_key = ? ORDER BY event_id DESC LIMIT ?`, key, limit)
+}
+
+// RecentEvents returns up to limit events of the last since, newest first,
+// optionally of the given kinds only.
+func (s *Store) RecentEvents(ctx context.Context, since time.Duration, limit int, kinds ...string) ([]Event, error) {
+	if len(kinds) == 0 {
+		return s.readEvents(ctx, `WHERE at > now() - ?::interval ORDER BY event_id DESC LIMIT ?`, interval(since), limit)
+	}
+	return s.readEvents(ctx, `WHERE at > now() - ?::interval AND kind IN (?) ORDER BY event_id DESC LIMIT ?`,
+		interval(since), bun.List(kinds), limit)
+}
+
+func (s *Store) readEvents(ctx context.Context, where string, args ...any) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT event_id, at, partition_key, kind, version, coalesce(worker, ''), coalesce(prev_owner, ''),
+		       prev_heartbeat_at, position, items, attempts, takeover_ms, coalesce(detail, '')
+		FROM events `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("reading events: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var prev sql.NullTime
+		var pos, items, ms sql.NullInt64
+		var attempts sql.NullInt32
+		if err := rows.Scan(&e.ID, &e.At, &e.Key, &e.Kind, &e.Version, &e.Worker, &e.PrevOwner,
+			&prev, &pos, &items, &attempts, &ms, &e.Detail); err != nil {
+			return nil, fmt.Errorf("reading events: %w", err)
+		}
+		if prev.Valid {
+			e.PrevBeatAt = &prev.Time
+		}
+		if pos.Valid {
+			e.Position = &pos.Int64
+		}
+		if items.Valid {
+			e.Items = &items.Int64
+		}
+		if attempts.Valid {
+			a := int(attempts.Int32)
+			e.Attempts = &a
+		}
+		if ms.Valid {
+			d := time.Duration(ms.Int64) * time.Millisecond
+			e.TakeoverTime = &d
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading events: %w", err)
+	}
+	return out, nil
+}
+
+// TakeoverStats summarises the takeovers whose first batch committed in a
+// window: how many, and percentiles of their takeover time.
+type TakeoverStats struct {
+	Count         int
+	P50, P90, P99 time.Duration
+	Max           time.Duration
+}
+
+// Takeovers summarises takeovers whose first batch committed within since.
+func (s *Store) Takeovers(ctx context.Context, since time.Duration) (TakeoverStats, error) {
+	var st TakeoverStats
+	var p50, p90, p99, mx sql.NullFloat64
+	err := s.db.QueryRowContext(ctx, `
+		SELECT count(*),
+		       percentile_cont(0.5) WITHIN GROUP (ORDER BY takeover_ms),
+		       percentile_cont(0.9) WITHIN GROUP (ORDER BY takeover_ms),
+		       percentile_cont(0.99) WITHIN GROUP (ORDER BY takeover_ms),
+		       max(takeover_ms)
+		FROM events
+		WHERE kind = ? AND takeover_ms IS NOT NULL AND at > now() - ?::interval`,
+		EventFirstBatch, interval(since)).Scan(&st.Count, &p50, &p90, &p99, &mx)
+	if err != nil {
+		return st, fmt.Errorf("reading takeover times: %w", err)
+	}
+	ms := func(f sql.NullFloat64) time.Duration { return time.Duration(f.Float64 * float64(time.Millisecond)) }
+	st.P50, st.P90, st.P99, st.Max = ms(p50), ms(p90), ms(p99), ms(mx)
+	return st, nil
+}
