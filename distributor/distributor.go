@@ -429,6 +429,10 @@ func (d *Distributor) listenOnce(ctx context.Context) error {
 		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
 			return err
 		}
+		if _, err := pc.Exec(ctx, "SELECT set_config('application_name', $1, false)",
+			partition.ListenApplicationName+d.worker.InstanceID); err != nil {
+			return err
+		}
 		// Notifications sent before LISTEN took effect (at start, or while
 		// the connection was down) are gone: look once now, so work that
 		// arrived in that window waits for nobody's poll.

@@ -22,6 +22,11 @@ const (
 	EventRetried     = "retried"     // an operator re-enabled the partition
 )
 
+// ListenApplicationName prefixes the application_name of a worker's
+// notification connection, followed by its instance id, so operators (and
+// the console) can tell listening workers from polling ones.
+const ListenApplicationName = "baton-listen "
+
 // Event is one row of a partition's ownership history.
 type Event struct {
 	ID           int64

@@ -111,6 +111,7 @@ func newRoot() (*cobra.Command, *globals) {
 		newMigrateCmd(g), newLoadCmd(g), newRunCmd(g), newExportCmd(g),
 		newStatusCmd(g), newRetryCmd(g), newSeedCmd(g), newDemoCmd(g), newProbeCmd(g),
 		newScheduleCmd(g),
+		newUICmd(g),
 	)
 	return root, g
 }

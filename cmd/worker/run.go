@@ -22,6 +22,7 @@ type runFlags struct {
 	metricsAddr string
 	jobs        bool
 	history     historyFlags
+	console     consoleFlags
 }
 
 func (r *runFlags) register(cmd *cobra.Command) {
@@ -39,6 +40,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&r.jobs, "jobs", true, "also run due scheduled jobs (see \"worker schedule\"); --jobs=false opts out")
 	f.StringVar(&r.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9090); off when empty")
 	r.history.register(f)
+	r.console.register(f, "ui-addr", "ui-token", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
 }
 
 func (r *runFlags) config(g *globals) (distributor.Config, error) {
@@ -96,6 +98,13 @@ func newRunCmd(g *globals) *cobra.Command {
 				srv.Start()
 				defer srv.Stop()
 				g.logger.Info("serving metrics", "addr", srv.Addr())
+			}
+			if r.console.addr != "" {
+				stopConsole, err := r.console.start(cmd.Context(), g)
+				if err != nil {
+					return err
+				}
+				defer stopConsole()
 			}
 			stopJobs := func() error { return nil }
 			if r.jobs {

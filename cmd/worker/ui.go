@@ -1,0 +1,78 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"net"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/batonhq/baton/console"
+	"github.com/batonhq/baton/internal/dbconn"
+)
+
+// consoleFlags configure the operator console, served by "worker ui" or,
+// with --ui-addr, by any "worker run".
+type consoleFlags struct {
+	addr  string
+	token string
+}
+
+func (c *consoleFlags) register(f *pflag.FlagSet, addrFlag, tokenFlag, addrDefault, addrHelp string) {
+	f.StringVar(&c.addr, addrFlag, addrDefault, addrHelp)
+	f.StringVar(&c.token, tokenFlag, "", "enable the console's actions (retry, trigger) behind this token (default $"+console.TokenEnv+"); read-only without it")
+}
+
+// config completes the flags from the environment.
+func (c *consoleFlags) config(g *globals) console.Config {
+	return console.Config{Addr: c.addr, Token: cmp.Or(c.token, os.Getenv(console.TokenEnv)), Logger: g.logger}
+}
+
+// start serves the console over its own small connection pool, so that
+// viewers never take connections the worker needs. It returns a stop
+// function.
+func (c *consoleFlags) start(ctx context.Context, g *globals) (func(), error) {
+	cfg := c.config(g)
+	if err := cfg.Validate(); err != nil {
+		return nil, usageError("%v", err)
+	}
+	db, err := g.open(ctx, dbconn.Options{ApplicationName: "baton-console", MaxOpenConns: 3}, true)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := console.New(db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, usageError("%v", err)
+	}
+	srv.Start()
+	host, _, _ := net.SplitHostPort(srv.Addr())
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		g.logger.Warn("the console listens beyond this machine: anyone who can reach it can read the contracts' state",
+			"addr", srv.Addr())
+	}
+	g.logger.Info("serving the console", "url", "http://"+srv.Addr()+"/", "actions", srv.ActionsEnabled())
+	return func() { srv.Stop(); db.Close() }, nil
+}
+
+func newUICmd(g *globals) *cobra.Command {
+	var c consoleFlags
+	cmd := &cobra.Command{
+		Use:   "ui",
+		Short: "Serve the operator console: contracts, their ownership history, workers (read-only unless --ui-token)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			stop, err := c.start(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			<-cmd.Context().Done()
+			stop()
+			return nil
+		},
+	}
+	c.register(cmd.Flags(), "addr", "ui-token", console.AddrDefault, "listen address (loopback by default)")
+	return cmd
+}
