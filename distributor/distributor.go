@@ -426,11 +426,13 @@ func (d *Distributor) listenOnce(ctx context.Context) error {
 		// The connection is closed when done, so the pool discards it
 		// instead of handing out a connection that is still listening.
 		defer pc.Close(context.Background())
-		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
-			return err
-		}
+		// Named so that operators can tell listening workers from polling
+		// ones; LISTEN stays this session's last statement.
 		if _, err := pc.Exec(ctx, "SELECT set_config('application_name', $1, false)",
 			partition.ListenApplicationName+d.worker.InstanceID); err != nil {
+			return err
+		}
+		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
 			return err
 		}
 		// Notifications sent before LISTEN took effect (at start, or while
