@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/schedule"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -236,5 +237,58 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := (console.Config{}).Validate(); err != nil {
 		t.Errorf("defaults: %v", err)
+	}
+}
+
+func TestJobsPageAndTrigger(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
+	ctx := context.Background()
+	if err := schedule.Add(ctx, db, schedule.Definition{Name: "nightly-export", Cron: "0 2 * * *",
+		Command: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := console.New(db, console.Config{Addr: "127.0.0.1:0", Token: token,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httptest.NewServer(srv.Handler())
+	t.Cleanup(h.Close)
+	code, body := get(t, h.URL+"/jobs")
+	if code != http.StatusOK || !strings.Contains(body, "nightly-export") || !strings.Contains(body, "0 2 * * *") {
+		t.Fatalf("/jobs = %d:\n%s", code, body)
+	}
+	triggered := func() bool {
+		var set bool
+		if err := db.QueryRowContext(ctx, `SELECT trigger_at IS NOT NULL FROM jobs WHERE name = 'nightly-export'`).Scan(&set); err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.PostForm(h.URL+"/jobs/nightly-export/trigger", url.Values{"token": {"wrong-token"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || triggered() {
+		t.Fatalf("trigger with a wrong token = %d (triggered %v), want 403 and nothing done", resp.StatusCode, triggered())
+	}
+	resp, err = c.PostForm(h.URL+"/jobs/nightly-export/trigger", url.Values{"token": {token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || !triggered() {
+		t.Fatalf("trigger with the token = %d (triggered %v), want 303 and a run asked for", resp.StatusCode, triggered())
+	}
+	resp, err = c.PostForm(h.URL+"/jobs/nope/trigger", url.Values{"token": {token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("trigger of an unknown job = %d, want 404", resp.StatusCode)
 	}
 }

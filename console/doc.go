@@ -1,6 +1,6 @@
 // Package console serves baton's operator console: a web view of the
-// contracts (partitions), their ownership history, the live workers and,
-// when the scheduled-jobs table exists, the jobs.
+// contracts (partitions), their ownership history, the live workers and
+// the scheduled jobs.
 //
 // Everything is rendered on the server from templates embedded in the
 // binary, so the tables, search, filters and sorting work without

@@ -132,7 +132,6 @@ func securityHeaders(h http.Handler) http.Handler {
 type page struct {
 	Title   string
 	Nav     string
-	Jobs    bool // the jobs table exists
 	Actions bool
 	Snap    *snapshot
 	Data    any
@@ -141,12 +140,7 @@ type page struct {
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
 	p.Actions = s.ActionsEnabled()
-	if ok, err := s.src.jobsExist(ctx); err == nil {
-		p.Jobs = ok
-	}
 	if p.Flash == "" {
 		p.Flash = r.URL.Query().Get("flash")
 	}
@@ -279,17 +273,10 @@ func (s *Server) workersPage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	exists, err := s.src.jobsExist(ctx)
+	jobs, err := s.src.jobs(ctx)
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
-	}
-	var jobs []job
-	if exists {
-		if jobs, err = s.src.jobs(ctx); err != nil {
-			s.fail(w, r, http.StatusServiceUnavailable, err)
-			return
-		}
 	}
 	s.render(w, r, http.StatusOK, "jobs", page{Title: "Scheduled jobs", Nav: "jobs", Data: jobs})
 }
