@@ -55,7 +55,9 @@
 // claim loop (cluster load and fair share every RebalanceInterval, hand-back
 // of surplus partitions, candidates from the head of the claimable index,
 // shuffled, claimed in at most two compare-and-set rounds, woken by polls and
-// notifications); the heartbeat service (one batched renewal per tick over
+// notifications; a worker at its share still takes dead workers' partitions,
+// read as stale candidates, up to MaxPartitions; a share computed with no
+// work in sight is recomputed before claiming); the heartbeat service (one batched renewal per tick over
 // a pinned connection, replaced after an unknown outcome, which is resolved
 // by re-reading the leases; streaks and confirmation; local deadline = send
 // time of the last successful renewal + remaining lease − SafetyMargin); the
@@ -63,7 +65,9 @@
 // processing time, output write, checkpoint update, commit, and on an
 // unknown commit outcome the re-read of resolveCommit; transient retries
 // while the lease holds; release when caught up in lock mode, wait for work
-// in leader mode; failure with back-off and quarantine).
+// in leader mode; failure with back-off and quarantine); graceful stop (the
+// claim loop ends, the worker marks itself stopped, and only then are its
+// partitions released, after their batch in flight).
 //
 // # Invariants
 //
@@ -90,9 +94,9 @@
 //
 // # What is not modelled
 //
-// The SQL itself: the model implements the statements' semantics as read
-// from partition/store.go, and the real statements are tested separately on
-// PostgreSQL (packages partition and distributor). Also left out: MVCC
+// The SQL itself: the model implements the statements' semantics, and the
+// store's conformance suite (below) checks them against the real statements
+// on PostgreSQL. Also left out: MVCC
 // snapshots beyond row-level re-checks, the deadlock detector (lock orders
 // make deadlocks impossible here), server-side TCP keepalives, pool size
 // limits, the LISTEN connection's own failures (a notification reaches every
@@ -114,27 +118,26 @@
 // and "replay with BATON_SIM_SEED=<seed>". Config.Trace records the full
 // trace of a schedule.
 //
-// # Known issue: unknown commit outcome
+// # The model is held to the store's contract
 //
-// The model finds a duplicate in the current protocol. When a batch's
-// COMMIT reaches the server but the client then sees a connection error
-// (reset by a proxy or load balancer, say) while the server is still
-// committing (a commit stall: synchronous replication, I/O), resolveCommit
-// re-reads the checkpoint, sees the old position (the commit is not visible
-// yet) and reports "not applied"; the error is transient, so the batch is
-// retried under the same lease. The retry's fence (FOR KEY SHARE) does not
-// conflict with the first transaction's locks (KEY SHARE and NO KEY UPDATE),
-// so it reads the old checkpoint and reprocesses the same items; its
-// checkpoint update waits for the first transaction's row lock, and once
-// that commits, re-checks only the version, which has not changed, and
-// commits the same items a second time; if the retry processed fewer items
-// than the first batch, the checkpoint even moves backwards, so items are
-// processed a third time later. The pricing output's primary key
-// would turn this into a failed batch; a processor without such a key
-// commits duplicates. TestUnknownCommitOutcomeRace reproduces it with
-// Config.AdvanceCAS off (the checkpoint update comparing only the version,
-// as the protocol first did). The implementation now does what AdvanceCAS
-// models — the checkpoint update also compares the position read under the
-// fence, a mismatch being a transient "checkpoint moved" error — and the
-// default schedules run with it, long commit stalls included.
+// The model store runs the same conformance suite as partition.Store on
+// PostgreSQL (package internal/storetest): TestModelStoreContract here,
+// TestStoreContract in package partition. A model statement that drifts
+// from the SQL fails a case; TestBrokenModelStoresFailTheContract checks
+// that the mutations above do.
+//
+// # Found by the model: unknown commit outcome
+//
+// The model found a duplicate in an earlier protocol. When a batch's COMMIT
+// reaches the server but the client then sees a connection error while the
+// server is still committing (a commit stall), resolveCommit re-reads the
+// checkpoint, sees the old position and reports "not applied"; the batch is
+// retried under the same lease, its fence (FOR KEY SHARE) does not conflict
+// with the first transaction's locks, so it reads the old checkpoint, and
+// its checkpoint update, which then compared only the version, committed
+// the same items a second time. The checkpoint update now also compares the
+// position read under the fence (partition.Store.Advance; a mismatch is the
+// transient ErrCheckpointMoved), which Config.AdvanceCAS models and the
+// default schedules run with. TestUnknownCommitOutcomeRace keeps the race
+// reproducible with AdvanceCAS off.
 package sim

@@ -64,6 +64,7 @@ type worker struct {
 	// Distributor
 	held          map[int]*heldPart
 	share         int
+	shareIdle     bool // the share was computed when there was no work
 	clWaiting     bool
 	clTick        bool
 	clWake        bool
@@ -74,6 +75,7 @@ type worker struct {
 	lastRebalance time.Duration
 	rebalanced    bool
 	stopping      bool
+	leaving       bool // marked stopped: held partitions are released
 	abandoned     bool
 	finalized     bool
 }
@@ -775,6 +777,7 @@ func (w *worker) rebalance(load clusterLoad) {
 		share = min(share, max(1, (load.busy+load.live-1)/load.live))
 	}
 	w.share = share
+	w.shareIdle = load.busy == 0
 	var keep []*heldPart
 	for _, h := range w.heldSorted() {
 		if !h.handBack {
@@ -798,41 +801,95 @@ func (w *worker) rebalance(load clusterLoad) {
 	}
 }
 
-// claim is Distributor.claim.
+// claim is Distributor.claim: up to the share from the head of the
+// claimable index, or, at the share, dead workers' partitions (stale
+// candidates) up to MaxPartitions.
 func (w *worker) claim() {
 	s := w.s
 	if w.stopping {
 		w.claimLoopDone()
 		return
 	}
-	want := min(w.share, s.cfg.MaxPartitions) - len(w.held)
-	for _, h := range w.held {
-		if h.handBack {
-			want = 0
-		}
-	}
-	if want <= 0 {
+	want, room := w.wanted()
+	if room <= 0 {
 		w.claimWait()
 		return
 	}
-	w.clRPC = w.poolCall(&request{kind: reqCandidates, limit: 4*want + 8}, 0, nil, func(resp response) {
-		if resp.err != errNone {
+	req := &request{kind: reqCandidates, limit: 4*want + 8}
+	if want <= 0 {
+		req = &request{kind: reqStaleCandidates, limit: 4*room + 8}
+	}
+	idle := w.shareIdle
+	w.clRPC = w.poolCall(req, 0, nil, func(resp response) {
+		if resp.err != errNone || len(resp.cands) == 0 {
 			w.claimWait()
 			return
 		}
 		cands := resp.cands
-		s.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-		w.claimRound(0, cands, want)
+		round := func() {
+			s.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+			w.claimRound(0, cands, want, room)
+		}
+		if !idle || want <= 0 {
+			round()
+			return
+		}
+		// The share was computed with no work in sight: recompute it
+		// before claiming.
+		w.clRPC = w.poolCall(&request{kind: reqClusterLoad}, 0, nil, func(resp response) {
+			if resp.err != errNone {
+				w.claimWait()
+				return
+			}
+			w.rebalance(resp.load)
+			if want, room = w.wanted(); room <= 0 {
+				w.claimWait()
+				return
+			}
+			round()
+		})
 	})
 }
 
-func (w *worker) claimRound(round int, cands []candidate, want int) {
-	if round >= 2 || want <= 0 || len(cands) == 0 || w.stopping {
+// wanted is Distributor.wanted: how many more partitions the share
+// allows, and MaxPartitions; none while handing back.
+func (w *worker) wanted() (want, room int) {
+	for _, h := range w.held {
+		if h.handBack {
+			return 0, 0
+		}
+	}
+	room = w.s.cfg.MaxPartitions - len(w.held)
+	return min(w.share, w.s.cfg.MaxPartitions) - len(w.held), room
+}
+
+// pickClaims is distributor.pickClaims: every owned (stale) candidate
+// while there is room, unowned ones while the share wants more.
+func pickClaims(cands []candidate, want, room int) (try, rest []candidate) {
+	for i, c := range cands {
+		take := len(try) < room && (c.owned || want > 0)
+		if !take {
+			rest = append(rest, cands[i])
+			continue
+		}
+		if !c.owned {
+			want--
+		}
+		try = append(try, c)
+	}
+	return try, rest
+}
+
+func (w *worker) claimRound(round int, cands []candidate, want, room int) {
+	if round >= 2 || room <= 0 || len(cands) == 0 || w.stopping {
 		w.claimWait()
 		return
 	}
-	try := cands[:min(want, len(cands))]
-	rest := cands[len(try):]
+	try, rest := pickClaims(cands, want, room)
+	if len(try) == 0 {
+		w.claimWait()
+		return
+	}
 	sent, epoch := w.local(), w.suspendEpoch
 	w.clRPC = w.poolCall(&request{kind: reqClaim, owner: w.id, cands: try}, 0, nil, func(resp response) {
 		if resp.err != errNone {
@@ -842,8 +899,12 @@ func (w *worker) claimRound(round int, cands []candidate, want int) {
 		for _, c := range resp.won {
 			w.tracef("claimed %s (takeover=%v)", c.leaseID, c.takeover)
 			w.startPartition(c, sent, epoch)
+			if !c.takeover {
+				want--
+			}
+			room--
 		}
-		w.claimRound(round+1, rest, want-len(resp.won))
+		w.claimRound(round+1, rest, want, room)
 	})
 }
 
@@ -856,16 +917,20 @@ func (w *worker) stop() {
 	w.after(0, w.claimPoll)
 }
 
-// claimLoopDone continues Distributor.finish once the claim loop is done.
+// claimLoopDone continues Distributor.finish once the claim loop is done:
+// the worker marks itself stopped, so that the workers its releases wake
+// no longer count it, and only then hands its partitions back.
 func (w *worker) claimLoopDone() {
 	if w.clDone {
 		return
 	}
 	w.clDone = true
+	w.poolCall(&request{kind: reqStopWorker, owner: w.id}, w.s.cfg.StaleAfter/2, nil, func(response) { w.leave() })
+}
+
+func (w *worker) leave() {
+	w.leaving = true
 	w.nudgeAll()
-	for _, h := range w.heldSorted() {
-		h.kick()
-	}
 	if len(w.held) == 0 {
 		w.finalize()
 		return
@@ -885,13 +950,12 @@ func (w *worker) claimLoopDone() {
 }
 
 func (w *worker) checkStopped() {
-	if w.clDone && len(w.held) == 0 && !w.finalized {
+	if w.leaving && len(w.held) == 0 && !w.finalized {
 		w.finalize()
 	}
 }
 
 func (w *worker) finalize() {
-	s := w.s
 	w.finalized = true
 	w.hbStopped = true
 	if r := w.hbRPC; r != nil {
@@ -899,9 +963,7 @@ func (w *worker) finalize() {
 	}
 	w.closeConn(w.hbConn)
 	w.hbConn = nil
-	w.poolCall(&request{kind: reqStopWorker, owner: w.id}, s.cfg.StaleAfter/2, nil, func(response) {
-		w.exit()
-	})
+	w.exit()
 }
 
 // ---- partition loop ---------------------------------------------------------
@@ -971,7 +1033,7 @@ func (h *heldPart) poll() {
 		if l.ended {
 			ready = append(ready, 1)
 		}
-		if w.stopping {
+		if w.leaving {
 			ready = append(ready, 2)
 		}
 		if len(ready) == 0 {
@@ -987,7 +1049,7 @@ func (h *heldPart) poll() {
 			h.release("shutdown")
 		}
 	case hpRetryWait:
-		if l.ended || w.stopping || h.retryDue {
+		if l.ended || w.leaving || h.retryDue {
 			h.top()
 		}
 	case hpLeaderWait:
@@ -998,10 +1060,10 @@ func (h *heldPart) poll() {
 		if h.nudge {
 			ready = append(ready, &h.nudge)
 		}
-		if len(ready) == 0 && !l.ended && !w.stopping {
+		if len(ready) == 0 && !l.ended && !w.leaving {
 			return
 		}
-		if len(ready) > 0 && !l.ended && !w.stopping {
+		if len(ready) > 0 && !l.ended && !w.leaving {
 			*ready[s.rng.IntN(len(ready))] = false
 		}
 		h.top()
@@ -1014,7 +1076,7 @@ func (h *heldPart) top() {
 	switch {
 	case h.l.ended:
 		h.lost()
-	case w.stopping:
+	case w.leaving:
 		h.release("shutdown")
 	case h.handBack:
 		h.release("rebalance")
