@@ -1,0 +1,274 @@
+// Package leader elects one leader per name among any number of processes
+// sharing a PostgreSQL database: the cluster-lock mode in which the lease
+// outlives any single task, so the same process keeps the role until it
+// dies or resigns.
+//
+// # Protocol
+//
+// A leadership is a row of table leaderships with the task row's ownership
+// columns: version, owner, heartbeat_at and lease_expires_at, all decided
+// on the database clock. Campaign inserts the row or, when its lease has
+// run out, takes it over in one statement (INSERT ... ON CONFLICT DO UPDATE
+// ... WHERE lease_expires_at <= now(), which locks the row, so two
+// candidates cannot both win), bumping version. The version is the fencing
+// token: it grows with every change of leader.
+//
+// The leader's lease is renewed by the heartbeat service (package
+// heartbeat), with its local deadline: if renewals stop succeeding, the
+// leadership's Done channel closes SafetyMargin before the lease can run
+// out on the database, so a cut-off leader stops acting before anybody
+// else can be elected. A candidate that takes over from a leader whose
+// lease ran out (rather than one that resigned) waits for Confirm
+// renewals before Campaign returns, so a leader that was merely paused has
+// time to notice its loss.
+//
+// # Failure semantics
+//
+// A leader that crashes is replaced StaleAfter after its last renewal. A
+// leader that is paused (SIGSTOP, VM freeze) past its lease loses the role;
+// when it resumes its Done channel is already closed or closes at the first
+// renewal, and writes fenced with Check fail with ErrNotLeader. Writes to
+// other systems should carry the token, so that they can refuse a lower
+// one.
+package leader
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/leaserow"
+	"github.com/batonhq/baton/partition"
+)
+
+// ErrNotLeader is returned by Check when the leadership has been lost.
+var ErrNotLeader = errors.New("no longer the leader")
+
+// Config configures an Elector.
+type Config struct {
+	// InstanceID names this process as owner. Defaults to host name + "#"
+	// + a random suffix.
+	InstanceID string
+	// Heartbeat is the renewal interval. Defaults to
+	// heartbeat.IntervalDefault.
+	Heartbeat time.Duration
+	// StaleAfter is the lease length. Defaults to
+	// heartbeat.StaleAfterDefault.
+	StaleAfter time.Duration
+	// Confirm is how many renewals a takeover waits for before Campaign
+	// returns. Defaults to heartbeat.ConfirmDefault.
+	Confirm int
+	// PollInterval is the longest a candidate waits between attempts; it
+	// also retries as soon as the current lease would run out. Defaults to
+	// Heartbeat.
+	PollInterval time.Duration
+	// Clock is the local clock (waits and local deadlines only). Defaults
+	// to the real clock.
+	Clock clockwork.Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.InstanceID = host + partition.InstanceSeparator + hex.EncodeToString(b[:])
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = heartbeat.IntervalDefault
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = heartbeat.StaleAfterDefault
+	}
+	if c.Confirm == 0 {
+		c.Confirm = heartbeat.ConfirmDefault
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = c.Heartbeat
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c Config) validate() error {
+	if c.PollInterval <= 0 {
+		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
+	}
+	return heartbeat.Config{Interval: c.Heartbeat, StaleAfter: c.StaleAfter, Confirm: c.Confirm}.Validate()
+}
+
+// Elector campaigns for leaderships and keeps those won. Start it before
+// campaigning; Stop ends every leadership it holds without resigning (they
+// run out), so call Resign first for a prompt hand-over.
+type Elector struct {
+	db  bun.IDB
+	cfg Config
+	hb  *heartbeat.Service
+}
+
+// New returns an elector; cfg is validated.
+func New(db bun.IDB, cfg Config) (*Elector, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("invalid elector config: %w", err)
+	}
+	hb, err := heartbeat.New(&leaserow.Table{
+		DB: db, Table: "leaderships", Key: "name", Owner: cfg.InstanceID, TTL: cfg.StaleAfter,
+	}, heartbeat.Config{Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
+		Clock: cfg.Clock, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("invalid elector config: %w", err)
+	}
+	return &Elector{db: db, cfg: cfg, hb: hb}, nil
+}
+
+// InstanceID is the owner name this elector campaigns under.
+func (e *Elector) InstanceID() string { return e.cfg.InstanceID }
+
+// Start starts renewing leaderships in the background.
+func (e *Elector) Start(ctx context.Context) error { return e.hb.Start(ctx) }
+
+// Stop stops renewing; leaderships held end locally at their deadline and
+// on the database when their lease runs out.
+func (e *Elector) Stop() { e.hb.Stop() }
+
+// Leadership is a won election.
+type Leadership struct {
+	// Name is what was campaigned for.
+	Name string
+	// Token is the fencing token: the leadership row's version, higher for
+	// every later leader.
+	Token int64
+
+	e     *Elector
+	lease *heartbeat.Lease
+}
+
+// Done is closed when the leadership is lost (or resigned).
+func (l *Leadership) Done() <-chan struct{} { return l.lease.Context().Done() }
+
+// Context is cancelled when the leadership ends; its cause says why
+// (heartbeat.ErrOwnershipLost, heartbeat.ErrLeaseExpired,
+// heartbeat.ErrReleased).
+func (l *Leadership) Context() context.Context { return l.lease.Context() }
+
+// Check locks the leadership row inside tx if l still holds it, and returns
+// ErrNotLeader otherwise. The lock (FOR KEY SHARE) lasts until tx ends and
+// conflicts with every change of leader, so writes in tx after Check commit
+// only under this leadership.
+func (l *Leadership) Check(ctx context.Context, tx bun.Tx) error {
+	var one int
+	err := tx.QueryRowContext(ctx, `
+		SELECT 1 FROM leaderships
+		WHERE name = ? AND version = ? AND owner = ? AND lease_expires_at > now()
+		FOR KEY SHARE`, l.Name, l.Token, l.e.cfg.InstanceID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("leadership %s token %d: %w", l.Name, l.Token, ErrNotLeader)
+	}
+	if err != nil {
+		return fmt.Errorf("checking leadership %s: %w", l.Name, err)
+	}
+	return nil
+}
+
+// Resign gives the leadership up at once: the row is left claimable and
+// the next candidate is elected without waiting for confirmation.
+func (l *Leadership) Resign(ctx context.Context) error {
+	defer l.e.hb.Release(l.lease)
+	_, err := l.e.db.ExecContext(ctx, `
+		UPDATE leaderships
+		SET version = version + 1, owner = NULL, heartbeat_at = NULL, lease_expires_at = '-infinity'
+		WHERE name = ? AND version = ? AND owner = ?`, l.Name, l.Token, l.e.cfg.InstanceID)
+	if err != nil {
+		return fmt.Errorf("resigning leadership %s: %w", l.Name, err)
+	}
+	return nil
+}
+
+// Campaign blocks until this elector is the leader for name, or ctx ends.
+// The leadership lasts while the elector's renewals succeed; watch Done.
+func (e *Elector) Campaign(ctx context.Context, name string) (*Leadership, error) {
+	for {
+		sent := e.cfg.Clock.Now()
+		won, takeover, remaining, err := e.try(ctx, name)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil:
+			e.cfg.Logger.Warn("campaign attempt failed", "event", "error", "leadership", name, "error", err)
+		case won > 0:
+			lease := e.hb.Track(context.WithoutCancel(ctx), partition.Lease{Key: name, Version: won}, sent, takeover)
+			l := &Leadership{Name: name, Token: won, e: e, lease: lease}
+			if takeover {
+				e.hb.Now()
+				select {
+				case <-lease.Confirmed():
+				case <-lease.Context().Done():
+					continue // lost before confirmation: campaign again
+				case <-ctx.Done():
+					e.hb.Release(lease)
+					return nil, ctx.Err()
+				}
+			}
+			e.cfg.Logger.Info("elected leader", "event", "elected", "leadership", name, "token", won,
+				"takeover", takeover)
+			return l, nil
+		}
+		wait := e.cfg.PollInterval
+		if err == nil && remaining >= 0 && remaining < wait {
+			wait = remaining
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-e.cfg.Clock.After(wait):
+		}
+	}
+}
+
+// try claims the leadership if nobody holds a live lease on it. It returns
+// the new version when won (0 otherwise), whether a previous leader's lease
+// had to run out, and otherwise how long the current lease has left.
+func (e *Elector) try(ctx context.Context, name string) (won int64, takeover bool, remaining time.Duration, err error) {
+	var us, version sql.NullInt64
+	var prevOwned sql.NullBool
+	err = e.db.QueryRowContext(ctx, `
+		WITH prev AS (SELECT owner IS NOT NULL AS owned FROM leaderships WHERE name = ?0),
+		up AS (
+			INSERT INTO leaderships AS l (name, version, owner, elected_at, heartbeat_at, lease_expires_at)
+			VALUES (?0, 1, ?1, now(), now(), now() + ?2::interval)
+			ON CONFLICT (name) DO UPDATE
+			SET version = l.version + 1, owner = EXCLUDED.owner, elected_at = now(), heartbeat_at = now(),
+			    lease_expires_at = EXCLUDED.lease_expires_at
+			WHERE l.lease_expires_at <= now()
+			RETURNING version
+		)
+		SELECT (SELECT version FROM up), (SELECT owned FROM prev),
+		       (SELECT (extract(epoch FROM greatest(lease_expires_at, now()) - now()) * 1000000)::bigint
+		        FROM leaderships WHERE name = ?0)`,
+		name, e.cfg.InstanceID, fmt.Sprintf("%d microseconds", e.cfg.StaleAfter.Microseconds())).Scan(&version, &prevOwned, &us)
+	if err != nil {
+		return 0, false, 0, fmt.Errorf("campaigning for %s: %w", name, err)
+	}
+	remaining = -1
+	if us.Valid {
+		remaining = max(0, time.Duration(us.Int64)*time.Microsecond)
+	}
+	return version.Int64, version.Valid && prevOwned.Bool, remaining, nil
+}
