@@ -21,6 +21,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/dbconn"
@@ -689,7 +691,7 @@ func (d *Distributor) claim(ctx context.Context) error {
 			break
 		}
 		sent := d.cfg.Clock.Now()
-		won, err := d.store.Claim(ctx, d.worker.InstanceID, d.cfg.StaleAfter, try)
+		won, err := d.claimTraced(ctx, try)
 		if err != nil {
 			if !unknownOutcome(err) {
 				return err
@@ -831,15 +833,19 @@ func (d *Distributor) runPartition(h *held) {
 	lctx := l.Context()
 
 	if h.takeover {
+		_, span := tracer.Start(d.base, "baton.confirm", d.leaseAttrs(l.Lease))
 		select {
 		case <-l.Confirmed():
+			span.End()
 			d.emit(Event{Kind: EventConfirmed, Key: l.Key, Version: l.Version})
 			d.log.Info("claim confirmed", "event", "confirmed", d.cfg.KeyAttr, l.Key, "version", l.Version,
 				"waited_ms", d.cfg.Clock.Since(h.claimedAt).Milliseconds())
 		case <-lctx.Done():
+			endSpan(span, context.Cause(lctx))
 			d.lost(h, context.Cause(lctx))
 			return
 		case <-d.leaving:
+			span.End()
 			d.release(h, "shutdown")
 			return
 		}
@@ -921,6 +927,8 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 	defer cancel(nil)
 	stop := context.AfterFunc(d.abandon, func() { cancel(context.Cause(d.abandon)) })
 	defer stop()
+	ctx, span := tracer.Start(ctx, "baton.batch", d.leaseAttrs(l.Lease))
+	defer func() { endBatchSpan(span, items, caughtUp, err) }()
 
 	start := d.cfg.Clock.Now()
 	// A connection of its own, so that the processor can reach the
@@ -939,6 +947,9 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 	if err != nil {
 		return 0, false, causeOr(ctx, err)
 	}
+	if !h.started {
+		linkPrevious(span, cp.Traceparent)
+	}
 	if cp.Position >= cp.Available {
 		return 0, true, nil
 	}
@@ -952,6 +963,8 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 		return 0, false, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
 			l.Lease, res.Position, cp.Position, cp.Available)
 	}
+	span.SetAttributes(attribute.Int64("baton.position", res.Position), attribute.Bool("baton.first_batch", !h.started),
+		attribute.Bool("baton.takeover", h.takeover))
 	if err := d.store.Advance(ctx, tx, l.Lease, cp.Position, res.Position, res.State); err != nil {
 		return 0, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
 	}
@@ -1061,8 +1074,10 @@ func (d *Distributor) release(h *held, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
 	defer cancel()
 	d.hb.Release(l)
+	ctx, span := tracer.Start(ctx, "baton.release", d.leaseAttrs(l.Lease), trace.WithAttributes(attribute.String("baton.reason", reason)))
 	var released []string
 	var err error
+	defer func() { endSpan(span, err) }()
 	for {
 		// Releasing twice is harmless: it is fenced by version, so a retry
 		// after an attempt that applied unseen finds nothing to release.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Event kinds recorded in the events table. The names are stable.
@@ -26,6 +27,17 @@ const (
 // notification connection, followed by its instance id, so operators (and
 // the console) can tell listening workers from polling ones.
 const ListenApplicationName = "baton-listen "
+
+// traceparent is the W3C trace context of the span in ctx, or "" when
+// there is none: Advance stores it with the checkpoint, so that whoever
+// resumes from that checkpoint can link to the batch that committed it.
+func traceparent(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	return fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+}
 
 // Event is one row of a partition's ownership history.
 type Event struct {

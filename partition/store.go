@@ -367,6 +367,9 @@ type Checkpoint struct {
 	Position  int64
 	Available int64
 	State     json.RawMessage
+	// Traceparent is the W3C trace context of the batch that committed
+	// this checkpoint, "" if it was not traced.
+	Traceparent string
 }
 
 // Fence locks the task row of lease inside tx and returns its checkpoint,
@@ -382,10 +385,10 @@ func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l Lease) (Ch
 	var cp Checkpoint
 	var state []byte
 	err := tx.QueryRowContext(ctx, `
-		SELECT position, available, checkpoint
+		SELECT position, available, checkpoint, coalesce(traceparent, '')
 		FROM tasks
 		WHERE partition_key = ? AND version = ? AND owner = ?
-		FOR KEY SHARE`, l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state)
+		FOR KEY SHARE`, l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state, &cp.Traceparent)
 	if errors.Is(err, sql.ErrNoRows) {
 		return cp, fmt.Errorf("fencing %s: %w", l, ErrFenced)
 	}
@@ -407,6 +410,8 @@ var ErrCheckpointMoved = errors.New("checkpoint moved since the fence read it")
 // compare-and-set on both the version and the position the fence read
 // (from), so a batch retried after a commit whose outcome was unknown can
 // never commit the same items twice or move the checkpoint backwards.
+// The trace context of the span in ctx, if any, is stored with the
+// checkpoint (Checkpoint.Traceparent).
 func (s *Store) Advance(ctx context.Context, tx bun.Tx, l Lease, from, position int64, state json.RawMessage) error {
 	if state == nil {
 		state = json.RawMessage(`{}`)
@@ -415,13 +420,14 @@ func (s *Store) Advance(ctx context.Context, tx bun.Tx, l Lease, from, position 
 	err := tx.QueryRowContext(ctx, `
 		WITH u AS (
 			UPDATE tasks
-			SET position = ?, checkpoint = ?::jsonb, attempts = 0, last_error = NULL, updated_at = now()
+			SET position = ?, checkpoint = ?::jsonb, attempts = 0, last_error = NULL, updated_at = now(),
+			    traceparent = nullif(?, '')
 			WHERE partition_key = ? AND version = ? AND position = ?
 			RETURNING 1
 		)
 		SELECT version, position FROM tasks
 		WHERE partition_key = ? AND NOT EXISTS (SELECT 1 FROM u)`,
-		position, string(state), l.Key, l.Version, from, l.Key).Scan(&version, &current)
+		position, string(state), traceparent(ctx), l.Key, l.Version, from, l.Key).Scan(&version, &current)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil // updated

@@ -66,6 +66,11 @@ func newRunCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopTracing, err := startTracing(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			stmt, lock, idle := cfg.ConnectionLimits()
 			db, err := g.open(cmd.Context(), dbconn.Options{
 				ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,
