@@ -120,7 +120,11 @@ func TestMetricsReadinessAndJSONLogEvents(t *testing.T) {
 	var text string
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 		_, text = get(t, base+"/metrics")
-		if metricValue(t, text, `baton_heartbeats_total{result="ok"}`) >= 1 || time.Since(start) > 30*time.Second {
+		// The last release follows the last commit: all records priced
+		// does not mean all contracts handed back yet.
+		released := strings.Contains(text, `baton_releases_total{reason="caught_up"} `) &&
+			metricValue(t, text, `baton_releases_total{reason="caught_up"}`) >= 12
+		if metricValue(t, text, `baton_heartbeats_total{result="ok"}`) >= 1 && released || time.Since(start) > 30*time.Second {
 			break
 		}
 	}
