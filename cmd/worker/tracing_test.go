@@ -19,7 +19,9 @@ type span struct {
 		Key   string
 		Value struct{ Value any }
 	}
-	Links []struct{ SpanContext struct{ TraceID, SpanID string } }
+	Links []struct {
+		SpanContext struct{ TraceID, SpanID string }
+	}
 }
 
 func (s span) attr(key string) (any, bool) {
