@@ -39,6 +39,7 @@ const (
 	ShutdownTimeoutDefault = 10 * time.Second
 	EventRetentionDefault  = 7 * 24 * time.Hour
 	EventMaxRowsDefault    = 1_000_000
+	KeyAttrDefault         = heartbeat.KeyAttrDefault
 )
 
 // Config configures a Distributor.
@@ -98,7 +99,7 @@ type Config struct {
 	EventRetention time.Duration
 	EventMaxRows   int64
 	// KeyAttr is the log attribute name for partition keys. Defaults to
-	// "partition_key".
+	// KeyAttrDefault.
 	KeyAttr string
 	// Clock is the local clock. Defaults to the real clock.
 	Clock clockwork.Clock
@@ -132,7 +133,7 @@ func (c *Config) setDefaults() {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.EventRetention = cmp.Or(c.EventRetention, EventRetentionDefault)
 	c.EventMaxRows = cmp.Or(c.EventMaxRows, EventMaxRowsDefault)
-	c.KeyAttr = cmp.Or(c.KeyAttr, "partition_key")
+	c.KeyAttr = cmp.Or(c.KeyAttr, KeyAttrDefault)
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -144,7 +145,7 @@ func (c *Config) setDefaults() {
 func (c Config) heartbeatConfig() heartbeat.Config {
 	return heartbeat.Config{
 		Interval: c.Heartbeat, StaleAfter: c.StaleAfter, SafetyMargin: c.SafetyMargin,
-		Confirm: c.Confirm, Clock: c.Clock, Logger: c.Logger, OnBeat: c.OnHeartbeat,
+		Confirm: c.Confirm, Clock: c.Clock, Logger: c.Logger, OnBeat: c.OnHeartbeat, KeyAttr: c.KeyAttr,
 	}
 }
 

@@ -3,15 +3,12 @@ package distributor
 import (
 	"context"
 	"crypto/rand"
-	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	mrand "math/rand/v2"
-	"net"
 	"os"
 	"slices"
 	"sync"
@@ -19,13 +16,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -235,7 +232,7 @@ func (p *pinnedConn) do(ctx context.Context, fn func(bun.IDB) error) error {
 		p.conn = &c
 	}
 	err := fn(*p.conn)
-	if err != nil && unknownOutcome(err) {
+	if err != nil && dberr.UnknownOutcome(err) {
 		_ = p.conn.Close()
 		p.conn = nil
 	}
@@ -693,7 +690,7 @@ func (d *Distributor) claim(ctx context.Context) error {
 		sent := d.cfg.Clock.Now()
 		won, err := d.claimTraced(ctx, try)
 		if err != nil {
-			if !unknownOutcome(err) {
+			if !dberr.UnknownOutcome(err) {
 				return err
 			}
 			// The claim may have applied with its reply lost: re-read, and
@@ -882,7 +879,7 @@ func (d *Distributor) runPartition(h *held) {
 		case errors.Is(err, errAbandoned):
 			d.release(h, "shutdown")
 			return
-		case isTransient(err) && transient < d.cfg.MaxAttempts:
+		case dberr.Transient(err) && transient < d.cfg.MaxAttempts:
 			transient++
 			d.log.Warn("batch failed with a transient error; retrying while the lease holds",
 				d.cfg.KeyAttr, l.Key, "version", l.Version, "error", err, "attempt", transient)
@@ -975,7 +972,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		if ctx.Err() != nil || !unknownOutcome(err) {
+		if ctx.Err() != nil || !dberr.UnknownOutcome(err) {
 			return 0, false, fmt.Errorf("committing batch of %s: %w", l.Lease, causeOr(ctx, err))
 		}
 		// The commit may have applied with its reply lost: re-read.
@@ -1004,7 +1001,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 // claim the error becomes partition.ErrCheckpointMoved. Errors that are
 // already transient, fenced or caused by the lease ending are left alone.
 func (d *Distributor) movedOr(ctx context.Context, l partition.Lease, from int64, err error) error {
-	if ctx.Err() != nil || isTransient(err) || errors.Is(err, partition.ErrFenced) {
+	if ctx.Err() != nil || dberr.Transient(err) || errors.Is(err, partition.ErrFenced) {
 		return err
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
@@ -1082,7 +1079,7 @@ func (d *Distributor) release(h *held, reason string) {
 		// Releasing twice is harmless: it is fenced by version, so a retry
 		// after an attempt that applied unseen finds nothing to release.
 		released, err = d.store.ReleaseFor(ctx, d.worker.InstanceID, reason, []partition.Lease{l.Lease})
-		if err == nil || !isTransient(err) || ctx.Err() != nil {
+		if err == nil || !dberr.Transient(err) || ctx.Err() != nil {
 			break
 		}
 		select {
@@ -1130,39 +1127,4 @@ func (d *Distributor) fail(h *held, cause error) {
 	}
 	d.log.Warn("processing failed; backing off", "event", "failed", d.cfg.KeyAttr, l.Key, "version", l.Version,
 		"attempts", r.Attempts, "retry_in_ms", r.RetryAfter.Milliseconds(), "error", cause)
-}
-
-// isTransient reports errors that say nothing about the data: the
-// connection or server went away, or a timeout or lock conflict hit.
-func isTransient(err error) bool {
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) {
-		return true
-	}
-	if errors.Is(err, partition.ErrCheckpointMoved) {
-		return true // an earlier commit of ours applied late: retry from the new checkpoint
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case len(pgErr.Code) >= 2 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53"):
-			return true // connection exception, operator intervention (shutdown, cancel, timeout), resources
-		case pgErr.Code == "40001" || pgErr.Code == "40P01" || pgErr.Code == "55P03":
-			return true // serialization failure, deadlock, lock timeout
-		case pgErr.Code == "25P03":
-			return true // idle_in_transaction_session_timeout ended the session
-		}
-		return false
-	}
-	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, pgx.ErrTxClosed)
-}
-
-// unknownOutcome reports whether err leaves open whether a commit applied.
-func unknownOutcome(err error) bool {
-	var pgErr *pgconn.PgError
-	return !errors.As(err, &pgErr)
 }

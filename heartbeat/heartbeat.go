@@ -21,6 +21,7 @@
 package heartbeat
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,9 +29,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -60,6 +61,7 @@ const (
 	IntervalDefault   = time.Second
 	StaleAfterDefault = 10 * time.Second
 	ConfirmDefault    = 3
+	KeyAttrDefault    = "partition_key"
 )
 
 // Config configures a Service.
@@ -83,28 +85,23 @@ type Config struct {
 	// OnBeat, if set, is called after every renewal attempt with its
 	// outcome, latency and the number of leases renewed.
 	OnBeat func(err error, latency time.Duration, renewed int)
+	// KeyAttr is the log attribute name for partition keys. Defaults to
+	// KeyAttrDefault.
+	KeyAttr string
 }
 
 func (c *Config) setDefaults() {
-	c.Interval = cmpOr(c.Interval, IntervalDefault)
-	c.StaleAfter = cmpOr(c.StaleAfter, StaleAfterDefault)
-	c.SafetyMargin = cmpOr(c.SafetyMargin, max(c.Interval/2, c.StaleAfter/5))
-	if c.Confirm == 0 {
-		c.Confirm = ConfirmDefault
-	}
+	c.Interval = cmp.Or(c.Interval, IntervalDefault)
+	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
+	c.SafetyMargin = cmp.Or(c.SafetyMargin, max(c.Interval/2, c.StaleAfter/5))
+	c.Confirm = cmp.Or(c.Confirm, ConfirmDefault)
+	c.KeyAttr = cmp.Or(c.KeyAttr, KeyAttrDefault)
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // Validate reports impossible combinations. The lease must outlive several
@@ -247,7 +244,7 @@ func (s *Service) extendLocked(l *Lease, sent time.Time, remaining time.Duration
 	}
 	if wait <= 0 {
 		s.endLocked(l, ErrLeaseExpired)
-		s.cfg.Logger.Warn("lease expired locally", "event", "lost", "contract_id", l.Key, "version", l.Version)
+		s.cfg.Logger.Warn("lease expired locally", "event", "lost", s.cfg.KeyAttr, l.Key, "version", l.Version)
 		return
 	}
 	l.deadline = &deadline{timer: s.cfg.Clock.AfterFunc(wait, func() {
@@ -255,7 +252,7 @@ func (s *Service) extendLocked(l *Lease, sent time.Time, remaining time.Duration
 		defer s.mu.Unlock()
 		if cur, ok := s.leases[l.Key]; ok && cur == l && l.ctx.Err() == nil {
 			s.cfg.Logger.Warn("lease expired locally: no successful heartbeat in time, stopping",
-				"event", "lost", "contract_id", l.Key, "version", l.Version)
+				"event", "lost", s.cfg.KeyAttr, l.Key, "version", l.Version)
 			s.endLocked(l, ErrLeaseExpired)
 		}
 	})}
@@ -325,7 +322,7 @@ func (s *Service) Beat(ctx context.Context) {
 	cancel()
 	latency := s.cfg.Clock.Since(sent)
 
-	if err != nil && ctx.Err() == nil && unknownOutcome(err) {
+	if err != nil && ctx.Err() == nil && dberr.UnknownOutcome(err) {
 		s.cfg.Logger.Warn("heartbeat outcome unknown, re-reading leases", "error", err, "leases", len(leases))
 		sent2 := s.cfg.Clock.Now()
 		ictx, cancel := context.WithTimeout(ctx, timeout)
@@ -370,7 +367,7 @@ func (s *Service) Beat(ctx context.Context) {
 		r, ok := byKey[l.Lease]
 		if !ok {
 			s.cfg.Logger.Warn("partition lost: heartbeat found it owned by another claim",
-				"event", "lost", "contract_id", l.Key, "version", l.Version)
+				"event", "lost", s.cfg.KeyAttr, l.Key, "version", l.Version)
 			s.endLocked(l, ErrOwnershipLost)
 			continue
 		}
@@ -398,7 +395,7 @@ func (s *Service) applyInspect(snapshot []*Lease, held []partition.Held, sent ti
 		remaining, ok := byKey[l.Lease]
 		if !ok {
 			s.cfg.Logger.Warn("partition lost: re-read found it owned by another claim",
-				"event", "lost", "contract_id", l.Key, "version", l.Version)
+				"event", "lost", s.cfg.KeyAttr, l.Key, "version", l.Version)
 			s.endLocked(l, ErrOwnershipLost)
 			continue
 		}
@@ -426,12 +423,4 @@ func isClosed(c chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// unknownOutcome reports whether err leaves it open whether the statement
-// applied. A server-reported error means the statement was rolled back; a
-// connection failure or a timeout on our side after sending does not say.
-func unknownOutcome(err error) bool {
-	var pgErr *pgconn.PgError
-	return !errors.As(err, &pgErr)
 }

@@ -1,7 +1,9 @@
 package heartbeat_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -127,6 +129,30 @@ func TestLostLeaseCancelsWithCause(t *testing.T) {
 	}
 	if n := len(s.Held()); n != 1 {
 		t.Fatalf("%d leases tracked after the loss, want 1", n)
+	}
+}
+
+// A lost lease is logged under the configured key attribute.
+func TestLostLeaseLogsTheKeyAttr(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	var logged bytes.Buffer
+	s, err := heartbeat.New(&fakeRenewer{stolen: map[string]bool{"c-17": true}}, heartbeat.Config{
+		Clock: clock, KeyAttr: "contract_id",
+		Logger: slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s.Track(ctx, partition.Lease{Key: "c-17", Version: 1}, clock.Now(), false)
+	s.Beat(ctx)
+	var line map[string]any
+	if err := json.Unmarshal(logged.Bytes(), &line); err != nil {
+		t.Fatalf("log %q: %v", logged.String(), err)
+	}
+	if line["contract_id"] != "c-17" || line["event"] != "lost" {
+		t.Errorf("log line %v; want event lost with contract_id c-17", line)
 	}
 }
 

@@ -21,9 +21,9 @@ import (
 // a 64-bit integer).
 const loadLockKey int64 = 0x626174_6f6e2d6c64
 
-// DefaultMaxListed is the number of problems an *InvalidInputError lists
+// MaxListedDefault is the number of problems an *InvalidInputError lists
 // when Options.MaxListed is zero.
-const DefaultMaxListed = 20
+const MaxListedDefault = 20
 
 const progressEvery = 100_000
 
@@ -43,7 +43,7 @@ type Options struct {
 	// allowed with it. It is written only if the load commits.
 	RejectPath string
 	// MaxListed caps the problems listed in an *InvalidInputError.
-	// Zero means DefaultMaxListed.
+	// Zero means MaxListedDefault.
 	MaxListed int
 	// Progress, if set, is called about every 100,000 rows read from an
 	// input file, and once more at its end, with the stage ("tiers" or
@@ -109,7 +109,7 @@ func Load(ctx context.Context, db *bun.DB, opts Options) (Report, error) {
 		return Report{}, fmt.Errorf("loading: %w", err)
 	}
 	if opts.MaxListed == 0 {
-		opts.MaxListed = DefaultMaxListed
+		opts.MaxListed = MaxListedDefault
 	}
 	if opts.maxGross == 0 {
 		opts.maxGross = math.MaxInt64

@@ -83,7 +83,7 @@ func newLoadCmd(g *globals) *cobra.Command {
 	f.StringVar(&opts.RecordsPath, "records", "", "records CSV (contract_id,record_id,amount_minor)")
 	f.BoolVar(&opts.SkipInvalid, "skip-invalid", false, "load the valid rows and write the invalid ones to --reject-file")
 	f.StringVar(&opts.RejectPath, "reject-file", "", "where --skip-invalid writes rejected rows with their reasons")
-	f.IntVar(&opts.MaxListed, "max-errors", ingest.DefaultMaxListed, "invalid rows listed in the error (all are counted)")
+	f.IntVar(&opts.MaxListed, "max-errors", ingest.MaxListedDefault, "invalid rows listed in the error (all are counted)")
 	return cmd
 }
 

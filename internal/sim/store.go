@@ -15,9 +15,9 @@ const (
 )
 
 // errKind is what a client sees as a statement's outcome. It mirrors how
-// the real code classifies errors: unknownOutcome is "not a server error"
-// (heartbeat.unknownOutcome, distributor.unknownOutcome) and transient is
-// distributor.isTransient.
+// the real code classifies errors (package internal/dberr): unknownOutcome
+// is dberr.UnknownOutcome ("not a server error") and transient is
+// dberr.Transient.
 type errKind uint8
 
 const (
@@ -47,7 +47,7 @@ func (e errKind) unknownOutcome() bool {
 	return e == errNet || e == errTimeout || e == errCanceled || e == errAbandoned
 }
 
-// transient mirrors distributor.isTransient.
+// transient mirrors dberr.Transient.
 func (e errKind) transient() bool {
 	switch e {
 	case errNet, errTimeout, errLockTimeout, errStmtTimeout, errShutdown, errCheckpointMoved:

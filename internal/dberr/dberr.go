@@ -1,0 +1,62 @@
+// Package dberr classifies the errors of database statements the way the
+// protocol needs them classified, in one place for every service that
+// writes task rows (distributor, heartbeat):
+//
+//   - UnknownOutcome: the statement may or may not have applied (the
+//     server did not report an error; the connection failed or our side
+//     gave up after sending). The caller re-reads what it wrote.
+//   - Transient: the error says nothing about the data (connection loss,
+//     timeouts, lock conflicts, a server going away, a checkpoint moved by
+//     a late commit of the same claim), so the work is retried rather than
+//     counted as a failure.
+package dberr
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"net"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/batonhq/baton/partition"
+)
+
+// UnknownOutcome reports whether err leaves it open whether the statement
+// applied. A server-reported error means the statement was rolled back; a
+// connection failure or a timeout on our side after sending does not say.
+func UnknownOutcome(err error) bool {
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr)
+}
+
+// Transient reports errors that say nothing about the data: the connection
+// or server went away, or a timeout or lock conflict hit.
+func Transient(err error) bool {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	if errors.Is(err, partition.ErrCheckpointMoved) {
+		return true // an earlier commit of ours applied late: retry from the new checkpoint
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case len(pgErr.Code) >= 2 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53"):
+			return true // connection exception, operator intervention (shutdown, cancel, timeout), resources
+		case pgErr.Code == "40001" || pgErr.Code == "40P01" || pgErr.Code == "55P03":
+			return true // serialization failure, deadlock, lock timeout
+		case pgErr.Code == "25P03":
+			return true // idle_in_transaction_session_timeout ended the session
+		}
+		return false
+	}
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, pgx.ErrTxClosed)
+}
