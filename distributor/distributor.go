@@ -522,7 +522,9 @@ func (d *Distributor) claimLoop() {
 		if roundErr != nil {
 			delay := min(backoff(d.cfg.Backoff, d.cfg.MaxBackoff, failures), d.cfg.PollInterval)
 			failures++
-			d.log.Warn("claim round failed", "error", roundErr, "failures", failures, "retry_in", delay)
+			d.emit(Event{Kind: EventClaimRoundFailed, Err: roundErr, Attempts: failures})
+			d.log.Warn("claim round failed", "event", string(EventClaimRoundFailed), "error", roundErr,
+				"failures", failures, "retry_in", delay)
 			retry = d.cfg.Clock.After(delay)
 		} else {
 			failures = 0

@@ -3,7 +3,7 @@ package distributor_test
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -17,6 +17,7 @@ import (
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -290,17 +291,13 @@ func TestGracefulLeaveRaisesOthersShareAtOnce(t *testing.T) {
 	e.addWork(1_000_000, keys("g", 12)...)
 	waitHeld := func(what string, want map[string]int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			held := e.heldBy()
-			if maps.Equal(held, want) {
-				return
+		// The task table offers no notification: poll it.
+		testutil.Eventually(t, 10*time.Second, what, func() error {
+			if held := e.heldBy(); !maps.Equal(held, want) {
+				return fmt.Errorf("held %v, want %v", held, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: held %v, want %v", what, held, want)
-			}
-			time.Sleep(20 * time.Millisecond) // the task table offers no notification
-		}
+			return nil
+		})
 	}
 	waitHeld("shares at start", map[string]int{"x": 4, "y": 4, "z": 4})
 
@@ -363,10 +360,9 @@ func TestLockModeNewWorkOnCaughtUpPartition(t *testing.T) {
 func TestFailedClaimRoundIsRetried(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ev, logs := newEvents(), newLogWatch()
+	ev := newEvents()
 	cfg := fastConfig("w", ev)
 	cfg.PollInterval = time.Hour // no poll can rescue it
-	cfg.Logger = slog.New(logs)
 	e.start(cfg, newProc())
 	// Once listening, the worker has looked for work once and found none.
 	pgtest.WaitForStatement(t, e.db, "LISTEN ")
@@ -386,7 +382,13 @@ func TestFailedClaimRoundIsRetried(t *testing.T) {
 	}
 	// Rounds already under way (the start, the wake once listening, the
 	// notification) fail at most three times; a fourth failure is a retry.
-	logs.wait(t, 20*time.Second, "claim round failed", 4)
+	failed := 0
+	ev.wait(t, 20*time.Second, "a fourth failed claim round", func(x distributor.Event) bool {
+		if x.Kind == distributor.EventClaimRoundFailed {
+			failed++
+		}
+		return failed == 4
+	})
 	// The work appears without a notification: only a retry finds it.
 	if _, err := tx.ExecContext(ctx, `INSERT INTO tasks (partition_key, available) VALUES ('p', 5)`); err != nil {
 		t.Fatal(err)
@@ -458,28 +460,19 @@ func TestThreeWorkersShareThirtyPartitionsFairly(t *testing.T) {
 		}
 	}
 	// ...and hands back its surplus until each holds 10.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		held := e.heldBy()
-		if held["x"] == 10 && held["y"] == 10 && held["z"] == 10 {
-			break
+	testutil.Eventually(t, 20*time.Second, "shares settle at 10/10/10", func() error {
+		if held := e.heldBy(); held["x"] != 10 || held["y"] != 10 || held["z"] != 10 {
+			return fmt.Errorf("held %v", held)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("shares did not settle at 10/10/10: %v", held)
-		}
-		select {
-		case <-evs[1].changed():
-		case <-evs[2].changed():
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 	// x gave up its surplus cooperatively, and never more than it (no
 	// churn). On a loaded machine some may instead have been lost (lease
 	// expiry, a release or batch that timed out); together they account
 	// for the 20.
 	// x's own account of a loss may trail the database by a moment.
 	var handedBack, lost int
-	accounted := time.After(10 * time.Second)
+	accounted := time.After(testutil.WaitTimeout(10 * time.Second))
 	for waiting := true; waiting; {
 		changed := evs[0].changed()
 		handedBack = evs[0].count(func(x distributor.Event) bool {

@@ -17,6 +17,11 @@ const (
 	EventFenced      EventKind = "fenced"      // a commit was rejected by the fence
 	EventFailed      EventKind = "failed"      // a batch failed; the partition backs off (Attempts, Err)
 	EventQuarantined EventKind = "quarantined" // a partition failed MaxAttempts times
+
+	// EventClaimRoundFailed: a claim round (cluster load, candidates,
+	// claim) failed and is retried after a back-off (Err; Attempts counts
+	// consecutive failures).
+	EventClaimRoundFailed EventKind = "claim_round_failed"
 )
 
 // Event is one protocol event, passed to Config.OnEvent.

@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -135,6 +136,7 @@ func (e *events) add(ev distributor.Event) {
 // wait blocks until match holds for some event, or fails the test.
 func (e *events) wait(t *testing.T, timeout time.Duration, what string, match func(distributor.Event) bool) distributor.Event {
 	t.Helper()
+	timeout = testutil.WaitTimeout(timeout)
 	deadline := time.After(timeout)
 	seen := 0
 	for {
@@ -235,8 +237,8 @@ func waitDone(t *testing.T, d *distributor.Distributor, timeout time.Duration) e
 	select {
 	case <-d.Done():
 		return d.Err()
-	case <-time.After(timeout):
-		t.Fatalf("distributor did not finish within %s", timeout)
+	case <-time.After(testutil.WaitTimeout(timeout)):
+		t.Fatalf("distributor did not finish within %s", testutil.WaitTimeout(timeout))
 		return nil
 	}
 }
@@ -244,57 +246,6 @@ func waitDone(t *testing.T, d *distributor.Distributor, timeout time.Duration) e
 func openNamed(t *testing.T, dsn, app string, conns int) *bun.DB {
 	t.Helper()
 	return pgtest.Open(t, dsn, dbconn.Options{ApplicationName: app, MaxOpenConns: conns})
-}
-
-// logWatch is a slog handler that keeps warnings and errors so a test can
-// wait for the worker to report a failure.
-type logWatch struct {
-	mu   sync.Mutex
-	msgs []string
-	cond chan struct{}
-}
-
-func newLogWatch() *logWatch { return &logWatch{cond: make(chan struct{})} }
-
-func (w *logWatch) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (w *logWatch) WithAttrs([]slog.Attr) slog.Handler           { return w }
-func (w *logWatch) WithGroup(string) slog.Handler                { return w }
-
-func (w *logWatch) Handle(_ context.Context, r slog.Record) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, r.Message)
-	if os.Getenv("TEST_LOG") != "" {
-		fmt.Fprintf(os.Stderr, "%s %s %s\n", r.Time.Format("15:04:05.000"), r.Level, r.Message)
-	}
-	close(w.cond)
-	w.cond = make(chan struct{})
-	return nil
-}
-
-// wait blocks until msg has been logged n times, or fails the test.
-func (w *logWatch) wait(t *testing.T, timeout time.Duration, msg string, n int) {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		w.mu.Lock()
-		seen := 0
-		for _, m := range w.msgs {
-			if m == msg {
-				seen++
-			}
-		}
-		ch := w.cond
-		w.mu.Unlock()
-		if seen >= n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("timed out after %s waiting for the log message %q %d times (seen %d)", timeout, msg, n, seen)
-		}
-	}
 }
 
 // heldBy returns how many partitions each worker name holds, leaving out

@@ -8,6 +8,7 @@ import (
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -52,7 +53,7 @@ func TestLateCommitOfOwnClaimIsAMovedCheckpoint(t *testing.T) {
 	var b *distributor.Batch
 	select {
 	case b = <-fenced:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.WaitTimeout(30 * time.Second)):
 		t.Fatal("no batch started")
 	}
 	if b.Checkpoint.Position != 0 {

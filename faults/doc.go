@@ -9,7 +9,7 @@
 // the right amounts, no worker exiting non-zero unless it was killed.
 //
 // A short randomized run is part of every "go test ./..."; its seed is
-// printed, and BATON_FAULTS_SEED=<seed> replays it. "go test ./faults -long"
+// printed, and BATON_SEED=<seed> replays it. "go test ./faults -long"
 // (or BATON_FAULTS_LONG=1) runs larger data, more faults and several
 // schedules per scenario for soak use. The suite prints a summary: schedules
 // run, faults injected, records checked, discrepancies, takeover time

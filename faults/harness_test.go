@@ -26,6 +26,7 @@ import (
 	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/pricing"
 	"github.com/batonhq/baton/seed"
@@ -66,24 +67,11 @@ func schedules() int {
 	return 1
 }
 
-// scenarioSeed returns the seed of a run: random unless BATON_FAULTS_SEED
-// is set, and always logged for replay.
+// scenarioSeed returns the seed of a run (testutil.Seed: random unless
+// BATON_SEED is set, logged for replay).
 func scenarioSeed(t *testing.T) uint64 {
 	t.Helper()
-	s := uint64(time.Now().UnixNano())
-	if v := os.Getenv("BATON_FAULTS_SEED"); v != "" {
-		var err error
-		if s, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("BATON_FAULTS_SEED: %v", err)
-		}
-	}
-	t.Logf("seed %d (replay: BATON_FAULTS_SEED=%d go test ./faults -run '%s')", s, s, t.Name())
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("FAILED with seed %d: replay with BATON_FAULTS_SEED=%d", s, s)
-		}
-	})
-	return s
+	return uint64(testutil.Seed(t))
 }
 
 // Timings of the workers under test.

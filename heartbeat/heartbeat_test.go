@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -176,7 +177,7 @@ func TestLocalDeadlineStopsCutOffWorker(t *testing.T) {
 	clock.Advance(time.Second) // 8s: stale_after − margin
 	select {
 	case <-l.Context().Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(testutil.WaitTimeout(5 * time.Second)):
 		t.Fatal("lease not cancelled at its local deadline")
 	}
 	if !errors.Is(context.Cause(l.Context()), heartbeat.ErrLeaseExpired) {
@@ -300,13 +301,13 @@ func TestStartStopRenewsOnTicks(t *testing.T) {
 			if n != 1 {
 				t.Fatalf("tick %d renewed %d leases, want 1", i+1, n)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(testutil.WaitTimeout(5 * time.Second)):
 			t.Fatalf("tick %d did not renew", i+1)
 		}
 	}
 	select {
 	case <-l.Confirmed():
-	case <-time.After(5 * time.Second):
+	case <-time.After(testutil.WaitTimeout(5 * time.Second)):
 		t.Fatal("not confirmed after 3 ticks")
 	}
 	s.Stop()

@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/pricer"
 )
 
@@ -158,7 +159,7 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 			case <-commits:
 			case <-d.Done(): // the round finished everything that was left
 				break wait
-			case <-time.After(30 * time.Second):
+			case <-time.After(testutil.WaitTimeout(30 * time.Second)):
 				t.Fatal("no batch committed")
 			}
 		}

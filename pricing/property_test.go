@@ -4,27 +4,20 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"testing"
 
+	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/pricing"
 )
 
-// propertySeed is the default seed of TestBatchingProperty. Set
-// PRICING_SEED to run another seed as well.
+// propertySeed is the fixed seed of TestBatchingProperty; every run also
+// tries a seed of its own (testutil.Seed: BATON_SEED replays one).
 const propertySeed uint64 = 0x6261746f6e
 
 func TestBatchingProperty(t *testing.T) {
 	t.Parallel()
-	seeds := []uint64{propertySeed}
-	if env := os.Getenv("PRICING_SEED"); env != "" {
-		seed, err := strconv.ParseUint(env, 0, 64)
-		if err != nil {
-			t.Fatalf("PRICING_SEED=%q: %v", env, err)
-		}
-		seeds = append(seeds, seed)
-	}
+	seeds := []uint64{propertySeed, uint64(testutil.Seed(t))}
 	trials := 400
 	if testing.Short() {
 		trials = 50
@@ -32,7 +25,6 @@ func TestBatchingProperty(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
 			t.Parallel()
-			t.Logf("seed %d (rerun with PRICING_SEED=%d)", seed, seed)
 			r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 			for trial := range trials {
 				checkTrial(t, r, trial)

@@ -108,14 +108,14 @@
 // # Running and replaying
 //
 //	go test ./internal/sim                                   # ~1200 schedules, new base seed each run
-//	BATON_SIM_SEED=<seed> go test ./internal/sim -run TestSimulatedSchedules -v
+//	BATON_SEED=<seed> go test ./internal/sim -run TestSimulatedSchedules -v
 //	go test ./internal/sim -long                             # soak: 100 × more (or BATON_SIM_LONG=1)
 //	BATON_SIM_LONG=1 BATON_SIM_DURATION=2m go test ./internal/sim -run TestSimulatedSchedules -v -timeout 0
 //
 // Every test logs its base seed; schedule i runs seed base+i. A failure
 // prints the violation (seed, event index, virtual time, invariant), the
 // schedule's configuration, a trace of the steps concerning the partition,
-// and "replay with BATON_SIM_SEED=<seed>". Config.Trace records the full
+// and "replay with BATON_SEED=<seed>". Config.Trace records the full
 // trace of a schedule.
 //
 // # The model is held to the store's contract

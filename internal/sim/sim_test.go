@@ -7,12 +7,13 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/internal/testutil"
 )
 
 var long = flag.Bool("long", false, "soak mode: run 100 times more simulated schedules, or until BATON_SIM_DURATION")
@@ -30,17 +31,9 @@ func TestMain(m *testing.M) {
 
 func soak() bool { return *long || os.Getenv("BATON_SIM_LONG") == "1" }
 
-// baseSeed is BATON_SIM_SEED, or a new seed per run.
-func baseSeed(t *testing.T) int64 {
-	if v := os.Getenv("BATON_SIM_SEED"); v != "" {
-		s, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			t.Fatalf("BATON_SIM_SEED=%q: %v", v, err)
-		}
-		return s
-	}
-	return time.Now().UnixNano() & (1<<62 - 1)
-}
+// baseSeed is the run's base seed (testutil.Seed: BATON_SEED, or a new
+// one); schedule i runs seed base+i.
+func baseSeed(t *testing.T) int64 { return testutil.Seed(t) }
 
 type summary struct {
 	schedules, events, workers int
@@ -269,7 +262,7 @@ func TestSimulatedSchedules(t *testing.T) {
 			n, deadline = 0, time.Now().Add(d)
 		}
 	}
-	replay := fmt.Sprintf("BATON_SIM_SEED=%d", base)
+	replay := fmt.Sprintf(testutil.SeedEnv+"=%d", base)
 	t.Logf("base seed %d (schedule i uses seed %d+i); replay with %s", base, base, replay)
 	start := time.Now()
 	s := runSchedules(n, deadline, base, defaultMix)
@@ -277,11 +270,11 @@ func TestSimulatedSchedules(t *testing.T) {
 	logSummary(t, s)
 	if s.first != nil {
 		reportViolation(t, s.first, s.firstCfg)
-		rp := fmt.Sprintf("BATON_SIM_SEED=%d", s.first.Seed)
+		rp := fmt.Sprintf(testutil.SeedEnv+"=%d", s.first.Seed)
 		t.Fatalf("%v\nreplay with %s go test ./internal/sim -run TestSimulatedSchedules", s.first, rp)
 	}
 	if s.truncated > 0 {
-		t.Fatalf("%d schedule(s) hit MaxEvents; replay with BATON_SIM_SEED=%d", s.truncated, base)
+		t.Fatalf("%d schedule(s) hit MaxEvents; replay with "+testutil.SeedEnv+"=%d", s.truncated, base)
 	}
 }
 
@@ -297,7 +290,7 @@ func findViolation(n int, base int64, mk func(int64) Config) (*Violation, int) {
 // proves nothing.
 func TestMutationsAreCaught(t *testing.T) {
 	base := baseSeed(t)
-	t.Logf("base seed %d; replay with BATON_SIM_SEED=%d", base, base)
+	t.Logf("base seed %d; replay with "+testutil.SeedEnv+"=%d", base, base)
 	cases := []struct {
 		name       string
 		mut        Mutation
@@ -376,7 +369,7 @@ func TestMutationsAreCaught(t *testing.T) {
 // the fenced position in the checkpoint update (AdvanceCAS) fixes it.
 func TestUnknownCommitOutcomeRace(t *testing.T) {
 	base := baseSeed(t)
-	t.Logf("base seed %d; replay with BATON_SIM_SEED=%d", base, base)
+	t.Logf("base seed %d; replay with "+testutil.SeedEnv+"=%d", base, base)
 	mk := func(fix bool) func(int64) Config {
 		return func(seed int64) Config {
 			c := RandomConfig(seed)
@@ -420,7 +413,7 @@ func TestUnknownCommitOutcomeRace(t *testing.T) {
 // which the default schedules show as latencies above the bound.
 func TestTakeoverBound(t *testing.T) {
 	base := baseSeed(t)
-	t.Logf("base seed %d; replay with BATON_SIM_SEED=%d", base, base)
+	t.Logf("base seed %d; replay with "+testutil.SeedEnv+"=%d", base, base)
 	mk := func(seed int64) Config {
 		c := RandomConfig(seed)
 		c.Mode = ModeLock
