@@ -684,6 +684,7 @@ func TestOwnerFrozenMidTransactionCannotBlockOrCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = tx.Rollback() }()
 	cp, err := partition.NewStore(gdb).Fence(ctx, tx, g.id, g.lease)
 	if err != nil {
 		t.Fatal(err)

@@ -5,11 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// The tests leave no goroutine behind (the server is torn down first).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
 
 // A claim that applied on the server but whose reply was lost is found by
 // the re-read and adopted; a candidate someone else won is not.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jonboulle/clockwork"
+	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/pgtest"
@@ -20,7 +21,8 @@ import (
 	"github.com/batonhq/baton/partition"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// The tests leave no goroutine behind (the server is torn down first).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
 
 // fakeRenewer is a scripted Renewer: it renews every lease it is given
 // unless told to fail, and can be told that a lease belongs to someone else.
@@ -263,16 +265,21 @@ func (r *lossyRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([
 
 func TestValidateRejectsImpossibleTimings(t *testing.T) {
 	t.Parallel()
-	for name, cfg := range map[string]heartbeat.Config{
-		"stale below 3 beats": {Interval: time.Second, StaleAfter: 2 * time.Second},
-		"margin eats lease":   {Interval: time.Second, StaleAfter: 5 * time.Second, SafetyMargin: 4500 * time.Millisecond},
-		"one renewal of room": {Interval: 200 * time.Millisecond, StaleAfter: 800 * time.Millisecond, SafetyMargin: 594 * time.Millisecond},
-		"negative interval":   {Interval: -time.Second},
-		"confirm zero":        {Confirm: -1},
+	for _, tc := range []struct {
+		name string
+		cfg  heartbeat.Config
+	}{
+		{"stale below 3 beats", heartbeat.Config{Interval: time.Second, StaleAfter: 2 * time.Second}},
+		{"margin eats lease", heartbeat.Config{Interval: time.Second, StaleAfter: 5 * time.Second, SafetyMargin: 4500 * time.Millisecond}},
+		{"one renewal of room", heartbeat.Config{Interval: 200 * time.Millisecond, StaleAfter: 800 * time.Millisecond, SafetyMargin: 594 * time.Millisecond}},
+		{"negative interval", heartbeat.Config{Interval: -time.Second}},
+		{"confirm zero", heartbeat.Config{Confirm: -1}},
 	} {
-		if err := cfg.Validate(); err == nil {
-			t.Errorf("%s: Validate() = nil", name)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.cfg.Validate(); err == nil {
+				t.Errorf("Validate(%+v) = nil", tc.cfg)
+			}
+		})
 	}
 }
 

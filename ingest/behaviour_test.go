@@ -27,7 +27,7 @@ func TestOptionsValidate(t *testing.T) {
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in.csv")
 	writeTo(t, in, rh)
-	for _, c := range []struct {
+	for i, c := range []struct {
 		opts Options
 		want string // "" for valid
 	}{
@@ -42,10 +42,12 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{TiersPath: in, RecordsPath: in}, "both as the tiers and as the records file"},
 		{Options{RecordsPath: in, MaxListed: -1}, "MaxListed"},
 	} {
-		err := c.opts.validate()
-		if (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), c.want) {
-			t.Errorf("validate(%+v) = %v, want %q", c.opts, err, c.want)
-		}
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			err := c.opts.validate()
+			if (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), c.want) {
+				t.Errorf("validate(%+v) = %v, want %q", c.opts, err, c.want)
+			}
+		})
 	}
 	// Load checks options before touching the database.
 	if _, err := Load(context.Background(), nil, Options{}); err == nil || !strings.Contains(err.Error(), "nothing to load") {

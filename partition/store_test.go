@@ -11,13 +11,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
+	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// The tests leave no goroutine behind (the server is torn down first).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
 
 // With 100,000 task rows, a claim poll reads the head of the claimable
 // index, not the table. The plans are those of the store's own statements,

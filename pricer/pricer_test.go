@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/export"
@@ -23,7 +24,8 @@ import (
 	"github.com/batonhq/baton/pricer"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// The tests leave no goroutine behind (the server is torn down first).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
 
 const vectors = "../testdata/vectors/"
 

@@ -2,6 +2,7 @@ package pricing_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -128,14 +129,16 @@ func TestRoundedAndExactNet(t *testing.T) {
 		{math.MaxInt64, 8301034833169301226, "8301034833169301226.3000"},
 	}
 	for _, tt := range tests {
-		r, err := s.Rounded(tt.g)
-		if err != nil || r != tt.rounded {
-			t.Errorf("Rounded(%d) = %d, %v; want %d", tt.g, r, err, tt.rounded)
-		}
-		e, err := s.ExactNet(tt.g)
-		if err != nil || e != tt.exact {
-			t.Errorf("ExactNet(%d) = %q, %v; want %q", tt.g, e, err, tt.exact)
-		}
+		t.Run(fmt.Sprintf("gross=%d", tt.g), func(t *testing.T) {
+			r, err := s.Rounded(tt.g)
+			if err != nil || r != tt.rounded {
+				t.Errorf("Rounded(%d) = %d, %v; want %d", tt.g, r, err, tt.rounded)
+			}
+			e, err := s.ExactNet(tt.g)
+			if err != nil || e != tt.exact {
+				t.Errorf("ExactNet(%d) = %q, %v; want %q", tt.g, e, err, tt.exact)
+			}
+		})
 	}
 	if _, err := s.Rounded(-1); !errors.Is(err, pricing.ErrNegativeGross) {
 		t.Errorf("Rounded(-1): err %v, want ErrNegativeGross", err)
@@ -222,11 +225,13 @@ func TestInvalidTierErrorNamesTier(t *testing.T) {
 		{[]pricing.Tier{{-3, 5}}, "pricing: invalid tier schedule: tiers[0] (threshold_minor=-3, discount_bp=5): threshold_minor is negative"},
 		{[]pricing.Tier{{100, 1}, {0, 0}, {100, 2}}, "pricing: invalid tier schedule: tiers[0] and tiers[2] share threshold_minor=100"},
 	}
-	for _, tt := range tests {
-		_, err := pricing.NewSchedule(tt.tiers)
-		if err == nil || err.Error() != tt.want {
-			t.Errorf("NewSchedule(%v): %v; want %q", tt.tiers, err, tt.want)
-		}
+	for i, tt := range tests {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			_, err := pricing.NewSchedule(tt.tiers)
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("NewSchedule(%v): %v; want %q", tt.tiers, err, tt.want)
+			}
+		})
 	}
 }
 

@@ -42,6 +42,19 @@ var (
 // Main runs the tests of a package, tears the server down and exits.
 func Main(m *testing.M) { os.Exit(Run(m)) }
 
+// WithServer wraps m for goleak.VerifyTestMain: running it runs the tests
+// and tears the server down, so that the leak check that follows sees only
+// what the tests left behind.
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
+func WithServer(m *testing.M) Runner { return Runner{m} }
+
+// Runner runs a package's tests with a server; see WithServer.
+type Runner struct{ m *testing.M }
+
+// Run runs the tests and tears the server down.
+func (r Runner) Run() int { return Run(r.m) }
+
 // Run runs the tests of a package, tears the server down and returns the
 // exit code, for a TestMain with work of its own to do afterwards.
 func Run(m *testing.M) int {
