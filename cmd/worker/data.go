@@ -2,12 +2,19 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/export"
 	"github.com/batonhq/baton/ingest"
@@ -21,7 +28,9 @@ func newMigrateCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending schema migrations (safe to run from many processes at once)",
-		Args:  cobra.NoArgs,
+		Example: `  worker migrate
+  DATABASE_URL=postgres://baton@db.example/baton worker migrate`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, false)
 			if err != nil {
@@ -48,13 +57,30 @@ func newLoadCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "load [--tiers FILE] [--records FILE] [--skip-invalid --reject-file FILE]",
 		Short: "Validate and load tiers and/or records (all or nothing by default)",
-		Args:  cobra.NoArgs,
+		Long: `load validates tiers and/or records CSV files and loads them in one
+transaction: by default all or nothing, listing invalid rows as
+FILE:LINE: reason (exit 3). A UTF-8 byte order mark at the start of a file
+is ignored. On a terminal, progress shows the current stage: reading and
+validating each file, then inserting the records, then updating the
+contracts.`,
+		Example: `  worker load --tiers tiers.csv --records records.csv
+  worker load --records more.csv --skip-invalid --reject-file rejected.csv
+  worker load --records records.csv --max-errors 0   # list every invalid row`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.TiersPath == "" && opts.RecordsPath == "" {
 				return usageError("give --tiers, --records or both")
 			}
 			if opts.SkipInvalid != (opts.RejectPath != "") {
 				return usageError("--skip-invalid and --reject-file go together")
+			}
+			for flag, path := range map[string]string{"--tiers": opts.TiersPath, "--records": opts.RecordsPath} {
+				if err := checkInputFile(flag, path); err != nil {
+					return err
+				}
+			}
+			if opts.MaxListed == 0 {
+				opts.MaxListed = math.MaxInt // 0 lists every invalid row
 			}
 			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
 			if err != nil {
@@ -83,68 +109,165 @@ func newLoadCmd(g *globals) *cobra.Command {
 	f.StringVar(&opts.RecordsPath, "records", "", "records CSV (contract_id,record_id,amount_minor)")
 	f.BoolVar(&opts.SkipInvalid, "skip-invalid", false, "load the valid rows and write the invalid ones to --reject-file")
 	f.StringVar(&opts.RejectPath, "reject-file", "", "where --skip-invalid writes rejected rows with their reasons")
-	f.IntVar(&opts.MaxListed, "max-errors", ingest.MaxListedDefault, "invalid rows listed in the error (all are counted)")
+	f.IntVar(&opts.MaxListed, "max-errors", ingest.MaxListedDefault, "invalid rows listed in the error, 0 for all (all are counted either way)")
+	nonNegative(f, "max-errors")
 	return cmd
 }
 
 func newExportCmd(g *globals) *cobra.Command {
 	var out string
+	var complete bool
 	cmd := &cobra.Command{
 		Use:   "export --out FILE",
 		Short: "Write priced records as CSV, ordered by contract id (byte order) then acceptance order",
-		Args:  cobra.NoArgs,
+		Long: `export writes every priced record as CSV. A file is written under a
+temporary name, synced and renamed, so a failed export never leaves a
+truncated file; it gets the usual permissions (0666 less the umask).
+
+Records not yet priced are left out: export says how many on stderr, and
+with --complete fails instead (exit 4) without writing anything.`,
+		Example: `  worker export --out priced.csv
+  worker export --out - | gzip > priced.csv.gz
+  worker run --until-done && worker export --complete --out priced.csv`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return usageError("--out is required (use - for standard output)")
+			}
+			if out != "-" {
+				if st, err := os.Stat(out); err == nil && st.IsDir() {
+					return usageError("--out %s is a directory; give the name of the file to write", out)
+				}
 			}
 			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
+			unpriced, err := countUnpriced(cmd.Context(), db)
+			if err != nil {
+				return err
+			}
+			if unpriced > 0 && complete {
+				return &exitError{exitIncomplete, fmt.Errorf("%d records are not priced yet; nothing was exported (run the workers to completion, or export without --complete)", unpriced)}
+			}
+			var n int64
 			if out == "-" {
 				w := bufio.NewWriterSize(g.stdout, 1<<16)
-				if _, err := export.Write(cmd.Context(), db, w); err != nil {
+				if n, err = export.Write(cmd.Context(), db, w); err != nil {
 					return err
 				}
-				return w.Flush()
+				if err := w.Flush(); err != nil {
+					return err
+				}
+			} else if n, err = exportFile(cmd.Context(), db, out); err != nil {
+				return err
 			}
-			// Write to a temporary file and rename, so a failed export never
-			// leaves a truncated file under the requested name.
-			tmp, err := os.CreateTemp(filepath.Dir(out), ".export-*")
-			if err != nil {
-				return fmt.Errorf("creating %s: %w", out, err)
+			if out != "-" {
+				fmt.Fprintf(g.stderr, "exported %d priced records to %s\n", n, out)
 			}
-			defer os.Remove(tmp.Name())
-			w := bufio.NewWriterSize(tmp, 1<<16)
-			n, err := export.Write(cmd.Context(), db, w)
-			if err == nil {
-				err = w.Flush()
+			if unpriced > 0 {
+				fmt.Fprintf(g.stderr, "warning: %d records are not priced yet and were not exported (--complete fails instead)\n", unpriced)
 			}
-			if err == nil {
-				err = tmp.Close()
-			} else {
-				tmp.Close()
-			}
-			if err != nil {
-				return fmt.Errorf("exporting to %s: %w", out, err)
-			}
-			if err := os.Rename(tmp.Name(), out); err != nil {
-				return fmt.Errorf("exporting to %s: %w", out, err)
-			}
-			fmt.Fprintf(g.stderr, "exported %d priced records to %s\n", n, out)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "output file, or - for standard output")
+	cmd.Flags().BoolVar(&complete, "complete", false, "fail (exit 4) instead of exporting while some records are unpriced")
 	return cmd
+}
+
+// countUnpriced counts the records accepted but not yet priced.
+func countUnpriced(ctx context.Context, db *bun.DB) (int64, error) {
+	parts, _, err := partition.NewStore(db).Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("counting unpriced records: %w", err)
+	}
+	var n int64
+	for _, p := range parts {
+		n += p.Pending
+	}
+	return n, nil
+}
+
+// exportFile writes the export to a temporary file beside out and renames
+// it into place, so a failed export never leaves a truncated file under the
+// requested name. The file is synced before the rename and the directory
+// after it, so a crash cannot leave an empty or missing file behind a
+// reported success.
+func exportFile(ctx context.Context, db *bun.DB, out string) (int64, error) {
+	dir := filepath.Dir(out)
+	tmp, err := createTemp(dir, ".export-")
+	if err != nil {
+		return 0, fmt.Errorf("exporting to %s: %w", out, err)
+	}
+	defer os.Remove(tmp.Name())
+	w := bufio.NewWriterSize(tmp, 1<<16)
+	n, err := export.Write(ctx, db, w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("exporting to %s: %w", out, err)
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return 0, fmt.Errorf("exporting to %s: %w", out, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return n, fmt.Errorf("exporting to %s: syncing its directory: %w", out, err)
+		}
+	}
+	return n, nil
+}
+
+// createTemp creates a new file in dir like os.CreateTemp, but with mode
+// 0666 less the umask, the mode the final file should have.
+func createTemp(dir, prefix string) (*os.File, error) {
+	for range 100 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if os.IsExist(err) {
+			continue
+		}
+		return f, err
+	}
+	return nil, fmt.Errorf("no free temporary name in %s", dir)
+}
+
+// checkInputFile refuses a missing or unreadable input file before the
+// database is contacted.
+func checkInputFile(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return usageError("%s %s: no such file", flag, path)
+	case err != nil:
+		return usageError("%s %s: %v", flag, path, err)
+	case st.IsDir():
+		return usageError("%s %s is a directory, want a CSV file", flag, path)
+	}
+	return nil
 }
 
 func newRetryCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "retry CONTRACT...",
 		Short: "Re-enable quarantined (or backing-off) contracts",
-		Args:  cobra.MinimumNArgs(1),
+		Example: `  worker retry c-17
+  worker status --json | jq -r '.partitions[] | select(.state=="quarantined") | .contract_id' | xargs worker retry`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
 			if err != nil {
@@ -175,11 +298,10 @@ func newSeedCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "seed --contracts N --records-per-contract M [--seed S] [--dir DIR] [--load]",
 		Short: "Generate deterministic synthetic tiers and records CSV (and optionally load them)",
-		Args:  cobra.NoArgs,
+		Example: `  worker seed --contracts 100 --records-per-contract 1000 --dir data
+  worker seed --contracts 10 --records-per-contract 50 --seed 7 --load`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Contracts < 1 || o.RecordsPerContract < 0 {
-				return usageError("--contracts must be ≥ 1 and --records-per-contract ≥ 0")
-			}
 			tiers, records, err := writeSeed(dir, o, newProgress(g.stderr, "generating"))
 			if err != nil {
 				return err
@@ -211,6 +333,8 @@ func newSeedCmd(g *globals) *cobra.Command {
 	f.StringVar(&o.Prefix, "prefix", "c", "contract id prefix")
 	f.StringVar(&dir, "dir", ".", "directory for tiers.csv and records.csv")
 	f.BoolVar(&load, "load", false, "load the generated files into the database")
+	positive(f, "contracts")
+	nonNegative(f, "records-per-contract")
 	return cmd
 }
 

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
@@ -32,7 +36,10 @@ type demoOptions struct {
 func newDemoCmd(g *globals) *cobra.Command {
 	var o demoOptions
 	cmd := &cobra.Command{
-		Use:   "demo",
+		Use: "demo",
+		Example: `  worker demo
+  worker demo --contracts 20 --records-per-contract 500 --kill-at 0.5
+  DATABASE_URL=postgres://baton@db.example/postgres worker demo`,
 		Short: "Show baton end to end: seed, three workers, one killed mid-run, takeover, exact verification",
 		Long: `demo seeds synthetic contracts, starts worker processes, SIGKILLs one part-way
 through, shows the takeover as it happens, and verifies every contract's
@@ -40,7 +47,11 @@ per-record nets against an independent recomputation.
 
 With DATABASE_URL unset it runs a private PostgreSQL from the locally
 installed binaries, in --pg-dir (reused by later runs; --fresh starts over),
-listening on 127.0.0.1 on a free port, stopped when the demo ends.`,
+listening on 127.0.0.1 on a free port, stopped when the demo ends.
+
+With DATABASE_URL set it never touches that database: it creates a
+database of its own on the same server (the role needs CREATEDB), runs
+there, and drops it at the end, also when interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), g, o) },
 	}
@@ -52,12 +63,14 @@ listening on 127.0.0.1 on a free port, stopped when the demo ends.`,
 	f.StringVar(&o.pgDir, "pg-dir", defaultPGDir(), "data directory of the private PostgreSQL (without DATABASE_URL)")
 	f.BoolVar(&o.fresh, "fresh", false, "delete --pg-dir first")
 	f.Uint64Var(&o.seed, "seed", 1, "seed for the synthetic data")
+	positive(f, "contracts", "records-per-contract", "workers")
+	nonNegative(f, "kill-at")
 	return cmd
 }
 
 func runDemo(ctx context.Context, g *globals, o demoOptions) error {
-	if o.workers < 1 || o.contracts < 1 || o.records < 1 {
-		return usageError("--workers, --contracts and --records-per-contract must be ≥ 1")
+	if o.killAt >= 1 {
+		return usageError("--kill-at must be below 1 (a fraction of the records priced), got %g", o.killAt)
 	}
 	out := g.stdout
 	began := time.Now()
@@ -70,7 +83,14 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 		defer stop()
 		g.databaseURL = url
 	} else {
-		fmt.Fprintf(out, "using %s\n", dbconn.Redact(g.databaseURL))
+		url, drop, err := demoDatabase(ctx, g.databaseURL)
+		if err != nil {
+			return err
+		}
+		defer drop()
+		fmt.Fprintf(out, "using a database of its own on the server of %s: %s (dropped at the end)\n",
+			dbconn.Redact(g.databaseURL), dbconn.Redact(url))
+		g.databaseURL = url
 	}
 	db, err := g.open(ctx, dbconn.Options{MaxOpenConns: 4}, false)
 	if err != nil {
@@ -265,4 +285,47 @@ func demoSummary(ctx context.Context, g *globals, db *bun.DB, o demoOptions, tot
 	fmt.Fprintf(out, "  verification        OK: for all %d contracts the per-record nets add up to the contract net\n", sum.Contracts)
 	fmt.Fprintln(out, "                      recomputed independently in SQL, and every record was priced exactly once")
 	return nil
+}
+
+// demoDatabase creates a database of the demo's own on the server of base,
+// and returns its URL and a function that drops it.
+func demoDatabase(ctx context.Context, base string) (string, func(), error) {
+	admin, err := dbconn.Open(base, dbconn.Options{MaxOpenConns: 1, ApplicationName: "baton-demo"})
+	if err != nil {
+		return "", nil, &exitError{exitUsage, err}
+	}
+	name := fmt.Sprintf("baton_demo_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	if _, err := admin.ExecContext(ctx, fmt.Sprintf(`CREATE DATABASE %q TEMPLATE template0`, name)); err != nil {
+		admin.Close()
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" {
+			return "", nil, usageError("the demo runs in a database of its own and cannot create one (%s): grant the role CREATEDB, or unset DATABASE_URL to run a private PostgreSQL", pe.Message)
+		}
+		return "", nil, fmt.Errorf("creating the demo's database on %s: %w", dbconn.Redact(base), dbconn.RedactError(base, err))
+	}
+	drop := func() {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(c, fmt.Sprintf(`DROP DATABASE IF EXISTS %q WITH (FORCE)`, name)); err != nil {
+			slog.Warn("dropping the demo's database failed; drop it by hand", "database", name, "error", err.Error())
+		}
+		admin.Close()
+	}
+	return withDatabase(base, name), drop, nil
+}
+
+// withDatabase returns dsn (URL or key=value form) naming database name.
+func withDatabase(dsn, name string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		if u, err := url.Parse(dsn); err == nil {
+			u.Path = "/" + name
+			q := u.Query()
+			if q.Has("dbname") {
+				q.Set("dbname", name)
+				u.RawQuery = q.Encode()
+			}
+			return u.String()
+		}
+	}
+	return dsn + " dbname=" + name // the last setting of a key wins
 }

@@ -8,11 +8,15 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/redact"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -22,6 +26,7 @@ type globals struct {
 	logFormat   string
 	logLevel    string
 	logger      *slog.Logger
+	redactor    *redact.Redactor // hides database passwords in all output
 	stderr      io.Writer
 	stdout      io.Writer
 }
@@ -38,6 +43,10 @@ func (g *globals) setup(cmd *cobra.Command) error {
 	if g.databaseURL == "" {
 		g.databaseURL = os.Getenv("DATABASE_URL")
 	}
+	if g.redactor == nil {
+		g.redactor = redact.New()
+	}
+	g.redactor.Add(g.databaseURL)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return usageError("--log-level %q: want debug, info, warn or error", g.logLevel)
@@ -45,9 +54,9 @@ func (g *globals) setup(cmd *cobra.Command) error {
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(g.logFormat) {
 	case "text":
-		g.logger = slog.New(slog.NewTextHandler(g.stderr, opts))
+		g.logger = slog.New(g.redactor.Handler(slog.NewTextHandler(g.stderr, opts)))
 	case "json":
-		g.logger = slog.New(slog.NewJSONHandler(g.stderr, opts))
+		g.logger = slog.New(g.redactor.Handler(slog.NewJSONHandler(g.stderr, opts)))
 	default:
 		return usageError("--log-format %q: want text or json", g.logFormat)
 	}
@@ -74,8 +83,65 @@ func (g *globals) open(ctx context.Context, opts dbconn.Options, checkSchema boo
 	if checkSchema {
 		if err := schema.Check(ctx, db); err != nil {
 			db.Close()
-			return nil, fmt.Errorf("checking schema of %s: %w", dbconn.Redact(g.databaseURL), err)
+			err = fmt.Errorf("checking schema of %s: %w", dbconn.Redact(g.databaseURL), err)
+			if errors.Is(err, schema.ErrOutdated) || errors.Is(err, schema.ErrTooNew) {
+				return nil, &exitError{exitUsage, err}
+			}
+			return nil, err
 		}
 	}
 	return db, nil
+}
+
+// openWaiting is open with a wait: while the database does not answer it
+// retries with back-off (1s doubling to 15s) for up to wait, saying so once.
+// Errors no retry can fix (bad URL, authentication, an unknown database, a
+// schema mismatch) fail at once.
+func (g *globals) openWaiting(ctx context.Context, opts dbconn.Options, wait time.Duration) (*bun.DB, error) {
+	deadline := time.Now().Add(wait)
+	delay := time.Second
+	warned := false
+	for {
+		db, err := g.open(ctx, opts, true)
+		if err == nil {
+			if warned {
+				g.logger.Info("database reachable", "event", "database_reachable")
+			}
+			return db, nil
+		}
+		if !retryable(err) || time.Now().Add(delay).After(deadline) {
+			return nil, err
+		}
+		if !warned {
+			g.logger.Warn("database not ready, waiting for it", "event", "database_unreachable",
+				"error", err.Error(), "wait", wait.String())
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 15*time.Second)
+	}
+}
+
+// retryable reports whether waiting may cure err: the server is down,
+// starting, or unreachable, rather than refusing this client.
+func retryable(err error) bool {
+	if errors.Is(err, schema.ErrOutdated) {
+		return true // a migration may be running beside this start
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code[:2] {
+		case "28", "3D": // authentication, unknown database
+			return false
+		}
+	}
+	return true
 }

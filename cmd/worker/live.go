@@ -6,27 +6,37 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // liveView renders a status snapshot: redrawn in place on a terminal, a
-// line per second elsewhere.
+// line per second elsewhere. On a terminal every line is cut to the
+// terminal's width, so nothing wraps and a redraw always overwrites exactly
+// what the previous one drew, and the contract list is cut to its height
+// with an "N more" line.
 type liveView struct {
 	w      io.Writer
 	tty    bool
+	screen bool // redraw from the top of the screen (status --watch) rather than in place below earlier output
 	lines  int
 	notes  []string
+	alert  string // shown above everything while set (e.g. database unreachable)
 	last   time.Time
 	prevAt time.Time
 	prev   int64
 	rate   float64
-	rows   int // contracts shown on a terminal
+	rows   int // at most this many contracts are listed
 	// per-contract rates between consecutive draws
 	seen   map[string]int64
 	seenAt time.Time
 	rates  map[string]float64
+	// size returns the terminal's width and height (0 when unknown).
+	size func() (int, int)
 }
 
-func newLiveView(w io.Writer) *liveView { return &liveView{w: w, tty: isTerminal(w), rows: 8} }
+func newLiveView(w io.Writer) *liveView {
+	return &liveView{w: w, tty: isTerminal(w), rows: 8, size: func() (int, int) { return terminalSize(w) }}
+}
 
 func (v *liveView) note(s string) {
 	stamp := time.Now().Format("15:04:05.000")
@@ -37,12 +47,48 @@ func (v *liveView) note(s string) {
 	fmt.Fprintf(v.w, "%s  %s\n", stamp, s)
 }
 
+// bar draws done/total as a bar of width cells; any input is safe.
 func bar(done, total int64, width int) string {
-	if total <= 0 {
-		return strings.Repeat("█", width)
+	width = max(width, 0)
+	n := width
+	if total > 0 {
+		done = min(max(done, 0), total)
+		n = int(float64(width) * float64(done) / float64(total))
 	}
-	n := int(int64(width) * done / total)
+	n = min(max(n, 0), width)
 	return strings.Repeat("█", n) + strings.Repeat("░", width-n)
+}
+
+// stateOrder lists the states, held ones first (what is being worked on
+// now), then the backlog.
+var stateOrder = []string{"active", "caught_up", "stale", "backoff", "quarantined", "pending", "done"}
+
+func stateRank(s string) int {
+	for i, x := range stateOrder {
+		if x == s {
+			return i
+		}
+	}
+	return len(stateOrder)
+}
+
+// byState formats the state counts in stateOrder: "active 3, done 10".
+func byState(m map[string]int) string {
+	var parts []string
+	for _, s := range stateOrder {
+		if m[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", s, m[s]))
+		}
+	}
+	for s, n := range m { // states this binary does not know, if any
+		if stateRank(s) == len(stateOrder) && n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", s, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
@@ -50,7 +96,9 @@ func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
 	if v.seen != nil && now.Sub(v.seenAt) > 0 {
 		v.rates = map[string]float64{}
 		for _, p := range s.Partitions {
-			v.rates[p.ContractID] = float64(p.Processed-v.seen[p.ContractID]) / now.Sub(v.seenAt).Seconds()
+			if before, ok := v.seen[p.ContractID]; ok {
+				v.rates[p.ContractID] = max(0, float64(p.Processed-before)/now.Sub(v.seenAt).Seconds())
+			}
 		}
 	}
 	v.seen, v.seenAt = map[string]int64{}, now
@@ -58,7 +106,7 @@ func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
 		v.seen[p.ContractID] = p.Processed
 	}
 	if !v.prevAt.IsZero() && now.Sub(v.prevAt) >= 500*time.Millisecond {
-		v.rate = float64(s.Totals.Processed-v.prev) / now.Sub(v.prevAt).Seconds()
+		v.rate = max(0, float64(s.Totals.Processed-v.prev)/now.Sub(v.prevAt).Seconds())
 		v.prev, v.prevAt = s.Totals.Processed, now
 	} else if v.prevAt.IsZero() {
 		v.prev, v.prevAt = s.Totals.Processed, now
@@ -72,51 +120,122 @@ func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
 		}
 		return
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%6.1fs  %s %3d%%  %d/%d records priced  %.0f records/s\n",
-		elapsed.Seconds(), bar(s.Totals.Processed, total, 30), pct(s.Totals.Processed, total), s.Totals.Processed, total, v.rate)
-	fmt.Fprintf(&b, "workers:%s   contracts by state: %v\n", workerSummary(s), s.Totals.ByState)
-	// The busiest contracts, with their owners.
+	width, height := v.size()
+	if width <= 0 {
+		width = 80
+	}
+	var lines []string
+	if v.alert != "" {
+		lines = append(lines, v.alert)
+	}
+	lines = append(lines,
+		fmt.Sprintf("%6.1fs %s %3d%%  %d/%d priced  %.0f/s", elapsed.Seconds(), bar(s.Totals.Processed, total, 20),
+			pct(s.Totals.Processed, total), s.Totals.Processed, total, v.rate),
+		fmt.Sprintf("workers %d:%s", len(s.Workers), workerSummary(s)),
+		"contracts: "+byState(s.Totals.ByState),
+	)
 	parts := append([]partitionJSON(nil), s.Partitions...)
-	// Held contracts first (what is being worked on now), then the backlog.
-	rank := map[string]int{"active": 0, "caught_up": 1, "stale": 2, "backoff": 3, "quarantined": 4, "pending": 5, "done": 6}
 	sort.SliceStable(parts, func(i, j int) bool {
-		if ri, rj := rank[parts[i].State], rank[parts[j].State]; ri != rj {
+		if ri, rj := stateRank(parts[i].State), stateRank(parts[j].State); ri != rj {
 			return ri < rj
 		}
 		return parts[i].Pending > parts[j].Pending
 	})
+	// Room for the contract rows: the terminal height less the lines
+	// above, the notes, the "N more" line and the cursor's line.
 	rows := v.rows
-	if h := terminalRows(v.w); h > 0 {
-		// Header lines, notes and the cursor line must fit as well.
-		rows = max(0, min(rows, h-3-len(v.notes)))
-	}
-	for _, p := range parts[:min(rows, len(parts))] {
-		owner := "-"
-		if p.Owner != nil {
-			owner = *p.Owner
+	if height > 0 {
+		rows = height - len(lines) - 1 - len(v.notes) - 1
+		if !v.screen {
+			rows = min(rows, v.rows)
 		}
-		fmt.Fprintf(&b, "  %-14s %s %-11s %-10s %7.0f/s %8d left\n", p.ContractID, bar(p.Processed, p.Processed+p.Pending, 16),
-			p.State, owner, v.rates[p.ContractID], p.Pending)
 	}
-	for _, n := range v.notes {
-		fmt.Fprintln(&b, n)
+	// The contract section: a header, the rows that fit, and a last line
+	// saying how many more there are when not all fit.
+	if r := max(0, rows) - 1; r > 0 && len(parts) > 0 {
+		shown := len(parts)
+		if shown > r {
+			shown = r - 1
+		}
+		lines = append(lines, contractHeader(width))
+		for _, p := range parts[:shown] {
+			lines = append(lines, contractLine(p, v.rates[p.ContractID], width))
+		}
+		if more := len(parts) - shown; more > 0 {
+			lines = append(lines, fmt.Sprintf("  … %d more contracts (worker status lists them all)", more))
+		}
 	}
-	if v.lines > 0 {
-		fmt.Fprintf(v.w, "\033[%dA", v.lines)
+	lines = append(lines, v.notes...)
+	var b strings.Builder
+	if v.screen {
+		b.WriteString("\033[H")
+	} else if v.lines > 0 {
+		fmt.Fprintf(&b, "\033[%dA\r", v.lines)
 	}
-	text := b.String()
-	fmt.Fprint(v.w, strings.ReplaceAll(text, "\n", "\033[K\n"))
-	v.lines = strings.Count(text, "\n")
+	for _, l := range lines {
+		b.WriteString(fit(l, width-1))
+		b.WriteString("\033[K\n")
+	}
+	if v.screen {
+		b.WriteString("\033[J")
+	}
+	fmt.Fprint(v.w, b.String())
+	v.lines = len(lines)
+}
+
+// contract row layout: id, state, owner, bar, rate, records left.
+const (
+	colState = 11
+	colOwner = 12
+	colBar   = 10
+	colRate  = 7
+	colLeft  = 9
+)
+
+func idWidth(width int) int {
+	return max(8, width-1-2-(colState+1)-(colOwner+1)-(colBar+1)-(colRate+3)-(colLeft+5)-1)
+}
+
+func contractHeader(width int) string {
+	return fmt.Sprintf("  %-*s %-*s %-*s %-*s %*s   %*s", idWidth(width), "CONTRACT", colState, "STATE",
+		colOwner, "OWNER", colBar, "PROGRESS", colRate, "RATE", colLeft, "LEFT")
+}
+
+func contractLine(p partitionJSON, rate float64, width int) string {
+	owner := "-"
+	if p.Owner != nil {
+		owner = *p.Owner
+	}
+	id := idWidth(width)
+	return fmt.Sprintf("  %s %s %s %s %*.0f/s %*d left", pad(p.ContractID, id), pad(p.State, colState),
+		pad(owner, colOwner), bar(p.Processed, p.Processed+p.Pending, colBar), colRate, rate, colLeft, p.Pending)
+}
+
+// fit cuts s to at most n characters (runes), ending a cut line with "…".
+func fit(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// pad fits s into exactly n characters.
+func pad(s string, n int) string {
+	s = fit(s, n)
+	return s + strings.Repeat(" ", max(0, n-utf8.RuneCountInString(s)))
 }
 
 func (v *liveView) finish() {}
 
 func pct(a, b int64) int64 {
-	if b == 0 {
+	if b <= 0 {
 		return 100
 	}
-	return 100 * a / b
+	return int64(100 * float64(min(max(a, 0), b)) / float64(b))
 }
 
 func workerSummary(s statusJSON) string {

@@ -27,6 +27,9 @@ func defaultPGDir() string {
 // returns the URL of a freshly created database named name.
 func privateDatabase(ctx context.Context, g *globals, dir, name string, fresh bool) (string, func(), error) {
 	if fresh {
+		if pid := pglocal.InUse(dir); pid != 0 {
+			return "", nil, usageError("--fresh: %s is used by a running PostgreSQL server (pid %d), perhaps another demo; wait for it to finish or choose another --pg-dir", dir, pid)
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			return "", nil, fmt.Errorf("removing %s: %w", dir, err)
 		}

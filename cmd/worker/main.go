@@ -13,21 +13,38 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/ingest"
+	"github.com/batonhq/baton/internal/redact"
 )
 
-// Exit codes.
+// Exit codes, as the README's table documents them.
 const (
 	exitFailure    = 1
 	exitUsage      = 2
 	exitBadInput   = 3
 	exitIncomplete = 4
 )
+
+// exitCodesHelp is the exit-code table shown by --help.
+const exitCodesHelp = `Exit codes:
+  0  success
+  1  failure: the database failed or is unreachable, verification failed,
+     an output file could not be written, or a second signal cut a
+     graceful stop short
+  2  bad usage or configuration: unknown command or flag, a missing or
+     extra argument, a flag value out of range, a missing input file, no
+     or a malformed database URL, a schema this binary does not match
+  3  invalid input: rows of the input files break the rules (nothing was
+     loaded)
+  4  work left: contracts are quarantined (run --until-done), or records
+     are unpriced (export --complete)`
 
 type exitError struct {
 	code int
@@ -45,9 +62,24 @@ func main() {
 	os.Exit(execute(os.Args[1:]))
 }
 
-func execute(args []string) int {
+// execute runs the CLI and returns its exit code. Everything it writes to
+// stderr (errors, logs, a panic) goes through one redactor, so no database
+// password can appear in it.
+func execute(args []string) (code int) {
+	red := redact.New(os.Getenv("DATABASE_URL"))
+	red.Add(databaseURLArgs(args)...)
+	stderr := red.Writer(os.Stderr)
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "worker: internal error: %v\n%s", r, debug.Stack())
+			code = exitFailure
+		}
+	}()
 	root, g := newRoot()
+	g.redactor = red
 	root.SetArgs(args)
+	root.SetOut(os.Stdout)
+	root.SetErr(stderr)
 	ctx, stop := signalContext()
 	defer stop()
 	err := root.ExecuteContext(ctx)
@@ -57,8 +89,13 @@ func execute(args []string) int {
 	if g.logger != nil && g.logFormat == "json" {
 		g.logger.Error("command failed", "event", "error", "error", err.Error())
 	} else {
-		fmt.Fprintln(os.Stderr, "worker:", err)
+		fmt.Fprintln(stderr, "worker:", err)
 	}
+	return exitCode(err)
+}
+
+// exitCode maps an error to the documented exit codes.
+func exitCode(err error) int {
 	var ee *exitError
 	var invalid *ingest.InvalidInputError
 	switch {
@@ -73,8 +110,22 @@ func execute(args []string) int {
 	}
 }
 
+// databaseURLArgs returns the values given to --database-url in args, so
+// that they are redacted even when flag parsing fails.
+func databaseURLArgs(args []string) []string {
+	var urls []string
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--database-url="); ok {
+			urls = append(urls, v)
+		} else if a == "--database-url" && i+1 < len(args) {
+			urls = append(urls, args[i+1])
+		}
+	}
+	return urls
+}
+
 // signalContext is cancelled by the first SIGINT or SIGTERM, which asks
-// for a graceful stop; a second one exits at once.
+// for a graceful stop; a second one exits at once, with exit code 1.
 func signalContext() (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
@@ -88,8 +139,8 @@ func signalContext() (context.Context, func()) {
 			return
 		}
 		sig := <-ch
-		slog.Warn("second signal: exiting now", "event", "signal", "signal", sig.String())
-		os.Exit(130)
+		slog.Warn("second signal: exiting now, abandoning the graceful stop", "event", "signal", "signal", sig.String())
+		os.Exit(exitFailure)
 	}()
 	return ctx, func() { signal.Stop(ch); cancel() }
 }
@@ -97,11 +148,37 @@ func signalContext() (context.Context, func()) {
 func newRoot() (*cobra.Command, *globals) {
 	g := &globals{}
 	root := &cobra.Command{
-		Use:           "worker",
-		Short:         "baton: database-coordinated batch pricing workers",
+		Use:   "worker",
+		Short: "baton: database-coordinated batch pricing workers",
+		Long: `baton distributes batch pricing over many identical worker processes that
+share one PostgreSQL database and nothing else.
+
+` + exitCodesHelp,
+		Example: `  export DATABASE_URL=postgres://baton@db.example/baton
+  worker migrate
+  worker load --tiers tiers.csv --records records.csv
+  worker run --until-done
+  worker status
+  worker export --out priced.csv`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Without a command there is nothing to do: show the help and
+		// fail as a usage error, as for an unknown command.
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError("unknown command %q; see worker --help", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SetOut(cmd.ErrOrStderr())
+			_ = cmd.Help()
+			return usageError("a command is required")
+		},
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFlagRanges(cmd); err != nil {
+				return err
+			}
 			return g.setup(cmd)
 		},
 	}
@@ -113,5 +190,21 @@ func newRoot() (*cobra.Command, *globals) {
 		newScheduleCmd(g),
 		newUICmd(g),
 	)
+	// Wrong arguments are usage errors (exit 2) for every command.
+	for _, c := range root.Commands() {
+		if c.Args != nil {
+			c.Args = usageArgs(c.Args)
+		}
+	}
 	return root, g
+}
+
+// usageArgs makes the errors of an argument check usage errors.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return &exitError{exitUsage, fmt.Errorf("%s: %w; see %s --help", cmd.CommandPath(), err, cmd.CommandPath())}
+		}
+		return nil
+	}
 }

@@ -46,19 +46,35 @@ func (p *progress) done() {
 
 // isTerminal reports whether w is a terminal.
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+	f, ok := file(w)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// terminalRows is the height of w's terminal, or 0 if unknown.
-func terminalRows(w io.Writer) int {
-	f, ok := w.(*os.File)
+// file returns the file behind w, looking through wrapping writers such as
+// the redacting one.
+func file(w io.Writer) (*os.File, bool) {
+	for {
+		switch x := w.(type) {
+		case *os.File:
+			return x, true
+		case interface{ Unwrap() io.Writer }:
+			w = x.Unwrap()
+		default:
+			return nil, false
+		}
+	}
+}
+
+// terminalSize is the width and height of w's terminal, or zeros if
+// unknown.
+func terminalSize(w io.Writer) (int, int) {
+	f, ok := file(w)
 	if !ok {
-		return 0
+		return 0, 0
 	}
-	_, rows, err := term.GetSize(int(f.Fd()))
+	cols, rows, err := term.GetSize(int(f.Fd()))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	return rows
+	return cols, rows
 }

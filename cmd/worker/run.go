@@ -23,6 +23,7 @@ type runFlags struct {
 	jobs        bool
 	history     historyFlags
 	console     consoleFlags
+	waitForDB   time.Duration
 }
 
 func (r *runFlags) register(cmd *cobra.Command) {
@@ -41,6 +42,9 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.StringVar(&r.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9090); off when empty")
 	r.history.register(f)
 	r.console.register(f, "ui-addr", "ui-token", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
+	f.DurationVar(&r.waitForDB, "wait-for-database", 5*time.Minute, "at start, how long to wait for the database to answer, retrying with back-off (0: fail at once)")
+	positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "max-attempts", "shutdown-timeout")
+	nonNegative(f, "wait-for-database")
 }
 
 func (r *runFlags) config(g *globals) (distributor.Config, error) {
@@ -60,7 +64,19 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run a pricing worker: claim contracts, price their records, hand them over on failure",
-		Args:  cobra.NoArgs,
+		Long: `run prices contracts until stopped: it claims unowned or stale contracts,
+prices their records in fenced, checkpointed batches, heartbeats its leases,
+and takes over the contracts of workers that stop heartbeating. Run as many
+as you like, on any machines, against the same database.
+
+At start it waits for the database (--wait-for-database), so a worker
+started before the database does not exit at once. SIGTERM or SIGINT stops
+it gracefully (batches in flight commit, contracts are released); a second
+signal exits at once with code 1.`,
+		Example: `  worker run
+  worker run --until-done --max-partitions 4
+  worker run --id pricer-a --metrics-addr 0.0.0.0:9090 --log-format json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := r.config(g)
 			if err != nil {
@@ -72,10 +88,10 @@ func newRunCmd(g *globals) *cobra.Command {
 			}
 			defer stopTracing()
 			stmt, lock, idle := cfg.ConnectionLimits()
-			db, err := g.open(cmd.Context(), dbconn.Options{
+			db, err := g.openWaiting(cmd.Context(), dbconn.Options{
 				ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,
 				IdleInTransactionTimeout: idle, MaxOpenConns: cfg.MaxPartitions + 4 + jobConns(r.jobs),
-			}, true)
+			}, r.waitForDB)
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -91,14 +93,42 @@ func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerSt
 	return s
 }
 
+// statesHelp documents the states status reports.
+const statesHelp = `States:
+  pending      unowned, records waiting to be priced
+  active       held by a live worker, records waiting (a worker that took it
+               over from a dead one confirms its claim over a few heartbeats
+               before pricing, at 0 records/s meanwhile)
+  caught_up    held by a live worker, nothing waiting (leader mode)
+  stale        its owner stopped heartbeating; another worker takes it over
+  backoff      a batch failed; retried after an exponential back-off
+  quarantined  failed --max-attempts times; needs "worker retry CONTRACT"
+  done         unowned, every record priced`
+
 func newStatusCmd(g *globals) *cobra.Command {
 	var asJSON, watch bool
 	var every time.Duration
 	cmd := &cobra.Command{
 		Use:   "status [--json | --watch]",
 		Short: "Show every contract's owner, state and progress, and the live workers",
-		Args:  cobra.NoArgs,
+		Long: `status lists every contract with its state, owner, progress and last error,
+then the totals and the live workers. --json prints the same as JSON with
+stable field names; --watch redraws a live view that fits the terminal,
+and keeps running through database outages ("database unreachable,
+retrying").
+
+Workers and their held counts include only live leases: a worker that
+stopped heartbeating is not counted.
+
+` + statesHelp + "\n\n" + exitCodesHelp,
+		Example: `  worker status
+  worker status --json | jq '.totals'
+  worker status --watch --interval 2s`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if watch && asJSON {
+				return usageError("--watch and --json do not go together")
+			}
 			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
 			if err != nil {
 				return err
@@ -106,9 +136,6 @@ func newStatusCmd(g *globals) *cobra.Command {
 			defer db.Close()
 			store := partition.NewStore(db)
 			if watch {
-				if asJSON {
-					return usageError("--watch and --json do not go together")
-				}
 				return watchStatus(cmd.Context(), g, store, every)
 			}
 			parts, workers, err := store.Status(cmd.Context())
@@ -121,58 +148,92 @@ func newStatusCmd(g *globals) *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(s)
 			}
-			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "CONTRACT\tSTATE\tOWNER\tVERSION\tHEARTBEAT\tPROCESSED\tPENDING\tATTEMPTS\tERROR")
-			for _, p := range s.Partitions {
-				owner, hb, errText := "-", "-", ""
-				if p.Owner != nil {
-					owner = *p.Owner
-				}
-				if p.HeartbeatAgeMS != nil {
-					hb = (time.Duration(*p.HeartbeatAgeMS) * time.Millisecond).String()
-				}
-				if p.Error != nil {
-					errText = *p.Error
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", p.ContractID, p.State, owner, p.Version, hb, p.Processed, p.Pending, p.Attempts, errText)
-			}
-			tw.Flush()
-			fmt.Fprintf(g.stdout, "\n%d contracts: %d records priced, %d pending; states %v\n",
-				s.Totals.Partitions, s.Totals.Processed, s.Totals.Pending, s.Totals.ByState)
-			fmt.Fprintf(g.stdout, "%d live workers\n", len(s.Workers))
-			for _, w := range s.Workers {
-				fmt.Fprintf(g.stdout, "  %s (host %s, pid %d, %s): %d held, heartbeat %s ago\n",
-					w.ID, w.Host, w.PID, w.Mode, w.Held, time.Duration(w.HeartbeatAgeMS)*time.Millisecond)
-			}
+			printStatus(g.stdout, s)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (stable field names) for scripts")
 	cmd.Flags().BoolVar(&watch, "watch", false, "refresh a live view until interrupted")
 	cmd.Flags().DurationVar(&every, "interval", time.Second, "refresh interval with --watch")
+	positive(cmd.Flags(), "interval")
 	return cmd
 }
 
-// watchStatus redraws the live view until ctx ends.
-func watchStatus(ctx context.Context, g *globals, store *partition.Store, every time.Duration) error {
-	if every <= 0 {
-		return usageError("--interval must be positive")
+// printStatus writes the plain status: a table of contracts, the totals
+// by state, and the live workers.
+func printStatus(w io.Writer, s statusJSON) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONTRACT\tSTATE\tOWNER\tVERSION\tHEARTBEAT\tPROCESSED\tPENDING\tATTEMPTS\tERROR")
+	for _, p := range s.Partitions {
+		owner, hb, errText := "-", "-", "-"
+		if p.Owner != nil {
+			owner = *p.Owner
+		}
+		if p.HeartbeatAgeMS != nil {
+			hb = (time.Duration(*p.HeartbeatAgeMS) * time.Millisecond).Round(time.Millisecond).String() + " ago"
+		}
+		if p.Error != nil {
+			errText = strings.Join(strings.Fields(*p.Error), " ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", p.ContractID, p.State, owner, p.Version, hb, p.Processed, p.Pending, p.Attempts, errText)
 	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n%d contracts, %d records priced, %d pending\n", s.Totals.Partitions, s.Totals.Processed, s.Totals.Pending)
+	fmt.Fprintf(w, "by state: %s\n", byState(s.Totals.ByState))
+	fmt.Fprintf(w, "\n%d live workers\n", len(s.Workers))
+	if len(s.Workers) > 0 {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "WORKER\tHOST\tPID\tMODE\tHELD\tHEARTBEAT")
+		for _, wk := range s.Workers {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s ago\n", wk.ID, wk.Host, wk.PID, wk.Mode, wk.Held,
+				(time.Duration(wk.HeartbeatAgeMS) * time.Millisecond).Round(time.Millisecond))
+		}
+		tw.Flush()
+	}
+}
+
+// watchStatus redraws the live view until ctx ends. A failed read keeps the
+// last view on screen under a "database unreachable, retrying" line and
+// tries again at the next tick.
+func watchStatus(ctx context.Context, g *globals, store *partition.Store, every time.Duration) error {
 	view := newLiveView(g.stdout)
-	view.rows = 20
+	view.screen = true
+	if view.tty {
+		fmt.Fprint(g.stdout, "\033[?25l\033[H\033[2J") // hide the cursor, clear the screen
+		defer fmt.Fprint(g.stdout, "\033[?25h")
+	}
 	start := time.Now()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	var last *statusJSON
+	var downSince time.Time
 	for {
 		parts, workers, err := store.Status(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			if downSince.IsZero() {
+				downSince = time.Now()
+				if !view.tty {
+					g.logger.Warn("database unreachable, retrying", "error", err.Error())
+				}
 			}
-			return err
+			view.alert = fmt.Sprintf("database unreachable, retrying (since %s)", downSince.Format("15:04:05"))
+			if last != nil {
+				view.draw(*last, last.Totals.Processed+last.Totals.Pending, time.Since(start))
+			} else if view.tty {
+				view.draw(statusJSON{Totals: totalsJSON{ByState: map[string]int{}}}, 0, time.Since(start))
+			}
+		default:
+			if !downSince.IsZero() && !view.tty {
+				g.logger.Info("database reachable again", "down_ms", time.Since(downSince).Milliseconds())
+			}
+			downSince, view.alert = time.Time{}, ""
+			s := buildStatus(parts, workers)
+			last = &s
+			view.draw(s, s.Totals.Processed+s.Totals.Pending, time.Since(start))
 		}
-		s := buildStatus(parts, workers)
-		view.draw(s, s.Totals.Processed+s.Totals.Pending, time.Since(start))
 		select {
 		case <-ctx.Done():
 			return nil

@@ -10,15 +10,15 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/batonhq/baton/internal/redact"
 )
 
 // Options tune a connection pool. Zero durations leave the server default.
@@ -100,8 +100,6 @@ func Ping(ctx context.Context, db *bun.DB, dsn string) error {
 	return nil
 }
 
-var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
-
 // Redact returns dsn with any password replaced by "xxxxx". It handles URL
 // and key=value forms.
 func Redact(dsn string) string {
@@ -118,36 +116,26 @@ func Redact(dsn string) string {
 		}
 		return u.String()
 	}
-	return kvPassword.ReplaceAllString(dsn, "${1}xxxxx")
-}
-
-// password extracts the password of dsn, or "".
-func password(dsn string) string {
-	if cfg, err := pgx.ParseConfig(dsn); err == nil {
-		return cfg.Password
-	}
-	return ""
+	// Not a URL that parses: hide the password by pattern.
+	return redact.New(dsn).String(dsn)
 }
 
 // RedactError wraps err so that its message never contains the password of
-// dsn; errors.Is/As still see the original.
+// dsn (nor any URL or key=value password); errors.Is/As still see the
+// original.
 func RedactError(dsn string, err error) error {
 	if err == nil {
 		return nil
 	}
-	pw := password(dsn)
-	if pw == "" {
-		return err
-	}
-	return &redactedError{err: err, pw: pw}
+	return &redactedError{err: err, r: redact.New(dsn)}
 }
 
 type redactedError struct {
 	err error
-	pw  string
+	r   *redact.Redactor
 }
 
-func (e *redactedError) Error() string { return strings.ReplaceAll(e.err.Error(), e.pw, "xxxxx") }
+func (e *redactedError) Error() string { return e.r.String(e.err.Error()) }
 func (e *redactedError) Unwrap() error { return e.err }
 
 // Raw returns the pgx connection behind a database/sql connection, for COPY

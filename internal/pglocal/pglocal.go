@@ -197,8 +197,18 @@ func (s *Server) Restart(ctx context.Context) error {
 	if s.cmd != nil {
 		return nil
 	}
+	if err := checkNotInUse(s.opts.Dir); err != nil {
+		return err
+	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
+		if attempt > 0 {
+			// Another server may have taken the directory meanwhile:
+			// that, not the failed start, is the cause to report.
+			if err := checkNotInUse(s.opts.Dir); err != nil {
+				return err
+			}
+		}
 		port := s.port
 		if port == 0 {
 			// First start: another process may take the free port between
@@ -278,10 +288,43 @@ func (s *Server) startOn(ctx context.Context, port int) error {
 	if err := s.waitReady(ctx); err != nil {
 		s.stopLocked(syscall.SIGQUIT)
 		s.port = prevPort
+		if err := checkNotInUse(s.opts.Dir); err != nil {
+			return err
+		}
 		tail, _ := os.ReadFile(logPath)
 		return fmt.Errorf("postgres did not become ready on port %d: %w\n%s", port, err, lastLines(string(tail), 15))
 	}
 	s.opts.Log("PostgreSQL listening on 127.0.0.1:%d", port)
+	return nil
+}
+
+// ErrInUse reports a data directory that a running server already uses.
+var ErrInUse = errors.New("data directory in use")
+
+// InUse returns the pid of a running server that holds the data directory
+// dir (from its postmaster.pid), or 0.
+func InUse(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	// Signal 0 checks existence; EPERM means alive under another user.
+	if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
+		return pid
+	}
+	return 0
+}
+
+func checkNotInUse(dir string) error {
+	if pid := InUse(dir); pid != 0 {
+		return fmt.Errorf("%w: %s is used by a running PostgreSQL server (pid %d), perhaps another demo; "+
+			"wait for it to finish or choose another directory", ErrInUse, dir, pid)
+	}
 	return nil
 }
 
