@@ -188,17 +188,19 @@ const (
 	colState = 11
 	colOwner = 12
 	colBar   = 10
-	colRate  = 7
-	colLeft  = 9
+	colRate  = 5 // then "/s"
+	colLeft  = 8 // then " left"
 )
 
+// idWidth is the room left for contract ids in a line of width-1
+// characters (the last column stays free so that no terminal wraps).
 func idWidth(width int) int {
-	return max(8, width-1-2-(colState+1)-(colOwner+1)-(colBar+1)-(colRate+3)-(colLeft+5)-1)
+	return max(8, width-1-2-(colState+1)-(colOwner+1)-(colBar+1)-(colRate+2+1)-(colLeft+5)-1)
 }
 
 func contractHeader(width int) string {
-	return fmt.Sprintf("  %-*s %-*s %-*s %-*s %*s   %*s", idWidth(width), "CONTRACT", colState, "STATE",
-		colOwner, "OWNER", colBar, "PROGRESS", colRate, "RATE", colLeft, "LEFT")
+	return fmt.Sprintf("  %-*s %-*s %-*s %-*s %*s %*s", idWidth(width), "CONTRACT", colState, "STATE",
+		colOwner, "OWNER", colBar, "PROGRESS", colRate+2, "RATE", colLeft+5, "LEFT")
 }
 
 func contractLine(p partitionJSON, rate float64, width int) string {

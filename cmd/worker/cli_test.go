@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+)
+
+// writeFile writes content to name in a new temporary directory.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Every row of the README's exit-code table, with the cases it names.
+func TestExitCodesMatchTheREADMETable(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	dir := t.TempDir()
+	badTiers := writeFile(t, "tiers.csv", "contract_id,threshold_minor,discount_bp\nok,0,100\nbad,0,10001\n")
+	c.mustRun("load", "--tiers", vectors+"tiers.csv", "--records", vectors+"records.csv")
+	quarantined := cli{t, pgtest.NewURL(t)}
+	quarantined.mustRun("load", "--tiers", vectors+"tiers.csv", "--records", vectors+"records.csv")
+	db := pgtest.Open(t, quarantined.dsn, dbconn.Options{})
+	if _, err := db.Exec(`UPDATE tasks SET failed_at = now(), lease_expires_at = 'infinity', attempts = 5, last_error = 'test'
+		WHERE partition_key = (SELECT min(partition_key) FROM tasks)`); err != nil {
+		t.Fatal(err)
+	}
+	unreachable := cli{t, "postgres://baton@127.0.0.1:1/nowhere?connect_timeout=1"}
+	noDB := cli{t, ""}
+	malformed := cli{t, "postgres://baton@127.0.0.1:notaport/x"}
+	fast := []string{"--heartbeat", "100ms", "--stale-after", "1s"}
+
+	cases := []struct {
+		code int
+		name string
+		c    cli
+		args []string
+		want string // in stderr
+	}{
+		{0, "success", c, []string{"status"}, ""},
+		{0, "help", c, []string{"run", "--help"}, ""},
+		{1, "database unreachable", unreachable, []string{"status"}, "connecting to"},
+		{1, "run: database unreachable, no wait", unreachable, []string{"run", "--wait-for-database", "0"}, "connecting to"},
+		{2, "no command", c, nil, "a command is required"},
+		{2, "unknown command", c, []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{2, "unknown flag", c, []string{"status", "--frobnicate"}, "--frobnicate"},
+		{2, "extra argument", c, []string{"status", "extra"}, "extra"},
+		{2, "retry without arguments", c, []string{"retry"}, "retry"},
+		{2, "probe without arguments", c, []string{"probe"}, "probe"},
+		{2, "zero max-partitions", c, []string{"run", "--max-partitions", "0"}, "--max-partitions must be greater than zero"},
+		{2, "zero batch-size", c, []string{"run", "--batch-size", "0"}, "--batch-size must be greater than zero"},
+		{2, "zero heartbeat", c, []string{"run", "--heartbeat", "0s"}, "--heartbeat must be greater than zero"},
+		{2, "negative heartbeat", c, []string{"run", "--heartbeat", "-1s"}, "--heartbeat must be greater than zero"},
+		{2, "zero confirm", c, []string{"run", "--confirm", "0"}, "--confirm must be greater than zero"},
+		{2, "zero max-attempts", c, []string{"run", "--max-attempts", "0"}, "--max-attempts must be greater than zero"},
+		{2, "negative max-errors", c, []string{"load", "--tiers", vectors + "tiers.csv", "--max-errors", "-1"}, "--max-errors must not be negative"},
+		{2, "zero interval", c, []string{"status", "--watch", "--interval", "0s"}, "--interval must be greater than zero"},
+		{2, "zero demo workers", c, []string{"demo", "--workers", "0"}, "--workers must be greater than zero"},
+		{2, "zero seed contracts", c, []string{"seed", "--contracts", "0", "--dir", dir}, "--contracts must be greater than zero"},
+		{2, "stale-after below 3 heartbeats", c, []string{"run", "--heartbeat", "1s", "--stale-after", "2s"}, "stale-after"},
+		{2, "missing input file", c, []string{"load", "--records", filepath.Join(dir, "missing.csv")}, "no such file"},
+		{2, "directory output", c, []string{"export", "--out", dir}, "is a directory"},
+		{2, "no database URL", noDB, []string{"status"}, "DATABASE_URL"},
+		{2, "malformed database URL", malformed, []string{"status"}, "parsing database URL"},
+		{2, "bad log format", c, []string{"status", "--log-format", "xml"}, "--log-format"},
+		{3, "invalid input", c, []string{"load", "--tiers", badTiers}, badTiers + ":3:"},
+		{4, "quarantined work left", quarantined, append([]string{"run", "--until-done"}, fast...), "quarantined"},
+		{4, "export --complete with unpriced records", quarantined, []string{"export", "--complete", "--out", filepath.Join(dir, "x.csv")}, "not priced"},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%d %s", tc.code, tc.name), func(t *testing.T) {
+			tc.c.t = t
+			out, errs, code := tc.c.run(tc.args...)
+			if code != tc.code || !strings.Contains(errs, tc.want) {
+				t.Fatalf("worker %s: exit %d, want %d with %q in stderr\nstdout: %s\nstderr: %s",
+					strings.Join(tc.args, " "), code, tc.code, tc.want, out, errs)
+			}
+			for _, internal := range []string{"MaxListed", "poll and rebalance", "panic", "goroutine"} {
+				if strings.Contains(errs, internal) {
+					t.Fatalf("internal wording %q reaches the user:\n%s", internal, errs)
+				}
+			}
+		})
+	}
+}
+
+// A database URL with a password, malformed or unreachable, in the
+// environment or as a flag, in text and JSON logs: no command prints the
+// password.
+func TestPasswordNeverPrintedByAnyCommand(t *testing.T) {
+	t.Parallel()
+	const secret = "S3CRET-pw"
+	tiers := writeFile(t, "tiers.csv", "contract_id,threshold_minor,discount_bp\nc1,0,100\n")
+	records := writeFile(t, "records.csv", "contract_id,record_id,amount_minor\nc1,r1,100\n")
+	args := map[string][]string{
+		"load":   {"--tiers", tiers, "--records", records},
+		"run":    {"--until-done", "--wait-for-database", "0"},
+		"export": {"--out", filepath.Join(t.TempDir(), "out.csv")},
+		"retry":  {"c1"},
+		"seed":   {"--contracts", "1", "--records-per-contract", "1", "--dir", t.TempDir(), "--load"},
+		"demo":   {"--contracts", "1", "--records-per-contract", "1"},
+		"probe":  {"http://baton:" + secret + "@127.0.0.1:1/readyz"},
+		"status": {},
+	}
+	root, _ := newRoot()
+	dsns := []string{
+		"postgres://baton:" + secret + "@127.0.0.1:notaport/x",
+		"postgres://baton:" + secret + "@127.0.0.1:1/x?connect_timeout=1",
+		"postgresql://baton:" + secret + "@[::1/x",
+		"host=127.0.0.1 port=notaport user=baton password=" + secret,
+		"host=127.0.0.1 port=1 user=baton password='" + secret + "' connect_timeout=1",
+	}
+	for _, cmd := range root.Commands() {
+		name := cmd.Name()
+		if name == "help" || name == "completion" {
+			continue
+		}
+		for _, format := range []string{"text", "json"} {
+			for i, dsn := range dsns {
+				for _, viaFlag := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/%s/dsn%d/flag=%v", name, format, i, viaFlag), func(t *testing.T) {
+						c := cli{t, dsn}
+						a := append([]string{name, "--log-format", format}, args[name]...)
+						if viaFlag {
+							c.dsn = ""
+							a = append(a, "--database-url", dsn)
+						}
+						out, errs, code := c.run(a...)
+						if strings.Contains(out+errs, secret) {
+							t.Fatalf("worker %s printed the password (exit %d):\n%s%s", strings.Join(a, " "), code, out, errs)
+						}
+						if code == 0 && name != "seed" {
+							t.Fatalf("worker %s succeeded without a database:\n%s%s", strings.Join(a, " "), out, errs)
+						}
+					})
+				}
+			}
+		}
+	}
+}
