@@ -164,12 +164,7 @@ share one PostgreSQL database and nothing else.
 		SilenceErrors: true,
 		// Without a command there is nothing to do: show the help and
 		// fail as a usage error, as for an unknown command.
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageError("unknown command %q; see worker --help", args[0])
-			}
-			return nil
-		},
+		Args: noUnknownCommand,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(cmd.ErrOrStderr())
 			_ = cmd.Help()
@@ -191,20 +186,47 @@ share one PostgreSQL database and nothing else.
 		newUICmd(g),
 	)
 	// Wrong arguments are usage errors (exit 2) for every command.
-	for _, c := range root.Commands() {
-		if c.Args != nil {
-			c.Args = usageArgs(c.Args)
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+			if sub.Args != nil {
+				sub.Args = usageArgs(sub.Args)
+			}
+			if !sub.Runnable() && sub.HasSubCommands() {
+				// A command group without its subcommand: help, exit 2.
+				sub.Args = usageArgs(noUnknownCommand)
+				sub.RunE = func(cmd *cobra.Command, _ []string) error {
+					cmd.SetOut(cmd.ErrOrStderr())
+					_ = cmd.Help()
+					return usageError("%s needs a subcommand", cmd.CommandPath())
+				}
+			}
 		}
 	}
+	walk(root)
 	return root, g
 }
 
 // usageArgs makes the errors of an argument check usage errors.
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if err := check(cmd, args); err != nil {
+		err := check(cmd, args)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return err
+		}
+		if err != nil {
 			return &exitError{exitUsage, fmt.Errorf("%s: %w; see %s --help", cmd.CommandPath(), err, cmd.CommandPath())}
 		}
 		return nil
 	}
+}
+
+// noUnknownCommand refuses arguments to a command that only has subcommands.
+func noUnknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError("unknown command %q; see %s --help", args[0], cmd.CommandPath())
+	}
+	return nil
 }
