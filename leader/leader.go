@@ -131,7 +131,7 @@ func New(db bun.IDB, cfg Config) (*Elector, error) {
 	hb, err := heartbeat.New(&leaserow.Table{
 		DB: db, Table: "leaderships", Key: "name", Owner: cfg.InstanceID, TTL: cfg.StaleAfter,
 	}, heartbeat.Config{Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
-		Clock: cfg.Clock, Logger: cfg.Logger})
+		Clock: cfg.Clock, Logger: cfg.Logger, KeyAttr: "leadership"})
 	if err != nil {
 		return nil, fmt.Errorf("invalid elector config: %w", err)
 	}

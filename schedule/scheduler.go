@@ -178,7 +178,7 @@ func New(db *bun.DB, cfg Config) (*Scheduler, error) {
 		Extra: "t.state = 'idle' OR t.run_deadline > now()",
 	}, heartbeat.Config{
 		Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
-		Clock: cfg.Clock, Logger: cfg.Logger,
+		Clock: cfg.Clock, Logger: cfg.Logger, KeyAttr: "job",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("invalid scheduler config: %w", err)

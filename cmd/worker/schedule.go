@@ -28,7 +28,8 @@ func newScheduleCmd(g *globals) *cobra.Command {
 		Short: "Manage scheduled jobs, run by every \"worker run\" once per due time across the farm",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newScheduleAddCmd(g), newScheduleListCmd(g), newScheduleRemoveCmd(g), newScheduleTriggerCmd(g))
+	cmd.AddCommand(newScheduleAddCmd(g), newScheduleListCmd(g), newScheduleRemoveCmd(g), newScheduleTriggerCmd(g),
+		newScheduleDemoCmd(g))
 	return cmd
 }
 

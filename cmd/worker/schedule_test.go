@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"os"
@@ -76,27 +75,6 @@ func listJobs(t *testing.T, c cli) map[string]map[string]any {
 	out := map[string]map[string]any{}
 	for _, j := range jobs {
 		out[j["name"].(string)] = j
-	}
-	return out
-}
-
-type jobLine struct{ slot, worker string }
-
-func readJobLines(t *testing.T, path string) []jobLine {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []jobLine
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) != 2 {
-			t.Fatalf("%s: bad line %q", path, sc.Text())
-		}
-		out = append(out, jobLine{fs[0], fs[1]})
 	}
 	return out
 }
@@ -230,56 +208,57 @@ func TestScheduledJobsThroughKillAndStop(t *testing.T) {
 	}
 
 	victims := map[string]bool{killed: true, stopped: true}
-	// Every slot from the first to the last ran; a slot ran again only
-	// after a run by a killed or stopped worker.
-	ticks := readJobLines(t, tickLog)
-	seen := map[string]string{}
-	var first, last time.Time
-	for _, l := range ticks {
-		slot, err := time.Parse(time.RFC3339Nano, l.slot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if prev, ok := seen[l.slot]; ok && !victims[workerOf(prev)] {
-			t.Errorf("slot %s ran twice: by %s (neither killed nor stopped) then %s", l.slot, prev, l.worker)
-		}
-		seen[l.slot] = l.worker
-		if first.IsZero() || slot.Before(first) {
-			first = slot
-		}
-		if slot.After(last) {
-			last = slot
-		}
+	ticks, err := readJobLog(tickLog)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for s := first; !s.After(last); s = s.Add(time.Second) {
-		if _, ok := seen[s.Format(time.RFC3339Nano)]; !ok {
-			t.Errorf("slot %s never ran (window %s – %s)", s.Format(time.RFC3339), first, last)
-		}
+	leads, err := readJobLog(leadLog)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(seen) < 12 {
-		t.Errorf("only %d tick slots ran", len(seen))
+	ts, lc := checkSlotRuns(ticks, victims), checkLeaderRuns(leads, victims)
+	t.Logf("tick: %d runs of %d slots (%s – %s), %d repeated; lead: %d runs, changes %v; killed %s, stopped %s",
+		len(ticks), ts.slots, ts.first.Format(time.RFC3339), ts.last.Format(time.RFC3339), ts.repeated,
+		len(leads), lc.changes, killed, stopped)
+	for _, p := range append(ts.problems, lc.problems...) {
+		t.Error(p)
 	}
-	// The leader job changed worker only when its worker was killed or
-	// stopped past its lease.
-	leads := readJobLines(t, leadLog)
-	changes := 0
-	for i := 1; i < len(leads); i++ {
-		prev, cur := workerOf(leads[i-1].worker), workerOf(leads[i].worker)
-		if prev != cur {
-			changes++
-			if !victims[prev] {
-				t.Errorf("leader job moved from %s to %s at slot %s although %s was alive", prev, cur, leads[i].slot, prev)
-			}
-		}
+	if ts.slots < 12 {
+		t.Errorf("only %d tick slots ran", ts.slots)
 	}
-	t.Logf("tick: %d runs of %d slots (%s – %s); lead: %d runs, %d changes of worker; killed %s, stopped %s",
-		len(ticks), len(seen), first.Format(time.RFC3339), last.Format(time.RFC3339), len(leads), changes, killed, stopped)
-	if changes == 0 {
-		t.Errorf("leader job never changed worker although its worker was killed: %v", leads)
+	if len(lc.changes) == 0 {
+		t.Errorf("the leader job never changed worker although its worker was killed")
 	}
 	for id, l := range logs {
 		if id != killed && !strings.Contains(l.String(), `"event":"job_output"`) && !strings.Contains(l.String(), `"job":"tick"`) {
 			t.Errorf("worker %s logged nothing about its jobs:\n%s", id, l)
 		}
+	}
+}
+
+// The schedule demo runs end to end against a given database and reports
+// success.
+func TestScheduleDemo(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	out := c.mustRun("schedule", "demo")
+	for _, want := range []string{"SIGKILL sched-", "SIGSTOP sched-", "OK: every slot ran"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("schedule demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCheckSlotAndLeaderRuns(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(int64(1800000000+s), 0).UTC() }
+	victims := map[string]bool{"w1": true}
+	runs := []jobRun{{at(0), "w2"}, {at(1), "w1"}, {at(1), "w3"}, {at(3), "w2"}, {at(3), "w3"}}
+	c := checkSlotRuns(runs, victims)
+	if c.slots != 3 || c.repeated != 2 || len(c.problems) != 2 {
+		t.Fatalf("check: %+v; want a missing slot 2 and slot 3 repeated after a live runner", c)
+	}
+	l := checkLeaderRuns([]jobRun{{at(0), "w1"}, {at(1), "w2"}, {at(2), "w3"}}, victims)
+	if len(l.changes) != 2 || len(l.problems) != 1 {
+		t.Fatalf("leader check: %+v; want the move away from live w2 flagged", l)
 	}
 }
