@@ -83,6 +83,7 @@ type coordResult struct {
 	Held        []heldLatency `json:"held"`
 	Claims      []claimCell   `json:"claims"`
 	Tiny        *runResult    `json:"tiny,omitempty"`
+	Commits     *commitRate   `json:"pgbench,omitempty"`
 	TinySet     *dataset      `json:"tiny_dataset,omitempty"`
 }
 
@@ -117,6 +118,14 @@ func (e *env) runCoordination(ctx context.Context, res *results) error {
 		return fmt.Errorf("one-record contracts: %w", err)
 	}
 	c.Tiny = &r
+	// The server's single-row commit rate from as many clients as there
+	// were workers, right after: the physical limit the contracts are
+	// compared with.
+	cr, err := e.pgbenchCommits(ctx, 2, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("pgbench single-row commits: %w", err)
+	}
+	c.Commits = cr
 	return nil
 }
 

@@ -864,7 +864,7 @@ func (d *Distributor) runPartition(h *held) {
 			d.release(h, "rebalance")
 			return
 		}
-		_, caughtUp, err := d.batch(h)
+		_, caughtUp, released, err := d.batch(h)
 		switch {
 		case err == nil:
 			transient = 0
@@ -895,6 +895,13 @@ func (d *Distributor) runPartition(h *held) {
 			d.fail(h, err)
 			return
 		}
+		if released {
+			d.hb.Release(l)
+			d.emit(Event{Kind: EventReleased, Key: l.Key, Version: l.Version, Reason: "caught_up"})
+			d.log.Info("released partition", "event", "released", d.cfg.KeyAttr, l.Key, "version", l.Version,
+				"reason", "caught_up", "with_batch", true)
+			return
+		}
 		// A batch that reached the available count goes straight on: no
 		// empty fenced transaction just to learn there is nothing left.
 		// Work arriving meanwhile is not missed: a release notifies when
@@ -919,8 +926,10 @@ func (d *Distributor) runPartition(h *held) {
 }
 
 // batch runs one fenced transaction: lock and verify the task row, let the
-// processor write, record the checkpoint, commit.
-func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
+// processor write, record the checkpoint, commit. In lock mode a batch that
+// catches up also releases the partition in the same transaction (released):
+// output, checkpoint and release take one commit and one WAL flush.
+func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err error) {
 	l := h.lease
 	ctx, cancel := context.WithCancelCause(l.Context())
 	defer cancel(nil)
@@ -934,52 +943,71 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 	// driver's connection inside the transaction (Batch.Raw).
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
-		return 0, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
+		return 0, false, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
 	}
 	defer func() { _ = conn.Close() }()
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
+		return 0, false, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
 	}
 	defer func() { _ = tx.Rollback() }()
 	cp, err := d.store.Fence(ctx, tx, d.worker.InstanceID, l.Lease)
 	if err != nil {
-		return 0, false, causeOr(ctx, err)
+		return 0, false, false, causeOr(ctx, err)
 	}
 	if !h.started {
 		linkPrevious(span, cp.Traceparent)
 	}
 	if cp.Position >= cp.Available {
-		return 0, true, nil
+		return 0, true, false, nil
 	}
 	b := &Batch{Lease: l.Lease, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
 		Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
 	res, err := d.process(ctx, b)
 	if err != nil {
-		return 0, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
+		return 0, false, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
 	}
 	if res.Position <= cp.Position || res.Position > cp.Available {
-		return 0, false, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
+		return 0, false, false, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
 			l.Lease, res.Position, cp.Position, cp.Available)
 	}
 	span.SetAttributes(attribute.Int64("baton.position", res.Position), attribute.Bool("baton.first_batch", !h.started),
 		attribute.Bool("baton.takeover", h.takeover))
 	if err := d.store.Advance(ctx, tx, l.Lease, cp.Position, res.Position, res.State); err != nil {
-		return 0, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
+		return 0, false, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
 	}
 	if !h.started {
 		if err := d.store.RecordFirstBatch(ctx, tx, d.worker.InstanceID, l.Lease, res.Position,
 			res.Position-cp.Position, h.prevBeat); err != nil {
-			return 0, false, causeOr(ctx, err)
+			return 0, false, false, causeOr(ctx, err)
 		}
+	}
+	caughtUp = res.Position >= cp.Available
+	if caughtUp && d.cfg.Mode == ModeLock {
+		// Hand the partition back in this transaction: the release locks
+		// the row FOR UPDATE over the fence's FOR KEY SHARE (this
+		// transaction's own, so no wait but for a renewal in flight) and
+		// bumps the version; it commits with the output or not at all.
+		l.SetReleasing(true)
+		keys, err := d.store.WithDB(tx).ReleaseFor(ctx, d.worker.InstanceID, "caught_up", []partition.Lease{l.Lease})
+		if err == nil && len(keys) == 0 {
+			err = fmt.Errorf("releasing %s with its last batch: %w", l.Lease, partition.ErrFenced)
+		}
+		if err != nil {
+			l.SetReleasing(false)
+			return 0, false, false, causeOr(ctx, err)
+		}
+		released = true
 	}
 	if err := tx.Commit(); err != nil {
 		if ctx.Err() != nil || !dberr.UnknownOutcome(err) {
-			return 0, false, fmt.Errorf("committing batch of %s: %w", l.Lease, causeOr(ctx, err))
+			l.SetReleasing(false)
+			return 0, false, false, fmt.Errorf("committing batch of %s: %w", l.Lease, causeOr(ctx, err))
 		}
 		// The commit may have applied with its reply lost: re-read.
-		if ok, rerr := d.resolveCommit(l.Lease, res.Position); rerr != nil || !ok {
-			return 0, false, fmt.Errorf("committing batch of %s (outcome re-read: %v): %w", l.Lease, rerr, err)
+		if ok, rerr := d.resolveCommit(l.Lease, res.Position, released); rerr != nil || !ok {
+			l.SetReleasing(false)
+			return 0, false, false, fmt.Errorf("committing batch of %s (outcome re-read: %v): %w", l.Lease, rerr, err)
 		}
 		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, l.Key, "version", l.Version)
 	}
@@ -989,7 +1017,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp bool, err error) {
 	d.emit(Event{Kind: EventCheckpoint, Key: l.Key, Version: l.Version, Items: int(items), Position: res.Position, Duration: elapsed})
 	d.log.Debug("checkpoint committed", "event", "checkpoint", d.cfg.KeyAttr, l.Key, "version", l.Version,
 		"position", res.Position, "items", items, "elapsed_ms", elapsed.Milliseconds())
-	return items, res.Position >= cp.Available, nil
+	return items, caughtUp, released, nil
 }
 
 // movedOr tells a batch that collided with a late commit of its own claim
@@ -1016,14 +1044,22 @@ func (d *Distributor) movedOr(ctx context.Context, l partition.Lease, from int64
 		partition.ErrCheckpointMoved, pos, from, err)
 }
 
-func (d *Distributor) resolveCommit(l partition.Lease, position int64) (bool, error) {
+// resolveCommit re-reads a partition after a commit whose outcome is
+// unknown: it applied if the checkpoint is at position under the claim's
+// version, or, for a batch that also released the partition, under the
+// version its release made (the next one: nobody else can have claimed it
+// while the lease was live).
+func (d *Distributor) resolveCommit(l partition.Lease, position int64, released bool) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
 	defer cancel()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		v, pos, err := d.store.Progress(ctx, l.Key)
 		if err == nil {
-			if v != l.Version {
+			switch {
+			case released && v == l.Version+1:
+				return pos == position, nil
+			case v != l.Version:
 				return false, partition.ErrFenced
 			}
 			return pos == position, nil

@@ -781,3 +781,58 @@ func TestTakeoverDoesNotWaitForFairShare(t *testing.T) {
 		t.Fatalf("held %v, want all 9 partitions with x and y", held)
 	}
 }
+
+// In lock mode the batch that catches up releases its partition in its own
+// transaction: output, checkpoint and release share one commit (the task
+// row's xmin is the output rows'). Work that a producer adds while that
+// batch runs is not lost: the release sees it, notifies, and the partition
+// is claimed again.
+func TestCaughtUpBatchReleasesInItsCommit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(5, "tiny", "late")
+	ev := newEvents()
+	cfg := fastConfig("solo", ev)
+	cfg.UntilDone = true
+	p := newProc()
+	var once sync.Once
+	p.before = func(ctx context.Context, b *distributor.Batch) error {
+		if b.Lease.Key == "late" {
+			once.Do(func() { e.addWork(3, "late") })
+		}
+		return nil
+	}
+	d := e.start(cfg, p)
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.verify()
+	var same bool
+	var version int64
+	var owner *string
+	if err := e.db.QueryRow(`
+		SELECT bool_and(t.xmin::text = o.xmin::text), max(t.version), max(t.owner)
+		FROM tasks t JOIN test_output o ON o.key = t.partition_key
+		WHERE t.partition_key = 'tiny'`).Scan(&same, &version, &owner); err != nil {
+		t.Fatal(err)
+	}
+	if !same || version != 2 || owner != nil {
+		t.Fatalf("tiny: output and release in one transaction %v, version %d (want 2: claim, release), owner %v", same, version, owner)
+	}
+	var kinds []distributor.EventKind
+	for _, x := range ev.snapshot() {
+		if x.Key == "tiny" {
+			kinds = append(kinds, x.Kind)
+		}
+	}
+	want := []distributor.EventKind{distributor.EventClaimed, distributor.EventCheckpoint, distributor.EventReleased}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("events of tiny: %v, want %v", kinds, want)
+	}
+	p.mu.Lock()
+	got := p.batches["late"]
+	p.mu.Unlock()
+	if got != 2 {
+		t.Fatalf("late: %d batches, want 2 (the work added during the first is claimed again)", got)
+	}
+}

@@ -91,7 +91,13 @@
 // and a transaction it had open was ended by the server
 // (idle_in_transaction_session_timeout), as for any pause.
 //
-// Release. In lock mode a caught-up partition is released at once; in
+// Release. In lock mode a caught-up partition is released at once, by the
+// batch that caught up, in its own transaction: after the checkpoint it
+// runs the release statement (FOR UPDATE over its own fence, version bumped,
+// waiting workers notified at commit), so output, checkpoint and release
+// take one commit, and a partition with a single batch of work costs one
+// committing transaction besides its share of a batched claim. A partition
+// found caught up at the fence is released on its own. In
 // leader mode it is kept and woken by new work, unless the leader is at
 // capacity while claimable work waits, when idle partitions are handed
 // back to make room. A worker above its fair
@@ -178,7 +184,11 @@
 //
 //  1. Every change of ownership (claim, release, failure, retry) locks the
 //     row FOR UPDATE and bumps version. Claims are compare-and-set on the
-//     version read, so each version is held by exactly one claim.
+//     version read, so each version is held by exactly one claim. A release
+//     made by the batch that caught up takes FOR UPDATE inside the batch's
+//     transaction, over its own fence, after the checkpoint: output,
+//     checkpoint and version bump commit together or not at all, and the
+//     owner's renewals wait for that commit (or rollback) like any other.
 //  2. A batch's output is written in a transaction that holds the row FOR
 //     KEY SHARE, taken where version and owner match, until it commits.
 //     FOR KEY SHARE conflicts with FOR UPDATE, so no change of ownership

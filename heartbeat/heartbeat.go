@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -155,6 +156,9 @@ type Lease struct {
 	cancel    context.CancelCauseFunc
 	confirmed chan struct{}
 	work      chan struct{}
+	// releasing: the owner is releasing the lease in a transaction of its
+	// own, so a renewal that no longer finds it is that release, not a loss.
+	releasing atomic.Bool
 
 	// guarded by svc.mu
 	streak   int
@@ -164,6 +168,17 @@ type Lease struct {
 type deadline struct {
 	timer clockwork.Timer
 }
+
+// SetReleasing(true) tells the service that the owner is about to release
+// the lease in its own transaction (a batch that caught up hands its
+// partition back in its commit). A renewal that no longer finds the lease
+// then leaves it alone, neither renewed nor reported lost, for the owner to
+// Release: the renewal waits on the row lock of that transaction and may see
+// its commit before the owner has read the commit's reply, which ending the
+// lease's context would interrupt. The local deadline still runs. The owner
+// clears the mark if that transaction did not commit, and a renewal that
+// misses the lease after that reports it lost.
+func (l *Lease) SetReleasing(on bool) { l.releasing.Store(on) }
 
 // Context is cancelled, with ErrOwnershipLost, ErrLeaseExpired or
 // ErrReleased as its cause, when the lease ends.
@@ -365,6 +380,12 @@ func (s *Service) Beat(ctx context.Context) {
 			continue
 		}
 		r, ok := byKey[l.Lease]
+		if !ok && l.releasing.Load() {
+			// Left to the owner, whose commit this renewal waited for:
+			// cancelling the lease now could interrupt the reply to that
+			// very commit.
+			continue
+		}
 		if !ok {
 			s.cfg.Logger.Warn("partition lost: heartbeat found it owned by another claim",
 				"event", "lost", s.cfg.KeyAttr, l.Key, "version", l.Version)
@@ -393,6 +414,9 @@ func (s *Service) applyInspect(snapshot []*Lease, held []partition.Held, sent ti
 			continue
 		}
 		remaining, ok := byKey[l.Lease]
+		if !ok && l.releasing.Load() {
+			continue // left to the owner, as in Beat
+		}
 		if !ok {
 			s.cfg.Logger.Warn("partition lost: re-read found it owned by another claim",
 				"event", "lost", s.cfg.KeyAttr, l.Key, "version", l.Version)

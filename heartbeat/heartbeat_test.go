@@ -159,6 +159,38 @@ func TestLostLeaseLogsTheKeyAttr(t *testing.T) {
 	}
 }
 
+// A lease its owner is releasing in a transaction of its own (a batch that
+// caught up) and that a renewal no longer finds is left to the owner: its
+// context stays alive (cancelling it could interrupt the reply to the
+// commit) until the owner releases it. Once the owner clears the mark (the
+// transaction did not commit), a missing lease is a loss again.
+func TestReleasingLeaseIsLeftToItsOwner(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	r := &fakeRenewer{stolen: map[string]bool{"done": true, "undone": true}}
+	s := newService(t, r, clock)
+	ctx := context.Background()
+	done := s.Track(ctx, partition.Lease{Key: "done", Version: 1}, clock.Now(), false)
+	undone := s.Track(ctx, partition.Lease{Key: "undone", Version: 1}, clock.Now(), false)
+	done.SetReleasing(true)
+	undone.SetReleasing(true)
+	undone.SetReleasing(false)
+	s.Beat(ctx)
+	if err := done.Context().Err(); err != nil {
+		t.Fatalf("releasing lease ended by a renewal: %v (cause %v)", err, context.Cause(done.Context()))
+	}
+	if !errors.Is(context.Cause(undone.Context()), heartbeat.ErrOwnershipLost) {
+		t.Fatalf("lease whose release was undone: cause = %v, want ErrOwnershipLost", context.Cause(undone.Context()))
+	}
+	s.Release(done)
+	if !errors.Is(context.Cause(done.Context()), heartbeat.ErrReleased) {
+		t.Fatalf("released lease: cause = %v, want ErrReleased", context.Cause(done.Context()))
+	}
+	if n := len(s.Held()); n != 0 {
+		t.Fatalf("%d leases tracked, want 0", n)
+	}
+}
+
 // A worker cut off from the database stops processing by its own clock
 // before the lease ends, even though no renewal ever returns.
 func TestLocalDeadlineStopsCutOffWorker(t *testing.T) {

@@ -96,6 +96,14 @@ type Store struct {
 // NewStore returns a Store over db.
 func NewStore(db bun.IDB) *Store { return &Store{db: db} }
 
+// WithDB returns a copy of s whose statements run on db, typically a
+// transaction, with the same options.
+func (s *Store) WithDB(db bun.IDB) *Store {
+	c := *s
+	c.db = db
+	return &c
+}
+
 func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
 
 // lockOwnLeases is the subquery that locks an owner's leases, given as
