@@ -989,10 +989,13 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 		// transaction's own, so no wait but for a renewal in flight) and
 		// bumps the version; it commits with the output or not at all.
 		l.SetReleasing(true)
-		keys, err := d.store.WithDB(tx).ReleaseFor(ctx, d.worker.InstanceID, "caught_up", []partition.Lease{l.Lease})
+		rctx, rspan := tracer.Start(ctx, "baton.release", d.leaseAttrs(l.Lease), trace.WithAttributes(
+			attribute.String("baton.reason", "caught_up"), attribute.Bool("baton.with_batch", true)))
+		keys, err := d.store.WithDB(tx).ReleaseFor(rctx, d.worker.InstanceID, "caught_up", []partition.Lease{l.Lease})
 		if err == nil && len(keys) == 0 {
 			err = fmt.Errorf("releasing %s with its last batch: %w", l.Lease, partition.ErrFenced)
 		}
+		endSpan(rspan, err)
 		if err != nil {
 			l.SetReleasing(false)
 			return 0, false, false, causeOr(ctx, err)
