@@ -44,11 +44,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	workerBin = filepath.Join(dir, "worker")
-	build := exec.Command("go", "build", "-o", workerBin, "github.com/batonhq/baton/cmd/worker")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building worker:", err)
+	if workerBin, err = testutil.BuildWorker(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := pgtest.Run(m)
@@ -220,17 +217,12 @@ func (r *run) progress() (done, total int64) {
 // waitProgress blocks until the given fraction of records is priced.
 func (r *run) waitProgress(frac float64) {
 	r.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		done, total := r.progress()
-		if total > 0 && float64(done) >= frac*float64(total) {
-			return
+	testutil.Eventually(r.t, 2*time.Minute, fmt.Sprintf("%.0f%% of the records priced", 100*frac), func() error {
+		if done, total := r.progress(); total == 0 || float64(done) < frac*float64(total) {
+			return fmt.Errorf("stuck at %d/%d records", done, total)
 		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("stuck at %d/%d records", done, total)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the database for a moment to act on
-	}
+		return nil
+	})
 }
 
 // heldBy lists the contracts a worker holds now.
@@ -265,8 +257,8 @@ func (r *run) dbNow() time.Time {
 // victim picks a running worker holding partly priced contracts.
 func (r *run) victim() *proc {
 	r.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var victim *proc
+	testutil.Eventually(r.t, 30*time.Second, "a running worker holding a contract", func() error {
 		r.mu.Lock()
 		var live []*proc
 		for _, w := range r.workers {
@@ -278,13 +270,13 @@ func (r *run) victim() *proc {
 		r.rng.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
 		for _, w := range live {
 			if len(r.heldBy(w.name)) > 0 {
-				return w
+				victim = w
+				return nil
 			}
 		}
-		time.Sleep(10 * time.Millisecond) // polling the database for a moment to act on
-	}
-	r.t.Fatal("no worker holds a contract")
-	return nil
+		return fmt.Errorf("none of %d running workers holds a contract", len(live))
+	})
+	return victim
 }
 
 func isDone(c chan struct{}) bool {

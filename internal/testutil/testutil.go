@@ -10,15 +10,34 @@
 // Seeds. Every randomized suite takes its seed from Seed: BATON_SEED when
 // set (to replay a failure), else a fresh one. The seed is logged, and a
 // failing test ends with the line that replays it.
+//
+// Worker processes. A test package outside cmd/worker that runs real
+// worker processes builds the binary once, in its TestMain, with
+// BuildWorker.
 package testutil
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 )
+
+// BuildWorker builds the worker command into dir and returns the binary's
+// path. Build output goes to stderr.
+func BuildWorker(dir string) (string, error) {
+	bin := filepath.Join(dir, "worker")
+	build := exec.Command("go", "build", "-o", bin, "github.com/batonhq/baton/cmd/worker")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("building the worker binary: %w", err)
+	}
+	return bin, nil
+}
 
 // TimeoutScaleEnv multiplies every WaitTimeout.
 const TimeoutScaleEnv = "BATON_TEST_TIMEOUT_SCALE"
