@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/testutil"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -114,20 +115,16 @@ func startSchedulers(t *testing.T, db *bun.DB, job Job, cfgs ...Config) (stop fu
 
 func waitRuns(t *testing.T, db *bun.DB, job string, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.Eventually(t, 60*time.Second, fmt.Sprintf("%d runs of job %s", n, job), func() error {
 		var runs int64
 		if err := db.QueryRow(`SELECT runs FROM jobs WHERE name = ?`, job).Scan(&runs); err != nil {
 			t.Fatal(err)
 		}
-		if runs >= n {
-			return
+		if runs < n {
+			return fmt.Errorf("%d runs", runs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: %d runs after 60s, want %d", job, runs, n)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the database for progress
-	}
+		return nil
+	})
 }
 
 // Workers whose clocks are minutes apart run every slot of a catch-up job

@@ -13,7 +13,8 @@
 //
 // Worker processes. A test package outside cmd/worker that runs real
 // worker processes builds the binary once, in its TestMain, with
-// BuildWorker.
+// BuildWorker. (cmd/worker's own tests run their test binary as the
+// worker instead: it contains the command.)
 package testutil
 
 import (
