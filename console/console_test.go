@@ -283,6 +283,21 @@ func TestJobsPageAndTrigger(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || !triggered() {
 		t.Fatalf("trigger with the token = %d (triggered %v), want 303 and a run asked for", resp.StatusCode, triggered())
 	}
+	// The page's form names the job in a field.
+	if _, err := db.ExecContext(ctx, `UPDATE jobs SET trigger_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = c.PostForm(h.URL+"/jobs/trigger", url.Values{"token": {token}, "name": {"nightly-export"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || !triggered() {
+		t.Fatalf("trigger from the page's form = %d (triggered %v), want 303 and a run asked for", resp.StatusCode, triggered())
+	}
+	if _, body := get(t, h.URL+"/jobs"); !strings.Contains(body, `id="trigger-form"`) {
+		t.Error("the jobs page of a console with a token has no trigger form")
+	}
 	resp, err = c.PostForm(h.URL+"/jobs/nope/trigger", url.Values{"token": {token}})
 	if err != nil {
 		t.Fatal(err)

@@ -112,6 +112,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /workers", s.workersPage)
 	mux.HandleFunc("GET /jobs", s.jobsPage)
 	mux.HandleFunc("POST /jobs/{name}/trigger", s.triggerJob)
+	mux.HandleFunc("POST /jobs/trigger", s.triggerJob) // the job named in the form
 	mux.HandleFunc("GET /events", s.events)
 	mux.HandleFunc("GET /api/overview", s.overviewJSON)
 	// Actions are POSTs carrying the token in the form; on top of that a
@@ -180,11 +181,18 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	recent, err := s.src.store.RecentEvents(ctx, recentTakeovers, 20, partition.EventTakeover, partition.EventFirstBatch,
+	evs, err := s.src.store.RecentEvents(ctx, recentTakeovers, 100, partition.EventTakeover, partition.EventFirstBatch,
 		partition.EventQuarantined, partition.EventFenced, partition.EventRetried)
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
+	}
+	// First batches matter here only when they end a takeover.
+	var recent []partition.Event
+	for _, e := range evs {
+		if (e.Kind != partition.EventFirstBatch || e.TakeoverTime != nil) && len(recent) < 20 {
+			recent = append(recent, e)
+		}
 	}
 	s.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Snap: snap,
 		Data: struct {
@@ -326,6 +334,9 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) triggerJob(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	if name == "" {
+		name = r.PostFormValue("name")
+	}
 	if !s.authorize(w, r) {
 		return
 	}
