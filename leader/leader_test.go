@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// The tests leave no goroutine behind (the server is torn down first).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
 
 func newElector(t *testing.T, db bun.IDB, id string) *Elector {
 	t.Helper()

@@ -12,12 +12,14 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/uptrace/bun"
+	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// The tests leave no goroutine behind (the server is torn down first).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
 
 // offsetClock is the real clock off by a fixed amount, like a worker whose
 // system clock is wrong.
