@@ -571,7 +571,8 @@ func TestProgress(t *testing.T) {
 	if rep.RecordsAccepted != n {
 		t.Fatalf("report = %+v", rep)
 	}
-	want := []string{"tiers 3", "records 100000", "records 200000", "records 200005"}
+	want := []string{"tiers 3", "records 100000", "records 200000", "records 200005",
+		"validating 200008", "inserting 200008", "updating contracts 200008"}
 	if !slices.Equal(calls, want) {
 		t.Fatalf("progress calls %q, want %q", calls, want)
 	}

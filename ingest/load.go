@@ -27,6 +27,13 @@ const MaxListedDefault = 20
 
 const progressEvery = 100_000
 
+// The stages a load reports to Options.Progress after reading its files.
+const (
+	StageValidating = "validating"         // checking the rules across rows (known contracts, repeats, totals)
+	StageInserting  = "inserting"          // storing the records and their indexes
+	StageUpdating   = "updating contracts" // locking and updating the task rows
+)
+
 // Options say what to load and how to treat invalid rows.
 type Options struct {
 	// TiersPath and RecordsPath name the input files; give either or both.
@@ -47,7 +54,9 @@ type Options struct {
 	MaxListed int
 	// Progress, if set, is called about every 100,000 rows read from an
 	// input file, and once more at its end, with the stage ("tiers" or
-	// "records") and the rows read so far.
+	// "records") and the rows read so far; then once as each later stage
+	// begins (StageValidating, StageInserting, StageUpdating) with the
+	// rows read in all.
 	Progress func(stage string, rows int64)
 
 	// maxGross is the limit on a contract's cumulative gross; zero means
@@ -168,8 +177,9 @@ type loader struct {
 	tiers          *TiersReader
 	records        *RecordsReader
 	rep            Report
-	repeatsChecked bool // checkRepeats has run
-	affectedStale  bool // load_affected needs collecting again
+	rowsRead       int64 // input rows read so far, both files
+	repeatsChecked bool  // checkRepeats has run
+	affectedStale  bool  // load_affected needs collecting again
 }
 
 // exec runs one step of the load, naming it in any error.
@@ -220,6 +230,7 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 		return *rep, err
 	}
 	if l.records != nil {
+		l.stage(StageInserting)
 		err := l.insertRecords(ctx, tx)
 		if errors.Is(err, errRepeatedIDs) {
 			if err = l.checkRepeats(ctx, tx); err == nil {
@@ -243,6 +254,7 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 			}
 		}()
 	}
+	l.stage(StageUpdating)
 	if err := l.finish(ctx, tx); err != nil {
 		return *rep, err
 	}

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bufio"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -82,6 +83,8 @@ func fatalInput(file string, line int64, format string, args ...any) *InvalidInp
 
 var errRecordTooLong = errors.New("CSV record too long")
 
+const utf8BOM = "\uFEFF"
+
 // boundedReader fails once more than limit bytes have been read in total.
 // The CSV reader moves the limit forward after every record.
 type boundedReader struct {
@@ -120,7 +123,16 @@ func openCSV(r io.Reader, name string, header []string) (*csvFile, error) {
 }
 
 func openCSVLimit(r io.Reader, name string, header []string, maxBytes int64) (*csvFile, error) {
-	src := &boundedReader{r: r, limit: maxBytes}
+	// A UTF-8 byte order mark (as spreadsheet programs write) is not part
+	// of the header: skip it.
+	br, ok := r.(*bufio.Reader)
+	if !ok {
+		br = bufio.NewReader(r)
+	}
+	if b, _ := br.Peek(len(utf8BOM)); string(b) == utf8BOM {
+		_, _ = br.Discard(len(utf8BOM))
+	}
+	src := &boundedReader{r: br, limit: maxBytes}
 	cr := csv.NewReader(src)
 	cr.ReuseRecord = true
 	cr.FieldsPerRecord = -1
@@ -138,9 +150,6 @@ func openCSVLimit(r io.Reader, name string, header []string, maxBytes int64) (*c
 		return nil, err
 	}
 	if !slices.Equal(fields, header) {
-		if strings.HasPrefix(fields[0], "\uFEFF") {
-			return nil, fatalInput(name, line, "file starts with a UTF-8 byte order mark; want the header %q without one", want)
-		}
 		return nil, fatalInput(name, line, "header is %s, want %q", quote(joinCSV(fields)), want)
 	}
 	return f, nil
@@ -388,6 +397,12 @@ func parseInt(name, s string, lo, hi int64, rule string) (int64, string) {
 		return 0, fmt.Sprintf("%s %s is not an integer", name, quote(s))
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		if len(digits) < len(s) {
+			return 0, fmt.Sprintf("%s %s is below the 64-bit integer range (%s)", name, truncate(s), rule)
+		}
+		return 0, fmt.Sprintf("%s %s overflows a 64-bit integer (%s)", name, truncate(s), rule)
+	}
 	if err != nil || v < lo || v > hi || lo >= 0 && len(digits) < len(s) { // also "-0"
 		return 0, fmt.Sprintf("%s %s is out of range (%s)", name, truncate(s), rule)
 	}

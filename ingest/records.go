@@ -38,6 +38,7 @@ func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, src, "contract_id, err, redelivered"); err != nil {
 		return err
 	}
+	l.stage(StageValidating)
 	if _, err := exec(ctx, tx, "checking contracts", sqlRecordUnknownContract, l.opts.TiersPath); err != nil {
 		return err
 	}

@@ -101,6 +101,7 @@ func (l *loader) copyIn(ctx context.Context, tx pgx.Tx, table string, cols []str
 	src.vals = make([]any, len(cols))
 	src.progress = l.opts.Progress
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, src)
+	l.rowsRead += src.n
 	if src.err != nil {
 		return src.err // the input's own error, not pgx's wrapping of it
 	}
@@ -113,6 +114,13 @@ func (l *loader) copyIn(ctx context.Context, tx pgx.Tx, table string, cols []str
 		return fmt.Errorf("analyzing staged rows: %w", err)
 	}
 	return nil
+}
+
+// stage reports the load's next stage to Options.Progress.
+func (l *loader) stage(name string) {
+	if l.opts.Progress != nil {
+		l.opts.Progress(name, l.rowsRead)
+	}
 }
 
 // rawRow gives the value of a staging row's raw column.
@@ -200,12 +208,19 @@ UPDATE load_tiers t
           FROM load_tiers WHERE err IS NULL) d
  WHERE t.line = d.line AND d.first_line <> d.line`
 
+// sqlTierTooMany reports a contract with too many tier rows once, on its
+// first valid row; sqlTierSetRejected then rejects its other rows with a
+// reference to that line.
 const sqlTierTooMany = `
+WITH first AS (
+    SELECT contract_id, min(line) FILTER (WHERE err IS NULL) AS line, count(*) AS n
+      FROM load_tiers WHERE contract_id IS NOT NULL
+     GROUP BY contract_id HAVING count(*) > $1::int
+)
 UPDATE load_tiers t
-   SET err = format('contract %s has %s tier rows, at most %s are allowed', t.contract_id, c.n, $1::int)
-  FROM (SELECT contract_id, count(*) AS n FROM load_tiers
-         WHERE contract_id IS NOT NULL GROUP BY contract_id HAVING count(*) > $1::int) c
- WHERE t.contract_id = c.contract_id AND t.err IS NULL`
+   SET err = format('contract %s has %s tier rows, at most %s are allowed', f.contract_id, f.n, $1::int)
+  FROM first f
+ WHERE t.line = f.line`
 
 const sqlTierSetRejected = `
 UPDATE load_tiers t

@@ -148,3 +148,36 @@ func TestPasswordNeverPrintedByAnyCommand(t *testing.T) {
 		}
 	}
 }
+
+// export says how many records are unpriced (or fails with --complete),
+// writes files with the umask's permissions, and a load strips a BOM.
+func TestExportWarnsOnUnpricedAndHonoursTheUmask(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	tiers, err := os.ReadFile(vectors + "tiers.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mustRun("load", "--tiers", writeFile(t, "tiers.csv", "\uFEFF"+string(tiers)), "--records", vectors+"records.csv")
+	out := filepath.Join(t.TempDir(), "priced.csv")
+	cmd := c.command("export", "--out", out)
+	cmd.Env = append(cmd.Env, "BATON_TEST_UMASK=027")
+	got, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(got), "warning: 3544 records are not priced yet") {
+		t.Fatalf("export of unpriced records: %v\n%s", err, got)
+	}
+	st, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o640 {
+		t.Fatalf("mode %v under umask 027, want -rw-r-----", st.Mode().Perm())
+	}
+	if _, errs, code := c.run("export", "--complete", "--out", out); code != exitIncomplete || !strings.Contains(errs, "3544 records are not priced yet") {
+		t.Fatalf("export --complete: exit %d\n%s", code, errs)
+	}
+	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+	if _, errs, code := c.run("export", "--complete", "--out", out); code != 0 || strings.Contains(errs, "warning") {
+		t.Fatalf("export --complete after pricing: exit %d\n%s", code, errs)
+	}
+}

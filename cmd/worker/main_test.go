@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +22,9 @@ import (
 // processes without a separate build.
 func TestMain(m *testing.M) {
 	if os.Getenv("BATON_RUN_AS_WORKER") == "1" {
+		if m, err := strconv.ParseUint(os.Getenv("BATON_TEST_UMASK"), 8, 32); err == nil {
+			syscall.Umask(int(m))
+		}
 		os.Exit(execute(os.Args[1:]))
 	}
 	pgtest.Main(m)

@@ -29,7 +29,12 @@ func (p *progress) update(stage string, rows int64) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "\r\033[K%s %s: %d rows", p.label, stage, rows)
+	switch stage {
+	case "tiers", "records":
+		fmt.Fprintf(p.w, "\r\033[K%s: reading %s: %d rows", p.label, stage, rows)
+	default:
+		fmt.Fprintf(p.w, "\r\033[K%s: %s (%d rows read)", p.label, stage, rows)
+	}
 	p.shown = true
 }
 
