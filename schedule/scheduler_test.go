@@ -136,15 +136,26 @@ func TestSkewedWorkerClocksRunOneRunPerSlot(t *testing.T) {
 	db := pgtest.NewDB(t)
 	createRunLog(t, db)
 	job := Job{Definition: Definition{Name: "tick", Every: 200 * time.Millisecond, Missed: MissedCatchUp}, Run: logRun(db)}
-	stop := startSchedulers(t, db, job,
-		testConfig("early#1", -7*time.Minute), testConfig("exact#1", 0), testConfig("late#1", 5*time.Minute))
-	waitRuns(t, db, "tick", 12)
-	stop()
+	// Started at different moments, with clocks minutes apart.
+	stop1 := startSchedulers(t, db, job, testConfig("early#1", -7*time.Minute))
+	waitRuns(t, db, "tick", 3)
+	stop2 := startSchedulers(t, db, job, testConfig("exact#1", 0))
+	waitRuns(t, db, "tick", 6)
+	stop3 := startSchedulers(t, db, job, testConfig("late#1", 5*time.Minute))
+	waitRuns(t, db, "tick", 15)
+	stop1()
+	stop2()
+	stop3()
 
 	runs := runLog(t, db, "tick")
-	if len(runs) < 12 {
-		t.Fatalf("%d runs logged, want at least 12", len(runs))
+	if len(runs) < 15 {
+		t.Fatalf("%d runs logged, want at least 15", len(runs))
 	}
+	workers := map[string]int{}
+	for _, r := range runs {
+		workers[r.Worker]++
+	}
+	t.Logf("runs by worker: %v", workers)
 	for i, r := range runs {
 		if r.Slot.UnixMicro()%(200*time.Millisecond).Microseconds() != 0 {
 			t.Errorf("run %d: slot %s is not a multiple of the interval", i, r.Slot)
