@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 	"go.uber.org/goleak"
 
+	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 )
@@ -400,5 +401,44 @@ func TestTriggerRunsOnce(t *testing.T) {
 	}
 	if len(st) != 1 || !st[0].NextRun.Equal(next0.UTC()) || st[0].Runs != 1 || st[0].Schedule != "cron 0 3 * * *" {
 		t.Fatalf("list after trigger: %+v (next_run before %s)", st, next0)
+	}
+}
+
+// A run whose job is taken from it (here: by a write that bumps the
+// version, as a takeover does) is cancelled with ErrOwnershipLost and its
+// completion is not recorded.
+func TestLostLeaseCancelsTheRun(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	job := Job{Definition: Definition{Name: "long", Every: time.Hour},
+		Run: func(ctx context.Context, r *Run) error {
+			close(started)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return ctx.Err()
+		}}
+	if err := Add(context.Background(), db, job.Definition); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE jobs SET next_run = now()`); err != nil {
+		t.Fatal(err)
+	}
+	startSchedulers(t, db, job, testConfig("a#1", 0))
+	<-started
+	if _, err := db.Exec(`UPDATE jobs SET version = version + 1, owner = 'thief#1'`); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-cause; !errors.Is(c, heartbeat.ErrOwnershipLost) {
+		t.Fatalf("run cancelled with %v, want ErrOwnershipLost", c)
+	}
+	var runs int64
+	var state string
+	if err := db.QueryRow(`SELECT runs, state FROM jobs`).Scan(&runs, &state); err != nil {
+		t.Fatal(err)
+	}
+	if runs != 0 || state != "running" {
+		t.Fatalf("runs %d state %s: the lost run must not complete", runs, state)
 	}
 }
