@@ -159,6 +159,7 @@ type Scheduler struct {
 type heldJob struct {
 	lease   *heartbeat.Lease
 	running bool
+	watched bool // a watchLeader goroutine waits for the lease's end
 	cancel  context.CancelCauseFunc
 }
 
@@ -424,7 +425,13 @@ func (s *Scheduler) execute(ctx, life context.Context, h *heldJob, cl *claimed, 
 		// lock: released by the completion; expire: left to run out.
 		s.drop(r.Job, h)
 	} else {
-		go s.watchLeader(r.Job, h)
+		s.mu.Lock()
+		watch := !h.watched
+		h.watched = true
+		s.mu.Unlock()
+		if watch {
+			go s.watchLeader(r.Job, h)
+		}
 	}
 	select {
 	case s.wake <- struct{}{}:
