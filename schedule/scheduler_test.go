@@ -442,3 +442,74 @@ func TestLostLeaseCancelsTheRun(t *testing.T) {
 		t.Fatalf("runs %d state %s: the lost run must not complete", runs, state)
 	}
 }
+
+// expire mode keeps the job until its lease runs out; lock-at-least-for
+// keeps the next run from starting too soon after the last one started.
+func TestExpireModeAndLockAtLeastFor(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	for _, d := range []Definition{
+		{Name: "exp", Every: time.Second, Mode: ModeExpire},
+		{Name: "least", Every: time.Second, LockAtLeastFor: time.Hour},
+	} {
+		if err := Add(ctx, db, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec(`UPDATE jobs SET next_run = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	a := &store{db: db, owner: "a#1", ttl: time.Minute}
+	b := &store{db: db, owner: "b#1", ttl: time.Minute}
+	for _, name := range []string{"exp", "least"} {
+		cl, err := a.claim(ctx, candidate{name: name, version: 0})
+		if err != nil || cl == nil {
+			t.Fatalf("%s: claim %+v %v", name, cl, err)
+		}
+		// The next slot is already due when the run completes.
+		if err := a.complete(ctx, name, cl.version, cl.slot, cl.slot.Add(time.Second), "ok", ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`UPDATE jobs SET next_run = now() - interval '1 second' WHERE name = ?`, name); err != nil {
+			t.Fatal(err)
+		}
+		var version int64
+		if err := db.QueryRow(`SELECT version FROM jobs WHERE name = ?`, name).Scan(&version); err != nil {
+			t.Fatal(err)
+		}
+		cands, _, err := b.candidates(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cands {
+			if c.name == name {
+				t.Errorf("%s is claimable by another worker right after a run", name)
+			}
+		}
+		if cl2, err := b.claim(ctx, candidate{name: name, version: version}); err != nil || cl2 != nil {
+			t.Errorf("%s: claimed right after a run: %+v %v", name, cl2, err)
+		}
+	}
+	// Once the expire-mode lease has run out, anyone may run the job.
+	if _, err := db.Exec(`UPDATE jobs SET lease_expires_at = now() WHERE name = 'exp'`); err != nil {
+		t.Fatal(err)
+	}
+	var version int64
+	if err := db.QueryRow(`SELECT version FROM jobs WHERE name = 'exp'`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if cl, err := b.claim(ctx, candidate{name: "exp", version: version}); err != nil || cl == nil || cl.version != version+1 {
+		t.Fatalf("claim after the lease ran out: %+v %v", cl, err)
+	}
+	// Once lock-at-least-for has passed since the last start, likewise.
+	if _, err := db.Exec(`UPDATE jobs SET last_run_started = now() - interval '1 hour' WHERE name = 'least'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT version FROM jobs WHERE name = 'least'`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if cl, err := b.claim(ctx, candidate{name: "least", version: version}); err != nil || cl == nil {
+		t.Fatalf("claim after lock-at-least-for: %+v %v", cl, err)
+	}
+}
