@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/partition"
@@ -105,6 +106,11 @@ type Config struct {
 	Clock clockwork.Clock
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// ListenDB, if set, is a handle on a direct (session) connection to the
+	// same database, used only to LISTEN for new work. Without it the
+	// worker listens over its main handle, unless that goes through a
+	// transaction pooler (dbconn.Pooled): then it polls every PollInterval.
+	ListenDB *bun.DB
 	// OnEvent, if set, is called synchronously for every protocol event.
 	// It must not block.
 	OnEvent func(Event)

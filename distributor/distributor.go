@@ -181,7 +181,7 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 	hbCfg := cfg.heartbeatConfig()
 	hbCfg.Logger = d.log
 	d.hbConn = &pinnedConn{db: db}
-	hb, err := heartbeat.New(renewer{d.hbConn, d.store, w, cfg.StaleAfter}, hbCfg)
+	hb, err := heartbeat.New(renewer{d.hbConn, d.store, &d.worker, cfg.StaleAfter}, hbCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -197,13 +197,13 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 type renewer struct {
 	conn   *pinnedConn
 	store  *partition.Store
-	worker partition.Worker
+	worker *partition.Worker // its Wake is set once, in Start, before any renewal
 	ttl    time.Duration
 }
 
 func (r renewer) Renew(ctx context.Context, leases []partition.Lease) (out []partition.Renewal, err error) {
 	err = r.conn.do(ctx, func(db bun.IDB) error {
-		out, err = partition.NewStore(db).Heartbeat(ctx, r.worker, r.ttl, leases)
+		out, err = partition.NewStore(db).Heartbeat(ctx, *r.worker, r.ttl, leases)
 		return err
 	})
 	return out, err
@@ -271,8 +271,16 @@ func (d *Distributor) Start(ctx context.Context) error {
 	// hanging it. Connecting may take a while on a busy server, so the
 	// bound is never shorter than registerTimeout.
 	rctx, cancel := context.WithTimeout(ctx, max(d.cfg.StaleAfter, registerTimeout))
-	_, err := (renewer{d.hbConn, d.store, d.worker, d.cfg.StaleAfter}).Renew(rctx, nil)
-	cancel()
+	defer cancel()
+	listenDB, err := d.listenHandle(rctx)
+	if err != nil {
+		return err
+	}
+	d.worker.Wake = partition.WakePoll
+	if listenDB != nil {
+		d.worker.Wake = partition.WakeListen
+	}
+	_, err = (renewer{d.hbConn, d.store, &d.worker, d.cfg.StaleAfter}).Renew(rctx, nil)
 	if err != nil {
 		return fmt.Errorf("registering worker %s: %w", d.worker.InstanceID, err)
 	}
@@ -281,8 +289,10 @@ func (d *Distributor) Start(ctx context.Context) error {
 	}
 	d.log.Info("worker started", "event", "started", "mode", d.cfg.Mode,
 		"heartbeat", d.cfg.Heartbeat, "stale_after", d.cfg.StaleAfter, "confirm", d.cfg.Confirm,
-		"max_partitions", d.cfg.MaxPartitions, "batch_size", d.cfg.BatchSize)
-	go d.listen(d.base)
+		"max_partitions", d.cfg.MaxPartitions, "batch_size", d.cfg.BatchSize, "wake", d.worker.Wake)
+	if listenDB != nil {
+		go d.listen(d.base, listenDB)
+	}
 	go d.claimLoop()
 	go func() {
 		select {
@@ -398,11 +408,37 @@ func (d *Distributor) wake() {
 	}
 }
 
+// listenHandle returns the handle to LISTEN on: Config.ListenDB, or the
+// main handle, or nil (poll only) when the main handle goes through a
+// transaction pooler, where a LISTEN would be tied to whichever server
+// connection ran it and its notifications would go astray. It connects
+// once to find out.
+func (d *Distributor) listenHandle(ctx context.Context) (*bun.DB, error) {
+	if err := d.db.PingContext(ctx); err != nil {
+		return nil, fmt.Errorf("connecting worker %s: %w", d.worker.InstanceID, err)
+	}
+	if d.cfg.ListenDB == nil {
+		if dbconn.Pooled(d.db) {
+			d.log.Info("the database connection goes through a transaction pooler: polling for work every interval (give a direct listen connection to be woken at once)",
+				"poll_interval", d.cfg.PollInterval)
+			return nil, nil
+		}
+		return d.db, nil
+	}
+	if err := d.cfg.ListenDB.PingContext(ctx); err != nil {
+		return nil, fmt.Errorf("connecting the listen connection of worker %s: %w", d.worker.InstanceID, err)
+	}
+	if dbconn.Pooled(d.cfg.ListenDB) {
+		return nil, errors.New("the listen connection goes through a transaction pooler: LISTEN needs a direct session connection to PostgreSQL")
+	}
+	return d.cfg.ListenDB, nil
+}
+
 // listen wakes the claim loop (and leader partitions) on notifications.
 // Polling remains the fallback when the listening connection is down.
-func (d *Distributor) listen(ctx context.Context) {
+func (d *Distributor) listen(ctx context.Context, db *bun.DB) {
 	for ctx.Err() == nil {
-		err := d.listenOnce(ctx)
+		err := d.listenOnce(ctx, db)
 		if ctx.Err() != nil {
 			return
 		}
@@ -415,8 +451,8 @@ func (d *Distributor) listen(ctx context.Context) {
 	}
 }
 
-func (d *Distributor) listenOnce(ctx context.Context) error {
-	conn, err := d.db.Conn(ctx)
+func (d *Distributor) listenOnce(ctx context.Context, db *bun.DB) error {
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
 	}
@@ -951,6 +987,9 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 		return 0, false, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
 	}
 	defer func() { _ = tx.Rollback() }()
+	if err := dbconn.SetLocalTimeouts(ctx, d.db, tx); err != nil {
+		return 0, false, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
+	}
 	cp, err := d.store.Fence(ctx, tx, d.worker.InstanceID, l.Lease)
 	if err != nil {
 		return 0, false, false, causeOr(ctx, err)

@@ -48,8 +48,10 @@
 //
 // Heartbeat. Every Heartbeat interval the worker renews its own row and all
 // its leases in one statement (a batched compare-and-set on (key, version,
-// owner)), over a connection reserved for it. A lease missing from the
-// result is lost: its context is cancelled with heartbeat.ErrOwnershipLost
+// owner)), over a connection reserved for it. Rows another transaction
+// holds locked are skipped, not waited for, and reported as still held
+// with the time they have left, so one busy row never fails the whole
+// renewal. A lease missing from the result is lost: its context is cancelled with heartbeat.ErrOwnershipLost
 // and processing stops. A heartbeat whose outcome is unknown (connection
 // lost after sending) is resolved by re-reading the rows, never by
 // guessing.
@@ -196,9 +198,19 @@
 //     committed before the fence (which then finds nothing and the batch
 //     rolls back), or it waits (or skips) until the batch has committed.
 //     Heartbeats lock FOR NO KEY UPDATE, which does not conflict with the
-//     fence, so long batches do not delay renewals.
-//     Output written through Batch.Raw (COPY) goes over the same
-//     connection inside the same transaction, so it is covered alike.
+//     fence, so long batches do not delay renewals. Output written
+//     through Batch.Raw (COPY) goes over the same connection inside the
+//     same transaction, so it is covered alike. Heartbeats SKIP LOCKED: a
+//     row another transaction holds (a load adding work locks FOR NO KEY
+//     UPDATE until it commits; a batch's checkpoint update until its
+//     commit) is not renewed by that heartbeat, and the lease keeps the
+//     time it had left, by the database clock, which its local deadline
+//     follows. Skipping changes nothing in 1–3: a renewal never changes
+//     ownership, and a lease that is not renewed can only end sooner.
+//     It bounds what a stalled locker can cost: only the leases on rows
+//     it holds, and only if it holds them longer than they have left;
+//     loads run with idle_in_transaction_session_timeout, so the server
+//     ends a stalled one and releases its locks.
 //  3. The checkpoint is read under the fence and written in the same
 //     transaction as the output, with a compare-and-set on both the
 //     version and the position the fence read. So the next holder reads
@@ -208,10 +220,14 @@
 //     update instead of committing the same items twice or moving the
 //     checkpoint backwards. Output tables can add a unique key on
 //     (partition, position) as a last line of defence; pricing does.
-//  4. Nothing in 1–3 depends on clocks or timing. Local deadlines,
-//     confirmation and server-side timeouts (statement_timeout,
-//     lock_timeout, idle_in_transaction_session_timeout below the lease,
-//     TCP keepalives) make a slow, paused or cut-off owner stop, and
+//  4. Nothing in 1–3 depends on clocks or timing, nor on session state:
+//     through a transaction pooler each statement and transaction may run
+//     on another server session, and the fence and compare-and-sets are
+//     each within one transaction. Local deadlines, confirmation and
+//     server-side timeouts (statement_timeout, lock_timeout,
+//     idle_in_transaction_session_timeout below the lease, TCP
+//     keepalives; through a pooler the timeouts are set in each batch's
+//     transaction) make a slow, paused or cut-off owner stop, and
 //     release its locks, before others take over, but even a worker frozen
 //     mid-transaction (SIGSTOP, VM pause) and resumed later cannot commit:
 //     its session is ended by the server, or its fence fails.

@@ -14,6 +14,12 @@
 //   - a context, cancelled with ErrOwnershipLost as soon as a renewal shows
 //     the lease is no longer this worker's.
 //
+// A lease whose task row another transaction holds locked (a load adding
+// work to it) is skipped by that renewal, not waited for: the others are
+// renewed, and the skipped one keeps the time it has left by the database
+// clock, which its local deadline follows. It is lost only if it runs out
+// before a later renewal gets through.
+//
 // A renewal that fails without a server error (connection lost, reply never
 // arrived) has an unknown outcome: it may have applied. It is resolved by
 // re-reading the leases (Renewer.Inspect), never by guessing, so a write
@@ -352,10 +358,10 @@ func (s *Service) Beat(ctx context.Context) {
 		}
 		err = fmt.Errorf("%w (re-read also failed: %v)", err, ierr)
 	}
-	if s.cfg.OnBeat != nil {
-		s.cfg.OnBeat(err, latency, len(renewals))
-	}
 	if err != nil {
+		if s.cfg.OnBeat != nil {
+			s.cfg.OnBeat(err, latency, 0)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -370,8 +376,19 @@ func (s *Service) Beat(ctx context.Context) {
 		return
 	}
 	byKey := make(map[partition.Lease]partition.Renewal, len(renewals))
+	renewed := 0
 	for _, r := range renewals {
 		byKey[r.Lease] = r
+		if !r.Locked {
+			renewed++
+		}
+	}
+	if s.cfg.OnBeat != nil {
+		s.cfg.OnBeat(nil, latency, renewed)
+	}
+	if skipped := len(renewals) - renewed; skipped > 0 {
+		s.cfg.Logger.Debug("heartbeat skipped leases whose rows another transaction holds; renewing them later",
+			"skipped", skipped, "renewed", renewed)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -390,6 +407,15 @@ func (s *Service) Beat(ctx context.Context) {
 			s.cfg.Logger.Warn("partition lost: heartbeat found it owned by another claim",
 				"event", "lost", s.cfg.KeyAttr, l.Key, "version", l.Version)
 			s.endLocked(l, ErrOwnershipLost)
+			continue
+		}
+		if r.Locked {
+			// Not renewed, not lost: the lease keeps what it has left, and
+			// ends locally only if that runs out before a renewal.
+			s.extendLocked(l, sent, r.Remaining)
+			if !isClosed(l.confirmed) {
+				l.streak = 0
+			}
 			continue
 		}
 		s.renewedLocked(l, sent, s.cfg.StaleAfter)

@@ -73,7 +73,15 @@
 //
 // Workers update task rows all the time (heartbeats every second, claims,
 // checkpoints). The load touches those rows only in step 7, so the row
-// locks are held for a few short statements and the commit. Like every
+// locks are held for a few short statements and the commit. A load that
+// stalls there (paused, cut off) cannot make workers wait: heartbeats skip
+// rows another transaction holds instead of waiting for them, so the other
+// leases are renewed and only a lease on a row the load holds can run out;
+// and the load runs with lock_timeout, statement_timeout and
+// idle_in_transaction_session_timeout (Options; the worker load command
+// defaults to 10s, 1h and 5s), set for its transaction, so the server ends
+// a stalled load and releases its locks. Waiting for another load (step 1)
+// is exempt from the first two. Like every
 // other multi-row locker of tasks, it locks in partition_key order, so it
 // cannot deadlock with batched heartbeats or claims.
 //

@@ -34,6 +34,15 @@ const (
 	StageUpdating   = "updating contracts" // locking and updating the task rows
 )
 
+// Defaults of the worker load command's timeouts (Options leaves them off).
+// The idle limit matches a worker's at the default lease: a stalled load
+// holding task-row locks is ended before the leases it delays run out.
+const (
+	StatementTimeoutDefault         = time.Hour
+	LockTimeoutDefault              = 10 * time.Second
+	IdleInTransactionTimeoutDefault = 5 * time.Second
+)
+
 // Options say what to load and how to treat invalid rows.
 type Options struct {
 	// TiersPath and RecordsPath name the input files; give either or both.
@@ -59,6 +68,17 @@ type Options struct {
 	// rows read in all.
 	Progress func(stage string, rows int64)
 
+	// StatementTimeout, LockTimeout and IdleInTransactionTimeout bound the
+	// load's statements, lock waits and pauses between statements, set for
+	// its transaction only (SET LOCAL), so they hold through a transaction
+	// pooler too. Zero means no limit. Waiting for another load to finish
+	// is exempt from the first two. The idle limit is what ends a stalled
+	// loader (paused, cut off) holding task-row locks: the server ends its
+	// session and the load rolls back.
+	StatementTimeout         time.Duration
+	LockTimeout              time.Duration
+	IdleInTransactionTimeout time.Duration
+
 	// maxGross is the limit on a contract's cumulative gross; zero means
 	// math.MaxInt64. Tests lower it.
 	maxGross int64
@@ -74,6 +94,8 @@ func (o Options) validate() error {
 		return errors.New("a reject file is only written when skipping invalid rows")
 	case o.MaxListed < 0:
 		return fmt.Errorf("MaxListed is %d, want ≥ 0", o.MaxListed)
+	case o.StatementTimeout < 0 || o.LockTimeout < 0 || o.IdleInTransactionTimeout < 0:
+		return errors.New("timeouts must not be negative (zero means no limit)")
 	case o.RejectPath != "" && (sameFile(o.RejectPath, o.TiersPath) || sameFile(o.RejectPath, o.RecordsPath)):
 		return fmt.Errorf("the reject file %s is also an input file", o.RejectPath)
 	case o.TiersPath != "" && sameFile(o.TiersPath, o.RecordsPath):
@@ -199,6 +221,13 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
 
+	// From the first statement on, a pause between statements ends the
+	// session; waiting for another load is not limited.
+	if _, err := exec(ctx, tx, "loading: configuring the transaction", fmt.Sprintf(
+		"SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; SET LOCAL idle_in_transaction_session_timeout = %d",
+		l.opts.IdleInTransactionTimeout.Milliseconds())); err != nil {
+		return *rep, err
+	}
 	if _, err := exec(ctx, tx, "loading: waiting for other loads to finish",
 		"SELECT pg_advisory_xact_lock($1)", loadLockKey); err != nil {
 		return *rep, err
@@ -209,7 +238,9 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	}
 	// Sorts and hashes over the staged rows stay in memory up to this
 	// size; compiling the load's one-off queries is not worth it.
-	if _, err := exec(ctx, tx, "loading: configuring the transaction", "SET LOCAL work_mem = '64MB'; SET LOCAL jit = off"); err != nil {
+	if _, err := exec(ctx, tx, "loading: configuring the transaction", fmt.Sprintf(
+		"SET LOCAL work_mem = '64MB'; SET LOCAL jit = off; SET LOCAL statement_timeout = %d; SET LOCAL lock_timeout = %d",
+		l.opts.StatementTimeout.Milliseconds(), l.opts.LockTimeout.Milliseconds())); err != nil {
 		return *rep, err
 	}
 	if _, err := exec(ctx, tx, "loading: creating staging tables", sqlCreateStaging); err != nil {

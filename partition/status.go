@@ -41,6 +41,7 @@ type WorkerStatus struct {
 	Hostname     string
 	PID          int
 	Mode         string
+	Wake         string // WakeListen or WakePoll
 	StartedAt    time.Time
 	HeartbeatAge time.Duration
 	Held         int
@@ -93,7 +94,7 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 	}
 
 	wrows, err := s.db.QueryContext(ctx, `
-		SELECT w.instance_id, w.name, w.hostname, w.pid, w.mode, w.started_at,
+		SELECT w.instance_id, w.name, w.hostname, w.pid, w.mode, w.wake, w.started_at,
 		       (extract(epoch FROM now() - w.heartbeat_at) * 1000000)::bigint,
 		       (SELECT count(*) FROM tasks t WHERE t.owner = w.instance_id AND t.lease_expires_at > now())
 		FROM workers w
@@ -107,7 +108,7 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 	for wrows.Next() {
 		var w WorkerStatus
 		var age int64
-		if err := wrows.Scan(&w.InstanceID, &w.Name, &w.Hostname, &w.PID, &w.Mode, &w.StartedAt, &age, &w.Held); err != nil {
+		if err := wrows.Scan(&w.InstanceID, &w.Name, &w.Hostname, &w.PID, &w.Mode, &w.Wake, &w.StartedAt, &age, &w.Held); err != nil {
 			return nil, nil, fmt.Errorf("reading worker status: %w", err)
 		}
 		w.HeartbeatAge = time.Duration(age) * time.Microsecond

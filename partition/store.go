@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -51,11 +52,18 @@ type Claimed struct {
 	PrevHeartbeat time.Time
 }
 
-// Renewal is one partition renewed by a heartbeat, with its work counters.
+// Renewal is one lease a heartbeat found still held, with its work
+// counters: renewed, or, when another transaction had its row locked, left
+// as it was (Locked) with the time it has left by the database clock.
 type Renewal struct {
 	Lease
 	Available int64
 	Position  int64
+	// Locked says the row was locked by another transaction (a load
+	// adding work, a batch recording its checkpoint), so the lease was not
+	// renewed this time. It is still this owner's for Remaining.
+	Locked    bool
+	Remaining time.Duration
 }
 
 // Held is what a re-read says about a lease: whether it is still this
@@ -72,7 +80,19 @@ type Worker struct {
 	Hostname   string
 	PID        int
 	Mode       string
+	// Wake is how the worker learns of new work: WakeListen or WakePoll.
+	// Empty means WakeListen.
+	Wake string
 }
+
+// How a worker learns of new work, as shown by status.
+const (
+	// WakeListen: notifications on a session connection, polling as the
+	// fallback.
+	WakeListen = "listen"
+	// WakePoll: polling only (no session connection to listen on).
+	WakePoll = "poll"
+)
 
 // Store runs the protocol's statements against the tasks table. Its
 // methods are safe for concurrent use.
@@ -81,7 +101,8 @@ type Worker struct {
 //   - every statement that changes ownership (version) first locks the row
 //     FOR UPDATE, which conflicts with a batch's fence (FOR KEY SHARE);
 //   - heartbeats and work-counter updates lock FOR NO KEY UPDATE, which
-//     does not wait for batches in flight;
+//     does not wait for batches in flight; heartbeats SKIP LOCKED rows
+//     rather than wait for a load;
 //   - statements locking several task rows lock them in partition_key
 //     order, so concurrent heartbeats, claims, releases and loads cannot
 //     deadlock.
@@ -108,9 +129,10 @@ func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.
 
 // lockOwnLeases is the subquery that locks an owner's leases, given as
 // parallel key and version arrays followed by the owner, in partition_key
-// order with the given lock strength (a constant, never input): FOR UPDATE
-// to change ownership, FOR NO KEY UPDATE to renew.
-func lockOwnLeases(strength string) string {
+// order with the given lock strength and wait policy (constants, never
+// input): FOR UPDATE to change ownership, FOR NO KEY UPDATE SKIP LOCKED to
+// renew.
+func lockOwnLeases(strength, wait string) string {
 	return `
 			SELECT t.partition_key
 			FROM tasks t
@@ -118,7 +140,7 @@ func lockOwnLeases(strength string) string {
 			  ON t.partition_key = h.key AND t.version = h.version
 			WHERE t.owner = ?
 			ORDER BY t.partition_key
-			FOR ` + strength + ` OF t
+			FOR ` + strength + ` OF t ` + wait + `
 		`
 }
 
@@ -246,26 +268,42 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 
 // Heartbeat renews the worker row and every lease still held by owner, in
 // one statement, extending each lease to now() + ttl. It returns the leases
-// renewed; a lease missing from the result is lost.
+// still held; a lease missing from the result is lost.
+//
+// A row another transaction has locked (a load adding work holds it until
+// it commits) is skipped rather than waited for, so one busy row never
+// fails the whole renewal: the lease comes back with Locked set and the
+// time it has left, to be renewed by a later heartbeat.
 func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
 	keys, versions := split(leases)
 	rows, err := s.db.QueryContext(ctx, `
 		WITH w AS (
-			INSERT INTO workers (instance_id, name, hostname, pid, mode, expires_at)
-			VALUES (?, ?, ?, ?, ?, now() + ?::interval)
+			INSERT INTO workers (instance_id, name, hostname, pid, mode, wake, expires_at)
+			VALUES (?, ?, ?, ?, ?, ?, now() + ?::interval)
 			ON CONFLICT (instance_id) DO UPDATE
 			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at
 			-- A late heartbeat (cancelled client-side, applied server-side
 			-- after the worker stopped) must not bring it back to life.
 			WHERE workers.stopped_at IS NULL
-		), l AS (`+lockOwnLeases("NO KEY UPDATE")+`)
-		UPDATE tasks t
-		SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
-		FROM l
-		WHERE t.partition_key = l.partition_key
-		RETURNING t.partition_key, t.version, t.available, t.position`,
-		w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, interval(ttl),
-		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID, interval(ttl))
+		), l AS (`+lockOwnLeases("NO KEY UPDATE", "SKIP LOCKED")+`), u AS (
+			UPDATE tasks t
+			SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
+			FROM l
+			WHERE t.partition_key = l.partition_key
+			RETURNING t.partition_key, t.version, t.available, t.position
+		)
+		SELECT partition_key, version, available, position, false, 0::bigint FROM u
+		UNION ALL
+		-- Skipped: still ours as of this statement's snapshot, not renewed.
+		SELECT t.partition_key, t.version, t.available, t.position, true,
+		       greatest(0, (extract(epoch FROM t.lease_expires_at - now()) * 1000000)::bigint)
+		FROM tasks t
+		JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
+		  ON t.partition_key = h.key AND t.version = h.version
+		WHERE t.owner = ? AND t.partition_key NOT IN (SELECT partition_key FROM u)`,
+		w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, WakeListen), interval(ttl),
+		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID, interval(ttl),
+		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID)
 	if err != nil {
 		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
 	}
@@ -273,9 +311,11 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 	out := make([]Renewal, 0, len(leases))
 	for rows.Next() {
 		var r Renewal
-		if err := rows.Scan(&r.Key, &r.Version, &r.Available, &r.Position); err != nil {
+		var micros int64
+		if err := rows.Scan(&r.Key, &r.Version, &r.Available, &r.Position, &r.Locked, &micros); err != nil {
 			return nil, fmt.Errorf("renewing partitions: %w", err)
 		}
+		r.Remaining = time.Duration(micros) * time.Microsecond
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -339,7 +379,7 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []L
 	// One statement: the notification (only when a released partition
 	// still has pending work) is sent at the release's commit.
 	rows, err := s.db.QueryContext(ctx, `
-		WITH l AS (`+lockOwnLeases("UPDATE")+`), r AS (
+		WITH l AS (`+lockOwnLeases("UPDATE", "")+`), r AS (
 			UPDATE tasks t
 			SET version = t.version + 1, owner = NULL, heartbeat_at = NULL,
 			    lease_expires_at = '-infinity', updated_at = now()

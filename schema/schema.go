@@ -17,6 +17,8 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/migrate"
+
+	"github.com/batonhq/baton/internal/dbconn"
 )
 
 //go:embed migrations/*.sql
@@ -28,6 +30,12 @@ const advisoryLockKey int64 = 0x626174_6f6e2d6d67
 
 // migrationsTable is where bun records applied migrations.
 const migrationsTable = "bun_migrations"
+
+// ErrPooled is returned by Migrate when the handle reaches PostgreSQL
+// through a transaction pooler: the migration lock is a session advisory
+// lock, which a pooler would take on one server connection and might try
+// to release on another, leaving it held.
+var ErrPooled = errors.New("migrating needs a direct connection to PostgreSQL, not a transaction pooler (it holds a session advisory lock): run worker migrate with --database-url pointing at the server itself")
 
 // ErrOutdated is returned by Check when the database lacks migrations this
 // binary knows about. Run "worker migrate".
@@ -68,6 +76,9 @@ func Migrate(ctx context.Context, db *bun.DB) ([]string, error) {
 		return nil, fmt.Errorf("acquiring connection for migration lock: %w", err)
 	}
 	defer conn.Close()
+	if dbconn.Pooled(db) {
+		return nil, ErrPooled
+	}
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(?)", advisoryLockKey); err != nil {
 		return nil, fmt.Errorf("taking migration lock: %w", err)
 	}

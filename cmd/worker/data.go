@@ -82,7 +82,7 @@ contracts.`,
 			if opts.MaxListed == 0 {
 				opts.MaxListed = math.MaxInt // 0 lists every invalid row
 			}
-			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
+			db, err := g.open(cmd.Context(), dbconn.Options{ApplicationName: "baton-load", MaxOpenConns: 2}, true)
 			if err != nil {
 				return err
 			}
@@ -111,6 +111,9 @@ contracts.`,
 	f.StringVar(&opts.RejectPath, "reject-file", "", "where --skip-invalid writes rejected rows with their reasons")
 	f.IntVar(&opts.MaxListed, "max-errors", ingest.MaxListedDefault, "invalid rows listed in the error, 0 for all (all are counted either way)")
 	nonNegative(f, "max-errors")
+	f.DurationVar(&opts.StatementTimeout, "statement-timeout", ingest.StatementTimeoutDefault, "longest statement of the load (0: no limit)")
+	f.DurationVar(&opts.LockTimeout, "lock-timeout", ingest.LockTimeoutDefault, "longest wait for a row lock held by a worker (0: no limit); waiting for another load is not limited")
+	f.DurationVar(&opts.IdleInTransactionTimeout, "idle-timeout", ingest.IdleInTransactionTimeoutDefault, "the server ends a load that pauses this long between statements (stalled, cut off), releasing its locks (0: no limit)")
 	return cmd
 }
 
@@ -311,7 +314,7 @@ func newSeedCmd(g *globals) *cobra.Command {
 			if !load {
 				return nil
 			}
-			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
+			db, err := g.open(cmd.Context(), dbconn.Options{ApplicationName: "baton-load", MaxOpenConns: 2}, true)
 			if err != nil {
 				return err
 			}

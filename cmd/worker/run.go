@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,6 +25,7 @@ type runFlags struct {
 	history     historyFlags
 	console     consoleFlags
 	waitForDB   time.Duration
+	listenURL   string
 }
 
 func (r *runFlags) register(cmd *cobra.Command) {
@@ -39,6 +41,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.IntVar(&r.cfg.MaxAttempts, "max-attempts", distributor.MaxAttemptsDefault, "failed attempts before a contract is quarantined")
 	f.DurationVar(&r.cfg.ShutdownTimeout, "shutdown-timeout", distributor.ShutdownTimeoutDefault, "how long a graceful stop waits for batches in flight")
 	f.BoolVar(&r.jobs, "jobs", true, "also run due scheduled jobs (see \"worker schedule\"); --jobs=false opts out")
+	f.StringVar(&r.listenURL, "listen-database-url", "", "direct PostgreSQL URL used only to LISTEN for new work, when --database-url goes through a transaction pooler (default $BATON_LISTEN_DATABASE_URL; without either, such workers poll)")
 	f.StringVar(&r.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9090); off when empty")
 	r.history.register(f)
 	r.console.register(f, "ui-addr", "ui-token", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
@@ -96,6 +99,17 @@ signal exits at once with code 1.`,
 				return err
 			}
 			defer db.Close()
+			if r.listenURL == "" {
+				r.listenURL = os.Getenv("BATON_LISTEN_DATABASE_URL")
+			}
+			if r.listenURL != "" {
+				ldb, err := dbconn.Open(r.listenURL, dbconn.Options{ApplicationName: "baton-listen", MaxOpenConns: 2})
+				if err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--listen-database-url: %w", err)}
+				}
+				defer ldb.Close()
+				cfg.ListenDB = ldb
+			}
 			var m *metrics.Metrics
 			if r.metricsAddr != "" {
 				m = metrics.New()

@@ -42,6 +42,7 @@ type workerJSON struct {
 	Host           string    `json:"host"`
 	PID            int       `json:"pid"`
 	Mode           string    `json:"mode"`
+	Wake           string    `json:"wake"`
 	StartedAt      time.Time `json:"started_at"`
 	HeartbeatAgeMS int64     `json:"heartbeat_age_ms"`
 	Held           int       `json:"held"`
@@ -85,7 +86,7 @@ func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerSt
 	}
 	for _, w := range workers {
 		s.Workers = append(s.Workers, workerJSON{
-			ID: w.InstanceID, Name: w.Name, Host: w.Hostname, PID: w.PID, Mode: w.Mode,
+			ID: w.InstanceID, Name: w.Name, Host: w.Hostname, PID: w.PID, Mode: w.Mode, Wake: w.Wake,
 			StartedAt: w.StartedAt, HeartbeatAgeMS: w.HeartbeatAge.Milliseconds(), Held: w.Held,
 		})
 	}
@@ -183,9 +184,9 @@ func printStatus(w io.Writer, s statusJSON) {
 	fmt.Fprintf(w, "\n%d live workers\n", len(s.Workers))
 	if len(s.Workers) > 0 {
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "WORKER\tHOST\tPID\tMODE\tHELD\tHEARTBEAT")
+		fmt.Fprintln(tw, "WORKER\tHOST\tPID\tMODE\tWAKE\tHELD\tHEARTBEAT")
 		for _, wk := range s.Workers {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s ago\n", wk.ID, wk.Host, wk.PID, wk.Mode, wk.Held,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s ago\n", wk.ID, wk.Host, wk.PID, wk.Mode, wk.Wake, wk.Held,
 				(time.Duration(wk.HeartbeatAgeMS) * time.Millisecond).Round(time.Millisecond))
 		}
 		tw.Flush()

@@ -1,19 +1,29 @@
 // Package dbconn opens baton's database handles: bun over pgx's database/sql
 // driver, with the server-side limits a worker needs so that a hung or
 // cut-off process cannot hold row locks indefinitely, and with DSN redaction
-// so that passwords never reach logs or errors.
+// so that passwords never reach logs or errors. The handles work directly
+// against PostgreSQL and through a transaction pooler (PgBouncer with
+// pool_mode = transaction): no named prepared statements, no startup
+// parameters a pooler rejects once it has rejected them, timeouts set per
+// transaction there, and no session state relied on across transactions.
 package dbconn
 
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -42,6 +52,15 @@ type Options struct {
 }
 
 // Open returns a bun handle for dsn. It does not contact the server.
+//
+// Connections to PostgreSQL itself carry the timeouts and TCP keepalive
+// settings as startup parameters, so they hold for every statement. A
+// transaction pooler such as PgBouncer rejects those parameters ("unsupported
+// startup parameter"); when it does, the handle switches to pooled mode for
+// good: it connects without them (keepalives stay on the client socket), and
+// the timeouts are set inside each transaction begun with BeginTx, or by
+// LocalTimeouts for transactions begun on a raw connection. Pooled reports
+// the mode once a connection has been made.
 func Open(dsn string, opts Options) (*bun.DB, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -62,10 +81,17 @@ func Open(dsn string, opts Options) (*bun.DB, error) {
 	cfg.ConnectTimeout = opts.ConnectTimeout
 	// bun formats values into the statement text, so nearly every text is
 	// new: preparing and caching each one (pgx's default) costs a round
-	// trip and a plan per statement for nothing. Exec mode sends it in one.
+	// trip and a plan per statement for nothing. Exec mode sends it in one,
+	// as an unnamed statement, which transaction poolers also accept.
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	cfg.RuntimeParams["application_name"] = opts.ApplicationName
+	dialer := &net.Dialer{Timeout: opts.ConnectTimeout, KeepAliveConfig: net.KeepAliveConfig{
+		Enable: true, Idle: opts.KeepAlive, Interval: opts.KeepAlive, Count: 3,
+	}}
+	cfg.DialFunc = dialer.DialContext
+
+	pooledCfg := cfg.Copy()
 	params := cfg.RuntimeParams
-	params["application_name"] = opts.ApplicationName
 	setMillis(params, "statement_timeout", opts.StatementTimeout)
 	setMillis(params, "lock_timeout", opts.LockTimeout)
 	setMillis(params, "idle_in_transaction_session_timeout", opts.IdleInTransactionTimeout)
@@ -73,16 +99,114 @@ func Open(dsn string, opts Options) (*bun.DB, error) {
 	params["tcp_keepalives_idle"] = strconv.Itoa(secs)
 	params["tcp_keepalives_interval"] = strconv.Itoa(secs)
 	params["tcp_keepalives_count"] = "3"
-	dialer := &net.Dialer{Timeout: opts.ConnectTimeout, KeepAliveConfig: net.KeepAliveConfig{
-		Enable: true, Idle: opts.KeepAlive, Interval: opts.KeepAlive, Count: 3,
-	}}
-	cfg.DialFunc = dialer.DialContext
 
-	sqldb := stdlib.OpenDB(*cfg)
+	c := &connector{direct: stdlib.GetConnector(*cfg), pooled: stdlib.GetConnector(*pooledCfg), opts: opts}
+	sqldb := sql.OpenDB(c)
 	sqldb.SetMaxOpenConns(opts.MaxOpenConns)
 	sqldb.SetMaxIdleConns(opts.MaxOpenConns)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
+	handles.Store(sqldb, c)
 	return bun.NewDB(sqldb, pgdialect.New()), nil
+}
+
+// handles maps each *sql.DB that Open made to its connector, so that Pooled
+// and BeginTx can tell its mode.
+var handles sync.Map // *sql.DB → *connector
+
+// connector connects directly, with the session settings as startup
+// parameters, until a server rejects them; then it connects without them.
+type connector struct {
+	direct, pooled driver.Connector
+	opts           Options
+	isPooled       atomic.Bool
+}
+
+func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
+	if !c.isPooled.Load() {
+		conn, err := c.direct.Connect(ctx)
+		if err == nil || !rejectsStartupParameters(err) {
+			return conn, err
+		}
+		c.isPooled.Store(true)
+	}
+	return c.pooled.Connect(ctx)
+}
+
+func (c *connector) Driver() driver.Driver { return c.direct.Driver() }
+
+// rejectsStartupParameters reports the error a transaction pooler gives a
+// client that sends server settings it does not know (PgBouncer:
+// "unsupported startup parameter", SQLSTATE 08P01).
+func rejectsStartupParameters(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.Contains(pgErr.Message, "unsupported startup parameter")
+}
+
+// Pooled reports whether db, opened by Open, reaches PostgreSQL through a
+// transaction pooler: its first connection's settings were rejected. It is
+// false until a connection has been made (Ping first).
+func Pooled(db *bun.DB) bool {
+	c, ok := handles.Load(db.DB)
+	return ok && c.(*connector).isPooled.Load()
+}
+
+// LocalTimeouts returns the statement that sets db's timeouts for the
+// current transaction only (SET LOCAL, via set_config), or "" when there is
+// nothing to set: a direct connection carries them for the whole session.
+// Run it first in every transaction begun on a raw connection.
+func LocalTimeouts(db *bun.DB) string {
+	v, ok := handles.Load(db.DB)
+	if !ok {
+		return ""
+	}
+	c := v.(*connector)
+	if !c.isPooled.Load() {
+		return ""
+	}
+	var sets []string
+	for _, s := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"statement_timeout", c.opts.StatementTimeout},
+		{"lock_timeout", c.opts.LockTimeout},
+		{"idle_in_transaction_session_timeout", c.opts.IdleInTransactionTimeout},
+	} {
+		if s.d > 0 {
+			sets = append(sets, fmt.Sprintf("set_config('%s', '%d', true)", s.name, s.d.Milliseconds()))
+		}
+	}
+	if len(sets) == 0 {
+		return ""
+	}
+	return "SELECT " + strings.Join(sets, ", ")
+}
+
+// BeginTx begins a transaction on db with db's timeouts in force: through a
+// transaction pooler they are set for this transaction (one extra
+// statement); on a direct connection the session already has them.
+func BeginTx(ctx context.Context, db *bun.DB, opts *sql.TxOptions) (bun.Tx, error) {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return tx, err
+	}
+	if err := SetLocalTimeouts(ctx, db, tx); err != nil {
+		_ = tx.Rollback()
+		return tx, err
+	}
+	return tx, nil
+}
+
+// SetLocalTimeouts sets db's timeouts for tx, a transaction just begun on
+// one of db's connections, when db goes through a transaction pooler (see
+// LocalTimeouts); otherwise it does nothing.
+func SetLocalTimeouts(ctx context.Context, db *bun.DB, tx bun.Tx) error {
+	if q := LocalTimeouts(db); q != "" {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("setting the transaction's timeouts: %w", err)
+		}
+	}
+	return nil
 }
 
 func setMillis(params map[string]string, name string, d time.Duration) {

@@ -1,0 +1,62 @@
+package dbconn_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pglocal"
+	"github.com/batonhq/baton/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var opts = dbconn.Options{StatementTimeout: 7 * time.Second, LockTimeout: 3 * time.Second, IdleInTransactionTimeout: 5 * time.Second}
+
+// settings reads the three timeouts inside a transaction begun by BeginTx.
+func settings(t *testing.T, dsn string) (pooled bool, got string) {
+	t.Helper()
+	ctx := context.Background()
+	db := pgtest.Open(t, dsn, opts)
+	if err := dbconn.Ping(ctx, db, dsn); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := dbconn.BeginTx(ctx, db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := tx.QueryRowContext(ctx, `SELECT current_setting('statement_timeout') || ' ' ||
+		current_setting('lock_timeout') || ' ' || current_setting('idle_in_transaction_session_timeout')`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	return dbconn.Pooled(db), got
+}
+
+// Directly, the timeouts are session settings; through a transaction
+// pooler, which rejects them as startup parameters, the handle falls back
+// to setting them in each transaction. Either way a transaction has them.
+func TestTimeoutsHoldDirectAndThroughATransactionPooler(t *testing.T) {
+	dsn := pgtest.NewURL(t)
+	const want = "7s 3s 5s"
+	if pooled, got := settings(t, dsn); pooled || got != want {
+		t.Fatalf("direct: pooled %v, timeouts %q; want false, %q", pooled, got, want)
+	}
+	b, err := pglocal.StartBouncer(context.Background(), pgtest.Server(t))
+	if errors.Is(err, pglocal.ErrNoPgBouncer) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	u, _ := url.Parse(dsn)
+	via := b.URL(strings.TrimPrefix(u.Path, "/"))
+	if pooled, got := settings(t, via); !pooled || got != want {
+		t.Fatalf("through PgBouncer: pooled %v, timeouts %q; want true, %q", pooled, got, want)
+	}
+}
