@@ -102,7 +102,12 @@ type proc struct {
 
 func newRun(t *testing.T, seedValue uint64) *run {
 	t.Helper()
-	dsn := pgtest.NewURL(t)
+	return newRunOn(t, seedValue, pgtest.NewURL(t))
+}
+
+// newRunOn is newRun on a migrated database of the test's own.
+func newRunOn(t *testing.T, seedValue uint64, dsn string) *run {
+	t.Helper()
 	r := &run{t: t, rng: rand.New(rand.NewPCG(seedValue, 0xfa17)), dsn: dsn, dir: t.TempDir(),
 		db: pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 4}), stats: newStats(t.Name())}
 	t.Cleanup(func() {

@@ -31,7 +31,12 @@ func (r *run) bouncer() string {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.t.Cleanup(b.Stop)
+	r.t.Cleanup(func() {
+		if r.t.Failed() {
+			r.t.Logf("pgbouncer log:\n%s", b.Log())
+		}
+		b.Stop()
+	})
 	u, err := url.Parse(r.dsn)
 	if err != nil {
 		r.t.Fatal(err)

@@ -91,6 +91,19 @@ func Open(dsn string, opts Options) (*bun.DB, error) {
 	cfg.DialFunc = dialer.DialContext
 
 	pooledCfg := cfg.Copy()
+	// Through a pooler, no cancel requests: pgx sends one when it abandons
+	// a statement (a context ended mid-query), and PgBouncer 1.18 (Debian
+	// 12's) exits on a cancel connection its client closes early, as a
+	// process that is exiting does. The abandoned connection is closed
+	// instead, which makes the pooler close its server connection. pgx
+	// dials cancel requests with DialFunc too, but never with the context
+	// of a connect, which connector.Connect marks.
+	pooledCfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if ctx.Value(connecting{}) == nil {
+			return nil, errNoCancel
+		}
+		return dialer.DialContext(ctx, network, addr)
+	}
 	params := cfg.RuntimeParams
 	setMillis(params, "statement_timeout", opts.StatementTimeout)
 	setMillis(params, "lock_timeout", opts.LockTimeout)
@@ -129,8 +142,14 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		}
 		c.isPooled.Store(true)
 	}
-	return c.pooled.Connect(ctx)
+	return c.pooled.Connect(context.WithValue(ctx, connecting{}, true))
 }
+
+// connecting marks the context of a connect, as opposed to a cancel
+// request, for the pooled dialer.
+type connecting struct{}
+
+var errNoCancel = errors.New("no cancel requests through a transaction pooler")
 
 func (c *connector) Driver() driver.Driver { return c.direct.Driver() }
 

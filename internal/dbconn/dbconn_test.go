@@ -59,4 +59,21 @@ func TestTimeoutsHoldDirectAndThroughATransactionPooler(t *testing.T) {
 	if pooled, got := settings(t, via); !pooled || got != want {
 		t.Fatalf("through PgBouncer: pooled %v, timeouts %q; want true, %q", pooled, got, want)
 	}
+
+	// A statement abandoned by its context is not cancelled through the
+	// pooler (PgBouncer 1.18 can exit on a cancel connection closed early):
+	// its connection is closed instead, and the pooler carries on.
+	db := pgtest.Open(t, via, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_, err = db.ExecContext(ctx, "SELECT pg_sleep(3)")
+	cancel()
+	if err == nil {
+		t.Fatal("a statement outliving its context succeeded")
+	}
+	if _, err := db.ExecContext(context.Background(), "SELECT 1"); err != nil {
+		t.Fatalf("after an abandoned statement: %v", err)
+	}
+	if log := b.Log(); strings.Contains(log, "cancel request") {
+		t.Fatalf("a cancel request went through the pooler:\n%s", log)
+	}
 }

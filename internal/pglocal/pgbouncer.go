@@ -131,6 +131,13 @@ logfile = %s
 	}
 }
 
+// Log returns the last lines of PgBouncer's log and output, for a failed
+// test's report.
+func (b *Bouncer) Log() string {
+	log, _ := os.ReadFile(filepath.Join(b.dir, "pgbouncer.log"))
+	return b.out.String() + lastLines(string(log), 30)
+}
+
 // URL returns a connection URL for database through the pooler.
 func (b *Bouncer) URL(database string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", b.port, database)
