@@ -227,4 +227,3 @@ func walReceiverPID(t *testing.T, standby *pglocal.Server) int {
 	}
 	return pid
 }
-
