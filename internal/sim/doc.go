@@ -55,7 +55,9 @@
 // claim loop (cluster load and fair share every RebalanceInterval, hand-back
 // of surplus partitions, candidates from the head of the claimable index,
 // shuffled, claimed in at most two compare-and-set rounds, woken by polls and
-// notifications; a worker at its share still takes dead workers' partitions,
+// notifications; after a notification a worker with room recomputes its
+// share, at most once a heartbeat, and claims nothing while the recompute
+// is owed; a worker at its share still takes dead workers' partitions,
 // read as stale candidates, up to MaxPartitions; a share computed with no
 // work in sight is recomputed before claiming); the heartbeat service (one batched renewal per tick over
 // a pinned connection, replaced after an unknown outcome, which is resolved

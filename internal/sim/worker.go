@@ -68,6 +68,9 @@ type worker struct {
 	clWaiting     bool
 	clTick        bool
 	clWake        bool
+	clDeferred    bool // the owed share recompute is due
+	deferGen      int
+	workChanged   bool // a notification came: the share may be stale
 	clDone        bool
 	registered    bool
 	clRPC         *rpc
@@ -687,6 +690,7 @@ func (w *worker) wake() {
 }
 
 func (w *worker) notified() {
+	w.workChanged = true
 	w.wake()
 	w.nudgeAll()
 }
@@ -728,6 +732,9 @@ func (w *worker) claimPoll() {
 	if w.clWake {
 		ready = append(ready, &w.clWake)
 	}
+	if w.clDeferred {
+		ready = append(ready, &w.clDeferred)
+	}
 	if len(ready) == 0 {
 		return
 	}
@@ -754,8 +761,37 @@ func (w *worker) claimLoop() {
 		return
 	}
 	now := w.local()
-	if w.rebalanced && now-w.lastRebalance < s.cfg.RebalanceInterval {
+	// The previous iteration's deferred recompute goes with it.
+	w.deferGen++
+	w.clDeferred = false
+	// After a notification, a worker with room recomputes its share now,
+	// or, within a heartbeat of the last recompute, owes it and claims
+	// nothing until it is due: the share in hand may be stale.
+	recompute, owed := false, false
+	if w.workChanged && len(w.held) < s.cfg.MaxPartitions {
+		if wait := s.cfg.Heartbeat - (now - w.lastRebalance); wait > 0 && w.rebalanced {
+			owed = true
+			gen := w.deferGen
+			w.after(wait, func() {
+				if w.deferGen == gen {
+					w.clDeferred = true
+					w.claimPoll()
+				}
+			})
+		} else {
+			recompute = true
+			w.workChanged = false
+		}
+	}
+	next := func() {
+		if owed {
+			w.claimWait()
+			return
+		}
 		w.claim()
+	}
+	if w.rebalanced && now-w.lastRebalance < s.cfg.RebalanceInterval && !recompute {
+		next()
 		return
 	}
 	w.clRPC = w.poolCall(&request{kind: reqClusterLoad}, 0, nil, func(resp response) {
@@ -765,8 +801,10 @@ func (w *worker) claimLoop() {
 		}
 		if resp.err == errNone {
 			w.rebalance(resp.load)
+		} else if recompute {
+			w.workChanged, owed = true, true // still owed: the next round recomputes
 		}
-		w.claim()
+		next()
 	})
 }
 
