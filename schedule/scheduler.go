@@ -66,6 +66,11 @@ type Config struct {
 	Clock clockwork.Clock
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// OnRun, if set, is called after every run with the job's name, the
+	// outcome (ok, failed, lost: the lease ended first, fenced: the
+	// completion was refused, cancelled: stopped by a shutdown) and how
+	// long the run took.
+	OnRun func(job, outcome string, elapsed time.Duration)
 }
 
 func (c *Config) setDefaults() {
@@ -375,11 +380,13 @@ func (s *Scheduler) execute(ctx, life context.Context, h *heldJob, cl *claimed, 
 		// whoever takes the job over runs the slot again.
 		log.Warn("job run stopped: lease lost", "event", "job_lost", "cause", cause.Error(),
 			"elapsed_ms", elapsed.Milliseconds())
+		s.onRun(r.Job, "lost", elapsed)
 		s.drop(r.Job, h)
 		return
 	}
 	if errors.Is(cause, ErrShutdown) {
 		log.Warn("job run cancelled by shutdown; its slot will run again", "event", "job_cancelled")
+		s.onRun(r.Job, "cancelled", elapsed)
 		rctx, rcancel := context.WithTimeout(life, s.cfg.StaleAfter)
 		defer rcancel()
 		if rerr := s.store.release(rctx, r.Job, r.Fence); rerr != nil {
@@ -409,6 +416,7 @@ func (s *Scheduler) execute(ctx, life context.Context, h *heldJob, cl *claimed, 
 	defer ccancel()
 	if cerr := s.store.complete(cctx, r.Job, r.Fence, r.Slot, next, result, errText); cerr != nil {
 		log.Warn("job run completion not recorded", "event", "job_fenced", "error", cerr)
+		s.onRun(r.Job, "fenced", elapsed)
 		s.drop(r.Job, h)
 		return
 	}
@@ -418,6 +426,7 @@ func (s *Scheduler) execute(ctx, life context.Context, h *heldJob, cl *claimed, 
 	} else {
 		log.Info("job run finished", "event", "job_finished", "result", result, "elapsed_ms", elapsed.Milliseconds())
 	}
+	s.onRun(r.Job, result, elapsed)
 	s.mu.Lock()
 	h.running = false
 	s.mu.Unlock()
@@ -436,6 +445,12 @@ func (s *Scheduler) execute(ctx, life context.Context, h *heldJob, cl *claimed, 
 	select {
 	case s.wake <- struct{}{}:
 	default:
+	}
+}
+
+func (s *Scheduler) onRun(job, outcome string, elapsed time.Duration) {
+	if s.cfg.OnRun != nil {
+		s.cfg.OnRun(job, outcome, elapsed)
 	}
 }
 

@@ -143,11 +143,7 @@ signal exits at once with code 1.`,
 			}
 			stopJobs := func() error { return nil }
 			if r.jobs {
-				var onVerify func(int)
-				if m != nil {
-					onVerify = m.SetVerifyMismatches
-				}
-				if stopJobs, err = startJobs(cmd.Context(), db, g.logger, cfg, d.InstanceID(), onVerify); err != nil {
+				if stopJobs, err = startJobs(cmd.Context(), db, g.logger, cfg, d.InstanceID(), m); err != nil {
 					return err
 				}
 			}

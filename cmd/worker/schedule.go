@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/schedule"
 )
 
@@ -204,11 +205,17 @@ func jobConns(enabled bool) int {
 
 // startJobs runs due jobs beside the distributor, under the same instance
 // id and lease settings, until stop is called (a graceful stop: runs in
-// progress get the shutdown timeout to finish). onVerify, if set, gets the
-// built-in verify job's mismatch count.
+// progress get the shutdown timeout to finish). m, if set, counts runs
+// and gets the built-in verify job's mismatch count.
 func startJobs(ctx context.Context, db *bun.DB, logger *slog.Logger, cfg distributor.Config, instanceID string,
-	onVerify func(int)) (stop func() error, err error) {
+	m *metrics.Metrics) (stop func() error, err error) {
+	var onVerify func(int)
+	var onRun func(string, string, time.Duration)
+	if m != nil {
+		onVerify, onRun = m.SetVerifyMismatches, m.OnJobRun
+	}
 	s, err := schedule.New(db, schedule.Config{
+		OnRun:      onRun,
 		InstanceID: instanceID, Heartbeat: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
 		PollInterval: cfg.Heartbeat, ShutdownTimeout: cfg.ShutdownTimeout, Logger: logger,
 		Resolve: func(d schedule.Definition) (schedule.RunFunc, bool) {
