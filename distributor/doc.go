@@ -142,6 +142,13 @@
 // pruned by age and count about once a minute), so the locking below is
 // unchanged. Heartbeats and batches after the first write no events.
 //
+// Tracing. With a global OpenTelemetry tracer provider installed, claims,
+// confirmations, batches (fence to commit) and releases are spans. A
+// batch's checkpoint update also stores the batch's trace context
+// (traceparent) in the same compare-and-set, and the fence reads it back,
+// so a claim's first batch links to the batch that committed the
+// checkpoint it resumes from: after a takeover, the previous owner's last.
+//
 // # States
 //
 //	                     claim (CAS on version)
