@@ -80,16 +80,26 @@ type source struct {
 	prevAt time.Time
 	rates  map[string]float64
 	rate   float64
+	// last is the latest snapshot: reused for half a refresh interval, so
+	// that the database is read about twice an interval however many
+	// pages and event streams are open. Read-only once taken.
+	last *snapshot
 }
 
 func newSource(db bun.IDB, cfg Config) *source {
 	return &source{db: db, store: partition.NewStore(db), cfg: cfg, rates: map[string]float64{}}
 }
 
-// read takes a snapshot. Rates are recomputed when at least half a refresh
-// interval has passed since the last sample, otherwise the last ones are
-// reused, so many viewers do not make them noisy.
+// read returns a snapshot at most half a refresh interval old. Rates are
+// recomputed when at least half an interval has passed since the last
+// sample, so many viewers do not make them noisy.
 func (s *source) read(ctx context.Context) (*snapshot, error) {
+	s.mu.Lock()
+	if last := s.last; last != nil && s.cfg.Clock.Since(last.At) < s.cfg.Refresh/2 {
+		s.mu.Unlock()
+		return last, nil
+	}
+	s.mu.Unlock()
 	parts, workers, err := s.store.Status(ctx)
 	if err != nil {
 		return nil, err
@@ -162,7 +172,16 @@ func (s *source) read(ctx context.Context) (*snapshot, error) {
 		snap.Contracts[i].Rate = s.rates[snap.Contracts[i].Key]
 	}
 	ov.Rate = s.rate
+	s.last = snap
 	return snap, nil
+}
+
+// invalidate drops the cached snapshot: after an action, the next page
+// shows its effect.
+func (s *source) invalidate() {
+	s.mu.Lock()
+	s.last = nil
+	s.mu.Unlock()
 }
 
 // confirming maps partitions whose latest claim is a takeover without a

@@ -324,6 +324,7 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
+	s.src.invalidate()
 	flash := "retried: the contract is claimable again"
 	if !changed {
 		flash = "nothing to retry: the contract is neither quarantined nor backing off"
@@ -351,6 +352,7 @@ func (s *Server) triggerJob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no job %q", name))
 		return
 	}
+	s.src.invalidate()
 	s.log.Info("console action", "action", "trigger", "job", name, "remote", r.RemoteAddr)
 	http.Redirect(w, r, "/jobs?flash="+url.QueryEscape("triggered "+name), http.StatusSeeOther)
 }
