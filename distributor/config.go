@@ -111,6 +111,9 @@ type Config struct {
 	// worker listens over its main handle, unless that goes through a
 	// transaction pooler (dbconn.Pooled): then it polls every PollInterval.
 	ListenDB *bun.DB
+	// PollOnly never listens: the worker looks for work every PollInterval
+	// only. For engines without LISTEN/NOTIFY (docs/engines.md).
+	PollOnly bool
 	// OnEvent, if set, is called synchronously for every protocol event.
 	// It must not block.
 	OnEvent func(Event)

@@ -417,6 +417,9 @@ func (d *Distributor) listenHandle(ctx context.Context) (*bun.DB, error) {
 	if err := d.db.PingContext(ctx); err != nil {
 		return nil, fmt.Errorf("connecting worker %s: %w", d.worker.InstanceID, err)
 	}
+	if d.cfg.PollOnly {
+		return nil, nil
+	}
 	if d.cfg.ListenDB == nil {
 		if dbconn.Pooled(d.db) {
 			d.log.Info("the database connection goes through a transaction pooler: polling for work every interval (give a direct listen connection to be woken at once)",

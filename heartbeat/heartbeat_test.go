@@ -30,6 +30,7 @@ type fakeRenewer struct {
 	mu      sync.Mutex
 	fail    error
 	stolen  map[string]bool
+	locked  map[string]time.Duration // held by another transaction: time left
 	renews  int
 	inspect func([]partition.Lease) ([]partition.Held, error)
 }
@@ -43,7 +44,9 @@ func (f *fakeRenewer) Renew(_ context.Context, leases []partition.Lease) ([]part
 	}
 	var out []partition.Renewal
 	for _, l := range leases {
-		if !f.stolen[l.Key] {
+		if left, ok := f.locked[l.Key]; ok {
+			out = append(out, partition.Renewal{Lease: l, Locked: true, Remaining: left})
+		} else if !f.stolen[l.Key] {
 			out = append(out, partition.Renewal{Lease: l})
 		}
 	}
@@ -351,4 +354,56 @@ func TestStartStopRenewsOnTicks(t *testing.T) {
 	}
 	s.Stop()
 	s.Stop() // idempotent
+}
+
+// A lease whose row another transaction holds is neither renewed nor lost:
+// the others are renewed, it keeps the time it had left (its local
+// deadline follows the database's account), its confirmation streak
+// restarts, and it ends only if that time runs out before a renewal.
+func TestLockedRowIsSkippedNotLost(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	r := &fakeRenewer{locked: map[string]time.Duration{"busy": 5 * time.Second}}
+	s := newService(t, r, clock) // lease 10s, margin 2s
+	ctx := context.Background()
+	busy := s.Track(ctx, partition.Lease{Key: "busy", Version: 1}, clock.Now(), true)
+	free := s.Track(ctx, partition.Lease{Key: "free", Version: 1}, clock.Now(), false)
+	s.Beat(ctx)
+	s.Beat(ctx)
+	if busy.Context().Err() != nil || free.Context().Err() != nil {
+		t.Fatal("a skipped renewal ended a lease")
+	}
+	if busy.Streak() != 0 {
+		t.Fatalf("skipped lease has streak %d, want 0", busy.Streak())
+	}
+	// 5s left by the database, 2s margin: it ends locally after 3s unless
+	// renewed; the free lease, renewed, lives on.
+	clock.Advance(2900 * time.Millisecond)
+	if busy.Context().Err() != nil {
+		t.Fatal("the skipped lease ended before the time it had left")
+	}
+	clock.Advance(200 * time.Millisecond)
+	select {
+	case <-busy.Context().Done():
+	case <-time.After(testutil.WaitTimeout(5 * time.Second)):
+		t.Fatal("skipped lease not ended at its local deadline")
+	}
+	if !errors.Is(context.Cause(busy.Context()), heartbeat.ErrLeaseExpired) {
+		t.Fatalf("skipped lease past its time: cause %v, want ErrLeaseExpired", context.Cause(busy.Context()))
+	}
+	if free.Context().Err() != nil {
+		t.Fatal("the renewed lease ended")
+	}
+
+	// Once the lock is gone, renewals resume and confirm as usual.
+	again := s.Track(ctx, partition.Lease{Key: "busy", Version: 2}, clock.Now(), true)
+	r.mu.Lock()
+	r.locked = nil
+	r.mu.Unlock()
+	for range 3 {
+		s.Beat(ctx)
+	}
+	if !again.IsConfirmed() {
+		t.Fatalf("not confirmed after 3 renewals (streak %d)", again.Streak())
+	}
 }

@@ -41,6 +41,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.IntVar(&r.cfg.MaxAttempts, "max-attempts", distributor.MaxAttemptsDefault, "failed attempts before a contract is quarantined")
 	f.DurationVar(&r.cfg.ShutdownTimeout, "shutdown-timeout", distributor.ShutdownTimeoutDefault, "how long a graceful stop waits for batches in flight")
 	f.BoolVar(&r.jobs, "jobs", true, "also run due scheduled jobs (see \"worker schedule\"); --jobs=false opts out")
+	f.BoolVar(&r.cfg.PollOnly, "poll-only", false, "never LISTEN: look for new work every heartbeat only (for databases without LISTEN/NOTIFY)")
 	f.StringVar(&r.listenURL, "listen-database-url", "", "direct PostgreSQL URL used only to LISTEN for new work, when --database-url goes through a transaction pooler (default $BATON_LISTEN_DATABASE_URL; without either, such workers poll)")
 	f.StringVar(&r.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9090); off when empty")
 	r.history.register(f)
