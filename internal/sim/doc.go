@@ -54,8 +54,9 @@
 // The algorithm, step by step as the real code does it: registration; the
 // claim loop (cluster load and fair share every RebalanceInterval, hand-back
 // of surplus partitions, candidates from the head of the claimable index,
-// shuffled, claimed in at most two compare-and-set rounds, woken by polls and
-// notifications; after a notification a worker with room recomputes its
+// shuffled, claimed in at most two compare-and-set rounds, a claim whose
+// outcome is unknown resolved by re-reading and adopting what it won, a
+// failed round retried after a back-off, woken by polls and notifications; after a notification a worker with room recomputes its
 // share, at most once a heartbeat, and claims nothing while the recompute
 // is owed; a worker at its share still takes dead workers' partitions,
 // read as stale candidates, up to MaxPartitions; a share computed with no

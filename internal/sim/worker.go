@@ -69,7 +69,10 @@ type worker struct {
 	clTick        bool
 	clWake        bool
 	clDeferred    bool // the owed share recompute is due
-	deferGen      int
+	clRetry       bool // a failed round's back-off is over
+	selGen        int  // the claim loop's iteration, for its timers
+	roundErr      bool // the claim round in progress failed
+	roundFailures int  // consecutive failed rounds
 	workChanged   bool // a notification came: the share may be stale
 	clDone        bool
 	registered    bool
@@ -735,6 +738,9 @@ func (w *worker) claimPoll() {
 	if w.clDeferred {
 		ready = append(ready, &w.clDeferred)
 	}
+	if w.clRetry {
+		ready = append(ready, &w.clRetry)
+	}
 	if len(ready) == 0 {
 		return
 	}
@@ -743,11 +749,32 @@ func (w *worker) claimPoll() {
 	w.claimLoop()
 }
 
+// claimWait ends a claim round: a failed one is retried after a back-off
+// (doubling per consecutive failure, at most the poll interval), and the
+// loop waits for that, a poll, a wake-up or an owed recompute.
 func (w *worker) claimWait() {
 	w.clRPC = nil
 	if w.stopping {
 		w.claimLoopDone()
 		return
+	}
+	if w.roundErr {
+		cfg := w.s.cfg
+		delay := cfg.MaxBackoff
+		if w.roundFailures < 20 {
+			delay = min(cfg.Backoff<<w.roundFailures, cfg.MaxBackoff)
+		}
+		w.roundErr = false
+		w.roundFailures++
+		gen := w.selGen
+		w.after(min(delay, cfg.PollInterval), func() {
+			if w.selGen == gen {
+				w.clRetry = true
+				w.claimPoll()
+			}
+		})
+	} else {
+		w.roundFailures = 0
 	}
 	w.clWaiting = true
 	w.claimPoll()
@@ -761,9 +788,9 @@ func (w *worker) claimLoop() {
 		return
 	}
 	now := w.local()
-	// The previous iteration's deferred recompute goes with it.
-	w.deferGen++
-	w.clDeferred = false
+	// The previous iteration's timers go with it.
+	w.selGen++
+	w.clDeferred, w.clRetry = false, false
 	// After a notification, a worker with room recomputes its share now,
 	// or, within a heartbeat of the last recompute, owes it and claims
 	// nothing until it is due: the share in hand may be stale.
@@ -771,9 +798,9 @@ func (w *worker) claimLoop() {
 	if w.workChanged && len(w.held) < s.cfg.MaxPartitions {
 		if wait := s.cfg.Heartbeat - (now - w.lastRebalance); wait > 0 && w.rebalanced {
 			owed = true
-			gen := w.deferGen
+			gen := w.selGen
 			w.after(wait, func() {
-				if w.deferGen == gen {
+				if w.selGen == gen {
 					w.clDeferred = true
 					w.claimPoll()
 				}
@@ -801,8 +828,11 @@ func (w *worker) claimLoop() {
 		}
 		if resp.err == errNone {
 			w.rebalance(resp.load)
-		} else if recompute {
-			w.workChanged, owed = true, true // still owed: the next round recomputes
+		} else {
+			w.roundErr = true
+			if recompute {
+				w.workChanged, owed = true, true // still owed: the retry recomputes
+			}
 		}
 		next()
 	})
@@ -860,6 +890,7 @@ func (w *worker) claim() {
 	idle := w.shareIdle
 	w.clRPC = w.poolCall(req, 0, nil, func(resp response) {
 		if resp.err != errNone || len(resp.cands) == 0 {
+			w.roundErr = w.roundErr || resp.err != errNone
 			w.claimWait()
 			return
 		}
@@ -876,6 +907,7 @@ func (w *worker) claim() {
 		// before claiming.
 		w.clRPC = w.poolCall(&request{kind: reqClusterLoad}, 0, nil, func(resp response) {
 			if resp.err != errNone {
+				w.roundErr = true
 				w.claimWait()
 				return
 			}
@@ -930,19 +962,51 @@ func (w *worker) claimRound(round int, cands []candidate, want, room int) {
 	}
 	sent, epoch := w.local(), w.suspendEpoch
 	w.clRPC = w.poolCall(&request{kind: reqClaim, owner: w.id, cands: try}, 0, nil, func(resp response) {
+		won := func(cs []claimed) {
+			for _, c := range cs {
+				w.tracef("claimed %s (takeover=%v)", c.leaseID, c.takeover)
+				w.startPartition(c, sent, epoch)
+				if !c.takeover {
+					want--
+				}
+				room--
+			}
+			w.claimRound(round+1, rest, want, room)
+		}
+		switch {
+		case resp.err == errNone:
+			won(resp.won)
+		case !resp.err.unknownOutcome() || w.stopping:
+			w.roundErr = true
+			w.claimWait()
+		default:
+			w.resolveClaims(try, won)
+		}
+	})
+}
+
+// resolveClaims is Distributor.resolveClaims: a claim whose outcome is
+// unknown may have applied; the candidates now at the next version under
+// this worker were won, and are adopted.
+func (w *worker) resolveClaims(try []candidate, won func([]claimed)) {
+	next := make([]leaseID, len(try))
+	owned := map[int]bool{}
+	for i, c := range try {
+		next[i] = leaseID{c.key, c.version + 1}
+		owned[c.key] = c.owned
+	}
+	w.clRPC = w.poolCall(&request{kind: reqInspect, owner: w.id, leases: next}, w.s.cfg.StaleAfter/2, nil, func(resp response) {
 		if resp.err != errNone {
+			w.roundErr = true
 			w.claimWait()
 			return
 		}
-		for _, c := range resp.won {
-			w.tracef("claimed %s (takeover=%v)", c.leaseID, c.takeover)
-			w.startPartition(c, sent, epoch)
-			if !c.takeover {
-				want--
-			}
-			room--
+		adopted := make([]claimed, len(resp.held))
+		for i, h := range resp.held {
+			adopted[i] = claimed{leaseID: h.leaseID, takeover: owned[h.key]}
 		}
-		w.claimRound(round+1, rest, want, room)
+		w.tracef("claim outcome unknown (%d candidates): re-read adopts %d", len(try), len(adopted))
+		won(adopted)
 	})
 }
 
