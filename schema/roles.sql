@@ -2,7 +2,8 @@
 -- "worker migrate" (which itself needs the owner: it creates tables).
 -- Set passwords afterwards, e.g. \password baton_worker in psql.
 --
--- baton_worker: "worker run", "status", "export", "retry".
+-- baton_worker: "worker run" (with its scheduled jobs), "status", "export",
+-- "retry", "schedule"; leader election and entity locks.
 -- baton_loader: "worker load" (and "seed --load").
 -- Both need CONNECT and TEMPORARY on the database, which PUBLIC has by
 -- default; if you revoked them, grant them to these roles too.
@@ -17,6 +18,9 @@ GRANT UPDATE (version, owner, claimed_at, heartbeat_at, lease_expires_at, positi
 GRANT SELECT, INSERT, UPDATE, DELETE ON workers TO baton_worker; -- registration and liveness
 GRANT SELECT, INSERT ON priced TO baton_worker;                  -- output
 GRANT SELECT, INSERT, DELETE ON events TO baton_worker;          -- ownership history, pruned by age
+GRANT SELECT, INSERT, UPDATE, DELETE ON jobs TO baton_worker;    -- scheduled jobs: runs and "worker schedule"
+GRANT SELECT, INSERT, UPDATE ON leaderships TO baton_worker;     -- leader election
+GRANT SELECT, INSERT, DELETE ON entity_locks TO baton_worker;    -- entity locks (row method)
 
 CREATE ROLE baton_loader LOGIN;
 GRANT USAGE ON SCHEMA public TO baton_loader;

@@ -3,18 +3,24 @@ package schema_test
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/leader"
+	"github.com/batonhq/baton/lock"
 	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/schedule"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -71,6 +77,58 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	if err != nil || len(sum.Mismatches) > 0 || sum.Priced != 3544 {
 		t.Fatalf("verify as worker: %+v, %v", sum, err)
 	}
+	// Scheduled jobs, leader election and entity locks work as the worker.
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	jctx, stopJobs := context.WithCancel(ctx)
+	sched, err := schedule.New(wdb, schedule.Config{InstanceID: "least#1", Heartbeat: 100 * time.Millisecond,
+		StaleAfter: time.Second, PollInterval: 100 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan *schedule.Run, 1)
+	if err := sched.Register(ctx, schedule.Job{Definition: schedule.Definition{Name: "least", Every: 100 * time.Millisecond},
+		Run: func(ctx context.Context, r *schedule.Run) error {
+			select {
+			case ran <- r:
+			default:
+			}
+			return nil
+		}}); err != nil {
+		t.Fatalf("adding a job as %s: %v", worker, err)
+	}
+	jobsDone := make(chan error, 1)
+	go func() { jobsDone <- sched.Run(jctx) }()
+	<-ran
+	stopJobs()
+	if err := <-jobsDone; err != nil {
+		t.Fatalf("running jobs as %s: %v", worker, err)
+	}
+	if _, err := schedule.List(ctx, wdb); err != nil {
+		t.Fatalf("listing jobs as %s: %v", worker, err)
+	}
+	el, err := leader.New(wdb, leader.Config{InstanceID: "least#1", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := el.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer el.Stop()
+	l, err := el.Campaign(ctx, "least")
+	if err != nil {
+		t.Fatalf("campaigning as %s: %v", worker, err)
+	}
+	if err := l.Resign(ctx); err != nil {
+		t.Fatalf("resigning as %s: %v", worker, err)
+	}
+	for _, m := range []lock.Method{lock.MethodRow, lock.MethodAdvisory} {
+		if err := wdb.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			return lock.Acquire(ctx, tx, "Least:1", lock.Options{Method: m})
+		}); err != nil {
+			t.Fatalf("entity lock (%s) as %s: %v", m, worker, err)
+		}
+	}
+
 	for role, stmts := range map[string][]string{
 		worker: {`DELETE FROM records`, `UPDATE tiers SET discount_bp = 0`, `DELETE FROM priced`, `INSERT INTO contracts VALUES ('x')`,
 			`UPDATE tasks SET available = available + 1`},
