@@ -18,6 +18,8 @@ var scenarioNames = []string{"throughput", "events", "peers", "coordination", "f
 type config struct {
 	out     string
 	quick   bool
+	// previous is an earlier results.json shown beside this run's headline.
+	previous string
 	seed    uint64
 	durable bool
 	keep    bool
@@ -162,6 +164,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.profile, "profile", c.profile, "CPU profiles: auto (when a goal is missed), always, never")
 	fs.BoolVar(&c.render, "render", false, "only re-render report.md and the plots from -out's results.json")
 	fs.BoolVar(&c.merge, "merge", false, "keep -out's results.json and replace only the scenarios run now")
+	fs.StringVar(&c.previous, "previous", "", "an earlier results.json whose headline figures are shown beside the new ones")
 
 	fs.IntVar(&c.contracts, "contracts", c.contracts, "throughput: contracts")
 	fs.IntVar(&c.perContract, "records-per-contract", c.perContract, "throughput: records per contract")

@@ -7,13 +7,16 @@ import (
 	"log"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/ingest"
+	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/seed"
 )
 
@@ -25,6 +28,9 @@ type dataset struct {
 	Records     int64   `json:"records"`
 	Seed        uint64  `json:"seed"`
 	LoadSeconds float64 `json:"load_s"` // ingest.Load (baton's COPY loader) into the template
+	// CopySeconds is psql \copy of the same records file into a plain
+	// table (no keys) of the same database, right after the load.
+	CopySeconds float64 `json:"psql_copy_s,omitempty"`
 	template    string
 	opts        seed.Options
 }
@@ -47,6 +53,9 @@ func (e *env) seedTemplate(ctx context.Context, name string, contracts, perContr
 			return fmt.Errorf("loading %s: %w", name, err)
 		}
 		ds.LoadSeconds = rep.Duration.Seconds()
+		if ds.CopySeconds, err = e.psqlCopy(ctx, db, records); err != nil {
+			log.Printf("psql \\copy baseline: %v", err)
+		}
 		return nil
 	})
 	if err != nil {
@@ -162,4 +171,31 @@ func (p *producer) load(ctx context.Context) error {
 	p.Records += rep.RecordsAccepted
 	p.Seconds += rep.Duration.Seconds()
 	return nil
+}
+
+// psqlCopy times psql's \copy of a records file into a plain table of the
+// same shape (no keys, no checks) in db, then drops the table: the loader's
+// baseline.
+func (e *env) psqlCopy(ctx context.Context, db *bun.DB, records string) (float64, error) {
+	bindir, err := pglocal.BinDir()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE copy_baseline (contract_id text, record_id text, amount_minor bigint)`); err != nil {
+		return 0, err
+	}
+	defer db.ExecContext(ctx, `DROP TABLE IF EXISTS copy_baseline`)
+	var name string
+	if err := db.QueryRowContext(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	out, err := exec.CommandContext(ctx, filepath.Join(bindir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", e.url(name),
+		"-c", `\copy copy_baseline FROM '`+strings.ReplaceAll(records, "'", "''")+`' WITH (FORMAT csv, HEADER true)`).CombinedOutput()
+	d := time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("psql \\copy: %w: %s", err, out)
+	}
+	log.Printf("psql \\copy of %s: %.1f s", filepath.Base(records), d.Seconds())
+	return d.Seconds(), nil
 }

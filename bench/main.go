@@ -109,6 +109,13 @@ func run(cfg config) error {
 		prev.forget(cfg.scenarios)
 		res, merging = prev, true
 	}
+	if cfg.previous != "" {
+		prev, err := loadResults(cfg.previous)
+		if err != nil {
+			return fmt.Errorf("-previous: %w", err)
+		}
+		res.Previous = previousHeadline(prev)
+	}
 	e, err := newEnv(ctx, cfg)
 	if err != nil {
 		return err
@@ -170,8 +177,13 @@ func run(cfg config) error {
 	return nil
 }
 
+// loadResults reads dir/results.json, or dir itself when it is a file.
 func loadResults(dir string) (*results, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	path := filepath.Join(dir, "results.json")
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		path = dir
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}

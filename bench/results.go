@@ -26,6 +26,42 @@ type results struct {
 	Errors      []string          `json:"errors,omitempty"`
 	Scenarios   []scenarioRun     `json:"scenarios"`
 	WallSeconds float64           `json:"wall_s"`
+	// Previous is an earlier run's headline, shown beside this one's.
+	Previous *prevHeadline `json:"previous,omitempty"`
+}
+
+// prevHeadline is the headline of an earlier run: measured value by measure.
+type prevHeadline struct {
+	Started  string            `json:"started"`
+	Commit   string            `json:"commit"`
+	Measured map[string]string `json:"measured"`
+}
+
+// previousHeadline renders prev's headline and keeps its measured column.
+func previousHeadline(prev *results) *prevHeadline {
+	var b strings.Builder
+	headline(func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }, prev)
+	p := &prevHeadline{Started: prev.Machine.Started, Commit: prev.Machine.Commit, Measured: map[string]string{}}
+	for _, line := range strings.Split(b.String(), "\n") {
+		cells := headlineCells(line)
+		if len(cells) == 4 && cells[0] != "measure" && !strings.HasPrefix(cells[0], "---") {
+			p.Measured[cells[0]] = cells[2]
+		}
+	}
+	return p
+}
+
+// headlineCells splits a table row into its trimmed cells, or nil.
+func headlineCells(line string) []string {
+	line = strings.TrimSpace(line)
+	if !strings.HasPrefix(line, "|") || !strings.HasSuffix(line, "|") {
+		return nil
+	}
+	cells := strings.Split(line[1:len(line)-1], " | ")
+	for i := range cells {
+		cells[i] = strings.TrimSpace(cells[i])
+	}
+	return cells
 }
 
 type serverInfo struct {
