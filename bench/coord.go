@@ -25,7 +25,7 @@ import (
 // goroutines, each with its own worker identity, running the real
 // partition.Store statements on the distributor's schedule: the batched
 // heartbeat every interval, the claim poll (Candidates, then Claim) when
-// below the fair share, and the fair-share read (ClusterLoad) every fifth
+// below the fair share, and the fair-share read (FairShareLoad) every fifth
 // interval. They process nothing: this is the cost of coordination alone.
 
 // coordCell is one measurement: W simulated workers over P partitions,
@@ -265,7 +265,7 @@ func (s *sim) worker(ctx context.Context, i int, phase time.Duration) {
 		}
 		if n%5 == 0 {
 			var load partition.Load
-			if s.timed("cluster load", func() (err error) { load, err = s.store.ClusterLoad(ctx); return err }) == nil {
+			if s.timed("cluster load", func() (err error) { load, err = s.store.FairShareLoad(ctx, 8); return err }) == nil {
 				share = distributor.MaxPartitionsDefault
 				if load.LiveWorkers > 1 {
 					share = min(share, max(1, (load.Busy+load.LiveWorkers-1)/load.LiveWorkers))

@@ -45,7 +45,7 @@ func classify(q string) string {
 		return "claim (CAS)"
 	case has("RETURNING t.partition_key, t.available > t.position"):
 		return "release"
-	case has("min(n)", "FROM workers"):
+	case has("min(n)", "FROM workers"), has("FROM live"):
 		return "cluster load (fair share)"
 	case has("FOR KEY SHARE"):
 		return "fence"

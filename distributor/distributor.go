@@ -593,13 +593,17 @@ type finished struct{ err error }
 // rebalance recomputes the fair share, asks surplus partitions to be handed
 // back, and in until-done mode detects that all work is done.
 func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
-	load, err := d.store.ClusterLoad(ctx)
+	load, err := d.store.FairShareLoad(ctx, d.cfg.MaxPartitions)
 	if err != nil {
 		return nil, err
 	}
 	if d.cfg.UntilDone && d.heldCount() == 0 && load.Busy == 0 {
-		if load.Quarantined > 0 {
-			return &finished{fmt.Errorf("%w: %d partition(s) quarantined; see status, then retry", ErrIncomplete, load.Quarantined)}, nil
+		quarantined, err := d.store.QuarantinedCount(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if quarantined > 0 {
+			return &finished{fmt.Errorf("%w: %d partition(s) quarantined; see status, then retry", ErrIncomplete, quarantined)}, nil
 		}
 		d.log.Info("all work done", "event", "done")
 		return &finished{}, nil
@@ -712,7 +716,7 @@ func (d *Distributor) claim(ctx context.Context) error {
 		// all of it for a worker that was alone); work has arrived since,
 		// perhaps seen by this poll before its notification: recompute
 		// before claiming. This costs one load read per idle-to-busy turn.
-		load, err := d.store.ClusterLoad(ctx)
+		load, err := d.store.FairShareLoad(ctx, d.cfg.MaxPartitions)
 		if err != nil {
 			return err
 		}

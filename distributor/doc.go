@@ -40,7 +40,10 @@
 // someone else. The poll's cost follows the claims made, not the number of
 // partitions. It claims up to its fair share: ceil(busy partitions / live
 // workers), at most MaxPartitions, except that a dead worker's partitions
-// are taken beyond the share (see Takeover bound). The share is recomputed
+// are taken beyond the share (see Takeover bound). The share's inputs are
+// read from the indexes with counts capped at live workers × MaxPartitions,
+// so the read costs the same with 10,000 partitions as with 100. The share
+// is recomputed
 // every RebalanceInterval, and sooner (at most once a heartbeat) when a
 // notification says work was released, loaded or retried. A worker at its
 // share still polls, for expired leases only (the index range past the

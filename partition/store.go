@@ -646,6 +646,61 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 	return l, nil
 }
 
+// FairShareLoad reads what a worker with room for maxPartitions needs for
+// its fair share, bounded by what can change that share rather than by the
+// number of partitions, so that its cost does not grow with the table:
+//
+//   - Busy is counted up to LiveWorkers × maxPartitions (beyond that every
+//     worker's share is maxPartitions anyway): pending rows from the head of
+//     the tasks_claimable index, caught-up leases through tasks_owner (the
+//     ORDER BY clauses steer the planner to those indexes);
+//   - Unclaimed is counted up to maxPartitions + 1 (it is compared with 0
+//     and with a count of held partitions), from the claimable index range;
+//   - MinHeld counts each live worker's leases through tasks_owner;
+//   - Quarantined is not counted (0): no index answers it, and only the
+//     end of an until-done run needs it (QuarantinedCount).
+//
+// Zero stays exact for both counts, which is what deciding that all work is
+// done needs.
+func (s *Store) FairShareLoad(ctx context.Context, maxPartitions int) (Load, error) {
+	var l Load
+	err := s.db.QueryRowContext(ctx, `
+		WITH live AS (
+		  SELECT instance_id FROM workers WHERE expires_at > now() AND stopped_at IS NULL
+		), cap AS (
+		  SELECT greatest(count(*), 1) * ?::bigint AS n FROM live
+		)
+		SELECT
+		  least((SELECT n FROM cap),
+		    (SELECT count(*) FROM (SELECT 1 FROM tasks
+		      WHERE failed_at IS NULL AND available > position
+		      ORDER BY lease_expires_at LIMIT (SELECT n FROM cap)) p)
+		  + (SELECT count(*) FROM (SELECT 1 FROM tasks
+		      WHERE owner IS NOT NULL AND lease_expires_at > now() AND available <= position
+		      ORDER BY owner LIMIT (SELECT n FROM cap)) c)),
+		  (SELECT count(*) FROM live),
+		  (SELECT count(*) FROM (SELECT 1 FROM tasks
+		    WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
+		    ORDER BY lease_expires_at LIMIT ?::bigint + 1) u),
+		  coalesce((SELECT min((SELECT count(*) FROM tasks t
+		    WHERE t.owner = live.instance_id AND t.lease_expires_at > now())) FROM live), 0)`,
+		maxPartitions, maxPartitions).Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld)
+	if err != nil {
+		return l, fmt.Errorf("reading cluster load: %w", err)
+	}
+	return l, nil
+}
+
+// QuarantinedCount counts the partitions marked failed. It reads the whole
+// table: call it rarely (the end of an until-done run).
+func (s *Store) QuarantinedCount(ctx context.Context) (int, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE failed_at IS NOT NULL`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting quarantined partitions: %w", err)
+	}
+	return n, nil
+}
+
 // StopWorker marks a worker instance stopped, so others stop counting it at
 // once, and forgets instances that have been dead for over a day.
 func (s *Store) StopWorker(ctx context.Context, instanceID string) error {

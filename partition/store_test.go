@@ -309,3 +309,88 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 		t.Fatalf("notification %q after a fenced release; want none before the marker", got)
 	}
 }
+
+// The fair-share read's cost is bounded by what can change a share, not by
+// the table: with 100,000 task rows it reads no table sequentially, caps
+// Busy at live workers × maxPartitions and Unclaimed at maxPartitions + 1,
+// and agrees exactly with ClusterLoad below the caps, zero included.
+func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	s := partition.NewStore(db)
+	for _, w := range []string{"w#1", "w#2"} {
+		if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: w, Name: "w"}, time.Hour, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Nothing at all: exact zeros.
+	l, err := s.FairShareLoad(ctx, 4)
+	if err != nil || l != (partition.Load{LiveWorkers: 2}) {
+		t.Fatalf("empty: FairShareLoad = %+v, %v", l, err)
+	}
+	// A few: exactly ClusterLoad's figures, Quarantined aside. w#1 holds
+	// 3 leases (2 caught up), one partition is quarantined.
+	if _, err := db.ExecContext(ctx, `
+		INSERT INTO tasks (partition_key, available, position, owner, lease_expires_at, failed_at)
+		VALUES ('a', 5, 0, NULL, '-infinity', NULL), ('b', 5, 0, 'w#1', now() + interval '1 hour', NULL),
+		       ('c', 5, 5, 'w#1', now() + interval '1 hour', NULL), ('d', 2, 2, 'w#1', now() + interval '1 hour', NULL),
+		       ('e', 5, 0, NULL, 'infinity', now()), ('f', 5, 5, NULL, '-infinity', NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.ClusterLoad(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Quarantined = 0
+	if l, err = s.FairShareLoad(ctx, 8); err != nil || l != want {
+		t.Fatalf("small: FairShareLoad = %+v, %v; want ClusterLoad's %+v", l, err, want)
+	}
+	if n, err := s.QuarantinedCount(ctx); err != nil || n != 1 {
+		t.Fatalf("QuarantinedCount = %d, %v; want 1", n, err)
+	}
+	// 100,000 pending partitions: capped, and index-driven.
+	if _, err := db.ExecContext(ctx, `
+		INSERT INTO tasks (partition_key, available, position) SELECT 'p' || i, 10, 0 FROM generate_series(1, 100000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE tasks`); err != nil {
+		t.Fatal(err)
+	}
+	sent := &lastQuery{}
+	hooked := partition.NewStore(db.WithQueryHook(sent))
+	if l, err = hooked.FairShareLoad(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if l.Busy != 8 || l.LiveWorkers != 2 || l.Unclaimed != 5 || l.MinHeld != 0 {
+		t.Fatalf("large: FairShareLoad = %+v; want Busy 8 (2 workers × 4), Unclaimed 5, MinHeld 0", l)
+	}
+	var plan string
+	if err := db.NewRaw("EXPLAIN (ANALYZE, FORMAT JSON) "+sent.get()).Scan(ctx, &plan); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []any
+	if err := json.Unmarshal([]byte(plan), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	// Every plan node over tasks: no sequential scan, and together they
+	// read a few caps' worth of rows, not the table.
+	var rows float64
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if n["Relation Name"] == "tasks" {
+			if n["Node Type"] == "Seq Scan" {
+				t.Fatalf("FairShareLoad reads tasks sequentially:\n%s", plan)
+			}
+			rows += n["Actual Rows"].(float64) * n["Actual Loops"].(float64)
+		}
+		children, _ := n["Plans"].([]any)
+		for _, c := range children {
+			walk(c.(map[string]any))
+		}
+	}
+	walk(nodes[0].(map[string]any)["Plan"].(map[string]any))
+	if rows > 100 {
+		t.Fatalf("FairShareLoad read %v task rows:\n%s", rows, plan)
+	}
+}
