@@ -16,16 +16,16 @@ var scenarioNames = []string{"throughput", "events", "peers", "coordination", "f
 // about 15 minutes on a 2-core machine; -quick scales everything down to a
 // smoke run of about 2 minutes.
 type config struct {
-	out     string
-	quick   bool
+	out   string
+	quick bool
 	// previous is an earlier results.json shown beside this run's headline.
 	previous string
-	seed    uint64
-	durable bool
-	keep    bool
-	profile string // auto, always, never
-	render  bool
-	merge   bool
+	seed     uint64
+	durable  bool
+	keep     bool
+	profile  string // auto, always, never
+	render   bool
+	merge    bool
 
 	// throughput
 	contracts   int
