@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
+	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -78,21 +79,18 @@ func startPair(t *testing.T, synchronous bool) *pair {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	// pg_stat_replication offers no notification: poll it.
+	testutil.Eventually(t, time.Minute, "the standby streaming "+want, func() error {
 		var state string
 		err := admin.QueryRow(ctx, `SELECT coalesce(max(sync_state), '') FROM pg_stat_replication WHERE state = 'streaming'`).Scan(&state)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if state == want {
-			break
+		if state != want {
+			return fmt.Errorf("standby is %q", state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("standby is %q, want streaming %s", state, want)
-		}
-		time.Sleep(20 * time.Millisecond) // pg_stat_replication offers no notification
-	}
+		return nil
+	})
 	return &pair{primary: primary, standby: standby, url: fmt.Sprintf(
 		"postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/baton?sslmode=disable&target_session_attrs=read-write",
 		primary.Port(), standby.Port())}
@@ -122,17 +120,11 @@ func (r *run) failover(p *pair) time.Time {
 	promoted := time.Now()
 	// The test's own pool still holds connections to the dead primary: each
 	// fails once and is discarded, then the URL leads to the new primary.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(r.t, 30*time.Second, "the new primary answering", func() error {
 		var now time.Time
-		err := r.db.QueryRow(`SELECT now()`).Scan(&now)
-		if err == nil {
-			return promoted
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("the new primary does not answer: %v", err)
-		}
-	}
+		return r.db.QueryRow(`SELECT now()`).Scan(&now)
+	})
+	return promoted
 }
 
 // resumed reports how long after the promotion the first batch committed on

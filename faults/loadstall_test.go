@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/testutil"
 )
 
 // A load paused (SIGSTOP) inside its last step, holding the task-row locks
@@ -45,13 +47,12 @@ func TestLoadPausedInItsLastStepCostsNoUnrelatedLease(t *testing.T) {
 	r.load(first, r.tiers)
 
 	w := r.launch(r.dsn, "--mode", "leader")
-	deadline := time.Now().Add(time.Minute)
-	for !slices.Equal(r.heldBy(w.name), []string{"st-a", "st-b"}) || r.pending() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker holds %v; want st-a and st-b, caught up. log:\n%s", r.heldBy(w.name), tail(w.logs(), 20))
+	testutil.Eventually(t, time.Minute, "the leader holding st-a and st-b, caught up", func() error {
+		if held := r.heldBy(w.name); !slices.Equal(held, []string{"st-a", "st-b"}) || r.pending() > 0 {
+			return fmt.Errorf("worker holds %v, %d records pending. log:\n%s", held, r.pending(), tail(w.logs(), 20))
 		}
-		time.Sleep(20 * time.Millisecond) // polling the database for a moment to act on
-	}
+		return nil
+	})
 	bVersion := r.version("st-b")
 
 	hold, err := r.db.BeginTx(ctx, nil)
@@ -94,22 +95,20 @@ func TestLoadPausedInItsLastStepCostsNoUnrelatedLease(t *testing.T) {
 	}
 	// The server ends the paused load's session once it has sat idle in
 	// its transaction for the idle limit.
+	// pg_stat_activity offers no notification: poll it.
 	var ended time.Duration
-	for {
+	testutil.Eventually(t, 30*time.Second, "the server ending the paused load's session", func() error {
 		var n int
 		if err := r.db.QueryRow(`SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = 'baton-load'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			ended = time.Since(stoppedAt)
-			break
+		if n > 0 {
+			return fmt.Errorf("%d load sessions", n)
 		}
-		if time.Since(stoppedAt) > 30*time.Second {
-			t.Fatal("the paused load's session was not ended by the server")
-		}
-		time.Sleep(20 * time.Millisecond) // pg_stat_activity offers no notification
-	}
+		ended = time.Since(stoppedAt)
+		return nil
+	})
 	t.Logf("paused load ended by the server %s after SIGSTOP (idle limit %s)", ended.Round(time.Millisecond), idle)
 	if ended < idle {
 		t.Fatalf("the load's session ended after %s, before its idle limit %s: something else ended it", ended, idle)

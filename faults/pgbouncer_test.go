@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/seed"
 )
 
@@ -92,8 +94,7 @@ func TestThroughPgBouncerTransactionPooling(t *testing.T) {
 		r.start(pooled)
 	}
 	// status through the pooler shows how each worker learns of new work.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, "status listing the 3 workers", func() error {
 		out, err := cli(pooled, "status", "--json")
 		if err != nil {
 			t.Fatalf("status through the pooler: %v\n%s", err, out)
@@ -117,12 +118,10 @@ func TestThroughPgBouncerTransactionPooling(t *testing.T) {
 					t.Fatalf("worker %s wakes by %q, want %q", w.Name, w.Wake, want)
 				}
 			}
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status lists %d workers, want 3:\n%s", len(st.Workers), out)
-		}
-	}
+		return fmt.Errorf("status lists %d workers:\n%s", len(st.Workers), out)
+	})
 	if out, err := cli(pooled, "retry", poisoned); err != nil || !strings.Contains(out, "re-enabled") {
 		t.Fatalf("retry through the pooler: %v\n%s", err, out)
 	}
