@@ -123,7 +123,12 @@
 // notification, once each time the listening connection is (re)established
 // (notifications sent while it was down are lost), and when a held
 // partition ends. A round that fails is retried after the Backoff schedule
-// rather than left to the next poll.
+// rather than left to the next poll. Notifications need a session
+// connection: a worker whose handle goes through a transaction pooler
+// listens on Config.ListenDB if given and otherwise only polls, as it does
+// with PollOnly; the workers table records which (wake: listen or poll).
+// Nothing else depends on session state: every statement and transaction
+// stands alone, so the pooler may run each on another server session.
 //
 // Failure. A batch that fails with a transient error (connection, timeout,
 // lock conflict) is retried while the lease holds. Any other error releases
