@@ -130,6 +130,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1000),
+		// Containers often give /dev/shm a few megabytes, too few for a tab.
+		chromedp.Flag("disable-dev-shm-usage", true),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	defer cancelAlloc()
