@@ -32,11 +32,11 @@ INSERT INTO %[1]s (contract_id, seq, record_id, gross_minor, discount_minor, net
 WITH bands AS (
     SELECT contract_id, threshold_minor::numeric AS t, discount_bp::numeric AS bp,
            lead(threshold_minor::numeric) OVER (PARTITION BY contract_id ORDER BY threshold_minor) AS t_next
-    FROM tiers
+    FROM baton.tiers
 ), cum AS (
     SELECT contract_id, seq, record_id, amount_minor,
            (sum(amount_minor) OVER (PARTITION BY contract_id ORDER BY seq))::numeric AS g1
-    FROM records
+    FROM baton.records
 ), n AS (
     SELECT c.contract_id, c.seq, c.record_id, c.amount_minor,
            10000 * c.g1 - coalesce(sum(b.bp * greatest(0, least(c.g1, coalesce(b.t_next, c.g1)) - b.t)), 0) AS n1,
@@ -57,13 +57,13 @@ WITH d AS (
     SELECT contract_id, threshold_minor::numeric AS t, discount_bp::numeric AS bp,
            (discount_bp - coalesce(lag(discount_bp) OVER (PARTITION BY contract_id ORDER BY threshold_minor), 0))::numeric
              * threshold_minor::numeric AS dbt
-    FROM tiers
+    FROM baton.tiers
 ), b AS (
     SELECT contract_id, t, bp, sum(dbt) OVER (PARTITION BY contract_id ORDER BY t) AS bsum FROM d
 ), cum AS (
     SELECT contract_id, seq, record_id, amount_minor,
            (sum(amount_minor) OVER (PARTITION BY contract_id ORDER BY seq))::numeric AS g
-    FROM records
+    FROM baton.records
 ), ev AS (
     SELECT contract_id, g, 1 AS kind, seq, record_id, amount_minor, NULL::numeric[] AS band FROM cum
     UNION ALL
@@ -116,7 +116,7 @@ type ceilingResult struct {
 func (e *env) runCeiling(ctx context.Context, db *bun.DB, variant string) (ceilingResult, error) {
 	r := ceilingResult{Variant: variant}
 	table := "ceiling_" + variant
-	if _, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE priced INCLUDING ALL)`, table)); err != nil {
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE baton.priced INCLUDING ALL)`, table)); err != nil {
 		return r, fmt.Errorf("creating %s: %w", table, err)
 	}
 	e.checkpoint(ctx)
@@ -184,7 +184,7 @@ func (e *env) runCopy(ctx context.Context, db *bun.DB, source string) (copyResul
 	if err := rows.Err(); err != nil {
 		return r, fmt.Errorf("reading rows to copy: %w", err)
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE copy_priced (LIKE priced INCLUDING ALL)`); err != nil {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE copy_priced (LIKE baton.priced INCLUDING ALL)`); err != nil {
 		return r, fmt.Errorf("creating copy_priced: %w", err)
 	}
 	conn, err := db.Conn(ctx)

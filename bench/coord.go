@@ -133,7 +133,7 @@ func (e *env) runCoordination(ctx context.Context, res *results) error {
 func (e *env) coordPartitions(ctx context.Context, c *coordResult, name string, db *bun.DB, parts int) error {
 	cfg := e.cfg
 	if _, err := db.ExecContext(ctx, `
-		INSERT INTO tasks (partition_key, available, position)
+		INSERT INTO baton.tasks (partition_key, available, position)
 		SELECT 'p-' || lpad(i::text, 7, '0'), 0, 0 FROM generate_series(1, ?) i`, parts); err != nil {
 		return fmt.Errorf("creating %d partitions: %w", parts, err)
 	}
@@ -188,11 +188,11 @@ func resetTasks(ctx context.Context, db *bun.DB, pending bool) error {
 		avail = 1000
 	}
 	for _, s := range []string{
-		`DELETE FROM workers`,
-		fmt.Sprintf(`UPDATE tasks SET owner = NULL, version = version + 1, heartbeat_at = NULL,
+		`DELETE FROM baton.workers`,
+		fmt.Sprintf(`UPDATE baton.tasks SET owner = NULL, version = version + 1, heartbeat_at = NULL,
 			lease_expires_at = '-infinity', available = %d, position = 0`, avail),
-		`VACUUM ANALYZE tasks`,
-		`VACUUM ANALYZE workers`,
+		`VACUUM ANALYZE baton.tasks`,
+		`VACUUM ANALYZE baton.workers`,
 	} {
 		if _, err := db.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("resetting partitions: %w", err)
@@ -214,7 +214,7 @@ type sim struct {
 }
 
 func newSim(db *bun.DB, interval time.Duration) *sim {
-	return &sim{store: partition.NewStore(db), ttl: 10 * interval, interval: interval,
+	return &sim{store: partition.NewStore(db, ""), ttl: 10 * interval, interval: interval,
 		lat: map[string][]time.Duration{}, calls: map[string]int64{}}
 }
 
@@ -367,7 +367,7 @@ func (e *env) coordCell(ctx context.Context, dbname string, simDB *bun.DB, worke
 // heldSeries times the heartbeat of one worker holding 1 … 1000
 // partitions, and counts its statements.
 func (e *env) heldSeries(ctx context.Context, dbname string, simDB *bun.DB) ([]heldLatency, error) {
-	store := partition.NewStore(simDB)
+	store := partition.NewStore(simDB, "")
 	var out []heldLatency
 	for _, n := range e.cfg.coordHeld {
 		w := partition.Worker{InstanceID: fmt.Sprintf("held-%d#%s", n, instanceSuffix()), Name: fmt.Sprintf("held-%d", n), Mode: "lock"}
@@ -426,7 +426,7 @@ func (e *env) heldSeries(ctx context.Context, dbname string, simDB *bun.DB) ([]h
 // as they can.
 func (e *env) claimLoop(ctx context.Context, dbname string, simDB *bun.DB, k, parts, batch int) (claimCell, error) {
 	cl := claimCell{Claimers: k, Partitions: parts, Batch: batch}
-	store := partition.NewStore(simDB)
+	store := partition.NewStore(simDB, "")
 	ttl := 10 * e.cfg.coordInterval
 	var claims, lost atomic.Int64
 	var mu sync.Mutex

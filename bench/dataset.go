@@ -123,7 +123,7 @@ func (p *producer) run(ctx context.Context) {
 		case <-t.C:
 		}
 		var pending int64
-		if err := p.db.QueryRowContext(ctx, `SELECT coalesce(sum(available - position), 0) FROM tasks`).Scan(&pending); err != nil {
+		if err := p.db.QueryRowContext(ctx, `SELECT coalesce(sum(available - position), 0) FROM baton.tasks`).Scan(&pending); err != nil {
 			continue
 		}
 		if pending >= p.lowWater {

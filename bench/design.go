@@ -100,7 +100,7 @@ func (d design) held(ctx context.Context, db bun.IDB, id string) (map[string]int
 	var q string
 	switch d.peer {
 	case "":
-		q = `SELECT partition_key, position FROM tasks
+		q = `SELECT partition_key, position FROM baton.tasks
 		     WHERE owner LIKE ? || '#%' AND position < available`
 	case "skiplocked":
 		// A row locked FOR UPDATE carries the locker's xid in xmax.
@@ -138,7 +138,7 @@ func (d design) held(ctx context.Context, db bun.IDB, id string) (map[string]int
 
 // pending is the number of records not yet priced.
 func (d design) pending(ctx context.Context, db bun.IDB) (int64, error) {
-	table, col := "tasks", "available - position"
+	table, col := "baton.tasks", "available - position"
 	if d.peer != "" {
 		table = "peer_queue"
 	}

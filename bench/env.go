@@ -244,7 +244,7 @@ func (e *env) template(ctx context.Context, name string, fill func(ctx context.C
 		return "", err
 	}
 	defer db.Close()
-	if _, err := schema.Migrate(ctx, db); err != nil {
+	if _, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}); err != nil {
 		return "", fmt.Errorf("migrating %s: %w", full, err)
 	}
 	if fill != nil {

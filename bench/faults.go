@@ -93,7 +93,7 @@ func (e *env) waitResume(ctx context.Context, db bun.IDB, v *victim, at time.Tim
 	r := resumption{Held: len(v.held)}
 	dbAt := at.Add(offset)
 	found := map[string]time.Time{}
-	q := fmt.Sprintf(`SELECT min(%s) FROM priced
+	q := fmt.Sprintf(`SELECT min(%s) FROM baton.priced
 		WHERE contract_id = ? AND seq > ? AND priced_by <> ? AND priced_by NOT LIKE ? || '#%%'`, e.commitTime())
 	deadline := at.Add(giveUp)
 	for len(found) < len(v.held) {
@@ -159,7 +159,7 @@ type faultResult struct {
 // not the last line of defence.
 func dropPricedKey(ctx context.Context, db bun.IDB) error {
 	for _, s := range []string{
-		`ALTER TABLE priced DROP CONSTRAINT priced_pkey`,
+		`ALTER TABLE baton.priced DROP CONSTRAINT priced_pkey`,
 		`CREATE INDEX priced_contract_seq ON priced (contract_id, seq)`,
 	} {
 		if _, err := db.ExecContext(ctx, s); err != nil {
@@ -171,11 +171,11 @@ func dropPricedKey(ctx context.Context, db bun.IDB) error {
 
 // outcome counts duplicated and unpriced records and verifies the output.
 func outcome(ctx context.Context, db bun.IDB) (dups, lost int64, mismatches int, err error) {
-	if err = db.QueryRowContext(ctx, `SELECT count(*) - count(DISTINCT (contract_id, seq)) FROM priced`).Scan(&dups); err != nil {
+	if err = db.QueryRowContext(ctx, `SELECT count(*) - count(DISTINCT (contract_id, seq)) FROM baton.priced`).Scan(&dups); err != nil {
 		return 0, 0, 0, fmt.Errorf("counting duplicates: %w", err)
 	}
-	if err = db.QueryRowContext(ctx, `SELECT count(*) FROM records r
-		WHERE NOT EXISTS (SELECT 1 FROM priced p WHERE p.contract_id = r.contract_id AND p.seq = r.seq)`).Scan(&lost); err != nil {
+	if err = db.QueryRowContext(ctx, `SELECT count(*) FROM baton.records r
+		WHERE NOT EXISTS (SELECT 1 FROM baton.priced p WHERE p.contract_id = r.contract_id AND p.seq = r.seq)`).Scan(&lost); err != nil {
 		return 0, 0, 0, fmt.Errorf("counting unpriced records: %w", err)
 	}
 	sum, err := verify(ctx, db)
@@ -297,7 +297,7 @@ func sigName(s syscall.Signal) string {
 // verify runs the independent SQL recomputation and returns the number of
 // contracts that disagree.
 func verify(ctx context.Context, db bun.IDB) (int, error) {
-	sum, err := pricer.Verify(ctx, db)
+	sum, err := pricer.Verify(ctx, db, "")
 	if err != nil {
 		return 0, err
 	}

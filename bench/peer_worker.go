@@ -49,7 +49,7 @@ func preparePeerQueue(ctx context.Context, db *bun.DB) error {
 			available   bigint NOT NULL,
 			cum_gross   bigint NOT NULL DEFAULT 0)`,
 		`INSERT INTO peer_queue (contract_id, lock_key, available)
-		 SELECT partition_key, row_number() OVER (ORDER BY partition_key), available FROM tasks`,
+		 SELECT partition_key, row_number() OVER (ORDER BY partition_key), available FROM baton.tasks`,
 		`CREATE INDEX peer_queue_pending ON peer_queue (contract_id) WHERE position < available`,
 		`ANALYZE peer_queue`,
 	} {
@@ -311,7 +311,7 @@ func (w *peer) batch(ctx context.Context, tx pgx.Tx, contract string, pos, cum i
 	if err != nil {
 		return err
 	}
-	rows, err := tx.Query(ctx, `SELECT seq, record_id, amount_minor FROM records
+	rows, err := tx.Query(ctx, `SELECT seq, record_id, amount_minor FROM baton.records
 		WHERE contract_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, contract, pos, w.o.batch)
 	if err != nil {
 		return fmt.Errorf("reading records of %s: %w", contract, err)
@@ -350,7 +350,7 @@ func (w *peer) batch(ctx context.Context, tx pgx.Tx, contract string, pos, cum i
 		return fmt.Errorf("contract %s: no records after %d", contract, pos)
 	}
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
+		INSERT INTO baton.priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
 		SELECT $1, s, r, g, d, n, 0, $2
 		FROM unnest($3::bigint[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[]) AS u(s, r, g, d, n)`,
 		contract, w.o.id, seqs, ids, gross, disc, net); err != nil {
@@ -372,7 +372,7 @@ func (w *peer) schedule(ctx context.Context, tx pgx.Tx, contract string) (*prici
 	if ok {
 		return s, nil
 	}
-	rows, err := tx.Query(ctx, `SELECT threshold_minor, discount_bp FROM tiers WHERE contract_id = $1`, contract)
+	rows, err := tx.Query(ctx, `SELECT threshold_minor, discount_bp FROM baton.tiers WHERE contract_id = $1`, contract)
 	if err != nil {
 		return nil, fmt.Errorf("reading tiers of %s: %w", contract, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -25,8 +26,12 @@ func (s stmtKind) MeanMs() float64 {
 	return s.TotalMs / float64(s.Calls)
 }
 
+// schemaQualifier matches the schema prefix of baton's table names.
+var schemaQualifier = regexp.MustCompile(`("[^"]+"|\bbaton)\.`)
+
 // classify names the protocol statement a query text is.
 func classify(q string) string {
+	q = schemaQualifier.ReplaceAllString(q, "") // the schema does not tell statements apart
 	has := func(subs ...string) bool {
 		for _, s := range subs {
 			if !strings.Contains(q, s) {

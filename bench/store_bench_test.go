@@ -25,14 +25,14 @@ func pendingTasks(tb testing.TB, n int) (*bun.DB, *partition.Store) {
 	db := pgtest.NewDB(tb)
 	ctx := context.Background()
 	if _, err := db.ExecContext(ctx, `
-		INSERT INTO tasks (partition_key, available, position)
+		INSERT INTO baton.tasks (partition_key, available, position)
 		SELECT 'p-' || lpad(i::text, 7, '0'), 1000, 0 FROM generate_series(1, ?) i`, n); err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `VACUUM ANALYZE tasks`); err != nil {
+	if _, err := db.ExecContext(ctx, `VACUUM ANALYZE baton.tasks`); err != nil {
 		tb.Fatal(err)
 	}
-	return db, partition.NewStore(db)
+	return db, partition.NewStore(db, "")
 }
 
 func benchWorker(name string) partition.Worker {

@@ -215,16 +215,16 @@ func (e *env) runDesign(ctx context.Context, ds *dataset, d design, n, rep int, 
 			}
 		}
 	}
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM events`).Scan(&r.HistoryEvents); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM baton.events`).Scan(&r.HistoryEvents); err != nil {
 		return r, fmt.Errorf("counting events: %w", err)
 	}
-	sum, err := pricer.Verify(ctx, db)
+	sum, err := pricer.Verify(ctx, db, "")
 	if err != nil {
 		return r, err
 	}
 	r.Priced, r.Mismatches = sum.Priced, len(sum.Mismatches)
 	r.Verified = len(sum.Mismatches) == 0 && sum.Priced == sum.Records && sum.Records == ds.Records
-	if r.Digest, err = outputDigest(ctx, db, "priced"); err != nil {
+	if r.Digest, err = outputDigest(ctx, db, "baton.priced"); err != nil {
 		return r, err
 	}
 	log.Printf("throughput: %s with %d worker(s): %.0f records/s in %.1fs, db cpu %.1fs, verified=%v",

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/batonhq/baton/schema"
 )
 
 // Defaults. Each Config field documents its own.
@@ -24,6 +26,9 @@ const (
 
 // Config configures the console.
 type Config struct {
+	// Schema is the PostgreSQL schema holding baton's tables. Defaults to
+	// schema.Default ("baton").
+	Schema string
 	// Addr is the listen address. Defaults to 127.0.0.1:8080 (loopback).
 	Addr string
 	// Token enables the actions (retry, trigger) and is the secret every
@@ -52,6 +57,9 @@ func (c *Config) setDefaults() {
 
 func (c Config) validate() error {
 	var errs []error
+	if err := schema.Validate(c.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("invalid Schema: %w", err))
+	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("console address %q: %w", c.Addr, err))
 	}

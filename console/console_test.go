@@ -28,11 +28,11 @@ func newConsole(t *testing.T, tok string) (*httptest.Server, *partition.Store, f
 	t.Helper()
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available, position) VALUES
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available, position) VALUES
 		('c-held', 10, 2), ('c-poison', 5, 1), ('c-done', 3, 3)`); err != nil {
 		t.Fatal(err)
 	}
-	s := partition.NewStore(db)
+	s := partition.NewStore(db, "")
 	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w1#aa", Name: "w1", Mode: "lock"}, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestJobsPageAndTrigger(t *testing.T) {
 	}
 	triggered := func() bool {
 		var set bool
-		if err := db.QueryRowContext(ctx, `SELECT trigger_at IS NOT NULL FROM jobs WHERE name = 'nightly-export'`).Scan(&set); err != nil {
+		if err := db.QueryRowContext(ctx, `SELECT trigger_at IS NOT NULL FROM baton.jobs WHERE name = 'nightly-export'`).Scan(&set); err != nil {
 			t.Fatal(err)
 		}
 		return set

@@ -87,7 +87,7 @@ type source struct {
 }
 
 func newSource(db bun.IDB, cfg Config) *source {
-	return &source{db: db, store: partition.NewStore(db), cfg: cfg, rates: map[string]float64{}}
+	return &source{db: db, store: partition.NewStore(db, cfg.Schema), cfg: cfg, rates: map[string]float64{}}
 }
 
 // read returns a snapshot at most half a refresh interval old. Rates are

@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/schema"
 )
 
 // Mode says what a worker does with a partition that has caught up.
@@ -45,6 +46,9 @@ const (
 
 // Config configures a Distributor.
 type Config struct {
+	// Schema is the PostgreSQL schema holding baton's tables, as migrated
+	// by schema.Migrate. Defaults to schema.Default ("baton").
+	Schema string
 	// Name identifies the worker in status and logs. The owner recorded in
 	// task rows is Name plus a unique suffix, so a restarted process with
 	// the same name does not inherit claims. Defaults to the host name.
@@ -143,6 +147,7 @@ func (c *Config) setDefaults() {
 	c.EventRetention = cmp.Or(c.EventRetention, EventRetentionDefault)
 	c.EventMaxRows = cmp.Or(c.EventMaxRows, EventMaxRowsDefault)
 	c.KeyAttr = cmp.Or(c.KeyAttr, KeyAttrDefault)
+	c.Schema = cmp.Or(c.Schema, schema.Default)
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -161,6 +166,9 @@ func (c Config) heartbeatConfig() heartbeat.Config {
 // validate rejects impossible combinations (after defaults are applied).
 func (c Config) validate() error {
 	var errs []error
+	if err := schema.Validate(c.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("invalid Schema: %w", err))
+	}
 	if strings.Contains(c.Name, partition.InstanceSeparator) {
 		errs = append(errs, fmt.Errorf("worker name %q must not contain %q", c.Name, partition.InstanceSeparator))
 	}

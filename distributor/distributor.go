@@ -181,7 +181,7 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 	hbCfg := cfg.heartbeatConfig()
 	hbCfg.Logger = d.log
 	d.hbConn = &pinnedConn{db: db}
-	hb, err := heartbeat.New(renewer{d.hbConn, d.store, &d.worker, cfg.StaleAfter}, hbCfg)
+	hb, err := heartbeat.New(renewer{d.hbConn, d.store, &d.worker, cfg.StaleAfter, cfg.Schema}, hbCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -199,11 +199,12 @@ type renewer struct {
 	store  *partition.Store
 	worker *partition.Worker // its Wake is set once, in Start, before any renewal
 	ttl    time.Duration
+	schema string
 }
 
 func (r renewer) Renew(ctx context.Context, leases []partition.Lease) (out []partition.Renewal, err error) {
 	err = r.conn.do(ctx, func(db bun.IDB) error {
-		out, err = partition.NewStore(db).Heartbeat(ctx, *r.worker, r.ttl, leases)
+		out, err = partition.NewStore(db, r.schema).Heartbeat(ctx, *r.worker, r.ttl, leases)
 		return err
 	})
 	return out, err
@@ -280,7 +281,7 @@ func (d *Distributor) Start(ctx context.Context) error {
 	if listenDB != nil {
 		d.worker.Wake = partition.WakeListen
 	}
-	_, err = (renewer{d.hbConn, d.store, &d.worker, d.cfg.StaleAfter}).Renew(rctx, nil)
+	_, err = (renewer{d.hbConn, d.store, &d.worker, d.cfg.StaleAfter, d.cfg.Schema}).Renew(rctx, nil)
 	if err != nil {
 		return fmt.Errorf("registering worker %s: %w", d.worker.InstanceID, err)
 	}

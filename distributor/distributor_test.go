@@ -34,7 +34,7 @@ func TestUntilDoneProcessesEverythingExactlyOnce(t *testing.T) {
 	}
 	e.verify()
 	// Every partition was released once it caught up, none is held.
-	parts, workers, err := partition.NewStore(e.db).Status(context.Background())
+	parts, workers, err := partition.NewStore(e.db, "").Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestClaimRaceExactlyOneWins(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.addWork(1, "contested")
-	store := partition.NewStore(e.db)
+	store := partition.NewStore(e.db, "")
 	cands, err := store.Candidates(context.Background(), 10)
 	if err != nil || len(cands) != 1 {
 		t.Fatalf("candidates = %v, %v; want one", cands, err)
@@ -80,7 +80,7 @@ func TestClaimRaceExactlyOneWins(t *testing.T) {
 		t.Fatalf("%d racers won the claim, want exactly 1", got)
 	}
 	var version int64
-	if err := e.db.QueryRow("SELECT version FROM tasks WHERE partition_key = 'contested'").Scan(&version); err != nil {
+	if err := e.db.QueryRow("SELECT version FROM baton.tasks WHERE partition_key = 'contested'").Scan(&version); err != nil {
 		t.Fatal(err)
 	}
 	if version != cands[0].Version+1 {
@@ -99,7 +99,7 @@ type ghost struct {
 
 func claimAsGhost(t *testing.T, e *env, key string, ttl time.Duration) *ghost {
 	t.Helper()
-	g := &ghost{e: e, store: partition.NewStore(e.db), id: "ghost#0001"}
+	g := &ghost{e: e, store: partition.NewStore(e.db, ""), id: "ghost#0001"}
 	cands, err := g.store.Candidates(context.Background(), 10)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestTakeoverAfterStaleConfirmResumeAndFence(t *testing.T) {
 	}
 	// The ghost now freezes: no more heartbeats.
 	var expiry time.Time
-	if err := e.db.QueryRow(`SELECT lease_expires_at FROM tasks WHERE partition_key = 'k'`).Scan(&expiry); err != nil {
+	if err := e.db.QueryRow(`SELECT lease_expires_at FROM baton.tasks WHERE partition_key = 'k'`).Scan(&expiry); err != nil {
 		t.Fatal(err)
 	}
 	ev := newEvents()
@@ -168,7 +168,7 @@ func TestTakeoverAfterStaleConfirmResumeAndFence(t *testing.T) {
 	}
 	// The lease had expired by the database clock when it was claimed.
 	var claimedAt time.Time
-	if err := e.db.QueryRow(`SELECT claimed_at FROM tasks WHERE partition_key = 'k'`).Scan(&claimedAt); err != nil {
+	if err := e.db.QueryRow(`SELECT claimed_at FROM baton.tasks WHERE partition_key = 'k'`).Scan(&claimedAt); err != nil {
 		t.Fatal(err)
 	}
 	if claimedAt.Before(expiry) {
@@ -191,7 +191,7 @@ func TestTakeoverAfterStaleConfirmResumeAndFence(t *testing.T) {
 	// The history shows the takeover from the ghost, the heir's first batch
 	// with the time since the ghost's last heartbeat (at least its lease),
 	// and the release once caught up.
-	hist, err := partition.NewStore(e.db).History(ctx, "k", 20)
+	hist, err := partition.NewStore(e.db, "").History(ctx, "k", 20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestFailedClaimRoundIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE`); err != nil {
+	if _, err := tx.ExecContext(ctx, `LOCK TABLE baton.tasks IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
 	// Wake the worker into a claim round that cannot finish.
@@ -390,7 +390,7 @@ func TestFailedClaimRoundIsRetried(t *testing.T) {
 		return failed == 4
 	})
 	// The work appears without a notification: only a retry finds it.
-	if _, err := tx.ExecContext(ctx, `INSERT INTO tasks (partition_key, available) VALUES ('p', 5)`); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('p', 5)`); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -411,7 +411,7 @@ func TestStartFailsWhenRegistrationBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE`); err != nil {
+	if _, err := tx.ExecContext(ctx, `LOCK TABLE baton.tasks IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
 	db := pgtest.Open(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
@@ -521,7 +521,7 @@ func TestPoisonPartitionQuarantinedAndRetryRevives(t *testing.T) {
 	if !errors.Is(err, distributor.ErrIncomplete) {
 		t.Fatalf("until-done with a poison partition = %v, want ErrIncomplete", err)
 	}
-	store := partition.NewStore(e.db)
+	store := partition.NewStore(e.db, "")
 	parts, _, err := store.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -685,7 +685,7 @@ func TestOwnerFrozenMidTransactionCannotBlockOrCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	cp, err := partition.NewStore(gdb).Fence(ctx, tx, g.id, g.lease)
+	cp, err := partition.NewStore(gdb, "").Fence(ctx, tx, g.id, g.lease)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -704,7 +704,7 @@ func TestOwnerFrozenMidTransactionCannotBlockOrCommit(t *testing.T) {
 	// The ghost resumes and finishes its batch.
 	res, perr := newProc().Process(ctx, &distributor.Batch{Lease: g.lease, Owner: g.id, Tx: tx, Checkpoint: cp, Limit: 10})
 	if perr == nil {
-		perr = partition.NewStore(gdb).Advance(ctx, tx, g.lease, cp.Position, res.Position, res.State)
+		perr = partition.NewStore(gdb, "").Advance(ctx, tx, g.lease, cp.Position, res.Position, res.State)
 	}
 	if perr == nil {
 		perr = tx.Commit()
@@ -751,7 +751,7 @@ func TestTakeoverDoesNotWaitForFairShare(t *testing.T) {
 	all := keys("s", 9)
 	e.addWork(1_000_000, all...)
 	ctx := context.Background()
-	dead := partition.NewStore(e.db)
+	dead := partition.NewStore(e.db, "")
 	if _, err := dead.Heartbeat(ctx, partition.Worker{InstanceID: "ghost#0001", Name: "ghost"}, time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}

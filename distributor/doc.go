@@ -1,7 +1,8 @@
 // Package distributor runs work partitions across any number of worker
 // processes that share one PostgreSQL database and nothing else.
 //
-// Work is split into partitions, one task row each (table tasks). Producers
+// Work is split into partitions, one task row each (table tasks, in baton's
+// own PostgreSQL schema, Config.Schema, created by schema.Migrate). Producers
 // append work items and raise the row's available counter; a Processor
 // consumes them in order and commits its output together with the new
 // checkpoint position. The distributor guarantees that at any moment at

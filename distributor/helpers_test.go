@@ -46,7 +46,7 @@ func newEnv(t *testing.T) *env {
 func (e *env) addWork(n int64, keys ...string) {
 	e.t.Helper()
 	for _, k := range keys {
-		if _, err := e.db.Exec(`INSERT INTO tasks (partition_key, available) VALUES (?, ?)
+		if _, err := e.db.Exec(`INSERT INTO baton.tasks (partition_key, available) VALUES (?, ?)
 			ON CONFLICT (partition_key) DO UPDATE SET available = tasks.available + EXCLUDED.available`, k, n); err != nil {
 			e.t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func (e *env) verify() {
 	e.t.Helper()
 	rows, err := e.db.Query(`
 		SELECT t.partition_key, t.available, t.position, count(o.n), coalesce(min(o.n), 0), coalesce(max(o.n), 0)
-		FROM tasks t LEFT JOIN test_output o ON o.key = t.partition_key
+		FROM baton.tasks t LEFT JOIN test_output o ON o.key = t.partition_key
 		GROUP BY t.partition_key, t.available, t.position`)
 	if err != nil {
 		e.t.Fatal(err)
@@ -252,7 +252,7 @@ func openNamed(t *testing.T, dsn, app string, conns int) *bun.DB {
 // those holding none.
 func (e *env) heldBy() map[string]int {
 	e.t.Helper()
-	_, workers, err := partition.NewStore(e.db).Status(context.Background())
+	_, workers, err := partition.NewStore(e.db, "").Status(context.Background())
 	if err != nil {
 		e.t.Fatal(err)
 	}

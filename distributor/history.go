@@ -13,7 +13,7 @@ import (
 const pruneInterval = time.Minute
 
 func newStore(db *bun.DB, cfg Config) *partition.Store {
-	s := partition.NewStore(db)
+	s := partition.NewStore(db, cfg.Schema)
 	if cfg.DisableEvents {
 		return s.WithoutEvents()
 	}

@@ -60,7 +60,7 @@ func TestLateCommitOfOwnClaimIsAMovedCheckpoint(t *testing.T) {
 		t.Fatalf("first batch fenced at %d, want 0", b.Checkpoint.Position)
 	}
 	// The late attempt: same owner, same claim, fenced at 0 too.
-	store := partition.NewStore(e.db)
+	store := partition.NewStore(e.db, "")
 	late, err := e.db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestLateCommitOfOwnClaimIsAMovedCheckpoint(t *testing.T) {
 	}
 	var attempts int
 	var lastErr *string
-	if err := e.db.QueryRow(`SELECT attempts, last_error FROM tasks WHERE partition_key = 'k'`).Scan(&attempts, &lastErr); err != nil {
+	if err := e.db.QueryRow(`SELECT attempts, last_error FROM baton.tasks WHERE partition_key = 'k'`).Scan(&attempts, &lastErr); err != nil {
 		t.Fatal(err)
 	}
 	if attempts != 0 || lastErr != nil {

@@ -20,14 +20,14 @@ func TestResolveClaimsAdoptsOnlyWhatThisWorkerWon(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available) VALUES ('mine', 5), ('theirs', 5)`); err != nil {
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('mine', 5), ('theirs', 5)`); err != nil {
 		t.Fatal(err)
 	}
 	d, err := New(db, ProcessorFunc(nil), Config{Name: "w", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := partition.NewStore(db)
+	store := partition.NewStore(db, "")
 	cands, err := store.Candidates(ctx, 10)
 	if err != nil || len(cands) != 2 {
 		t.Fatalf("candidates %v, %v", cands, err)

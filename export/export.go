@@ -27,6 +27,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/schema"
 )
 
 // Header is the first line Write writes (without its line end).
@@ -35,13 +36,14 @@ const Header = "contract_id,record_id,gross_minor,discount_minor,net_minor"
 // The column names produce Header through COPY's HEADER option.
 const copySQL = `COPY (
     SELECT contract_id, record_id, gross_minor, discount_minor, net_minor
-      FROM priced
+      FROM {{.Schema}}.priced
      ORDER BY contract_id COLLATE "C", seq
 ) TO STDOUT WITH (FORMAT csv, HEADER true)`
 
-// Write writes every priced record to w as CSV and returns the number of
-// records written (not counting the header).
-func Write(ctx context.Context, db *bun.DB, w io.Writer) (rows int64, err error) {
+// Write writes every priced record of the pricing tables in schema
+// schemaName (empty means schema.Default) to w as CSV and returns the
+// number of records written (not counting the header).
+func Write(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (rows int64, err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("exporting priced records: acquiring a database connection: %w", err)
@@ -49,7 +51,7 @@ func Write(ctx context.Context, db *bun.DB, w io.Writer) (rows int64, err error)
 	defer conn.Close()
 	bw := bufio.NewWriterSize(w, 1<<16)
 	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
-		tag, err := pc.PgConn().CopyTo(ctx, bw, copySQL)
+		tag, err := pc.PgConn().CopyTo(ctx, bw, schema.SQL(schemaName, copySQL))
 		if err != nil {
 			return err
 		}

@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func insertPriced(t *testing.T, db *bun.DB, contract string, seq int64, recordID string, gross, discount int64) {
 	t.Helper()
-	_, err := db.ExecContext(context.Background(), `INSERT INTO priced
+	_, err := db.ExecContext(context.Background(), `INSERT INTO baton.priced
 		(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
 		VALUES (?, ?, ?, ?, ?, ?, 1, 'test')`, contract, seq, recordID, gross, discount, gross-discount)
 	if err != nil {
@@ -44,7 +44,7 @@ func TestWriteExactBytes(t *testing.T) {
 	insertPriced(t, db, "a", 4, "cr\rhere", 13, 0)
 
 	var buf bytes.Buffer
-	n, err := export.Write(context.Background(), db, &buf)
+	n, err := export.Write(context.Background(), db, "", &buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestWriteEmpty(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	var buf bytes.Buffer
-	n, err := export.Write(context.Background(), db, &buf)
+	n, err := export.Write(context.Background(), db, "", &buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,17 +94,17 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errDiskFull }
 func TestWriteWriterError(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
-	if _, err := db.ExecContext(context.Background(), `INSERT INTO priced
+	if _, err := db.ExecContext(context.Background(), `INSERT INTO baton.priced
 		(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
 		SELECT 'c', g, 'r' || g, 1, 0, 1, 1, 'test' FROM generate_series(1, 20000) g`); err != nil {
 		t.Fatal(err)
 	}
-	_, err := export.Write(context.Background(), db, failingWriter{})
+	_, err := export.Write(context.Background(), db, "", failingWriter{})
 	if !errors.Is(err, errDiskFull) {
 		t.Fatalf("Write to a failing writer = %v, want %v", err, errDiskFull)
 	}
 	var buf bytes.Buffer
-	n, err := export.Write(context.Background(), db, &buf)
+	n, err := export.Write(context.Background(), db, "", &buf)
 	if err != nil || n != 20000 {
 		t.Fatalf("export after a failed one = %d, %v", n, err)
 	}

@@ -199,7 +199,7 @@ func TestGracefulStopAllThenRestart(t *testing.T) {
 				}
 			}
 			var owned int
-			if err := r.db.QueryRow(`SELECT count(*) FROM tasks WHERE owner IS NOT NULL`).Scan(&owned); err != nil {
+			if err := r.db.QueryRow(`SELECT count(*) FROM baton.tasks WHERE owner IS NOT NULL`).Scan(&owned); err != nil {
 				t.Fatal(err)
 			}
 			if owned != 0 {

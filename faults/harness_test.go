@@ -213,7 +213,7 @@ func (p *proc) logs() string {
 // progress is the number of records priced so far.
 func (r *run) progress() (done, total int64) {
 	r.t.Helper()
-	if err := r.db.QueryRow(`SELECT coalesce(sum(position), 0), coalesce(sum(available), 0) FROM tasks`).Scan(&done, &total); err != nil {
+	if err := r.db.QueryRow(`SELECT coalesce(sum(position), 0), coalesce(sum(available), 0) FROM baton.tasks`).Scan(&done, &total); err != nil {
 		r.t.Fatal(err)
 	}
 	return done, total
@@ -233,7 +233,7 @@ func (r *run) waitProgress(frac float64) {
 // heldBy lists the contracts a worker holds now.
 func (r *run) heldBy(name string) []string {
 	r.t.Helper()
-	rows, err := r.db.Query(`SELECT partition_key FROM tasks WHERE owner LIKE ? || '#%'`, name)
+	rows, err := r.db.Query(`SELECT partition_key FROM baton.tasks WHERE owner LIKE ? || '#%'`, name)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func (r *run) takeovers(orphans []orphan) {
 	for _, o := range orphans {
 		for _, c := range o.contracts {
 			var first *time.Time
-			if err := r.db.QueryRow(`SELECT min(priced_at) FROM priced
+			if err := r.db.QueryRow(`SELECT min(priced_at) FROM baton.priced
 				WHERE contract_id = ? AND priced_at > ? AND priced_by NOT LIKE ? || '#%'`, c, o.at, o.worker).Scan(&first); err != nil {
 				r.t.Fatal(err)
 			}
@@ -350,7 +350,7 @@ func (r *run) check() {
 	r.t.Helper()
 	want := r.expected()
 	var got bytes.Buffer
-	if _, err := export.Write(context.Background(), r.db, &got); err != nil {
+	if _, err := export.Write(context.Background(), r.db, "", &got); err != nil {
 		r.t.Fatal(err)
 	}
 	gotLines := strings.Split(strings.TrimRight(got.String(), "\n"), "\n")[1:]
@@ -366,7 +366,7 @@ func (r *run) check() {
 			}
 		}
 	}
-	sum, err := pricer.Verify(context.Background(), r.db)
+	sum, err := pricer.Verify(context.Background(), r.db, "")
 	if err != nil {
 		r.t.Fatal(err)
 	}

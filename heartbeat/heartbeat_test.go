@@ -228,9 +228,9 @@ func TestLocalDeadlineStopsCutOffWorker(t *testing.T) {
 func TestUnknownOutcomeHeartbeatIsResolvedByReRead(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
-	store := partition.NewStore(db)
+	store := partition.NewStore(db, "")
 	ctx := context.Background()
-	if _, err := db.Exec(`INSERT INTO tasks (partition_key, available) VALUES ('k', 10)`); err != nil {
+	if _, err := db.Exec(`INSERT INTO baton.tasks (partition_key, available) VALUES ('k', 10)`); err != nil {
 		t.Fatal(err)
 	}
 	w := partition.Worker{InstanceID: "w#1", Name: "w"}
@@ -243,7 +243,7 @@ func TestUnknownOutcomeHeartbeatIsResolvedByReRead(t *testing.T) {
 		t.Fatalf("claim = %v, %v", won, err)
 	}
 	var before time.Time
-	if err := db.QueryRow(`SELECT lease_expires_at FROM tasks`).Scan(&before); err != nil {
+	if err := db.QueryRow(`SELECT lease_expires_at FROM baton.tasks`).Scan(&before); err != nil {
 		t.Fatal(err)
 	}
 	r := &lossyRenewer{store: store, worker: w}
@@ -255,7 +255,7 @@ func TestUnknownOutcomeHeartbeatIsResolvedByReRead(t *testing.T) {
 		t.Fatalf("renewal applied %d times, want 1", r.applied)
 	}
 	var after time.Time
-	if err := db.QueryRow(`SELECT lease_expires_at FROM tasks`).Scan(&after); err != nil {
+	if err := db.QueryRow(`SELECT lease_expires_at FROM baton.tasks`).Scan(&after); err != nil {
 		t.Fatal(err)
 	}
 	if !after.After(before) {
@@ -270,7 +270,7 @@ func TestUnknownOutcomeHeartbeatIsResolvedByReRead(t *testing.T) {
 
 	// Someone else takes the partition over; the next unknown outcome
 	// re-reads and finds it gone.
-	if _, err := db.Exec(`UPDATE tasks SET version = version + 1, owner = 'other#2'`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.tasks SET version = version + 1, owner = 'other#2'`); err != nil {
 		t.Fatal(err)
 	}
 	s.Beat(ctx)

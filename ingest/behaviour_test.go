@@ -163,7 +163,7 @@ func TestSkipInvalid(t *testing.T) {
 		t.Fatalf("tables: %+v", c)
 	}
 	var rejected int64
-	if err := db.QueryRowContext(context.Background(), "SELECT rows_rejected FROM loads").Scan(&rejected); err != nil || rejected != 7 {
+	if err := db.QueryRowContext(context.Background(), "SELECT rows_rejected FROM baton.loads").Scan(&rejected); err != nil || rejected != 7 {
 		t.Fatalf("loads.rows_rejected = %d, %v", rejected, err)
 	}
 }
@@ -257,7 +257,7 @@ func TestSecondLoadAppends(t *testing.T) {
 		t.Fatalf("records = %+v, want %+v", got, want)
 	}
 	var loadIDs []int64
-	rows, err := db.QueryContext(context.Background(), "SELECT load_id FROM records WHERE contract_id = 'c1' ORDER BY seq")
+	rows, err := db.QueryContext(context.Background(), "SELECT load_id FROM baton.records WHERE contract_id = 'c1' ORDER BY seq")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestSecondLoadAppends(t *testing.T) {
 	}
 	var avail1, avail2 int64
 	if err := db.QueryRowContext(context.Background(),
-		"SELECT (SELECT available FROM tasks WHERE partition_key = 'c1'), (SELECT available FROM tasks WHERE partition_key = 'c2')").
+		"SELECT (SELECT available FROM baton.tasks WHERE partition_key = 'c1'), (SELECT available FROM baton.tasks WHERE partition_key = 'c2')").
 		Scan(&avail1, &avail2); err != nil || avail1 != 4 || avail2 != 2 {
 		t.Fatalf("available = %d, %d (%v)", avail1, avail2, err)
 	}
@@ -299,7 +299,7 @@ func TestTierChangeAfterPricing(t *testing.T) {
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
 	mustLoad(t, db, Options{TiersPath: writeFile(t, "t1.csv", goodTiers)})
-	if _, err := db.ExecContext(ctx, "UPDATE tasks SET position = 1, available = 1 WHERE partition_key = 'c1'"); err != nil {
+	if _, err := db.ExecContext(ctx, "UPDATE baton.tasks SET position = 1, available = 1 WHERE partition_key = 'c1'"); err != nil {
 		t.Fatal(err)
 	}
 	before := tableCounts(t, db)
@@ -331,7 +331,7 @@ func tiersOf(t *testing.T, db *bun.DB, contract string) string {
 	t.Helper()
 	var s string
 	if err := db.QueryRowContext(context.Background(), `SELECT coalesce(string_agg(threshold_minor || ':' || discount_bp, ' '
-		ORDER BY threshold_minor), '') FROM tiers WHERE contract_id = ?`, contract).Scan(&s); err != nil {
+		ORDER BY threshold_minor), '') FROM baton.tiers WHERE contract_id = ?`, contract).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -416,8 +416,8 @@ func TestLoadWhileTasksAreUpdated(t *testing.T) {
 					return nil
 				default:
 				}
-				_, err := db.ExecContext(ctx, `UPDATE tasks SET heartbeat_at = now() WHERE partition_key IN
-					(SELECT partition_key FROM tasks ORDER BY partition_key FOR UPDATE)`)
+				_, err := db.ExecContext(ctx, `UPDATE baton.tasks SET heartbeat_at = now() WHERE partition_key IN
+					(SELECT partition_key FROM baton.tasks ORDER BY partition_key FOR UPDATE)`)
 				if err != nil {
 					return err
 				}
@@ -447,8 +447,8 @@ func TestLoadWhileTasksAreUpdated(t *testing.T) {
 		t.Fatal(loadErr)
 	}
 	var bad int64
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM tasks t WHERE available <>
-		(SELECT count(*) FROM records r WHERE r.contract_id = t.partition_key)`).Scan(&bad); err != nil || bad != 0 {
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM baton.tasks t WHERE available <>
+		(SELECT count(*) FROM baton.records r WHERE r.contract_id = t.partition_key)`).Scan(&bad); err != nil || bad != 0 {
 		t.Fatalf("%d task rows with a wrong available (%v)", bad, err)
 	}
 	if c := tableCounts(t, db); c.Records != 2000 {
@@ -590,7 +590,7 @@ func TestRecordsLoadDoesNotWaitForBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer batch.Rollback()
-	if _, err := batch.ExecContext(ctx, "SELECT 1 FROM tasks WHERE partition_key = 'c1' FOR KEY SHARE"); err != nil {
+	if _, err := batch.ExecContext(ctx, "SELECT 1 FROM baton.tasks WHERE partition_key = 'c1' FOR KEY SHARE"); err != nil {
 		t.Fatal(err)
 	}
 	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -616,7 +616,7 @@ func TestTierChangeWaitsForBatchInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer batch.Rollback()
-	if _, err := batch.ExecContext(ctx, "SELECT 1 FROM tasks WHERE partition_key = 'c1' FOR KEY SHARE"); err != nil {
+	if _, err := batch.ExecContext(ctx, "SELECT 1 FROM baton.tasks WHERE partition_key = 'c1' FOR KEY SHARE"); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -625,7 +625,7 @@ func TestTierChangeWaitsForBatchInFlight(t *testing.T) {
 		done <- err
 	}()
 	pgtest.WaitForLockWait(t, db, "FOR UPDATE OF t")
-	if _, err := batch.ExecContext(ctx, "UPDATE tasks SET position = 1 WHERE partition_key = 'c1'"); err != nil {
+	if _, err := batch.ExecContext(ctx, "UPDATE baton.tasks SET position = 1 WHERE partition_key = 'c1'"); err != nil {
 		t.Fatal(err)
 	}
 	if err := batch.Commit(); err != nil {
@@ -650,7 +650,7 @@ func TestTierChangeWaitsForBatchInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer batch2.Rollback()
-	if _, err := batch2.ExecContext(ctx, "SELECT 1 FROM tasks WHERE partition_key = 'c1' FOR KEY SHARE"); err != nil {
+	if _, err := batch2.ExecContext(ctx, "SELECT 1 FROM baton.tasks WHERE partition_key = 'c1' FOR KEY SHARE"); err != nil {
 		t.Fatal(err)
 	}
 	go func() {

@@ -207,7 +207,7 @@ func TestInvalidInput(t *testing.T) {
 			t.Errorf("failed load changed the tables: %+v, before %+v", after, before)
 		}
 		var loads int64
-		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM loads").Scan(&loads); err != nil {
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM baton.loads").Scan(&loads); err != nil {
 			t.Fatal(err)
 		}
 		if want := map[bool]int64{false: 0, true: 2}[preload]; loads != want {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/schema"
 )
 
 // loadLockKey identifies the load lock among advisory locks ("baton-ld" as
@@ -45,6 +46,9 @@ const (
 
 // Options say what to load and how to treat invalid rows.
 type Options struct {
+	// Schema is the PostgreSQL schema holding baton's tables. Defaults to
+	// schema.Default ("baton").
+	Schema string
 	// TiersPath and RecordsPath name the input files; give either or both.
 	// Tiers are applied first, so records may refer to contracts that the
 	// same load creates.
@@ -85,6 +89,9 @@ type Options struct {
 }
 
 func (o Options) validate() error {
+	if err := schema.Validate(o.Schema); err != nil {
+		return fmt.Errorf("invalid Schema: %w", err)
+	}
 	switch {
 	case o.TiersPath == "" && o.RecordsPath == "":
 		return errors.New("nothing to load: give a tiers file, a records file or both")
@@ -215,11 +222,12 @@ func exec(ctx context.Context, tx pgx.Tx, doing, sql string, args ...any) (int64
 
 func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	rep := &l.rep
-	tx, err := conn.Begin(ctx)
+	ptx, err := conn.Begin(ctx)
 	if err != nil {
 		return *rep, fmt.Errorf("loading: starting the transaction: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+	defer func() { _ = ptx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+	var tx pgx.Tx = schemaTx{ptx, l.opts.Schema}
 
 	// From the first statement on, a pause between statements ends the
 	// session; waiting for another load is not limited.
@@ -232,7 +240,7 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 		"SELECT pg_advisory_xact_lock($1)", loadLockKey); err != nil {
 		return *rep, err
 	}
-	if err := tx.QueryRow(ctx, `INSERT INTO loads (tiers_file, records_file) VALUES ($1, $2) RETURNING load_id`,
+	if err := tx.QueryRow(ctx, `INSERT INTO {{.Schema}}.loads (tiers_file, records_file) VALUES ($1, $2) RETURNING load_id`,
 		nullIfEmpty(l.opts.TiersPath), nullIfEmpty(l.opts.RecordsPath)).Scan(&rep.LoadID); err != nil {
 		return *rep, fmt.Errorf("loading: recording the load: %w", err)
 	}
@@ -356,19 +364,19 @@ func nullIfEmpty(s string) any {
 //     follows therefore sees every record priced with the old tiers.
 const sqlLockTasks = `
 SELECT count(*) FROM (
-    SELECT 1 FROM tasks t JOIN load_affected a ON a.contract_id = t.partition_key
+    SELECT 1 FROM {{.Schema}}.tasks t JOIN load_affected a ON a.contract_id = t.partition_key
      WHERE a.n_new > 0 OR a.tiers_changed
      ORDER BY t.partition_key FOR %s OF t
 ) locked`
 
 const sqlCheckLocked = `
 SELECT a.contract_id, t.position, t.available, coalesce(a.base, -1), a.tiers_changed
-  FROM load_affected a JOIN tasks t ON t.partition_key = a.contract_id
+  FROM load_affected a JOIN {{.Schema}}.tasks t ON t.partition_key = a.contract_id
  WHERE (a.tiers_changed AND t.position > 0) OR (a.n_new > 0 AND t.available IS DISTINCT FROM a.base)
  ORDER BY a.contract_id LIMIT 1`
 
 const sqlBumpTasks = `
-UPDATE tasks t SET available = t.available + a.n_new, updated_at = now()
+UPDATE {{.Schema}}.tasks t SET available = t.available + a.n_new, updated_at = now()
   FROM load_affected a
  WHERE t.partition_key = a.contract_id AND a.n_new > 0`
 
@@ -377,7 +385,7 @@ UPDATE tasks t SET available = t.available + a.n_new, updated_at = now()
 func (l *loader) finish(ctx context.Context, tx pgx.Tx) error {
 	rep := &l.rep
 	if _, err := exec(ctx, tx, "loading: recording the load", `
-UPDATE loads SET finished_at = clock_timestamp(), tier_rows = $2, records_accepted = $3,
+UPDATE {{.Schema}}.loads SET finished_at = clock_timestamp(), tier_rows = $2, records_accepted = $3,
        records_redelivered = $4, rows_rejected = $5
  WHERE load_id = $1`, rep.LoadID, rep.TierRows, rep.RecordsAccepted, rep.RecordsRedelivered, rep.RowsRejected); err != nil {
 		return err

@@ -60,8 +60,8 @@ func TestLoadGoldenVectors(t *testing.T) {
 
 	var tasks, avail, badAvail int64
 	if err := db.QueryRowContext(context.Background(), `SELECT count(*), sum(available),
-		count(*) FILTER (WHERE available <> (SELECT count(*) FROM records r WHERE r.contract_id = t.partition_key))
-		FROM tasks t`).Scan(&tasks, &avail, &badAvail); err != nil {
+		count(*) FILTER (WHERE available <> (SELECT count(*) FROM baton.records r WHERE r.contract_id = t.partition_key))
+		FROM baton.tasks t`).Scan(&tasks, &avail, &badAvail); err != nil {
 		t.Fatal(err)
 	}
 	if tasks != 12 || avail != 3544 || badAvail != 0 {
@@ -69,7 +69,7 @@ func TestLoadGoldenVectors(t *testing.T) {
 	}
 	var loads, accepted int64
 	if err := db.QueryRowContext(context.Background(),
-		"SELECT count(*), sum(records_accepted) FROM loads WHERE finished_at IS NOT NULL").Scan(&loads, &accepted); err != nil {
+		"SELECT count(*), sum(records_accepted) FROM baton.loads WHERE finished_at IS NOT NULL").Scan(&loads, &accepted); err != nil {
 		t.Fatal(err)
 	}
 	if loads != 1 || accepted != 3544 {

@@ -31,8 +31,8 @@ func tableCounts(t testing.TB, db *bun.DB) counts {
 	t.Helper()
 	var c counts
 	err := db.QueryRowContext(context.Background(), `SELECT
-		(SELECT count(*) FROM contracts), (SELECT count(*) FROM tiers), (SELECT count(*) FROM records),
-		(SELECT count(*) FROM tasks), (SELECT coalesce(sum(available), 0) FROM tasks)`).
+		(SELECT count(*) FROM baton.contracts), (SELECT count(*) FROM baton.tiers), (SELECT count(*) FROM baton.records),
+		(SELECT count(*) FROM baton.tasks), (SELECT coalesce(sum(available), 0) FROM baton.tasks)`).
 		Scan(&c.Contracts, &c.Tiers, &c.Records, &c.Tasks, &c.Available)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ type seqRow struct {
 func storedRecords(t testing.TB, db *bun.DB) []seqRow {
 	t.Helper()
 	rows, err := db.QueryContext(context.Background(),
-		"SELECT contract_id, record_id, seq, amount_minor FROM records ORDER BY contract_id, seq")
+		"SELECT contract_id, record_id, seq, amount_minor FROM baton.records ORDER BY contract_id, seq")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ UPDATE load_records r
    SET err = CASE WHEN EXISTS (SELECT 1 FROM load_tiers t WHERE t.contract_id = r.contract_id)
                   THEN format('unknown contract %s (its tier set in %s was rejected)', r.contract_id, $1::text)
                   ELSE format('unknown contract %s', r.contract_id) END
- WHERE r.err IS NULL AND NOT EXISTS (SELECT 1 FROM contracts c WHERE c.contract_id = r.contract_id)`
+ WHERE r.err IS NULL AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.contracts c WHERE c.contract_id = r.contract_id)`
 
 // checkRepeats handles record ids that repeat a stored record or an
 // earlier row of the file: with the same amount the row is a re-delivery,
@@ -87,9 +87,9 @@ UPDATE load_records r
                     coalesce(' (' || m.records_file || ')', ''), m.amount_minor) END
   FROM (SELECT s.line, x.amount_minor, x.load_id, l.records_file
           FROM load_records s
-         CROSS JOIN LATERAL (SELECT amount_minor, load_id FROM records x
+         CROSS JOIN LATERAL (SELECT amount_minor, load_id FROM {{.Schema}}.records x
                               WHERE x.contract_id = s.contract_id AND x.record_id = s.record_id LIMIT 1) x
-          LEFT JOIN loads l ON l.load_id = x.load_id
+          LEFT JOIN {{.Schema}}.loads l ON l.load_id = x.load_id
          WHERE s.err IS NULL) m
  WHERE r.line = m.line`
 
@@ -137,8 +137,8 @@ func (l *loader) checkGross(ctx context.Context, tx pgx.Tx) error {
 const sqlGrossCandidates = `
 INSERT INTO load_gross (contract_id, stored)
 SELECT a.contract_id,
-       coalesce((SELECT sum(x.amount_minor) FROM records x WHERE x.contract_id = a.contract_id), 0)
-  FROM load_affected a LEFT JOIN tasks t ON t.partition_key = a.contract_id
+       coalesce((SELECT sum(x.amount_minor) FROM {{.Schema}}.records x WHERE x.contract_id = a.contract_id), 0)
+  FROM load_affected a LEFT JOIN {{.Schema}}.tasks t ON t.partition_key = a.contract_id
  WHERE a.n_new > 0 AND (coalesce(t.available, 0) + a.n_new)::numeric * $2::bigint > $1::bigint`
 
 // Rejects the records from the one that takes the cumulative gross past
@@ -251,7 +251,7 @@ SELECT contract_id, sum(n_new), sum(n_redelivered), bool_or(tiers_changed), row_
 
 // Existing rows are not locked by ON CONFLICT DO NOTHING.
 const sqlRecordTasks = `
-INSERT INTO tasks (partition_key)
+INSERT INTO {{.Schema}}.tasks (partition_key)
 SELECT contract_id FROM load_affected WHERE n_new > 0 ORDER BY contract_id
 ON CONFLICT DO NOTHING`
 
@@ -259,12 +259,12 @@ ON CONFLICT DO NOTHING`
 // available, so this plain read stays true until commit (checked again
 // under the row locks).
 const sqlBase = `
-UPDATE load_affected a SET base = t.available FROM tasks t WHERE t.partition_key = a.contract_id`
+UPDATE load_affected a SET base = t.available FROM {{.Schema}}.tasks t WHERE t.partition_key = a.contract_id`
 
 // seq continues from tasks.available in file order. The window partitions
 // by ord, an integer standing for contract_id, which sorts faster.
 const sqlInsertRecords = `
-INSERT INTO records (contract_id, seq, record_id, amount_minor, load_id)
+INSERT INTO {{.Schema}}.records (contract_id, seq, record_id, amount_minor, load_id)
 SELECT r.contract_id, a.base + row_number() OVER (PARTITION BY a.ord ORDER BY r.line),
        r.record_id, r.amount_minor, $1
   FROM load_records r JOIN load_affected a ON a.contract_id = r.contract_id

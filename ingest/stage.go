@@ -243,15 +243,15 @@ WITH new AS (
     SELECT contract_id,
            array_agg(threshold_minor ORDER BY threshold_minor) AS th,
            array_agg(discount_bp::bigint ORDER BY threshold_minor) AS bp
-      FROM tiers WHERE contract_id IN (SELECT contract_id FROM new) GROUP BY contract_id
+      FROM {{.Schema}}.tiers WHERE contract_id IN (SELECT contract_id FROM new) GROUP BY contract_id
 )
 SELECT n.contract_id, c.contract_id IS NOT NULL,
        o.th IS DISTINCT FROM n.th OR o.bp IS DISTINCT FROM n.bp,
        coalesce(k.position, 0)
   FROM new n
-  LEFT JOIN contracts c ON c.contract_id = n.contract_id
+  LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = n.contract_id
   LEFT JOIN old o ON o.contract_id = n.contract_id
-  LEFT JOIN tasks k ON k.partition_key = n.contract_id`
+  LEFT JOIN {{.Schema}}.tasks k ON k.partition_key = n.contract_id`
 
 const sqlTierFrozen = `
 UPDATE load_tiers t
@@ -262,21 +262,21 @@ UPDATE load_tiers t
 const sqlTierSetsDropRejected = `DELETE FROM load_tier_sets WHERE existed AND changed AND position > 0`
 
 const sqlInsertContracts = `
-INSERT INTO contracts (contract_id)
+INSERT INTO {{.Schema}}.contracts (contract_id)
 SELECT contract_id FROM load_tier_sets WHERE NOT existed ORDER BY contract_id
 ON CONFLICT DO NOTHING`
 
 // Existing conflicting rows are not locked by ON CONFLICT DO NOTHING.
 const sqlInsertTierTasks = `
-INSERT INTO tasks (partition_key)
+INSERT INTO {{.Schema}}.tasks (partition_key)
 SELECT contract_id FROM load_tier_sets ORDER BY contract_id
 ON CONFLICT DO NOTHING`
 
 const sqlDeleteChangedTiers = `
-DELETE FROM tiers WHERE contract_id IN (SELECT contract_id FROM load_tier_sets WHERE existed AND changed)`
+DELETE FROM {{.Schema}}.tiers WHERE contract_id IN (SELECT contract_id FROM load_tier_sets WHERE existed AND changed)`
 
 const sqlInsertTiers = `
-INSERT INTO tiers (contract_id, threshold_minor, discount_bp)
+INSERT INTO {{.Schema}}.tiers (contract_id, threshold_minor, discount_bp)
 SELECT t.contract_id, t.threshold_minor, t.discount_bp
   FROM load_tiers t JOIN load_tier_sets s ON s.contract_id = t.contract_id
  WHERE s.changed AND t.err IS NULL

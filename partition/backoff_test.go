@@ -15,8 +15,8 @@ func TestFailBackoffDoesNotOverflow(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db)
-	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available) VALUES ('k', 1)`); err != nil {
+	s := partition.NewStore(db, "")
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('k', 1)`); err != nil {
 		t.Fatal(err)
 	}
 	const (
@@ -26,7 +26,7 @@ func TestFailBackoffDoesNotOverflow(t *testing.T) {
 	for attempt := 1; attempt <= 40; attempt++ {
 		// Claim it again (the back-off has put its lease far in the future).
 		var l partition.Lease
-		if err := db.QueryRowContext(ctx, `UPDATE tasks SET owner = 'w#1', version = version + 1
+		if err := db.QueryRowContext(ctx, `UPDATE baton.tasks SET owner = 'w#1', version = version + 1
 			WHERE partition_key = 'k' RETURNING partition_key, version`).Scan(&l.Key, &l.Version); err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,7 @@ func TestStoreContract(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		db := pgtest.NewDB(t)
-		return &pgHarness{t: t, db: db, s: partition.NewStore(db)}
+		return &pgHarness{t: t, db: db, s: partition.NewStore(db, "")}
 	})
 }
 
@@ -36,20 +36,20 @@ func (h *pgHarness) exec(query string, args ...any) {
 }
 
 func (h *pgHarness) AddPartition(key string, available int64) {
-	h.exec(`INSERT INTO tasks (partition_key, available) VALUES (?, ?)`, key, available)
+	h.exec(`INSERT INTO baton.tasks (partition_key, available) VALUES (?, ?)`, key, available)
 }
 
 func (h *pgHarness) Produce(key string, n int64) {
-	h.exec(`UPDATE tasks SET available = available + ? WHERE partition_key = ?`, n, key)
+	h.exec(`UPDATE baton.tasks SET available = available + ? WHERE partition_key = ?`, n, key)
 }
 
 func (h *pgHarness) ExpireLease(key string) {
-	h.exec(`UPDATE tasks SET lease_expires_at = now() - interval '1 millisecond'
+	h.exec(`UPDATE baton.tasks SET lease_expires_at = now() - interval '1 millisecond'
 		WHERE partition_key = ? AND lease_expires_at > now() AND lease_expires_at < 'infinity'`, key)
 }
 
 func (h *pgHarness) ExpireWorker(owner string) {
-	h.exec(`UPDATE workers SET expires_at = now() - interval '1 millisecond' WHERE instance_id = ?`, owner)
+	h.exec(`UPDATE baton.workers SET expires_at = now() - interval '1 millisecond' WHERE instance_id = ?`, owner)
 }
 
 func (h *pgHarness) Candidates(ctx context.Context, limit int) ([]partition.Candidate, error) {

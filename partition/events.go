@@ -64,7 +64,7 @@ func (s *Store) WithoutEvents() *Store {
 	return &c
 }
 
-// events returns cte (a ", e AS (INSERT INTO events ...)" clause) and its
+// events returns cte (a ", e AS (INSERT INTO {{.Schema}}.events ...)" clause) and its
 // arguments, or nothing when the store records no history.
 func (s *Store) events(cte string, args ...any) (string, []any) {
 	if s.noEvents {
@@ -85,10 +85,10 @@ func (s *Store) RecordFirstBatch(ctx context.Context, tx bun.Tx, owner string, l
 	if !prevBeat.IsZero() {
 		prev = prevBeat
 	}
-	_, err := tx.ExecContext(ctx, `
-		INSERT INTO events (partition_key, kind, version, worker, position, items, prev_heartbeat_at, takeover_ms)
+	_, err := tx.ExecContext(ctx, s.sql(`
+		INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, position, items, prev_heartbeat_at, takeover_ms)
 		VALUES (?, ?, ?, ?, ?, ?, ?::timestamptz,
-		        (extract(epoch FROM clock_timestamp() - ?::timestamptz) * 1000)::bigint)`,
+		        (extract(epoch FROM clock_timestamp() - ?::timestamptz) * 1000)::bigint)`),
 		l.Key, EventFirstBatch, l.Version, owner, position, items, prev, prev)
 	if err != nil {
 		return fmt.Errorf("recording first batch of %s: %w", l, err)
@@ -102,8 +102,8 @@ func (s *Store) Record(ctx context.Context, owner, kind string, l Lease, detail 
 	if s.noEvents {
 		return nil
 	}
-	if _, err := s.db.ExecContext(ctx, `
-		INSERT INTO events (partition_key, kind, version, worker, detail) VALUES (?, ?, ?, ?, nullif(?, ''))`,
+	if _, err := s.db.ExecContext(ctx, s.sql(`
+		INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, detail) VALUES (?, ?, ?, ?, nullif(?, ''))`),
 		l.Key, kind, l.Version, owner, truncate(detail, 4000)); err != nil {
 		return fmt.Errorf("recording %s event of %s: %w", kind, l, err)
 	}
@@ -114,10 +114,10 @@ func (s *Store) Record(ctx context.Context, owner, kind string, l Lease, detail 
 // the newest maxRows, so the history stays bounded. It returns how many
 // rows it deleted. Both bounds use an index.
 func (s *Store) PruneEvents(ctx context.Context, retention time.Duration, maxRows int64) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `
-		DELETE FROM events
+	res, err := s.db.ExecContext(ctx, s.sql(`
+		DELETE FROM {{.Schema}}.events
 		WHERE at < now() - ?::interval
-		   OR event_id <= (SELECT max(event_id) FROM events) - ?`, interval(retention), maxRows)
+		   OR event_id <= (SELECT max(event_id) FROM {{.Schema}}.events) - ?`), interval(retention), maxRows)
 	if err != nil {
 		return 0, fmt.Errorf("pruning events: %w", err)
 	}
@@ -141,10 +141,10 @@ func (s *Store) RecentEvents(ctx context.Context, since time.Duration, limit int
 }
 
 func (s *Store) readEvents(ctx context.Context, where string, args ...any) ([]Event, error) {
-	rows, err := s.db.QueryContext(ctx, `
+	rows, err := s.db.QueryContext(ctx, s.sql(`
 		SELECT event_id, at, partition_key, kind, version, coalesce(worker, ''), coalesce(prev_owner, ''),
 		       prev_heartbeat_at, position, items, attempts, takeover_ms, coalesce(detail, '')
-		FROM events `+where, args...)
+		FROM {{.Schema}}.events `+where), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading events: %w", err)
 	}
@@ -196,14 +196,14 @@ type TakeoverStats struct {
 func (s *Store) Takeovers(ctx context.Context, since time.Duration) (TakeoverStats, error) {
 	var st TakeoverStats
 	var p50, p90, p99, mx sql.NullFloat64
-	err := s.db.QueryRowContext(ctx, `
+	err := s.db.QueryRowContext(ctx, s.sql(`
 		SELECT count(*),
 		       percentile_cont(0.5) WITHIN GROUP (ORDER BY takeover_ms),
 		       percentile_cont(0.9) WITHIN GROUP (ORDER BY takeover_ms),
 		       percentile_cont(0.99) WITHIN GROUP (ORDER BY takeover_ms),
 		       max(takeover_ms)
-		FROM events
-		WHERE kind = ? AND takeover_ms IS NOT NULL AND at > now() - ?::interval`,
+		FROM {{.Schema}}.events
+		WHERE kind = ? AND takeover_ms IS NOT NULL AND at > now() - ?::interval`),
 		EventFirstBatch, interval(since)).Scan(&st.Count, &p50, &p90, &p99, &mx)
 	if err != nil {
 		return st, fmt.Errorf("reading takeover times: %w", err)

@@ -18,10 +18,10 @@ func TestHistoryIsWrittenByTheProtocolStatements(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available) VALUES ('k', 10)`); err != nil {
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('k', 10)`); err != nil {
 		t.Fatal(err)
 	}
-	s := partition.NewStore(db)
+	s := partition.NewStore(db, "")
 	claim := func(owner string, c partition.Candidate) partition.Claimed {
 		t.Helper()
 		won, err := s.Claim(ctx, owner, time.Minute, []partition.Candidate{c})
@@ -36,7 +36,7 @@ func TestHistoryIsWrittenByTheProtocolStatements(t *testing.T) {
 	}
 	b := claim("b#1", partition.Candidate{Key: "k", Version: 2})
 	// b dies: its lease expires five seconds after its last heartbeat.
-	if _, err := db.ExecContext(ctx, `UPDATE tasks SET heartbeat_at = now() - interval '5 seconds',
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET heartbeat_at = now() - interval '5 seconds',
 		lease_expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestHistoryIsWrittenByTheProtocolStatements(t *testing.T) {
 	if _, err := s.Fail(ctx, "c#1", c.Lease, "bad row", time.Millisecond, time.Millisecond, 2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `UPDATE tasks SET lease_expires_at = '-infinity'`); err != nil {
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET lease_expires_at = '-infinity'`); err != nil {
 		t.Fatal(err)
 	}
 	d := claim("d#1", partition.Candidate{Key: "k", Version: c.Version + 1})
@@ -144,7 +144,7 @@ func TestHistoryIsWrittenByTheProtocolStatements(t *testing.T) {
 		t.Fatalf("after pruning: %+v %v", after, err)
 	}
 	// And by age.
-	if _, err := db.ExecContext(ctx, `UPDATE events SET at = at - interval '2 hours'`); err != nil {
+	if _, err := db.ExecContext(ctx, `UPDATE baton.events SET at = at - interval '2 hours'`); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.PruneEvents(ctx, time.Hour, 1000); err != nil || n != 3 {

@@ -50,7 +50,7 @@ type WorkerStatus struct {
 // Status reads every partition (ordered by key in byte order) and every live
 // worker.
 func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, error) {
-	rows, err := s.db.QueryContext(ctx, `
+	rows, err := s.db.QueryContext(ctx, s.sql(`
 		SELECT partition_key, coalesce(owner, ''), version,
 		       CASE
 		         WHEN failed_at IS NOT NULL THEN 'quarantined'
@@ -64,8 +64,8 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 		       (extract(epoch FROM now() - heartbeat_at) * 1000000)::bigint,
 		       CASE WHEN isfinite(lease_expires_at) THEN (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint END,
 		       position, available - position, attempts, coalesce(last_error, ''), checkpoint
-		FROM tasks
-		ORDER BY partition_key`)
+		FROM {{.Schema}}.tasks
+		ORDER BY partition_key`))
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading partition status: %w", err)
 	}
@@ -93,13 +93,13 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 		return nil, nil, fmt.Errorf("reading partition status: %w", err)
 	}
 
-	wrows, err := s.db.QueryContext(ctx, `
+	wrows, err := s.db.QueryContext(ctx, s.sql(`
 		SELECT w.instance_id, w.name, w.hostname, w.pid, w.mode, w.wake, w.started_at,
 		       (extract(epoch FROM now() - w.heartbeat_at) * 1000000)::bigint,
-		       (SELECT count(*) FROM tasks t WHERE t.owner = w.instance_id AND t.lease_expires_at > now())
-		FROM workers w
+		       (SELECT count(*) FROM {{.Schema}}.tasks t WHERE t.owner = w.instance_id AND t.lease_expires_at > now())
+		FROM {{.Schema}}.workers w
 		WHERE w.expires_at > now() AND w.stopped_at IS NULL
-		ORDER BY w.name, w.instance_id`)
+		ORDER BY w.name, w.instance_id`))
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading worker status: %w", err)
 	}

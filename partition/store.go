@@ -11,6 +11,8 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/batonhq/baton/schema"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel on which producers and
@@ -111,11 +113,20 @@ const (
 // the same statement; see WithoutEvents.
 type Store struct {
 	db       bun.IDB
+	schema   string
 	noEvents bool
 }
 
-// NewStore returns a Store over db.
-func NewStore(db bun.IDB) *Store { return &Store{db: db} }
+// NewStore returns a Store over db (a *bun.DB, a connection or a
+// transaction) for the task rows in PostgreSQL schema schemaName; empty
+// means schema.Default ("baton"). Every statement names its tables with
+// that schema, so the session's search_path does not matter.
+func NewStore(db bun.IDB, schemaName string) *Store {
+	return &Store{db: db, schema: cmp.Or(schemaName, schema.Default)}
+}
+
+// sql qualifies q's table names with the store's schema.
+func (s *Store) sql(q string) string { return schema.SQL(s.schema, q) }
 
 // WithDB returns a copy of s whose statements run on db, typically a
 // transaction, with the same options.
@@ -135,7 +146,7 @@ func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.
 func lockOwnLeases(strength, wait string) string {
 	return `
 			SELECT t.partition_key
-			FROM tasks t
+			FROM {{.Schema}}.tasks t
 			JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
 			  ON t.partition_key = h.key AND t.version = h.version
 			WHERE t.owner = ?
@@ -157,12 +168,12 @@ func split(leases []Lease) (keys []string, versions []int64) {
 // quarantined, and unowned or past their lease, earliest-claimable first.
 // It reads only the head of the tasks_claimable index.
 func (s *Store) Candidates(ctx context.Context, limit int) ([]Candidate, error) {
-	rows, err := s.db.QueryContext(ctx, `
+	rows, err := s.db.QueryContext(ctx, s.sql(`
 		SELECT partition_key, version, owner IS NOT NULL
-		FROM tasks
+		FROM {{.Schema}}.tasks
 		WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
 		ORDER BY lease_expires_at
-		LIMIT ?`, limit)
+		LIMIT ?`), limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading claim candidates: %w", err)
 	}
@@ -190,13 +201,13 @@ func scanCandidates(rows *sql.Rows) ([]Candidate, error) {
 // fair share still take these, so a takeover never waits for a rebalance.
 // It reads the claimable index from just past the unowned rows.
 func (s *Store) StaleCandidates(ctx context.Context, limit int) ([]Candidate, error) {
-	rows, err := s.db.QueryContext(ctx, `
+	rows, err := s.db.QueryContext(ctx, s.sql(`
 		SELECT partition_key, version, true
-		FROM tasks
+		FROM {{.Schema}}.tasks
 		WHERE available > position AND failed_at IS NULL
 		  AND lease_expires_at > '-infinity' AND lease_expires_at <= now() AND owner IS NOT NULL
 		ORDER BY lease_expires_at
-		LIMIT ?`, limit)
+		LIMIT ?`), limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading stale claim candidates: %w", err)
 	}
@@ -219,29 +230,29 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 	}
 	keys, versions := split(leases)
 	events, eargs := s.events(`, e AS (
-			INSERT INTO events (partition_key, kind, version, worker, prev_owner, prev_heartbeat_at, position)
+			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, prev_owner, prev_heartbeat_at, position)
 			SELECT partition_key, CASE WHEN prev_owner IS NULL THEN ? ELSE ? END, version, owner,
 			       prev_owner, prev_heartbeat, position
 			FROM u
 		)`, EventClaimed, EventTakeover)
-	rows, err := s.db.QueryContext(ctx, `
+	rows, err := s.db.QueryContext(ctx, s.sql(`
 		WITH c AS (
 			SELECT t.partition_key, t.owner AS prev_owner, t.heartbeat_at AS prev_heartbeat
-			FROM tasks t
+			FROM {{.Schema}}.tasks t
 			JOIN unnest(?::text[], ?::bigint[]) AS c(key, version)
 			  ON t.partition_key = c.key AND t.version = c.version
 			WHERE t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
 			ORDER BY t.partition_key
 			FOR UPDATE OF t SKIP LOCKED
 		), u AS (
-			UPDATE tasks t
+			UPDATE {{.Schema}}.tasks t
 			SET version = t.version + 1, owner = ?, claimed_at = now(), heartbeat_at = now(),
 			    lease_expires_at = now() + ?::interval, updated_at = now()
 			FROM c
 			WHERE t.partition_key = c.partition_key
 			RETURNING t.partition_key, t.version, t.position, t.available, t.owner, c.prev_owner, c.prev_heartbeat
 		)`+events+`
-		SELECT partition_key, version, position, available, prev_heartbeat FROM u`,
+		SELECT partition_key, version, position, available, prev_heartbeat FROM u`),
 		append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, interval(ttl)}, eargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("claiming %d partitions: %w", len(cands), err)
@@ -276,9 +287,9 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 // time it has left, to be renewed by a later heartbeat.
 func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
 	keys, versions := split(leases)
-	rows, err := s.db.QueryContext(ctx, `
+	rows, err := s.db.QueryContext(ctx, s.sql(`
 		WITH w AS (
-			INSERT INTO workers (instance_id, name, hostname, pid, mode, wake, expires_at)
+			INSERT INTO {{.Schema}}.workers (instance_id, name, hostname, pid, mode, wake, expires_at)
 			VALUES (?, ?, ?, ?, ?, ?, now() + ?::interval)
 			ON CONFLICT (instance_id) DO UPDATE
 			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at
@@ -286,7 +297,7 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 			-- after the worker stopped) must not bring it back to life.
 			WHERE workers.stopped_at IS NULL
 		), l AS (`+lockOwnLeases("NO KEY UPDATE", "SKIP LOCKED")+`), u AS (
-			UPDATE tasks t
+			UPDATE {{.Schema}}.tasks t
 			SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
 			FROM l
 			WHERE t.partition_key = l.partition_key
@@ -297,10 +308,10 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 		-- Skipped: still ours as of this statement's snapshot, not renewed.
 		SELECT t.partition_key, t.version, t.available, t.position, true,
 		       greatest(0, (extract(epoch FROM t.lease_expires_at - now()) * 1000000)::bigint)
-		FROM tasks t
+		FROM {{.Schema}}.tasks t
 		JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
 		  ON t.partition_key = h.key AND t.version = h.version
-		WHERE t.owner = ? AND t.partition_key NOT IN (SELECT partition_key FROM u)`,
+		WHERE t.owner = ? AND t.partition_key NOT IN (SELECT partition_key FROM u)`),
 		w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, WakeListen), interval(ttl),
 		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID, interval(ttl),
 		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID)
@@ -329,13 +340,13 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 // resolved. Leases no longer held by owner are absent from the result.
 func (s *Store) Inspect(ctx context.Context, owner string, leases []Lease) ([]Held, error) {
 	keys, versions := split(leases)
-	rows, err := s.db.QueryContext(ctx, `
+	rows, err := s.db.QueryContext(ctx, s.sql(`
 		SELECT t.partition_key, t.version,
 		       greatest(0, (extract(epoch FROM t.lease_expires_at - now()) * 1000000)::bigint)
-		FROM tasks t
+		FROM {{.Schema}}.tasks t
 		JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
 		  ON t.partition_key = h.key AND t.version = h.version
-		WHERE t.owner = ?`,
+		WHERE t.owner = ?`),
 		pgdialect.Array(keys), pgdialect.Array(versions), owner)
 	if err != nil {
 		return nil, fmt.Errorf("re-reading %d leases: %w", len(leases), err)
@@ -373,14 +384,14 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []L
 	}
 	keys, versions := split(leases)
 	events, eargs := s.events(`, e AS (
-			INSERT INTO events (partition_key, kind, version, worker, position, detail)
+			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, position, detail)
 			SELECT partition_key, ?, version - 1, ?, position, nullif(?, '') FROM r
 		)`, EventReleased, owner, reason)
 	// One statement: the notification (only when a released partition
 	// still has pending work) is sent at the release's commit.
-	rows, err := s.db.QueryContext(ctx, `
+	rows, err := s.db.QueryContext(ctx, s.sql(`
 		WITH l AS (`+lockOwnLeases("UPDATE", "")+`), r AS (
-			UPDATE tasks t
+			UPDATE {{.Schema}}.tasks t
 			SET version = t.version + 1, owner = NULL, heartbeat_at = NULL,
 			    lease_expires_at = '-infinity', updated_at = now()
 			FROM l
@@ -390,7 +401,7 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []L
 			SELECT count(pg_notify(?, 'released')) AS sent
 			FROM (SELECT 1 FROM r WHERE pending LIMIT 1) p
 		)`+events+`
-		SELECT r.partition_key FROM r CROSS JOIN n`,
+		SELECT r.partition_key FROM r CROSS JOIN n`),
 		append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, NotifyChannel}, eargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("releasing %d partitions: %w", len(leases), err)
@@ -432,11 +443,11 @@ type Checkpoint struct {
 func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l Lease) (Checkpoint, error) {
 	var cp Checkpoint
 	var state []byte
-	err := tx.QueryRowContext(ctx, `
+	err := tx.QueryRowContext(ctx, s.sql(`
 		SELECT position, available, checkpoint, coalesce(traceparent, '')
-		FROM tasks
+		FROM {{.Schema}}.tasks
 		WHERE partition_key = ? AND version = ? AND owner = ?
-		FOR KEY SHARE`, l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state, &cp.Traceparent)
+		FOR KEY SHARE`), l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state, &cp.Traceparent)
 	if errors.Is(err, sql.ErrNoRows) {
 		return cp, fmt.Errorf("fencing %s: %w", l, ErrFenced)
 	}
@@ -465,16 +476,16 @@ func (s *Store) Advance(ctx context.Context, tx bun.Tx, l Lease, from, position 
 		state = json.RawMessage(`{}`)
 	}
 	var version, current int64
-	err := tx.QueryRowContext(ctx, `
+	err := tx.QueryRowContext(ctx, s.sql(`
 		WITH u AS (
-			UPDATE tasks
+			UPDATE {{.Schema}}.tasks
 			SET position = ?, checkpoint = ?::jsonb, attempts = 0, last_error = NULL, updated_at = now(),
 			    traceparent = nullif(?, '')
 			WHERE partition_key = ? AND version = ? AND position = ?
 			RETURNING 1
 		)
-		SELECT version, position FROM tasks
-		WHERE partition_key = ? AND NOT EXISTS (SELECT 1 FROM u)`,
+		SELECT version, position FROM {{.Schema}}.tasks
+		WHERE partition_key = ? AND NOT EXISTS (SELECT 1 FROM u)`),
 		position, string(state), traceparent(ctx), l.Key, l.Version, from, l.Key).Scan(&version, &current)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -491,7 +502,7 @@ func (s *Store) Advance(ctx context.Context, tx bun.Tx, l Lease, from, position 
 // Progress re-reads a partition's version and position, to resolve a
 // commit whose outcome is unknown.
 func (s *Store) Progress(ctx context.Context, key string) (version, position int64, err error) {
-	err = s.db.QueryRowContext(ctx, `SELECT version, position FROM tasks WHERE partition_key = ?`, key).
+	err = s.db.QueryRowContext(ctx, s.sql(`SELECT version, position FROM {{.Schema}}.tasks WHERE partition_key = ?`), key).
 		Scan(&version, &position)
 	if err != nil {
 		return 0, 0, fmt.Errorf("re-reading progress of %s: %w", key, err)
@@ -514,19 +525,19 @@ func (s *Store) Fail(ctx context.Context, owner string, l Lease, cause string, b
 	var r FailResult
 	var retryMicros int64
 	events, eargs := s.events(`, e AS (
-			INSERT INTO events (partition_key, kind, version, worker, attempts, detail)
+			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, attempts, detail)
 			SELECT partition_key, CASE WHEN quarantine THEN ? ELSE ? END, ?, ?, attempts, last_error FROM u
 		)`, EventQuarantined, EventFailed, l.Version, owner)
-	err := s.db.QueryRowContext(ctx, `
+	err := s.db.QueryRowContext(ctx, s.sql(`
 		WITH b AS (
 			-- In numeric: backoff × 2^attempts overflows bigint with long
 			-- back-offs; the result is capped by maxBackoff, a bigint.
 			SELECT least(?::numeric * power(2::numeric, least(attempts, 62)), ?::numeric)::bigint AS micros,
 			       attempts + 1 >= ? AS quarantine
-			FROM tasks WHERE partition_key = ? AND version = ? AND owner = ?
+			FROM {{.Schema}}.tasks WHERE partition_key = ? AND version = ? AND owner = ?
 			FOR UPDATE
 		), u AS (
-			UPDATE tasks t
+			UPDATE {{.Schema}}.tasks t
 			SET attempts = t.attempts + 1, last_error = ?, version = t.version + 1, owner = NULL,
 			    heartbeat_at = NULL, updated_at = now(),
 			    failed_at = CASE WHEN b.quarantine THEN now() END,
@@ -536,7 +547,7 @@ func (s *Store) Fail(ctx context.Context, owner string, l Lease, cause string, b
 			WHERE t.partition_key = ?
 			RETURNING t.partition_key, t.attempts, t.last_error, b.quarantine, b.micros
 		)`+events+`
-		SELECT attempts, quarantine, micros FROM u`,
+		SELECT attempts, quarantine, micros FROM u`),
 		append([]any{backoff.Microseconds(), maxBackoff.Microseconds(), maxAttempts, l.Key, l.Version, owner,
 			truncate(cause, 4000), l.Key}, eargs...)...).Scan(&r.Attempts, &r.Quarantined, &retryMicros)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -571,23 +582,23 @@ func (s *Store) Retry(ctx context.Context, key string) (bool, error) {
 // partition's history.
 func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 	events, eargs := s.events(`, e AS (
-			INSERT INTO events (partition_key, kind, version, detail)
+			INSERT INTO {{.Schema}}.events (partition_key, kind, version, detail)
 			SELECT partition_key, ?, version, nullif(?, '') FROM u
 		)`, EventRetried, actor)
 	var n int
-	err := s.db.QueryRowContext(ctx, `
+	err := s.db.QueryRowContext(ctx, s.sql(`
 		WITH r AS (
-			SELECT partition_key FROM tasks
+			SELECT partition_key FROM {{.Schema}}.tasks
 			WHERE partition_key = ? AND owner IS NULL AND (failed_at IS NOT NULL OR attempts > 0)
 			FOR UPDATE
 		), u AS (
-			UPDATE tasks t
+			UPDATE {{.Schema}}.tasks t
 			SET failed_at = NULL, attempts = 0, last_error = NULL, lease_expires_at = '-infinity',
 			    version = t.version + 1, updated_at = now()
 			FROM r WHERE t.partition_key = r.partition_key
 			RETURNING t.partition_key, t.version
 		)`+events+`
-		SELECT count(*) FROM u`, append([]any{key}, eargs...)...).Scan(&n)
+		SELECT count(*) FROM u`), append([]any{key}, eargs...)...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("retrying partition %s: %w", key, err)
 	}
@@ -595,7 +606,7 @@ func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 		return true, s.Notify(ctx, "retry")
 	}
 	var exists bool
-	if err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE partition_key = ?)`, key).Scan(&exists); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {{.Schema}}.tasks WHERE partition_key = ?)`), key).Scan(&exists); err != nil {
 		return false, fmt.Errorf("retrying partition %s: %w", key, err)
 	}
 	if !exists {
@@ -624,22 +635,22 @@ type Load struct {
 // ClusterLoad reads the fair-share inputs.
 func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 	var l Load
-	err := s.db.QueryRowContext(ctx, `
+	err := s.db.QueryRowContext(ctx, s.sql(`
 		SELECT
-		  (SELECT count(*) FROM tasks
+		  (SELECT count(*) FROM {{.Schema}}.tasks
 		    WHERE failed_at IS NULL AND available > position)
-		+ (SELECT count(*) FROM tasks
+		+ (SELECT count(*) FROM {{.Schema}}.tasks
 		    WHERE owner IS NOT NULL AND lease_expires_at > now() AND available <= position),
-		  (SELECT count(*) FROM workers WHERE expires_at > now() AND stopped_at IS NULL),
-		  (SELECT count(*) FROM tasks WHERE failed_at IS NOT NULL),
-		  (SELECT count(*) FROM tasks
+		  (SELECT count(*) FROM {{.Schema}}.workers WHERE expires_at > now() AND stopped_at IS NULL),
+		  (SELECT count(*) FROM {{.Schema}}.tasks WHERE failed_at IS NOT NULL),
+		  (SELECT count(*) FROM {{.Schema}}.tasks
 		    WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()),
 		  coalesce((SELECT min(n) FROM (
 		    SELECT count(t.partition_key) AS n
-		    FROM workers w
-		    LEFT JOIN tasks t ON t.owner = w.instance_id AND t.lease_expires_at > now()
+		    FROM {{.Schema}}.workers w
+		    LEFT JOIN {{.Schema}}.tasks t ON t.owner = w.instance_id AND t.lease_expires_at > now()
 		    WHERE w.expires_at > now() AND w.stopped_at IS NULL
-		    GROUP BY w.instance_id) h), 0)`).Scan(&l.Busy, &l.LiveWorkers, &l.Quarantined, &l.Unclaimed, &l.MinHeld)
+		    GROUP BY w.instance_id) h), 0)`)).Scan(&l.Busy, &l.LiveWorkers, &l.Quarantined, &l.Unclaimed, &l.MinHeld)
 	if err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}
@@ -704,12 +715,12 @@ func (s *Store) QuarantinedCount(ctx context.Context) (int, error) {
 // StopWorker marks a worker instance stopped, so others stop counting it at
 // once, and forgets instances that have been dead for over a day.
 func (s *Store) StopWorker(ctx context.Context, instanceID string) error {
-	if _, err := s.db.ExecContext(ctx, `
-		UPDATE workers SET stopped_at = now(), expires_at = now() WHERE instance_id = ?`, instanceID); err != nil {
+	if _, err := s.db.ExecContext(ctx, s.sql(`
+		UPDATE {{.Schema}}.workers SET stopped_at = now(), expires_at = now() WHERE instance_id = ?`), instanceID); err != nil {
 		return fmt.Errorf("marking worker %s stopped: %w", instanceID, err)
 	}
-	if _, err := s.db.ExecContext(ctx, `
-		DELETE FROM workers WHERE expires_at < now() - interval '1 day'`); err != nil {
+	if _, err := s.db.ExecContext(ctx, s.sql(`
+		DELETE FROM {{.Schema}}.workers WHERE expires_at < now() - interval '1 day'`)); err != nil {
 		return fmt.Errorf("forgetting dead workers: %w", err)
 	}
 	return nil

@@ -31,7 +31,7 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 	// 100,000 partitions: most caught up, some pending, some owned (half
 	// of those by dead workers).
 	if _, err := db.ExecContext(ctx, `
-		INSERT INTO tasks (partition_key, available, position, owner, lease_expires_at)
+		INSERT INTO baton.tasks (partition_key, available, position, owner, lease_expires_at)
 		SELECT 'p' || i, 10, CASE WHEN i % 50 = 0 THEN 0 ELSE 10 END,
 		       CASE WHEN i % 7 = 0 THEN 'w#1' END,
 		       CASE WHEN i % 14 = 0 THEN now() - interval '1 hour'
@@ -39,11 +39,11 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 		FROM generate_series(1, 100000) i`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `ANALYZE tasks`); err != nil {
+	if _, err := db.ExecContext(ctx, `ANALYZE baton.tasks`); err != nil {
 		t.Fatal(err)
 	}
 	sent := &lastQuery{}
-	s := partition.NewStore(db.WithQueryHook(sent))
+	s := partition.NewStore(db.WithQueryHook(sent), "")
 	for _, tc := range []struct {
 		name string
 		read func(context.Context, int) ([]partition.Candidate, error)
@@ -107,8 +107,8 @@ func TestHeartbeatRenewsOnlyCurrentLeases(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db)
-	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available)
+	s := partition.NewStore(db, "")
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available)
 		SELECT 'k' || i, 5 FROM generate_series(1, 300) i`); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestHeartbeatRenewsOnlyCurrentLeases(t *testing.T) {
 		leases[i] = c.Lease
 	}
 	// Another claim supersedes one lease.
-	if _, err := db.ExecContext(ctx, `UPDATE tasks SET version = version + 1, owner = 'w#2' WHERE partition_key = 'k7'`); err != nil {
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET version = version + 1, owner = 'w#2' WHERE partition_key = 'k7'`); err != nil {
 		t.Fatal(err)
 	}
 	ren, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, leases)
@@ -169,8 +169,8 @@ func TestAdvanceIsACompareAndSetOnPosition(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db)
-	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available) VALUES ('k', 100)`); err != nil {
+	s := partition.NewStore(db, "")
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('k', 100)`); err != nil {
 		t.Fatal(err)
 	}
 	cands, _ := s.Candidates(ctx, 1)
@@ -221,11 +221,11 @@ func TestAdvanceIsACompareAndSetOnPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pos int64
-	if err := db.QueryRow(`SELECT position FROM tasks`).Scan(&pos); err != nil || pos != 10 {
+	if err := db.QueryRow(`SELECT position FROM baton.tasks`).Scan(&pos); err != nil || pos != 10 {
 		t.Fatalf("position %d, %v; want 10 (committed once)", pos, err)
 	}
 	// A claim that is no longer current is fenced, not "moved".
-	if _, err := db.ExecContext(ctx, `UPDATE tasks SET version = version + 1`); err != nil {
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET version = version + 1`); err != nil {
 		t.Fatal(err)
 	}
 	tx, _ := db.BeginTx(ctx, nil)
@@ -260,11 +260,11 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 		}
 		return n.Payload
 	}
-	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available, position)
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available, position)
 		VALUES ('done', 5, 2), ('pending', 5, 2)`); err != nil {
 		t.Fatal(err)
 	}
-	s := partition.NewStore(db)
+	s := partition.NewStore(db, "")
 	claim := func(key string) partition.Lease {
 		t.Helper()
 		won, err := s.Claim(ctx, "w#1", time.Minute, []partition.Candidate{{Key: key, Version: 0}})
@@ -275,7 +275,7 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 	}
 	done, pending := claim("done"), claim("pending")
 	// The owner's last batch catches "done" up.
-	if _, err := db.ExecContext(ctx, `UPDATE tasks SET position = available WHERE partition_key = 'done'`); err != nil {
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET position = available WHERE partition_key = 'done'`); err != nil {
 		t.Fatal(err)
 	}
 

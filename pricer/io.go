@@ -44,16 +44,16 @@ func putWorkspace(w *workspace) {
 	workspaces.Put(w)
 }
 
-const readRecordsSQL = `SELECT seq, record_id, amount_minor FROM records
+const readRecordsSQL = `SELECT seq, record_id, amount_minor FROM {{.Schema}}.records
 WHERE contract_id = $1 AND seq > $2
 ORDER BY seq
 LIMIT $3`
 
 // readRecords reads up to limit records of contract after seq into w.recs.
-func readRecords(ctx context.Context, b *distributor.Batch, w *workspace, contract string, after int64, limit int) error {
+func (p *Processor) readRecords(ctx context.Context, b *distributor.Batch, w *workspace, contract string, after int64, limit int) error {
 	w.recs, w.ids = w.recs[:0], w.ids[:0]
 	err := b.Raw(func(conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, readRecordsSQL, pgx.QueryExecModeCacheDescribe, contract, after, limit)
+		rows, err := conn.Query(ctx, p.sql(readRecordsSQL), pgx.QueryExecModeCacheDescribe, contract, after, limit)
 		if err != nil {
 			return err
 		}
@@ -83,12 +83,10 @@ func readRecords(ctx context.Context, b *distributor.Batch, w *workspace, contra
 	return nil
 }
 
-var pricedTable = pgx.Identifier{"priced"}
-
 var pricedColumns = []string{"contract_id", "seq", "record_id", "gross_minor", "discount_minor", "net_minor", "claim_version", "priced_by"}
 
 // writePriced copies w's priced lines into priced.
-func writePriced(ctx context.Context, b *distributor.Batch, w *workspace) error {
+func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *workspace) error {
 	if cap(w.vals) < len(pricedColumns) {
 		w.vals = make([]any, len(pricedColumns))
 	}
@@ -105,7 +103,7 @@ func writePriced(ctx context.Context, b *distributor.Batch, w *workspace) error 
 		return vals, nil
 	})
 	return b.Raw(func(conn *pgx.Conn) error {
-		n, err := conn.CopyFrom(ctx, pricedTable, pricedColumns, src)
+		n, err := conn.CopyFrom(ctx, pgx.Identifier{p.schema, "priced"}, pricedColumns, src)
 		if err == nil && n != int64(len(w.lines)) {
 			err = fmt.Errorf("copied %d rows, want %d", n, len(w.lines))
 		}

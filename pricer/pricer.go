@@ -11,6 +11,7 @@
 package pricer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/pricing"
+	"github.com/batonhq/baton/schema"
 )
 
 // Checkpoint is the pricing state stored with a partition's position.
@@ -46,10 +48,18 @@ type Processor struct {
 	// records: those tiers can no longer change (the loader refuses), so
 	// the cache never goes stale.
 	schedules map[string]*pricing.Schedule
+	schema    string
 }
 
-// New returns a pricing processor.
-func New() *Processor { return &Processor{schedules: map[string]*pricing.Schedule{}} }
+// New returns a pricing processor for the pricing tables in PostgreSQL
+// schema schemaName (empty means schema.Default, "baton"): the same schema
+// as the distributor's.
+func New(schemaName string) *Processor {
+	return &Processor{schedules: map[string]*pricing.Schedule{}, schema: cmp.Or(schemaName, schema.Default)}
+}
+
+// sql qualifies q's table names with the processor's schema.
+func (p *Processor) sql(q string) string { return schema.SQL(p.schema, q) }
 
 var _ distributor.Processor = (*Processor)(nil)
 
@@ -78,7 +88,7 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 	}
 	w := getWorkspace()
 	defer putWorkspace(w)
-	if err := readRecords(ctx, b, w, contract, b.Checkpoint.Position, b.Limit); err != nil {
+	if err := p.readRecords(ctx, b, w, contract, b.Checkpoint.Position, b.Limit); err != nil {
 		return distributor.Result{}, err
 	}
 	recs := w.recs
@@ -105,7 +115,7 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 		}
 		w.lines = append(w.lines, line)
 	}
-	if err := writePriced(ctx, b, w); err != nil {
+	if err := p.writePriced(ctx, b, w); err != nil {
 		return distributor.Result{}, fmt.Errorf("writing %d priced records of contract %s: %w", n, contract, err)
 	}
 	exact, err := sched.ExactNet(cur.CumGross())
@@ -126,7 +136,7 @@ func (p *Processor) schedule(ctx context.Context, tx bun.Tx, contract string, im
 	if ok {
 		return s, nil
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT threshold_minor, discount_bp FROM tiers WHERE contract_id = ?`, contract)
+	rows, err := tx.QueryContext(ctx, p.sql(`SELECT threshold_minor, discount_bp FROM {{.Schema}}.tiers WHERE contract_id = ?`), contract)
 	if err != nil {
 		return nil, fmt.Errorf("reading tiers of contract %s: %w", contract, err)
 	}

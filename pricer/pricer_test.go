@@ -44,7 +44,7 @@ func runUntilDone(t *testing.T, db *bun.DB, cfg distributor.Config) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	d, err := distributor.New(db, pricer.New(), cfg)
+	d, err := distributor.New(db, pricer.New(""), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func runUntilDone(t *testing.T, db *bun.DB, cfg distributor.Config) {
 func exportBytes(t *testing.T, db *bun.DB) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	if _, err := export.Write(context.Background(), db, &buf); err != nil {
+	if _, err := export.Write(context.Background(), db, "", &buf); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -83,7 +83,7 @@ func assertGolden(t *testing.T, got []byte) {
 
 func verifyClean(t *testing.T, db *bun.DB) pricer.Summary {
 	t.Helper()
-	s, err := pricer.Verify(context.Background(), db)
+	s, err := pricer.Verify(context.Background(), db, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 	}
 	for round := 0; ; round++ {
 		var left int64
-		if err := db.QueryRow(`SELECT coalesce(sum(available - position), 0) FROM tasks`).Scan(&left); err != nil {
+		if err := db.QueryRow(`SELECT coalesce(sum(available - position), 0) FROM baton.tasks`).Scan(&left); err != nil {
 			t.Fatal(err)
 		}
 		if left == 0 {
@@ -148,7 +148,7 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 				}
 			},
 		}
-		d, err := distributor.New(db, pricer.New(), cfg)
+		d, err := distributor.New(db, pricer.New(""), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,7 +175,7 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 
 	// The stored checkpoint carries the exact cumulative totals.
 	var state []byte
-	if err := db.QueryRow(`SELECT checkpoint FROM tasks WHERE partition_key = 'basic-3-tiers'`).Scan(&state); err != nil {
+	if err := db.QueryRow(`SELECT checkpoint FROM baton.tasks WHERE partition_key = 'basic-3-tiers'`).Scan(&state); err != nil {
 		t.Fatal(err)
 	}
 	var cp pricer.Checkpoint
@@ -193,13 +193,13 @@ func TestPricingErrorQuarantinesOnlyThatContract(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	loadVectors(t, db)
-	if _, err := db.Exec(`UPDATE tasks SET checkpoint = '{"cum_gross": 9223372036854775000}', position = 0 WHERE partition_key = 'no-discount'`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.tasks SET checkpoint = '{"cum_gross": 9223372036854775000}', position = 0 WHERE partition_key = 'no-discount'`); err != nil {
 		t.Fatal(err)
 	}
 	cfg := distributor.Config{Name: "q", Heartbeat: 50 * time.Millisecond, StaleAfter: time.Second,
 		MaxAttempts: 2, Backoff: 10 * time.Millisecond, UntilDone: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	d, err := distributor.New(db, pricer.New(), cfg)
+	d, err := distributor.New(db, pricer.New(""), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestPricingErrorQuarantinesOnlyThatContract(t *testing.T) {
 		t.Fatal("until-done succeeded with a corrupt contract")
 	}
 	var failed []string
-	rows, err := db.Query(`SELECT partition_key FROM tasks WHERE failed_at IS NOT NULL`)
+	rows, err := db.Query(`SELECT partition_key FROM baton.tasks WHERE failed_at IS NOT NULL`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestPricingErrorQuarantinesOnlyThatContract(t *testing.T) {
 		t.Fatalf("quarantined %v, want [no-discount]", failed)
 	}
 	var priced int
-	if err := db.QueryRow(`SELECT count(*) FROM priced WHERE contract_id <> 'no-discount'`).Scan(&priced); err != nil {
+	if err := db.QueryRow(`SELECT count(*) FROM baton.priced WHERE contract_id <> 'no-discount'`).Scan(&priced); err != nil {
 		t.Fatal(err)
 	}
 	if priced != 3544-3 {

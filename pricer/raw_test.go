@@ -19,9 +19,9 @@ import (
 func claimOne(t *testing.T, db *bun.DB, owner, key string) partition.Lease {
 	t.Helper()
 	ctx := context.Background()
-	store := partition.NewStore(db)
+	store := partition.NewStore(db, "")
 	var version int64
-	if err := db.QueryRow(`SELECT version FROM tasks WHERE partition_key = ?`, key).Scan(&version); err != nil {
+	if err := db.QueryRow(`SELECT version FROM baton.tasks WHERE partition_key = ?`, key).Scan(&version); err != nil {
 		t.Fatal(err)
 	}
 	won, err := store.Claim(ctx, owner, time.Minute, []partition.Candidate{{Key: key, Version: version}})
@@ -34,7 +34,7 @@ func claimOne(t *testing.T, db *bun.DB, owner, key string) partition.Lease {
 func pricedCount(t *testing.T, db *bun.DB, key string) int {
 	t.Helper()
 	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM priced WHERE contract_id = ?`, key).Scan(&n); err != nil {
+	if err := db.QueryRow(`SELECT count(*) FROM baton.priced WHERE contract_id = ?`, key).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -50,7 +50,7 @@ func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
 	ctx := context.Background()
 	const key = "basic-3-tiers"
 	lease := claimOne(t, db, "w#1", key)
-	store := partition.NewStore(db)
+	store := partition.NewStore(db, "")
 
 	process := func(commit bool) (distributor.Result, error) {
 		conn, err := db.Conn(ctx)
@@ -67,7 +67,7 @@ func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := pricer.New().Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Conn: conn, Checkpoint: cp, Limit: 5})
+		res, err := pricer.New("").Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Conn: conn, Checkpoint: cp, Limit: 5})
 		if err != nil || !commit {
 			return res, err
 		}
@@ -108,11 +108,11 @@ func TestBatchWithoutConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	cp, err := partition.NewStore(db).Fence(ctx, tx, "w#1", lease)
+	cp, err := partition.NewStore(db, "").Fence(ctx, tx, "w#1", lease)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = pricer.New().Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Checkpoint: cp, Limit: 5})
+	_, err = pricer.New("").Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Checkpoint: cp, Limit: 5})
 	if !errors.Is(err, distributor.ErrNoConn) {
 		t.Fatalf("Process without a connection: %v, want ErrNoConn", err)
 	}

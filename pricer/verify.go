@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/schema"
 )
 
 // Mismatch is a contract whose priced output disagrees with the
@@ -35,17 +37,18 @@ type Summary struct {
 // of the Go engine, in SQL numeric arithmetic straight from the tiers and
 // the sum of the records, and checks it against the sum of the per-record
 // nets, together with exactly-once coverage (one priced row per accepted
-// record, same gross) and gross − discount = net on every row.
-func Verify(ctx context.Context, db bun.IDB) (Summary, error) {
+// record, same gross) and gross − discount = net on every row. The pricing
+// tables are those in schema schemaName (empty means schema.Default).
+func Verify(ctx context.Context, db bun.IDB, schemaName string) (Summary, error) {
 	var s Summary
-	rows, err := db.QueryContext(ctx, `
+	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
 		WITH totals AS (
 			SELECT contract_id, sum(amount_minor)::numeric AS g, count(*) AS n
-			FROM records GROUP BY contract_id
+			FROM {{.Schema}}.records GROUP BY contract_id
 		), bands AS (
 			SELECT contract_id, threshold_minor::numeric AS t, discount_bp::numeric AS bp,
 			       lead(threshold_minor::numeric) OVER (PARTITION BY contract_id ORDER BY threshold_minor) AS t_next
-			FROM tiers
+			FROM {{.Schema}}.tiers
 		), n AS (
 			SELECT tt.contract_id, tt.g, tt.n,
 			       10000 * tt.g - coalesce(sum(b.bp * greatest(0, least(tt.g, coalesce(b.t_next, tt.g)) - b.t)), 0) AS nn
@@ -58,7 +61,7 @@ func Verify(ctx context.Context, db bun.IDB) (Summary, error) {
 			       count(*) FILTER (WHERE r.amount_minor IS DISTINCT FROM p.gross_minor
 			                          OR p.gross_minor - p.discount_minor <> p.net_minor
 			                          OR r.record_id IS DISTINCT FROM p.record_id) AS bad
-			FROM priced p LEFT JOIN records r ON r.contract_id = p.contract_id AND r.seq = p.seq
+			FROM {{.Schema}}.priced p LEFT JOIN {{.Schema}}.records r ON r.contract_id = p.contract_id AND r.seq = p.seq
 			GROUP BY p.contract_id
 		)
 		SELECT w.contract_id, w.n, coalesce(g.n, 0), w.g::text, coalesce(g.g, 0)::text,
@@ -67,7 +70,7 @@ func Verify(ctx context.Context, db bun.IDB) (Summary, error) {
 		       w.n = coalesce(g.n, 0) AND w.g = coalesce(g.g, 0) AND coalesce(g.bad, 0) = 0
 		         AND (w.q + CASE WHEN w.r > 5000 OR (w.r = 5000 AND mod(w.q, 2) = 1) THEN 1 ELSE 0 END) = coalesce(g.net, 0)
 		FROM want w LEFT JOIN got g ON g.contract_id = w.contract_id
-		ORDER BY w.contract_id`)
+		ORDER BY w.contract_id`))
 	if err != nil {
 		return s, fmt.Errorf("verifying priced output: %w", err)
 	}
@@ -91,10 +94,10 @@ func Verify(ctx context.Context, db bun.IDB) (Summary, error) {
 		return s, fmt.Errorf("verifying priced output: %w", err)
 	}
 	var orphans int64
-	if err := db.QueryRowContext(ctx, `
+	if err := db.QueryRowContext(ctx, schema.SQL(schemaName, `
 		SELECT coalesce(sum(gross_minor), 0)::text, coalesce(sum(net_minor), 0)::text,
-		       count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.contract_id = p.contract_id AND r.seq = p.seq))
-		FROM priced p`).Scan(&s.Gross, &s.Net, &orphans); err != nil {
+		       count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM {{.Schema}}.records r WHERE r.contract_id = p.contract_id AND r.seq = p.seq))
+		FROM {{.Schema}}.priced p`)).Scan(&s.Gross, &s.Net, &orphans); err != nil {
 		return s, fmt.Errorf("verifying priced output: %w", err)
 	}
 	if orphans > 0 {

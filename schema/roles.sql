@@ -1,5 +1,6 @@
 -- Least-privilege roles for baton. Run as the database owner after
--- "worker migrate" (which itself needs the owner: it creates tables).
+-- "worker migrate" (which itself needs the owner: it creates tables), with
+-- {{.Schema}} replaced by baton's schema (schema.SQL does it; "baton" by default).
 -- Set passwords afterwards, e.g. \password baton_worker in psql.
 --
 -- baton_worker: "worker run" (with its scheduled jobs), "status", "export",
@@ -9,25 +10,26 @@
 -- default; if you revoked them, grant them to these roles too.
 
 CREATE ROLE baton_worker LOGIN;
-GRANT USAGE ON SCHEMA public TO baton_worker;
-GRANT SELECT ON bun_migrations, contracts, tiers, records TO baton_worker;
-GRANT SELECT ON tasks TO baton_worker;
+GRANT USAGE ON SCHEMA {{.Schema}} TO baton_worker;
+GRANT SELECT ON {{.Schema}}.core_migrations, {{.Schema}}.pricing_migrations TO baton_worker;
+GRANT SELECT ON {{.Schema}}.contracts, {{.Schema}}.tiers, {{.Schema}}.records TO baton_worker;
+GRANT SELECT ON {{.Schema}}.tasks TO baton_worker;
 GRANT UPDATE (version, owner, claimed_at, heartbeat_at, lease_expires_at, position, checkpoint,
               attempts, last_error, failed_at, updated_at, traceparent)
-    ON tasks TO baton_worker;                                    -- claim, heartbeat, fence, checkpoint, release
-GRANT SELECT, INSERT, UPDATE, DELETE ON workers TO baton_worker; -- registration and liveness
-GRANT SELECT, INSERT ON priced TO baton_worker;                  -- output
-GRANT SELECT, INSERT, DELETE ON events TO baton_worker;          -- ownership history, pruned by age
-GRANT SELECT, INSERT, UPDATE, DELETE ON jobs TO baton_worker;    -- scheduled jobs: runs and "worker schedule"
-GRANT SELECT, INSERT, UPDATE ON leaderships TO baton_worker;     -- leader election
-GRANT SELECT, INSERT, DELETE ON entity_locks TO baton_worker;    -- entity locks (row method)
+    ON {{.Schema}}.tasks TO baton_worker;                                    -- claim, heartbeat, fence, checkpoint, release
+GRANT SELECT, INSERT, UPDATE, DELETE ON {{.Schema}}.workers TO baton_worker; -- registration and liveness
+GRANT SELECT, INSERT ON {{.Schema}}.priced TO baton_worker;                  -- output
+GRANT SELECT, INSERT, DELETE ON {{.Schema}}.events TO baton_worker;          -- ownership history, pruned by age
+GRANT SELECT, INSERT, UPDATE, DELETE ON {{.Schema}}.jobs TO baton_worker;    -- scheduled jobs: runs and "worker schedule"
+GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.leaderships TO baton_worker;     -- leader election
+GRANT SELECT, INSERT, DELETE ON {{.Schema}}.entity_locks TO baton_worker;    -- entity locks (row method)
 
 CREATE ROLE baton_loader LOGIN;
-GRANT USAGE ON SCHEMA public TO baton_loader;
-GRANT SELECT ON bun_migrations TO baton_loader;
-GRANT SELECT, INSERT ON contracts, records TO baton_loader;
-GRANT SELECT, INSERT, DELETE ON tiers TO baton_loader;           -- a tiers file replaces a contract's set
-GRANT SELECT, INSERT, UPDATE ON loads TO baton_loader;
-GRANT SELECT, INSERT ON tasks TO baton_loader;                   -- a task row per new contract
-GRANT UPDATE (available, updated_at) ON tasks TO baton_loader;   -- available += n, nothing else
-GRANT USAGE ON SEQUENCE loads_load_id_seq TO baton_loader;
+GRANT USAGE ON SCHEMA {{.Schema}} TO baton_loader;
+GRANT SELECT ON {{.Schema}}.core_migrations, {{.Schema}}.pricing_migrations TO baton_loader;
+GRANT SELECT, INSERT ON {{.Schema}}.contracts, {{.Schema}}.records TO baton_loader;
+GRANT SELECT, INSERT, DELETE ON {{.Schema}}.tiers TO baton_loader;           -- a tiers file replaces a contract's set
+GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.loads TO baton_loader;
+GRANT SELECT, INSERT ON {{.Schema}}.tasks TO baton_loader;                   -- a task row per new contract
+GRANT UPDATE (available, updated_at) ON {{.Schema}}.tasks TO baton_loader;   -- available += n, nothing else
+GRANT USAGE ON SEQUENCE {{.Schema}}.loads_load_id_seq TO baton_loader;

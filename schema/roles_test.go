@@ -36,7 +36,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	suffix := strings.ToLower(strings.TrimPrefix(dsn[strings.LastIndex(dsn, "/")+1:], "baton_test_"))
 	suffix = suffix[:strings.Index(suffix, "?")]
 	worker, loader := "baton_worker_"+suffix, "baton_loader_"+suffix
-	sql := strings.NewReplacer("baton_worker", worker, "baton_loader", loader).Replace(schema.RolesSQL)
+	sql := strings.NewReplacer("baton_worker", worker, "baton_loader", loader).Replace(schema.SQL("", schema.RolesSQL))
 	if _, err := admin.ExecContext(ctx, sql); err != nil {
 		t.Fatalf("running roles.sql: %v", err)
 	}
@@ -61,10 +61,10 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		t.Fatalf("load as %s: %v", loader, err)
 	}
 	wdb := pgtest.Open(t, as(worker), dbconn.Options{MaxOpenConns: 12})
-	if err := schema.Check(ctx, wdb); err != nil {
+	if err := schema.Check(ctx, wdb, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}); err != nil {
 		t.Fatalf("schema check as %s: %v", worker, err)
 	}
-	d, err := distributor.New(wdb, pricer.New(), distributor.Config{
+	d, err := distributor.New(wdb, pricer.New(""), distributor.Config{
 		Name: "least", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, UntilDone: true,
 	})
 	if err != nil {
@@ -73,7 +73,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	if err := d.Run(ctx); err != nil {
 		t.Fatalf("pricing as %s: %v", worker, err)
 	}
-	sum, err := pricer.Verify(ctx, wdb)
+	sum, err := pricer.Verify(ctx, wdb, "")
 	if err != nil || len(sum.Mismatches) > 0 || sum.Priced != 3544 {
 		t.Fatalf("verify as worker: %+v, %v", sum, err)
 	}
@@ -130,9 +130,9 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	}
 
 	for role, stmts := range map[string][]string{
-		worker: {`DELETE FROM records`, `UPDATE tiers SET discount_bp = 0`, `DELETE FROM priced`, `INSERT INTO contracts VALUES ('x')`,
-			`UPDATE tasks SET available = available + 1`},
-		loader: {`INSERT INTO priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by) VALUES ('x', 1, 'r', 1, 0, 1, 1, 'me')`, `DELETE FROM records`, `UPDATE tasks SET version = 0`},
+		worker: {`DELETE FROM baton.records`, `UPDATE baton.tiers SET discount_bp = 0`, `DELETE FROM baton.priced`, `INSERT INTO baton.contracts VALUES ('x')`,
+			`UPDATE baton.tasks SET available = available + 1`},
+		loader: {`INSERT INTO baton.priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by) VALUES ('x', 1, 'r', 1, 0, 1, 1, 'me')`, `DELETE FROM baton.records`, `UPDATE baton.tasks SET version = 0`},
 	} {
 		db := wdb
 		if role == loader {

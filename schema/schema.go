@@ -1,5 +1,21 @@
 // Package schema owns baton's database schema: versioned SQL migrations
-// embedded in the binary and applied with bun's migrate package.
+// embedded in the binary and applied with bun's migrate package, all inside
+// one PostgreSQL schema of baton's own (Default, "baton", unless
+// configured), so that baton can share a database with a host application
+// whatever its tables are called.
+//
+// Migrations come in sets, each recorded in its own migrations table inside
+// baton's schema: Core holds the distributor's tables (task rows, workers)
+// and is all an embedding service needs; Pricing holds the pricing
+// application's tables and is applied on top by the worker command. A host's
+// own migrations table (bun_migrations or any other) is never read or
+// written, except to upgrade a database created before baton had a schema
+// of its own (see Migrate).
+//
+// SQL text names baton's objects with Placeholder ({{.Schema}}.tasks);
+// SQL rewrites it for the configured schema, and migrations are rendered the
+// same way. New tables always go in new migration files of the set they
+// belong to.
 //
 // Many workers may start at once against a fresh database. Migrations are
 // serialised with a PostgreSQL session advisory lock rather than bun's lock
@@ -13,6 +29,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/uptrace/bun"
@@ -21,15 +38,15 @@ import (
 	"github.com/batonhq/baton/internal/dbconn"
 )
 
-//go:embed migrations/*.sql
-var migrationFiles embed.FS
+//go:embed migrations/core/*.sql
+var coreFiles embed.FS
+
+//go:embed migrations/pricing/*.sql
+var pricingFiles embed.FS
 
 // advisoryLockKey identifies baton's migration lock among advisory locks
 // ("baton-mg" as a 64-bit integer).
 const advisoryLockKey int64 = 0x626174_6f6e2d6d67
-
-// migrationsTable is where bun records applied migrations.
-const migrationsTable = "bun_migrations"
 
 // ErrPooled is returned by Migrate when the handle reaches PostgreSQL
 // through a transaction pooler: the migration lock is a session advisory
@@ -45,29 +62,96 @@ var ErrOutdated = errors.New("database schema is older than this binary")
 // does not know about: an older binary must not run against a newer schema.
 var ErrTooNew = errors.New("database schema is newer than this binary")
 
-func migrations() (*migrate.Migrations, error) {
+// Set is a sequence of migrations recorded in its own table,
+// <schema>.<name>_migrations.
+type Set struct {
+	name  string
+	files fs.FS
+	dir   string
+}
+
+// Name is the set's name, which prefixes its migrations in Status.
+func (s *Set) Name() string { return s.name }
+
+func (s *Set) table(schemaName string) string {
+	return Ident(schemaName) + "." + s.name + "_migrations"
+}
+
+var (
+	// Core is the distributor's own tables: task rows and workers. An
+	// embedding service applies it alone.
+	Core = &Set{name: "core", files: coreFiles, dir: "migrations/core"}
+	// Pricing is the pricing application's tables (contracts, tiers,
+	// loads, records, priced), applied on top of Core by "worker migrate".
+	Pricing = &Set{name: "pricing", files: pricingFiles, dir: "migrations/pricing"}
+)
+
+// Config says which sets to apply, or check, in which schema.
+type Config struct {
+	// Schema is the PostgreSQL schema holding baton's tables and
+	// migrations tables. Defaults to Default ("baton").
+	Schema string
+	// Sets are the migration sets, applied in order. Defaults to Core
+	// alone.
+	Sets []*Set
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if err := Validate(c.Schema); err != nil {
+		return c, err
+	}
+	if c.Schema == "" {
+		c.Schema = Default
+	}
+	if len(c.Sets) == 0 {
+		c.Sets = []*Set{Core}
+	}
+	return c, nil
+}
+
+func (s *Set) migrations() (*migrate.Migrations, error) {
+	sub, err := fs.Sub(s.files, s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s migrations: %w", s.name, err)
+	}
 	ms := migrate.NewMigrations()
-	if err := ms.Discover(migrationFiles); err != nil {
-		return nil, fmt.Errorf("discovering embedded migrations: %w", err)
+	if err := ms.Discover(sub); err != nil {
+		return nil, fmt.Errorf("discovering %s migrations: %w", s.name, err)
 	}
 	return ms, nil
 }
 
-func newMigrator(db *bun.DB) (*migrate.Migrator, error) {
-	ms, err := migrations()
+// templateData is what migration files see: {{.Schema}} is the quoted
+// schema name.
+type templateData struct{ Schema string }
+
+func (s *Set) migrator(db *bun.DB, schemaName string) (*migrate.Migrator, error) {
+	ms, err := s.migrations()
 	if err != nil {
 		return nil, err
 	}
 	return migrate.NewMigrator(db, ms,
-		migrate.WithTableName(migrationsTable),
+		migrate.WithTableName(s.table(schemaName)),
+		migrate.WithLocksTableName(Ident(schemaName)+"."+s.name+"_migration_locks"),
+		migrate.WithTemplateData(templateData{Schema: Ident(schemaName)}),
 		migrate.WithMarkAppliedOnSuccess(true)), nil
 }
 
-// Migrate applies every pending migration and returns the names of those it
+// Migrate creates the schema if needed and applies every pending migration
+// of cfg's sets (Core alone by default), returning the names of those it
 // applied. It is safe to call from many processes at once: they queue on an
 // advisory lock and all but the first find nothing left to do.
-func Migrate(ctx context.Context, db *bun.DB) ([]string, error) {
-	m, err := newMigrator(db)
+//
+// A database created by a release of baton without a schema of its own
+// (tables in the search path's schema, its migration recorded in that
+// schema's bun_migrations) is upgraded first, in one transaction: its tables
+// move into cfg.Schema with their data, both sets record their first
+// migration as applied, and baton's row leaves bun_migrations. It is
+// recognised only by baton's migration name in bun_migrations together
+// with a tasks table of baton's columns, so a host's own tables and
+// migrations are never mistaken for baton's.
+func Migrate(ctx context.Context, db *bun.DB, cfg Config) ([]string, error) {
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -87,21 +171,35 @@ func Migrate(ctx context.Context, db *bun.DB) ([]string, error) {
 		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(?)", advisoryLockKey)
 	}()
 
-	if err := m.Init(ctx); err != nil {
-		return nil, fmt.Errorf("creating migration tables: %w", err)
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+Ident(cfg.Schema)); err != nil {
+		return nil, fmt.Errorf("creating schema %s: %w", Ident(cfg.Schema), err)
 	}
-	group, err := m.Migrate(ctx)
+	upgraded, err := upgradeLegacy(ctx, db, cfg.Schema)
 	if err != nil {
-		return nil, fmt.Errorf("applying migrations: %w", err)
+		return nil, err
 	}
-	var applied []string
-	for _, mig := range group.Migrations {
-		applied = append(applied, mig.String())
+	applied := upgraded
+	for _, set := range cfg.Sets {
+		m, err := set.migrator(db, cfg.Schema)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.Init(ctx); err != nil {
+			return nil, fmt.Errorf("creating %s migration tables: %w", set.name, err)
+		}
+		group, err := m.Migrate(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("applying %s migrations: %w", set.name, err)
+		}
+		for _, mig := range group.Migrations {
+			applied = append(applied, set.name+"/"+mig.String())
+		}
 	}
 	return applied, nil
 }
 
-// Status describes the database's schema relative to this binary.
+// Status describes the database's schema relative to this binary. Names
+// are prefixed with their set ("core/20261122000001_init").
 type Status struct {
 	Applied []string // applied migrations this binary knows, oldest first
 	Pending []string // migrations this binary has that the database lacks
@@ -111,52 +209,65 @@ type Status struct {
 // Current reports whether the schema matches this binary exactly.
 func (s Status) Current() bool { return len(s.Pending) == 0 && len(s.Unknown) == 0 }
 
-// Inspect reads the schema status without changing anything.
-func Inspect(ctx context.Context, db *bun.DB) (Status, error) {
+// Inspect reads the status of cfg's sets without changing anything.
+func Inspect(ctx context.Context, db *bun.DB, cfg Config) (Status, error) {
 	var st Status
-	m, err := newMigrator(db)
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return st, err
 	}
-	var exists sql.NullString
-	if err := db.QueryRowContext(ctx, "SELECT to_regclass(?)::text", migrationsTable).Scan(&exists); err != nil {
-		return st, fmt.Errorf("looking for migration table: %w", err)
-	}
-	if !exists.Valid {
-		ms, err := migrations()
-		if err != nil {
+	for _, set := range cfg.Sets {
+		if err := set.inspect(ctx, db, cfg.Schema, &st); err != nil {
 			return st, err
 		}
-		for _, mig := range ms.Sorted() {
-			st.Pending = append(st.Pending, mig.String())
-		}
-		return st, nil
-	}
-	all, err := m.MigrationsWithStatus(ctx)
-	if err != nil {
-		return st, fmt.Errorf("reading applied migrations: %w", err)
-	}
-	for _, mig := range all {
-		if mig.IsApplied() {
-			st.Applied = append(st.Applied, mig.String())
-		} else {
-			st.Pending = append(st.Pending, mig.String())
-		}
-	}
-	missing, err := m.MissingMigrations(ctx)
-	if err != nil {
-		return st, fmt.Errorf("reading applied migrations: %w", err)
-	}
-	for _, mig := range missing {
-		st.Unknown = append(st.Unknown, mig.String())
 	}
 	return st, nil
 }
 
-// Check returns nil when the schema is current, and otherwise an error
+func (s *Set) inspect(ctx context.Context, db *bun.DB, schemaName string, st *Status) error {
+	m, err := s.migrator(db, schemaName)
+	if err != nil {
+		return err
+	}
+	var exists sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT to_regclass(?)::text", s.table(schemaName)).Scan(&exists); err != nil {
+		return fmt.Errorf("looking for %s migration table: %w", s.name, err)
+	}
+	if !exists.Valid {
+		ms, err := s.migrations()
+		if err != nil {
+			return err
+		}
+		for _, mig := range ms.Sorted() {
+			st.Pending = append(st.Pending, s.name+"/"+mig.String())
+		}
+		return nil
+	}
+	all, err := m.MigrationsWithStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("reading applied %s migrations: %w", s.name, err)
+	}
+	for _, mig := range all {
+		if mig.IsApplied() {
+			st.Applied = append(st.Applied, s.name+"/"+mig.String())
+		} else {
+			st.Pending = append(st.Pending, s.name+"/"+mig.String())
+		}
+	}
+	missing, err := m.MissingMigrations(ctx)
+	if err != nil {
+		return fmt.Errorf("reading applied %s migrations: %w", s.name, err)
+	}
+	for _, mig := range missing {
+		st.Unknown = append(st.Unknown, s.name+"/"+mig.String())
+	}
+	return nil
+}
+
+// Check returns nil when cfg's sets are current, and otherwise an error
 // wrapping ErrOutdated or ErrTooNew that tells the operator what to do.
-func Check(ctx context.Context, db *bun.DB) error {
-	st, err := Inspect(ctx, db)
+func Check(ctx context.Context, db *bun.DB, cfg Config) error {
+	st, err := Inspect(ctx, db, cfg)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestCheckRefusesUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t, pgtest.NewEmptyURL(t), dbconn.Options{})
-	err := schema.Check(context.Background(), db)
+	err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
 	if !errors.Is(err, schema.ErrOutdated) {
 		t.Fatalf("Check on empty database = %v, want ErrOutdated", err)
 	}
@@ -35,7 +35,7 @@ func TestConcurrentMigrateAppliesOnce(t *testing.T) {
 		db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 2})
 		g.Go(func() error {
 			var err error
-			applied[i], err = schema.Migrate(ctx, db)
+			applied[i], err = schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
 			return err
 		})
 	}
@@ -47,32 +47,32 @@ func TestConcurrentMigrateAppliesOnce(t *testing.T) {
 		total += len(a)
 	}
 	db := pgtest.Open(t, dsn, dbconn.Options{})
-	st, err := schema.Inspect(context.Background(), db)
+	st, err := schema.Inspect(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if total != len(st.Applied) || len(st.Applied) == 0 {
 		t.Fatalf("migrations applied %d times in total, want each of %d once", total, len(st.Applied))
 	}
-	if err := schema.Check(context.Background(), db); err != nil {
+	if err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}); err != nil {
 		t.Fatalf("Check after migrate: %v", err)
 	}
 	var n2 int
-	if err := db.QueryRow("SELECT count(*) FROM bun_migrations").Scan(&n2); err != nil {
+	if err := db.QueryRow("SELECT (SELECT count(*) FROM baton.core_migrations) + (SELECT count(*) FROM baton.pricing_migrations)").Scan(&n2); err != nil {
 		t.Fatal(err)
 	}
 	if n2 != len(st.Applied) {
-		t.Fatalf("bun_migrations has %d rows, want %d", n2, len(st.Applied))
+		t.Fatalf("the migrations tables have %d rows, want %d", n2, len(st.Applied))
 	}
 }
 
 func TestCheckRefusesNewerSchema(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
-	if _, err := db.Exec("INSERT INTO bun_migrations (name, group_id, migrated_at) VALUES ('99990101000000', 99, now())"); err != nil {
+	if _, err := db.Exec("INSERT INTO baton.core_migrations (name, group_id, migrated_at) VALUES ('99990101000000', 99, now())"); err != nil {
 		t.Fatal(err)
 	}
-	if err := schema.Check(context.Background(), db); !errors.Is(err, schema.ErrTooNew) {
+	if err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}); !errors.Is(err, schema.ErrTooNew) {
 		t.Fatalf("Check = %v, want ErrTooNew", err)
 	}
 }

@@ -37,7 +37,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			applied, err := schema.Migrate(cmd.Context(), db)
+			applied, err := schema.Migrate(cmd.Context(), db, g.schemaConfig())
 			if err != nil {
 				return err
 			}
@@ -89,6 +89,7 @@ contracts.`,
 			defer db.Close()
 			p := newProgress(g.stderr, "loading")
 			opts.Progress = p.update
+			opts.Schema = g.schema
 			rep, err := ingest.Load(cmd.Context(), db, opts)
 			p.done()
 			if err != nil {
@@ -147,7 +148,7 @@ with --complete fails instead (exit 4) without writing anything.`,
 				return err
 			}
 			defer db.Close()
-			unpriced, err := countUnpriced(cmd.Context(), db)
+			unpriced, err := countUnpriced(cmd.Context(), db, g.schema)
 			if err != nil {
 				return err
 			}
@@ -157,13 +158,13 @@ with --complete fails instead (exit 4) without writing anything.`,
 			var n int64
 			if out == "-" {
 				w := bufio.NewWriterSize(g.stdout, 1<<16)
-				if n, err = export.Write(cmd.Context(), db, w); err != nil {
+				if n, err = export.Write(cmd.Context(), db, g.schema, w); err != nil {
 					return err
 				}
 				if err := w.Flush(); err != nil {
 					return err
 				}
-			} else if n, err = exportFile(cmd.Context(), db, out); err != nil {
+			} else if n, err = exportFile(cmd.Context(), db, g.schema, out); err != nil {
 				return err
 			}
 			if out != "-" {
@@ -181,8 +182,8 @@ with --complete fails instead (exit 4) without writing anything.`,
 }
 
 // countUnpriced counts the records accepted but not yet priced.
-func countUnpriced(ctx context.Context, db *bun.DB) (int64, error) {
-	parts, _, err := partition.NewStore(db).Status(ctx)
+func countUnpriced(ctx context.Context, db *bun.DB, schemaName string) (int64, error) {
+	parts, _, err := partition.NewStore(db, schemaName).Status(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("counting unpriced records: %w", err)
 	}
@@ -198,7 +199,7 @@ func countUnpriced(ctx context.Context, db *bun.DB) (int64, error) {
 // requested name. The file is synced before the rename and the directory
 // after it, so a crash cannot leave an empty or missing file behind a
 // reported success.
-func exportFile(ctx context.Context, db *bun.DB, out string) (int64, error) {
+func exportFile(ctx context.Context, db *bun.DB, schemaName, out string) (int64, error) {
 	dir := filepath.Dir(out)
 	tmp, err := createTemp(dir, ".export-")
 	if err != nil {
@@ -206,7 +207,7 @@ func exportFile(ctx context.Context, db *bun.DB, out string) (int64, error) {
 	}
 	defer os.Remove(tmp.Name())
 	w := bufio.NewWriterSize(tmp, 1<<16)
-	n, err := export.Write(ctx, db, w)
+	n, err := export.Write(ctx, db, schemaName, w)
 	if err == nil {
 		err = w.Flush()
 	}
@@ -277,7 +278,7 @@ func newRetryCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			store := partition.NewStore(db)
+			store := partition.NewStore(db, g.schema)
 			for _, c := range args {
 				changed, err := store.Retry(cmd.Context(), c)
 				if err != nil {
@@ -320,7 +321,7 @@ func newSeedCmd(g *globals) *cobra.Command {
 			}
 			defer db.Close()
 			p := newProgress(g.stderr, "loading")
-			rep, err := ingest.Load(cmd.Context(), db, ingest.Options{TiersPath: tiers, RecordsPath: records, Progress: p.update})
+			rep, err := ingest.Load(cmd.Context(), db, ingest.Options{Schema: g.schema, TiersPath: tiers, RecordsPath: records, Progress: p.update})
 			p.done()
 			if err != nil {
 				return err

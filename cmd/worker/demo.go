@@ -97,7 +97,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 		return err
 	}
 	defer db.Close()
-	if _, err := schema.Migrate(ctx, db); err != nil {
+	if _, err := schema.Migrate(ctx, db, g.schemaConfig()); err != nil {
 		return err
 	}
 
@@ -111,13 +111,13 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	rep, err := ingest.Load(ctx, db, ingest.Options{TiersPath: tiers, RecordsPath: records})
+	rep, err := ingest.Load(ctx, db, ingest.Options{Schema: g.schema, TiersPath: tiers, RecordsPath: records})
 	if err != nil {
 		return err
 	}
 	total := rep.RecordsAccepted
 	var pending int64
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(sum(available - position), 0) FROM tasks`).Scan(&pending); err != nil {
+	if err := db.QueryRowContext(ctx, g.sql(`SELECT coalesce(sum(available - position), 0) FROM {{.Schema}}.tasks`)).Scan(&pending); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "loaded %d records for %d contracts in %s (%.0f records/s); %d records to price\n",
@@ -139,7 +139,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	for i := 1; i <= o.workers; i++ {
 		args := append([]string{"run", "--id", fmt.Sprintf("demo-%d", i), "--until-done", "--log-format", "json"}, timing...)
 		c := exec.CommandContext(ctx, exe, args...)
-		c.Env = append(os.Environ(), "DATABASE_URL="+g.databaseURL)
+		c.Env = append(os.Environ(), "DATABASE_URL="+g.databaseURL, "BATON_SCHEMA="+g.schema)
 		logPath := filepath.Join(dir, fmt.Sprintf("worker-%d.log", i))
 		lf, err := os.Create(logPath)
 		if err != nil {
@@ -159,7 +159,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 		}
 	}()
 
-	store := partition.NewStore(db)
+	store := partition.NewStore(db, g.schema)
 	live := newLiveView(out)
 	killed := 0
 	var killedAt time.Time
@@ -260,7 +260,7 @@ func keysOf(m map[string]int64) string {
 func demoSummary(ctx context.Context, g *globals, db *bun.DB, o demoOptions, total int64, elapsed time.Duration,
 	killed int, firstResumed, allResumed, wall time.Duration) error {
 	out := g.stdout
-	sum, err := pricer.Verify(ctx, db)
+	sum, err := pricer.Verify(ctx, db, g.schema)
 	if err != nil {
 		return err
 	}

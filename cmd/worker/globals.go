@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 // globals are the flags every command shares.
 type globals struct {
 	databaseURL string
+	schema      string
 	logFormat   string
 	logLevel    string
 	logger      *slog.Logger
@@ -34,6 +36,7 @@ type globals struct {
 func (g *globals) register(root *cobra.Command) {
 	f := root.PersistentFlags()
 	f.StringVar(&g.databaseURL, "database-url", "", "PostgreSQL URL (default $DATABASE_URL)")
+	f.StringVar(&g.schema, "schema", "", "PostgreSQL schema holding baton's tables (default $BATON_SCHEMA, else \"baton\")")
 	f.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 }
@@ -47,6 +50,12 @@ func (g *globals) setup(cmd *cobra.Command) error {
 		g.redactor = redact.New()
 	}
 	g.redactor.Add(g.databaseURL)
+	if g.schema == "" {
+		g.schema = cmp.Or(os.Getenv("BATON_SCHEMA"), schema.Default)
+	}
+	if err := schema.Validate(g.schema); err != nil {
+		return usageError("--schema: %v", err)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return usageError("--log-level %q: want debug, info, warn or error", g.logLevel)
@@ -81,7 +90,7 @@ func (g *globals) open(ctx context.Context, opts dbconn.Options, checkSchema boo
 		return nil, err
 	}
 	if checkSchema {
-		if err := schema.Check(ctx, db); err != nil {
+		if err := schema.Check(ctx, db, g.schemaConfig()); err != nil {
 			db.Close()
 			err = fmt.Errorf("checking schema of %s: %w", dbconn.Redact(g.databaseURL), err)
 			if errors.Is(err, schema.ErrOutdated) || errors.Is(err, schema.ErrTooNew) {
@@ -145,3 +154,11 @@ func retryable(err error) bool {
 	}
 	return true
 }
+// schemaConfig is the schema and migration sets the worker command uses:
+// the distributor's core set and the pricing set.
+func (g *globals) schemaConfig() schema.Config {
+	return schema.Config{Schema: g.schema, Sets: []*schema.Set{schema.Core, schema.Pricing}}
+}
+
+// sql qualifies q's table names (schema.Placeholder) with the schema.
+func (g *globals) sql(q string) string { return schema.SQL(g.schema, q) }

@@ -102,9 +102,9 @@ func TestWorkersWithOneKilledMatchGoldenVectors(t *testing.T) {
 			t.Fatal("no worker held a partially priced contract in time")
 		}
 		var owner string
-		err := db.QueryRow(`SELECT owner FROM tasks
+		err := db.QueryRow(`SELECT owner FROM baton.tasks
 			WHERE owner IS NOT NULL AND position > 0 AND position < available
-			  AND (SELECT sum(position) FROM tasks) > 350
+			  AND (SELECT sum(position) FROM baton.tasks) > 350
 			ORDER BY available - position DESC LIMIT 1`).Scan(&owner)
 		if err == nil {
 			for i := range procs {
@@ -228,7 +228,7 @@ func TestSIGTERMReleasesAndExitsZero(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var done int64
-		if err := db.QueryRow(`SELECT coalesce(sum(position), 0) FROM tasks`).Scan(&done); err != nil {
+		if err := db.QueryRow(`SELECT coalesce(sum(position), 0) FROM baton.tasks`).Scan(&done); err != nil {
 			t.Fatal(err)
 		}
 		if done > 200 {
@@ -248,7 +248,7 @@ func TestSIGTERMReleasesAndExitsZero(t *testing.T) {
 	}
 	t.Logf("graceful exit took %s", time.Since(sent))
 	var held int
-	if err := db.QueryRow(`SELECT count(*) FROM tasks WHERE owner IS NOT NULL`).Scan(&held); err != nil {
+	if err := db.QueryRow(`SELECT count(*) FROM baton.tasks WHERE owner IS NOT NULL`).Scan(&held); err != nil {
 		t.Fatal(err)
 	}
 	if held != 0 {
@@ -261,7 +261,7 @@ func TestSIGTERMReleasesAndExitsZero(t *testing.T) {
 		t.Fatalf("the next worker took %s: it waited for leases instead of using the releases", took)
 	}
 	var mismatches int
-	if err := db.QueryRow(`SELECT count(*) FROM records r LEFT JOIN priced p USING (contract_id, seq) WHERE p.seq IS NULL`).Scan(&mismatches); err != nil {
+	if err := db.QueryRow(`SELECT count(*) FROM baton.records r LEFT JOIN baton.priced p USING (contract_id, seq) WHERE p.seq IS NULL`).Scan(&mismatches); err != nil {
 		t.Fatal(err)
 	}
 	if mismatches != 0 {

@@ -96,7 +96,7 @@ func TestMetricsReadinessAndJSONLogEvents(t *testing.T) {
 			}
 		}
 		var pending int64
-		if err := db.QueryRow(`SELECT coalesce(sum(available - position), 1) FROM tasks`).Scan(&pending); err != nil {
+		if err := db.QueryRow(`SELECT coalesce(sum(available - position), 1) FROM baton.tasks`).Scan(&pending); err != nil {
 			t.Fatal(err)
 		}
 		if addr != "" && pending == 0 {
@@ -148,7 +148,7 @@ func TestMetricsReadinessAndJSONLogEvents(t *testing.T) {
 	}
 
 	// A schema that falls behind makes the worker unready.
-	if _, err := db.Exec(`DELETE FROM bun_migrations`); err != nil {
+	if _, err := db.Exec(`DELETE FROM baton.pricing_migrations`); err != nil {
 		t.Fatal(err)
 	}
 	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "schema") {

@@ -56,6 +56,7 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	cfg.Mode = distributor.Mode(r.mode)
 	cfg.KeyAttr = "contract_id"
 	cfg.Logger = g.logger
+	cfg.Schema = g.schema
 	r.history.apply(&cfg)
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError("%v", err)
@@ -116,7 +117,7 @@ signal exits at once with code 1.`,
 				m = metrics.New()
 				m.Instrument(&cfg)
 			}
-			d, err := distributor.New(db, pricer.New(), cfg)
+			d, err := distributor.New(db, pricer.New(g.schema), cfg)
 			if err != nil {
 				return usageError("%v", err)
 			}
@@ -126,7 +127,7 @@ signal exits at once with code 1.`,
 					if err := db.PingContext(ctx); err != nil {
 						return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
 					}
-					return schema.Check(ctx, db)
+					return schema.Check(ctx, db, g.schemaConfig())
 				}, g.logger)
 				if err != nil {
 					return usageError("%v", err)

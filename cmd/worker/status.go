@@ -135,7 +135,7 @@ stopped heartbeating is not counted.
 				return err
 			}
 			defer db.Close()
-			store := partition.NewStore(db)
+			store := partition.NewStore(db, g.schema)
 			if watch {
 				return watchStatus(cmd.Context(), g, store, every)
 			}

@@ -116,7 +116,7 @@ func setup() error {
 		return err
 	}
 	defer db.Close()
-	if _, err := schema.Migrate(ctx, db); err != nil {
+	if _, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}); err != nil {
 		return fmt.Errorf("migrating template database: %w", err)
 	}
 	return nil

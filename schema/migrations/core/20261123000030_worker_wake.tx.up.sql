@@ -1,4 +1,4 @@
 -- How each worker learns of new work: 'listen' (LISTEN/NOTIFY on a session
 -- connection, with polling as the fallback) or 'poll' (no session
 -- connection to listen on, e.g. behind a transaction pooler).
-ALTER TABLE workers ADD COLUMN wake text NOT NULL DEFAULT 'listen';
+ALTER TABLE {{.Schema}}.workers ADD COLUMN wake text NOT NULL DEFAULT 'listen';

@@ -4,7 +4,7 @@
 -- in the claim statement, a release's in the release statement...), so
 -- the history cannot disagree with the task rows. Workers prune it by age
 -- and by count (see distributor.Config.EventRetention).
-CREATE TABLE events (
+CREATE TABLE {{.Schema}}.events (
     event_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at                timestamptz NOT NULL DEFAULT clock_timestamp(),
     partition_key     text COLLATE "C" NOT NULL,
@@ -24,9 +24,9 @@ CREATE TABLE events (
     takeover_ms       bigint,
     detail            text
 );
-CREATE INDEX events_partition ON events (partition_key, event_id);
-CREATE INDEX events_at ON events (at);
+CREATE INDEX events_partition ON {{.Schema}}.events (partition_key, event_id);
+CREATE INDEX events_at ON {{.Schema}}.events (at);
 
 -- The trace context (W3C traceparent) of the batch that committed the
 -- checkpoint, so the next owner's first batch can link to it.
-ALTER TABLE tasks ADD COLUMN traceparent text;
+ALTER TABLE {{.Schema}}.tasks ADD COLUMN traceparent text;

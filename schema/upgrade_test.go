@@ -1,0 +1,252 @@
+package schema_test
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/migrate"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/export"
+	"github.com/batonhq/baton/ingest"
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/schema"
+)
+
+// legacyInit is the only migration of the releases that kept baton's tables
+// in the search path's schema, exactly as they shipped it.
+//
+//go:embed testdata/legacy_20261122000001_init.sql
+var legacyInit []byte
+
+// migrateLegacy lays out a database as those releases did: their migration
+// applied by bun's migrator with its defaults (bun_migrations in public),
+// beside a host's own migration recorded in the same table.
+func migrateLegacy(t *testing.T, db *bun.DB) {
+	t.Helper()
+	ctx := context.Background()
+	ms := migrate.NewMigrations()
+	if err := ms.Discover(fstest.MapFS{
+		"20261122000001_init.tx.up.sql": {Data: legacyInit},
+		"20240101000000_host.up.sql":    {Data: []byte(`CREATE TABLE host_orders (id serial PRIMARY KEY); INSERT INTO host_orders DEFAULT VALUES;`)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m := migrate.NewMigrator(db, ms, migrate.WithMarkAppliedOnSuccess(true))
+	if err := m.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var quiet = slog.New(slog.DiscardHandler)
+
+var allSets = schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}
+
+type pricedRow struct {
+	Contract, Record, PricedBy string
+	Seq, ClaimVersion, Net     int64
+	PricedAt                   time.Time
+}
+
+func pricedRows(t *testing.T, db *bun.DB, table string) map[[2]any]pricedRow {
+	t.Helper()
+	rows, err := db.Query(`SELECT contract_id, seq, record_id, priced_by, claim_version, net_minor, priced_at FROM ` + table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[[2]any]pricedRow{}
+	for rows.Next() {
+		var r pricedRow
+		if err := rows.Scan(&r.Contract, &r.Seq, &r.Record, &r.PricedBy, &r.ClaimVersion, &r.Net, &r.PricedAt); err != nil {
+			t.Fatal(err)
+		}
+		out[[2]any{r.Contract, r.Seq}] = r
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A database migrated and partly priced by a release without its own
+// schema is upgraded by Migrate: its tables move into baton's schema with
+// their data, pricing finishes there without re-pricing anything, and the
+// export equals the golden vectors. The host's migration and table stay.
+func TestUpgradeFromLegacyLayout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.NewEmptyURL(t)
+	db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 12})
+	migrateLegacy(t, db)
+
+	// The earlier release's statements were those of today with unqualified
+	// names, which found the tables in public: run today's against public.
+	if _, err := ingest.Load(ctx, db, ingest.Options{Schema: "public",
+		TiersPath: "../testdata/vectors/tiers.csv", RecordsPath: "../testdata/vectors/records.csv"}); err != nil {
+		t.Fatal(err)
+	}
+	part, cancel := context.WithCancel(ctx)
+	var batches atomic.Int64
+	d, err := distributor.New(db, pricer.New("public"), distributor.Config{
+		Schema: "public", Name: "old", Logger: quiet, Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second,
+		BatchSize: 7, MaxPartitions: 2,
+		OnEvent: func(e distributor.Event) {
+			if e.Kind == distributor.EventCheckpoint && batches.Add(1) == 20 {
+				cancel()
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Run(part); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	before := pricedRows(t, db, "public.priced")
+	var total int
+	if err := db.QueryRow(`SELECT count(*) FROM public.records`).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if len(before) == 0 || len(before) >= total {
+		t.Fatalf("partly priced: %d of %d records priced, want some but not all", len(before), total)
+	}
+	if err := schema.Check(ctx, db, allSets); err == nil {
+		t.Fatal("Check accepted a database in the earlier layout")
+	}
+
+	applied, err := schema.Migrate(ctx, db, allSets)
+	if err != nil {
+		t.Fatalf("upgrading: %v", err)
+	}
+	if !strings.Contains(strings.Join(applied, " "), "moved from public") {
+		t.Errorf("Migrate applied %v, want the move from public reported", applied)
+	}
+	if err := schema.Check(ctx, db, allSets); err != nil {
+		t.Fatalf("Check after upgrade: %v", err)
+	}
+	var left int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_tables WHERE schemaname = 'public'
+		AND tablename IN ('tasks', 'workers', 'contracts', 'tiers', 'loads', 'records', 'priced')`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d of baton's tables left in public", left)
+	}
+	var hostRows []string
+	if err := db.NewSelect().Column("name").Table("bun_migrations").Order("name").Scan(ctx, &hostRows); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(hostRows, ",") != "20240101000000" {
+		t.Errorf("public.bun_migrations after upgrade = %v, want the host's migration alone", hostRows)
+	}
+	var orders int
+	if err := db.QueryRow(`SELECT count(*) FROM public.host_orders`).Scan(&orders); err != nil || orders != 1 {
+		t.Errorf("host_orders: %d rows, %v", orders, err)
+	}
+	// A second Migrate finds nothing to do.
+	if again, err := schema.Migrate(ctx, db, allSets); err != nil || len(again) != 0 {
+		t.Errorf("second Migrate = %v, %v; want nothing applied", again, err)
+	}
+
+	d, err = distributor.New(db, pricer.New(""), distributor.Config{
+		Name: "new", Logger: quiet, Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, UntilDone: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := export.Write(ctx, db, "", &out); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("../testdata/vectors/expected.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out.Bytes(), want) {
+		t.Errorf("export after upgrade differs from the golden vectors (%d bytes, want %d)", out.Len(), len(want))
+	}
+	after := pricedRows(t, db, "baton.priced")
+	if len(after) != total {
+		t.Errorf("%d records priced after the upgrade, want %d", len(after), total)
+	}
+	for k, r := range before {
+		if a, ok := after[k]; !ok || a != r {
+			t.Errorf("priced row %v changed by the upgrade: %+v, then %+v", k, r, a)
+		}
+	}
+}
+
+// A host's bun_migrations with a migration of baton's legacy name, but no
+// baton tables, is not mistaken for an earlier release's database.
+func TestLegacyNameAloneIsNotAnUpgrade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.Open(t, pgtest.NewEmptyURL(t), dbconn.Options{})
+	ms := migrate.NewMigrations()
+	if err := ms.Discover(fstest.MapFS{
+		"20261122000001_tasks.up.sql": {Data: []byte(`CREATE TABLE tasks (id serial PRIMARY KEY, title text); INSERT INTO tasks (title) VALUES ('mine');`)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	host := migrate.NewMigrator(db, ms)
+	if err := host.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := schema.Migrate(ctx, db, allSets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.Join(applied, " "), "moved") {
+		t.Errorf("Migrate moved a host's tables: %v", applied)
+	}
+	var title string
+	if err := db.QueryRow(`SELECT title FROM public.tasks`).Scan(&title); err != nil || title != "mine" {
+		t.Errorf("host's tasks: %q, %v", title, err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM public.bun_migrations WHERE name = '20261122000001'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("host's migration row: %d, %v", n, err)
+	}
+}
+
+// A database that records baton's legacy migration and has baton's task
+// table, but not the rest of its tables, is refused rather than half moved.
+func TestLegacyLayoutIncompleteIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.Open(t, pgtest.NewEmptyURL(t), dbconn.Options{})
+	migrateLegacy(t, db)
+	if _, err := db.Exec(`DROP TABLE public.priced`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := schema.Migrate(ctx, db, allSets)
+	if err == nil || !strings.Contains(err.Error(), "priced") {
+		t.Fatalf("Migrate = %v, want a refusal naming priced", err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'tasks'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("public.tasks moved after a refusal: %d, %v", n, err)
+	}
+}
