@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/schema"
 )
 
 // CheckpointMismatch is a contract whose checkpoint (its task row's
@@ -17,14 +19,14 @@ type CheckpointMismatch struct {
 
 // VerifyCheckpoints compares every contract's checkpoint with its priced
 // output: the records up to position are priced exactly once, none beyond.
-func VerifyCheckpoints(ctx context.Context, db bun.IDB) ([]CheckpointMismatch, error) {
-	rows, err := db.QueryContext(ctx, `
+func VerifyCheckpoints(ctx context.Context, db bun.IDB, schemaName string) ([]CheckpointMismatch, error) {
+	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
 		SELECT t.partition_key, t.position, coalesce(p.n, 0), coalesce(p.max_seq, 0)
-		FROM tasks t
-		LEFT JOIN (SELECT contract_id, count(*) AS n, max(seq) AS max_seq FROM priced GROUP BY contract_id) p
+		FROM {{.Schema}}.tasks t
+		LEFT JOIN (SELECT contract_id, count(*) AS n, max(seq) AS max_seq FROM {{.Schema}}.priced GROUP BY contract_id) p
 		  ON p.contract_id = t.partition_key
 		WHERE t.position <> coalesce(p.n, 0) OR t.position <> coalesce(p.max_seq, 0)
-		ORDER BY t.partition_key`)
+		ORDER BY t.partition_key`))
 	if err != nil {
 		return nil, fmt.Errorf("verifying checkpoints: %w", err)
 	}

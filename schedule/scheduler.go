@@ -17,6 +17,7 @@ import (
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/leaserow"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/schema"
 )
 
 // ErrLockAtMostFor is the cancellation cause of a run that reached its
@@ -35,6 +36,9 @@ const (
 
 // Config configures a Scheduler.
 type Config struct {
+	// Schema is the PostgreSQL schema holding baton's tables. Defaults to
+	// schema.Default ("baton").
+	Schema string
 	// InstanceID names this worker in the jobs' owner column and in
 	// BATON_WORKER. Defaults to host name + "#" + a random suffix.
 	InstanceID string
@@ -103,6 +107,9 @@ func cmpOr(d, def time.Duration) time.Duration {
 }
 
 func (c Config) validate() error {
+	if err := schema.Validate(c.Schema); err != nil {
+		return fmt.Errorf("invalid Schema: %w", err)
+	}
 	if c.PollInterval <= 0 {
 		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
 	}
@@ -176,9 +183,9 @@ func New(db *bun.DB, cfg Config) (*Scheduler, error) {
 	}
 	s := &Scheduler{db: db, cfg: cfg, jobs: map[string]RunFunc{}, held: map[string]*heldJob{},
 		wake: make(chan struct{}, 1)}
-	s.store = &store{db: db, owner: cfg.InstanceID, ttl: cfg.StaleAfter}
+	s.store = &store{db: db, schema: cfg.Schema, owner: cfg.InstanceID, ttl: cfg.StaleAfter}
 	hb, err := heartbeat.New(&leaserow.Table{
-		DB: db, Table: "jobs", Key: "name", Owner: cfg.InstanceID, TTL: cfg.StaleAfter,
+		DB: db, Table: schema.Ident(cfg.Schema) + ".jobs", Key: "name", Owner: cfg.InstanceID, TTL: cfg.StaleAfter,
 		// A run past its deadline is not renewed: a hung runner loses the
 		// job and another worker takes it over.
 		Extra: "t.state = 'idle' OR t.run_deadline > now()",
@@ -202,7 +209,7 @@ func (s *Scheduler) Register(ctx context.Context, job Job) error {
 	if job.Run == nil {
 		return fmt.Errorf("job %s: no function", job.Name)
 	}
-	if err := Add(ctx, s.db, job.Definition); err != nil {
+	if err := Add(ctx, s.db, s.cfg.Schema, job.Definition); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -313,7 +320,7 @@ func (s *Scheduler) function(ctx context.Context, name string) (RunFunc, bool) {
 	if s.cfg.Resolve == nil {
 		return nil, false
 	}
-	defs, err := definitions(ctx, s.db, name)
+	defs, err := definitions(ctx, s.db, s.cfg.Schema, name)
 	if err != nil || len(defs) == 0 {
 		return nil, false
 	}

@@ -120,7 +120,7 @@ func waitRuns(t *testing.T, db *bun.DB, job string, n int64) {
 	t.Helper()
 	testutil.Eventually(t, 60*time.Second, fmt.Sprintf("%d runs of job %s", n, job), func() error {
 		var runs int64
-		if err := db.QueryRow(`SELECT runs FROM jobs WHERE name = ?`, job).Scan(&runs); err != nil {
+		if err := db.QueryRow(`SELECT runs FROM baton.jobs WHERE name = ?`, job).Scan(&runs); err != nil {
 			t.Fatal(err)
 		}
 		if runs < n {
@@ -173,15 +173,15 @@ func TestSkipRunsTheLatestDueSlotOnce(t *testing.T) {
 	db := pgtest.NewDB(t)
 	createRunLog(t, db)
 	ctx := context.Background()
-	if err := Add(ctx, db, Definition{Name: "daily", Every: time.Minute}); err != nil {
+	if err := Add(ctx, db, "", Definition{Name: "daily", Every: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// An hour of slots missed.
-	if _, err := db.Exec(`UPDATE jobs SET next_run = date_trunc('minute', now()) - interval '1 hour' WHERE name = 'daily'`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.jobs SET next_run = date_trunc('minute', now()) - interval '1 hour' WHERE name = 'daily'`); err != nil {
 		t.Fatal(err)
 	}
 	var latest time.Time
-	if err := db.QueryRow(`SELECT date_trunc('minute', now()) FROM jobs`).Scan(&latest); err != nil {
+	if err := db.QueryRow(`SELECT date_trunc('minute', now()) FROM baton.jobs`).Scan(&latest); err != nil {
 		t.Fatal(err)
 	}
 	startSchedulers(t, db, Job{Definition: Definition{Name: "daily", Every: time.Minute}, Run: logRun(db)},
@@ -197,7 +197,7 @@ func TestSkipRunsTheLatestDueSlotOnce(t *testing.T) {
 		t.Fatalf("ran slot %s, want the latest due slot %s", runs[0].Slot, latest)
 	}
 	var next time.Time
-	if err := db.QueryRow(`SELECT next_run FROM jobs`).Scan(&next); err != nil {
+	if err := db.QueryRow(`SELECT next_run FROM baton.jobs`).Scan(&next); err != nil {
 		t.Fatal(err)
 	}
 	if !next.Equal(runs[0].Slot.Add(time.Minute)) {
@@ -213,12 +213,12 @@ func TestStuckRunningJobIsRecoveredByLeaseExpiry(t *testing.T) {
 	createRunLog(t, db)
 	ctx := context.Background()
 	def := Definition{Name: "stuck", Every: time.Hour, Missed: MissedCatchUp}
-	if err := Add(ctx, db, def); err != nil {
+	if err := Add(ctx, db, "", def); err != nil {
 		t.Fatal(err)
 	}
 	var slot time.Time
 	if err := db.QueryRow(`
-		UPDATE jobs SET state = 'running', owner = 'dead#1', version = 7, running_slot = date_trunc('hour', now()),
+		UPDATE baton.jobs SET state = 'running', owner = 'dead#1', version = 7, running_slot = date_trunc('hour', now()),
 		       last_run_started = now() - interval '2 seconds', run_deadline = now() + interval '1 hour',
 		       lease_expires_at = now() + interval '300 milliseconds', next_run = date_trunc('hour', now())
 		RETURNING running_slot`).Scan(&slot); err != nil {
@@ -232,7 +232,7 @@ func TestStuckRunningJobIsRecoveredByLeaseExpiry(t *testing.T) {
 	}
 	var state string
 	var next time.Time
-	if err := db.QueryRow(`SELECT state, next_run FROM jobs`).Scan(&state, &next); err != nil {
+	if err := db.QueryRow(`SELECT state, next_run FROM baton.jobs`).Scan(&state, &next); err != nil {
 		t.Fatal(err)
 	}
 	if state != "idle" || !next.Equal(slot.Add(time.Hour)) {
@@ -247,10 +247,10 @@ func TestTakenOverRunIsFenced(t *testing.T) {
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
 	def := Definition{Name: "fenced", Every: time.Hour}
-	if err := Add(ctx, db, def); err != nil {
+	if err := Add(ctx, db, "", def); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE jobs SET next_run = now() - interval '1 second'`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.jobs SET next_run = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
 	a := &store{db: db, owner: "a#1", ttl: time.Second}
@@ -264,7 +264,7 @@ func TestTakenOverRunIsFenced(t *testing.T) {
 		t.Fatalf("claim of a held job: %+v, %v; want nothing", cl2, err)
 	}
 	// a's lease runs out; b takes over.
-	if _, err := db.Exec(`UPDATE jobs SET lease_expires_at = now()`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.jobs SET lease_expires_at = now()`); err != nil {
 		t.Fatal(err)
 	}
 	cl2, err := b.claim(ctx, candidate{name: "fenced", version: cl.version})
@@ -298,10 +298,10 @@ func TestLockAtMostForStopsTheRun(t *testing.T) {
 			hung <- context.Cause(ctx)
 			return ctx.Err()
 		}}
-	if err := Add(context.Background(), db, job.Definition); err != nil {
+	if err := Add(context.Background(), db, "", job.Definition); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE jobs SET next_run = now()`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.jobs SET next_run = now()`); err != nil {
 		t.Fatal(err)
 	}
 	startSchedulers(t, db, job, testConfig("a#1", 0))
@@ -310,7 +310,7 @@ func TestLockAtMostForStopsTheRun(t *testing.T) {
 	}
 	waitRuns(t, db, "hang", 1)
 	var result, lastErr string
-	if err := db.QueryRow(`SELECT last_result, last_error FROM jobs`).Scan(&result, &lastErr); err != nil {
+	if err := db.QueryRow(`SELECT last_result, last_error FROM baton.jobs`).Scan(&result, &lastErr); err != nil {
 		t.Fatal(err)
 	}
 	if result != "failed" || lastErr == "" {
@@ -345,7 +345,7 @@ func TestModesLeaderKeepsLockReleases(t *testing.T) {
 	waitRuns(t, db, "lead", 8)
 	var owner, state string
 	var lease bool
-	if err := db.QueryRow(`SELECT coalesce(owner, ''), state, lease_expires_at > now() FROM jobs WHERE name = 'lock'`).Scan(&owner, &state, &lease); err != nil {
+	if err := db.QueryRow(`SELECT coalesce(owner, ''), state, lease_expires_at > now() FROM baton.jobs WHERE name = 'lock'`).Scan(&owner, &state, &lease); err != nil {
 		t.Fatal(err)
 	}
 	if state == "idle" && (owner != "" || lease) {
@@ -360,7 +360,7 @@ func TestModesLeaderKeepsLockReleases(t *testing.T) {
 		}
 	}
 	// The stop released the leader job.
-	if err := db.QueryRow(`SELECT coalesce(owner, '') FROM jobs WHERE name = 'lead'`).Scan(&owner); err != nil {
+	if err := db.QueryRow(`SELECT coalesce(owner, '') FROM baton.jobs WHERE name = 'lead'`).Scan(&owner); err != nil {
 		t.Fatal(err)
 	}
 	if owner != "" {
@@ -375,18 +375,18 @@ func TestTriggerRunsOnce(t *testing.T) {
 	createRunLog(t, db)
 	job := Job{Definition: Definition{Name: "nightly", Cron: "0 3 * * *"}, Run: logRun(db)}
 	ctx := context.Background()
-	if err := Add(ctx, db, job.Definition); err != nil {
+	if err := Add(ctx, db, "", job.Definition); err != nil {
 		t.Fatal(err)
 	}
-	at, err := Trigger(ctx, db, "nightly")
+	at, err := Trigger(ctx, db, "", "nightly")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Trigger(ctx, db, "nope"); !errors.Is(err, ErrNotFound) {
+	if _, err := Trigger(ctx, db, "", "nope"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("trigger of unknown job: %v", err)
 	}
 	var next0 time.Time
-	if err := db.QueryRow(`SELECT next_run FROM jobs`).Scan(&next0); err != nil {
+	if err := db.QueryRow(`SELECT next_run FROM baton.jobs`).Scan(&next0); err != nil {
 		t.Fatal(err)
 	}
 	startSchedulers(t, db, job, testConfig("a#1", 0))
@@ -395,7 +395,7 @@ func TestTriggerRunsOnce(t *testing.T) {
 	if len(runs) != 1 || !runs[0].Slot.Equal(at) {
 		t.Fatalf("runs %+v, want one at the trigger time %s", runs, at)
 	}
-	st, err := List(ctx, db)
+	st, err := List(ctx, db, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/batonhq/baton/schema"
 )
 
 // ErrFenced is returned when a run's write or completion is attempted
@@ -27,7 +29,7 @@ func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.
 // restarts the job's slots from the next one after now (database clock); a
 // job that is running keeps running under its old definition until it
 // completes.
-func Add(ctx context.Context, db bun.IDB, d Definition) error {
+func Add(ctx context.Context, db bun.IDB, schemaName string, d Definition) error {
 	d.setDefaults()
 	if err := d.Validate(); err != nil {
 		return err
@@ -56,8 +58,8 @@ func Add(ctx context.Context, db bun.IDB, d Definition) error {
 		if len(d.Command) > 0 {
 			command = pgdialect.Array(d.Command)
 		}
-		_, err := tx.ExecContext(ctx, `
-			INSERT INTO jobs AS j (name, every_us, cron, mode, missed, lock_at_most_for_us, lock_at_least_for_us,
+		_, err := tx.ExecContext(ctx, schema.SQL(schemaName, `
+			INSERT INTO {{.Schema}}.jobs AS j (name, every_us, cron, mode, missed, lock_at_most_for_us, lock_at_least_for_us,
 			                       command, builtin, next_run)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?::text[], ?, ?)
 			ON CONFLICT (name) DO UPDATE
@@ -67,7 +69,7 @@ func Add(ctx context.Context, db bun.IDB, d Definition) error {
 			    builtin = EXCLUDED.builtin, updated_at = now(),
 			    next_run = CASE WHEN j.every_us IS NOT DISTINCT FROM EXCLUDED.every_us
 			                     AND j.cron IS NOT DISTINCT FROM EXCLUDED.cron
-			                    THEN j.next_run ELSE EXCLUDED.next_run END`,
+			                    THEN j.next_run ELSE EXCLUDED.next_run END`),
 			d.Name, every, cronExpr, string(d.Mode), string(d.Missed), micros(d.LockAtMostFor),
 			micros(d.LockAtLeastFor), command, builtin, s.Next(now))
 		if err != nil {
@@ -79,8 +81,8 @@ func Add(ctx context.Context, db bun.IDB, d Definition) error {
 
 // Remove deletes a job. A run in progress is fenced: its completion finds
 // no row.
-func Remove(ctx context.Context, db bun.IDB, name string) error {
-	res, err := db.ExecContext(ctx, `DELETE FROM jobs WHERE name = ?`, name)
+func Remove(ctx context.Context, db bun.IDB, schemaName string, name string) error {
+	res, err := db.ExecContext(ctx, schema.SQL(schemaName, `DELETE FROM {{.Schema}}.jobs WHERE name = ?`), name)
 	if err != nil {
 		return fmt.Errorf("removing job %s: %w", name, err)
 	}
@@ -92,11 +94,11 @@ func Remove(ctx context.Context, db bun.IDB, name string) error {
 
 // Trigger asks for one extra run of a job now (database clock), beside its
 // schedule. Its slot is the time of the request.
-func Trigger(ctx context.Context, db bun.IDB, name string) (time.Time, error) {
+func Trigger(ctx context.Context, db bun.IDB, schemaName string, name string) (time.Time, error) {
 	var at time.Time
-	err := db.QueryRowContext(ctx, `
-		UPDATE jobs SET trigger_at = coalesce(trigger_at, now()), updated_at = now()
-		WHERE name = ? RETURNING trigger_at`, name).Scan(&at)
+	err := db.QueryRowContext(ctx, schema.SQL(schemaName, `
+		UPDATE {{.Schema}}.jobs SET trigger_at = coalesce(trigger_at, now()), updated_at = now()
+		WHERE name = ? RETURNING trigger_at`), name).Scan(&at)
 	if errors.Is(err, sql.ErrNoRows) {
 		return at, fmt.Errorf("triggering job %s: %w", name, ErrNotFound)
 	}
@@ -128,13 +130,13 @@ type Status struct {
 
 // List returns every job, by name. Owner is empty when no live lease holds
 // the job (a lease that ran out names nobody).
-func List(ctx context.Context, db bun.IDB) ([]Status, error) {
-	rows, err := db.QueryContext(ctx, `
+func List(ctx context.Context, db bun.IDB, schemaName string) ([]Status, error) {
+	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
 		SELECT name, state, CASE WHEN lease_expires_at > now() THEN coalesce(owner, '') ELSE '' END,
 		       mode, missed, every_us, cron, command, coalesce(builtin, ''), version, next_run,
 		       last_slot, last_run_started, last_run_finished, coalesce(last_result, ''),
 		       coalesce(last_error, ''), runs
-		FROM jobs ORDER BY name`)
+		FROM {{.Schema}}.jobs ORDER BY name`))
 	if err != nil {
 		return nil, fmt.Errorf("listing jobs: %w", err)
 	}
@@ -187,9 +189,10 @@ func runInTx(ctx context.Context, db bun.IDB, fn func(tx bun.Tx) error) error {
 
 // store runs the scheduler's protocol statements for one owner.
 type store struct {
-	db    bun.IDB
-	owner string
-	ttl   time.Duration
+	db     bun.IDB
+	schema string
+	owner  string
+	ttl    time.Duration
 }
 
 // claimable is the condition under which owner may start a run of a job
@@ -212,10 +215,10 @@ type candidate struct {
 // (database clock; negative when none).
 func (s *store) candidates(ctx context.Context, names []string) ([]candidate, time.Duration, error) {
 	args := []any{s.owner, names == nil, pgdialect.Array(names)}
-	rows, err := s.db.QueryContext(ctx, `
-		SELECT j.name, j.version FROM jobs j
+	rows, err := s.db.QueryContext(ctx, s.sql(`
+		SELECT j.name, j.version FROM {{.Schema}}.jobs j
 		WHERE `+claimable+` AND (?1 OR j.name = ANY(?2::text[]))
-		ORDER BY j.name`, args...)
+		ORDER BY j.name`), args...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading due jobs: %w", err)
 	}
@@ -232,12 +235,12 @@ func (s *store) candidates(ctx context.Context, names []string) ([]candidate, ti
 		return nil, 0, fmt.Errorf("reading due jobs: %w", err)
 	}
 	var us sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, `
+	if err := s.db.QueryRowContext(ctx, s.sql(`
 		SELECT (extract(epoch FROM min(greatest(j.next_run,
 		          j.last_run_started + j.lock_at_least_for_us * interval '1 microsecond',
 		          CASE WHEN j.owner = ?0 AND j.state = 'idle' THEN '-infinity' ELSE j.lease_expires_at END))
 		        - now()) * 1000000)::bigint
-		FROM jobs j WHERE (?1 OR j.name = ANY(?2::text[]))`, args...).Scan(&us); err != nil {
+		FROM {{.Schema}}.jobs j WHERE (?1 OR j.name = ANY(?2::text[]))`), args...).Scan(&us); err != nil {
 		return nil, 0, fmt.Errorf("reading next due time: %w", err)
 	}
 	next := time.Duration(-1)
@@ -278,13 +281,13 @@ func (s *store) claim(ctx context.Context, c candidate) (*claimed, error) {
 			triggerAt, runSlot   sql.NullTime
 			runTriggered, leased bool
 		)
-		err := tx.QueryRowContext(ctx, `
+		err := tx.QueryRowContext(ctx, s.sql(`
 			SELECT j.name, j.every_us, j.cron, j.mode, j.missed, j.lock_at_most_for_us, j.lock_at_least_for_us,
 			       j.command, coalesce(j.builtin, ''), j.owner, j.state, j.next_run, j.trigger_at,
 			       j.running_slot, j.running_triggered, j.lease_expires_at > now(), now()
-			FROM jobs j
+			FROM {{.Schema}}.jobs j
 			WHERE j.name = ?1 AND j.version = ?2 AND `+claimable+`
-			FOR UPDATE SKIP LOCKED`,
+			FOR UPDATE SKIP LOCKED`),
 			s.owner, c.name, c.version).Scan(
 			&d.Name, &every, &cronExpr, &d.Mode, &d.Missed, &mostUS, &leastUS,
 			pgdialect.Array(&d.Command), &d.Builtin, &owner, &state, &nextRun, &triggerAt,
@@ -322,14 +325,14 @@ func (s *store) claim(ctx context.Context, c candidate) (*claimed, error) {
 		// mode) keeps its heartbeat lease; the run is still fenced by
 		// (version, owner, slot).
 		keep := leased && owner.String == s.owner
-		err = tx.QueryRowContext(ctx, `
-			UPDATE jobs
+		err = tx.QueryRowContext(ctx, s.sql(`
+			UPDATE {{.Schema}}.jobs
 			SET version = version + CASE WHEN ? THEN 0 ELSE 1 END, owner = ?, heartbeat_at = now(),
 			    lease_expires_at = now() + ?::interval, state = 'running', running_slot = ?,
 			    running_triggered = ?, run_deadline = now() + lock_at_most_for_us * interval '1 microsecond',
 			    last_run_started = now(), updated_at = now()
 			WHERE name = ?
-			RETURNING version, (extract(epoch FROM run_deadline - now()) * 1000000)::bigint`,
+			RETURNING version, (extract(epoch FROM run_deadline - now()) * 1000000)::bigint`),
 			keep, s.owner, interval(s.ttl), cl.slot, cl.triggered, c.name).Scan(&cl.version, &mostUS)
 		if err != nil {
 			return fmt.Errorf("claiming job %s: %w", c.name, err)
@@ -348,11 +351,11 @@ func (s *store) claim(ctx context.Context, c candidate) (*claimed, error) {
 // lease renewals.
 func (s *store) fence(ctx context.Context, tx bun.IDB, name string, version int64, slot time.Time) error {
 	var one int
-	err := tx.QueryRowContext(ctx, `
-		SELECT 1 FROM jobs
+	err := tx.QueryRowContext(ctx, s.sql(`
+		SELECT 1 FROM {{.Schema}}.jobs
 		WHERE name = ? AND version = ? AND owner = ? AND state = 'running' AND running_slot = ?
 		  AND lease_expires_at > now()
-		FOR KEY SHARE`, name, version, s.owner, slot).Scan(&one)
+		FOR KEY SHARE`), name, version, s.owner, slot).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("job %s slot %s fence %d: %w", name, slot.Format(time.RFC3339Nano), version, ErrFenced)
 	}
@@ -371,8 +374,8 @@ func (s *store) complete(ctx context.Context, name string, version int64, slot, 
 	if errText != "" {
 		errVal = sql.NullString{String: truncate(errText, 4000), Valid: true}
 	}
-	res, err := s.db.ExecContext(ctx, `
-		UPDATE jobs
+	res, err := s.db.ExecContext(ctx, s.sql(`
+		UPDATE {{.Schema}}.jobs
 		SET state = 'idle', last_slot = running_slot, last_run_finished = now(), last_result = ?,
 		    last_error = ?, runs = runs + 1,
 		    next_run = CASE WHEN running_triggered THEN next_run ELSE greatest(next_run, ?) END,
@@ -382,7 +385,7 @@ func (s *store) complete(ctx context.Context, name string, version int64, slot, 
 		    owner = CASE WHEN mode = 'lock' THEN NULL ELSE owner END,
 		    lease_expires_at = CASE WHEN mode = 'lock' THEN '-infinity' ELSE lease_expires_at END,
 		    updated_at = now()
-		WHERE name = ? AND version = ? AND owner = ? AND state = 'running' AND running_slot = ?`,
+		WHERE name = ? AND version = ? AND owner = ? AND state = 'running' AND running_slot = ?`),
 		result, errVal, next, name, version, s.owner, slot)
 	if err != nil {
 		return fmt.Errorf("recording run of job %s: %w", name, err)
@@ -398,16 +401,19 @@ func (s *store) complete(ctx context.Context, name string, version int64, slot, 
 // runs its slot again, at once and without waiting for confirmation (the
 // version is bumped, so nothing of the old run can commit).
 func (s *store) release(ctx context.Context, name string, version int64) error {
-	_, err := s.db.ExecContext(ctx, `
-		UPDATE jobs
+	_, err := s.db.ExecContext(ctx, s.sql(`
+		UPDATE {{.Schema}}.jobs
 		SET version = version + 1, owner = NULL, heartbeat_at = NULL, lease_expires_at = '-infinity',
 		    updated_at = now()
-		WHERE name = ? AND version = ? AND owner = ?`, name, version, s.owner)
+		WHERE name = ? AND version = ? AND owner = ?`), name, version, s.owner)
 	if err != nil {
 		return fmt.Errorf("releasing job %s: %w", name, err)
 	}
 	return nil
 }
+
+// sql qualifies q's table names with the store's schema.
+func (s *store) sql(q string) string { return schema.SQL(s.schema, q) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -418,11 +424,11 @@ func truncate(s string, n int) string {
 
 // definitions reads stored job definitions: the one named, or all when
 // name is empty.
-func definitions(ctx context.Context, db bun.IDB, name string) ([]Definition, error) {
-	rows, err := db.QueryContext(ctx, `
+func definitions(ctx context.Context, db bun.IDB, schemaName string, name string) ([]Definition, error) {
+	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
 		SELECT name, every_us, cron, mode, missed, lock_at_most_for_us, lock_at_least_for_us,
 		       command, coalesce(builtin, '')
-		FROM jobs WHERE ? = '' OR name = ? ORDER BY name`, name, name)
+		FROM {{.Schema}}.jobs WHERE ? = '' OR name = ? ORDER BY name`), name, name)
 	if err != nil {
 		return nil, fmt.Errorf("reading job definitions: %w", err)
 	}

@@ -76,7 +76,7 @@ contract's totals in SQL and checks the priced output and checkpoints).`,
 				return err
 			}
 			defer db.Close()
-			if err := schedule.Add(cmd.Context(), db, d); err != nil {
+			if err := schedule.Add(cmd.Context(), db, g.schema, d); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "job %s: %s, mode %s, missed %s\n", d.Name, d.ScheduleString(), d.Mode, d.Missed)
@@ -106,7 +106,7 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			jobs, err := schedule.List(cmd.Context(), db)
+			jobs, err := schedule.List(cmd.Context(), db, g.schema)
 			if err != nil {
 				return err
 			}
@@ -165,7 +165,7 @@ func newScheduleRemoveCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			if err := schedule.Remove(cmd.Context(), db, args[0]); err != nil {
+			if err := schedule.Remove(cmd.Context(), db, g.schema, args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "job %s removed\n", args[0])
@@ -185,7 +185,7 @@ func newScheduleTriggerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			at, err := schedule.Trigger(cmd.Context(), db, args[0])
+			at, err := schedule.Trigger(cmd.Context(), db, g.schema, args[0])
 			if err != nil {
 				return err
 			}
@@ -215,15 +215,15 @@ func startJobs(ctx context.Context, db *bun.DB, logger *slog.Logger, cfg distrib
 		onVerify, onRun = m.SetVerifyMismatches, m.OnJobRun
 	}
 	s, err := schedule.New(db, schedule.Config{
-		OnRun:      onRun,
-		InstanceID: instanceID, Heartbeat: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
+		OnRun:  onRun,
+		Schema: cfg.Schema, InstanceID: instanceID, Heartbeat: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
 		PollInterval: cfg.Heartbeat, ShutdownTimeout: cfg.ShutdownTimeout, Logger: logger,
 		Resolve: func(d schedule.Definition) (schedule.RunFunc, bool) {
 			switch {
 			case len(d.Command) > 0:
 				return schedule.Command(d.Command, 0, logger), true
 			case d.Builtin == verifyBuiltin:
-				return verifyJob(db, logger, onVerify), true
+				return verifyJob(db, cfg.Schema, logger, onVerify), true
 			default:
 				return nil, false // a built-in this binary does not know
 			}

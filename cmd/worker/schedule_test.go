@@ -82,7 +82,7 @@ func listJobs(t *testing.T, c cli) map[string]map[string]any {
 func jobRuns(t *testing.T, db *bun.DB, name string) (runs int64, owner string) {
 	t.Helper()
 	if err := db.QueryRow(`SELECT runs, CASE WHEN lease_expires_at > now() THEN coalesce(owner, '') ELSE '' END
-		FROM jobs WHERE name = ?`, name).Scan(&runs, &owner); err != nil {
+		FROM baton.jobs WHERE name = ?`, name).Scan(&runs, &owner); err != nil {
 		t.Fatal(err)
 	}
 	return runs, owner

@@ -20,13 +20,13 @@ const verifyBuiltin = "verify"
 // output and the checkpoints (pricer.VerifyCheckpoints), logs every mismatch
 // (event verify_mismatch), reports the count to onResult (for a metric; may
 // be nil), and fails the run, naming the mismatches, if there is any.
-func verifyJob(db bun.IDB, logger *slog.Logger, onResult func(mismatches int)) schedule.RunFunc {
+func verifyJob(db bun.IDB, schemaName string, logger *slog.Logger, onResult func(mismatches int)) schedule.RunFunc {
 	return func(ctx context.Context, r *schedule.Run) error {
-		sum, err := pricer.Verify(ctx, db)
+		sum, err := pricer.Verify(ctx, db, schemaName)
 		if err != nil {
 			return err
 		}
-		cps, err := pricer.VerifyCheckpoints(ctx, db)
+		cps, err := pricer.VerifyCheckpoints(ctx, db, schemaName)
 		if err != nil {
 			return err
 		}

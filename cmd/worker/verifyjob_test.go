@@ -27,17 +27,17 @@ func TestVerifyJobReportsMismatches(t *testing.T) {
 	var logs bytes.Buffer
 	logger := newTestLogger(&logs)
 	var found []int
-	job := verifyJob(db, logger, func(n int) { found = append(found, n) })
+	job := verifyJob(db, "", logger, func(n int) { found = append(found, n) })
 	run := &schedule.Run{Job: "verify", Slot: time.Now().UTC()}
 	if err := job(ctx, run); err != nil {
 		t.Fatalf("verify of correct output: %v", err)
 	}
-	if _, err := db.Exec(`UPDATE priced SET net_minor = net_minor + 1
-		WHERE (contract_id, seq) = (SELECT contract_id, seq FROM priced ORDER BY contract_id, seq LIMIT 1)`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.priced SET net_minor = net_minor + 1
+		WHERE (contract_id, seq) = (SELECT contract_id, seq FROM baton.priced ORDER BY contract_id, seq LIMIT 1)`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE tasks SET position = position - 1, available = available
-		WHERE partition_key = (SELECT max(partition_key) FROM tasks WHERE position > 0)`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.tasks SET position = position - 1, available = available
+		WHERE partition_key = (SELECT max(partition_key) FROM baton.tasks WHERE position > 0)`); err != nil {
 		t.Fatal(err)
 	}
 	err := job(ctx, run)

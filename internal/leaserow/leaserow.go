@@ -21,7 +21,7 @@ import (
 // constants of the calling package, never input.
 type Table struct {
 	DB    bun.IDB
-	Table string // table name
+	Table string // schema-qualified table name, e.g. "baton".jobs
 	Key   string // key column
 	// Extra is an additional condition (on alias t) a row must meet to be
 	// renewed, e.g. a run deadline; empty for none.

@@ -1,7 +1,7 @@
 -- Scheduled jobs: one row per job, owned by the same protocol as a task
 -- row (compare-and-set on version, leases on the database clock, renewed by
 -- heartbeats). See package schedule's documentation.
-CREATE TABLE jobs (
+CREATE TABLE {{.Schema}}.jobs (
     name                 text COLLATE "C" PRIMARY KEY,
     -- The schedule: every_us (a fixed interval, slots aligned to the Unix
     -- epoch) or cron (a five-field cron expression, UTC).
@@ -44,7 +44,7 @@ CREATE TABLE jobs (
 
 -- Cluster-wide leaderships (leader election): one row per name, owned by the
 -- same lease protocol; version is the leader's fencing token.
-CREATE TABLE leaderships (
+CREATE TABLE {{.Schema}}.leaderships (
     name             text COLLATE "C" PRIMARY KEY,
     version          bigint NOT NULL DEFAULT 0,
     owner            text,
@@ -57,6 +57,6 @@ CREATE TABLE leaderships (
 -- the key and deletes it again; a concurrent insert of the same key waits
 -- on the unique index until the first transaction ends. No row survives a
 -- commit.
-CREATE TABLE entity_locks (
+CREATE TABLE {{.Schema}}.entity_locks (
     lock_key text COLLATE "C" PRIMARY KEY
 );
