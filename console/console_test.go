@@ -244,7 +244,7 @@ func TestJobsPageAndTrigger(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
-	if err := schedule.Add(ctx, db, schedule.Definition{Name: "nightly-export", Cron: "0 2 * * *",
+	if err := schedule.Add(ctx, db, "", schedule.Definition{Name: "nightly-export", Cron: "0 2 * * *",
 		Command: []string{"true"}}); err != nil {
 		t.Fatal(err)
 	}

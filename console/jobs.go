@@ -9,13 +9,13 @@ import (
 )
 
 func (s *source) jobs(ctx context.Context) ([]schedule.Status, error) {
-	return schedule.List(ctx, s.db)
+	return schedule.List(ctx, s.db, s.cfg.Schema)
 }
 
 // trigger asks for one extra run of a job now, as "worker schedule
 // trigger" does. It reports false for an unknown job.
 func (s *source) trigger(ctx context.Context, name string) (bool, error) {
-	_, err := schedule.Trigger(ctx, s.db, name)
+	_, err := schedule.Trigger(ctx, s.db, s.cfg.Schema, name)
 	if errors.Is(err, schedule.ErrNotFound) {
 		return false, nil
 	}
