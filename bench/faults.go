@@ -160,7 +160,7 @@ type faultResult struct {
 func dropPricedKey(ctx context.Context, db bun.IDB) error {
 	for _, s := range []string{
 		`ALTER TABLE baton.priced DROP CONSTRAINT priced_pkey`,
-		`CREATE INDEX priced_contract_seq ON priced (contract_id, seq)`,
+		`CREATE INDEX priced_contract_seq ON baton.priced (contract_id, seq)`,
 	} {
 		if _, err := db.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("replacing priced's primary key: %w", err)

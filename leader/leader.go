@@ -49,6 +49,7 @@ import (
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/leaserow"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/schema"
 )
 
 // ErrNotLeader is returned by Check when the leadership has been lost.
@@ -56,6 +57,9 @@ var ErrNotLeader = errors.New("no longer the leader")
 
 // Config configures an Elector.
 type Config struct {
+	// Schema is the PostgreSQL schema holding baton's tables. Defaults to
+	// schema.Default ("baton").
+	Schema string
 	// InstanceID names this process as owner. Defaults to host name + "#"
 	// + a random suffix.
 	InstanceID string
@@ -107,6 +111,9 @@ func (c *Config) setDefaults() {
 }
 
 func (c Config) validate() error {
+	if err := schema.Validate(c.Schema); err != nil {
+		return fmt.Errorf("invalid Schema: %w", err)
+	}
 	if c.PollInterval <= 0 {
 		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
 	}
@@ -129,7 +136,7 @@ func New(db bun.IDB, cfg Config) (*Elector, error) {
 		return nil, fmt.Errorf("invalid elector config: %w", err)
 	}
 	hb, err := heartbeat.New(&leaserow.Table{
-		DB: db, Table: "leaderships", Key: "name", Owner: cfg.InstanceID, TTL: cfg.StaleAfter,
+		DB: db, Table: schema.Ident(cfg.Schema) + ".leaderships", Key: "name", Owner: cfg.InstanceID, TTL: cfg.StaleAfter,
 	}, heartbeat.Config{Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
 		Clock: cfg.Clock, Logger: cfg.Logger, KeyAttr: "leadership"})
 	if err != nil {
@@ -174,10 +181,10 @@ func (l *Leadership) Context() context.Context { return l.lease.Context() }
 // only under this leadership.
 func (l *Leadership) Check(ctx context.Context, tx bun.Tx) error {
 	var one int
-	err := tx.QueryRowContext(ctx, `
-		SELECT 1 FROM leaderships
+	err := tx.QueryRowContext(ctx, schema.SQL(l.e.cfg.Schema, `
+		SELECT 1 FROM {{.Schema}}.leaderships
 		WHERE name = ? AND version = ? AND owner = ? AND lease_expires_at > now()
-		FOR KEY SHARE`, l.Name, l.Token, l.e.cfg.InstanceID).Scan(&one)
+		FOR KEY SHARE`), l.Name, l.Token, l.e.cfg.InstanceID).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("leadership %s token %d: %w", l.Name, l.Token, ErrNotLeader)
 	}
@@ -191,10 +198,10 @@ func (l *Leadership) Check(ctx context.Context, tx bun.Tx) error {
 // the next candidate is elected without waiting for confirmation.
 func (l *Leadership) Resign(ctx context.Context) error {
 	defer l.e.hb.Release(l.lease)
-	_, err := l.e.db.ExecContext(ctx, `
-		UPDATE leaderships
+	_, err := l.e.db.ExecContext(ctx, schema.SQL(l.e.cfg.Schema, `
+		UPDATE {{.Schema}}.leaderships
 		SET version = version + 1, owner = NULL, heartbeat_at = NULL, lease_expires_at = '-infinity'
-		WHERE name = ? AND version = ? AND owner = ?`, l.Name, l.Token, l.e.cfg.InstanceID)
+		WHERE name = ? AND version = ? AND owner = ?`), l.Name, l.Token, l.e.cfg.InstanceID)
 	if err != nil {
 		return fmt.Errorf("resigning leadership %s: %w", l.Name, err)
 	}
@@ -248,10 +255,10 @@ func (e *Elector) Campaign(ctx context.Context, name string) (*Leadership, error
 func (e *Elector) try(ctx context.Context, name string) (won int64, takeover bool, remaining time.Duration, err error) {
 	var us, version sql.NullInt64
 	var prevOwned sql.NullBool
-	err = e.db.QueryRowContext(ctx, `
-		WITH prev AS (SELECT owner IS NOT NULL AS owned FROM leaderships WHERE name = ?0),
+	err = e.db.QueryRowContext(ctx, schema.SQL(e.cfg.Schema, `
+		WITH prev AS (SELECT owner IS NOT NULL AS owned FROM {{.Schema}}.leaderships WHERE name = ?0),
 		up AS (
-			INSERT INTO leaderships AS l (name, version, owner, elected_at, heartbeat_at, lease_expires_at)
+			INSERT INTO {{.Schema}}.leaderships AS l (name, version, owner, elected_at, heartbeat_at, lease_expires_at)
 			VALUES (?0, 1, ?1, now(), now(), now() + ?2::interval)
 			ON CONFLICT (name) DO UPDATE
 			SET version = l.version + 1, owner = EXCLUDED.owner, elected_at = now(), heartbeat_at = now(),
@@ -261,7 +268,7 @@ func (e *Elector) try(ctx context.Context, name string) (won int64, takeover boo
 		)
 		SELECT (SELECT version FROM up), (SELECT owned FROM prev),
 		       (SELECT (extract(epoch FROM greatest(lease_expires_at, now()) - now()) * 1000000)::bigint
-		        FROM leaderships WHERE name = ?0)`,
+		        FROM {{.Schema}}.leaderships WHERE name = ?0)`),
 		name, e.cfg.InstanceID, fmt.Sprintf("%d microseconds", e.cfg.StaleAfter.Microseconds())).Scan(&version, &prevOwned, &us)
 	if err != nil {
 		return 0, false, 0, fmt.Errorf("campaigning for %s: %w", name, err)

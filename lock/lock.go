@@ -40,6 +40,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/schema"
 )
 
 // Method is how a key is locked.
@@ -59,6 +61,9 @@ var ErrTimeout = errors.New("lock not obtained within the lock timeout")
 
 // Options tune Acquire.
 type Options struct {
+	// Schema is the PostgreSQL schema holding baton's entity_locks table
+	// (MethodRow). Defaults to schema.Default ("baton").
+	Schema string
 	// Method defaults to MethodAdvisory.
 	Method Method
 	// Timeout, if positive, sets lock_timeout for the rest of the
@@ -83,9 +88,9 @@ func Acquire(ctx context.Context, tx bun.Tx, key string, opts Options) error {
 	case MethodAdvisory, "":
 		_, err = tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`, key)
 	case MethodRow:
-		_, err = tx.ExecContext(ctx, `INSERT INTO entity_locks (lock_key) VALUES (?)`, key)
+		_, err = tx.ExecContext(ctx, schema.SQL(opts.Schema, `INSERT INTO {{.Schema}}.entity_locks (lock_key) VALUES (?)`), key)
 		if err == nil {
-			_, err = tx.ExecContext(ctx, `DELETE FROM entity_locks WHERE lock_key = ?`, key)
+			_, err = tx.ExecContext(ctx, schema.SQL(opts.Schema, `DELETE FROM {{.Schema}}.entity_locks WHERE lock_key = ?`), key)
 		}
 	default:
 		return fmt.Errorf("locking %q: unknown method %q", key, opts.Method)

@@ -143,7 +143,7 @@ func TestNoLostUpdateAcrossProcesses(t *testing.T) {
 				t.Fatalf("counter = %d, want %d: updates were lost", v, procs*goroutines*each)
 			}
 			var rows int
-			if err := db.QueryRow(`SELECT count(*) FROM entity_locks`).Scan(&rows); err != nil {
+			if err := db.QueryRow(`SELECT count(*) FROM baton.entity_locks`).Scan(&rows); err != nil {
 				t.Fatal(err)
 			}
 			if rows != 0 {
@@ -175,7 +175,7 @@ func TestKilledHolderReleases(t *testing.T) {
 			}
 			got := make(chan error, 1)
 			go func() { got <- increment(context.Background(), db, method) }()
-			marker := map[Method]string{MethodRow: "INSERT INTO entity_locks", MethodAdvisory: "pg_advisory_xact_lock"}[method]
+			marker := map[Method]string{MethodRow: "INSERT INTO baton.entity_locks", MethodAdvisory: "pg_advisory_xact_lock"}[method]
 			pgtest.WaitForLockWait(t, db, marker)
 			select {
 			case err := <-got:
@@ -236,7 +236,7 @@ func TestLockSemantics(t *testing.T) {
 			cctx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- Acquire(cctx, c, "Order:42", Options{Method: method}) }()
-			marker := map[Method]string{MethodRow: "INSERT INTO entity_locks", MethodAdvisory: "pg_advisory_xact_lock"}[method]
+			marker := map[Method]string{MethodRow: "INSERT INTO baton.entity_locks", MethodAdvisory: "pg_advisory_xact_lock"}[method]
 			pgtest.WaitForLockWait(t, db, marker)
 			cancel()
 			if err := <-done; err == nil {
