@@ -175,7 +175,7 @@ func TestKilledHolderReleases(t *testing.T) {
 			}
 			got := make(chan error, 1)
 			go func() { got <- increment(context.Background(), db, method) }()
-			marker := map[Method]string{MethodRow: "INSERT INTO baton.entity_locks", MethodAdvisory: "pg_advisory_xact_lock"}[method]
+			marker := map[Method]string{MethodRow: ".entity_locks (lock_key)", MethodAdvisory: "pg_advisory_xact_lock"}[method]
 			pgtest.WaitForLockWait(t, db, marker)
 			select {
 			case err := <-got:
@@ -236,7 +236,7 @@ func TestLockSemantics(t *testing.T) {
 			cctx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- Acquire(cctx, c, "Order:42", Options{Method: method}) }()
-			marker := map[Method]string{MethodRow: "INSERT INTO baton.entity_locks", MethodAdvisory: "pg_advisory_xact_lock"}[method]
+			marker := map[Method]string{MethodRow: ".entity_locks (lock_key)", MethodAdvisory: "pg_advisory_xact_lock"}[method]
 			pgtest.WaitForLockWait(t, db, marker)
 			cancel()
 			if err := <-done; err == nil {
