@@ -31,8 +31,8 @@ func TestExitCodesMatchTheREADMETable(t *testing.T) {
 	quarantined := cli{t, pgtest.NewURL(t)}
 	quarantined.mustRun("load", "--tiers", vectors+"tiers.csv", "--records", vectors+"records.csv")
 	db := pgtest.Open(t, quarantined.dsn, dbconn.Options{})
-	if _, err := db.Exec(`UPDATE tasks SET failed_at = now(), lease_expires_at = 'infinity', attempts = 5, last_error = 'test'
-		WHERE partition_key = (SELECT min(partition_key) FROM tasks)`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.tasks SET failed_at = now(), lease_expires_at = 'infinity', attempts = 5, last_error = 'test'
+		WHERE partition_key = (SELECT min(partition_key) FROM baton.tasks)`); err != nil {
 		t.Fatal(err)
 	}
 	unreachable := cli{t, "postgres://baton@127.0.0.1:1/nowhere?connect_timeout=1"}

@@ -154,6 +154,7 @@ func retryable(err error) bool {
 	}
 	return true
 }
+
 // schemaConfig is the schema and migration sets the worker command uses:
 // the distributor's core set and the pricing set.
 func (g *globals) schemaConfig() schema.Config {

@@ -280,7 +280,7 @@ func TestDemoLeavesTheGivenDatabaseAlone(t *testing.T) {
 	c.mustRun("load", "--tiers", vectors+"tiers.csv", "--records", vectors+"records.csv")
 	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
 	c.mustRun("seed", "--contracts", "5", "--records-per-contract", "100", "--prefix", "demo", "--dir", t.TempDir(), "--load")
-	if _, err := db.Exec(`UPDATE tasks SET owner = 'gone#1', version = version + 1, heartbeat_at = now() - interval '1 hour',
+	if _, err := db.Exec(`UPDATE baton.tasks SET owner = 'gone#1', version = version + 1, heartbeat_at = now() - interval '1 hour',
 			lease_expires_at = now() - interval '1 hour' WHERE partition_key = 'demo00001';
 		CREATE TABLE theirs (id int); INSERT INTO theirs SELECT generate_series(1, 1000)`); err != nil {
 		t.Fatal(err)
@@ -309,7 +309,7 @@ func TestDemoLeavesTheGivenDatabaseAlone(t *testing.T) {
 			m[tb] = n
 		}
 		var tasks string
-		if err := db.QueryRow(`SELECT string_agg(format('%s/%s/%s/%s/%s', partition_key, version, coalesce(owner, '-'), position, available), ',' ORDER BY partition_key) FROM tasks`).Scan(&tasks); err != nil {
+		if err := db.QueryRow(`SELECT string_agg(format('%s/%s/%s/%s/%s', partition_key, version, coalesce(owner, '-'), position, available), ',' ORDER BY partition_key) FROM baton.tasks`).Scan(&tasks); err != nil {
 			t.Fatal(err)
 		}
 		m["tasks:"+tasks] = 0
