@@ -812,7 +812,7 @@ func TestCaughtUpBatchReleasesInItsCommit(t *testing.T) {
 	var owner *string
 	if err := e.db.QueryRow(`
 		SELECT bool_and(t.xmin::text = o.xmin::text), max(t.version), max(t.owner)
-		FROM tasks t JOIN test_output o ON o.key = t.partition_key
+		FROM baton.tasks t JOIN test_output o ON o.key = t.partition_key
 		WHERE t.partition_key = 'tiny'`).Scan(&same, &version, &owner); err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 		return err
 	}
 	defer db.Close()
-	if _, err := schema.Migrate(ctx, db); err != nil {
+	if _, err := schema.Migrate(ctx, db, g.schemaConfig()); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "baton-schedule-demo-")
@@ -81,7 +81,7 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 	defer os.RemoveAll(dir)
 	tickLog, leadLog := filepath.Join(dir, "tick.log"), filepath.Join(dir, "lead.log")
 	for _, name := range []string{"tick", "lead"} {
-		if err := schedule.Remove(ctx, db, name); err != nil && !errors.Is(err, schedule.ErrNotFound) {
+		if err := schedule.Remove(ctx, db, g.schema, name); err != nil && !errors.Is(err, schedule.ErrNotFound) {
 			return err
 		}
 	}
@@ -92,7 +92,7 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 			Command: []string{"sh", "-c", `echo "$BATON_SLOT $BATON_WORKER" >> "$1"`, "lead", leadLog}},
 	}
 	for _, d := range jobs {
-		if err := schedule.Add(ctx, db, d); err != nil {
+		if err := schedule.Add(ctx, db, g.schema, d); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "job %s: %s, mode %s, missed %s\n", d.Name, d.ScheduleString(), cmpStr(string(d.Mode), "lock"), cmpStr(string(d.Missed), "skip"))
@@ -108,7 +108,7 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 	for i := 1; i <= o.workers; i++ {
 		id := fmt.Sprintf("sched-%d", i)
 		c := exec.CommandContext(ctx, exe, append([]string{"run", "--id", id, "--log-format", "json"}, timing...)...)
-		c.Env = append(os.Environ(), "DATABASE_URL="+g.databaseURL)
+		c.Env = append(os.Environ(), "DATABASE_URL="+g.databaseURL, "BATON_SCHEMA="+g.schema)
 		lf, err := os.Create(filepath.Join(dir, id+".log"))
 		if err != nil {
 			return err
@@ -131,10 +131,10 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 		fmt.Fprintf(out, "%6.1fs  %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, a...))
 	}
 	state := func() (ticks int64, leader string, err error) {
-		err = db.QueryRowContext(ctx, `
-			SELECT (SELECT runs FROM jobs WHERE name = 'tick'),
+		err = db.QueryRowContext(ctx, g.sql(`
+			SELECT (SELECT runs FROM {{.Schema}}.jobs WHERE name = 'tick'),
 			       (SELECT CASE WHEN lease_expires_at > now() THEN split_part(coalesce(owner, ''), '#', 1) ELSE '' END
-			        FROM jobs WHERE name = 'lead')`).Scan(&ticks, &leader)
+			        FROM {{.Schema}}.jobs WHERE name = 'lead')`)).Scan(&ticks, &leader)
 		return ticks, leader, err
 	}
 	wait := func(what string, cond func(ticks int64, leader string) bool) error {
@@ -191,7 +191,7 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 	}
 	say("workers stopped")
 	fmt.Fprintln(out)
-	if err := printJobs(ctx, out, db); err != nil {
+	if err := printJobs(ctx, out, db, g.schema); err != nil {
 		return err
 	}
 
@@ -228,8 +228,8 @@ func cmpStr(s, def string) string {
 	return s
 }
 
-func printJobs(ctx context.Context, w io.Writer, db bun.IDB) error {
-	jobs, err := schedule.List(ctx, db)
+func printJobs(ctx context.Context, w io.Writer, db bun.IDB, schemaName string) error {
+	jobs, err := schedule.List(ctx, db, schemaName)
 	if err != nil {
 		return err
 	}
