@@ -284,7 +284,7 @@ func TestJobsPageAndTrigger(t *testing.T) {
 		t.Fatalf("trigger with the token = %d (triggered %v), want 303 and a run asked for", resp.StatusCode, triggered())
 	}
 	// The page's form names the job in a field.
-	if _, err := db.ExecContext(ctx, `UPDATE jobs SET trigger_at = NULL`); err != nil {
+	if _, err := db.ExecContext(ctx, `UPDATE baton.jobs SET trigger_at = NULL`); err != nil {
 		t.Fatal(err)
 	}
 	resp, err = c.PostForm(h.URL+"/jobs/trigger", url.Values{"token": {token}, "name": {"nightly-export"}})

@@ -419,15 +419,15 @@ func TestLostLeaseCancelsTheRun(t *testing.T) {
 			cause <- context.Cause(ctx)
 			return ctx.Err()
 		}}
-	if err := Add(context.Background(), db, job.Definition); err != nil {
+	if err := Add(context.Background(), db, "", job.Definition); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE jobs SET next_run = now()`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.jobs SET next_run = now()`); err != nil {
 		t.Fatal(err)
 	}
 	startSchedulers(t, db, job, testConfig("a#1", 0))
 	<-started
-	if _, err := db.Exec(`UPDATE jobs SET version = version + 1, owner = 'thief#1'`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.jobs SET version = version + 1, owner = 'thief#1'`); err != nil {
 		t.Fatal(err)
 	}
 	if c := <-cause; !errors.Is(c, heartbeat.ErrOwnershipLost) {
@@ -435,7 +435,7 @@ func TestLostLeaseCancelsTheRun(t *testing.T) {
 	}
 	var runs int64
 	var state string
-	if err := db.QueryRow(`SELECT runs, state FROM jobs`).Scan(&runs, &state); err != nil {
+	if err := db.QueryRow(`SELECT runs, state FROM baton.jobs`).Scan(&runs, &state); err != nil {
 		t.Fatal(err)
 	}
 	if runs != 0 || state != "running" {

@@ -92,10 +92,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	// One contract quarantined through the protocol: a claim, then a
 	// failure at the last attempt.
 	var poison string
-	if err := db.QueryRow(`SELECT max(partition_key) FROM tasks`).Scan(&poison); err != nil {
+	if err := db.QueryRow(`SELECT max(partition_key) FROM baton.tasks`).Scan(&poison); err != nil {
 		t.Fatal(err)
 	}
-	store := partition.NewStore(db)
+	store := partition.NewStore(db, "")
 	won, err := store.Claim(ctx, "probe#0001", time.Minute, []partition.Candidate{{Key: poison}})
 	if err != nil || len(won) != 1 {
 		t.Fatalf("claiming %s: %v %v", poison, won, err)
@@ -106,7 +106,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	quarantined := func() bool {
 		var q bool
-		if err := db.QueryRow(`SELECT failed_at IS NOT NULL FROM tasks WHERE partition_key = ?`, poison).Scan(&q); err != nil {
+		if err := db.QueryRow(`SELECT failed_at IS NOT NULL FROM baton.tasks WHERE partition_key = ?`, poison).Scan(&q); err != nil {
 			t.Fatal(err)
 		}
 		return q
@@ -196,7 +196,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// SIGKILL alpha while it holds a partly priced contract; beta takes it.
 	var victim, alphaID string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) { // polling the database for a moment to act on
-		err := db.QueryRow(`SELECT partition_key, owner FROM tasks
+		err := db.QueryRow(`SELECT partition_key, owner FROM baton.tasks
 			WHERE owner LIKE 'alpha#%' AND position > 0 AND position < available
 			ORDER BY partition_key LIMIT 1`).Scan(&victim, &alphaID)
 		if err == nil {
