@@ -58,7 +58,7 @@ func startPair(t *testing.T, synchronous bool) *pair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = schema.Migrate(ctx, db)
+	_, err = schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func startPair(t *testing.T, synchronous bool) *pair {
 // snapshot.
 func (r *run) pricedAsOf() (n int64, at time.Time) {
 	r.t.Helper()
-	if err := r.db.QueryRow(`SELECT count(*), now() FROM priced`).Scan(&n, &at); err != nil {
+	if err := r.db.QueryRow(`SELECT count(*), now() FROM baton.priced`).Scan(&n, &at); err != nil {
 		r.t.Fatal(err)
 	}
 	return n, at
@@ -132,7 +132,7 @@ func (r *run) failover(p *pair) time.Time {
 func (r *run) resumed(promoted time.Time) time.Duration {
 	r.t.Helper()
 	var first *time.Time
-	if err := r.db.QueryRow(`SELECT min(priced_at) FROM priced WHERE priced_at >= ?`, promoted).Scan(&first); err != nil {
+	if err := r.db.QueryRow(`SELECT min(priced_at) FROM baton.priced WHERE priced_at >= ?`, promoted).Scan(&first); err != nil {
 		r.t.Fatal(err)
 	}
 	if first == nil {
@@ -156,7 +156,7 @@ func TestPrimaryFailoverToSynchronousStandby(t *testing.T) {
 	promoted := r.failover(p)
 	// Every batch committed before the kill survived it.
 	var kept int64
-	if err := r.db.QueryRow(`SELECT count(*) FROM priced WHERE priced_at <= ?`, at).Scan(&kept); err != nil {
+	if err := r.db.QueryRow(`SELECT count(*) FROM baton.priced WHERE priced_at <= ?`, at).Scan(&kept); err != nil {
 		t.Fatal(err)
 	}
 	if kept < before {
@@ -197,7 +197,7 @@ func TestPrimaryFailoverToAsynchronousStandbyLosesATail(t *testing.T) {
 	}
 	promoted := r.failover(p)
 	var kept int64
-	if err := r.db.QueryRow(`SELECT count(*) FROM priced WHERE priced_at <= ?`, at).Scan(&kept); err != nil {
+	if err := r.db.QueryRow(`SELECT count(*) FROM baton.priced WHERE priced_at <= ?`, at).Scan(&kept); err != nil {
 		t.Fatal(err)
 	}
 	lost := before - kept

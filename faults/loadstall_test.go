@@ -60,7 +60,7 @@ func TestLoadPausedInItsLastStepCostsNoUnrelatedLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hold.Rollback()
-	if _, err := hold.ExecContext(ctx, `SELECT 1 FROM tasks WHERE partition_key = 'st-c' FOR SHARE`); err != nil {
+	if _, err := hold.ExecContext(ctx, `SELECT 1 FROM baton.tasks WHERE partition_key = 'st-c' FOR SHARE`); err != nil {
 		t.Fatal(err)
 	}
 	second := filepath.Join(r.dir, "records-2.csv")
@@ -159,7 +159,7 @@ func (r *run) pending() int64 {
 func (r *run) version(contract string) int64 {
 	r.t.Helper()
 	var v int64
-	if err := r.db.QueryRow(`SELECT version FROM tasks WHERE partition_key = ?`, contract).Scan(&v); err != nil {
+	if err := r.db.QueryRow(`SELECT version FROM baton.tasks WHERE partition_key = ?`, contract).Scan(&v); err != nil {
 		r.t.Fatal(err)
 	}
 	return v
@@ -168,7 +168,7 @@ func (r *run) version(contract string) int64 {
 func (r *run) available(contract string) int64 {
 	r.t.Helper()
 	var n int64
-	if err := r.db.QueryRow(`SELECT available FROM tasks WHERE partition_key = ?`, contract).Scan(&n); err != nil {
+	if err := r.db.QueryRow(`SELECT available FROM baton.tasks WHERE partition_key = ?`, contract).Scan(&n); err != nil {
 		r.t.Fatal(err)
 	}
 	return n

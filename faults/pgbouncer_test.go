@@ -83,9 +83,9 @@ func TestThroughPgBouncerTransactionPooling(t *testing.T) {
 
 	// One contract is quarantined, to be retried through the pooler.
 	var poisoned string
-	if err := r.db.QueryRow(`UPDATE tasks SET failed_at = now(), attempts = 5, last_error = 'test',
+	if err := r.db.QueryRow(`UPDATE baton.tasks SET failed_at = now(), attempts = 5, last_error = 'test',
 		lease_expires_at = 'infinity', version = version + 1
-		WHERE partition_key = (SELECT min(partition_key) FROM tasks) RETURNING partition_key`).Scan(&poisoned); err != nil {
+		WHERE partition_key = (SELECT min(partition_key) FROM baton.tasks) RETURNING partition_key`).Scan(&poisoned); err != nil {
 		t.Fatal(err)
 	}
 

@@ -17,8 +17,8 @@ func TestHeartbeatSkipsRowsLockedByOthers(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db)
-	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available) VALUES ('a', 5), ('b', 5), ('c', 5)`); err != nil {
+	s := partition.NewStore(db, "")
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('a', 5), ('b', 5), ('c', 5)`); err != nil {
 		t.Fatal(err)
 	}
 	cands, err := s.Candidates(ctx, 10)
@@ -38,11 +38,11 @@ func TestHeartbeatSkipsRowsLockedByOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer load.Rollback()
-	if _, err := load.ExecContext(ctx, `SELECT 1 FROM tasks WHERE partition_key = 'b' FOR NO KEY UPDATE`); err != nil {
+	if _, err := load.ExecContext(ctx, `SELECT 1 FROM baton.tasks WHERE partition_key = 'b' FOR NO KEY UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	var before time.Time
-	if err := db.QueryRowContext(ctx, `SELECT lease_expires_at FROM tasks WHERE partition_key = 'b'`).Scan(&before); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT lease_expires_at FROM baton.tasks WHERE partition_key = 'b'`).Scan(&before); err != nil {
 		t.Fatal(err)
 	}
 
@@ -68,7 +68,7 @@ func TestHeartbeatSkipsRowsLockedByOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var after time.Time
-	if err := db.QueryRowContext(ctx, `SELECT lease_expires_at FROM tasks WHERE partition_key = 'b'`).Scan(&after); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT lease_expires_at FROM baton.tasks WHERE partition_key = 'b'`).Scan(&after); err != nil {
 		t.Fatal(err)
 	}
 	if !after.Equal(before) {

@@ -453,11 +453,11 @@ func TestExpireModeAndLockAtLeastFor(t *testing.T) {
 		{Name: "exp", Every: time.Second, Mode: ModeExpire},
 		{Name: "least", Every: time.Second, LockAtLeastFor: time.Hour},
 	} {
-		if err := Add(ctx, db, d); err != nil {
+		if err := Add(ctx, db, "", d); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.Exec(`UPDATE jobs SET next_run = now() - interval '1 second'`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.jobs SET next_run = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
 	a := &store{db: db, owner: "a#1", ttl: time.Minute}
@@ -471,11 +471,11 @@ func TestExpireModeAndLockAtLeastFor(t *testing.T) {
 		if err := a.complete(ctx, name, cl.version, cl.slot, cl.slot.Add(time.Second), "ok", ""); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.Exec(`UPDATE jobs SET next_run = now() - interval '1 second' WHERE name = ?`, name); err != nil {
+		if _, err := db.Exec(`UPDATE baton.jobs SET next_run = now() - interval '1 second' WHERE name = ?`, name); err != nil {
 			t.Fatal(err)
 		}
 		var version int64
-		if err := db.QueryRow(`SELECT version FROM jobs WHERE name = ?`, name).Scan(&version); err != nil {
+		if err := db.QueryRow(`SELECT version FROM baton.jobs WHERE name = ?`, name).Scan(&version); err != nil {
 			t.Fatal(err)
 		}
 		cands, _, err := b.candidates(ctx, nil)
@@ -492,21 +492,21 @@ func TestExpireModeAndLockAtLeastFor(t *testing.T) {
 		}
 	}
 	// Once the expire-mode lease has run out, anyone may run the job.
-	if _, err := db.Exec(`UPDATE jobs SET lease_expires_at = now() WHERE name = 'exp'`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.jobs SET lease_expires_at = now() WHERE name = 'exp'`); err != nil {
 		t.Fatal(err)
 	}
 	var version int64
-	if err := db.QueryRow(`SELECT version FROM jobs WHERE name = 'exp'`).Scan(&version); err != nil {
+	if err := db.QueryRow(`SELECT version FROM baton.jobs WHERE name = 'exp'`).Scan(&version); err != nil {
 		t.Fatal(err)
 	}
 	if cl, err := b.claim(ctx, candidate{name: "exp", version: version}); err != nil || cl == nil || cl.version != version+1 {
 		t.Fatalf("claim after the lease ran out: %+v %v", cl, err)
 	}
 	// Once lock-at-least-for has passed since the last start, likewise.
-	if _, err := db.Exec(`UPDATE jobs SET last_run_started = now() - interval '1 hour' WHERE name = 'least'`); err != nil {
+	if _, err := db.Exec(`UPDATE baton.jobs SET last_run_started = now() - interval '1 hour' WHERE name = 'least'`); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.QueryRow(`SELECT version FROM jobs WHERE name = 'least'`).Scan(&version); err != nil {
+	if err := db.QueryRow(`SELECT version FROM baton.jobs WHERE name = 'least'`).Scan(&version); err != nil {
 		t.Fatal(err)
 	}
 	if cl, err := b.claim(ctx, candidate{name: "least", version: version}); err != nil || cl == nil {
