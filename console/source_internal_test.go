@@ -18,7 +18,7 @@ func TestSnapshotSharingAndRates(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, `INSERT INTO tasks (partition_key, available, position) VALUES ('a', 100, 0), ('b', 100, 0)`); err != nil {
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available, position) VALUES ('a', 100, 0), ('b', 100, 0)`); err != nil {
 		t.Fatal(err)
 	}
 	clk := clockwork.NewFakeClock()
@@ -37,7 +37,7 @@ func TestSnapshotSharingAndRates(t *testing.T) {
 	if again := read(); again != first {
 		t.Fatal("a second read within half an interval read the database again")
 	}
-	if _, err := db.ExecContext(ctx, `UPDATE tasks SET position = 30 WHERE partition_key = 'a'`); err != nil {
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET position = 30 WHERE partition_key = 'a'`); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Second)

@@ -20,7 +20,7 @@ func TestWakeModeIsRecordedAndPollingFindsWork(t *testing.T) {
 	listener := e.start(fastConfig("listener", ev), newProc())
 	for id, want := range map[string]string{poller.InstanceID(): "poll", listener.InstanceID(): "listen"} {
 		var got string
-		if err := e.db.QueryRow(`SELECT wake FROM workers WHERE instance_id = ?`, id).Scan(&got); err != nil {
+		if err := e.db.QueryRow(`SELECT wake FROM baton.workers WHERE instance_id = ?`, id).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
 		if got != want {
