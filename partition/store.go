@@ -675,26 +675,26 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 // done needs.
 func (s *Store) FairShareLoad(ctx context.Context, maxPartitions int) (Load, error) {
 	var l Load
-	err := s.db.QueryRowContext(ctx, `
+	err := s.db.QueryRowContext(ctx, s.sql(`
 		WITH live AS (
-		  SELECT instance_id FROM workers WHERE expires_at > now() AND stopped_at IS NULL
+		  SELECT instance_id FROM {{.Schema}}.workers WHERE expires_at > now() AND stopped_at IS NULL
 		), cap AS (
 		  SELECT greatest(count(*), 1) * ?::bigint AS n FROM live
 		)
 		SELECT
 		  least((SELECT n FROM cap),
-		    (SELECT count(*) FROM (SELECT 1 FROM tasks
+		    (SELECT count(*) FROM (SELECT 1 FROM {{.Schema}}.tasks
 		      WHERE failed_at IS NULL AND available > position
 		      ORDER BY lease_expires_at LIMIT (SELECT n FROM cap)) p)
-		  + (SELECT count(*) FROM (SELECT 1 FROM tasks
+		  + (SELECT count(*) FROM (SELECT 1 FROM {{.Schema}}.tasks
 		      WHERE owner IS NOT NULL AND lease_expires_at > now() AND available <= position
 		      ORDER BY owner LIMIT (SELECT n FROM cap)) c)),
 		  (SELECT count(*) FROM live),
-		  (SELECT count(*) FROM (SELECT 1 FROM tasks
+		  (SELECT count(*) FROM (SELECT 1 FROM {{.Schema}}.tasks
 		    WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
 		    ORDER BY lease_expires_at LIMIT ?::bigint + 1) u),
-		  coalesce((SELECT min((SELECT count(*) FROM tasks t
-		    WHERE t.owner = live.instance_id AND t.lease_expires_at > now())) FROM live), 0)`,
+		  coalesce((SELECT min((SELECT count(*) FROM {{.Schema}}.tasks t
+		    WHERE t.owner = live.instance_id AND t.lease_expires_at > now())) FROM live), 0)`),
 		maxPartitions, maxPartitions).Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld)
 	if err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
@@ -706,7 +706,7 @@ func (s *Store) FairShareLoad(ctx context.Context, maxPartitions int) (Load, err
 // table: call it rarely (the end of an until-done run).
 func (s *Store) QuarantinedCount(ctx context.Context) (int, error) {
 	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE failed_at IS NOT NULL`).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.sql(`SELECT count(*) FROM {{.Schema}}.tasks WHERE failed_at IS NOT NULL`)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting quarantined partitions: %w", err)
 	}
 	return n, nil

@@ -318,7 +318,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db)
+	s := partition.NewStore(db, "")
 	for _, w := range []string{"w#1", "w#2"} {
 		if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: w, Name: "w"}, time.Hour, nil); err != nil {
 			t.Fatal(err)
@@ -332,7 +332,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	// A few: exactly ClusterLoad's figures, Quarantined aside. w#1 holds
 	// 3 leases (2 caught up), one partition is quarantined.
 	if _, err := db.ExecContext(ctx, `
-		INSERT INTO tasks (partition_key, available, position, owner, lease_expires_at, failed_at)
+		INSERT INTO baton.tasks (partition_key, available, position, owner, lease_expires_at, failed_at)
 		VALUES ('a', 5, 0, NULL, '-infinity', NULL), ('b', 5, 0, 'w#1', now() + interval '1 hour', NULL),
 		       ('c', 5, 5, 'w#1', now() + interval '1 hour', NULL), ('d', 2, 2, 'w#1', now() + interval '1 hour', NULL),
 		       ('e', 5, 0, NULL, 'infinity', now()), ('f', 5, 5, NULL, '-infinity', NULL)`); err != nil {
@@ -351,14 +351,14 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	}
 	// 100,000 pending partitions: capped, and index-driven.
 	if _, err := db.ExecContext(ctx, `
-		INSERT INTO tasks (partition_key, available, position) SELECT 'p' || i, 10, 0 FROM generate_series(1, 100000) i`); err != nil {
+		INSERT INTO baton.tasks (partition_key, available, position) SELECT 'p' || i, 10, 0 FROM generate_series(1, 100000) i`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `ANALYZE tasks`); err != nil {
+	if _, err := db.ExecContext(ctx, `ANALYZE baton.tasks`); err != nil {
 		t.Fatal(err)
 	}
 	sent := &lastQuery{}
-	hooked := partition.NewStore(db.WithQueryHook(sent))
+	hooked := partition.NewStore(db.WithQueryHook(sent), "")
 	if l, err = hooked.FairShareLoad(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
