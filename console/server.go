@@ -239,8 +239,40 @@ func (s *Server) contractsPage(w http.ResponseWriter, r *http.Request) {
 
 // contractView is a contract page's data.
 type contractView struct {
-	Contract contract
-	History  []partition.Event
+	Contract  contract
+	History   []partition.Event
+	Takeovers []takeover // newest first
+}
+
+// takeover is one takeover of a contract, its claim joined with its first
+// batch: who took it from whom, and how long after the old owner's last
+// heartbeat the new owner's first batch committed (nil while confirming).
+type takeover struct {
+	At       time.Time
+	From, To string
+	Version  int64
+	Time     *time.Duration
+}
+
+// takeovers pairs each takeover in a history (newest first) with the first
+// batch of the same claim, and shows that batch's takeover time on the
+// takeover's row too.
+func takeovers(hist []partition.Event) []takeover {
+	first := map[int64]*time.Duration{}
+	for _, e := range hist {
+		if e.Kind == partition.EventFirstBatch {
+			first[e.Version] = e.TakeoverTime
+		}
+	}
+	var out []takeover
+	for i, e := range hist {
+		if e.Kind != partition.EventTakeover {
+			continue
+		}
+		hist[i].TakeoverTime = first[e.Version]
+		out = append(out, takeover{At: e.At, From: e.PrevOwner, To: e.Worker, Version: e.Version, Time: first[e.Version]})
+	}
+	return out
 }
 
 func (s *Server) contractPage(w http.ResponseWriter, r *http.Request) {
@@ -267,7 +299,7 @@ func (s *Server) contractPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, r, http.StatusOK, "contract", page{Title: "Contract " + id, Nav: "contracts", Snap: snap,
-		Data: contractView{Contract: *c, History: hist}})
+		Data: contractView{Contract: *c, History: hist, Takeovers: takeovers(hist)}})
 }
 
 func (s *Server) workersPage(w http.ResponseWriter, r *http.Request) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/partition"
 )
 
 // One snapshot serves every viewer for half a refresh interval; records/s
@@ -52,5 +53,25 @@ func TestSnapshotSharingAndRates(t *testing.T) {
 	src.invalidate()
 	if read() == second {
 		t.Fatal("an invalidated snapshot was reused")
+	}
+}
+
+// A takeover's row and summary carry the takeover time of its claim's
+// first batch; a takeover still confirming has none.
+func TestTakeoversPairClaimsWithFirstBatches(t *testing.T) {
+	d := 1600 * time.Millisecond
+	hist := []partition.Event{ // newest first
+		{Kind: partition.EventTakeover, Version: 5, Worker: "c#3", PrevOwner: "b#2"},
+		{Kind: partition.EventFirstBatch, Version: 3, Worker: "b#2", TakeoverTime: &d},
+		{Kind: partition.EventTakeover, Version: 3, Worker: "b#2", PrevOwner: "a#1"},
+		{Kind: partition.EventClaimed, Version: 1, Worker: "a#1"},
+	}
+	got := takeovers(hist)
+	if len(got) != 2 || got[0].Time != nil || got[0].From != "b#2" || got[1].Time == nil || *got[1].Time != d ||
+		got[1].From != "a#1" || got[1].To != "b#2" {
+		t.Fatalf("takeovers %+v", got)
+	}
+	if hist[2].TakeoverTime == nil || *hist[2].TakeoverTime != d || hist[0].TakeoverTime != nil {
+		t.Fatalf("takeover rows %+v %+v: want the first batch's time on the confirmed one only", hist[0], hist[2])
 	}
 }

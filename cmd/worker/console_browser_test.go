@@ -223,6 +223,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	if !strings.Contains(firstBatch, "beta#") || !(strings.Contains(firstBatch, " s") || strings.Contains(firstBatch, " ms")) {
 		t.Fatalf("first batch row %q: want beta's batch with a takeover time", firstBatch)
 	}
+	if summary := text("the takeover summary", `#takeovers`); !strings.Contains(summary, "took over from "+alphaID) ||
+		!strings.Contains(summary, "after the old owner's last heartbeat") {
+		t.Fatalf("takeover summary %q: want beta taking over from %s with its latency", summary, alphaID)
+	}
 	shoot("takeover.png")
 	run("open the overview", chromedp.Navigate(base+"/"))
 	wait("the overview counts the takeover", `Number(document.querySelector('#takeovers').textContent) >= 1`)
