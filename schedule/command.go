@@ -24,8 +24,9 @@ const KillAfterDefault = 10 * time.Second
 // its output is logged with the job's name; a non-zero exit status fails
 // the run. When the run's context ends (lease lost, lock-at-most-for
 // reached, worker stopping) the command's process group gets SIGTERM, and
-// SIGKILL killAfter later (KillAfterDefault when zero). The command is
-// also killed if the worker process dies.
+// SIGKILL killAfter later (KillAfterDefault when zero). If the worker
+// process dies, the command's own process is killed by a parent-death
+// signal; processes it started itself are not, unless they exit with it.
 func Command(argv []string, killAfter time.Duration, logger *slog.Logger) RunFunc {
 	if killAfter <= 0 {
 		killAfter = KillAfterDefault
