@@ -29,6 +29,7 @@ type globals struct {
 	logLevel    string
 	logger      *slog.Logger
 	redactor    *redact.Redactor // hides database passwords in all output
+	outage      *outageHandler   // folds a database outage into one line per worker
 	stderr      io.Writer
 	stdout      io.Writer
 }
@@ -63,12 +64,13 @@ func (g *globals) setup(cmd *cobra.Command) error {
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(g.logFormat) {
 	case "text":
-		g.logger = slog.New(g.redactor.Handler(slog.NewTextHandler(g.stderr, opts)))
+		g.outage = newOutageHandler(g.redactor.Handler(slog.NewTextHandler(g.stderr, opts)))
 	case "json":
-		g.logger = slog.New(g.redactor.Handler(slog.NewJSONHandler(g.stderr, opts)))
+		g.outage = newOutageHandler(g.redactor.Handler(slog.NewJSONHandler(g.stderr, opts)))
 	default:
 		return usageError("--log-format %q: want text or json", g.logFormat)
 	}
+	g.logger = slog.New(g.outage)
 	slog.SetDefault(g.logger)
 	return nil
 }
@@ -123,7 +125,7 @@ func (g *globals) openWaiting(ctx context.Context, opts dbconn.Options, wait tim
 		}
 		if !warned {
 			g.logger.Warn("database not ready, waiting for it", "event", "database_unreachable",
-				"error", err.Error(), "wait", wait.String())
+				"error", cleanError(err.Error()), "wait", wait.String())
 			warned = true
 		}
 		select {

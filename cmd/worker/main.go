@@ -87,9 +87,9 @@ func execute(args []string) (code int) {
 		return 0
 	}
 	if g.logger != nil && g.logFormat == "json" {
-		g.logger.Error("command failed", "event", "error", "error", err.Error())
+		g.logger.Error("command failed", "event", "error", "error", cleanError(err.Error()))
 	} else {
-		fmt.Fprintln(stderr, "worker:", err)
+		fmt.Fprintln(stderr, "worker:", cleanError(err.Error()))
 	}
 	return exitCode(err)
 }

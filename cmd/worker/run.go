@@ -57,6 +57,15 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	cfg.KeyAttr = "contract_id"
 	cfg.Logger = g.logger
 	cfg.Schema = g.schema
+	if g.outage != nil {
+		prev := cfg.OnHeartbeat
+		cfg.OnHeartbeat = func(err error, latency time.Duration, renewed int) {
+			g.outage.heartbeat(err)
+			if prev != nil {
+				prev(err, latency, renewed)
+			}
+		}
+	}
 	r.history.apply(&cfg)
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError("%v", err)

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/pglocal"
+)
+
+// ownServer starts a PostgreSQL server of the test's own, to stop and
+// restart.
+func ownServer(t *testing.T) *pglocal.Server {
+	t.Helper()
+	if _, err := pglocal.BinDir(); err != nil {
+		t.Skipf("needs the PostgreSQL server binaries: %v", err)
+	}
+	base, err := os.MkdirTemp("", "baton-own-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := pglocal.Start(context.Background(), pglocal.Options{Dir: filepath.Join(base, "data")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop(pglocal.Immediate) })
+	return srv
+}
+
+// logLines parses JSON log lines.
+func logLines(t *testing.T, text string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", sc.Text())
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func waitLog(t *testing.T, logs *syncBuffer, done <-chan error, what string, ok func(string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !ok(logs.String()) {
+		select {
+		case err := <-done:
+			t.Fatalf("worker exited (%v) while waiting for %s:\n%s", err, what, logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s:\n%s", what, logs)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the log: the process gives no other signal
+	}
+}
+
+// A worker started while the database is down waits for it (saying so
+// once); a database outage while it holds contracts gives one WARN line
+// and one "reachable again" line, not a line per contract and retry, no
+// ERROR, and no note of the refused TLS attempt.
+func TestRunWaitsForTheDatabaseAndLogsAnOutageOnce(t *testing.T) {
+	t.Parallel()
+	srv := ownServer(t)
+	// Without sslmode, pgx tries TLS first (sslmode=prefer), which this
+	// server refuses.
+	c := cli{t, strings.Replace(srv.URL("postgres"), "sslmode=disable", "", 1)}
+	c.mustRun("migrate")
+	c.mustRun("seed", "--contracts", "8", "--records-per-contract", "5000", "--dir", t.TempDir(), "--load")
+	srv.Stop(pglocal.Fast)
+
+	cmd := c.command("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s", "--batch-size", "10",
+		"--log-format", "json", "--log-level", "debug", "--wait-for-database", "2m")
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitLog(t, logs, done, "the wait at start", func(s string) bool { return strings.Contains(s, "database not ready, waiting for it") })
+	if err := srv.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, logs, done, "a checkpoint", func(s string) bool { return strings.Contains(s, `"event":"checkpoint"`) })
+	srv.Stop(pglocal.Fast)
+	// The held contracts are given up: their leases end locally, or their
+	// batches fail and are left to expire.
+	waitLog(t, logs, done, "contracts given up in the outage", func(s string) bool {
+		return strings.Contains(s, "lease expired locally") || strings.Contains(s, "the lease will expire")
+	})
+	if err := srv.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("worker: %v\n%s", err, logs)
+		}
+	case <-time.After(120 * time.Second):
+		t.Fatalf("worker did not finish after the outage:\n%s", logs)
+	}
+	var warns, unreachable, reachable, waiting []string
+	for _, m := range logLines(t, logs.String()) {
+		line, _ := json.Marshal(m)
+		switch m["level"] {
+		case "ERROR":
+			t.Errorf("ERROR line for an outage: %s", line)
+		case "WARN":
+			warns = append(warns, string(line))
+		}
+		switch m["msg"] {
+		case "database unreachable, retrying (until it is back, what follows from it is logged at debug)":
+			unreachable = append(unreachable, string(line))
+		case "database reachable again":
+			reachable = append(reachable, string(line))
+		case "database not ready, waiting for it":
+			waiting = append(waiting, string(line))
+		}
+	}
+	if len(waiting) != 1 || len(unreachable) != 1 || len(reachable) != 1 {
+		t.Fatalf("want one wait, one unreachable and one reachable line, got %d, %d, %d:\n%s",
+			len(waiting), len(unreachable), len(reachable), strings.Join(warns, "\n"))
+	}
+	// The wait at start, the outage; the fenced commit or claim round that
+	// races the first failed heartbeat may add one each.
+	if len(warns) > 4 {
+		t.Fatalf("%d WARN lines for one outage:\n%s\n\nfull log:\n%s", len(warns), strings.Join(warns, "\n"), logs)
+	}
+	if strings.Contains(logs.String(), "tls error") {
+		t.Fatalf("TLS fallback noise in the logs:\n%s", logs)
+	}
+	t.Logf("WARN lines:\n%s\n%s", strings.Join(warns, "\n"), reachable[0])
+}
+
+func TestCleanErrorDropsTheRefusedTLSAttempt(t *testing.T) {
+	in := "failed to connect to `user=baton database=baton`:\n\t127.0.0.1:5432 (127.0.0.1): tls error: server refused TLS connection\n\t127.0.0.1:5432 (127.0.0.1): server error: FATAL: the database system is starting up (SQLSTATE 57P03)"
+	want := "failed to connect to `user=baton database=baton`: 127.0.0.1:5432 (127.0.0.1): server error: FATAL: the database system is starting up (SQLSTATE 57P03)"
+	if got := cleanError(in); got != want {
+		t.Fatalf("cleanError:\n got %q\nwant %q", got, want)
+	}
+	plain := "failed to connect to `user=baton database=baton`: 127.0.0.1:5432 (127.0.0.1): dial error: connection refused"
+	if got := cleanError(plain); got != plain {
+		t.Fatalf("cleanError changed %q to %q", plain, got)
+	}
+}
