@@ -9,7 +9,10 @@
 // most one worker can commit for a partition, and that when a worker dies
 // another one resumes exactly at the last committed checkpoint.
 //
-// Embedding: implement Processor, then
+// Embedding: apply the core migrations (schema.Migrate), add work inside
+// your own transactions with partition.Store.AddWork (it locks the task row
+// in the protocol's order and notifies the workers at commit), implement
+// Processor, then
 //
 //	d, err := distributor.New(db, myProcessor, distributor.Config{Name: "billing"})
 //	err = d.Run(ctx) // until ctx is cancelled; then hands everything back
@@ -214,7 +217,10 @@
 //     committed before the fence (which then finds nothing and the batch
 //     rolls back), or it waits (or skips) until the batch has committed.
 //     Heartbeats lock FOR NO KEY UPDATE, which does not conflict with the
-//     fence, so long batches do not delay renewals. Output written
+//     fence, so long batches do not delay renewals.
+//     Producers (partition.Store.AddWork) also lock FOR NO KEY UPDATE, in
+//     partition_key order, and only raise available: they never wait for a
+//     batch nor change ownership. Output written
 //     through Batch.Raw (COPY) goes over the same connection inside the
 //     same transaction, so it is covered alike. Heartbeats SKIP LOCKED: a
 //     row another transaction holds (a load adding work locks FOR NO KEY

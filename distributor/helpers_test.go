@@ -45,13 +45,11 @@ func newEnv(t *testing.T) *env {
 // addWork makes n more items available on each key, as a producer would.
 func (e *env) addWork(n int64, keys ...string) {
 	e.t.Helper()
-	for _, k := range keys {
-		if _, err := e.db.Exec(`INSERT INTO baton.tasks (partition_key, available) VALUES (?, ?)
-			ON CONFLICT (partition_key) DO UPDATE SET available = tasks.available + EXCLUDED.available`, k, n); err != nil {
-			e.t.Fatal(err)
-		}
+	work := make([]partition.Work, len(keys))
+	for i, k := range keys {
+		work[i] = partition.Work{Key: k, N: n}
 	}
-	if _, err := e.db.Exec(`SELECT pg_notify('baton_work', '')`); err != nil {
+	if err := partition.NewStore(e.db, "").AddWorks(context.Background(), e.db, work); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -1,0 +1,83 @@
+package partition
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+)
+
+// Work is n new work items for the partition Key.
+type Work struct {
+	Key string
+	N   int64
+}
+
+// AddWork makes n more work items available on partition key, creating the
+// partition if it does not exist, inside tx: the caller's own transaction,
+// so the work becomes visible (and claimable) atomically with the caller's
+// writes, and the workers' wake-up notification is delivered when tx
+// commits (none if it rolls back). It is AddWorks with one partition.
+func (s *Store) AddWork(ctx context.Context, tx bun.IDB, key string, n int64) error {
+	return s.AddWorks(ctx, tx, []Work{{Key: key, N: n}})
+}
+
+// AddWorks is AddWork for several partitions in one statement. It follows
+// the protocol's lock order: rows are locked in partition_key order (so it
+// cannot deadlock with heartbeats, claims, releases or other producers),
+// and only FOR NO KEY UPDATE, which does not wait for batches in flight and
+// never changes ownership, so a producer cannot break the checkpoint
+// invariant (see package distributor's safety argument).
+//
+// A producer must:
+//   - write the items themselves in the same transaction, numbered
+//     available+1 … available+n in the partition's order (the processor
+//     reads items after its checkpoint position, up to available);
+//   - keep the transaction short: the row stays locked until it ends, and
+//     a batch recording its checkpoint on that partition waits for it
+//     (heartbeats skip the row rather than wait);
+//   - never change a task row in any other way (version, owner, position,
+//     checkpoint, leases), nor lower available, nor lock task rows FOR
+//     UPDATE: those are the protocol's.
+func (s *Store) AddWorks(ctx context.Context, tx bun.IDB, work []Work) error {
+	if len(work) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(work)
+	slices.SortFunc(sorted, func(a, b Work) int { return cmp.Compare(a.Key, b.Key) })
+	keys := make([]string, 0, len(sorted))
+	ns := make([]int64, 0, len(sorted))
+	for _, w := range sorted {
+		switch {
+		case w.Key == "":
+			return errors.New("adding work: empty partition key")
+		case w.N < 0:
+			return fmt.Errorf("adding work to %s: %d items: work cannot be taken back", w.Key, w.N)
+		case len(keys) > 0 && keys[len(keys)-1] == w.Key:
+			ns[len(ns)-1] += w.N // one row per key: a statement cannot update a row twice
+			continue
+		}
+		keys, ns = append(keys, w.Key), append(ns, w.N)
+	}
+	// The key collation is "C": sorting here in byte order is the index's
+	// order, and ORDER BY makes the insert (and its row locks) follow it.
+	_, err := tx.ExecContext(ctx, s.sql(`
+		WITH a AS (
+			INSERT INTO {{.Schema}}.tasks AS t (partition_key, available)
+			SELECT key, n FROM unnest(?::text[], ?::bigint[]) AS w(key, n)
+			ORDER BY key COLLATE "C"
+			ON CONFLICT (partition_key) DO UPDATE
+			SET available = t.available + EXCLUDED.available, updated_at = now()
+			RETURNING 1
+		)
+		SELECT pg_notify(?, 'work') FROM (SELECT 1 FROM a LIMIT 1) x`),
+		pgdialect.Array(keys), pgdialect.Array(ns), NotifyChannel)
+	if err != nil {
+		return fmt.Errorf("adding work to %d partition(s): %w", len(keys), err)
+	}
+	return nil
+}

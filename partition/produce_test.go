@@ -1,0 +1,158 @@
+package partition_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/partition"
+)
+
+// Work added in the producer's transaction is invisible and silent until it
+// commits, and gone without a trace when it rolls back; committed, it is
+// claimable and the workers were notified after the producer's own rows.
+func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	db := pgtest.Open(t, url, dbconn.Options{})
+	ctx := context.Background()
+	listener, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close(ctx)
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	next := func() string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := listener.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("waiting for a notification: %v", err)
+		}
+		return n.Payload
+	}
+	s := partition.NewStore(db, "")
+	if _, err := db.ExecContext(ctx, `CREATE TABLE public.orders (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Rolled back: nothing.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddWork(ctx, tx, "gone", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Committed: visible with the producer's own row, and notified.
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO public.orders VALUES ('o1')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddWorks(ctx, tx, []partition.Work{{Key: "b", N: 2}, {Key: "a", N: 1}, {Key: "b", N: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Candidates(ctx, 10); err != nil || len(c) != 0 {
+		t.Fatalf("candidates before the producer commits: %v, %v; want none", c, err)
+	}
+	if err := s.Notify(ctx, "marker"); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "marker" {
+		t.Fatalf("first notification = %q, want the marker: the producer's was sent before its commit", got)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "work" {
+		t.Fatalf("notification after commit = %q, want work", got)
+	}
+	rows, _, err := s.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, r := range rows {
+		got[r.Key] = r.Pending
+	}
+	if len(got) != 2 || got["a"] != 1 || got["b"] != 5 {
+		t.Fatalf("pending after commit = %v, want a:1 b:5 and no rolled-back partition", got)
+	}
+
+	// More work on an existing partition adds to it.
+	if err := s.AddWork(ctx, db, "a", 4); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "work" {
+		t.Fatalf("notification = %q, want work", got)
+	}
+	var avail int64
+	if err := db.QueryRow(`SELECT available FROM baton.tasks WHERE partition_key = 'a'`).Scan(&avail); err != nil || avail != 5 {
+		t.Fatalf("a available = %d, %v; want 5", avail, err)
+	}
+
+	for _, bad := range []partition.Work{{Key: "", N: 1}, {Key: "x", N: -1}} {
+		if err := s.AddWorks(ctx, db, []partition.Work{bad}); err == nil {
+			t.Errorf("AddWorks(%+v) accepted", bad)
+		}
+	}
+}
+
+// A producer does not wait for a batch in flight on the same partition: its
+// lock (FOR NO KEY UPDATE) does not conflict with the batch's fence, and the
+// batch commits after it with the checkpoint it read.
+func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	s := partition.NewStore(db, "")
+	if err := s.AddWork(ctx, db, "k", 5); err != nil {
+		t.Fatal(err)
+	}
+	won, err := s.Claim(ctx, "w#1", time.Minute, []partition.Candidate{{Key: "k", Version: 0}})
+	if err != nil || len(won) != 1 {
+		t.Fatalf("claim: %v %v", won, err)
+	}
+	batch, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = batch.Rollback() }()
+	cp, err := s.Fence(ctx, batch, "w#1", won[0].Lease)
+	if err != nil || cp.Available != 5 {
+		t.Fatalf("fence: %+v %v", cp, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.AddWork(actx, db, "k", 2); err != nil {
+		t.Fatalf("adding work while a batch holds the fence: %v", err)
+	}
+	if err := s.Advance(ctx, batch, won[0].Lease, 0, 5, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	rows, _, err := s.Status(ctx)
+	if err != nil || len(rows) != 1 || rows[0].Processed != 5 || rows[0].Pending != 2 {
+		t.Fatalf("after batch and producer: %+v, %v; want position 5, 2 pending", rows, err)
+	}
+	if err := s.AddWork(ctx, db, "k", -1); err == nil || !strings.Contains(err.Error(), "taken back") {
+		t.Fatalf("negative work: %v", err)
+	}
+}
