@@ -36,8 +36,8 @@ var benchMethods = []benchMethod{
 // BenchmarkMethods measures one locked transaction (begin, lock, commit)
 // with each method, interleaved in chunks within the same run, on distinct
 // keys (uncontended) and with 4 goroutines on one key (contended). It
-// reports each method's time per transaction and its ratio to
-// SELECT ... FOR UPDATE on an existing row.
+// reports each method's time per transaction, its ratio to
+// SELECT ... FOR UPDATE on an existing row, and row/advisory.
 func BenchmarkMethods(b *testing.B) {
 	db := pgtest.Open(b, pgtest.NewURL(b), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
@@ -81,6 +81,8 @@ func BenchmarkMethods(b *testing.B) {
 					elapsed[mi] += time.Since(start)
 				}
 			}
+			// The choice between the two general methods: row vs advisory.
+			b.ReportMetric(float64(elapsed[0])/float64(elapsed[1]), "row/advisory")
 			base := elapsed[len(elapsed)-1]
 			for mi, m := range benchMethods {
 				b.ReportMetric(float64(elapsed[mi].Nanoseconds())/float64(b.N), m.name+"-ns/tx")
