@@ -283,8 +283,10 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 //
 // A row another transaction has locked (a load adding work holds it until
 // it commits) is skipped rather than waited for, so one busy row never
-// fails the whole renewal: the lease comes back with Locked set and the
-// time it has left, to be renewed by a later heartbeat.
+// fails the whole renewal; it is then retried on its own, waiting at most
+// ttl/40 (10ms to 100ms) for its lock. If the lock is still held, the
+// lease comes back with Locked set and the time it has left, to be renewed
+// by a later heartbeat.
 func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
 	keys, versions := split(leases)
 	rows, err := s.db.QueryContext(ctx, s.sql(`
@@ -332,7 +334,43 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("renewing partitions: %w", err)
 	}
+	rows.Close()
+	// Most locks a heartbeat meets are about to go: a batch of this worker
+	// committing its checkpoint. Wait for those briefly, one row at a
+	// time, so that a busy partition is not left unrenewed beat after beat;
+	// only a row still locked after that (a stalled load) stays skipped.
+	wait := max(10*time.Millisecond, min(ttl/40, 100*time.Millisecond))
+	for i := range out {
+		if out[i].Locked && ctx.Err() == nil {
+			if r, ok := s.renewWaiting(ctx, w.InstanceID, ttl, out[i].Lease, wait); ok {
+				out[i] = r
+			}
+		}
+	}
 	return out, nil
+}
+
+// renewWaiting renews one lease, waiting at most wait for its row lock. It
+// reports false if the lock did not come, or on any error: the lease then
+// stays as the heartbeat found it.
+func (s *Store) renewWaiting(ctx context.Context, owner string, ttl time.Duration, l Lease, wait time.Duration) (Renewal, bool) {
+	r := Renewal{Lease: l}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return r, false
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `SELECT set_config('lock_timeout', ?, true)`, fmt.Sprint(wait.Milliseconds())); err != nil {
+		return r, false
+	}
+	err = tx.QueryRowContext(ctx, `
+		UPDATE tasks SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
+		WHERE partition_key = ? AND version = ? AND owner = ?
+		RETURNING available, position`, interval(ttl), l.Key, l.Version, owner).Scan(&r.Available, &r.Position)
+	if err != nil || tx.Commit() != nil {
+		return r, false
+	}
+	return r, true
 }
 
 // Inspect re-reads leases without changing them: it is how a heartbeat or
