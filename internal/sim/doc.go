@@ -53,7 +53,8 @@
 //
 // The algorithm, step by step as the real code does it: registration; the
 // claim loop (cluster load and fair share every RebalanceInterval, hand-back
-// of surplus partitions, candidates from the head of the claimable index,
+// of surplus partitions, and of a leader's idle partitions while work it has
+// no room for waits, candidates from the head of the claimable index,
 // shuffled, claimed in at most two compare-and-set rounds, a claim whose
 // outcome is unknown resolved by re-reading and adopting what it won, a
 // failed round retried after a back-off, woken by polls and notifications; after a notification a worker with room recomputes its

@@ -866,6 +866,21 @@ func (w *worker) rebalance(load clusterLoad) {
 			h.kick()
 		}
 		w.tracef("above fair share %d: handing back %d", share, surplus)
+	} else if cfg.Mode == ModeLeader && load.unclaimed > 0 && len(keep) >= min(share, cfg.MaxPartitions) {
+		// A leader at capacity hands idle (caught-up) partitions back so
+		// that waiting work it has no room for gets claimed.
+		n := 0
+		for _, h := range keep {
+			if n < load.unclaimed && h.state == hpLeaderWait {
+				h.handBack = true
+				h.nudge = true
+				h.kick()
+				n++
+			}
+		}
+		if n > 0 {
+			w.tracef("leader at capacity with %d unclaimed: handing back %d idle", load.unclaimed, n)
+		}
 	}
 }
 
