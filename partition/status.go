@@ -10,6 +10,7 @@ import (
 // States reported by Status.
 const (
 	StatePending     = "pending"     // unowned, work waiting
+	StateConfirming  = "confirming"  // taken over under a live lease, confirming before its first batch
 	StateActive      = "active"      // owned under a live lease, work waiting
 	StateCaughtUp    = "caught_up"   // owned under a live lease, nothing waiting (leader mode)
 	StateStale       = "stale"       // owner's lease expired; claimable if work waits
@@ -55,6 +56,11 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 		       CASE
 		         WHEN failed_at IS NOT NULL THEN 'quarantined'
 		         WHEN owner IS NOT NULL AND lease_expires_at <= now() THEN 'stale'
+		         WHEN owner IS NOT NULL AND available > position
+		              AND EXISTS (SELECT 1 FROM {{.Schema}}.events e WHERE e.partition_key = t.partition_key
+		                             AND e.version = t.version AND e.kind = 'takeover')
+		              AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.events e WHERE e.partition_key = t.partition_key
+		                                 AND e.version = t.version AND e.kind = 'first_batch') THEN 'confirming'
 		         WHEN owner IS NOT NULL AND available > position THEN 'active'
 		         WHEN owner IS NOT NULL THEN 'caught_up'
 		         WHEN attempts > 0 AND lease_expires_at > now() AND available > position THEN 'backoff'
@@ -64,7 +70,7 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 		       (extract(epoch FROM now() - heartbeat_at) * 1000000)::bigint,
 		       CASE WHEN isfinite(lease_expires_at) THEN (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint END,
 		       position, available - position, attempts, coalesce(last_error, ''), checkpoint
-		FROM {{.Schema}}.tasks
+		FROM {{.Schema}}.tasks t
 		ORDER BY partition_key`))
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading partition status: %w", err)

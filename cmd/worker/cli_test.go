@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
@@ -179,5 +182,93 @@ func TestExportWarnsOnUnpricedAndHonoursTheUmask(t *testing.T) {
 	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
 	if _, errs, code := c.run("export", "--complete", "--out", out); code != 0 || strings.Contains(errs, "warning") {
 		t.Fatalf("export --complete after pricing: exit %d\n%s", code, errs)
+	}
+}
+
+// Every command's help shows an example, and the root's and status's help
+// document the exit codes (status's also the states).
+func TestEveryCommandHasAnExample(t *testing.T) {
+	root, _ := newRoot()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Name() != "help" && c.Name() != "completion" && strings.TrimSpace(c.Example) == "" {
+			t.Errorf("%s --help has no example", c.CommandPath())
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	status, _, err := root.Find([]string{"status"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Exit codes:", "quarantined", "caught_up", "backoff", "stale", "pending", "done", "active"} {
+		if !strings.Contains(status.Long, want) {
+			t.Errorf("status --help lacks %q", want)
+		}
+	}
+	if !strings.Contains(root.Long, "Exit codes:") {
+		t.Error("worker --help lacks the exit codes")
+	}
+}
+
+// status shows a taken-over contract as confirming until its first batch,
+// and counts only live leases for workers.
+func TestStatusShowsConfirmingAndLiveLeases(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	c.mustRun("load", "--tiers", vectors+"tiers.csv", "--records", vectors+"records.csv")
+	db := pgtest.Open(t, c.dsn, dbconn.Options{})
+	var key string
+	var version int64
+	if err := db.QueryRow(`UPDATE baton.tasks SET owner = 'new#1', version = version + 1, heartbeat_at = now(),
+			lease_expires_at = now() + interval '1 hour'
+		WHERE partition_key = (SELECT min(partition_key) FROM baton.tasks) RETURNING partition_key, version`).Scan(&key, &version); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO baton.events (partition_key, kind, version, worker, prev_owner) VALUES (?, 'takeover', ?, 'new#1', 'old#1');
+		INSERT INTO baton.workers (instance_id, name, hostname, pid, mode, heartbeat_at, expires_at)
+		VALUES ('new#1', 'new', 'h', 1, 'lock', now(), now() + interval '1 hour')`, key, version); err != nil {
+		t.Fatal(err)
+	}
+	state := func() (string, int) {
+		var s statusJSON
+		if err := json.Unmarshal([]byte(c.mustRun("status", "--json")), &s); err != nil {
+			t.Fatal(err)
+		}
+		held := -1
+		for _, w := range s.Workers {
+			if w.ID == "new#1" {
+				held = w.Held
+			}
+		}
+		for _, p := range s.Partitions {
+			if p.ContractID == key {
+				return p.State, held
+			}
+		}
+		t.Fatalf("%s missing from status", key)
+		return "", 0
+	}
+	if st, held := state(); st != "confirming" || held != 1 {
+		t.Fatalf("taken over, before its first batch: %s with %d held, want confirming with 1", st, held)
+	}
+	if _, err := db.Exec(`INSERT INTO baton.events (partition_key, kind, version, worker) VALUES (?, 'first_batch', ?, 'new#1')`, key, version); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := state(); st != "active" {
+		t.Fatalf("after its first batch: %s, want active", st)
+	}
+	// A lease that expired is not counted for its worker.
+	if _, err := db.Exec(`UPDATE baton.tasks SET lease_expires_at = now() - interval '1 second' WHERE partition_key = ?`, key); err != nil {
+		t.Fatal(err)
+	}
+	if st, held := state(); st != "stale" || held != 0 {
+		t.Fatalf("expired lease: %s with %d held, want stale with 0", st, held)
+	}
+	plain := c.mustRun("status")
+	if strings.Contains(plain, "map[") || !strings.Contains(plain, "by state: ") {
+		t.Fatalf("plain status is not a readable table:\n%s", plain)
 	}
 }

@@ -61,7 +61,7 @@ func bar(done, total int64, width int) string {
 
 // stateOrder lists the states, held ones first (what is being worked on
 // now), then the backlog.
-var stateOrder = []string{"active", "caught_up", "stale", "backoff", "quarantined", "pending", "done"}
+var stateOrder = []string{"confirming", "active", "caught_up", "stale", "backoff", "quarantined", "pending", "done"}
 
 func stateRank(s string) int {
 	for i, x := range stateOrder {

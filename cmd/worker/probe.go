@@ -16,7 +16,9 @@ func newProbeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "probe URL",
 		Short: "Exit 0 if URL answers 200 (container health checks: /healthz, /readyz)",
-		Args:  cobra.ExactArgs(1),
+		Example: `  worker probe http://127.0.0.1:9090/readyz
+  worker probe --timeout 1s http://127.0.0.1:9090/healthz`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client := &http.Client{Timeout: timeout}
 			resp, err := client.Get(args[0])

@@ -27,7 +27,9 @@ func newScheduleCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "schedule",
 		Short: "Manage scheduled jobs, run by every \"worker run\" once per due time across the farm",
-		Args:  cobra.NoArgs,
+		Example: `  worker schedule add nightly-verify --cron "0 3 * * *" --builtin verify
+  worker schedule list`,
+		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newScheduleAddCmd(g), newScheduleListCmd(g), newScheduleRemoveCmd(g), newScheduleTriggerCmd(g),
 		newScheduleDemoCmd(g))
@@ -44,6 +46,8 @@ func newScheduleAddCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "add NAME (--every DURATION | --cron \"EXPR\") [flags] (-- COMMAND [ARGS...] | --builtin NAME)",
 		Short: "Add a scheduled job, or update the job of that name",
+		Example: `  worker schedule add cleanup --every 10m -- /usr/local/bin/cleanup --older-than 7d
+  worker schedule add nightly-verify --cron "0 3 * * *" --builtin verify`,
 		Long: `Add a scheduled job, or update the job of that name.
 
 The command runs with BATON_JOB, BATON_SLOT (the due time, RFC 3339 UTC, from
@@ -97,9 +101,10 @@ contract's totals in SQL and checks the priced output and checkpoints).`,
 func newScheduleListCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List scheduled jobs: state, owner, next and last runs",
-		Args:  cobra.NoArgs,
+		Use:     "list",
+		Short:   "List scheduled jobs: state, owner, next and last runs",
+		Example: `  worker schedule list`,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := g.openForSchedule(cmd.Context())
 			if err != nil {
@@ -156,9 +161,10 @@ func oneLine(s string) string {
 
 func newScheduleRemoveCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "remove NAME",
-		Short: "Remove a scheduled job (a run in progress can no longer record its completion)",
-		Args:  cobra.ExactArgs(1),
+		Use:     "remove NAME",
+		Short:   "Remove a scheduled job (a run in progress can no longer record its completion)",
+		Example: `  worker schedule remove cleanup`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			db, err := g.openForSchedule(cmd.Context())
 			if err != nil {
@@ -176,9 +182,10 @@ func newScheduleRemoveCmd(g *globals) *cobra.Command {
 
 func newScheduleTriggerCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "trigger NAME",
-		Short: "Ask for one extra run of a job now, beside its schedule",
-		Args:  cobra.ExactArgs(1),
+		Use:     "trigger NAME",
+		Short:   "Ask for one extra run of a job now, beside its schedule",
+		Example: `  worker schedule trigger nightly-verify`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			db, err := g.openForSchedule(cmd.Context())
 			if err != nil {

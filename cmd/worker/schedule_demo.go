@@ -31,8 +31,9 @@ type scheduleDemoOptions struct {
 func newScheduleDemoCmd(g *globals) *cobra.Command {
 	var o scheduleDemoOptions
 	cmd := &cobra.Command{
-		Use:   "demo",
-		Short: "Show scheduled jobs: workers run a 1-second catch-up job and a leader job through a SIGKILL and a SIGSTOP",
+		Use:     "demo",
+		Short:   "Show scheduled jobs: workers run a 1-second catch-up job and a leader job through a SIGKILL and a SIGSTOP",
+		Example: `  worker schedule demo`,
 		Long: `demo adds two jobs, "tick" (every second, catch-up, lock mode) and "lead"
 (every second, leader mode), starts worker processes, SIGKILLs the leader's
 worker, then SIGSTOPs the new leader for three times the lease, and checks

@@ -97,9 +97,10 @@ func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerSt
 // statesHelp documents the states status reports.
 const statesHelp = `States:
   pending      unowned, records waiting to be priced
-  active       held by a live worker, records waiting (a worker that took it
-               over from a dead one confirms its claim over a few heartbeats
-               before pricing, at 0 records/s meanwhile)
+  confirming   taken over from a worker that stopped heartbeating; the new
+               owner confirms its claim over --confirm heartbeats before its
+               first batch (0 records/s meanwhile)
+  active       held by a live worker, records waiting
   caught_up    held by a live worker, nothing waiting (leader mode)
   stale        its owner stopped heartbeating; another worker takes it over
   backoff      a batch failed; retried after an exponential back-off

@@ -62,7 +62,9 @@ func newUICmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve the operator console: contracts, their ownership history, workers (read-only unless --ui-token)",
-		Args:  cobra.NoArgs,
+		Example: `  worker ui
+  worker ui --addr 0.0.0.0:8080 --ui-token "$(openssl rand -hex 16)"`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			stop, err := c.start(cmd.Context(), g)
 			if err != nil {
