@@ -67,7 +67,7 @@ type Config struct {
 	// partition needs before it is processed. Defaults to 3.
 	Confirm int
 	// MaxPartitions caps the partitions held at once. Defaults to 8. The
-	// database pool needs MaxPartitions + 3 connections.
+	// database pool needs PoolSize connections.
 	MaxPartitions int
 	// BatchSize is the most work items per committed batch. Defaults to 1000.
 	BatchSize int
@@ -170,37 +170,37 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("invalid Schema: %w", err))
 	}
 	if strings.Contains(c.Name, partition.InstanceSeparator) {
-		errs = append(errs, fmt.Errorf("worker name %q must not contain %q", c.Name, partition.InstanceSeparator))
+		errs = append(errs, fmt.Errorf("worker Name %q must not contain %q", c.Name, partition.InstanceSeparator))
 	}
 	if err := c.heartbeatConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Mode != ModeLock && c.Mode != ModeLeader {
-		errs = append(errs, fmt.Errorf("mode must be %q or %q, got %q", ModeLock, ModeLeader, c.Mode))
+		errs = append(errs, fmt.Errorf("Mode must be %q or %q, got %q", ModeLock, ModeLeader, c.Mode))
 	}
 	if c.UntilDone && c.Mode != ModeLock {
-		errs = append(errs, errors.New("until-done needs mode lock: a leader keeps caught-up partitions and never finishes"))
+		errs = append(errs, errors.New("UntilDone needs Mode lock: a leader keeps caught-up partitions and never finishes"))
 	}
 	if c.MaxPartitions < 1 {
-		errs = append(errs, fmt.Errorf("max-partitions must be at least 1, got %d", c.MaxPartitions))
+		errs = append(errs, fmt.Errorf("MaxPartitions must be at least 1, got %d", c.MaxPartitions))
 	}
 	if c.BatchSize < 1 {
-		errs = append(errs, fmt.Errorf("batch-size must be at least 1, got %d", c.BatchSize))
+		errs = append(errs, fmt.Errorf("BatchSize must be at least 1, got %d", c.BatchSize))
 	}
 	if c.PollInterval <= 0 || c.RebalanceInterval <= 0 {
-		errs = append(errs, errors.New("poll and rebalance intervals must be positive"))
+		errs = append(errs, errors.New("PollInterval and RebalanceInterval must be positive"))
 	}
 	if c.MaxAttempts < 1 {
-		errs = append(errs, fmt.Errorf("max-attempts must be at least 1, got %d", c.MaxAttempts))
+		errs = append(errs, fmt.Errorf("MaxAttempts must be at least 1, got %d", c.MaxAttempts))
 	}
 	if c.Backoff <= 0 || c.MaxBackoff < c.Backoff {
-		errs = append(errs, fmt.Errorf("backoff (%s) must be positive and at most max-backoff (%s)", c.Backoff, c.MaxBackoff))
+		errs = append(errs, fmt.Errorf("initial Backoff (%s) must be positive and at most MaxBackoff (%s)", c.Backoff, c.MaxBackoff))
 	}
 	if c.EventRetention <= 0 || c.EventMaxRows < 1 {
-		errs = append(errs, fmt.Errorf("event retention (%s) and max rows (%d) must be positive", c.EventRetention, c.EventMaxRows))
+		errs = append(errs, fmt.Errorf("EventRetention (%s) and EventMaxRows (%d) must be positive", c.EventRetention, c.EventMaxRows))
 	}
 	if c.ShutdownTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("shutdown timeout must be positive, got %s", c.ShutdownTimeout))
+		errs = append(errs, fmt.Errorf("ShutdownTimeout must be positive, got %s", c.ShutdownTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -210,6 +210,16 @@ func (c Config) validate() error {
 func (c Config) Validate() error {
 	c.setDefaults()
 	return c.validate()
+}
+
+// PoolSize is the most database connections a distributor with this
+// configuration uses at once: one per partition held (its batch), plus the
+// heartbeat's own connection, the listening connection and one for claims,
+// releases and the other short statements. Give the *bun.DB's pool
+// (SetMaxOpenConns) at least this many.
+func (c Config) PoolSize() int {
+	c.setDefaults()
+	return c.MaxPartitions + 3
 }
 
 // ConnectionLimits returns the server-side limits a worker's connections

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -157,8 +158,27 @@ type held struct {
 }
 
 // New returns a distributor over db running p. db's pool should allow
-// cfg.MaxPartitions + 3 connections.
+// cfg.PoolSize() connections.
+//
+// db must be opened with pgx's database/sql driver
+// (github.com/jackc/pgx/v5/stdlib: sql.Open("pgx", url) or stdlib.OpenDB),
+// which batches (Batch.Raw) and LISTEN need; New rejects any other driver
+// rather than lose wake-ups silently.
 func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
+	if db == nil {
+		return nil, errors.New("distributor.New: db is nil: pass a *bun.DB over pgx's stdlib driver (bun.NewDB(sql.Open(\"pgx\", url), pgdialect.New()))")
+	}
+	if p == nil {
+		return nil, errors.New("distributor.New: the Processor is nil: pass one (a type with a Process method, or a ProcessorFunc)")
+	}
+	for _, h := range []*bun.DB{db, cfg.ListenDB} {
+		if h == nil {
+			continue
+		}
+		if _, ok := h.Driver().(*stdlib.Driver); !ok {
+			return nil, fmt.Errorf("distributor.New: the database handle's driver is %T, which cannot LISTEN nor run batches: open it with pgx's stdlib driver (sql.Open(\"pgx\", url) or stdlib.OpenDB, package github.com/jackc/pgx/v5/stdlib)", h.Driver())
+		}
+	}
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("invalid distributor config: %w", err)

@@ -104,7 +104,7 @@ signal exits at once with code 1.`,
 			stmt, lock, idle := cfg.ConnectionLimits()
 			db, err := g.openWaiting(cmd.Context(), dbconn.Options{
 				ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,
-				IdleInTransactionTimeout: idle, MaxOpenConns: cfg.MaxPartitions + 4 + jobConns(r.jobs),
+				IdleInTransactionTimeout: idle, MaxOpenConns: cfg.PoolSize() + 1 + jobConns(r.jobs),
 			}, r.waitForDB)
 			if err != nil {
 				return err
