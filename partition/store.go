@@ -363,10 +363,10 @@ func (s *Store) renewWaiting(ctx context.Context, owner string, ttl time.Duratio
 	if _, err := tx.ExecContext(ctx, `SELECT set_config('lock_timeout', ?, true)`, fmt.Sprint(wait.Milliseconds())); err != nil {
 		return r, false
 	}
-	err = tx.QueryRowContext(ctx, `
-		UPDATE tasks SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
+	err = tx.QueryRowContext(ctx, s.sql(`
+		UPDATE {{.Schema}}.tasks SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
 		WHERE partition_key = ? AND version = ? AND owner = ?
-		RETURNING available, position`, interval(ttl), l.Key, l.Version, owner).Scan(&r.Available, &r.Position)
+		RETURNING available, position`), interval(ttl), l.Key, l.Version, owner).Scan(&r.Available, &r.Position)
 	if err != nil || tx.Commit() != nil {
 		return r, false
 	}
