@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
@@ -131,8 +132,18 @@ stopped heartbeating is not counted.
 			if watch && asJSON {
 				return usageError("--watch and --json do not go together")
 			}
-			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
+			open := func() (*bun.DB, error) { return g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true) }
+			if watch {
+				// A live view outlasts outages, one at start included.
+				open = func() (*bun.DB, error) {
+					return g.openWaiting(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, 24*time.Hour)
+				}
+			}
+			db, err := open()
 			if err != nil {
+				if watch && cmd.Context().Err() != nil {
+					return nil // interrupted while waiting
+				}
 				return err
 			}
 			defer db.Close()
