@@ -37,3 +37,34 @@ func TestPickClaims(t *testing.T) {
 		})
 	}
 }
+
+func TestPlanShare(t *testing.T) {
+	load := func(busy, live, unclaimed, minHeld int) partition.Load {
+		return partition.Load{Busy: busy, LiveWorkers: live, Unclaimed: unclaimed, MinHeld: minHeld}
+	}
+	for _, tc := range []struct {
+		name       string
+		load       partition.Load
+		held, idle int
+		mode       Mode
+		max        int
+		want       sharePlan
+	}{
+		{"alone takes up to MaxPartitions", load(20, 1, 20, 0), 0, 0, ModeLock, 8, sharePlan{share: 8, claim: 8}},
+		{"no work still allows one", load(0, 3, 0, 0), 0, 0, ModeLock, 8, sharePlan{share: 1, claim: 1}},
+		{"ceil of busy over live", load(10, 3, 10, 0), 1, 0, ModeLock, 8, sharePlan{share: 4, claim: 3}},
+		{"capped by MaxPartitions", load(100, 2, 50, 0), 0, 0, ModeLock, 8, sharePlan{share: 8, claim: 8}},
+		{"surplus handed back when someone can take it", load(12, 3, 0, 2), 6, 0, ModeLock, 12, sharePlan{share: 4, handBack: 2}},
+		{"surplus kept while work is unclaimed", load(12, 3, 2, 2), 6, 0, ModeLock, 12, sharePlan{share: 4}},
+		{"surplus kept when every worker is at its share", load(12, 3, 0, 4), 6, 0, ModeLock, 12, sharePlan{share: 4}},
+		{"leader at capacity frees idle partitions for waiting work", load(9, 3, 2, 3), 3, 3, ModeLeader, 3, sharePlan{share: 3, handBackIdle: 2}},
+		{"leader below capacity frees nothing", load(9, 3, 2, 1), 2, 2, ModeLeader, 8, sharePlan{share: 3, claim: 1}},
+		{"lock mode frees no idle partitions", load(9, 3, 2, 3), 3, 3, ModeLock, 3, sharePlan{share: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := planShare(tc.load, tc.held, tc.idle, tc.mode, tc.max); got != tc.want {
+				t.Fatalf("planShare = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -284,6 +284,10 @@ func TestGracefulLeaveRaisesOthersShareAtOnce(t *testing.T) {
 		cfg.MaxPartitions = 12
 		cfg.RebalanceInterval = time.Hour
 		cfg.PollInterval = 100 * time.Millisecond // picks up claim races lost at the start
+		// Shares, not leases, are under test: a lease long enough that a
+		// loaded machine's late heartbeats and slow batches (statements
+		// time out at StaleAfter/2) cost no partition.
+		cfg.StaleAfter = 5 * time.Second
 		ds[name] = e.start(cfg, newProc())
 	}
 	// The work arrives after all three registered: the notification makes
