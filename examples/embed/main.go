@@ -1,0 +1,192 @@
+// Command embed is a complete service that embeds baton, as a team would
+// write it outside baton's repository: it imports only baton's public
+// packages.
+//
+// It keeps its own tables (orders, shipments) beside baton's schema in its
+// own database, applies baton's core migrations, enqueues orders in its
+// own transactions (each order is a work item of its customer's
+// partition), ships them with its own Processor, whose side effect outside
+// the database is made idempotent with Batch.IdempotencyKey, and stops
+// gracefully on SIGINT/SIGTERM or once everything is shipped.
+//
+//	DATABASE_URL=postgres://... go run ./embed
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx": baton listens through it
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/schema"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "embed:", err)
+		os.Exit(1)
+	}
+}
+
+// The service's own tables. An order's seq is its position in the
+// customer's partition: 1, 2, 3... in the order they were placed.
+const serviceSchema = `
+CREATE TABLE IF NOT EXISTS orders (
+    customer text NOT NULL,
+    seq      bigint NOT NULL,
+    item     text NOT NULL,
+    cents    bigint NOT NULL,
+    PRIMARY KEY (customer, seq)
+);
+CREATE TABLE IF NOT EXISTS shipments (
+    customer        text NOT NULL,
+    seq             bigint NOT NULL,
+    carrier_request text NOT NULL,
+    PRIMARY KEY (customer, seq)
+);`
+
+func run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		return errors.New("set DATABASE_URL")
+	}
+
+	cfg := distributor.Config{
+		Name:       "shipper",
+		Heartbeat:  200 * time.Millisecond,
+		StaleAfter: 2 * time.Second,
+		UntilDone:  true, // a batch job: stop once every order is shipped
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	sqldb, err := sql.Open("pgx", url)
+	if err != nil {
+		return err
+	}
+	sqldb.SetMaxOpenConns(cfg.PoolSize())
+	db := bun.NewDB(sqldb, pgdialect.New())
+	defer db.Close()
+
+	// baton's core tables go into their own schema ("baton"); the
+	// service's tables stay where they are.
+	if _, err := schema.Migrate(ctx, db, schema.Config{}); err != nil {
+		return fmt.Errorf("migrating baton: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, serviceSchema); err != nil {
+		return fmt.Errorf("creating the service's tables: %w", err)
+	}
+
+	// Place orders: each transaction writes the service's rows and adds
+	// them to the customer's partition; workers are woken at commit.
+	store := partition.NewStore(db, "")
+	for _, o := range []struct {
+		customer string
+		items    []string
+	}{
+		{"acme", []string{"anvil", "rocket", "magnet"}},
+		{"globex", []string{"hammock"}},
+		{"initech", []string{"stapler", "printer"}},
+	} {
+		if err := placeOrders(ctx, db, store, o.customer, o.items); err != nil {
+			return err
+		}
+	}
+
+	carrier := &carrier{requests: map[string]int{}}
+	d, err := distributor.New(db, &shipper{carrier: carrier}, cfg)
+	if err != nil {
+		return err
+	}
+	if err := d.Run(ctx); err != nil { // returns after a graceful hand-back
+		return err
+	}
+
+	rows, err := db.QueryContext(ctx, `
+		SELECT o.customer, count(*), sum(o.cents) FROM orders o
+		JOIN shipments s ON s.customer = o.customer AND s.seq = o.seq
+		GROUP BY o.customer ORDER BY o.customer`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var customer string
+		var n, cents int64
+		if err := rows.Scan(&customer, &n, &cents); err != nil {
+			return err
+		}
+		fmt.Printf("%s: %d orders shipped, %d cents\n", customer, n, cents)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	fmt.Printf("carrier requests: %d distinct\n", len(carrier.requests))
+	return nil
+}
+
+// placeOrders appends items to customer's orders in one transaction of
+// the service's own, and makes them work for the shipper in the same
+// transaction.
+func placeOrders(ctx context.Context, db *bun.DB, store *partition.Store, customer string, items []string) error {
+	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var last int64
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM orders WHERE customer = ?`,
+			customer).Scan(&last); err != nil {
+			return err
+		}
+		for i, item := range items {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (customer, seq, item, cents) VALUES (?, ?, ?, ?)`,
+				customer, last+int64(i)+1, item, 100*int64(len(item))); err != nil {
+				return err
+			}
+		}
+		return store.AddWork(ctx, tx, customer, int64(len(items)))
+	})
+}
+
+// carrier stands for an external shipping API. Requests carry an
+// idempotency key, so a batch retried by another worker after a crash
+// books nothing twice.
+type carrier struct {
+	mu       sync.Mutex
+	requests map[string]int
+}
+
+func (c *carrier) book(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.requests[key]++
+}
+
+// shipper is the service's Processor: it ships the orders of one batch.
+type shipper struct{ carrier *carrier }
+
+func (s *shipper) Process(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
+	from := b.Checkpoint.Position
+	to := min(from+int64(b.Limit), b.Checkpoint.Available)
+	key := b.IdempotencyKey() // the same for these items whoever ships them
+	s.carrier.book(key)
+	// Written through the fenced transaction: committed with the
+	// checkpoint, and only while this worker owns the customer.
+	if _, err := b.Tx.ExecContext(ctx, `
+		INSERT INTO shipments (customer, seq, carrier_request)
+		SELECT customer, seq, ? FROM orders
+		WHERE customer = ? AND seq > ? AND seq <= ?`,
+		key, b.Lease.Key, from, to); err != nil {
+		return distributor.Result{}, fmt.Errorf("shipping orders of %s: %w", b.Lease.Key, err)
+	}
+	return distributor.Result{Position: to}, nil
+}
