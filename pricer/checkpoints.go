@@ -9,39 +9,84 @@ import (
 	"github.com/batonhq/baton/schema"
 )
 
-// CheckpointMismatch is a contract whose checkpoint (its task row's
-// position) disagrees with the number of priced rows.
-type CheckpointMismatch struct {
+// CommittedMismatch is a contract whose committed output disagrees with
+// the independent recomputation of its checkpointed prefix.
+type CommittedMismatch struct {
 	ContractID string
-	Position   int64
-	Priced     int64
+	Position   int64  // the checkpoint
+	Records    int64  // records with seq <= position
+	Priced     int64  // priced rows
+	MaxSeq     int64  // highest priced seq
+	BadRows    int64  // priced rows whose gross differs from the record or gross − discount ≠ net
+	WantNet    string // R(G) of the prefix, recomputed in SQL
+	GotNet     string // sum of the priced nets
 }
 
-// VerifyCheckpoints compares every contract's checkpoint with its priced
-// output: the records up to position are priced exactly once, none beyond.
-func VerifyCheckpoints(ctx context.Context, db bun.IDB, schemaName string) ([]CheckpointMismatch, error) {
+func (m CommittedMismatch) String() string {
+	return fmt.Sprintf("contract %s: checkpoint %d, %d records up to it, %d priced (up to seq %d), %d bad rows; net %s, recomputed %s",
+		m.ContractID, m.Position, m.Records, m.Priced, m.MaxSeq, m.BadRows, m.GotNet, m.WantNet)
+}
+
+// VerifyCommitted checks every contract's committed output against its
+// checkpoint, independently of the Go engine: the records up to the
+// checkpoint (position) are priced exactly once and none beyond, every
+// priced row matches its record with gross − discount = net, and the
+// priced nets add up to R(G) of the prefix's gross G, recomputed in SQL
+// numeric arithmetic from the tiers (each net is a difference of
+// cumulative values, so a prefix telescopes). Unlike Verify it holds while
+// pricing is under way. Run it in one snapshot (REPEATABLE READ) so the
+// checkpoints and the output agree.
+func VerifyCommitted(ctx context.Context, db bun.IDB, schemaName string) ([]CommittedMismatch, error) {
 	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
-		SELECT t.partition_key, t.position, coalesce(p.n, 0), coalesce(p.max_seq, 0)
-		FROM {{.Schema}}.tasks t
-		LEFT JOIN (SELECT contract_id, count(*) AS n, max(seq) AS max_seq FROM {{.Schema}}.priced GROUP BY contract_id) p
-		  ON p.contract_id = t.partition_key
-		WHERE t.position <> coalesce(p.n, 0) OR t.position <> coalesce(p.max_seq, 0)
-		ORDER BY t.partition_key`))
+		WITH totals AS (
+			SELECT t.partition_key AS contract_id, t.position,
+			       coalesce(sum(r.amount_minor), 0)::numeric AS g, count(r.seq) AS n
+			FROM {{.Schema}}.tasks t
+			LEFT JOIN {{.Schema}}.records r ON r.contract_id = t.partition_key AND r.seq <= t.position
+			GROUP BY t.partition_key, t.position
+		), bands AS (
+			SELECT contract_id, threshold_minor::numeric AS t, discount_bp::numeric AS bp,
+			       lead(threshold_minor::numeric) OVER (PARTITION BY contract_id ORDER BY threshold_minor) AS t_next
+			FROM {{.Schema}}.tiers
+		), n AS (
+			SELECT tt.contract_id, tt.position, tt.n,
+			       10000 * tt.g - coalesce(sum(b.bp * greatest(0, least(tt.g, coalesce(b.t_next, tt.g)) - b.t)), 0) AS nn
+			FROM totals tt LEFT JOIN bands b ON b.contract_id = tt.contract_id
+			GROUP BY tt.contract_id, tt.position, tt.n, tt.g
+		), want AS (
+			SELECT contract_id, position, n, floor(nn / 10000) AS q, nn - 10000 * floor(nn / 10000) AS r FROM n
+		), got AS (
+			SELECT p.contract_id, count(*) AS n, max(p.seq) AS max_seq, sum(p.net_minor)::numeric AS net,
+			       count(*) FILTER (WHERE r.amount_minor IS DISTINCT FROM p.gross_minor
+			                          OR p.gross_minor - p.discount_minor <> p.net_minor
+			                          OR r.record_id IS DISTINCT FROM p.record_id) AS bad
+			FROM {{.Schema}}.priced p LEFT JOIN {{.Schema}}.records r ON r.contract_id = p.contract_id AND r.seq = p.seq
+			GROUP BY p.contract_id
+		), cmp AS (
+			SELECT w.contract_id, w.position, w.n, coalesce(g.n, 0) AS priced, coalesce(g.max_seq, 0) AS max_seq,
+			       coalesce(g.bad, 0) AS bad,
+			       w.q + CASE WHEN w.r > 5000 OR (w.r = 5000 AND mod(w.q, 2) = 1) THEN 1 ELSE 0 END AS want_net,
+			       coalesce(g.net, 0) AS got_net
+			FROM want w LEFT JOIN got g ON g.contract_id = w.contract_id
+		)
+		SELECT contract_id, position, n, priced, max_seq, bad, want_net::text, got_net::text
+		FROM cmp
+		WHERE n <> position OR priced <> position OR max_seq <> position OR bad <> 0 OR want_net <> got_net
+		ORDER BY contract_id`))
 	if err != nil {
-		return nil, fmt.Errorf("verifying checkpoints: %w", err)
+		return nil, fmt.Errorf("verifying committed output: %w", err)
 	}
 	defer rows.Close()
-	var out []CheckpointMismatch
+	var out []CommittedMismatch
 	for rows.Next() {
-		var m CheckpointMismatch
-		var maxSeq int64
-		if err := rows.Scan(&m.ContractID, &m.Position, &m.Priced, &maxSeq); err != nil {
-			return nil, fmt.Errorf("verifying checkpoints: %w", err)
+		var m CommittedMismatch
+		if err := rows.Scan(&m.ContractID, &m.Position, &m.Records, &m.Priced, &m.MaxSeq, &m.BadRows, &m.WantNet, &m.GotNet); err != nil {
+			return nil, fmt.Errorf("verifying committed output: %w", err)
 		}
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("verifying checkpoints: %w", err)
+		return nil, fmt.Errorf("verifying committed output: %w", err)
 	}
 	return out, nil
 }
