@@ -338,7 +338,17 @@ func (s *Scheduler) start(life context.Context, cl *claimed, fn RunFunc, sent ti
 		s.held[name] = h
 	}
 	h.running = true
-	runCtx, cancel := context.WithCancelCause(h.lease.Context())
+	// The run ends with the lease; past the run's deadline the heartbeat
+	// stops renewing it on purpose, so a loss then is the deadline's.
+	runCtx, cancel := context.WithCancelCause(life)
+	lease := h.lease
+	stopWatch := context.AfterFunc(lease.Context(), func() {
+		cause := context.Cause(lease.Context())
+		if s.cfg.Clock.Since(sent) >= cl.remaining {
+			cause = ErrLockAtMostFor
+		}
+		cancel(cause)
+	})
 	h.cancel = cancel
 	s.running.Add(1)
 	s.mu.Unlock()
@@ -358,12 +368,13 @@ func (s *Scheduler) start(life context.Context, cl *claimed, fn RunFunc, sent ti
 	go func() {
 		defer s.running.Done()
 		defer deadline.Stop()
+		defer stopWatch()
 		defer cancel(nil)
-		s.execute(runCtx, life, h, cl, fn, r)
+		s.execute(runCtx, life, h, cl, fn, r, sent)
 	}()
 }
 
-func (s *Scheduler) execute(ctx, life context.Context, h *heldJob, cl *claimed, fn RunFunc, r *Run) {
+func (s *Scheduler) execute(ctx, life context.Context, h *heldJob, cl *claimed, fn RunFunc, r *Run, sent time.Time) {
 	log := s.cfg.Logger.With("job", r.Job, "slot", r.Slot.Format(time.RFC3339Nano), "fence", r.Fence)
 	if cl.takeover {
 		// The previous runner may only be paused: wait until it has had
@@ -382,6 +393,13 @@ func (s *Scheduler) execute(ctx, life context.Context, h *heldJob, cl *claimed, 
 	err := safeRun(ctx, fn, r)
 	elapsed := s.cfg.Clock.Since(start)
 	cause := context.Cause(ctx)
+	if ctx.Err() != nil && !errors.Is(cause, ErrShutdown) && s.cfg.Clock.Since(sent) >= cl.remaining {
+		// Past the run's deadline the heartbeat no longer renews the job
+		// (on purpose: a run ignoring cancellation must not keep it), so
+		// a renewal may report the lease gone before the local deadline's
+		// own cancellation lands: either way the run reached its limit.
+		cause = ErrLockAtMostFor
+	}
 	if ctx.Err() != nil && !errors.Is(cause, ErrLockAtMostFor) && !errors.Is(cause, ErrShutdown) {
 		// The lease is gone: the run's completion could not commit, and
 		// whoever takes the job over runs the slot again.
