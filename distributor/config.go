@@ -90,7 +90,7 @@ type Config struct {
 	// A failed claim round is retried on the same schedule, never later
 	// than the next poll.
 	Backoff    time.Duration
-	MaxBackoff time.Duration
+	MaxBackoff time.Duration // see Backoff
 	// ShutdownTimeout bounds a graceful stop: batches still running after
 	// it are abandoned (rolled back). Defaults to 10s.
 	ShutdownTimeout time.Duration
@@ -102,7 +102,7 @@ type Config struct {
 	// their number. Workers prune them about once a minute. Defaults to 7
 	// days and 1,000,000 rows.
 	EventRetention time.Duration
-	EventMaxRows   int64
+	EventMaxRows   int64 // see EventRetention
 	// KeyAttr is the log attribute name for partition keys. Defaults to
 	// KeyAttrDefault.
 	KeyAttr string

@@ -26,16 +26,16 @@ const (
 
 // Event is one protocol event, passed to Config.OnEvent.
 type Event struct {
-	Kind     EventKind
-	Worker   string // instance id
-	Key      string
-	Version  int64
-	Takeover bool
-	Items    int
-	Position int64
-	Attempts int
-	Reason   string
-	Duration time.Duration
-	Err      error
-	At       time.Time
+	Kind     EventKind     // what happened
+	Worker   string        // instance id
+	Key      string        // the partition
+	Version  int64         // the claim's version
+	Takeover bool          // claimed: the previous owner's lease had expired
+	Items    int           // checkpoint: items in the batch
+	Position int64         // checkpoint position after the event
+	Attempts int           // failed: attempts so far
+	Reason   string        // released: caught_up, rebalance or shutdown
+	Duration time.Duration // how long the step took (batch, confirmation)
+	Err      error         // the cause, for lost, fenced and failed
+	At       time.Time     // when, by the local clock
 }

@@ -41,19 +41,19 @@ func traceparent(ctx context.Context) string {
 
 // Event is one row of a partition's ownership history.
 type Event struct {
-	ID           int64
-	At           time.Time
-	Key          string
-	Kind         string
-	Version      int64
-	Worker       string // instance id; "" for an operator's action
-	PrevOwner    string // takeover: the owner whose lease expired
-	PrevBeatAt   *time.Time
-	Position     *int64
-	Items        *int64
-	Attempts     *int
+	ID           int64          // increasing with insertion
+	At           time.Time      // database clock
+	Key          string         // the partition
+	Kind         string         // one of the Event… constants
+	Version      int64          // the claim the event belongs to
+	Worker       string         // instance id; "" for an operator's action
+	PrevOwner    string         // takeover: the owner whose lease expired
+	PrevBeatAt   *time.Time     // takeover: the previous owner's last heartbeat
+	Position     *int64         // checkpoint position, where known
+	Items        *int64         // first batch: its items
+	Attempts     *int           // failed, quarantined: attempts so far
 	TakeoverTime *time.Duration // first batch after a takeover: old owner's last heartbeat → this commit
-	Detail       string
+	Detail       string         // reason or error text
 }
 
 // WithoutEvents returns a Store over the same database that records no
@@ -187,9 +187,9 @@ func (s *Store) readEvents(ctx context.Context, where string, args ...any) ([]Ev
 // TakeoverStats summarises the takeovers whose first batch committed in a
 // window: how many, and percentiles of their takeover time.
 type TakeoverStats struct {
-	Count         int
-	P50, P90, P99 time.Duration
-	Max           time.Duration
+	Count         int           // takeovers in the window
+	P50, P90, P99 time.Duration // percentiles of the takeover time
+	Max           time.Duration // the longest takeover time
 }
 
 // Takeovers summarises takeovers whose first batch committed within since.

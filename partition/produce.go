@@ -13,8 +13,8 @@ import (
 
 // Work is n new work items for the partition Key.
 type Work struct {
-	Key string
-	N   int64
+	Key string // the partition (created if new)
+	N   int64  // items added; at least 0
 }
 
 // AddWork makes n more work items available on partition key, creating the

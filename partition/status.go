@@ -21,31 +21,31 @@ const (
 
 // PartitionStatus is one task row as an operator sees it.
 type PartitionStatus struct {
-	Key            string
-	Owner          string // worker name (without instance suffix), "" if none
-	OwnerInstance  string
-	State          string
-	Version        int64
+	Key            string         // the partition
+	Owner          string         // worker name (without instance suffix), "" if none
+	OwnerInstance  string         // owner's instance id (name#suffix), "" if none
+	State          string         // quarantined, stale, confirming, active, caught_up, backoff, pending or done
+	Version        int64          // bumped by every change of ownership
 	HeartbeatAge   *time.Duration // nil when unowned
-	Processed      int64
-	Pending        int64
-	Attempts       int
-	Error          string
-	Checkpoint     []byte
+	Processed      int64          // items processed (the checkpoint position)
+	Pending        int64          // items available but not processed
+	Attempts       int            // failed attempts since the last success
+	Error          string         // the last failure, "" if none
+	Checkpoint     []byte         // processor state stored with the position (JSON)
 	LeaseRemaining *time.Duration // nil when unowned
 }
 
 // WorkerStatus is one live worker instance.
 type WorkerStatus struct {
-	InstanceID   string
-	Name         string
-	Hostname     string
-	PID          int
-	Mode         string
-	Wake         string // WakeListen or WakePoll
-	StartedAt    time.Time
-	HeartbeatAge time.Duration
-	Held         int
+	InstanceID   string        // name#suffix, unique per process
+	Name         string        // the configured worker name
+	Hostname     string        // where it runs
+	PID          int           // its process id
+	Mode         string        // lock or leader
+	Wake         string        // WakeListen or WakePoll
+	StartedAt    time.Time     // registration time
+	HeartbeatAge time.Duration // since its last heartbeat, database clock
+	Held         int           // partitions under a live lease
 }
 
 // Status reads every partition (ordered by key in byte order) and every live

@@ -27,16 +27,17 @@ var ErrFenced = errors.New("partition claim is no longer current")
 // Every change of ownership bumps the version, so (Key, Version) names one
 // holder's tenure exactly.
 type Lease struct {
-	Key     string
-	Version int64
+	Key     string // the partition
+	Version int64  // the version this claim set
 }
 
+// String formats the lease as key@vVERSION, for logs and errors.
 func (l Lease) String() string { return fmt.Sprintf("%s@v%d", l.Key, l.Version) }
 
 // Candidate is a row that was claimable when read.
 type Candidate struct {
-	Key     string
-	Version int64
+	Key     string // the partition
+	Version int64  // the version this claim set
 	// Owned is true when the row still names an owner whose lease expired:
 	// claiming it is a takeover, and the new owner must wait for
 	// confirmation before processing.
@@ -46,9 +47,9 @@ type Candidate struct {
 // Claimed is a won claim.
 type Claimed struct {
 	Lease
-	Takeover  bool
-	Position  int64
-	Available int64
+	Takeover  bool  // the previous owner's lease had expired: wait for confirmation
+	Position  int64 // checkpoint position
+	Available int64 // items produced (high-water mark)
 	// PrevHeartbeat is, for a takeover, the previous owner's last
 	// heartbeat by the database clock (zero otherwise).
 	PrevHeartbeat time.Time
@@ -59,29 +60,29 @@ type Claimed struct {
 // as it was (Locked) with the time it has left by the database clock.
 type Renewal struct {
 	Lease
-	Available int64
-	Position  int64
+	Available int64 // items produced (high-water mark)
+	Position  int64 // checkpoint position
 	// Locked says the row was locked by another transaction (a load
 	// adding work, a batch recording its checkpoint), so the lease was not
 	// renewed this time. It is still this owner's for Remaining.
 	Locked    bool
-	Remaining time.Duration
+	Remaining time.Duration // lease time left, database clock
 }
 
 // Held is what a re-read says about a lease: whether it is still this
 // owner's and how long its lease has left by the database clock.
 type Held struct {
 	Lease
-	Remaining time.Duration
+	Remaining time.Duration // lease time left, database clock
 }
 
 // Worker describes a worker instance for the workers table.
 type Worker struct {
-	InstanceID string
-	Name       string
-	Hostname   string
-	PID        int
-	Mode       string
+	InstanceID string // name#suffix, the owner written to task rows
+	Name       string // configured worker name
+	Hostname   string // where it runs
+	PID        int    // process id
+	Mode       string // lock or leader
 	// Wake is how the worker learns of new work: WakeListen or WakePoll.
 	// Empty means WakeListen.
 	Wake string
@@ -461,9 +462,9 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []L
 
 // Checkpoint is a partition's committed progress, read under the fence.
 type Checkpoint struct {
-	Position  int64
-	Available int64
-	State     json.RawMessage
+	Position  int64           // checkpoint position
+	Available int64           // items produced (high-water mark)
+	State     json.RawMessage // processor state committed with Position
 	// Traceparent is the W3C trace context of the batch that committed
 	// this checkpoint, "" if it was not traced.
 	Traceparent string
@@ -550,9 +551,9 @@ func (s *Store) Progress(ctx context.Context, key string) (version, position int
 
 // FailResult says what a recorded failure did.
 type FailResult struct {
-	Attempts    int
-	Quarantined bool
-	RetryAfter  time.Duration
+	Attempts    int           // failed attempts, this one included
+	Quarantined bool          // MaxAttempts reached: no retry until Retry
+	RetryAfter  time.Duration // back-off before the partition is claimable again
 }
 
 // Fail records a processing failure under lease and releases the partition:
