@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -156,5 +157,32 @@ func TestCleanErrorDropsTheRefusedTLSAttempt(t *testing.T) {
 	plain := "failed to connect to `user=baton database=baton`: 127.0.0.1:5432 (127.0.0.1): dial error: connection refused"
 	if got := cleanError(plain); got != plain {
 		t.Fatalf("cleanError changed %q to %q", plain, got)
+	}
+}
+
+// SIGTERM while waiting for the database at start is a graceful stop.
+func TestRunStoppedWhileWaitingExitsZero(t *testing.T) {
+	t.Parallel()
+	c := cli{t, "postgres://baton@127.0.0.1:1/nowhere?connect_timeout=1"}
+	cmd := c.command("run", "--wait-for-database", "1h")
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitLog(t, logs, done, "the wait", func(s string) bool { return strings.Contains(s, "database not ready, waiting for it") })
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("SIGTERM while waiting: %v\n%s", err, logs)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit after SIGTERM:\n%s", logs)
 	}
 }

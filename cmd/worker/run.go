@@ -107,6 +107,9 @@ signal exits at once with code 1.`,
 				IdleInTransactionTimeout: idle, MaxOpenConns: cfg.PoolSize() + 1 + jobConns(r.jobs),
 			}, r.waitForDB)
 			if err != nil {
+				if cmd.Context().Err() != nil {
+					return nil // stopped while waiting for the database: nothing held, a graceful stop
+				}
 				return err
 			}
 			defer db.Close()
