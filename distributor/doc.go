@@ -225,8 +225,9 @@
 //     same transaction, so it is covered alike. Heartbeats SKIP LOCKED: a
 //     row another transaction holds (a load adding work locks FOR NO KEY
 //     UPDATE until it commits; a batch's checkpoint update until its
-//     commit) is retried on its own with a short lock wait (ttl/40, at
-//     most 100ms), which a committing batch outlasts; if still locked it
+//     commit) is retried on its own with a bounded lock wait (at most a
+//     quarter of the lease, within the heartbeat's own timeout), which a
+//     committing batch does not outlast; if still locked it
 //     is not renewed by that heartbeat, and the lease keeps the
 //     time it had left, by the database clock, which its local deadline
 //     follows. Skipping changes nothing in 1–3: a renewal never changes

@@ -284,10 +284,10 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 //
 // A row another transaction has locked (a load adding work holds it until
 // it commits) is skipped rather than waited for, so one busy row never
-// fails the whole renewal; it is then retried on its own, waiting at most
-// ttl/40 (10ms to 100ms) for its lock. If the lock is still held, the
-// lease comes back with Locked set and the time it has left, to be renewed
-// by a later heartbeat.
+// fails the whole renewal; it is then retried on its own, waiting for its
+// lock at most ttl/4 and half of what is left of ctx. If the lock is still
+// held, the lease comes back with Locked set and the time it has left, to
+// be renewed by a later heartbeat.
 func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
 	keys, versions := split(leases)
 	rows, err := s.db.QueryContext(ctx, s.sql(`
@@ -337,15 +337,24 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 	}
 	rows.Close()
 	// Most locks a heartbeat meets are about to go: a batch of this worker
-	// committing its checkpoint. Wait for those briefly, one row at a
-	// time, so that a busy partition is not left unrenewed beat after beat;
-	// only a row still locked after that (a stalled load) stays skipped.
-	wait := max(10*time.Millisecond, min(ttl/40, 100*time.Millisecond))
+	// committing its checkpoint. Wait for those, one row at a time, as a
+	// heartbeat that waited would have (up to ttl/4, within half of what
+	// is left of ctx), so that a busy partition is not left unrenewed; only
+	// a row still locked after that (a stalled load) stays skipped, and the
+	// others are renewed already.
 	for i := range out {
-		if out[i].Locked && ctx.Err() == nil {
-			if r, ok := s.renewWaiting(ctx, w.InstanceID, ttl, out[i].Lease, wait); ok {
-				out[i] = r
-			}
+		if !out[i].Locked {
+			continue
+		}
+		wait := ttl / 4
+		if d, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(d)/2)
+		}
+		if wait < 5*time.Millisecond {
+			break
+		}
+		if r, ok := s.renewWaiting(ctx, w.InstanceID, ttl, out[i].Lease, wait); ok {
+			out[i] = r
 		}
 	}
 	return out, nil
