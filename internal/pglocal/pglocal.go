@@ -309,7 +309,9 @@ func InUse(dir string) int {
 		return 0
 	}
 	first, _, _ := strings.Cut(string(b), "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	// The server writes its pid negated while it is starting or is a
+	// single-user backend: either way the directory is taken.
+	pid, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(first), "-"))
 	if err != nil || pid <= 0 {
 		return 0
 	}
