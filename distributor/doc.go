@@ -161,6 +161,26 @@
 // so a claim's first batch links to the batch that committed the
 // checkpoint it resumes from: after a takeover, the previous owner's last.
 //
+// # Where each step lives
+//
+//   - processor.go: Processor, Batch and Result, what a workload implements.
+//   - distributor.go: New, Start, Stop and the graceful-stop sequence
+//     (claim nothing more, leave the live count, release).
+//   - claimer.go: the claim loop (Claim, Waking) and the choice of
+//     candidates, including a dead worker's partitions beyond the share.
+//   - share.go: the fair share (planShare, a pure function) and hand-back.
+//   - listener.go: LISTEN on a direct or pooled connection.
+//   - renewer.go: Heartbeat over a connection reserved for it.
+//   - partition_loop.go: one held partition: Confirm, then batches until
+//     caught up, handed back, lost or stopped.
+//   - batch.go: Process, one fenced transaction, and commit resolution
+//     (unknown outcomes, late commits).
+//   - release.go: Release, Failure (back-off, quarantine) and loss.
+//   - config.go, event.go, history.go, trace.go: settings, events,
+//     ownership history and tracing.
+//   - The statements themselves are in package partition (store.go); lease
+//     renewal and the local deadline in package heartbeat.
+//
 // # States
 //
 //	                     claim (CAS on version)

@@ -1,0 +1,255 @@
+package distributor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/partition"
+)
+
+// claimLoop claims partitions up to the fair share until stopped.
+//
+// A stop does not cancel a round in flight: a claim statement cancelled on
+// the client may still apply on the server, and the worker would hold rows
+// it does not know about until their leases expired. Each round is bounded
+// by its own timeout instead, and the loop checks for a stop between rounds.
+func (d *Distributor) claimLoop() {
+	defer close(d.loopDone)
+	poll := d.cfg.Clock.NewTicker(d.cfg.PollInterval)
+	defer poll.Stop()
+	var lastRebalance, lastPrune time.Time
+	failures := 0
+	for !d.isStopping() {
+		ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
+		now := d.cfg.Clock.Now()
+		var roundErr error
+		// A notification means work was released (a worker may have left),
+		// loaded or retried, so the share may be stale: a worker with room
+		// recomputes it now rather than at the next rebalance, at most
+		// once a heartbeat.
+		// A notification inside that heartbeat is kept, not dropped: the
+		// loop comes back for it when the heartbeat has passed.
+		// While a recompute is owed, the share in hand is known to be stale
+		// (computed, say, when this worker was alone or there was no work),
+		// so the round claims nothing: claiming up to a stale share would
+		// take other workers' partitions, and only a rebalance, possibly an
+		// hour away, would give them back.
+		recompute, owed := false, false
+		var deferred <-chan time.Time
+		if d.workChanged.Load() && d.hasRoom() {
+			if wait := d.cfg.Heartbeat - now.Sub(lastRebalance); wait > 0 && !lastRebalance.IsZero() {
+				deferred = d.cfg.Clock.After(wait)
+				owed = true
+			} else {
+				recompute = true
+				d.workChanged.Store(false)
+			}
+		}
+		if lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.cfg.RebalanceInterval || recompute ||
+			d.cfg.UntilDone && d.heldCount() == 0 {
+			finished, err := d.rebalance(ctx)
+			if err != nil {
+				roundErr = fmt.Errorf("reading cluster load: %w", err)
+				if recompute {
+					d.workChanged.Store(true) // still owed: the retry recomputes
+					owed = true
+				}
+			} else {
+				lastRebalance = now
+			}
+			if finished != nil {
+				cancel()
+				go d.finish(finished.err)
+				return
+			}
+		}
+		if now.Sub(lastPrune) >= pruneInterval {
+			d.pruneEvents(ctx)
+			lastPrune = now
+		}
+		if !owed {
+			if err := d.claim(ctx); err != nil {
+				roundErr = errors.Join(roundErr, fmt.Errorf("claiming: %w", err))
+			}
+		}
+		cancel()
+		// A failed round is retried after a backoff rather than at the next
+		// poll: the work it was looking for is still waiting.
+		var retry <-chan time.Time
+		if roundErr != nil {
+			delay := min(backoff(d.cfg.Backoff, d.cfg.MaxBackoff, failures), d.cfg.PollInterval)
+			failures++
+			d.emit(Event{Kind: EventClaimRoundFailed, Err: roundErr, Attempts: failures})
+			d.log.Warn("claim round failed", "event", string(EventClaimRoundFailed), "error", roundErr,
+				"failures", failures, "retry_in", delay)
+			retry = d.cfg.Clock.After(delay)
+		} else {
+			failures = 0
+		}
+		select {
+		case <-d.stopping:
+			return
+		case <-poll.Chan():
+		case <-d.wakeClaim:
+		case <-retry:
+		case <-deferred:
+		}
+	}
+}
+
+// backoff is base doubled per earlier failure, capped at limit.
+func backoff(base, limit time.Duration, failures int) time.Duration {
+	d := base
+	for ; failures > 0 && d < limit; failures-- {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+type finished struct{ err error }
+
+// claim tries to fill the worker up to its share, and takes partitions of
+// dead workers beyond it. Candidates are read from the head of the
+// claimable index, shuffled so that workers polling at the same moment
+// spread over different rows, and claimed in one compare-and-set
+// statement.
+//
+// A dead worker's partitions (still owned, lease expired) are claimed up to
+// MaxPartitions whatever the share: otherwise they would wait for a
+// survivor below its share, and when every survivor is at its share that is
+// the next rebalance after the dead worker's registration expires, beyond
+// the takeover bound. The share corrects itself afterwards (the dead worker
+// leaves the live count; surplus is handed back at batch boundaries).
+func (d *Distributor) claim(ctx context.Context) error {
+	want, room, idle := d.wanted()
+	if room <= 0 {
+		return nil
+	}
+	var cands []partition.Candidate
+	var err error
+	if want > 0 {
+		cands, err = d.store.Candidates(ctx, 4*want+8)
+	} else {
+		cands, err = d.store.StaleCandidates(ctx, 4*room+8)
+	}
+	if err != nil {
+		return err
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	if idle && want > 0 {
+		// The share was computed when there was no work (1 of nothing, or
+		// all of it for a worker that was alone); work has arrived since,
+		// perhaps seen by this poll before its notification: recompute
+		// before claiming. This costs one load read per idle-to-busy turn.
+		load, err := d.store.FairShareLoad(ctx, d.cfg.MaxPartitions)
+		if err != nil {
+			return err
+		}
+		d.applyShare(load)
+		if want, room, _ = d.wanted(); room <= 0 {
+			return nil
+		}
+	}
+	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	for round := 0; round < 2 && room > 0 && len(cands) > 0; round++ {
+		var try []partition.Candidate
+		try, cands = pickClaims(cands, want, room)
+		if len(try) == 0 {
+			break
+		}
+		sent := d.cfg.Clock.Now()
+		won, err := d.claimTraced(ctx, try)
+		if err != nil {
+			if !dberr.UnknownOutcome(err) {
+				return err
+			}
+			// The claim may have applied with its reply lost: re-read, and
+			// adopt whatever is ours so it is processed or handed back
+			// rather than left owned until its lease expires.
+			adopted, rerr := d.resolveClaims(try)
+			if rerr != nil {
+				return fmt.Errorf("%w (outcome re-read: %v)", err, rerr)
+			}
+			d.log.Warn("claim outcome was unknown; re-read it", "error", err, "adopted", len(adopted))
+			won = adopted
+		}
+		for _, c := range won {
+			d.emit(Event{Kind: EventClaimed, Key: c.Key, Version: c.Version, Takeover: c.Takeover, Position: c.Position})
+			d.log.Info("claimed partition", "event", "claimed", d.cfg.KeyAttr, c.Key, "version", c.Version,
+				"takeover", c.Takeover, "position", c.Position, "pending", c.Available-c.Position)
+			d.start(c, sent)
+			if !c.Takeover {
+				want--
+			}
+			room--
+		}
+		if lost := len(try) - len(won); lost > 0 {
+			d.emit(Event{Kind: EventClaimLost, Items: lost})
+		}
+	}
+	return nil
+}
+
+// pickClaims chooses the candidates to claim in one statement: a dead
+// worker's partitions (Owned) up to room, unowned ones up to want within
+// room. It returns the choice and the candidates left for another round.
+func pickClaims(cands []partition.Candidate, want, room int) (try, rest []partition.Candidate) {
+	for _, c := range cands {
+		switch {
+		case len(try) >= room:
+			rest = append(rest, c)
+		case c.Owned:
+			try = append(try, c)
+		case want > 0:
+			try = append(try, c)
+			want--
+		default:
+			rest = append(rest, c)
+		}
+	}
+	return try, rest
+}
+
+// wanted is how many more partitions the share allows (want) and
+// MaxPartitions allows (room), and whether the share was computed when
+// there was no work at all. Both are zero while partitions are being handed
+// back: claiming then would churn.
+func (d *Distributor) wanted() (want, room int, idle bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range d.held {
+		if h.handBack.Load() {
+			return 0, 0, d.shareIdle
+		}
+	}
+	room = d.cfg.MaxPartitions - len(d.held)
+	return min(min(d.share, d.cfg.MaxPartitions)-len(d.held), room), room, d.shareIdle
+}
+
+// resolveClaims finds which of the candidates a claim whose outcome is
+// unknown actually won: those now at the next version under this owner.
+func (d *Distributor) resolveClaims(cands []partition.Candidate) ([]partition.Claimed, error) {
+	ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
+	defer cancel()
+	next := make([]partition.Lease, len(cands))
+	owned := make(map[string]bool, len(cands))
+	for i, c := range cands {
+		next[i] = partition.Lease{Key: c.Key, Version: c.Version + 1}
+		owned[c.Key] = c.Owned
+	}
+	held, err := d.store.Inspect(ctx, d.worker.InstanceID, next)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]partition.Claimed, len(held))
+	for i, h := range held {
+		out[i] = partition.Claimed{Lease: h.Lease, Takeover: owned[h.Key]}
+	}
+	return out, nil
+}

@@ -1,0 +1,93 @@
+package distributor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/partition"
+	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+)
+
+// listenHandle returns the handle to LISTEN on: Config.ListenDB, or the
+// main handle, or nil (poll only) when the main handle goes through a
+// transaction pooler, where a LISTEN would be tied to whichever server
+// connection ran it and its notifications would go astray. It connects
+// once to find out.
+func (d *Distributor) listenHandle(ctx context.Context) (*bun.DB, error) {
+	if err := d.db.PingContext(ctx); err != nil {
+		return nil, fmt.Errorf("connecting worker %s: %w", d.worker.InstanceID, err)
+	}
+	if d.cfg.PollOnly {
+		return nil, nil
+	}
+	if d.cfg.ListenDB == nil {
+		if dbconn.Pooled(d.db) {
+			d.log.Info("the database connection goes through a transaction pooler: polling for work every interval (give a direct listen connection to be woken at once)",
+				"poll_interval", d.cfg.PollInterval)
+			return nil, nil
+		}
+		return d.db, nil
+	}
+	if err := d.cfg.ListenDB.PingContext(ctx); err != nil {
+		return nil, fmt.Errorf("connecting the listen connection of worker %s: %w", d.worker.InstanceID, err)
+	}
+	if dbconn.Pooled(d.cfg.ListenDB) {
+		return nil, errors.New("the listen connection goes through a transaction pooler: LISTEN needs a direct session connection to PostgreSQL")
+	}
+	return d.cfg.ListenDB, nil
+}
+
+// listen wakes the claim loop (and leader partitions) on notifications.
+// Polling remains the fallback when the listening connection is down.
+func (d *Distributor) listen(ctx context.Context, db *bun.DB) {
+	for ctx.Err() == nil {
+		err := d.listenOnce(ctx, db)
+		if ctx.Err() != nil {
+			return
+		}
+		d.log.Debug("listen connection lost; polling until it is back", "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.cfg.Clock.After(d.cfg.PollInterval):
+		}
+	}
+}
+
+func (d *Distributor) listenOnce(ctx context.Context, db *bun.DB) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+		// The connection is closed when done, so the pool discards it
+		// instead of handing out a connection that is still listening.
+		defer pc.Close(context.Background())
+		// Named so that operators can tell listening workers from polling
+		// ones; LISTEN stays this session's last statement.
+		if _, err := pc.Exec(ctx, "SELECT set_config('application_name', $1, false)",
+			partition.ListenApplicationName+d.worker.InstanceID); err != nil {
+			return err
+		}
+		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
+			return err
+		}
+		// Notifications sent before LISTEN took effect (at start, or while
+		// the connection was down) are gone: look once now, so work that
+		// arrived in that window waits for nobody's poll.
+		d.wake()
+		d.nudgeAll()
+		for {
+			if _, err := pc.WaitForNotification(ctx); err != nil {
+				return err
+			}
+			d.workChanged.Store(true)
+			d.wake()
+			d.nudgeAll()
+		}
+	})
+}

@@ -1,0 +1,129 @@
+package distributor
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/partition"
+)
+
+func (d *Distributor) start(c partition.Claimed, sent time.Time) {
+	h := &held{takeover: c.Takeover, claimedAt: sent, prevBeat: c.PrevHeartbeat, nudge: make(chan struct{}, 1)}
+	h.lease = d.hb.Track(d.base, c.Lease, sent, c.Takeover)
+	d.mu.Lock()
+	d.held[c.Key] = h
+	d.mu.Unlock()
+	d.wg.Add(1)
+	go d.runPartition(h)
+}
+
+// runPartition processes one held partition until it is caught up (lock
+// mode), handed back, lost or the worker stops.
+func (d *Distributor) runPartition(h *held) {
+	defer d.wg.Done()
+	l := h.lease
+	defer func() {
+		d.mu.Lock()
+		if cur, ok := d.held[l.Key]; ok && cur == h {
+			delete(d.held, l.Key)
+		}
+		d.mu.Unlock()
+		d.wake()
+	}()
+	lctx := l.Context()
+
+	if h.takeover {
+		_, span := tracer.Start(d.base, "baton.confirm", d.leaseAttrs(l.Lease))
+		select {
+		case <-l.Confirmed():
+			span.End()
+			d.emit(Event{Kind: EventConfirmed, Key: l.Key, Version: l.Version})
+			d.log.Info("claim confirmed", "event", "confirmed", d.cfg.KeyAttr, l.Key, "version", l.Version,
+				"waited_ms", d.cfg.Clock.Since(h.claimedAt).Milliseconds())
+		case <-lctx.Done():
+			endSpan(span, context.Cause(lctx))
+			d.lost(h, context.Cause(lctx))
+			return
+		case <-d.leaving:
+			span.End()
+			d.release(h, "shutdown")
+			return
+		}
+	}
+
+	transient := 0
+	for {
+		if lctx.Err() != nil {
+			d.lost(h, context.Cause(lctx))
+			return
+		}
+		if d.isLeaving() {
+			d.release(h, "shutdown")
+			return
+		}
+		if h.handBack.Load() {
+			d.release(h, "rebalance")
+			return
+		}
+		_, caughtUp, released, err := d.batch(h)
+		switch {
+		case err == nil:
+			transient = 0
+		case errors.Is(err, partition.ErrFenced):
+			d.hb.Release(l)
+			d.record(partition.EventFenced, l.Lease, err)
+			d.emit(Event{Kind: EventFenced, Key: l.Key, Version: l.Version, Err: err})
+			d.log.Warn("commit rejected by the fence: partition belongs to a newer claim", "event", "fenced",
+				d.cfg.KeyAttr, l.Key, "version", l.Version)
+			return
+		case lctx.Err() != nil:
+			d.lost(h, context.Cause(lctx))
+			return
+		case errors.Is(err, errAbandoned):
+			d.release(h, "shutdown")
+			return
+		case dberr.Transient(err) && transient < d.cfg.MaxAttempts:
+			transient++
+			d.log.Warn("batch failed with a transient error; retrying while the lease holds",
+				d.cfg.KeyAttr, l.Key, "version", l.Version, "error", err, "attempt", transient)
+			select {
+			case <-lctx.Done():
+			case <-d.leaving:
+			case <-d.cfg.Clock.After(d.cfg.Heartbeat):
+			}
+			continue
+		default:
+			d.fail(h, err)
+			return
+		}
+		if released {
+			d.hb.Release(l)
+			d.emit(Event{Kind: EventReleased, Key: l.Key, Version: l.Version, Reason: "caught_up"})
+			d.log.Info("released partition", "event", "released", d.cfg.KeyAttr, l.Key, "version", l.Version,
+				"reason", "caught_up", "with_batch", true)
+			return
+		}
+		// A batch that reached the available count goes straight on: no
+		// empty fenced transaction just to learn there is nothing left.
+		// Work arriving meanwhile is not missed: a release notifies when
+		// work is pending, and a leader is woken by its next heartbeat.
+		if !caughtUp {
+			continue
+		}
+		if d.cfg.Mode == ModeLock {
+			d.release(h, "caught_up")
+			return
+		}
+		// Leader: keep the partition and wait for new work.
+		h.idle.Store(true)
+		select {
+		case <-l.Work():
+		case <-h.nudge:
+		case <-lctx.Done():
+		case <-d.leaving:
+		}
+		h.idle.Store(false)
+	}
+}

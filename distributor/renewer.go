@@ -1,0 +1,69 @@
+package distributor
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/partition"
+	"github.com/uptrace/bun"
+)
+
+// renewer renews over a pinned connection, so a heartbeat never waits for
+// a pool saturated by batches nor pays for a new connection; it re-reads
+// over the pool, since the pinned connection is suspect after a failure.
+type renewer struct {
+	conn   *pinnedConn
+	store  *partition.Store
+	worker *partition.Worker // its Wake is set once, in Start, before any renewal
+	ttl    time.Duration
+	schema string
+}
+
+func (r renewer) Renew(ctx context.Context, leases []partition.Lease) (out []partition.Renewal, err error) {
+	err = r.conn.do(ctx, func(db bun.IDB) error {
+		out, err = partition.NewStore(db, r.schema).Heartbeat(ctx, *r.worker, r.ttl, leases)
+		return err
+	})
+	return out, err
+}
+
+func (r renewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
+	return r.store.Inspect(ctx, r.worker.InstanceID, leases)
+}
+
+// pinnedConn is one connection kept for a single purpose, replaced after
+// any failure that may have left it broken.
+type pinnedConn struct {
+	db   *bun.DB
+	mu   sync.Mutex
+	conn *bun.Conn
+}
+
+func (p *pinnedConn) do(ctx context.Context, fn func(bun.IDB) error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil {
+		c, err := p.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		p.conn = &c
+	}
+	err := fn(*p.conn)
+	if err != nil && dberr.UnknownOutcome(err) {
+		_ = p.conn.Close()
+		p.conn = nil
+	}
+	return err
+}
+
+func (p *pinnedConn) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil {
+		_ = p.conn.Close()
+		p.conn = nil
+	}
+}
