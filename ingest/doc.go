@@ -66,8 +66,9 @@
 //     renamed after commit), and the loads row gets its counts.
 //  7. As the last statements, the task rows of the contracts that gain
 //     records or change tiers are locked in partition_key order and
-//     checked, available is raised, and pg_notify wakes idle workers
-//     (delivered on commit). Then commit.
+//     checked; then the work is added through the producer API
+//     (partition.Store.AddWorksPgx: available raised in the same key order,
+//     pg_notify delivered on commit). Then commit.
 //
 // # Why it is safe while workers run
 //

@@ -375,11 +375,6 @@ SELECT a.contract_id, t.position, t.available, coalesce(a.base, -1), a.tiers_cha
  WHERE (a.tiers_changed AND t.position > 0) OR (a.n_new > 0 AND t.available IS DISTINCT FROM a.base)
  ORDER BY a.contract_id LIMIT 1`
 
-const sqlBumpTasks = `
-UPDATE {{.Schema}}.tasks t SET available = t.available + a.n_new, updated_at = now()
-  FROM load_affected a
- WHERE t.partition_key = a.contract_id AND a.n_new > 0`
-
 // finish records the load's counts and, as the last statements before
 // commit, locks and updates the task rows.
 func (l *loader) finish(ctx context.Context, tx pgx.Tx) error {
@@ -422,12 +417,32 @@ UPDATE {{.Schema}}.loads SET finished_at = clock_timestamp(), tier_rows = $2, re
 		return fmt.Errorf("loading: checking task rows: %w", err)
 	}
 	if rep.RecordsAccepted > 0 {
-		if _, err := exec(ctx, tx, "loading: updating task rows", sqlBumpTasks); err != nil {
+		// The producer API adds the work and notifies at commit; the rows
+		// are already locked, in its order, by the statement above.
+		work, err := l.newWork(ctx, tx)
+		if err != nil {
 			return err
 		}
-		if _, err := exec(ctx, tx, "loading: notifying workers", "SELECT pg_notify($1, '')", partition.NotifyChannel); err != nil {
-			return err
+		if err := partition.NewStore(nil, l.opts.Schema).AddWorksPgx(ctx, tx, work); err != nil {
+			return fmt.Errorf("loading: %w", err)
 		}
 	}
 	return nil
+}
+
+// newWork is the records each contract gains from this load.
+func (l *loader) newWork(ctx context.Context, tx pgx.Tx) ([]partition.Work, error) {
+	rows, err := tx.Query(ctx, `SELECT contract_id, n_new FROM load_affected WHERE n_new > 0`)
+	if err != nil {
+		return nil, fmt.Errorf("loading: collecting new work: %w", err)
+	}
+	work, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (partition.Work, error) {
+		var w partition.Work
+		err := r.Scan(&w.Key, &w.N)
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading: collecting new work: %w", err)
+	}
+	return work, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 )
@@ -44,40 +45,74 @@ func (s *Store) AddWork(ctx context.Context, tx bun.IDB, key string, n int64) er
 //     checkpoint, leases), nor lower available, nor lock task rows FOR
 //     UPDATE: those are the protocol's.
 func (s *Store) AddWorks(ctx context.Context, tx bun.IDB, work []Work) error {
-	if len(work) == 0 {
-		return nil
+	keys, ns, err := mergeWork(work)
+	if err != nil || len(keys) == 0 {
+		return err
 	}
+	if _, err := tx.ExecContext(ctx, s.addWorkSQL("?", "?", "?"),
+		pgdialect.Array(keys), pgdialect.Array(ns), NotifyChannel); err != nil {
+		return fmt.Errorf("adding work to %d partition(s): %w", len(keys), err)
+	}
+	return nil
+}
+
+// Execer runs a statement with PostgreSQL's own $n parameters: a pgx.Tx
+// or *pgx.Conn in a transaction.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// AddWorksPgx is AddWorks for a transaction on a pgx connection rather
+// than database/sql (the loader's, which streams records with COPY). The
+// statement, lock order and notification are AddWorks' own; the same rules
+// bind the producer.
+func (s *Store) AddWorksPgx(ctx context.Context, tx Execer, work []Work) error {
+	keys, ns, err := mergeWork(work)
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	if _, err := tx.Exec(ctx, s.addWorkSQL("$1", "$2", "$3"), keys, ns, NotifyChannel); err != nil {
+		return fmt.Errorf("adding work to %d partition(s): %w", len(keys), err)
+	}
+	return nil
+}
+
+// mergeWork validates work and returns it as parallel arrays, one entry
+// per key (a statement cannot update a row twice), in byte order: the key
+// collation is "C", so that is the index's order, the order every
+// multi-row locker of task rows follows.
+func mergeWork(work []Work) (keys []string, ns []int64, err error) {
 	sorted := slices.Clone(work)
 	slices.SortFunc(sorted, func(a, b Work) int { return cmp.Compare(a.Key, b.Key) })
-	keys := make([]string, 0, len(sorted))
-	ns := make([]int64, 0, len(sorted))
+	keys = make([]string, 0, len(sorted))
+	ns = make([]int64, 0, len(sorted))
 	for _, w := range sorted {
 		switch {
 		case w.Key == "":
-			return errors.New("adding work: empty partition key")
+			return nil, nil, errors.New("adding work: empty partition key")
 		case w.N < 0:
-			return fmt.Errorf("adding work to %s: %d items: work cannot be taken back", w.Key, w.N)
+			return nil, nil, fmt.Errorf("adding work to %s: %d items: work cannot be taken back", w.Key, w.N)
 		case len(keys) > 0 && keys[len(keys)-1] == w.Key:
-			ns[len(ns)-1] += w.N // one row per key: a statement cannot update a row twice
+			ns[len(ns)-1] += w.N
 			continue
 		}
 		keys, ns = append(keys, w.Key), append(ns, w.N)
 	}
-	// The key collation is "C": sorting here in byte order is the index's
-	// order, and ORDER BY makes the insert (and its row locks) follow it.
-	_, err := tx.ExecContext(ctx, s.sql(`
+	return keys, ns, nil
+}
+
+// addWorkSQL is the producer's statement with the given placeholders for
+// the keys, the counts and the notification channel. ORDER BY makes the
+// insert (and its row locks) follow the key order.
+func (s *Store) addWorkSQL(keys, ns, channel string) string {
+	return s.sql(`
 		WITH a AS (
 			INSERT INTO {{.Schema}}.tasks AS t (partition_key, available)
-			SELECT key, n FROM unnest(?::text[], ?::bigint[]) AS w(key, n)
+			SELECT key, n FROM unnest(` + keys + `::text[], ` + ns + `::bigint[]) AS w(key, n)
 			ORDER BY key COLLATE "C"
 			ON CONFLICT (partition_key) DO UPDATE
 			SET available = t.available + EXCLUDED.available, updated_at = now()
 			RETURNING 1
 		)
-		SELECT pg_notify(?, 'work') FROM (SELECT 1 FROM a LIMIT 1) x`),
-		pgdialect.Array(keys), pgdialect.Array(ns), NotifyChannel)
-	if err != nil {
-		return fmt.Errorf("adding work to %d partition(s): %w", len(keys), err)
-	}
-	return nil
+		SELECT pg_notify(` + channel + `, 'work') FROM (SELECT 1 FROM a LIMIT 1) x`)
 }

@@ -156,3 +156,58 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 		t.Fatalf("negative work: %v", err)
 	}
 }
+
+// AddWorksPgx is the same producer statement on a pgx transaction: keys
+// merged, counts added to existing partitions, nothing kept on rollback.
+func TestAddWorksPgxOnAPgxTransaction(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	db := pgtest.Open(t, url, dbconn.Options{})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	s := partition.NewStore(db, "")
+	if err := s.AddWork(ctx, db, "b", 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, commit := range []bool{false, true} {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AddWorksPgx(ctx, tx, []partition.Work{{Key: "b", N: 5}, {Key: "a", N: 1}, {Key: "b", N: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AddWorksPgx(ctx, conn, []partition.Work{{Key: "c", N: -1}}); err == nil {
+		t.Fatal("negative work accepted")
+	}
+	got := map[string]int64{}
+	rows, err := db.QueryContext(ctx, `SELECT partition_key, available FROM baton.tasks`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[k] = n
+	}
+	if len(got) != 2 || got["a"] != 1 || got["b"] != 8 {
+		t.Fatalf("available = %v, want a:1 b:8 (the rolled-back load left nothing)", got)
+	}
+}
