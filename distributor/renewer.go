@@ -2,12 +2,15 @@ package distributor
 
 import (
 	"context"
+	"database/sql/driver"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
-	"github.com/uptrace/bun"
 )
 
 // renewer renews over a pinned connection, so a heartbeat never waits for
@@ -44,17 +47,27 @@ type pinnedConn struct {
 func (p *pinnedConn) do(ctx context.Context, fn func(bun.IDB) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.conn == nil {
-		c, err := p.db.Conn(ctx)
-		if err != nil {
-			return err
+	var err error
+	// A pinned connection is not checked by the pool before use: one that
+	// died with a server restart fails with driver.ErrBadConn, which
+	// promises that nothing was sent. It is replaced and the call made
+	// once more on a fresh connection, as the pool itself would.
+	for attempt := 0; attempt < 2; attempt++ {
+		if p.conn == nil {
+			c, cerr := p.db.Conn(ctx)
+			if cerr != nil {
+				return cerr
+			}
+			p.conn = &c
 		}
-		p.conn = &c
-	}
-	err := fn(*p.conn)
-	if err != nil && dberr.UnknownOutcome(err) {
-		_ = p.conn.Close()
-		p.conn = nil
+		err = fn(*p.conn)
+		if err != nil && dberr.UnknownOutcome(err) {
+			_ = p.conn.Close()
+			p.conn = nil
+		}
+		if !errors.Is(err, driver.ErrBadConn) {
+			break
+		}
 	}
 	return err
 }
