@@ -87,7 +87,7 @@ func Open(dsn string, opts Options) (*bun.DB, error) {
 	cfg.RuntimeParams["application_name"] = opts.ApplicationName
 	dialer := &net.Dialer{Timeout: opts.ConnectTimeout, KeepAliveConfig: net.KeepAliveConfig{
 		Enable: true, Idle: opts.KeepAlive, Interval: opts.KeepAlive, Count: 3,
-	}}
+	}, Control: userTimeout(4 * opts.KeepAlive)}
 	cfg.DialFunc = dialer.DialContext
 
 	pooledCfg := cfg.Copy()
