@@ -62,6 +62,22 @@
 //     (contract_id, record_id) makes it fail exactly when a record id
 //     repeats; then it is rolled back to the savepoint, the repeats are
 //     sorted out in SQL and the insert runs again.
+//
+// Usually every record is valid on its own, its contract exists and no
+// contract comes near the gross limit; then the checks of step 3 over the
+// staged records have nothing to find, and the records take the direct
+// copy instead of step 5's insert (Report.DirectCopy). While the file is
+// staged, its rows are also held in memory (up to 256 MiB; the first
+// invalid row or a larger file ends that). After staging, one query reads
+// the available of their contracts (all must exist; none may be able to
+// reach the gross limit; no tier row may have been rejected), and one
+// binary COPY under a savepoint writes the records straight into the
+// records table, sorted by (contract_id, seq) so that both of its indexes
+// are filled in order, with seq = available + rank in file order, as step
+// 5 would. Repeated record ids are left to the unique index as in step 5:
+// if the COPY fails on it, it is rolled back to the savepoint and the
+// staged path (the checks of step 3, then step 5) takes over. If any
+// condition fails, the staged path runs as described.
 //  6. With SkipInvalid the reject file is written (to a temporary name,
 //     renamed after commit), and the loads row gets its counts.
 //  7. As the last statements, the task rows of the contracts that gain

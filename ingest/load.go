@@ -86,6 +86,10 @@ type Options struct {
 	// maxGross is the limit on a contract's cumulative gross; zero means
 	// math.MaxInt64. Tests lower it.
 	maxGross int64
+	// directMaxBytes bounds the records held for the direct copy; zero
+	// means directMaxBytesDefault, negative turns the direct copy off.
+	// Tests change it.
+	directMaxBytes int64
 }
 
 func (o Options) validate() error {
@@ -131,7 +135,11 @@ type Report struct {
 	RecordsAccepted    int64 // records added
 	RecordsRedelivered int64 // records skipped as identical to one stored or earlier in the file
 	RowsRejected       int64 // invalid rows of both files
-	Duration           time.Duration
+	// DirectCopy is true when the records were copied straight into the
+	// records table, false when the staged path stored them (see the
+	// package documentation).
+	DirectCopy bool
+	Duration   time.Duration
 }
 
 // Load loads a tiers file, a records file or both in one transaction. See
@@ -151,6 +159,9 @@ func Load(ctx context.Context, db *bun.DB, opts Options) (Report, error) {
 	}
 	if opts.maxGross == 0 {
 		opts.maxGross = math.MaxInt64
+	}
+	if opts.directMaxBytes == 0 {
+		opts.directMaxBytes = directMaxBytesDefault
 	}
 	l := &loader{opts: opts}
 
@@ -206,9 +217,11 @@ type loader struct {
 	tiers          *TiersReader
 	records        *RecordsReader
 	rep            Report
-	rowsRead       int64 // input rows read so far, both files
-	repeatsChecked bool  // checkRepeats has run
-	affectedStale  bool  // load_affected needs collecting again
+	rowsRead       int64           // input rows read so far, both files
+	direct         *directBuf      // records held for the direct copy
+	staged         map[string]bool // stages reported to Options.Progress
+	repeatsChecked bool            // checkRepeats has run
+	affectedStale  bool            // load_affected needs collecting again
 }
 
 // exec runs one step of the load, naming it in any error.
@@ -260,15 +273,26 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 			return *rep, wrapInput("loading tiers from "+l.opts.TiersPath, err)
 		}
 	}
+	direct := false
 	if l.records != nil {
 		if err := l.stageRecords(ctx, tx); err != nil {
 			return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
+		}
+		direct, err = l.insertDirect(ctx, tx)
+		repeats := errors.Is(err, errDirectRepeat)
+		if err != nil && !repeats {
+			return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
+		}
+		if !direct {
+			if err := l.validateRecords(ctx, tx, repeats); err != nil {
+				return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
+			}
 		}
 	}
 	if err := l.countRejected(ctx, tx); err != nil {
 		return *rep, err
 	}
-	if l.records != nil {
+	if l.records != nil && !direct {
 		l.stage(StageInserting)
 		err := l.insertRecords(ctx, tx)
 		if errors.Is(err, errRepeatedIDs) {

@@ -10,11 +10,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// stageRecords copies the records file into load_records and runs the
-// checks every load needs. Record ids that repeat one already stored or
-// one earlier in the file are found by checkRepeats, which runs only when
-// needed (see insertRecords).
+// stageRecords copies the records file into load_records, and holds its
+// rows for the direct copy (insertDirect) until an invalid one shows up.
 func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
+	if l.opts.directMaxBytes > 0 {
+		l.direct = newDirectBuf(l.opts.directMaxBytes)
+	}
 	src := &rowSource{stage: "records", next: func(v []any) (bool, error) {
 		row, err := l.records.Next()
 		if err == io.EOF {
@@ -27,20 +28,39 @@ func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 			if f := l.records.Fields(); !canonicalInt(f[2]) {
 				v[4] = rawRow(f)
 			}
+			if l.direct != nil {
+				l.direct.add(row)
+			}
 		case errors.As(err, &le):
+			if l.direct != nil {
+				l.direct.giveUp()
+			}
 			v[0], v[1], v[2], v[3], v[4], v[5] = le.Line, nil, nil, nil, rawRow(le.Row), sanitize(le.Reason)
 		default:
 			return false, err
 		}
 		return true, nil
 	}}
-	if err := l.copyIn(ctx, tx, "load_records",
-		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, src, "contract_id, err, redelivered"); err != nil {
+	return l.copyIn(ctx, tx, "load_records",
+		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, src, "")
+}
+
+// validateRecords runs the checks over the staged records that every load
+// on the staged path needs. Record ids that repeat one already stored or
+// one earlier in the file are found by checkRepeats, which runs only when
+// needed (see insertRecords), or at once if repeats are known to exist.
+func (l *loader) validateRecords(ctx context.Context, tx pgx.Tx, repeats bool) error {
+	if err := analyze(ctx, tx, "load_records", "contract_id, err, redelivered"); err != nil {
 		return err
 	}
 	l.stage(StageValidating)
 	if _, err := exec(ctx, tx, "checking contracts", sqlRecordUnknownContract, l.opts.TiersPath); err != nil {
 		return err
+	}
+	if repeats {
+		if err := l.checkRepeats(ctx, tx); err != nil {
+			return err
+		}
 	}
 	if err := l.collectAffected(ctx, tx); err != nil {
 		return err
@@ -123,8 +143,10 @@ func (l *loader) checkGross(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	// The counts above included re-deliveries; settle those first.
-	if err := l.checkRepeats(ctx, tx); err != nil {
-		return err
+	if !l.repeatsChecked {
+		if err := l.checkRepeats(ctx, tx); err != nil {
+			return err
+		}
 	}
 	if n, err = exec(ctx, tx, "checking cumulative gross", sqlGrossMark, l.opts.maxGross); err != nil || n == 0 {
 		return err

@@ -96,7 +96,8 @@ func (s *rowSource) Next() bool {
 func (s *rowSource) Values() ([]any, error) { return s.vals, nil }
 func (s *rowSource) Err() error             { return s.err }
 
-// copyIn copies src into a staging table and analyses the columns in stats.
+// copyIn copies src into a staging table and analyses the columns in stats
+// (none if stats is empty).
 func (l *loader) copyIn(ctx context.Context, tx pgx.Tx, table string, cols []string, src *rowSource, stats string) error {
 	src.vals = make([]any, len(cols))
 	src.progress = l.opts.Progress
@@ -108,19 +109,32 @@ func (l *loader) copyIn(ctx context.Context, tx pgx.Tx, table string, cols []str
 	if err != nil {
 		return fmt.Errorf("copying rows to the database: %w", err)
 	}
-	// Temporary tables are not analysed automatically. The row count, the
-	// number of contracts and the share of valid rows steer the plans.
-	if _, err := tx.Exec(ctx, "ANALYZE "+table+" ("+stats+")"); err != nil {
+	if stats == "" {
+		return nil
+	}
+	return analyze(ctx, tx, table, stats)
+}
+
+// analyze gathers statistics on columns of a staging table. Temporary
+// tables are not analysed automatically; the row count, the number of
+// contracts and the share of valid rows steer the plans.
+func analyze(ctx context.Context, tx pgx.Tx, table, columns string) error {
+	if _, err := tx.Exec(ctx, "ANALYZE "+table+" ("+columns+")"); err != nil {
 		return fmt.Errorf("analyzing staged rows: %w", err)
 	}
 	return nil
 }
 
-// stage reports the load's next stage to Options.Progress.
+// stage reports the load's next stage to Options.Progress, once.
 func (l *loader) stage(name string) {
-	if l.opts.Progress != nil {
-		l.opts.Progress(name, l.rowsRead)
+	if l.opts.Progress == nil || l.staged[name] {
+		return
 	}
+	if l.staged == nil {
+		l.staged = make(map[string]bool)
+	}
+	l.staged[name] = true
+	l.opts.Progress(name, l.rowsRead)
 }
 
 // rawRow gives the value of a staging row's raw column.

@@ -1,0 +1,263 @@
+package ingest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/batonhq/baton/schema"
+)
+
+// directMaxBytesDefault bounds the memory the direct copy holds: the
+// records of a larger file are stored by the staged path alone.
+const directMaxBytesDefault = 256 << 20
+
+// directRowBytes is the memory one held record takes besides its id.
+const directRowBytes = 48
+
+// directRow is one valid record held for the direct copy.
+type directRow struct {
+	recordID string
+	amount   int64
+	contract int32 // index into directBuf.contracts
+}
+
+// directContract is a contract named by the held records.
+type directContract struct {
+	id   string
+	n    int64 // records held
+	base int64 // tasks.available before the load (0 without a task row)
+}
+
+// directBuf holds the valid records of the file while it is staged, for
+// the direct copy. It gives up (off) at the first invalid row or when it
+// would exceed its memory budget; the staged path then does everything.
+type directBuf struct {
+	rows      []directRow
+	index     map[string]int32
+	contracts []directContract
+	bytes     int64
+	maxBytes  int64
+	off       bool
+}
+
+func newDirectBuf(maxBytes int64) *directBuf {
+	return &directBuf{index: make(map[string]int32), maxBytes: maxBytes}
+}
+
+// add holds a valid row.
+func (b *directBuf) add(row RecordRow) {
+	if b.off {
+		return
+	}
+	b.bytes += directRowBytes + int64(len(row.RecordID))
+	if b.bytes > b.maxBytes {
+		b.giveUp()
+		return
+	}
+	c, ok := b.index[row.ContractID]
+	if !ok {
+		c = int32(len(b.contracts))
+		b.index[row.ContractID] = c
+		b.contracts = append(b.contracts, directContract{id: row.ContractID})
+		b.bytes += directRowBytes + int64(len(row.ContractID))
+	}
+	b.contracts[c].n++
+	b.rows = append(b.rows, directRow{recordID: row.RecordID, amount: row.AmountMinor, contract: c})
+}
+
+// giveUp drops the held rows.
+func (b *directBuf) giveUp() {
+	b.off = true
+	b.rows, b.index, b.contracts = nil, nil, nil
+}
+
+// sorted returns the held rows ordered by (contract_id, file order), the
+// order of the records table's keys, and the contracts in that order. A
+// contract's rows are already in file order, so a stable counting sort by
+// contract does it.
+func (b *directBuf) sorted() ([]directRow, []int32) {
+	order := make([]int32, len(b.contracts))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	// Go compares strings bytewise, as the "C" collation of contract_id does.
+	slices.SortFunc(order, func(x, y int32) int { return cmp.Compare(b.contracts[x].id, b.contracts[y].id) })
+	start := make([]int64, len(b.contracts))
+	var at int64
+	for _, c := range order {
+		start[c] = at
+		at += b.contracts[c].n
+	}
+	out := make([]directRow, len(b.rows))
+	for _, r := range b.rows {
+		out[start[r.contract]] = r
+		start[r.contract]++
+	}
+	return out, order
+}
+
+// errDirectRepeat reports that the direct copy met a record id that
+// repeats a stored one or an earlier row of the file.
+var errDirectRepeat = errors.New("record ids repeated")
+
+// insertDirect stores the held records with one COPY straight into the
+// records table, sorted by (contract_id, seq), when the rules that need
+// the database can be settled without the staging table: every row was
+// valid on its own, the load rejected no tier row, every contract exists,
+// and no contract comes near the cumulative gross limit. seq continues
+// from tasks.available (stable under the load lock) in file order. A
+// record id that repeats a stored one or an earlier row (a re-delivery, or
+// an error) violates the unique index on (contract_id, record_id); then
+// the copy is rolled back to its savepoint and errDirectRepeat returned.
+// It returns false, having changed nothing, when the staged path must
+// store the records.
+func (l *loader) insertDirect(ctx context.Context, tx pgx.Tx) (bool, error) {
+	b := l.direct
+	l.direct = nil // held rows are not needed again; let them go after this
+	if b == nil || b.off || len(b.rows) == 0 {
+		return false, nil
+	}
+	l.stage(StageValidating)
+	var tierRejects bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM load_tiers WHERE err IS NOT NULL)").Scan(&tierRejects); err != nil {
+		return false, fmt.Errorf("checking tier rows: %w", err)
+	}
+	if tierRejects {
+		return false, nil
+	}
+	ids := make([]string, len(b.contracts))
+	for i, c := range b.contracts {
+		ids[i] = c.id
+	}
+	rows, err := tx.Query(ctx, `
+SELECT c.contract_id, coalesce(t.available, 0)
+  FROM {{.Schema}}.contracts c LEFT JOIN {{.Schema}}.tasks t ON t.partition_key = c.contract_id
+ WHERE c.contract_id = ANY($1::text[])`, ids)
+	if err != nil {
+		return false, fmt.Errorf("checking contracts: %w", err)
+	}
+	found := 0
+	var (
+		id   string
+		base int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &base}, func() error {
+		c, ok := b.index[id]
+		if !ok {
+			return fmt.Errorf("unexpected contract %q", id)
+		}
+		b.contracts[c].base = base
+		found++
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("checking contracts: %w", err)
+	}
+	if found < len(b.contracts) {
+		return false, nil // unknown contracts: the staged path reports them
+	}
+	// Each record is at most MaxAmountMinor, so a contract whose stored and
+	// new records number at most maxGross/MaxAmountMinor cannot pass the
+	// limit; the staged path sums the others exactly.
+	for _, c := range b.contracts {
+		if c.base+c.n > l.opts.maxGross/MaxAmountMinor {
+			return false, nil
+		}
+	}
+
+	sorted, order := b.sorted()
+	b.rows = nil
+	l.stage(StageInserting)
+	sp, err := tx.Begin(ctx) // a savepoint
+	if err != nil {
+		return false, fmt.Errorf("setting a savepoint: %w", err)
+	}
+	defer func() { _ = sp.Rollback(ctx) }() // a no-op after Commit
+	src := &directSource{rows: sorted, contracts: b.contracts, loadID: l.rep.LoadID, vals: make([]any, 5)}
+	schemaName := l.opts.Schema
+	if schemaName == "" {
+		schemaName = schema.Default
+	}
+	n, err := sp.CopyFrom(ctx, pgx.Identifier{schemaName, "records"},
+		[]string{"contract_id", "seq", "record_id", "amount_minor", "load_id"}, src)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "records_contract_record_id" {
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return false, fmt.Errorf("rolling back to the savepoint: %w", rerr)
+		}
+		return false, errDirectRepeat
+	}
+	if err != nil {
+		return false, fmt.Errorf("storing records: %w", err)
+	}
+	if n != int64(len(sorted)) {
+		return false, fmt.Errorf("storing records: stored %d, want %d", n, len(sorted))
+	}
+
+	// What the staged path's load_affected holds, from the held counts.
+	names := make([]string, len(order))
+	news := make([]int64, len(order))
+	bases := make([]int64, len(order))
+	for i, c := range order {
+		names[i], news[i], bases[i] = b.contracts[c].id, b.contracts[c].n, b.contracts[c].base
+	}
+	if _, err := exec(ctx, sp, "collecting contracts", sqlAffectedDirect, names, news, bases); err != nil {
+		return false, err
+	}
+	if _, err := exec(ctx, sp, "creating task rows", sqlRecordTasks); err != nil {
+		return false, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return false, fmt.Errorf("releasing the savepoint: %w", err)
+	}
+	l.rep.RecordsAccepted, l.rep.RecordsRedelivered = n, 0
+	l.rep.DirectCopy = true
+	return true, nil
+}
+
+// sqlAffectedDirect fills load_affected as sqlAffected and sqlBase do, from
+// the contracts of the direct copy ($1 in contract_id order, their new
+// record counts and tasks.available before the load).
+const sqlAffectedDirect = `
+INSERT INTO load_affected (contract_id, n_new, n_redelivered, tiers_changed, ord, base)
+SELECT contract_id, sum(n_new), 0, bool_or(tiers_changed), row_number() OVER (ORDER BY contract_id), max(base)
+  FROM (SELECT u.contract_id COLLATE "C" AS contract_id, u.n_new, false AS tiers_changed, u.base
+          FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u (contract_id, n_new, base)
+        UNION ALL
+        SELECT contract_id, 0, true, NULL FROM load_tier_sets WHERE existed AND changed) u
+ GROUP BY contract_id`
+
+// directSource feeds the sorted rows to CopyFrom, numbering each
+// contract's rows from its base.
+type directSource struct {
+	rows      []directRow
+	contracts []directContract
+	loadID    int64
+	vals      []any
+	i         int
+	cur       int32
+	seq       int64
+}
+
+func (s *directSource) Next() bool {
+	if s.i >= len(s.rows) {
+		return false
+	}
+	r := &s.rows[s.i]
+	if s.i == 0 || r.contract != s.cur {
+		s.cur, s.seq = r.contract, s.contracts[r.contract].base
+	}
+	s.seq++
+	s.vals[0], s.vals[1], s.vals[2], s.vals[3], s.vals[4] = s.contracts[r.contract].id, s.seq, r.recordID, r.amount, s.loadID
+	s.i++
+	return true
+}
+
+func (s *directSource) Values() ([]any, error) { return s.vals, nil }
+func (s *directSource) Err() error             { return nil }
