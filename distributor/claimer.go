@@ -27,10 +27,12 @@ func (d *Distributor) claimLoop() {
 		ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
 		now := d.cfg.Clock.Now()
 		var roundErr error
-		// A notification means work was released (a worker may have left),
-		// loaded or retried, so the share may be stale: a worker with room
-		// recomputes it now rather than at the next rebalance, at most
-		// once a heartbeat.
+		// A notification that work was loaded or retried means the share
+		// may be stale: a worker with room recomputes it now rather than at
+		// the next rebalance, at most once a heartbeat (loads can be
+		// frequent). A worker that left changes the live count: that
+		// recompute is not rate-limited (departures are rare), so the
+		// partitions it releases right after are claimed at once.
 		// A notification inside that heartbeat is kept, not dropped: the
 		// loop comes back for it when the heartbeat has passed.
 		// While a recompute is owed, the share in hand is known to be stale
@@ -40,7 +42,10 @@ func (d *Distributor) claimLoop() {
 		// hour away, would give them back.
 		recompute, owed := false, false
 		var deferred <-chan time.Time
-		if d.workChanged.Load() && d.hasRoom() {
+		if d.hasRoom() && d.workerLeft.Swap(false) {
+			recompute = true
+			d.workChanged.Store(false)
+		} else if d.workChanged.Load() && d.hasRoom() {
 			if wait := d.cfg.Heartbeat - now.Sub(lastRebalance); wait > 0 && !lastRebalance.IsZero() {
 				deferred = d.cfg.Clock.After(wait)
 				owed = true

@@ -44,9 +44,12 @@ type Distributor struct {
 	shareIdle bool
 
 	wakeClaim chan struct{}
-	// workChanged is set by notifications (work released, loaded or
-	// retried): the next claim round recomputes the fair share first.
+	// workChanged is set by notifications of work added or retried: the
+	// next claim round recomputes the fair share first, at most once a
+	// heartbeat. workerLeft is set when a worker left: the next claim round
+	// recomputes at once.
 	workChanged atomic.Bool
+	workerLeft  atomic.Bool
 	stopping    chan struct{} // closed: claim nothing more
 	// leaving is closed once the worker has left the live count: held
 	// partitions are then handed back. Not before, or the workers that a

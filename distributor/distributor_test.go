@@ -314,6 +314,48 @@ func TestGracefulLeaveRaisesOthersShareAtOnce(t *testing.T) {
 	}
 }
 
+// A graceful leave announces itself: the survivor recomputes its share on
+// the announcement, at once, and claims the partitions released right
+// after. A survivor that recomputed moments before (here: at its start)
+// must not wait for the once-a-heartbeat limit that guards against floods
+// of work notifications; with a 30 s heartbeat that wait is what would
+// show.
+func TestGracefulLeaveIsNotRateLimited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(1_000_000, keys("r", 8)...)
+	evs := map[string]*events{}
+	ds := map[string]*distributor.Distributor{}
+	for _, name := range []string{"x", "y"} {
+		evs[name] = newEvents()
+		cfg := fastConfig(name, evs[name])
+		cfg.Heartbeat, cfg.StaleAfter = 30*time.Second, 2*time.Minute
+		cfg.RebalanceInterval = time.Hour
+		cfg.PollInterval = time.Hour // only notifications wake the claim loop
+		cfg.MaxPartitions = 8
+		if name == "x" {
+			// Alone at its start, x's share is all 8: cap it at 4 so y
+			// finds the other 4.
+			cfg.MaxPartitions = 4
+		}
+		ds[name] = e.start(cfg, newProc())
+		evs[name].wait(t, 10*time.Second, name+" claims", kind(distributor.EventClaimed))
+	}
+	testutil.Eventually(t, 10*time.Second, "shares at start", func() error {
+		if held := e.heldBy(); !maps.Equal(held, map[string]int{"x": 4, "y": 4}) {
+			return fmt.Errorf("held %v, want x:4 y:4", held)
+		}
+		return nil
+	})
+	ds["x"].Stop()
+	testutil.Eventually(t, 10*time.Second, "y holds everything after x left", func() error {
+		if held := e.heldBy(); !maps.Equal(held, map[string]int{"y": 8}) {
+			return fmt.Errorf("held %v, want y:8", held)
+		}
+		return nil
+	})
+}
+
 func TestLeaderKeepsPartitionsAndPicksUpNewWork(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

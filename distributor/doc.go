@@ -116,11 +116,15 @@
 // lets batches in flight commit (ShutdownTimeout at most), and releases
 // everything. No partition is released before the mark has committed: a
 // worker woken by a release must already see one live worker fewer, or it
-// would keep the old share until its next rebalance. For the same reason a
-// worker never claims with a share it knows to be stale: while a
-// notification's recomputation is rate-limited the round claims nothing,
-// and a share computed when there was no work at all is recomputed before
-// the first claim that finds some. Releases bump the version and notify waiting
+// would keep the old share until its next rebalance. The mark notifies
+// ("left") at its commit, and the others recompute their shares at once on
+// it, so when the releases' notifications arrive the share in hand is
+// already right and they only wake the claim loop. For the same reason a
+// worker never claims with a share it knows to be stale: while the
+// recomputation that a notification of new (or retried) work asks for is
+// rate-limited (once a heartbeat) the round claims nothing, and a share
+// computed when there was no work at all is recomputed before the first
+// claim that finds some. Releases bump the version and notify waiting
 // workers, which claim without confirmation.
 //
 // Waking. The claim loop runs at start, every PollInterval, on every

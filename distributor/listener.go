@@ -82,12 +82,31 @@ func (d *Distributor) listenOnce(ctx context.Context, db *bun.DB) error {
 		d.wake()
 		d.nudgeAll()
 		for {
-			if _, err := pc.WaitForNotification(ctx); err != nil {
+			n, err := pc.WaitForNotification(ctx)
+			if err != nil {
 				return err
 			}
-			d.workChanged.Store(true)
-			d.wake()
-			d.nudgeAll()
+			d.notified(n.Payload)
 		}
 	})
+}
+
+// notified wakes the claim loop (and leader partitions) for a notification
+// and records what it means for the fair share. A worker that left changes
+// the live count: the share is recomputed at once. Work added or retried
+// may change the count of partitions with work: the share is recomputed,
+// at most once a heartbeat. A release changes neither (the releasing
+// worker's own departure, if it is leaving, was announced before its
+// first release): the share in hand is still right and the loop claims
+// with it at once.
+func (d *Distributor) notified(payload string) {
+	switch payload {
+	case partition.NotifyLeft:
+		d.workerLeft.Store(true)
+	case partition.NotifyReleased:
+	default:
+		d.workChanged.Store(true)
+	}
+	d.wake()
+	d.nudgeAll()
 }

@@ -114,5 +114,5 @@ func (s *Store) addWorkSQL(keys, ns, channel string) string {
 			SET available = t.available + EXCLUDED.available, updated_at = now()
 			RETURNING 1
 		)
-		SELECT pg_notify(` + channel + `, 'work') FROM (SELECT 1 FROM a LIMIT 1) x`)
+		SELECT pg_notify(` + channel + `, '` + NotifyWork + `') FROM (SELECT 1 FROM a LIMIT 1) x`)
 }

@@ -19,6 +19,19 @@ import (
 // releasing workers announce claimable work.
 const NotifyChannel = "baton_work"
 
+// Payloads of the notifications on NotifyChannel: what changed.
+const (
+	// NotifyWork: a producer added work to partitions.
+	NotifyWork = "work"
+	// NotifyReleased: a worker released partitions that still have work.
+	NotifyReleased = "released"
+	// NotifyRetry: a quarantined partition was re-enabled.
+	NotifyRetry = "retry"
+	// NotifyLeft: a worker stopped gracefully; it releases its partitions
+	// right after, so the others' fair shares grow now.
+	NotifyLeft = "left"
+)
+
 // ErrFenced is returned when a write is attempted under a claim that is no
 // longer current: the partition was taken over, released or quarantined.
 var ErrFenced = errors.New("partition claim is no longer current")
@@ -446,7 +459,7 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []L
 			WHERE t.partition_key = l.partition_key
 			RETURNING t.partition_key, t.version, t.position, t.available > t.position AS pending
 		), n AS (
-			SELECT count(pg_notify(?, 'released')) AS sent
+			SELECT count(pg_notify(?, '`+NotifyReleased+`')) AS sent
 			FROM (SELECT 1 FROM r WHERE pending LIMIT 1) p
 		)`+events+`
 		SELECT r.partition_key FROM r CROSS JOIN n`),
@@ -651,7 +664,7 @@ func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 		return false, fmt.Errorf("retrying partition %s: %w", key, err)
 	}
 	if n == 1 {
-		return true, s.Notify(ctx, "retry")
+		return true, s.Notify(ctx, NotifyRetry)
 	}
 	var exists bool
 	if err := s.db.QueryRowContext(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {{.Schema}}.tasks WHERE partition_key = ?)`), key).Scan(&exists); err != nil {
@@ -761,10 +774,16 @@ func (s *Store) QuarantinedCount(ctx context.Context) (int, error) {
 }
 
 // StopWorker marks a worker instance stopped, so others stop counting it at
-// once, and forgets instances that have been dead for over a day.
+// once, and forgets instances that have been dead for over a day. The mark
+// notifies (NotifyLeft) at its commit: the others recompute their shares
+// before the stopping worker's releases reach them.
 func (s *Store) StopWorker(ctx context.Context, instanceID string) error {
 	if _, err := s.db.ExecContext(ctx, s.sql(`
-		UPDATE {{.Schema}}.workers SET stopped_at = now(), expires_at = now() WHERE instance_id = ?`), instanceID); err != nil {
+		WITH u AS (
+			UPDATE {{.Schema}}.workers SET stopped_at = now(), expires_at = now() WHERE instance_id = ?
+			RETURNING 1
+		)
+		SELECT pg_notify(?, ?) FROM u`), instanceID, NotifyChannel, NotifyLeft); err != nil {
 		return fmt.Errorf("marking worker %s stopped: %w", instanceID, err)
 	}
 	if _, err := s.db.ExecContext(ctx, s.sql(`

@@ -57,9 +57,11 @@
 // no room for waits, candidates from the head of the claimable index,
 // shuffled, claimed in at most two compare-and-set rounds, a claim whose
 // outcome is unknown resolved by re-reading and adopting what it won, a
-// failed round retried after a back-off, woken by polls and notifications; after a notification a worker with room recomputes its
-// share, at most once a heartbeat, and claims nothing while the recompute
-// is owed; a worker at its share still takes dead workers' partitions,
+// failed round retried after a back-off, woken by polls and notifications; after a notification of
+// work added or retried a worker with room recomputes its share, at most
+// once a heartbeat, and claims nothing while the recompute is owed; after
+// one of a worker's stop mark it recomputes at once; a release's only
+// wakes it; a worker at its share still takes dead workers' partitions,
 // read as stale candidates, up to MaxPartitions; a share computed with no
 // work in sight is recomputed before claiming); the heartbeat service (one batched renewal per tick over
 // a pinned connection, replaced after an unknown outcome, which is resolved

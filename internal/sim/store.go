@@ -743,7 +743,7 @@ func (st *store) exec(x *stmt) {
 					s.res.Releases++
 					s.tracef("store: p%d released by w%d, now v%d", r.key, req.owner, r.version)
 					if r.available > r.position {
-						st.notify()
+						st.notify(notifyReleased)
 					}
 					return response{released: true}
 				}
@@ -815,6 +815,7 @@ func (st *store) exec(x *stmt) {
 		st.commit(x, func() response {
 			if wr := st.workerRows[req.owner]; wr != nil {
 				wr.stopped, wr.expires = true, x.start
+				st.notify(notifyLeft)
 			}
 			return response{}
 		})
@@ -889,7 +890,7 @@ func (st *store) exec(x *stmt) {
 			st.commit(x, func() response {
 				r.available += req.n
 				s.tracef("store: p%d +%d work, available=%d", r.key, req.n, r.available)
-				st.notify()
+				st.notify(notifyWork)
 				return response{}
 			})
 		})
@@ -905,7 +906,7 @@ func (st *store) exec(x *stmt) {
 				r.failed, r.attempts, r.leaseExp = false, 0, negInf
 				st.setVersion(r, r.version+1, "operator retry")
 				s.tracef("store: p%d retried by the operator, now v%d", r.key, r.version)
-				st.notify()
+				st.notify(notifyWork)
 				return response{released: true}
 			})
 		})
@@ -926,9 +927,18 @@ func (st *store) countStale(r *row, t *txn) {
 	}
 }
 
+// What a notification says changed (partition.Notify*).
+type notifyKind int
+
+const (
+	notifyWork     notifyKind = iota // work added or retried
+	notifyReleased                   // partitions with work released
+	notifyLeft                       // a worker marked itself stopped
+)
+
 // notify is pg_notify: every worker listening is woken, unless it is cut
 // off from the database.
-func (st *store) notify() {
+func (st *store) notify(kind notifyKind) {
 	s := st.s
 	for _, w := range s.slots {
 		if w == nil || w.state == wCrashed || w.state == wExited || w.partitioned {
@@ -937,7 +947,7 @@ func (st *store) notify() {
 		w := w
 		s.after(s.netDelay(w), func() {
 			if !w.partitioned {
-				w.post(nil, w.notified)
+				w.post(nil, func() { w.notified(kind) })
 			}
 		})
 	}

@@ -73,7 +73,8 @@ type worker struct {
 	selGen        int  // the claim loop's iteration, for its timers
 	roundErr      bool // the claim round in progress failed
 	roundFailures int  // consecutive failed rounds
-	workChanged   bool // a notification came: the share may be stale
+	workChanged   bool // work was added or retried: the share may be stale
+	workerLeft    bool // a worker left: the share is stale, recompute at once
 	clDone        bool
 	registered    bool
 	clRPC         *rpc
@@ -692,8 +693,14 @@ func (w *worker) wake() {
 	w.after(0, w.claimPoll)
 }
 
-func (w *worker) notified() {
-	w.workChanged = true
+func (w *worker) notified(kind notifyKind) {
+	switch kind {
+	case notifyLeft:
+		w.workerLeft = true
+	case notifyReleased:
+	default:
+		w.workChanged = true
+	}
 	w.wake()
 	w.nudgeAll()
 }
@@ -795,7 +802,11 @@ func (w *worker) claimLoop() {
 	// or, within a heartbeat of the last recompute, owes it and claims
 	// nothing until it is due: the share in hand may be stale.
 	recompute, owed := false, false
-	if w.workChanged && len(w.held) < s.cfg.MaxPartitions {
+	if w.workerLeft && len(w.held) < s.cfg.MaxPartitions {
+		// A departure is recomputed at once, not rate-limited.
+		recompute = true
+		w.workerLeft, w.workChanged = false, false
+	} else if w.workChanged && len(w.held) < s.cfg.MaxPartitions {
 		if wait := s.cfg.Heartbeat - (now - w.lastRebalance); wait > 0 && w.rebalanced {
 			owed = true
 			gen := w.selGen
