@@ -112,7 +112,7 @@ func defaultConfig() config {
 		claimers: intList{1, 4}, claimBatches: intList{1, 16}, claimDuration: 4 * time.Second,
 		tinyContracts: 3000, heartbeatSample: 200,
 		foWorkers: 3, foContracts: 12, foBatch: 100,
-		killsFast: 20, killsDefault: 5, handoffsFast: 10, handoffsDefault: 4,
+		killsFast: 20, killsDefault: 10, handoffsFast: 10, handoffsDefault: 4,
 		benchtime: "1s",
 	}
 }
