@@ -24,6 +24,7 @@ const directRowBytes = 48
 type directRow struct {
 	recordID string
 	amount   int64
+	line     int64
 	contract int32 // index into directBuf.contracts
 }
 
@@ -34,31 +35,30 @@ type directContract struct {
 	base int64 // tasks.available before the load (0 without a task row)
 }
 
-// directBuf holds the valid records of the file while it is staged, for
-// the direct copy. It gives up (off) at the first invalid row or when it
-// would exceed its memory budget; the staged path then does everything.
+// directBuf holds the valid records of the file for the direct copy
+// instead of staging them. It gives up (off) at the first invalid row or
+// when it would exceed its memory budget, and hands its rows back to be
+// staged.
 type directBuf struct {
 	rows      []directRow
 	index     map[string]int32
 	contracts []directContract
+	raws      map[int64]string // staging raw column of held rows, by line (integers with leading zeros)
 	bytes     int64
 	maxBytes  int64
 	off       bool
 }
 
 func newDirectBuf(maxBytes int64) *directBuf {
-	return &directBuf{index: make(map[string]int32), maxBytes: maxBytes}
+	return &directBuf{index: make(map[string]int32), raws: make(map[int64]string), maxBytes: maxBytes}
 }
 
-// add holds a valid row.
-func (b *directBuf) add(row RecordRow) {
-	if b.off {
-		return
-	}
-	b.bytes += directRowBytes + int64(len(row.RecordID))
+// add holds a valid row, whose staging raw column is raw (if not empty).
+// It returns false, holding nothing, if the row does not fit the budget.
+func (b *directBuf) add(row RecordRow, raw string) bool {
+	b.bytes += directRowBytes + int64(len(row.RecordID)+len(raw))
 	if b.bytes > b.maxBytes {
-		b.giveUp()
-		return
+		return false
 	}
 	c, ok := b.index[row.ContractID]
 	if !ok {
@@ -68,14 +68,49 @@ func (b *directBuf) add(row RecordRow) {
 		b.bytes += directRowBytes + int64(len(row.ContractID))
 	}
 	b.contracts[c].n++
-	b.rows = append(b.rows, directRow{recordID: row.RecordID, amount: row.AmountMinor, contract: c})
+	if raw != "" {
+		b.raws[row.Line] = raw
+	}
+	b.rows = append(b.rows, directRow{recordID: row.RecordID, amount: row.AmountMinor, line: row.Line, contract: c})
+	return true
 }
 
-// giveUp drops the held rows.
-func (b *directBuf) giveUp() {
+// giveUp turns the buffer off and hands back the held rows for staging.
+func (b *directBuf) giveUp() *heldRows {
+	h := &heldRows{rows: b.rows, contracts: b.contracts, raws: b.raws}
 	b.off = true
-	b.rows, b.index, b.contracts = nil, nil, nil
+	b.rows, b.index, b.contracts, b.raws = nil, nil, nil, nil
+	return h
 }
+
+// heldRows gives held rows back as staging rows.
+type heldRows struct {
+	rows      []directRow
+	contracts []directContract
+	raws      map[int64]string
+	vals      []any
+}
+
+// next fills v with the next row's staging columns (line, contract_id,
+// record_id, amount_minor, raw, err); false when none are left.
+func (h *heldRows) next(v []any) bool {
+	if len(h.rows) == 0 {
+		return false
+	}
+	r := &h.rows[0]
+	var raw any
+	if s, ok := h.raws[r.line]; ok {
+		raw = s
+	}
+	v[0], v[1], v[2], v[3], v[4], v[5] = r.line, h.contracts[r.contract].id, r.recordID, r.amount, raw, nil
+	h.rows = h.rows[1:]
+	return true
+}
+
+// CopyFromSource for staging the held rows at once.
+func (h *heldRows) Next() bool             { return len(h.rows) > 0 }
+func (h *heldRows) Values() ([]any, error) { h.next(h.vals); return h.vals, nil }
+func (h *heldRows) Err() error             { return nil }
 
 // sorted returns the held rows ordered by (contract_id, file order), the
 // order of the records table's keys, and the contracts in that order. A
@@ -119,7 +154,6 @@ var errDirectRepeat = errors.New("record ids repeated")
 // store the records.
 func (l *loader) insertDirect(ctx context.Context, tx pgx.Tx) (bool, error) {
 	b := l.direct
-	l.direct = nil // held rows are not needed again; let them go after this
 	if b == nil || b.off || len(b.rows) == 0 {
 		return false, nil
 	}
@@ -172,7 +206,7 @@ SELECT c.contract_id, coalesce(t.available, 0)
 	}
 
 	sorted, order := b.sorted()
-	b.rows = nil
+	b.rows = sorted
 	l.stage(StageInserting)
 	sp, err := tx.Begin(ctx) // a savepoint
 	if err != nil {
@@ -218,7 +252,24 @@ SELECT c.contract_id, coalesce(t.available, 0)
 	}
 	l.rep.RecordsAccepted, l.rep.RecordsRedelivered = n, 0
 	l.rep.DirectCopy = true
+	l.direct = nil
 	return true, nil
+}
+
+// stageHeld stages the rows the direct copy held, when it gave way.
+func (l *loader) stageHeld(ctx context.Context, tx pgx.Tx) error {
+	b := l.direct
+	l.direct = nil
+	if b == nil || b.off || len(b.rows) == 0 {
+		return nil
+	}
+	h := b.giveUp()
+	h.vals = make([]any, 6)
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"load_records"},
+		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, h); err != nil {
+		return fmt.Errorf("copying rows to the database: %w", err)
+	}
+	return nil
 }
 
 // sqlAffectedDirect fills load_affected as sqlAffected and sqlBase do, from

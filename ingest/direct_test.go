@@ -227,3 +227,55 @@ func TestDirectCopyManyContracts(t *testing.T) {
 		t.Fatalf("tables: %+v", c)
 	}
 }
+
+// Rows held for the direct copy are staged as they were read when the
+// direct copy gives way: at an invalid row further on (while the file is
+// read) or on a repeated record id (after the file is read). A held row
+// rejected later shows in the reject file as written.
+func TestDirectCopyHeldRowsStaged(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, records string
+		want          [][]string // reject rows after the header, with records.csv for the path
+		stored        []seqRow
+	}{{
+		name:    "invalid row further on",
+		records: "c1,r1,5\nc1,r1,006\nc2,r1,7\nc1,r2,x\nc1,r3,0009\n",
+		want: [][]string{
+			{"records.csv", "3", `record_id "r1" of contract c1 has amount_minor 6 here but 5 on line 2`, "c1,r1,006"},
+			{"records.csv", "5", `amount_minor "x" is not an integer`, "c1,r2,x"},
+		},
+		stored: []seqRow{{"c1", "r1", 1, 5}, {"c1", "r3", 2, 9}, {"c2", "r1", 1, 7}},
+	}, {
+		name:    "repeated record id",
+		records: "c2,r1,7\nc1,r1,5\nc1,r2,08\nc1,r2,009\nc1,r1,5\n",
+		want: [][]string{
+			{"records.csv", "5", `record_id "r2" of contract c1 has amount_minor 9 here but 8 on line 4`, "c1,r2,009"},
+		},
+		stored: []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 8}, {"c2", "r1", 1, 7}},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.NewDB(t)
+			mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers)})
+			dir := t.TempDir()
+			records, reject := filepath.Join(dir, "records.csv"), filepath.Join(dir, "reject.csv")
+			writeTo(t, records, rh+c.records)
+			rep := mustLoad(t, db, Options{RecordsPath: records, SkipInvalid: true, RejectPath: reject})
+			if rep.DirectCopy || rep.RowsRejected != int64(len(c.want)) || rep.RecordsAccepted != int64(len(c.stored)) {
+				t.Fatalf("report = %+v", rep)
+			}
+			got := readCSV(t, reject)
+			for _, r := range got[1:] {
+				r[0] = filepath.Base(r[0])
+			}
+			if !slices.EqualFunc(got[1:], c.want, slices.Equal) {
+				t.Fatalf("reject rows:\n%q\nwant:\n%q", got[1:], c.want)
+			}
+			if recs := storedRecords(t, db); !slices.Equal(recs, c.stored) {
+				t.Fatalf("records = %+v, want %+v", recs, c.stored)
+			}
+		})
+	}
+}

@@ -41,19 +41,24 @@
 //     raise tasks.available, so while the lock is held a contract's
 //     available is the highest seq stored and can be read without a row
 //     lock. Workers do not take this lock and are not held up by it.
+//
 //  2. A loads row is inserted; its load_id tags the records added.
+//
 //  3. Each file is parsed and copied (COPY, binary) into a temporary
-//     staging table, one row per input row with its line number; a row
+//     staging table, one row per input row with its line number (records
+//     held for the direct copy, see 5, only if it gives way); a row
 //     that breaks a rule on its own is staged with its reason. The
 //     cross-row checks are then UPDATEs over the staging tables: duplicate
 //     thresholds, tier counts, comparison with stored tier sets, unknown
 //     contracts, cumulative gross, record ids repeating stored or earlier
 //     ones.
+//
 //  4. Tiers are applied first: new contracts and their task rows (INSERT
 //     ... ON CONFLICT DO NOTHING, which locks no existing row), changed
 //     tier sets replaced. A tier set with any invalid row is rejected as a
 //     whole, and so are then the records of its contract unless that
 //     contract existed before.
+//
 //  5. If any row is invalid and SkipInvalid is off, the transaction rolls
 //     back and Load returns an *InvalidInputError. Otherwise the accepted
 //     records are inserted with seq = available + their rank in file order.
@@ -63,23 +68,28 @@
 //     repeats; then it is rolled back to the savepoint, the repeats are
 //     sorted out in SQL and the insert runs again.
 //
-// Usually every record is valid on its own, its contract exists and no
-// contract comes near the gross limit; then the checks of step 3 over the
-// staged records have nothing to find, and the records take the direct
-// copy instead of step 5's insert (Report.DirectCopy). While the file is
-// staged, its rows are also held in memory (up to 256 MiB; the first
-// invalid row or a larger file ends that). After staging, one query reads
-// the available of their contracts (all must exist; none may be able to
-// reach the gross limit; no tier row may have been rejected), and one
-// binary COPY under a savepoint writes the records straight into the
-// records table, sorted by (contract_id, seq) so that both of its indexes
-// are filled in order, with seq = available + rank in file order, as step
-// 5 would. Repeated record ids are left to the unique index as in step 5:
-// if the COPY fails on it, it is rolled back to the savepoint and the
-// staged path (the checks of step 3, then step 5) takes over. If any
-// condition fails, the staged path runs as described.
+//     Usually every record is valid on its own, its contract exists and
+//     no contract comes near the gross limit; then the checks of step 3
+//     over the staged records have nothing to find, and the records take
+//     the direct copy instead (Report.DirectCopy). While the records file
+//     is read (inside the staging COPY, so the session is never idle in
+//     between), its rows are held in memory, up to 256 MiB, instead of
+//     being staged; the first invalid row or a larger file hands them back
+//     to the staging table, and the rest of the file streams there. After
+//     the read, one query reads the available of their contracts (all must
+//     exist; none may be able to reach the gross limit; no tier row may
+//     have been rejected), and one binary COPY under a savepoint writes the
+//     records straight into the records table, sorted by (contract_id,
+//     seq) so that both of its indexes fill in order, with seq =
+//     available + rank in file order as above. Repeated record ids are
+//     left to the unique index as above: if the COPY fails on it, it is
+//     rolled back to the savepoint. Whenever the direct copy gives way, the
+//     held rows are staged and the staged path runs as described (with the
+//     repeats sorted out at once if the COPY met one).
+//
 //  6. With SkipInvalid the reject file is written (to a temporary name,
 //     renamed after commit), and the loads row gets its counts.
+//
 //  7. As the last statements, the task rows of the contracts that gain
 //     records or change tiers are locked in partition_key order and
 //     checked; then the work is added through the producer API

@@ -284,6 +284,9 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 			return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
 		}
 		if !direct {
+			if err := l.stageHeld(ctx, tx); err != nil {
+				return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
+			}
 			if err := l.validateRecords(ctx, tx, repeats); err != nil {
 				return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
 			}

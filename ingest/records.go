@@ -10,36 +10,53 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// stageRecords copies the records file into load_records, and holds its
-// rows for the direct copy (insertDirect) until an invalid one shows up.
+// stageRecords copies the records file into load_records. While every row
+// read is valid, the rows are held in memory for the direct copy
+// (insertDirect) instead of being staged; at the first invalid row, or
+// when they outgrow their budget, the held rows are staged and the rest
+// of the file streams into the staging table.
 func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
+	var (
+		src  *rowSource
+		held *heldRows // rows given back by the direct buffer, to stage first
+	)
 	if l.opts.directMaxBytes > 0 {
 		l.direct = newDirectBuf(l.opts.directMaxBytes)
 	}
-	src := &rowSource{stage: "records", next: func(v []any) (bool, error) {
-		row, err := l.records.Next()
-		if err == io.EOF {
-			return false, nil
+	src = &rowSource{stage: "records", next: func(v []any) (bool, error) {
+		for {
+			if held != nil && held.next(v) {
+				return true, nil
+			}
+			row, err := l.records.Next()
+			if err == io.EOF {
+				return false, nil
+			}
+			src.read()
+			var le *LineError
+			switch {
+			case err == nil:
+				var raw string
+				if f := l.records.Fields(); !canonicalInt(f[2]) {
+					raw = rawRow(f)
+				}
+				if l.direct != nil && !l.direct.off {
+					if l.direct.add(row, raw) {
+						continue
+					}
+					held = l.direct.giveUp()
+				}
+				v[0], v[1], v[2], v[3], v[4], v[5] = row.Line, row.ContractID, row.RecordID, row.AmountMinor, nullIfEmpty(raw), nil
+			case errors.As(err, &le):
+				if l.direct != nil && !l.direct.off {
+					held = l.direct.giveUp()
+				}
+				v[0], v[1], v[2], v[3], v[4], v[5] = le.Line, nil, nil, nil, rawRow(le.Row), sanitize(le.Reason)
+			default:
+				return false, err
+			}
+			return true, nil
 		}
-		var le *LineError
-		switch {
-		case err == nil:
-			v[0], v[1], v[2], v[3], v[4], v[5] = row.Line, row.ContractID, row.RecordID, row.AmountMinor, nil, nil
-			if f := l.records.Fields(); !canonicalInt(f[2]) {
-				v[4] = rawRow(f)
-			}
-			if l.direct != nil {
-				l.direct.add(row)
-			}
-		case errors.As(err, &le):
-			if l.direct != nil {
-				l.direct.giveUp()
-			}
-			v[0], v[1], v[2], v[3], v[4], v[5] = le.Line, nil, nil, nil, rawRow(le.Row), sanitize(le.Reason)
-		default:
-			return false, err
-		}
-		return true, nil
 	}}
 	return l.copyIn(ctx, tx, "load_records",
 		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, src, "")

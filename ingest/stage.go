@@ -64,14 +64,23 @@ CREATE TEMP TABLE load_affected (
     base          bigint
 ) ON COMMIT DROP;`
 
-// rowSource feeds parsed rows to CopyFrom, one staging row per input row.
+// rowSource feeds parsed rows to CopyFrom, at most one staging row per
+// input row. next calls read for every input row it reads.
 type rowSource struct {
 	next     func(vals []any) (bool, error) // fills vals; false at the end
 	vals     []any
 	err      error
-	n        int64
+	n        int64 // input rows read
 	stage    string
 	progress func(string, int64)
+}
+
+// read counts an input row read.
+func (s *rowSource) read() {
+	s.n++
+	if s.progress != nil && s.n%progressEvery == 0 {
+		s.progress(s.stage, s.n)
+	}
 }
 
 func (s *rowSource) Next() bool {
@@ -80,17 +89,10 @@ func (s *rowSource) Next() bool {
 		s.err = err
 		return false
 	}
-	if !more {
-		if s.progress != nil {
-			s.progress(s.stage, s.n)
-		}
-		return false
-	}
-	s.n++
-	if s.progress != nil && s.n%progressEvery == 0 {
+	if !more && s.progress != nil {
 		s.progress(s.stage, s.n)
 	}
-	return true
+	return more
 }
 
 func (s *rowSource) Values() ([]any, error) { return s.vals, nil }
@@ -149,11 +151,13 @@ func sanitize(s string) string {
 }
 
 func (l *loader) stageTiers(ctx context.Context, tx pgx.Tx) error {
-	src := &rowSource{stage: "tiers", next: func(v []any) (bool, error) {
+	var src *rowSource
+	src = &rowSource{stage: "tiers", next: func(v []any) (bool, error) {
 		row, err := l.tiers.Next()
 		if err == io.EOF {
 			return false, nil
 		}
+		src.read()
 		var le *LineError
 		switch {
 		case err == nil:
