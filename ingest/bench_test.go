@@ -4,12 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/csv"
-	"fmt"
 	"io"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"runtime/metrics"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,29 +19,34 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/seed"
 )
 
-// benchRows and benchContracts size the benchmark input; override with
-// BATON_BENCH_ROWS.
+// benchRows and benchContracts size the benchmark input; override the rows
+// with BATON_BENCH_ROWS (a multiple of benchContracts).
 const (
 	benchRows      = 200_000
 	benchContracts = 1_000
 )
 
-// writeBenchFiles writes a tiers file for n contracts and a records file of
-// rows records spread over them.
+// writeBenchFiles writes a tiers file for contracts contracts and a records
+// file of rows records spread over them, as worker seed does.
 func writeBenchFiles(b *testing.B, dir string, rows, contracts int) (tiers, records string) {
 	b.Helper()
+	o := seed.Options{Contracts: contracts, RecordsPerContract: max(1, rows/contracts), Seed: 1}
 	tiers = filepath.Join(dir, "tiers.csv")
 	records = filepath.Join(dir, "records.csv")
-	write := func(path string, fill func(w *bufio.Writer)) {
+	write := func(path string, fill func(w io.Writer) error) {
 		f, err := os.Create(path)
 		if err != nil {
 			b.Fatal(err)
 		}
 		w := bufio.NewWriter(f)
-		fill(w)
+		if err := fill(w); err != nil {
+			b.Fatal(err)
+		}
 		if err := w.Flush(); err != nil {
 			b.Fatal(err)
 		}
@@ -48,19 +54,8 @@ func writeBenchFiles(b *testing.B, dir string, rows, contracts int) (tiers, reco
 			b.Fatal(err)
 		}
 	}
-	write(tiers, func(w *bufio.Writer) {
-		w.WriteString(TiersHeader + "\n")
-		for c := range contracts {
-			fmt.Fprintf(w, "contract-%05d,0,0\ncontract-%05d,100000,250\ncontract-%05d,1000000,500\n", c, c, c)
-		}
-	})
-	write(records, func(w *bufio.Writer) {
-		w.WriteString(RecordsHeader + "\n")
-		for i := range rows {
-			c := (i * 7919) % contracts
-			fmt.Fprintf(w, "contract-%05d,rec-%09d-%s,%d\n", c, i, "2026-11-22T10:00:00Z", 1+(i*104729)%5_000_000)
-		}
-	})
+	write(tiers, func(w io.Writer) error { return seed.WriteTiers(w, o) })
+	write(records, func(w io.Writer) error { return seed.WriteRecords(w, o, nil) })
 	return tiers, records
 }
 
@@ -86,9 +81,13 @@ func peakHeap(stop <-chan struct{}) *atomic.Uint64 {
 	return &peak
 }
 
-// BenchmarkLoad loads a generated records file (load) and, for comparison,
-// copies the same rows with a plain pgx CopyFrom into an unindexed table
-// (copy_baseline). Both report rows/s.
+// BenchmarkLoad loads a records file shaped as worker seed writes it
+// (contracts interleaved) into a database holding their tiers: load takes
+// the direct copy, load_staged the staged path (the direct copy turned
+// off). The baselines copy the same file into a plain table of three
+// columns: copy_baseline with pgx CopyFrom, psql_copy with psql's \copy
+// (skipped if psql is not installed). All report rows/s; the ratio of
+// load to psql_copy is the loader's figure of merit.
 func BenchmarkLoad(b *testing.B) {
 	rows := benchRows
 	if s := os.Getenv("BATON_BENCH_ROWS"); s != "" {
@@ -100,27 +99,31 @@ func BenchmarkLoad(b *testing.B) {
 	tiers, records := writeBenchFiles(b, b.TempDir(), rows, benchContracts)
 	ctx := context.Background()
 
-	b.Run("load", func(b *testing.B) {
-		b.ReportAllocs()
-		var peak uint64
-		for range b.N {
-			b.StopTimer()
-			db := pgtest.NewDB(b)
-			mustLoad(b, db, Options{TiersPath: tiers})
-			stop := make(chan struct{})
-			p := peakHeap(stop)
-			b.StartTimer()
-			rep := mustLoad(b, db, Options{RecordsPath: records})
-			b.StopTimer()
-			close(stop)
-			peak = max(peak, p.Load())
-			if rep.RecordsAccepted != int64(rows) {
-				b.Fatalf("report = %+v", rep)
+	load := func(direct int64) func(b *testing.B) {
+		return func(b *testing.B) {
+			b.ReportAllocs()
+			var peak uint64
+			for range b.N {
+				b.StopTimer()
+				db := pgtest.NewDB(b)
+				mustLoad(b, db, Options{TiersPath: tiers})
+				stop := make(chan struct{})
+				p := peakHeap(stop)
+				b.StartTimer()
+				rep := mustLoad(b, db, Options{RecordsPath: records, directMaxBytes: direct})
+				b.StopTimer()
+				close(stop)
+				peak = max(peak, p.Load())
+				if rep.RecordsAccepted != int64(rows) || rep.DirectCopy != (direct >= 0) {
+					b.Fatalf("report = %+v", rep)
+				}
 			}
+			b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "rows/s")
+			b.ReportMetric(float64(peak)/(1<<20), "peak_heap_MiB")
 		}
-		b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "rows/s")
-		b.ReportMetric(float64(peak)/(1<<20), "peak_heap_MiB")
-	})
+	}
+	b.Run("load", load(0))
+	b.Run("load_staged", load(-1))
 
 	b.Run("copy_baseline", func(b *testing.B) {
 		b.ReportAllocs()
@@ -138,6 +141,33 @@ func BenchmarkLoad(b *testing.B) {
 			}
 			if n != int64(rows) {
 				b.Fatalf("copied %d rows, want %d", n, rows)
+			}
+		}
+		b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "rows/s")
+	})
+
+	b.Run("psql_copy", func(b *testing.B) {
+		psql := "psql"
+		if dir, err := pglocal.BinDir(); err == nil {
+			psql = filepath.Join(dir, "psql")
+		}
+		if _, err := osexec.LookPath(psql); err != nil {
+			b.Skipf("no psql: %v", err)
+		}
+		for range b.N {
+			b.StopTimer()
+			url := pgtest.NewURL(b)
+			db := pgtest.Open(b, url, dbconn.Options{})
+			if _, err := db.ExecContext(ctx, `CREATE TABLE baseline (contract_id text, record_id text, amount_minor bigint)`); err != nil {
+				b.Fatal(err)
+			}
+			cmd := osexec.CommandContext(ctx, psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url,
+				"-c", `\copy baseline FROM '`+strings.ReplaceAll(records, "'", "''")+`' WITH (FORMAT csv, HEADER true)`)
+			b.StartTimer()
+			out, err := cmd.CombinedOutput()
+			b.StopTimer()
+			if err != nil {
+				b.Fatalf("psql \\copy: %v: %s", err, out)
 			}
 		}
 		b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "rows/s")

@@ -17,8 +17,14 @@ import (
 // records of a larger file are stored by the staged path alone.
 const directMaxBytesDefault = 256 << 20
 
-// directRowBytes is the memory one held record takes besides its id.
-const directRowBytes = 48
+// directRowBytes is the memory one held record takes besides its contract
+// and record ids: its directRow, its place in the sort order and the rest
+// of its line (the ids are substrings of the line the CSV reader read).
+const directRowBytes = 64
+
+// directBlock is the number of held rows per block. Rows are held in
+// blocks so that holding more never copies those already held.
+const directBlock = 1 << 14
 
 // directRow is one valid record held for the direct copy.
 type directRow struct {
@@ -40,7 +46,8 @@ type directContract struct {
 // when it would exceed its memory budget, and hands its rows back to be
 // staged.
 type directBuf struct {
-	rows      []directRow
+	blocks    [][]directRow
+	n         int // rows held
 	index     map[string]int32
 	contracts []directContract
 	raws      map[int64]string // staging raw column of held rows, by line (integers with leading zeros)
@@ -52,6 +59,8 @@ type directBuf struct {
 func newDirectBuf(maxBytes int64) *directBuf {
 	return &directBuf{index: make(map[string]int32), raws: make(map[int64]string), maxBytes: maxBytes}
 }
+
+func (b *directBuf) row(i int32) *directRow { return &b.blocks[i/directBlock][i%directBlock] }
 
 // add holds a valid row, whose staging raw column is raw (if not empty).
 // It returns false, holding nothing, if the row does not fit the budget.
@@ -71,21 +80,28 @@ func (b *directBuf) add(row RecordRow, raw string) bool {
 	if raw != "" {
 		b.raws[row.Line] = raw
 	}
-	b.rows = append(b.rows, directRow{recordID: row.RecordID, amount: row.AmountMinor, line: row.Line, contract: c})
+	if b.n%directBlock == 0 {
+		b.blocks = append(b.blocks, make([]directRow, 0, directBlock))
+	}
+	last := &b.blocks[len(b.blocks)-1]
+	*last = append(*last, directRow{recordID: row.RecordID, amount: row.AmountMinor, line: row.Line, contract: c})
+	b.n++
 	return true
 }
 
 // giveUp turns the buffer off and hands back the held rows for staging.
 func (b *directBuf) giveUp() *heldRows {
-	h := &heldRows{rows: b.rows, contracts: b.contracts, raws: b.raws}
+	h := &heldRows{blocks: b.blocks, contracts: b.contracts, raws: b.raws}
 	b.off = true
-	b.rows, b.index, b.contracts, b.raws = nil, nil, nil, nil
+	b.blocks, b.n, b.index, b.contracts, b.raws = nil, 0, nil, nil, nil
 	return h
 }
 
-// heldRows gives held rows back as staging rows.
+// heldRows gives held rows back as staging rows, in file order, dropping
+// each block once it is given back.
 type heldRows struct {
-	rows      []directRow
+	blocks    [][]directRow
+	i         int // next row of blocks[0]
 	contracts []directContract
 	raws      map[int64]string
 	vals      []any
@@ -94,47 +110,56 @@ type heldRows struct {
 // next fills v with the next row's staging columns (line, contract_id,
 // record_id, amount_minor, raw, err); false when none are left.
 func (h *heldRows) next(v []any) bool {
-	if len(h.rows) == 0 {
+	for len(h.blocks) > 0 && h.i == len(h.blocks[0]) {
+		h.blocks[0] = nil
+		h.blocks, h.i = h.blocks[1:], 0
+	}
+	if len(h.blocks) == 0 {
 		return false
 	}
-	r := &h.rows[0]
+	r := &h.blocks[0][h.i]
+	h.i++
 	var raw any
 	if s, ok := h.raws[r.line]; ok {
 		raw = s
 	}
 	v[0], v[1], v[2], v[3], v[4], v[5] = r.line, h.contracts[r.contract].id, r.recordID, r.amount, raw, nil
-	h.rows = h.rows[1:]
 	return true
 }
 
-// CopyFromSource for staging the held rows at once.
-func (h *heldRows) Next() bool             { return len(h.rows) > 0 }
-func (h *heldRows) Values() ([]any, error) { h.next(h.vals); return h.vals, nil }
+// heldRows is a pgx.CopyFromSource for staging the held rows at once.
+func (h *heldRows) Next() bool             { return h.next(h.vals) }
+func (h *heldRows) Values() ([]any, error) { return h.vals, nil }
 func (h *heldRows) Err() error             { return nil }
 
-// sorted returns the held rows ordered by (contract_id, file order), the
-// order of the records table's keys, and the contracts in that order. A
-// contract's rows are already in file order, so a stable counting sort by
-// contract does it.
-func (b *directBuf) sorted() ([]directRow, []int32) {
+// sorted returns the indexes of the held rows ordered by (contract_id,
+// file order), the order of the records table's keys, and the contracts
+// in that order. A contract's rows are already in file order, so a stable
+// counting sort by contract does it.
+func (b *directBuf) sorted() ([]int32, []int32) {
 	order := make([]int32, len(b.contracts))
 	for i := range order {
 		order[i] = int32(i)
 	}
 	// Go compares strings bytewise, as the "C" collation of contract_id does.
 	slices.SortFunc(order, func(x, y int32) int { return cmp.Compare(b.contracts[x].id, b.contracts[y].id) })
-	start := make([]int64, len(b.contracts))
-	var at int64
+	start := make([]int32, len(b.contracts))
+	var at int32
 	for _, c := range order {
 		start[c] = at
-		at += b.contracts[c].n
+		at += int32(b.contracts[c].n)
 	}
-	out := make([]directRow, len(b.rows))
-	for _, r := range b.rows {
-		out[start[r.contract]] = r
-		start[r.contract]++
+	rows := make([]int32, b.n)
+	var i int32
+	for _, blk := range b.blocks {
+		for j := range blk {
+			c := blk[j].contract
+			rows[start[c]] = i
+			start[c]++
+			i++
+		}
 	}
-	return out, order
+	return rows, order
 }
 
 // errDirectRepeat reports that the direct copy met a record id that
@@ -154,7 +179,7 @@ var errDirectRepeat = errors.New("record ids repeated")
 // store the records.
 func (l *loader) insertDirect(ctx context.Context, tx pgx.Tx) (bool, error) {
 	b := l.direct
-	if b == nil || b.off || len(b.rows) == 0 {
+	if b == nil || b.off || b.n == 0 {
 		return false, nil
 	}
 	l.stage(StageValidating)
@@ -206,14 +231,13 @@ SELECT c.contract_id, coalesce(t.available, 0)
 	}
 
 	sorted, order := b.sorted()
-	b.rows = sorted
 	l.stage(StageInserting)
 	sp, err := tx.Begin(ctx) // a savepoint
 	if err != nil {
 		return false, fmt.Errorf("setting a savepoint: %w", err)
 	}
 	defer func() { _ = sp.Rollback(ctx) }() // a no-op after Commit
-	src := &directSource{rows: sorted, contracts: b.contracts, loadID: l.rep.LoadID, vals: make([]any, 5)}
+	src := &directSource{buf: b, order: sorted, loadID: l.rep.LoadID, vals: make([]any, 5)}
 	schemaName := l.opts.Schema
 	if schemaName == "" {
 		schemaName = schema.Default
@@ -260,7 +284,7 @@ SELECT c.contract_id, coalesce(t.available, 0)
 func (l *loader) stageHeld(ctx context.Context, tx pgx.Tx) error {
 	b := l.direct
 	l.direct = nil
-	if b == nil || b.off || len(b.rows) == 0 {
+	if b == nil || b.off || b.n == 0 {
 		return nil
 	}
 	h := b.giveUp()
@@ -284,28 +308,29 @@ SELECT contract_id, sum(n_new), 0, bool_or(tiers_changed), row_number() OVER (OR
         SELECT contract_id, 0, true, NULL FROM load_tier_sets WHERE existed AND changed) u
  GROUP BY contract_id`
 
-// directSource feeds the sorted rows to CopyFrom, numbering each
-// contract's rows from its base.
+// directSource feeds the held rows to CopyFrom in the given order,
+// numbering each contract's rows from its base.
 type directSource struct {
-	rows      []directRow
-	contracts []directContract
-	loadID    int64
-	vals      []any
-	i         int
-	cur       int32
-	seq       int64
+	buf    *directBuf
+	order  []int32
+	loadID int64
+	vals   []any
+	i      int
+	cur    int32
+	seq    int64
 }
 
 func (s *directSource) Next() bool {
-	if s.i >= len(s.rows) {
+	if s.i >= len(s.order) {
 		return false
 	}
-	r := &s.rows[s.i]
+	r := s.buf.row(s.order[s.i])
+	c := &s.buf.contracts[r.contract]
 	if s.i == 0 || r.contract != s.cur {
-		s.cur, s.seq = r.contract, s.contracts[r.contract].base
+		s.cur, s.seq = r.contract, c.base
 	}
 	s.seq++
-	s.vals[0], s.vals[1], s.vals[2], s.vals[3], s.vals[4] = s.contracts[r.contract].id, s.seq, r.recordID, r.amount, s.loadID
+	s.vals[0], s.vals[1], s.vals[2], s.vals[3], s.vals[4] = c.id, s.seq, r.recordID, r.amount, s.loadID
 	s.i++
 	return true
 }

@@ -42,6 +42,20 @@ func TestDirectCopy(t *testing.T) {
 		"SELECT records_accepted FROM baton.loads WHERE load_id = ?", rep.LoadID).Scan(&accepted); err != nil || accepted != 5 {
 		t.Fatalf("loads.records_accepted = %d, %v", accepted, err)
 	}
+
+	// Records beside a tier change of an unpriced contract, and a new
+	// contract: both apply.
+	rep = mustLoad(t, db, Options{TiersPath: writeFile(t, "t3.csv", th+"c10,0,0\nc10,500,20\nc3,0,0\n"),
+		RecordsPath: writeFile(t, "r3.csv", rh+"c3,a,1\nc2,b,2\n")})
+	if !rep.DirectCopy || rep.RecordsAccepted != 2 || rep.ContractsCreated != 1 || rep.TierRows != 3 {
+		t.Fatalf("third load: report = %+v", rep)
+	}
+	if got := tiersOf(t, db, "c10"); got != "0:0 500:20" {
+		t.Fatalf("tiers of c10 = %v, want the new set of 2", got)
+	}
+	if c := tableCounts(t, db); c != (counts{Contracts: 4, Tiers: 5, Records: 11, Tasks: 4, Available: 11}) {
+		t.Fatalf("tables: %+v", c)
+	}
 }
 
 // Whenever the direct copy cannot settle a rule, the staged path stores the
