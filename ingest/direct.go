@@ -32,6 +32,7 @@ type directRow struct {
 	amount   int64
 	line     int64
 	contract int32 // index into directBuf.contracts
+	skip     bool  // not to be stored: invalid or re-delivered (copyAccepted)
 }
 
 // directContract is a contract named by the held records.
@@ -42,9 +43,11 @@ type directContract struct {
 }
 
 // directBuf holds the valid records of the file for the direct copy
-// instead of staging them. It gives up (off) at the first invalid row or
-// when it would exceed its memory budget, and hands its rows back to be
-// staged.
+// instead of staging them. From the first invalid row on (or once the
+// direct copy gave way) it holds them besides staging them (staged), so
+// that copyAccepted can store the accepted ones after the staged checks.
+// It gives up (off) when it would exceed its memory budget, and hands back
+// the rows it held without staging them.
 type directBuf struct {
 	blocks    [][]directRow
 	n         int // rows held
@@ -53,6 +56,7 @@ type directBuf struct {
 	raws      map[int64]string // staging raw column of held rows, by line (integers with leading zeros)
 	bytes     int64
 	maxBytes  int64
+	staged    bool // the held rows are staged too
 	off       bool
 }
 
@@ -89,12 +93,23 @@ func (b *directBuf) add(row RecordRow, raw string) bool {
 	return true
 }
 
-// giveUp turns the buffer off and hands back the held rows for staging.
+// giveUp turns the buffer off and hands back the held rows that still
+// need staging (none if they are staged already).
 func (b *directBuf) giveUp() *heldRows {
 	h := &heldRows{blocks: b.blocks, contracts: b.contracts, raws: b.raws}
+	if b.staged {
+		h.blocks = nil
+	}
 	b.off = true
 	b.blocks, b.n, b.index, b.contracts, b.raws = nil, 0, nil, nil, nil
 	return h
+}
+
+// stageAll hands out the held rows for staging and keeps holding them;
+// from now on every row held is staged too.
+func (b *directBuf) stageAll() *heldRows {
+	b.staged = true
+	return &heldRows{blocks: slices.Clone(b.blocks), contracts: b.contracts, raws: b.raws, keep: true}
 }
 
 // heldRows gives held rows back as staging rows, in file order, dropping
@@ -104,6 +119,7 @@ type heldRows struct {
 	i         int // next row of blocks[0]
 	contracts []directContract
 	raws      map[int64]string
+	keep      bool // the buffer keeps the blocks: do not drop them
 	vals      []any
 }
 
@@ -111,7 +127,9 @@ type heldRows struct {
 // record_id, amount_minor, raw, err); false when none are left.
 func (h *heldRows) next(v []any) bool {
 	for len(h.blocks) > 0 && h.i == len(h.blocks[0]) {
-		h.blocks[0] = nil
+		if !h.keep {
+			h.blocks[0] = nil
+		}
 		h.blocks, h.i = h.blocks[1:], 0
 	}
 	if len(h.blocks) == 0 {
@@ -132,12 +150,23 @@ func (h *heldRows) Next() bool             { return h.next(h.vals) }
 func (h *heldRows) Values() ([]any, error) { return h.vals, nil }
 func (h *heldRows) Err() error             { return nil }
 
-// sorted returns the indexes of the held rows ordered by (contract_id,
-// file order), the order of the records table's keys, and the contracts
-// in that order. A contract's rows are already in file order, so a stable
-// counting sort by contract does it.
-func (b *directBuf) sorted() ([]int32, []int32) {
-	order := make([]int32, len(b.contracts))
+// sorted returns the indexes of the held rows not skipped, ordered by
+// (contract_id, file order), the order of the records table's keys; the
+// contracts in that order; and the number of rows of each. A contract's
+// rows are already in file order, so a stable counting sort by contract
+// does it.
+func (b *directBuf) sorted() (rows, order []int32, counts []int64) {
+	order = make([]int32, len(b.contracts))
+	counts = make([]int64, len(b.contracts))
+	var total int32
+	for _, blk := range b.blocks {
+		for j := range blk {
+			if !blk[j].skip {
+				counts[blk[j].contract]++
+				total++
+			}
+		}
+	}
 	for i := range order {
 		order[i] = int32(i)
 	}
@@ -147,19 +176,20 @@ func (b *directBuf) sorted() ([]int32, []int32) {
 	var at int32
 	for _, c := range order {
 		start[c] = at
-		at += int32(b.contracts[c].n)
+		at += int32(counts[c])
 	}
-	rows := make([]int32, b.n)
+	rows = make([]int32, total)
 	var i int32
 	for _, blk := range b.blocks {
 		for j := range blk {
-			c := blk[j].contract
-			rows[start[c]] = i
-			start[c]++
+			if c := blk[j].contract; !blk[j].skip {
+				rows[start[c]] = i
+				start[c]++
+			}
 			i++
 		}
 	}
-	return rows, order
+	return rows, order, counts
 }
 
 // errDirectRepeat reports that the direct copy met a record id that
@@ -179,7 +209,7 @@ var errDirectRepeat = errors.New("record ids repeated")
 // store the records.
 func (l *loader) insertDirect(ctx context.Context, tx pgx.Tx) (bool, error) {
 	b := l.direct
-	if b == nil || b.off || b.n == 0 {
+	if b == nil || b.off || b.staged || b.n == 0 {
 		return false, nil
 	}
 	l.stage(StageValidating)
@@ -230,20 +260,14 @@ SELECT c.contract_id, coalesce(t.available, 0)
 		}
 	}
 
-	sorted, order := b.sorted()
+	sorted, order, _ := b.sorted()
 	l.stage(StageInserting)
 	sp, err := tx.Begin(ctx) // a savepoint
 	if err != nil {
 		return false, fmt.Errorf("setting a savepoint: %w", err)
 	}
 	defer func() { _ = sp.Rollback(ctx) }() // a no-op after Commit
-	src := &directSource{buf: b, order: sorted, loadID: l.rep.LoadID, vals: make([]any, 5)}
-	schemaName := l.opts.Schema
-	if schemaName == "" {
-		schemaName = schema.Default
-	}
-	n, err := sp.CopyFrom(ctx, pgx.Identifier{schemaName, "records"},
-		[]string{"contract_id", "seq", "record_id", "amount_minor", "load_id"}, src)
+	n, err := l.copyRecords(ctx, sp, b, sorted)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "records_contract_record_id" {
 		if rerr := sp.Rollback(ctx); rerr != nil {
@@ -252,10 +276,7 @@ SELECT c.contract_id, coalesce(t.available, 0)
 		return false, errDirectRepeat
 	}
 	if err != nil {
-		return false, fmt.Errorf("storing records: %w", err)
-	}
-	if n != int64(len(sorted)) {
-		return false, fmt.Errorf("storing records: stored %d, want %d", n, len(sorted))
+		return false, err
 	}
 
 	// What the staged path's load_affected holds, from the held counts.
@@ -280,14 +301,88 @@ SELECT c.contract_id, coalesce(t.available, 0)
 	return true, nil
 }
 
-// stageHeld stages the rows the direct copy held, when it gave way.
+// copyRecords copies the held rows at the given indexes into the records
+// table, numbering each contract's rows from its base.
+func (l *loader) copyRecords(ctx context.Context, tx pgx.Tx, b *directBuf, rows []int32) (int64, error) {
+	schemaName := l.opts.Schema
+	if schemaName == "" {
+		schemaName = schema.Default
+	}
+	src := &directSource{buf: b, order: rows, loadID: l.rep.LoadID, vals: make([]any, 5)}
+	n, err := tx.CopyFrom(ctx, pgx.Identifier{schemaName, "records"},
+		[]string{"contract_id", "seq", "record_id", "amount_minor", "load_id"}, src)
+	if err != nil {
+		return 0, fmt.Errorf("storing records: %w", err)
+	}
+	if n != int64(len(rows)) {
+		return 0, fmt.Errorf("storing records: stored %d, want %d", n, len(rows))
+	}
+	return n, nil
+}
+
+// copyAccepted stores the accepted records on the staged path, after its
+// checks, when the buffer still holds every valid row: the held rows that
+// load_records marks invalid or re-delivered are skipped, the others
+// copied as insertDirect does, with the bases and counts of load_affected
+// (which sqlBase has filled). It returns the number stored.
+func (l *loader) copyAccepted(ctx context.Context, tx pgx.Tx) (int64, error) {
+	b := l.direct
+	rows, err := tx.Query(ctx, "SELECT line FROM load_records WHERE err IS NOT NULL OR redelivered ORDER BY line")
+	if err != nil {
+		return 0, fmt.Errorf("collecting rejected rows: %w", err)
+	}
+	skip, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, fmt.Errorf("collecting rejected rows: %w", err)
+	}
+	// Held rows are in line order, as are the lines to skip.
+	for _, blk := range b.blocks {
+		for j := range blk {
+			r := &blk[j]
+			for len(skip) > 0 && skip[0] < r.line {
+				skip = skip[1:]
+			}
+			r.skip = len(skip) > 0 && skip[0] == r.line
+		}
+	}
+	want := make([]int64, len(b.contracts))
+	rows, err = tx.Query(ctx, "SELECT contract_id, n_new, base FROM load_affected WHERE n_new > 0")
+	if err != nil {
+		return 0, fmt.Errorf("collecting contracts: %w", err)
+	}
+	var (
+		id      string
+		n, base int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &n, &base}, func() error {
+		c, ok := b.index[id]
+		if !ok {
+			return fmt.Errorf("contract %s gains records but holds none", id)
+		}
+		want[c], b.contracts[c].base = n, base
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("collecting contracts: %w", err)
+	}
+	sorted, _, counts := b.sorted()
+	for c, n := range counts {
+		if n != want[c] {
+			return 0, fmt.Errorf("storing records: contract %s has %d accepted records held, want %d", b.contracts[c].id, n, want[c])
+		}
+	}
+	l.rep.heldCopy = true
+	return l.copyRecords(ctx, tx, b, sorted)
+}
+
+// stageHeld stages the rows held for the direct copy when it gave way, and
+// keeps holding them for copyAccepted.
 func (l *loader) stageHeld(ctx context.Context, tx pgx.Tx) error {
 	b := l.direct
-	l.direct = nil
-	if b == nil || b.off || b.n == 0 {
+	if b == nil || b.off || b.staged || b.n == 0 {
 		return nil
 	}
-	h := b.giveUp()
+	h := b.stageAll()
 	h.vals = make([]any, 6)
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"load_records"},
 		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, h); err != nil {

@@ -107,6 +107,17 @@ func TestDirectCopyFallsBack(t *testing.T) {
 		wantRep:  Report{RecordsAccepted: 2},
 		want:     []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}, {"c1", "r3", 3, 6}},
 	}, {
+		name:    "unknown contract and a re-delivery",
+		records: "c1,r1,5\nc3,r1,7\nc1,r2,6\nc1,r1,5\n",
+		wantRep: Report{RecordsAccepted: 2, RecordsRedelivered: 1, RowsRejected: 1},
+		want:    []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}},
+	}, {
+		name:     "over the memory budget after an invalid row",
+		records:  "c1,r0,0\nc1,r1,5\nc2,r1,7\nc1,r2,6\n",
+		maxBytes: 2*directRowBytes + 10,
+		wantRep:  Report{RecordsAccepted: 3, RowsRejected: 1},
+		want:     []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}, {"c2", "r1", 1, 7}},
+	}, {
 		name:     "over the memory budget",
 		records:  "c1,r1,5\nc2,r1,7\nc1,r2,6\n",
 		maxBytes: 2*directRowBytes + 10,
@@ -139,6 +150,11 @@ func TestDirectCopyFallsBack(t *testing.T) {
 				RowsRejected: rep.RowsRejected, TierRows: rep.TierRows}
 			if rep.DirectCopy || got != c.wantRep {
 				t.Fatalf("report = %+v, want the staged path and %+v", rep, c.wantRep)
+			}
+			// Within the budget, the staged path stores the accepted
+			// records from memory too.
+			if held := c.maxBytes == 0; rep.heldCopy != held {
+				t.Fatalf("stored from memory: %v, want %v", rep.heldCopy, held)
 			}
 			if recs := storedRecords(t, db); !slices.Equal(recs, c.want) {
 				t.Fatalf("records = %+v, want %+v", recs, c.want)

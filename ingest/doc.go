@@ -85,7 +85,11 @@
 //     left to the unique index as above: if the COPY fails on it, it is
 //     rolled back to the savepoint. Whenever the direct copy gives way, the
 //     held rows are staged and the staged path runs as described (with the
-//     repeats sorted out at once if the COPY met one).
+//     repeats sorted out at once if the COPY met one). From the first
+//     invalid row, or once the direct copy gave way, valid rows are held
+//     and staged alike; if they stay within the budget, the staged path's
+//     insert is the same sorted COPY of the held rows, less those the
+//     checks marked invalid or re-delivered, instead of INSERT ... SELECT.
 //
 //  6. With SkipInvalid the reject file is written (to a temporary name,
 //     renamed after commit), and the loads row gets its counts.

@@ -140,6 +140,8 @@ type Report struct {
 	// package documentation).
 	DirectCopy bool
 	Duration   time.Duration
+
+	heldCopy bool // the staged path stored the records with copyAccepted
 }
 
 // Load loads a tiers file, a records file or both in one transaction. See

@@ -12,9 +12,11 @@ import (
 
 // stageRecords copies the records file into load_records. While every row
 // read is valid, the rows are held in memory for the direct copy
-// (insertDirect) instead of being staged; at the first invalid row, or
-// when they outgrow their budget, the held rows are staged and the rest
-// of the file streams into the staging table.
+// (insertDirect) instead of being staged. At the first invalid row the
+// held rows are staged, and from then on valid rows are both held (for
+// copyAccepted) and staged; if they outgrow their budget, the buffer lets
+// them go (staging those not staged yet) and the rest of the file streams
+// into the staging table only.
 func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 	var (
 		src  *rowSource
@@ -40,16 +42,18 @@ func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 				if f := l.records.Fields(); !canonicalInt(f[2]) {
 					raw = rawRow(f)
 				}
-				if l.direct != nil && !l.direct.off {
-					if l.direct.add(row, raw) {
-						continue
+				if b := l.direct; b != nil && !b.off {
+					switch {
+					case !b.add(row, raw):
+						held = b.giveUp() // over budget
+					case !b.staged:
+						continue // held only
 					}
-					held = l.direct.giveUp()
 				}
 				v[0], v[1], v[2], v[3], v[4], v[5] = row.Line, row.ContractID, row.RecordID, row.AmountMinor, nullIfEmpty(raw), nil
 			case errors.As(err, &le):
-				if l.direct != nil && !l.direct.off {
-					held = l.direct.giveUp()
+				if b := l.direct; b != nil && !b.off && !b.staged {
+					held = b.stageAll()
 				}
 				v[0], v[1], v[2], v[3], v[4], v[5] = le.Line, nil, nil, nil, rawRow(le.Row), sanitize(le.Reason)
 			default:
@@ -235,7 +239,13 @@ func (l *loader) insertRecords(ctx context.Context, tx pgx.Tx) error {
 	if _, err := exec(ctx, db, "reading task positions", sqlBase); err != nil {
 		return err
 	}
-	n, err := exec(ctx, db, "storing records", sqlInsertRecords, rep.LoadID)
+	var n int64
+	var err error
+	if b := l.direct; b != nil && !b.off {
+		n, err = l.copyAccepted(ctx, db)
+	} else {
+		n, err = exec(ctx, db, "storing records", sqlInsertRecords, rep.LoadID)
+	}
 	var pe *pgconn.PgError
 	if !l.repeatsChecked && errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "records_contract_record_id" {
 		return errRepeatedIDs
