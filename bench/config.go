@@ -58,6 +58,7 @@ type config struct {
 	claimDuration   time.Duration
 	tinyContracts   int
 	heartbeatSample int
+	coordCellsOnly  bool
 
 	// failover
 	foWorkers       int
@@ -191,6 +192,7 @@ func parseConfig(args []string) (config, error) {
 	fs.Var(&c.claimBatches, "claim-batches", "coordination: partitions per claim statement in the claim-throughput loop")
 	fs.DurationVar(&c.claimDuration, "claim-duration", c.claimDuration, "coordination: measuring time per claim-throughput cell")
 	fs.IntVar(&c.tinyContracts, "tiny-contracts", c.tinyContracts, "coordination: one-record contracts priced end to end by 2 real workers (claims/s)")
+	fs.BoolVar(&c.coordCellsOnly, "coord-cells-only", false, "coordination: measure only the simulated-worker cells (no heartbeat series, claim loop, one-record contracts or pgbench)")
 	fs.IntVar(&c.heartbeatSample, "heartbeat-samples", c.heartbeatSample, "coordination: heartbeats timed per held-partition count")
 
 	fs.IntVar(&c.foWorkers, "failover-workers", c.foWorkers, "failover: worker processes")

@@ -108,6 +108,9 @@ func (e *env) runCoordination(ctx context.Context, res *results) error {
 			return err
 		}
 	}
+	if cfg.coordCellsOnly {
+		return nil
+	}
 	ds, err := e.seedTemplate(ctx, "tiny", cfg.tinyContracts, 1)
 	if err != nil {
 		return err
@@ -155,6 +158,9 @@ func (e *env) coordPartitions(ctx context.Context, c *coordResult, name string, 
 				w, parts, state, cell.StmtPerSec, cell.PerWorker, cell.DBCores)
 			c.Cells = append(c.Cells, cell)
 		}
+	}
+	if cfg.coordCellsOnly {
+		return nil
 	}
 	if parts == slices.Max(cfg.coordParts) {
 		if err := resetTasks(ctx, db, true); err != nil {

@@ -304,11 +304,18 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
 	keys, versions := split(leases)
 	rows, err := s.db.QueryContext(ctx, s.sql(`
-		WITH w AS (
-			INSERT INTO {{.Schema}}.workers (instance_id, name, hostname, pid, mode, wake, expires_at)
-			VALUES (?, ?, ?, ?, ?, ?, now() + ?::interval)
+		WITH h AS (
+			-- Still ours as of this statement's snapshot.
+			SELECT t.partition_key, t.version, t.available, t.position, t.lease_expires_at
+			FROM {{.Schema}}.tasks t
+			JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
+			  ON t.partition_key = h.key AND t.version = h.version
+			WHERE t.owner = ?
+		), w AS (
+			INSERT INTO {{.Schema}}.workers (instance_id, name, hostname, pid, mode, wake, expires_at, held)
+			VALUES (?, ?, ?, ?, ?, ?, now() + ?::interval, (SELECT count(*) FROM h))
 			ON CONFLICT (instance_id) DO UPDATE
-			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at
+			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at, held = EXCLUDED.held
 			-- A late heartbeat (cancelled client-side, applied server-side
 			-- after the worker stopped) must not bring it back to life.
 			WHERE workers.stopped_at IS NULL
@@ -322,15 +329,12 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 		SELECT partition_key, version, available, position, false, 0::bigint FROM u
 		UNION ALL
 		-- Skipped: still ours as of this statement's snapshot, not renewed.
-		SELECT t.partition_key, t.version, t.available, t.position, true,
-		       greatest(0, (extract(epoch FROM t.lease_expires_at - now()) * 1000000)::bigint)
-		FROM {{.Schema}}.tasks t
-		JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
-		  ON t.partition_key = h.key AND t.version = h.version
-		WHERE t.owner = ? AND t.partition_key NOT IN (SELECT partition_key FROM u)`),
+		SELECT partition_key, version, available, position, true,
+		       greatest(0, (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint)
+		FROM h WHERE partition_key NOT IN (SELECT partition_key FROM u)`),
+		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID,
 		w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, WakeListen), interval(ttl),
-		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID, interval(ttl),
-		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID)
+		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID, interval(ttl))
 	if err != nil {
 		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
 	}
@@ -720,43 +724,48 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 
 // FairShareLoad reads what a worker with room for maxPartitions needs for
 // its fair share, bounded by what can change that share rather than by the
-// number of partitions, so that its cost does not grow with the table:
+// number of partitions or workers, so that its cost does not grow with
+// either table:
 //
-//   - Busy is counted up to LiveWorkers × maxPartitions (beyond that every
-//     worker's share is maxPartitions anyway): pending rows from the head of
-//     the tasks_claimable index, caught-up leases through tasks_owner (the
-//     ORDER BY clauses steer the planner to those indexes);
-//   - Unclaimed is counted up to maxPartitions + 1 (it is compared with 0
-//     and with a count of held partitions), from the claimable index range;
-//   - MinHeld counts each live worker's leases through tasks_owner;
+//   - LiveWorkers, and the partitions they hold (summed, and MinHeld, the
+//     fewest), come from the workers table: each heartbeat writes how many
+//     leases it renewed (workers.held), so nothing counts leases in tasks.
+//     A claim made since a worker's last heartbeat is counted from its next;
+//   - Busy is those held partitions plus the claimable ones (pending, not
+//     quarantined, unowned or past their lease), counted from the head of
+//     the tasks_claimable index only up to LiveWorkers × maxPartitions
+//     (beyond that every worker's share is maxPartitions anyway). Partitions
+//     waiting out a failure's back-off are not counted until claimable,
+//     except that Busy is never 0 while any partition has pending work;
+//   - Unclaimed is the claimable count, capped at maxPartitions + 1 (it is
+//     compared with 0 and with a count of held partitions);
 //   - Quarantined is not counted (0): no index answers it, and only the
 //     end of an until-done run needs it (QuarantinedCount).
 //
-// Zero stays exact for both counts, which is what deciding that all work is
-// done needs.
+// Zero stays exact for Busy and Unclaimed, which is what deciding that all
+// work is done needs.
 func (s *Store) FairShareLoad(ctx context.Context, maxPartitions int) (Load, error) {
 	var l Load
 	err := s.db.QueryRowContext(ctx, s.sql(`
 		WITH live AS (
-		  SELECT instance_id FROM {{.Schema}}.workers WHERE expires_at > now() AND stopped_at IS NULL
-		), cap AS (
-		  SELECT greatest(count(*), 1) * ?::bigint AS n FROM live
+		  SELECT count(*) AS n, coalesce(sum(held), 0) AS held, coalesce(min(held), 0) AS min_held
+		  FROM {{.Schema}}.workers WHERE expires_at > now() AND stopped_at IS NULL
+		), claimable AS (
+		  SELECT count(*) AS n FROM (SELECT 1 FROM {{.Schema}}.tasks
+		    WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
+		    ORDER BY lease_expires_at
+		    LIMIT (SELECT greatest(greatest(n, 1) * ?::bigint - held, ?::bigint + 1) FROM live)) c
 		)
 		SELECT
-		  least((SELECT n FROM cap),
-		    (SELECT count(*) FROM (SELECT 1 FROM {{.Schema}}.tasks
-		      WHERE failed_at IS NULL AND available > position
-		      ORDER BY lease_expires_at LIMIT (SELECT n FROM cap)) p)
-		  + (SELECT count(*) FROM (SELECT 1 FROM {{.Schema}}.tasks
-		      WHERE owner IS NOT NULL AND lease_expires_at > now() AND available <= position
-		      ORDER BY owner LIMIT (SELECT n FROM cap)) c)),
-		  (SELECT count(*) FROM live),
-		  (SELECT count(*) FROM (SELECT 1 FROM {{.Schema}}.tasks
-		    WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
-		    ORDER BY lease_expires_at LIMIT ?::bigint + 1) u),
-		  coalesce((SELECT min((SELECT count(*) FROM {{.Schema}}.tasks t
-		    WHERE t.owner = live.instance_id AND t.lease_expires_at > now())) FROM live), 0)`),
-		maxPartitions, maxPartitions).Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld)
+		  CASE WHEN live.held + claimable.n > 0 THEN least(greatest(live.n, 1) * ?::bigint, live.held + claimable.n)
+		       -- Pending work, all of it waiting out a back-off.
+		       ELSE coalesce((SELECT 1 FROM {{.Schema}}.tasks WHERE available > position AND failed_at IS NULL
+		                      ORDER BY lease_expires_at LIMIT 1), 0) END,
+		  live.n,
+		  least(claimable.n, ?::bigint + 1),
+		  live.min_held
+		FROM live, claimable`),
+		maxPartitions, maxPartitions, maxPartitions, maxPartitions).Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld)
 	if err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}

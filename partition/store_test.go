@@ -338,6 +338,15 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 		       ('e', 5, 0, NULL, 'infinity', now()), ('f', 5, 5, NULL, '-infinity', NULL)`); err != nil {
 		t.Fatal(err)
 	}
+	// The held counts come from the workers' heartbeats: before w#1 renews
+	// its leases the read does not know of them.
+	if l, err = s.FairShareLoad(ctx, 8); err != nil || l.Busy != 1 || l.MinHeld != 0 {
+		t.Fatalf("before w#1's heartbeat: FairShareLoad = %+v, %v; want Busy 1 (a), MinHeld 0", l, err)
+	}
+	leases := []partition.Lease{{Key: "b"}, {Key: "c"}, {Key: "d"}}
+	if rs, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Hour, leases); err != nil || len(rs) != 3 {
+		t.Fatalf("w#1's heartbeat: %v, %v", rs, err)
+	}
 	want, err := s.ClusterLoad(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -364,6 +373,20 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	}
 	if l.Busy != 8 || l.LiveWorkers != 2 || l.Unclaimed != 5 || l.MinHeld != 0 {
 		t.Fatalf("large: FairShareLoad = %+v; want Busy 8 (2 workers × 4), Unclaimed 5, MinHeld 0", l)
+	}
+	// w#2 holding as many as w#1: MinHeld follows, and Busy stays capped.
+	if _, err := db.ExecContext(ctx, `
+		UPDATE baton.tasks SET owner = 'w#2', lease_expires_at = now() + interval '1 hour' WHERE partition_key IN ('p1', 'p2', 'p3')`); err != nil {
+		t.Fatal(err)
+	}
+	// The count is of the leases still held: a lease that is not (x) is
+	// not counted.
+	if rs, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#2", Name: "w"}, time.Hour,
+		[]partition.Lease{{Key: "p1"}, {Key: "p2"}, {Key: "p3"}, {Key: "x"}}); err != nil || len(rs) != 3 {
+		t.Fatalf("w#2's heartbeat: %v, %v", rs, err)
+	}
+	if l, err = s.FairShareLoad(ctx, 4); err != nil || l.Busy != 8 || l.MinHeld != 3 {
+		t.Fatalf("both holding: FairShareLoad = %+v, %v; want Busy 8, MinHeld 3", l, err)
 	}
 	var plan string
 	if err := db.NewRaw("EXPLAIN (ANALYZE, FORMAT JSON) "+sent.get()).Scan(ctx, &plan); err != nil {
@@ -392,5 +415,32 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	walk(nodes[0].(map[string]any)["Plan"].(map[string]any))
 	if rows > 100 {
 		t.Fatalf("FairShareLoad read %v task rows:\n%s", rows, plan)
+	}
+}
+
+// Pending work that is waiting out a failure's back-off is not claimable,
+// so the fair-share read does not count it, but Busy stays above zero while
+// it exists: an until-done run must not stop with work left.
+func TestFairShareLoadCountsBackoffAsBusyOnlyWhenNothingElseIs(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	s := partition.NewStore(db, "")
+	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `
+		INSERT INTO baton.tasks (partition_key, available, position, lease_expires_at, attempts)
+		VALUES ('a', 5, 0, now() + interval '1 hour', 1), ('b', 5, 0, now() + interval '1 hour', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.FairShareLoad(ctx, 8); err != nil || l != (partition.Load{Busy: 1, LiveWorkers: 1}) {
+		t.Fatalf("only back-off: FairShareLoad = %+v, %v; want Busy 1, LiveWorkers 1", l, err)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET position = 5`); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.FairShareLoad(ctx, 8); err != nil || l != (partition.Load{LiveWorkers: 1}) {
+		t.Fatalf("all done: FairShareLoad = %+v, %v; want zeros", l, err)
 	}
 }
