@@ -220,7 +220,10 @@ type sim struct {
 }
 
 func newSim(db *bun.DB, interval time.Duration) *sim {
-	return &sim{store: partition.NewStore(db, ""), ttl: 10 * interval, interval: interval,
+	// As the distributor's store: coordination statements prepared on
+	// direct connections.
+	store := partition.NewStore(db, "").PrepareWhen(func() bool { return dbconn.Direct(db) })
+	return &sim{store: store, ttl: 10 * interval, interval: interval,
 		lat: map[string][]time.Duration{}, calls: map[string]int64{}}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -13,7 +14,9 @@ import (
 const pruneInterval = time.Minute
 
 func newStore(db *bun.DB, cfg Config) *partition.Store {
-	s := partition.NewStore(db, cfg.Schema)
+	// The coordination statements are prepared on direct connections only:
+	// a transaction pooler may run each on another server session.
+	s := partition.NewStore(db, cfg.Schema).PrepareWhen(func() bool { return dbconn.Direct(db) })
 	if cfg.DisableEvents {
 		return s.WithoutEvents()
 	}

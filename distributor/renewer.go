@@ -21,12 +21,11 @@ type renewer struct {
 	store  *partition.Store
 	worker *partition.Worker // its Wake is set once, in Start, before any renewal
 	ttl    time.Duration
-	schema string
 }
 
 func (r renewer) Renew(ctx context.Context, leases []partition.Lease) (out []partition.Renewal, err error) {
 	err = r.conn.do(ctx, func(db bun.IDB) error {
-		out, err = partition.NewStore(db, r.schema).Heartbeat(ctx, *r.worker, r.ttl, leases)
+		out, err = r.store.WithDB(db).Heartbeat(ctx, *r.worker, r.ttl, leases)
 		return err
 	})
 	return out, err

@@ -129,6 +129,7 @@ type Store struct {
 	db       bun.IDB
 	schema   string
 	noEvents bool
+	direct   func() bool // see PrepareWhen
 }
 
 // NewStore returns a Store over db (a *bun.DB, a connection or a
@@ -182,12 +183,7 @@ func split(leases []Lease) (keys []string, versions []int64) {
 // quarantined, and unowned or past their lease, earliest-claimable first.
 // It reads only the head of the tasks_claimable index.
 func (s *Store) Candidates(ctx context.Context, limit int) ([]Candidate, error) {
-	rows, err := s.db.QueryContext(ctx, s.sql(`
-		SELECT partition_key, version, owner IS NOT NULL
-		FROM {{.Schema}}.tasks
-		WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
-		ORDER BY lease_expires_at
-		LIMIT ?`), limit)
+	rows, err := s.query(ctx, candidatesSQL, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading claim candidates: %w", err)
 	}
@@ -215,13 +211,7 @@ func scanCandidates(rows *sql.Rows) ([]Candidate, error) {
 // fair share still take these, so a takeover never waits for a rebalance.
 // It reads the claimable index from just past the unowned rows.
 func (s *Store) StaleCandidates(ctx context.Context, limit int) ([]Candidate, error) {
-	rows, err := s.db.QueryContext(ctx, s.sql(`
-		SELECT partition_key, version, true
-		FROM {{.Schema}}.tasks
-		WHERE available > position AND failed_at IS NULL
-		  AND lease_expires_at > '-infinity' AND lease_expires_at <= now() AND owner IS NOT NULL
-		ORDER BY lease_expires_at
-		LIMIT ?`), limit)
+	rows, err := s.query(ctx, staleCandidatesSQL, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading stale claim candidates: %w", err)
 	}
@@ -265,9 +255,14 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 			FROM c
 			WHERE t.partition_key = c.partition_key
 			RETURNING t.partition_key, t.version, t.position, t.available, t.owner, c.prev_owner, c.prev_heartbeat
+		), wh AS (
+			-- The claimer's held count (FairShareLoad) includes its claims
+			-- from the moment they commit, not from its next heartbeat.
+			UPDATE {{.Schema}}.workers SET held = held + (SELECT count(*) FROM u)
+			WHERE instance_id = ? AND EXISTS (SELECT 1 FROM u)
 		)`+events+`
 		SELECT partition_key, version, position, available, prev_heartbeat FROM u`),
-		append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, interval(ttl)}, eargs...)...)
+		append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, interval(ttl), owner}, eargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("claiming %d partitions: %w", len(cands), err)
 	}
@@ -303,38 +298,8 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 // be renewed by a later heartbeat.
 func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
 	keys, versions := split(leases)
-	rows, err := s.db.QueryContext(ctx, s.sql(`
-		WITH h AS (
-			-- Still ours as of this statement's snapshot.
-			SELECT t.partition_key, t.version, t.available, t.position, t.lease_expires_at
-			FROM {{.Schema}}.tasks t
-			JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
-			  ON t.partition_key = h.key AND t.version = h.version
-			WHERE t.owner = ?
-		), w AS (
-			INSERT INTO {{.Schema}}.workers (instance_id, name, hostname, pid, mode, wake, expires_at, held)
-			VALUES (?, ?, ?, ?, ?, ?, now() + ?::interval, (SELECT count(*) FROM h))
-			ON CONFLICT (instance_id) DO UPDATE
-			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at, held = EXCLUDED.held
-			-- A late heartbeat (cancelled client-side, applied server-side
-			-- after the worker stopped) must not bring it back to life.
-			WHERE workers.stopped_at IS NULL
-		), l AS (`+lockOwnLeases("NO KEY UPDATE", "SKIP LOCKED")+`), u AS (
-			UPDATE {{.Schema}}.tasks t
-			SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
-			FROM l
-			WHERE t.partition_key = l.partition_key
-			RETURNING t.partition_key, t.version, t.available, t.position
-		)
-		SELECT partition_key, version, available, position, false, 0::bigint FROM u
-		UNION ALL
-		-- Skipped: still ours as of this statement's snapshot, not renewed.
-		SELECT partition_key, version, available, position, true,
-		       greatest(0, (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint)
-		FROM h WHERE partition_key NOT IN (SELECT partition_key FROM u)`),
-		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID,
-		w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, WakeListen), interval(ttl),
-		pgdialect.Array(keys), pgdialect.Array(versions), w.InstanceID, interval(ttl))
+	rows, err := s.query(ctx, heartbeatSQL,
+		keys, versions, w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, WakeListen), micros(ttl))
 	if err != nil {
 		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
 	}
@@ -746,27 +711,18 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 // work is done needs.
 func (s *Store) FairShareLoad(ctx context.Context, maxPartitions int) (Load, error) {
 	var l Load
-	err := s.db.QueryRowContext(ctx, s.sql(`
-		WITH live AS (
-		  SELECT count(*) AS n, coalesce(sum(held), 0) AS held, coalesce(min(held), 0) AS min_held
-		  FROM {{.Schema}}.workers WHERE expires_at > now() AND stopped_at IS NULL
-		), claimable AS (
-		  SELECT count(*) AS n FROM (SELECT 1 FROM {{.Schema}}.tasks
-		    WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
-		    ORDER BY lease_expires_at
-		    LIMIT (SELECT greatest(greatest(n, 1) * ?::bigint - held, ?::bigint + 1) FROM live)) c
-		)
-		SELECT
-		  CASE WHEN live.held + claimable.n > 0 THEN least(greatest(live.n, 1) * ?::bigint, live.held + claimable.n)
-		       -- Pending work, all of it waiting out a back-off.
-		       ELSE coalesce((SELECT 1 FROM {{.Schema}}.tasks WHERE available > position AND failed_at IS NULL
-		                      ORDER BY lease_expires_at LIMIT 1), 0) END,
-		  live.n,
-		  least(claimable.n, ?::bigint + 1),
-		  live.min_held
-		FROM live, claimable`),
-		maxPartitions, maxPartitions, maxPartitions, maxPartitions).Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld)
+	rows, err := s.query(ctx, fairShareSQL, maxPartitions)
 	if err != nil {
+		return l, fmt.Errorf("reading cluster load: %w", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return l, fmt.Errorf("reading cluster load: %w", cmp.Or(rows.Err(), sql.ErrNoRows))
+	}
+	if err := rows.Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld); err != nil {
+		return l, fmt.Errorf("reading cluster load: %w", err)
+	}
+	if err := rows.Close(); err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}
 	return l, nil

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/internal/dbconn"
@@ -42,8 +42,7 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `ANALYZE baton.tasks`); err != nil {
 		t.Fatal(err)
 	}
-	sent := &lastQuery{}
-	s := partition.NewStore(db.WithQueryHook(sent), "")
+	s := partition.NewStore(db, "")
 	for _, tc := range []struct {
 		name string
 		read func(context.Context, int) ([]partition.Candidate, error)
@@ -56,50 +55,59 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 			if err != nil || len(cands) != 40 {
 				t.Fatalf("%s = %d rows, %v", tc.name, len(cands), err)
 			}
-			var plan string
-			if err := db.NewRaw("EXPLAIN (ANALYZE, FORMAT JSON) "+sent.get()).Scan(ctx, &plan); err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(plan, `"Index Name": "tasks_claimable"`) || strings.Contains(plan, "Seq Scan") {
-				t.Fatalf("%s does not use the claimable index:\n%s", tc.name, plan)
-			}
-			var p []struct {
-				Plan struct {
-					Plans []struct {
-						ActualRows float64 `json:"Actual Rows"`
-					} `json:"Plans"`
-				} `json:"Plan"`
-			}
-			if err := json.Unmarshal([]byte(plan), &p); err != nil {
-				t.Fatal(err)
-			}
-			if rows := p[0].Plan.Plans[0].ActualRows; rows > 40 {
-				t.Fatalf("index scan returned %v rows for a LIMIT 40 poll:\n%s", rows, plan)
+			for _, plan := range explainPrepared(t, db, partition.StatementSQL(tc.name), 40) {
+				if !strings.Contains(plan, `"Index Name": "tasks_claimable"`) || strings.Contains(plan, "Seq Scan") {
+					t.Fatalf("%s does not use the claimable index:\n%s", tc.name, plan)
+				}
+				var p []struct {
+					Plan struct {
+						Plans []struct {
+							ActualRows float64 `json:"Actual Rows"`
+						} `json:"Plans"`
+					} `json:"Plan"`
+				}
+				if err := json.Unmarshal([]byte(plan), &p); err != nil {
+					t.Fatal(err)
+				}
+				if rows := p[0].Plan.Plans[0].ActualRows; rows > 40 {
+					t.Fatalf("index scan returned %v rows for a LIMIT 40 poll:\n%s", rows, plan)
+				}
 			}
 		})
 	}
 }
 
-// lastQuery is a query hook that keeps the text of the last statement
-// sent, arguments interpolated.
-type lastQuery struct {
-	mu    sync.Mutex
-	query string
-}
-
-func (q *lastQuery) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.Context {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.query = e.Query
-	return ctx
-}
-
-func (q *lastQuery) AfterQuery(context.Context, *bun.QueryEvent) {}
-
-func (q *lastQuery) get() string {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.query
+// explainPrepared prepares q, a statement with parameters, as a direct
+// connection does, and returns its plans (EXPLAIN ANALYZE, JSON) executed
+// with args both as a custom plan and as the generic plan the server may
+// switch to after a few executions: both must be index-driven.
+func explainPrepared(t *testing.T, db *bun.DB, q string, args ...any) []string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "PREPARE explained AS "+q); err != nil {
+		t.Fatal(err)
+	}
+	params := strings.Repeat(", ?", len(args))[2:]
+	var plans []string
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		if _, err := conn.ExecContext(ctx, "SET plan_cache_mode = "+mode); err != nil {
+			t.Fatal(err)
+		}
+		var plan string
+		if err := conn.QueryRowContext(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained("+params+")", args...).Scan(&plan); err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		plans = append(plans, plan)
+	}
+	if _, err := conn.ExecContext(ctx, "DEALLOCATE explained; RESET plan_cache_mode"); err != nil {
+		t.Fatal(err)
+	}
+	return plans
 }
 
 // One heartbeat statement renews any number of leases and reports which.
@@ -366,9 +374,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `ANALYZE baton.tasks`); err != nil {
 		t.Fatal(err)
 	}
-	sent := &lastQuery{}
-	hooked := partition.NewStore(db.WithQueryHook(sent), "")
-	if l, err = hooked.FairShareLoad(ctx, 4); err != nil {
+	if l, err = s.FairShareLoad(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
 	if l.Busy != 8 || l.LiveWorkers != 2 || l.Unclaimed != 5 || l.MinHeld != 0 {
@@ -388,33 +394,31 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	if l, err = s.FairShareLoad(ctx, 4); err != nil || l.Busy != 8 || l.MinHeld != 3 {
 		t.Fatalf("both holding: FairShareLoad = %+v, %v; want Busy 8, MinHeld 3", l, err)
 	}
-	var plan string
-	if err := db.NewRaw("EXPLAIN (ANALYZE, FORMAT JSON) "+sent.get()).Scan(ctx, &plan); err != nil {
-		t.Fatal(err)
-	}
-	var nodes []any
-	if err := json.Unmarshal([]byte(plan), &nodes); err != nil {
-		t.Fatal(err)
-	}
-	// Every plan node over tasks: no sequential scan, and together they
-	// read a few caps' worth of rows, not the table.
-	var rows float64
-	var walk func(n map[string]any)
-	walk = func(n map[string]any) {
-		if n["Relation Name"] == "tasks" {
-			if n["Node Type"] == "Seq Scan" {
-				t.Fatalf("FairShareLoad reads tasks sequentially:\n%s", plan)
+	for _, plan := range explainPrepared(t, db, partition.StatementSQL("FairShareLoad"), 4) {
+		var nodes []any
+		if err := json.Unmarshal([]byte(plan), &nodes); err != nil {
+			t.Fatal(err)
+		}
+		// Every plan node over tasks: no sequential scan, and together they
+		// read a few caps' worth of rows, not the table.
+		var rows float64
+		var walk func(n map[string]any)
+		walk = func(n map[string]any) {
+			if n["Relation Name"] == "tasks" {
+				if n["Node Type"] == "Seq Scan" {
+					t.Fatalf("FairShareLoad reads tasks sequentially:\n%s", plan)
+				}
+				rows += n["Actual Rows"].(float64) * n["Actual Loops"].(float64)
 			}
-			rows += n["Actual Rows"].(float64) * n["Actual Loops"].(float64)
+			children, _ := n["Plans"].([]any)
+			for _, c := range children {
+				walk(c.(map[string]any))
+			}
 		}
-		children, _ := n["Plans"].([]any)
-		for _, c := range children {
-			walk(c.(map[string]any))
+		walk(nodes[0].(map[string]any)["Plan"].(map[string]any))
+		if rows > 100 {
+			t.Fatalf("FairShareLoad read %v task rows:\n%s", rows, plan)
 		}
-	}
-	walk(nodes[0].(map[string]any)["Plan"].(map[string]any))
-	if rows > 100 {
-		t.Fatalf("FairShareLoad read %v task rows:\n%s", rows, plan)
 	}
 }
 
@@ -442,5 +446,47 @@ func TestFairShareLoadCountsBackoffAsBusyOnlyWhenNothingElseIs(t *testing.T) {
 	}
 	if l, err := s.FairShareLoad(ctx, 8); err != nil || l != (partition.Load{LiveWorkers: 1}) {
 		t.Fatalf("all done: FairShareLoad = %+v, %v; want zeros", l, err)
+	}
+}
+
+// A heartbeat finds its leases through the primary key, custom plan or
+// generic, however many task rows there are.
+func TestHeartbeatIsIndexDriven(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `
+		INSERT INTO baton.tasks (partition_key, available, position, owner, lease_expires_at)
+		SELECT 'p' || i, 10, 0, CASE WHEN i <= 8 THEN 'w#1' END,
+		       CASE WHEN i <= 8 THEN now() + interval '1 hour' ELSE '-infinity' END
+		FROM generate_series(1, 100000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE baton.tasks`); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"}
+	versions := make([]int64, len(keys))
+	for _, plan := range explainPrepared(t, db, partition.StatementSQL("Heartbeat"),
+		pgdialect.Array(keys), pgdialect.Array(versions), "w#1", "w", "", 0, "lock", "listen", int64(time.Hour/time.Microsecond)) {
+		var nodes []any
+		if err := json.Unmarshal([]byte(plan), &nodes); err != nil {
+			t.Fatal(err)
+		}
+		var walk func(n map[string]any)
+		walk = func(n map[string]any) {
+			if n["Relation Name"] == "tasks" && n["Node Type"] == "Seq Scan" {
+				t.Fatalf("the heartbeat reads tasks sequentially:\n%s", plan)
+			}
+			children, _ := n["Plans"].([]any)
+			for _, c := range children {
+				walk(c.(map[string]any))
+			}
+		}
+		walk(nodes[0].(map[string]any)["Plan"].(map[string]any))
+	}
+	var held int
+	if err := db.QueryRowContext(ctx, `SELECT held FROM baton.workers WHERE instance_id = 'w#1'`).Scan(&held); err != nil || held != 8 {
+		t.Fatalf("workers.held = %d, %v; want 8", held, err)
 	}
 }

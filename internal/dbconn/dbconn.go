@@ -132,11 +132,15 @@ type connector struct {
 	direct, pooled driver.Connector
 	opts           Options
 	isPooled       atomic.Bool
+	isDirect       atomic.Bool // a connection with the session settings was made
 }
 
 func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	if !c.isPooled.Load() {
 		conn, err := c.direct.Connect(ctx)
+		if err == nil {
+			c.isDirect.Store(true)
+		}
 		if err == nil || !rejectsStartupParameters(err) {
 			return conn, err
 		}
@@ -167,6 +171,16 @@ func rejectsStartupParameters(err error) bool {
 func Pooled(db *bun.DB) bool {
 	c, ok := handles.Load(db.DB)
 	return ok && c.(*connector).isPooled.Load()
+}
+
+// Direct reports whether db, opened by Open, reaches PostgreSQL itself: a
+// connection with its session settings has been made and no server has
+// rejected them. Its connections may then keep prepared statements, which
+// through a transaction pooler they may not. It is false until a connection
+// has been made, and for handles Open did not make.
+func Direct(db *bun.DB) bool {
+	c, ok := handles.Load(db.DB)
+	return ok && c.(*connector).isDirect.Load() && !c.(*connector).isPooled.Load()
 }
 
 // LocalTimeouts returns the statement that sets db's timeouts for the

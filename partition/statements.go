@@ -1,0 +1,87 @@
+package partition
+
+// The coordination statements every worker runs at every heartbeat and
+// poll, with their values as parameters ($1, $2, ...) so that their text
+// never changes and a direct connection prepares each once (PrepareWhen).
+
+// candidatesSQL reads the head of the tasks_claimable index: $1 rows at
+// most.
+const candidatesSQL = `
+		SELECT partition_key, version, owner IS NOT NULL
+		FROM {{.Schema}}.tasks
+		WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
+		ORDER BY lease_expires_at
+		LIMIT $1`
+
+// staleCandidatesSQL reads the claimable index from just past the unowned
+// rows: $1 rows at most.
+const staleCandidatesSQL = `
+		SELECT partition_key, version, true
+		FROM {{.Schema}}.tasks
+		WHERE available > position AND failed_at IS NULL
+		  AND lease_expires_at > '-infinity' AND lease_expires_at <= now() AND owner IS NOT NULL
+		ORDER BY lease_expires_at
+		LIMIT $1`
+
+// heartbeatSQL renews worker $3 and its leases (keys $1, versions $2) for
+// $9 microseconds; $4–$8 are the worker's name, hostname, pid, mode and
+// wake.
+const heartbeatSQL = `
+		WITH h AS (
+			-- Still ours as of this statement's snapshot.
+			SELECT t.partition_key, t.version, t.available, t.position, t.lease_expires_at
+			FROM {{.Schema}}.tasks t
+			JOIN unnest($1::text[], $2::bigint[]) AS h(key, version)
+			  ON t.partition_key = h.key AND t.version = h.version
+			WHERE t.owner = $3
+		), w AS (
+			INSERT INTO {{.Schema}}.workers (instance_id, name, hostname, pid, mode, wake, expires_at, held)
+			VALUES ($3, $4, $5, $6, $7, $8, now() + $9::bigint * interval '1 microsecond', (SELECT count(*) FROM h))
+			ON CONFLICT (instance_id) DO UPDATE
+			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at, held = EXCLUDED.held
+			-- A late heartbeat (cancelled client-side, applied server-side
+			-- after the worker stopped) must not bring it back to life.
+			WHERE workers.stopped_at IS NULL
+		), l AS (
+			SELECT t.partition_key
+			FROM {{.Schema}}.tasks t
+			JOIN unnest($1::text[], $2::bigint[]) AS h(key, version)
+			  ON t.partition_key = h.key AND t.version = h.version
+			WHERE t.owner = $3
+			ORDER BY t.partition_key
+			FOR NO KEY UPDATE OF t SKIP LOCKED
+		), u AS (
+			UPDATE {{.Schema}}.tasks t
+			SET heartbeat_at = now(), lease_expires_at = now() + $9::bigint * interval '1 microsecond'
+			FROM l
+			WHERE t.partition_key = l.partition_key
+			RETURNING t.partition_key, t.version, t.available, t.position
+		)
+		SELECT partition_key, version, available, position, false, 0::bigint FROM u
+		UNION ALL
+		-- Skipped: still ours as of this statement's snapshot, not renewed.
+		SELECT partition_key, version, available, position, true,
+		       greatest(0, (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint)
+		FROM h WHERE partition_key NOT IN (SELECT partition_key FROM u)`
+
+// fairShareSQL reads the fair-share inputs for a worker with room for $1
+// partitions.
+const fairShareSQL = `
+		WITH live AS (
+		  SELECT count(*) AS n, coalesce(sum(held), 0) AS held, coalesce(min(held), 0) AS min_held
+		  FROM {{.Schema}}.workers WHERE expires_at > now() AND stopped_at IS NULL
+		), claimable AS (
+		  SELECT count(*) AS n FROM (SELECT 1 FROM {{.Schema}}.tasks
+		    WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
+		    ORDER BY lease_expires_at
+		    LIMIT (SELECT greatest(greatest(n, 1) * $1::bigint - held, $1::bigint + 1) FROM live)) c
+		)
+		SELECT
+		  CASE WHEN live.held + claimable.n > 0 THEN least(greatest(live.n, 1) * $1::bigint, live.held + claimable.n)
+		       -- Pending work, all of it waiting out a back-off.
+		       ELSE coalesce((SELECT 1 FROM {{.Schema}}.tasks WHERE available > position AND failed_at IS NULL
+		                      ORDER BY lease_expires_at LIMIT 1), 0) END,
+		  live.n,
+		  least(claimable.n, $1::bigint + 1),
+		  live.min_held
+		FROM live, claimable`
