@@ -152,7 +152,7 @@ func (d *Distributor) claim(ctx context.Context) error {
 		// all of it for a worker that was alone); work has arrived since,
 		// perhaps seen by this poll before its notification: recompute
 		// before claiming. This costs one load read per idle-to-busy turn.
-		load, err := d.store.FairShareLoad(ctx, d.cfg.MaxPartitions)
+		load, err := d.store.FairShareLoad(ctx, d.cfg.MaxPartitions, d.cfg.StaleAfter)
 		if err != nil {
 			return err
 		}

@@ -45,9 +45,12 @@
 // partitions. It claims up to its fair share: ceil(busy partitions / live
 // workers), at most MaxPartitions, except that a dead worker's partitions
 // are taken beyond the share (see Takeover bound). The share's inputs are
-// read from the indexes with counts capped at live workers × MaxPartitions,
-// so the read costs the same with 10,000 partitions as with 100. The share
-// is recomputed
+// the live workers' rows, each carrying how many partitions its worker
+// holds (written by its heartbeats and raised by its claims in the same
+// statement), plus the claimable rows counted from the head of the claimable
+// index only up to what live workers × MaxPartitions leaves, so the read
+// costs the same with 100,000 partitions as with 100 and never counts
+// leases in the task table. The share is recomputed
 // every RebalanceInterval, and sooner (at most once a heartbeat) when a
 // notification says work was released, loaded or retried. A worker at its
 // share still polls, for expired leases only (the index range past the
@@ -55,7 +58,11 @@
 //
 // Heartbeat. Every Heartbeat interval the worker renews its own row and all
 // its leases in one statement (a batched compare-and-set on (key, version,
-// owner)), over a connection reserved for it. Rows another transaction
+// owner)), over a connection reserved for it. The heartbeat, the claim
+// polls and the fair-share read run at every interval on every worker, so
+// they send their values as parameters and, on a direct connection, are
+// prepared once per connection (through a transaction pooler they are sent
+// unnamed, as everything else). Rows another transaction
 // holds locked are skipped, not waited for, and reported as still held
 // with the time they have left, so one busy row never fails the whole
 // renewal. A lease missing from the result is lost: its context is cancelled with heartbeat.ErrOwnershipLost
@@ -260,6 +267,12 @@
 //     it holds, and only if it holds them longer than they have left;
 //     loads run with idle_in_transaction_session_timeout, so the server
 //     ends a stalled one and releases its locks.
+//     A claim made outside a transaction also updates its own worker's
+//     row (the held count the fair share reads), which only that worker's
+//     heartbeats and claims lock, each taking its task rows SKIP LOCKED:
+//     they may wait for each other on that one row for one statement,
+//     never in a cycle, and the count decides no ownership, only how many
+//     partitions a worker asks for.
 //  3. The checkpoint is read under the fence and written in the same
 //     transaction as the output, with a compare-and-set on both the
 //     version and the position the fence read. So the next holder reads

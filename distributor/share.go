@@ -11,7 +11,7 @@ import (
 // rebalance recomputes the fair share, asks surplus partitions to be handed
 // back, and in until-done mode detects that all work is done.
 func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
-	load, err := d.store.FairShareLoad(ctx, d.cfg.MaxPartitions)
+	load, err := d.store.FairShareLoad(ctx, d.cfg.MaxPartitions, d.cfg.StaleAfter)
 	if err != nil {
 		return nil, err
 	}

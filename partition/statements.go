@@ -36,9 +36,18 @@ const heartbeatSQL = `
 			WHERE t.owner = $3
 		), w AS (
 			INSERT INTO {{.Schema}}.workers (instance_id, name, hostname, pid, mode, wake, expires_at, held)
-			VALUES ($3, $4, $5, $6, $7, $8, now() + $9::bigint * interval '1 microsecond', (SELECT count(*) FROM h))
+			VALUES ($3, $4, $5, $6, $7, $8, now() + $9::bigint * interval '1 microsecond',
+			        -- Every lease of this worker, not only those it sent: a
+			        -- claim that committed after the worker listed its
+			        -- leases is counted too.
+			        (SELECT count(*) FROM {{.Schema}}.tasks WHERE owner = $3 AND lease_expires_at > now()))
 			ON CONFLICT (instance_id) DO UPDATE
-			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at, held = EXCLUDED.held
+			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at,
+			    -- A claim that committed after this statement's snapshot
+			    -- raised held itself (the row changed since): keep that
+			    -- count until the next heartbeat rather than lose the claim.
+			    held = CASE WHEN workers.xmin = (SELECT xmin FROM {{.Schema}}.workers WHERE instance_id = $3)
+			                THEN EXCLUDED.held ELSE workers.held END
 			-- A late heartbeat (cancelled client-side, applied server-side
 			-- after the worker stopped) must not bring it back to life.
 			WHERE workers.stopped_at IS NULL
@@ -65,11 +74,18 @@ const heartbeatSQL = `
 		FROM h WHERE partition_key NOT IN (SELECT partition_key FROM u)`
 
 // fairShareSQL reads the fair-share inputs for a worker with room for $1
-// partitions.
+// partitions whose leases last $2 microseconds.
 const fairShareSQL = `
 		WITH live AS (
 		  SELECT count(*) AS n, coalesce(sum(held), 0) AS held, coalesce(min(held), 0) AS min_held
 		  FROM {{.Schema}}.workers WHERE expires_at > now() AND stopped_at IS NULL
+		), leaving AS (
+		  -- Leases of workers that stopped within the last stale-after
+		  -- ($2 microseconds): not counted live any more, not yet released.
+		  SELECT count(*) AS n FROM {{.Schema}}.tasks
+		  WHERE owner = ANY (ARRAY(SELECT instance_id FROM {{.Schema}}.workers
+		                           WHERE stopped_at > now() - $2::bigint * interval '1 microsecond'))
+		    AND lease_expires_at > now()
 		), claimable AS (
 		  SELECT count(*) AS n FROM (SELECT 1 FROM {{.Schema}}.tasks
 		    WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
@@ -77,11 +93,12 @@ const fairShareSQL = `
 		    LIMIT (SELECT greatest(greatest(n, 1) * $1::bigint - held, $1::bigint + 1) FROM live)) c
 		)
 		SELECT
-		  CASE WHEN live.held + claimable.n > 0 THEN least(greatest(live.n, 1) * $1::bigint, live.held + claimable.n)
+		  CASE WHEN live.held + leaving.n + claimable.n > 0
+		       THEN least(greatest(live.n, 1) * $1::bigint, live.held + leaving.n + claimable.n)
 		       -- Pending work, all of it waiting out a back-off.
 		       ELSE coalesce((SELECT 1 FROM {{.Schema}}.tasks WHERE available > position AND failed_at IS NULL
 		                      ORDER BY lease_expires_at LIMIT 1), 0) END,
 		  live.n,
 		  least(claimable.n, $1::bigint + 1),
 		  live.min_held
-		FROM live, claimable`
+		FROM live, leaving, claimable`

@@ -221,7 +221,10 @@ func (s *Store) StaleCandidates(ctx context.Context, limit int) ([]Candidate, er
 // Claim tries to claim every candidate with one compare-and-set statement:
 // a row is won only if its version is still the one read and it is still
 // claimable. It returns the claims won; the rest went to someone else.
-// The lease runs for ttl from the database's now().
+// The lease runs for ttl from the database's now(). Outside a transaction
+// the same statement raises the claimer's held count in workers (see
+// FairShareLoad); inside one (WithDB(tx)) the claims are counted from the
+// claimer's next heartbeat.
 func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cands []Candidate) ([]Claimed, error) {
 	if len(cands) == 0 {
 		return nil, nil
@@ -233,6 +236,19 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 		owned[c.Key] = c.Owned
 	}
 	keys, versions := split(leases)
+	// The claimer's held count (FairShareLoad) includes its claims from the
+	// moment they commit rather than from its next heartbeat. Not inside a
+	// caller's transaction: that would keep the worker's row locked, and its
+	// heartbeat waiting, until the transaction ends.
+	var held string
+	var hargs []any
+	if _, inTx := s.db.(bun.Tx); !inTx {
+		held = `, wh AS (
+			UPDATE {{.Schema}}.workers SET held = held + (SELECT count(*) FROM u)
+			WHERE instance_id = ? AND EXISTS (SELECT 1 FROM u)
+		)`
+		hargs = []any{owner}
+	}
 	events, eargs := s.events(`, e AS (
 			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, prev_owner, prev_heartbeat_at, position)
 			SELECT partition_key, CASE WHEN prev_owner IS NULL THEN ? ELSE ? END, version, owner,
@@ -255,14 +271,9 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 			FROM c
 			WHERE t.partition_key = c.partition_key
 			RETURNING t.partition_key, t.version, t.position, t.available, t.owner, c.prev_owner, c.prev_heartbeat
-		), wh AS (
-			-- The claimer's held count (FairShareLoad) includes its claims
-			-- from the moment they commit, not from its next heartbeat.
-			UPDATE {{.Schema}}.workers SET held = held + (SELECT count(*) FROM u)
-			WHERE instance_id = ? AND EXISTS (SELECT 1 FROM u)
-		)`+events+`
+		)`+held+events+`
 		SELECT partition_key, version, position, available, prev_heartbeat FROM u`),
-		append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, interval(ttl), owner}, eargs...)...)
+		append(append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, interval(ttl)}, hargs...), eargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("claiming %d partitions: %w", len(cands), err)
 	}
@@ -696,7 +707,9 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 //     fewest), come from the workers table: each heartbeat writes how many
 //     leases it renewed (workers.held), so nothing counts leases in tasks.
 //     A claim made since a worker's last heartbeat is counted from its next;
-//   - Busy is those held partitions plus the claimable ones (pending, not
+//   - Busy is those held partitions, plus the leases of workers that
+//     stopped within the last staleAfter (the lease length) and have not
+//     released them yet, plus the claimable ones (pending, not
 //     quarantined, unowned or past their lease), counted from the head of
 //     the tasks_claimable index only up to LiveWorkers × maxPartitions
 //     (beyond that every worker's share is maxPartitions anyway). Partitions
@@ -709,9 +722,9 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 //
 // Zero stays exact for Busy and Unclaimed, which is what deciding that all
 // work is done needs.
-func (s *Store) FairShareLoad(ctx context.Context, maxPartitions int) (Load, error) {
+func (s *Store) FairShareLoad(ctx context.Context, maxPartitions int, staleAfter time.Duration) (Load, error) {
 	var l Load
-	rows, err := s.query(ctx, fairShareSQL, maxPartitions)
+	rows, err := s.query(ctx, fairShareSQL, maxPartitions, micros(staleAfter))
 	if err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}

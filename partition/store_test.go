@@ -333,7 +333,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 		}
 	}
 	// Nothing at all: exact zeros.
-	l, err := s.FairShareLoad(ctx, 4)
+	l, err := s.FairShareLoad(ctx, 4, time.Hour)
 	if err != nil || l != (partition.Load{LiveWorkers: 2}) {
 		t.Fatalf("empty: FairShareLoad = %+v, %v", l, err)
 	}
@@ -348,7 +348,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	}
 	// The held counts come from the workers' heartbeats: before w#1 renews
 	// its leases the read does not know of them.
-	if l, err = s.FairShareLoad(ctx, 8); err != nil || l.Busy != 1 || l.MinHeld != 0 {
+	if l, err = s.FairShareLoad(ctx, 8, time.Hour); err != nil || l.Busy != 1 || l.MinHeld != 0 {
 		t.Fatalf("before w#1's heartbeat: FairShareLoad = %+v, %v; want Busy 1 (a), MinHeld 0", l, err)
 	}
 	leases := []partition.Lease{{Key: "b"}, {Key: "c"}, {Key: "d"}}
@@ -360,7 +360,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	want.Quarantined = 0
-	if l, err = s.FairShareLoad(ctx, 8); err != nil || l != want {
+	if l, err = s.FairShareLoad(ctx, 8, time.Hour); err != nil || l != want {
 		t.Fatalf("small: FairShareLoad = %+v, %v; want ClusterLoad's %+v", l, err, want)
 	}
 	if n, err := s.QuarantinedCount(ctx); err != nil || n != 1 {
@@ -374,7 +374,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `ANALYZE baton.tasks`); err != nil {
 		t.Fatal(err)
 	}
-	if l, err = s.FairShareLoad(ctx, 4); err != nil {
+	if l, err = s.FairShareLoad(ctx, 4, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if l.Busy != 8 || l.LiveWorkers != 2 || l.Unclaimed != 5 || l.MinHeld != 0 {
@@ -391,10 +391,10 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 		[]partition.Lease{{Key: "p1"}, {Key: "p2"}, {Key: "p3"}, {Key: "x"}}); err != nil || len(rs) != 3 {
 		t.Fatalf("w#2's heartbeat: %v, %v", rs, err)
 	}
-	if l, err = s.FairShareLoad(ctx, 4); err != nil || l.Busy != 8 || l.MinHeld != 3 {
+	if l, err = s.FairShareLoad(ctx, 4, time.Hour); err != nil || l.Busy != 8 || l.MinHeld != 3 {
 		t.Fatalf("both holding: FairShareLoad = %+v, %v; want Busy 8, MinHeld 3", l, err)
 	}
-	for _, plan := range explainPrepared(t, db, partition.StatementSQL("FairShareLoad"), 4) {
+	for _, plan := range explainPrepared(t, db, partition.StatementSQL("FairShareLoad"), 4, int64(time.Hour/time.Microsecond)) {
 		var nodes []any
 		if err := json.Unmarshal([]byte(plan), &nodes); err != nil {
 			t.Fatal(err)
@@ -438,13 +438,13 @@ func TestFairShareLoadCountsBackoffAsBusyOnlyWhenNothingElseIs(t *testing.T) {
 		VALUES ('a', 5, 0, now() + interval '1 hour', 1), ('b', 5, 0, now() + interval '1 hour', 1)`); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := s.FairShareLoad(ctx, 8); err != nil || l != (partition.Load{Busy: 1, LiveWorkers: 1}) {
+	if l, err := s.FairShareLoad(ctx, 8, time.Hour); err != nil || l != (partition.Load{Busy: 1, LiveWorkers: 1}) {
 		t.Fatalf("only back-off: FairShareLoad = %+v, %v; want Busy 1, LiveWorkers 1", l, err)
 	}
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET position = 5`); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := s.FairShareLoad(ctx, 8); err != nil || l != (partition.Load{LiveWorkers: 1}) {
+	if l, err := s.FairShareLoad(ctx, 8, time.Hour); err != nil || l != (partition.Load{LiveWorkers: 1}) {
 		t.Fatalf("all done: FairShareLoad = %+v, %v; want zeros", l, err)
 	}
 }
@@ -488,5 +488,120 @@ func TestHeartbeatIsIndexDriven(t *testing.T) {
 	var held int
 	if err := db.QueryRowContext(ctx, `SELECT held FROM baton.workers WHERE instance_id = 'w#1'`).Scan(&held); err != nil || held != 8 {
 		t.Fatalf("workers.held = %d, %v; want 8", held, err)
+	}
+}
+
+// A claim raises its worker's held count at once, so a fair share computed
+// between the claim and the claimer's next heartbeat counts it; a claim
+// inside a caller's transaction leaves it to the next heartbeat rather than
+// keep the worker's row locked until that transaction ends.
+func TestClaimCountsHeldPartitionsOutsideTransactions(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	s := partition.NewStore(db, "")
+	w := partition.Worker{InstanceID: "w#1", Name: "w"}
+	if _, err := s.Heartbeat(ctx, w, time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `
+		INSERT INTO baton.tasks (partition_key, available, position) SELECT 'p' || i, 10, 0 FROM generate_series(1, 5) i`); err != nil {
+		t.Fatal(err)
+	}
+	held := func() int {
+		t.Helper()
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT held FROM baton.workers WHERE instance_id = 'w#1'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	cands, err := s.Candidates(ctx, 5)
+	if err != nil || len(cands) != 5 {
+		t.Fatalf("candidates: %v, %v", cands, err)
+	}
+	won, err := s.Claim(ctx, w.InstanceID, time.Hour, cands[:2])
+	if err != nil || len(won) != 2 {
+		t.Fatalf("claim: %v, %v", won, err)
+	}
+	if n := held(); n != 2 {
+		t.Fatalf("held after claiming 2 = %d", n)
+	}
+	if l, err := s.FairShareLoad(ctx, 8, time.Hour); err != nil || l.Busy != 5 || l.MinHeld != 2 || l.Unclaimed != 3 {
+		t.Fatalf("FairShareLoad = %+v, %v; want Busy 5, MinHeld 2, Unclaimed 3", l, err)
+	}
+	// Lost claims count nothing.
+	if won, err := s.Claim(ctx, w.InstanceID, time.Hour, cands[:2]); err != nil || len(won) != 0 {
+		t.Fatalf("second claim of the same candidates: %v, %v", won, err)
+	}
+	if n := held(); n != 2 {
+		t.Fatalf("held after a lost claim = %d", n)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if won, err := s.WithDB(tx).Claim(ctx, w.InstanceID, time.Hour, cands[2:3]); err != nil || len(won) != 1 {
+		t.Fatalf("claim in a transaction: %v, %v", won, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n := held(); n != 2 {
+		t.Fatalf("held after a claim in a transaction = %d; want 2 until the next heartbeat", n)
+	}
+	leases := []partition.Lease{won[0].Lease, won[1].Lease, {Key: cands[2].Key, Version: cands[2].Version + 1}}
+	if rs, err := s.Heartbeat(ctx, w, time.Hour, leases); err != nil || len(rs) != 3 {
+		t.Fatalf("heartbeat: %v, %v", rs, err)
+	}
+	if n := held(); n != 3 {
+		t.Fatalf("held after the heartbeat = %d; want 3", n)
+	}
+}
+
+// A worker that stopped leaves the live count at once, but the partitions
+// it has not released yet stay busy: counted until released (then as
+// claimable), never twice.
+func TestFairShareLoadCountsAStoppedWorkersLeasesUntilReleased(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	s := partition.NewStore(db, "")
+	x, z := partition.Worker{InstanceID: "x#1", Name: "x"}, partition.Worker{InstanceID: "z#1", Name: "z"}
+	for _, w := range []partition.Worker{x, z} {
+		if _, err := s.Heartbeat(ctx, w, time.Hour, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `
+		INSERT INTO baton.tasks (partition_key, available, position) SELECT 'p' || i, 10, 0 FROM generate_series(1, 4) i`); err != nil {
+		t.Fatal(err)
+	}
+	cands, err := s.Candidates(ctx, 4)
+	if err != nil || len(cands) != 4 {
+		t.Fatalf("candidates: %v, %v", cands, err)
+	}
+	wx, err := s.Claim(ctx, x.InstanceID, time.Hour, cands[:2])
+	if err != nil || len(wx) != 2 {
+		t.Fatalf("x's claim: %v, %v", wx, err)
+	}
+	wz, err := s.Claim(ctx, z.InstanceID, time.Hour, cands[2:])
+	if err != nil || len(wz) != 2 {
+		t.Fatalf("z's claim: %v, %v", wz, err)
+	}
+	if err := s.StopWorker(ctx, z.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	want := partition.Load{Busy: 4, LiveWorkers: 1, MinHeld: 2}
+	if l, err := s.FairShareLoad(ctx, 8, time.Hour); err != nil || l != want {
+		t.Fatalf("z stopped, holding 2: FairShareLoad = %+v, %v; want %+v", l, err, want)
+	}
+	if _, err := s.Release(ctx, z.InstanceID, []partition.Lease{wz[0].Lease, wz[1].Lease}); err != nil {
+		t.Fatal(err)
+	}
+	want.Unclaimed = 2
+	if l, err := s.FairShareLoad(ctx, 8, time.Hour); err != nil || l != want {
+		t.Fatalf("z released: FairShareLoad = %+v, %v; want %+v", l, err, want)
 	}
 }
