@@ -59,6 +59,7 @@ type config struct {
 	tinyContracts   int
 	heartbeatSample int
 	coordCellsOnly  bool
+	coordSettle     time.Duration
 
 	// failover
 	foWorkers       int
@@ -109,7 +110,7 @@ func defaultConfig() config {
 		giveUp: 60 * time.Second, hardened: true,
 		coordWorkers: intList{10, 100, 1000}, coordParts: intList{10_000, 100_000},
 		coordHeld: intList{1, 10, 100, 1000}, coordDuration: 5 * time.Second,
-		coordInterval: time.Second, coordConns: 64,
+		coordInterval: time.Second, coordConns: 64, coordSettle: 15 * time.Second,
 		claimers: intList{1, 4}, claimBatches: intList{1, 16}, claimDuration: 4 * time.Second,
 		tinyContracts: 3000, heartbeatSample: 200,
 		foWorkers: 3, foContracts: 12, foBatch: 100,
@@ -187,6 +188,7 @@ func parseConfig(args []string) (config, error) {
 	fs.Var(&c.coordHeld, "coord-held", "coordination: partitions held by one worker for the heartbeat latency series")
 	fs.DurationVar(&c.coordDuration, "coord-duration", c.coordDuration, "coordination: measuring time per cell")
 	fs.DurationVar(&c.coordInterval, "coord-interval", c.coordInterval, "coordination: heartbeat and poll interval of the simulated workers")
+	fs.DurationVar(&c.coordSettle, "coord-settle", c.coordSettle, "coordination: longest wait for busy workers to claim their share before a cell's window")
 	fs.IntVar(&c.coordConns, "coord-conns", c.coordConns, "coordination: database connections shared by the simulated workers")
 	fs.Var(&c.claimers, "claimers", "coordination: goroutines in the claim-throughput loop")
 	fs.Var(&c.claimBatches, "claim-batches", "coordination: partitions per claim statement in the claim-throughput loop")

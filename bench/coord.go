@@ -79,6 +79,7 @@ type coordResult struct {
 	StaleAfterS float64       `json:"stale_after_s"`
 	Conns       int           `json:"connections"`
 	WindowS     float64       `json:"window_s"`
+	SettleS     float64       `json:"settle_s,omitempty"`
 	Cells       []coordCell   `json:"cells"`
 	Held        []heldLatency `json:"held"`
 	Claims      []claimCell   `json:"claims"`
@@ -90,7 +91,7 @@ type coordResult struct {
 func (e *env) runCoordination(ctx context.Context, res *results) error {
 	cfg := e.cfg
 	c := &coordResult{IntervalS: cfg.coordInterval.Seconds(), StaleAfterS: 10 * cfg.coordInterval.Seconds(), Conns: cfg.coordConns,
-		WindowS: cfg.coordDuration.Seconds()}
+		WindowS: cfg.coordDuration.Seconds(), SettleS: cfg.coordSettle.Seconds()}
 	res.Coord = c
 	tpl, err := e.template(ctx, "empty", nil)
 	if err != nil {
@@ -330,7 +331,7 @@ func (e *env) coordCell(ctx context.Context, dbname string, simDB *bun.DB, worke
 	if state == "busy" {
 		want = min(parts, workers*distributor.MaxPartitionsDefault)
 	}
-	settle := time.Now().Add(15 * time.Second)
+	settle := time.Now().Add(cfg.coordSettle)
 	time.Sleep(2 * cfg.coordInterval)
 	for int(s.held.Load()) < want && time.Now().Before(settle) {
 		time.Sleep(cfg.coordInterval / 4)

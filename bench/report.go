@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -365,8 +366,8 @@ func coordSection(w writer, r *results) {
 		return
 	}
 	w("## 3. Coordination cost\n\n")
-	w("Simulated workers are goroutines in the bench process, each with its own worker identity, running the real `partition.Store` statements on the distributor's schedule: the batched heartbeat every %.0f s (lease %.0f s), the claim poll (`Candidates`, then `Claim`) whenever below the fair share, and the fair-share read (`FairShareLoad`, bounded by live workers × 8) every fifth interval. Start times are spread over the interval. They share a pool of %d connections. *idle*: no partition has pending work (each worker still polls for claims); *busy*: every partition has pending work and each worker holds its fair share (at most 8), so it no longer polls for claims. Each cell is measured for a %.0f s window after the workers settle (at most 15 s: where busy workers had not all claimed their share by then, the *held* column shows it and their claims continue in the window).\n\n",
-		c.IntervalS, c.StaleAfterS, c.Conns, c.WindowS)
+	w("Simulated workers are goroutines in the bench process, each with its own worker identity, running the real `partition.Store` statements (the coordination ones prepared once per connection, as the distributor does on a direct connection) on the distributor's schedule: the batched heartbeat every %.0f s (lease %.0f s), the claim poll (`Candidates`, then `Claim`) whenever below the fair share, and the fair-share read (`FairShareLoad`, bounded by live workers × 8) every fifth interval. Start times are spread over the interval. They share a pool of %d connections. *idle*: no partition has pending work (each worker still polls for claims); *busy*: every partition has pending work and each worker holds its fair share (at most 8), so it no longer polls for claims. Each cell is measured for a %.0f s window after the workers settle (at most %.0f s: where busy workers had not all claimed their share by then, the *held* column shows it and their claims continue in the window).\n\n",
+		c.IntervalS, c.StaleAfterS, c.Conns, c.WindowS, cmp.Or(c.SettleS, 15))
 	w("![statements](coordination_statements.png)\n\n")
 	if len(c.Cells) > 0 && c.Cells[0].CPU.DB >= 0 {
 		w("![database CPU](coordination_cpu.png)\n\n")

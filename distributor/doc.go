@@ -46,8 +46,9 @@
 // workers), at most MaxPartitions, except that a dead worker's partitions
 // are taken beyond the share (see Takeover bound). The share's inputs are
 // the live workers' rows, each carrying how many partitions its worker
-// holds (written by its heartbeats and raised by its claims in the same
-// statement), plus the claimable rows counted from the head of the claimable
+// holds (written by its heartbeats, and changed by its claims and releases
+// in their own statements), the leases of workers that stopped but have not
+// released them yet, plus the claimable rows counted from the head of the claimable
 // index only up to what live workers × MaxPartitions leaves, so the read
 // costs the same with 100,000 partitions as with 100 and never counts
 // leases in the task table. The share is recomputed
@@ -267,12 +268,14 @@
 //     it holds, and only if it holds them longer than they have left;
 //     loads run with idle_in_transaction_session_timeout, so the server
 //     ends a stalled one and releases its locks.
-//     A claim made outside a transaction also updates its own worker's
-//     row (the held count the fair share reads), which only that worker's
-//     heartbeats and claims lock, each taking its task rows SKIP LOCKED:
-//     they may wait for each other on that one row for one statement,
-//     never in a cycle, and the count decides no ownership, only how many
-//     partitions a worker asks for.
+//     A claim or release made outside a transaction also updates its own
+//     worker's row (the held count the fair share reads), as its
+//     heartbeats do. Only that worker's statements lock its row, and none
+//     waits for anything once it holds it: heartbeats and claims take task
+//     rows SKIP LOCKED, a release takes the worker's row after its task
+//     rows. So they may wait for each other on that row for one
+//     statement, never in a cycle; and the count decides no ownership,
+//     only how many partitions a worker asks for.
 //  3. The checkpoint is read under the fence and written in the same
 //     transaction as the output, with a compare-and-set on both the
 //     version and the position the fence read. So the next holder reads

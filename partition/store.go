@@ -224,7 +224,7 @@ func (s *Store) StaleCandidates(ctx context.Context, limit int) ([]Candidate, er
 // The lease runs for ttl from the database's now(). Outside a transaction
 // the same statement raises the claimer's held count in workers (see
 // FairShareLoad); inside one (WithDB(tx)) the claims are counted from the
-// claimer's next heartbeat.
+// claimer's next heartbeat. Release lowers it alike.
 func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cands []Candidate) ([]Claimed, error) {
 	if len(cands) == 0 {
 		return nil, nil
@@ -236,19 +236,7 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 		owned[c.Key] = c.Owned
 	}
 	keys, versions := split(leases)
-	// The claimer's held count (FairShareLoad) includes its claims from the
-	// moment they commit rather than from its next heartbeat. Not inside a
-	// caller's transaction: that would keep the worker's row locked, and its
-	// heartbeat waiting, until the transaction ends.
-	var held string
-	var hargs []any
-	if _, inTx := s.db.(bun.Tx); !inTx {
-		held = `, wh AS (
-			UPDATE {{.Schema}}.workers SET held = held + (SELECT count(*) FROM u)
-			WHERE instance_id = ? AND EXISTS (SELECT 1 FROM u)
-		)`
-		hargs = []any{owner}
-	}
+	held, hargs := s.heldChange("+", "u", owner)
 	events, eargs := s.events(`, e AS (
 			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, prev_owner, prev_heartbeat_at, position)
 			SELECT partition_key, CASE WHEN prev_owner IS NULL THEN ? ELSE ? END, version, owner,
@@ -409,6 +397,22 @@ func (s *Store) Inspect(ctx context.Context, owner string, leases []Lease) ([]He
 	return out, nil
 }
 
+// heldChange is the CTE by which a claim (op "+") or a release ("-")
+// changes its worker's held count (FairShareLoad) by the rows of CTE rows,
+// so that the count follows them from their commit rather than from the
+// worker's next heartbeat. Not inside a caller's transaction: that would
+// keep the worker's row locked, and its heartbeat waiting, until the
+// transaction ends; the next heartbeat counts those.
+func (s *Store) heldChange(op, rows, owner string) (string, []any) {
+	if _, inTx := s.db.(bun.Tx); inTx {
+		return "", nil
+	}
+	return `, wh AS (
+			UPDATE {{.Schema}}.workers SET held = greatest(0, held ` + op + ` (SELECT count(*) FROM ` + rows + `))
+			WHERE instance_id = ? AND EXISTS (SELECT 1 FROM ` + rows + `)
+		)`, []any{owner}
+}
+
 // Release gives up leases held by owner, bumping their versions so that no
 // write under the old claim can commit, and makes them claimable at once
 // without confirmation. It wakes waiting workers. It returns the keys
@@ -424,6 +428,7 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []L
 		return nil, nil
 	}
 	keys, versions := split(leases)
+	held, hargs := s.heldChange("-", "r", owner)
 	events, eargs := s.events(`, e AS (
 			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, position, detail)
 			SELECT partition_key, ?, version - 1, ?, position, nullif(?, '') FROM r
@@ -441,9 +446,9 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []L
 		), n AS (
 			SELECT count(pg_notify(?, '`+NotifyReleased+`')) AS sent
 			FROM (SELECT 1 FROM r WHERE pending LIMIT 1) p
-		)`+events+`
+		)`+held+events+`
 		SELECT r.partition_key FROM r CROSS JOIN n`),
-		append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, NotifyChannel}, eargs...)...)
+		append(append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, NotifyChannel}, hargs...), eargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("releasing %d partitions: %w", len(leases), err)
 	}

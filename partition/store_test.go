@@ -558,6 +558,13 @@ func TestClaimCountsHeldPartitionsOutsideTransactions(t *testing.T) {
 	if n := held(); n != 3 {
 		t.Fatalf("held after the heartbeat = %d; want 3", n)
 	}
+	// A release lowers it at once.
+	if rel, err := s.Release(ctx, w.InstanceID, leases[:2]); err != nil || len(rel) != 2 {
+		t.Fatalf("release: %v, %v", rel, err)
+	}
+	if n := held(); n != 1 {
+		t.Fatalf("held after releasing 2 = %d; want 1", n)
+	}
 }
 
 // A worker that stopped leaves the live count at once, but the partitions
