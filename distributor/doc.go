@@ -47,11 +47,12 @@
 // are taken beyond the share (see Takeover bound). The share's inputs are
 // the live workers' rows, each carrying how many partitions its worker
 // holds (written by its heartbeats, and changed by its claims and releases
-// in their own statements), the leases of workers that stopped but have not
-// released them yet, plus the claimable rows counted from the head of the claimable
-// index only up to what live workers × MaxPartitions leaves, so the read
-// costs the same with 100,000 partitions as with 100 and never counts
-// leases in the task table. The share is recomputed
+// in their own statements), the leases of workers that stopped within the
+// last StaleAfter and have not released them yet, and the claimable rows,
+// counted from the head of the claimable index only up to what live
+// workers × MaxPartitions leaves. So the read costs the same with 100,000
+// partitions as with 100, and with 1,000 workers it reads their rows but
+// none of their leases. The share is recomputed
 // every RebalanceInterval, and sooner (at most once a heartbeat) when a
 // notification says work was released, loaded or retried. A worker at its
 // share still polls, for expired leases only (the index range past the
