@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/batonhq/baton/internal/dberr"
@@ -161,10 +162,30 @@ func (d *Distributor) claim(ctx context.Context) error {
 			return nil
 		}
 	}
+	// A candidate this worker is claiming already (its claim commits with
+	// its first batch) still reads as claimable: leave it alone.
+	d.mu.Lock()
+	cands = slices.DeleteFunc(cands, func(c partition.Candidate) bool { _, ok := d.claiming[c.Key]; return ok })
+	d.mu.Unlock()
 	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	for round := 0; round < 2 && room > 0 && len(cands) > 0; round++ {
 		var try []partition.Candidate
 		try, cands = pickClaims(cands, want, room)
+		if len(try) == 0 {
+			break
+		}
+		// Unowned partitions are claimed each in the transaction of its
+		// first batch (claimFresh); a lost one wakes the loop for another
+		// round. Takeovers are claimed together here, to be confirmed.
+		try = slices.DeleteFunc(try, func(c partition.Candidate) bool {
+			if c.Owned {
+				return false
+			}
+			d.claimFresh(c)
+			want--
+			room--
+			return true
+		})
 		if len(try) == 0 {
 			break
 		}
@@ -233,8 +254,9 @@ func (d *Distributor) wanted() (want, room int, idle bool) {
 			return 0, 0, d.shareIdle
 		}
 	}
-	room = d.cfg.MaxPartitions - len(d.held)
-	return min(min(d.share, d.cfg.MaxPartitions)-len(d.held), room), room, d.shareIdle
+	n := len(d.held) + len(d.claiming)
+	room = d.cfg.MaxPartitions - n
+	return min(min(d.share, d.cfg.MaxPartitions)-n, room), room, d.shareIdle
 }
 
 // resolveClaims finds which of the candidates a claim whose outcome is

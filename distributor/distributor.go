@@ -37,9 +37,13 @@ type Distributor struct {
 	hb     *heartbeat.Service
 	hbConn *pinnedConn
 
-	mu    sync.Mutex
-	held  map[string]*held
-	share int
+	mu   sync.Mutex
+	held map[string]*held
+	// claiming holds the keys of claims in flight with their first batch
+	// (claimFresh): they take room as held partitions do, and are not
+	// claimed a second time meanwhile.
+	claiming map[string]struct{}
+	share    int
 	// shareIdle: the share was computed from a load with no work at all.
 	shareIdle bool
 
@@ -74,6 +78,7 @@ type held struct {
 	claimedAt time.Time
 	prevBeat  time.Time     // takeover: the old owner's last heartbeat (database clock)
 	started   bool          // a batch of this claim has committed
+	failWith  error         // a first batch failed in the claim's transaction: record it first
 	handBack  atomic.Bool   // release at the next batch boundary (rebalance)
 	idle      atomic.Bool   // leader mode: caught up, waiting for new work
 	nudge     chan struct{} // new work or hand-back request (leader mode)
@@ -115,7 +120,7 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 	d := &Distributor{
 		db: db, store: newStore(db, cfg), proc: p, cfg: cfg,
 		log:    cfg.Logger.With("worker", w.InstanceID),
-		worker: w, held: map[string]*held{},
+		worker: w, held: map[string]*held{}, claiming: map[string]struct{}{},
 		wakeClaim: make(chan struct{}, 1), stopping: make(chan struct{}),
 		leaving:  make(chan struct{}),
 		loopDone: make(chan struct{}), done: make(chan struct{}),

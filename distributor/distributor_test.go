@@ -879,6 +879,6 @@ func TestCaughtUpBatchReleasesInItsCommit(t *testing.T) {
 	got := p.batches["late"]
 	p.mu.Unlock()
 	if got != 2 {
-		t.Fatalf("late: %d batches, want 2 (the work added during the first is claimed again)", got)
+		t.Fatalf("late: %d batches, want 2 (the work added during the first is claimed again)\n%s", got, ev.dump())
 	}
 }

@@ -58,6 +58,28 @@
 // share still polls, for expired leases only (the index range past the
 // unowned rows).
 //
+// Claim with the first batch. A candidate nobody owns (never owned, or
+// released) needs no confirmation, so it is not claimed by that statement
+// but in the transaction of its first batch, one per partition, as many at
+// once as the worker has room for: the batch's fence locks the unowned row
+// at the version read (FOR KEY SHARE, plus a transaction-scoped advisory
+// lock that keeps two workers from processing the same candidate), the
+// Processor writes its output under the version the claim will set, and one
+// statement at the end makes the claim (the same compare-and-set on version
+// under FOR UPDATE SKIP LOCKED), records the checkpoint (compare-and-set on
+// the position read) and, in lock mode when the batch caught up, releases
+// the partition again. So a tiny partition costs one transaction and one
+// WAL flush: claim, output, checkpoint, history and release. A failure
+// anywhere before the commit, a lost race included, rolls all of it back:
+// the row is as the candidate read saw it. A processor error is then
+// recorded as for any batch (claimed alone, failed, backed off); a
+// transient error, or a first batch too long for a lease, falls back to a
+// claim of its own whose batches run under heartbeats. A partition still
+// held after that commit (leader mode, or more work than one batch) is
+// renewed from then on like any other claim, its lease counted from the
+// transaction's start; the transaction itself ends by StaleAfter −
+// SafetyMargin, as a batch ends at its lease's local deadline.
+//
 // Heartbeat. Every Heartbeat interval the worker renews its own row and all
 // its leases in one statement (a batched compare-and-set on (key, version,
 // owner)), over a connection reserved for it. The heartbeat, the claim
@@ -114,7 +136,8 @@
 // runs the release statement (FOR UPDATE over its own fence, version bumped,
 // waiting workers notified at commit), so output, checkpoint and release
 // take one commit, and a partition with a single batch of work costs one
-// committing transaction besides its share of a batched claim. A partition
+// committing transaction in all, its claim included (Claim with the first
+// batch, above). A partition
 // found caught up at the fence is released on its own. In
 // leader mode it is kept and woken by new work, unless the leader is at
 // capacity while claimable work waits, when idle partitions are handed
@@ -181,6 +204,9 @@
 //     (claim nothing more, leave the live count, release).
 //   - claimer.go: the claim loop (Claim, Waking) and the choice of
 //     candidates, including a dead worker's partitions beyond the share.
+//   - claimbatch.go: an unowned partition's claim inside its first batch's
+//     transaction (Claim with the first batch), and what follows a commit,
+//     a lost race or a failure there.
 //   - share.go: the fair share (planShare, a pure function) and hand-back.
 //   - listener.go: LISTEN on a direct or pooled connection.
 //   - renewer.go: Heartbeat over a connection reserved for it.
@@ -243,6 +269,18 @@
 //     transaction, over its own fence, after the checkpoint: output,
 //     checkpoint and version bump commit together or not at all, and the
 //     owner's renewals wait for that commit (or rollback) like any other.
+//     A claim made with its first batch (an unowned row only: owner IS
+//     NULL, so never a takeover) is the same compare-and-set under FOR
+//     UPDATE SKIP LOCKED on the version its fence read, at the end of
+//     that batch's transaction, in one statement with the checkpoint
+//     compare-and-set and, when caught up, the release (the version bumped
+//     twice). The fence (FenceUnowned) holds the row FOR KEY SHARE from the
+//     batch's start where it is unowned at that version, so no change of
+//     ownership commits in between (Claim skips the row; releases,
+//     failures and retries wait), and a holder of the same fence makes the
+//     claim lose, not wait. The output is written under the version the
+//     claim sets and commits with it or not at all; the lease is renewed
+//     by heartbeats only once committed, and was never visible before.
 //  2. A batch's output is written in a transaction that holds the row FOR
 //     KEY SHARE, taken where version and owner match, until it commits.
 //     FOR KEY SHARE conflicts with FOR UPDATE, so no change of ownership
@@ -253,7 +291,9 @@
 //     fence, so long batches do not delay renewals.
 //     Producers (partition.Store.AddWork) also lock FOR NO KEY UPDATE, in
 //     partition_key order, and only raise available: they never wait for a
-//     batch nor change ownership. Output written
+//     batch nor change ownership (a claim made with its first batch waits
+//     for them at its claim statement, and they for it from there to its
+//     commit, as for a batch's checkpoint update). Output written
 //     through Batch.Raw (COPY) goes over the same connection inside the
 //     same transaction, so it is covered alike. Heartbeats SKIP LOCKED: a
 //     row another transaction holds (a load adding work locks FOR NO KEY

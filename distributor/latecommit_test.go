@@ -17,12 +17,14 @@ import (
 // counts towards quarantine. The interleaving, with two transactions under
 // the same claim:
 //
-//	late:  fence(0) write 1..10, advance 0→10 ............ commit
-//	retry:            fence(0) ......... write 1..10 (waits on late's keys) → 23505
+//	late:  fence(10) write 11..20, advance 10→20 ............ commit
+//	retry:             fence(10) ......... write 11..20 (waits on late's keys) → 23505
 //
 // The retry fails on the output's primary key before it reaches the
 // checkpoint compare-and-set; the worker must re-read the checkpoint, see
-// that it moved under its own claim, and carry on from 10.
+// that it moved under its own claim, and carry on from 20. (The claim's
+// first batch, 1..10, commits with the claim itself; the race is on the
+// second, the first under a committed claim.)
 func TestLateCommitOfOwnClaimIsAMovedCheckpoint(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -34,7 +36,7 @@ func TestLateCommitOfOwnClaimIsAMovedCheckpoint(t *testing.T) {
 	p := newProc()
 	var started atomic.Bool
 	p.before = func(ctx context.Context, b *distributor.Batch) error {
-		if started.CompareAndSwap(false, true) {
+		if b.Checkpoint.Position == 10 && started.CompareAndSwap(false, true) {
 			fenced <- b
 			select {
 			case <-proceed:
@@ -47,6 +49,7 @@ func TestLateCommitOfOwnClaimIsAMovedCheckpoint(t *testing.T) {
 	ev := newEvents()
 	cfg := fastConfig("w", ev)
 	cfg.UntilDone = true
+	cfg.BatchSize = 10
 	cfg.MaxAttempts = 1 // a single counted failure would quarantine the partition
 	d := e.start(cfg, p)
 
@@ -56,10 +59,7 @@ func TestLateCommitOfOwnClaimIsAMovedCheckpoint(t *testing.T) {
 	case <-time.After(testutil.WaitTimeout(30 * time.Second)):
 		t.Fatal("no batch started")
 	}
-	if b.Checkpoint.Position != 0 {
-		t.Fatalf("first batch fenced at %d, want 0", b.Checkpoint.Position)
-	}
-	// The late attempt: same owner, same claim, fenced at 0 too.
+	// The late attempt: same owner, same claim, fenced at 10 too.
 	store := partition.NewStore(e.db, "")
 	late, err := e.db.BeginTx(ctx, nil)
 	if err != nil {

@@ -10,10 +10,23 @@ import (
 )
 
 func (d *Distributor) start(c partition.Claimed, sent time.Time) {
-	h := &held{takeover: c.Takeover, claimedAt: sent, prevBeat: c.PrevHeartbeat, nudge: make(chan struct{}, 1)}
+	d.startHeld(c, sent, false, nil, false)
+}
+
+// startHeld tracks a won claim and runs it. started says its first batch
+// has committed already (with the claim); failWith, if set, is a failure of
+// that first batch to record before anything else; reserved says the room
+// it takes was reserved by claimFresh, which this hands over to the held
+// partition in the same step.
+func (d *Distributor) startHeld(c partition.Claimed, sent time.Time, started bool, failWith error, reserved bool) {
+	h := &held{takeover: c.Takeover, claimedAt: sent, prevBeat: c.PrevHeartbeat, nudge: make(chan struct{}, 1),
+		started: started, failWith: failWith}
 	h.lease = d.hb.Track(d.base, c.Lease, sent, c.Takeover)
 	d.mu.Lock()
 	d.held[c.Key] = h
+	if reserved {
+		delete(d.claiming, c.Key)
+	}
 	d.mu.Unlock()
 	d.wg.Add(1)
 	go d.runPartition(h)
@@ -53,6 +66,12 @@ func (d *Distributor) runPartition(h *held) {
 		}
 	}
 
+	if h.failWith != nil {
+		// The first batch failed in the claim's own transaction, which
+		// rolled back; the claim was then made alone: record the failure.
+		d.fail(h, h.failWith)
+		return
+	}
 	transient := 0
 	for {
 		if lctx.Err() != nil {

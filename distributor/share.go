@@ -120,5 +120,5 @@ func planShare(load partition.Load, held, idle int, mode Mode, maxPartitions int
 func (d *Distributor) hasRoom() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.held) < d.cfg.MaxPartitions
+	return len(d.held)+len(d.claiming) < d.cfg.MaxPartitions
 }

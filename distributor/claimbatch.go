@@ -1,0 +1,213 @@
+package distributor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/partition"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// A partition nobody owns (never owned, or released) needs no confirmation,
+// so its claim shares a transaction with its first batch: claim
+// compare-and-set (the row locked FOR UPDATE until commit, which fences the
+// batch), output, checkpoint, and in lock mode, when that batch catches up,
+// the release. A tiny partition then costs one transaction and one WAL
+// flush. Whatever fails before the commit rolls everything back: the
+// partition is as the candidate read saw it, claimable by anyone.
+
+// claimFresh reserves room for an unowned candidate and claims it together
+// with its first batch in the background.
+func (d *Distributor) claimFresh(c partition.Candidate) {
+	d.mu.Lock()
+	d.claiming[c.Key] = struct{}{}
+	d.mu.Unlock()
+	d.wg.Add(1)
+	go d.runClaimBatch(c)
+}
+
+// errClaimLost: another worker claimed the candidate first.
+var errClaimLost = partition.ErrClaimLost
+
+// firstBatch is what a claim's own transaction committed.
+type firstBatch struct {
+	claimed  partition.Claimed
+	items    int64
+	position int64
+	caughtUp bool
+	released bool
+	elapsed  time.Duration
+}
+
+func (d *Distributor) runClaimBatch(c partition.Candidate) {
+	defer d.wg.Done()
+	sent := d.cfg.Clock.Now()
+	fb, claimed, err := d.claimBatch(c)
+	unreserve := func() {
+		d.mu.Lock()
+		delete(d.claiming, c.Key)
+		d.mu.Unlock()
+	}
+	switch {
+	case err == nil:
+		d.reportClaim(fb.claimed)
+		d.reportCheckpoint(fb.claimed.Lease, fb.items, fb.position, fb.elapsed)
+		if fb.released {
+			unreserve()
+			d.emit(Event{Kind: EventReleased, Key: c.Key, Version: fb.claimed.Version, Reason: "caught_up"})
+			d.log.Info("released partition", "event", "released", d.cfg.KeyAttr, c.Key, "version", fb.claimed.Version,
+				"reason", "caught_up", "with_batch", true, "with_claim", true)
+			d.wake()
+			return
+		}
+		// Held on: leader mode, or work left after the first batch.
+		d.startHeld(fb.claimed, sent, true, nil, true)
+	case errors.Is(err, errClaimLost):
+		unreserve()
+		d.emit(Event{Kind: EventClaimLost, Items: 1})
+		d.wake() // look for another candidate
+	case claimed:
+		// The commit's outcome could not be learnt. If it applied, the
+		// partition is owned with a lease nobody renews: it expires and
+		// is taken over, confirmed, from the committed checkpoint.
+		unreserve()
+		d.log.Warn("claim with its first batch: commit outcome unknown; leaving the lease to expire",
+			d.cfg.KeyAttr, c.Key, "error", err)
+	case d.isLeaving() || context.Cause(d.abandon) != nil:
+		unreserve() // rolled back: nothing held, nothing to hand back
+	case dberr.Transient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, partition.ErrCheckpointMoved):
+		// Rolled back. Claim it on its own and run its batches under
+		// heartbeats, which retry transient errors while the lease holds
+		// and renew the lease during a batch too long for one lease.
+		d.claimAlone(c, nil, unreserve)
+	default:
+		// The processor failed (or the batch broke a rule): rolled back.
+		// Claim it and record the failure, so that it backs off and is
+		// quarantined after MaxAttempts as any failed batch.
+		d.claimAlone(c, err, unreserve)
+	}
+}
+
+// claimAlone claims c with a committed claim of its own after its combined
+// transaction rolled back, and runs it as a claimed partition; with cause
+// set, that run records the failure first.
+func (d *Distributor) claimAlone(c partition.Candidate, cause error, unreserve func()) {
+	ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
+	defer cancel()
+	sent := d.cfg.Clock.Now()
+	won, err := d.claimTraced(ctx, []partition.Candidate{c})
+	if err != nil && dberr.UnknownOutcome(err) {
+		won, err = d.resolveClaims([]partition.Candidate{c})
+	}
+	if err != nil || len(won) == 0 {
+		unreserve()
+		if err != nil {
+			d.log.Warn("could not claim a partition after its first batch failed; it stays claimable",
+				d.cfg.KeyAttr, c.Key, "error", err, "batch_error", cause)
+		} else {
+			d.emit(Event{Kind: EventClaimLost, Items: 1})
+		}
+		d.wake()
+		return
+	}
+	d.reportClaim(won[0])
+	d.startHeld(won[0], sent, false, cause, true)
+}
+
+// claimBatch runs the claim's transaction: claim, first batch, and in lock
+// mode the release when caught up. claimed reports that the commit was sent
+// and its outcome is unknown.
+func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed bool, err error) {
+	// The lease runs StaleAfter from the transaction's start; commit no
+	// later than its local deadline would allow, as for any batch.
+	ctx, cancel := context.WithTimeoutCause(d.base, d.cfg.StaleAfter-d.cfg.SafetyMargin, context.DeadlineExceeded)
+	defer cancel()
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	defer cancelCause(nil)
+	stop := context.AfterFunc(d.abandon, func() { cancelCause(context.Cause(d.abandon)) })
+	defer stop()
+	ctx, span := tracer.Start(ctx, "baton.batch", trace.WithAttributes(attribute.String(d.cfg.KeyAttr, c.Key),
+		attribute.String("baton.worker", d.worker.InstanceID), attribute.Bool("baton.with_claim", true)))
+	defer func() { endBatchSpan(span, fb.items, fb.caughtUp, err) }()
+
+	start := d.cfg.Clock.Now()
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return fb, false, fmt.Errorf("beginning claim of %s with its first batch: %w", c.Key, causeOr(ctx, err))
+	}
+	defer func() { _ = conn.Close() }()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fb, false, fmt.Errorf("beginning claim of %s with its first batch: %w", c.Key, causeOr(ctx, err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := dbconn.SetLocalTimeouts(ctx, d.db, tx); err != nil {
+		return fb, false, fmt.Errorf("beginning claim of %s with its first batch: %w", c.Key, causeOr(ctx, err))
+	}
+	cp, err := d.store.FenceUnowned(ctx, tx, c)
+	if err != nil {
+		return fb, false, causeOr(ctx, err)
+	}
+	// The lease this claim will have if it commits: the processor writes
+	// under it, and its output commits with the claim or not at all.
+	l := partition.Lease{Key: c.Key, Version: c.Version + 1}
+	span.SetAttributes(attribute.Int64("baton.version", l.Version))
+	linkPrevious(span, cp.Traceparent)
+	b := &Batch{Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
+		Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
+	res, err := d.process(ctx, b)
+	if err != nil {
+		return fb, false, causeOr(ctx, err)
+	}
+	if res.Position <= cp.Position || res.Position > cp.Available {
+		return fb, false, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
+			l, res.Position, cp.Position, cp.Available)
+	}
+	span.SetAttributes(attribute.Int64("baton.position", res.Position), attribute.Bool("baton.first_batch", true),
+		attribute.Bool("baton.takeover", false))
+	fb.caughtUp = res.Position >= cp.Available
+	fb.released = fb.caughtUp && d.cfg.Mode == ModeLock
+	if _, err := d.store.ClaimAdvance(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, c, cp.Position, res.Position,
+		res.State, fb.released, "caught_up"); err != nil {
+		return fb, false, causeOr(ctx, err)
+	}
+	if err := tx.Commit(); err != nil {
+		if ctx.Err() != nil || !dberr.UnknownOutcome(err) {
+			return fb, false, fmt.Errorf("committing claim of %s with its first batch: %w", l, causeOr(ctx, err))
+		}
+		// The commit may have applied with its reply lost: re-read.
+		ok, rerr := d.resolveCommit(l, res.Position, fb.released)
+		if rerr != nil && !errors.Is(rerr, partition.ErrFenced) {
+			return fb, true, fmt.Errorf("committing claim of %s with its first batch (outcome re-read: %v): %w", l, rerr, err)
+		}
+		if !ok {
+			// Not applied: rolled back, the partition is claimable again.
+			return fb, false, fmt.Errorf("committing claim of %s with its first batch (re-read: not applied): %w", l, err)
+		}
+		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, l.Key, "version", l.Version)
+	}
+	fb.claimed = partition.Claimed{Lease: l, Position: cp.Position, Available: cp.Available}
+	fb.items = res.Position - cp.Position
+	fb.position = res.Position
+	fb.elapsed = d.cfg.Clock.Since(start)
+	return fb, false, nil
+}
+
+// reportClaim emits and logs a won claim.
+func (d *Distributor) reportClaim(c partition.Claimed) {
+	d.emit(Event{Kind: EventClaimed, Key: c.Key, Version: c.Version, Takeover: c.Takeover, Position: c.Position})
+	d.log.Info("claimed partition", "event", "claimed", d.cfg.KeyAttr, c.Key, "version", c.Version,
+		"takeover", c.Takeover, "position", c.Position, "pending", c.Available-c.Position)
+}
+
+// reportCheckpoint emits and logs a committed batch.
+func (d *Distributor) reportCheckpoint(l partition.Lease, items, position int64, elapsed time.Duration) {
+	d.emit(Event{Kind: EventCheckpoint, Key: l.Key, Version: l.Version, Items: int(items), Position: position, Duration: elapsed})
+	d.log.Debug("checkpoint committed", "event", "checkpoint", d.cfg.KeyAttr, l.Key, "version", l.Version,
+		"position", position, "items", items, "elapsed_ms", elapsed.Milliseconds())
+}
