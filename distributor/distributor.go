@@ -298,10 +298,12 @@ func (d *Distributor) wake() {
 	}
 }
 
+// heldCount counts the partitions held, and those being claimed with their
+// first batch: a worker with either is not idle.
 func (d *Distributor) heldCount() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.held)
+	return len(d.held) + len(d.claiming)
 }
 
 func (d *Distributor) emit(e Event) {
