@@ -9,6 +9,7 @@ import (
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
+	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -156,7 +157,7 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 	// The lease this claim will have if it commits: the processor writes
 	// under it, and its output commits with the claim or not at all.
 	l := partition.Lease{Key: c.Key, Version: c.Version + 1}
-	span.SetAttributes(attribute.Int64("baton.version", l.Version))
+	span.SetAttributes(attribute.Int64("baton.version", l.Version), attribute.Int64("baton.position", cp.Position))
 	linkPrevious(span, cp.Traceparent)
 	b := &Batch{Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
 		Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
@@ -172,8 +173,7 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 		attribute.Bool("baton.takeover", false))
 	fb.caughtUp = res.Position >= cp.Available
 	fb.released = fb.caughtUp && d.cfg.Mode == ModeLock
-	if _, err := d.store.ClaimAdvance(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, c, cp.Position, res.Position,
-		res.State, fb.released, "caught_up"); err != nil {
+	if err := d.claimAdvanceTraced(ctx, tx, c, l, cp.Position, res.Position, res.State, fb.released); err != nil {
 		return fb, false, causeOr(ctx, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -196,6 +196,33 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 	fb.position = res.Position
 	fb.elapsed = d.cfg.Clock.Since(start)
 	return fb, false, nil
+}
+
+// claimAdvanceTraced is Store.ClaimAdvance in a "baton.claim" span and,
+// when it releases, a "baton.release" span over the same statement.
+// The statement runs in ctx, the batch's span's, whose trace context the
+// checkpoint stores.
+func (d *Distributor) claimAdvanceTraced(ctx context.Context, tx bun.Tx, c partition.Candidate, l partition.Lease,
+	from, position int64, state []byte, release bool) error {
+	sctx, span := tracer.Start(ctx, "baton.claim", trace.WithAttributes(attribute.Int("baton.candidates", 1),
+		attribute.String("baton.worker", d.worker.InstanceID), attribute.Bool("baton.with_batch", true)))
+	var rspan trace.Span
+	if release {
+		_, rspan = tracer.Start(sctx, "baton.release", d.leaseAttrs(l), trace.WithAttributes(
+			attribute.String("baton.reason", "caught_up"), attribute.Bool("baton.with_batch", true),
+			attribute.Bool("baton.with_claim", true)))
+	}
+	_, err := d.store.ClaimAdvance(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, c, from, position, state, release, "caught_up")
+	won := 0
+	if err == nil {
+		won = 1
+	}
+	span.SetAttributes(attribute.Int("baton.won", won))
+	if rspan != nil {
+		endSpan(rspan, err)
+	}
+	endSpan(span, err)
+	return err
 }
 
 // reportClaim emits and logs a won claim.
