@@ -132,10 +132,6 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 	defer cancelCause(nil)
 	stop := context.AfterFunc(d.abandon, func() { cancelCause(context.Cause(d.abandon)) })
 	defer stop()
-	ctx, span := tracer.Start(ctx, "baton.batch", trace.WithAttributes(attribute.String(d.cfg.KeyAttr, c.Key),
-		attribute.String("baton.worker", d.worker.InstanceID), attribute.Bool("baton.with_claim", true)))
-	defer func() { endBatchSpan(span, fb.items, fb.caughtUp, err) }()
-
 	start := d.cfg.Clock.Now()
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
@@ -157,7 +153,10 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 	// The lease this claim will have if it commits: the processor writes
 	// under it, and its output commits with the claim or not at all.
 	l := partition.Lease{Key: c.Key, Version: c.Version + 1}
-	span.SetAttributes(attribute.Int64("baton.version", l.Version), attribute.Int64("baton.position", cp.Position))
+	// Traced from here: a candidate lost at the fence was no batch.
+	ctx, span := tracer.Start(ctx, "baton.batch", d.leaseAttrs(l), trace.WithAttributes(
+		attribute.Int64("baton.position", cp.Position), attribute.Bool("baton.with_claim", true)))
+	defer func() { endBatchSpan(span, fb.items, fb.caughtUp, err) }()
 	linkPrevious(span, cp.Traceparent)
 	b := &Batch{Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
 		Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
