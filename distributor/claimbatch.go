@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/batonhq/baton/internal/dbconn"
@@ -81,11 +82,18 @@ func (d *Distributor) runClaimBatch(c partition.Candidate) {
 			d.cfg.KeyAttr, c.Key, "error", err)
 	case d.isLeaving() || context.Cause(d.abandon) != nil:
 		unreserve() // rolled back: nothing held, nothing to hand back
-	case dberr.Transient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, partition.ErrCheckpointMoved):
-		// Rolled back. Claim it on its own and run its batches under
-		// heartbeats, which retry transient errors while the lease holds
-		// and renew the lease during a batch too long for one lease.
+	case errors.Is(err, context.DeadlineExceeded):
+		// Rolled back: the first batch takes longer than a lease. Claim
+		// it on its own and run its batches under heartbeats, which renew
+		// the lease while a batch runs.
 		d.claimAlone(c, nil, unreserve)
+	case dberr.Transient(err) || errors.Is(err, partition.ErrCheckpointMoved):
+		// Rolled back, the partition claimable as before: the next poll
+		// tries again (the database may be out of reach; nothing was
+		// lost, so this is no warning).
+		unreserve()
+		d.log.Debug("claim with its first batch failed with a transient error; the partition stays claimable",
+			d.cfg.KeyAttr, c.Key, "error", err)
 	default:
 		// The processor failed (or the batch broke a rule): rolled back.
 		// Claim it and record the failure, so that it backs off and is
@@ -108,7 +116,11 @@ func (d *Distributor) claimAlone(c partition.Candidate, cause error, unreserve f
 	if err != nil || len(won) == 0 {
 		unreserve()
 		if err != nil {
-			d.log.Warn("could not claim a partition after its first batch failed; it stays claimable",
+			level := slog.LevelWarn
+			if dberr.Transient(err) {
+				level = slog.LevelDebug // an outage, said once by the heartbeat's failures
+			}
+			d.log.Log(ctx, level, "could not claim a partition after its first batch failed; it stays claimable",
 				d.cfg.KeyAttr, c.Key, "error", err, "batch_error", cause)
 		} else {
 			d.emit(Event{Kind: EventClaimLost, Items: 1})
