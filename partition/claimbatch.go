@@ -70,7 +70,8 @@ func (s *Store) FenceUnowned(ctx context.Context, tx bun.Tx, c Candidate) (Check
 // release, ReleaseFor's hand-back (claimable at once, waiting workers
 // notified at commit if work is still pending). The claim's version is
 // c.Version+1, the lease runs for ttl from the transaction's start; a
-// release bumps the version once more. The history gets "claimed",
+// release bumps the version once more. A claim kept (no release) raises the
+// worker's held count, as Claim does. The history gets "claimed",
 // "first_batch" and, with release, "released" (with reason), all under
 // the claim's version. The trace context of the span in ctx, if any, is
 // stored with the checkpoint.
@@ -115,13 +116,20 @@ func (s *Store) ClaimAdvance(ctx context.Context, tx bun.Tx, owner string, ttl t
 			WHERE t.partition_key = c.partition_key
 			RETURNING t.partition_key, t.position, t.available > t.position AS pending
 		), n AS (
-			SELECT count(pg_notify(?, 'released')) AS sent
+			SELECT count(pg_notify(?, '`+NotifyReleased+`')) AS sent
 			FROM (SELECT 1 FROM u WHERE ?::boolean AND pending LIMIT 1) p
+		), wh AS (
+			-- A claim kept past its first batch raises its worker's held
+			-- count (FairShareLoad) as Claim does, here at the end of the
+			-- transaction, so the worker row is locked only until the
+			-- commit; one released in the same statement leaves it.
+			UPDATE {{.Schema}}.workers SET held = held + 1
+			WHERE instance_id = ? AND NOT ?::boolean AND EXISTS (SELECT 1 FROM u)
 		)`+events+`
 		SELECT count(*) FROM u CROSS JOIN n`),
 		append([]any{c.Key, c.Version, from,
 			release, release, owner, release, release, interval(ttl),
-			position, string(state), traceparent(ctx), NotifyChannel, release}, eargs...)...).Scan(&n)
+			position, string(state), traceparent(ctx), NotifyChannel, release, owner, release}, eargs...)...).Scan(&n)
 	if err != nil {
 		return l, fmt.Errorf("claiming %s with its first batch (checkpoint %d to %d): %w", l, from, position, err)
 	}

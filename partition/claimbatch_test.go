@@ -129,6 +129,9 @@ func TestClaimAdvanceWithoutReleaseKeepsTheLease(t *testing.T) {
 	t.Parallel()
 	db, s := claimBatchDB(t)
 	ctx := context.Background()
+	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
 	c := candidate(t, s)
 	tx, _ := fenceAndWrite(t, db, s, c)
 	l, err := s.ClaimAdvance(ctx, tx, "w#1", time.Minute, c, 0, 1, nil, false, "")
@@ -145,6 +148,10 @@ func TestClaimAdvanceWithoutReleaseKeepsTheLease(t *testing.T) {
 	held, err := s.Inspect(ctx, "w#1", []partition.Lease{l})
 	if err != nil || len(held) != 1 || held[0].Remaining < 30*time.Second {
 		t.Fatalf("inspect = %v, %v; want the lease held for about a minute", held, err)
+	}
+	var count int
+	if err := db.QueryRowContext(ctx, `SELECT held FROM baton.workers WHERE instance_id = 'w#1'`).Scan(&count); err != nil || count != 1 {
+		t.Fatalf("worker's held count = %d, %v; want 1 (raised with the claim, as Claim does)", count, err)
 	}
 }
 
