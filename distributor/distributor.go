@@ -128,7 +128,7 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 	hbCfg := cfg.heartbeatConfig()
 	hbCfg.Logger = d.log
 	d.hbConn = &pinnedConn{db: db}
-	hb, err := heartbeat.New(renewer{d.hbConn, d.store, &d.worker, cfg.StaleAfter}, hbCfg)
+	hb, err := heartbeat.New(renewer{d.hbConn, d.store, &d.worker, cfg.StaleAfter, cfg.renewBelow()}, hbCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +170,7 @@ func (d *Distributor) Start(ctx context.Context) error {
 	if listenDB != nil {
 		d.worker.Wake = partition.WakeListen
 	}
-	_, err = (renewer{d.hbConn, d.store, &d.worker, d.cfg.StaleAfter}).Renew(rctx, nil)
+	_, err = (renewer{d.hbConn, d.store, &d.worker, d.cfg.StaleAfter, d.cfg.renewBelow()}).Renew(rctx, nil)
 	if err != nil {
 		return fmt.Errorf("registering worker %s: %w", d.worker.InstanceID, err)
 	}

@@ -21,11 +21,13 @@ type renewer struct {
 	store  *partition.Store
 	worker *partition.Worker // its Wake is set once, in Start, before any renewal
 	ttl    time.Duration
+	// renewBelow: leases with more left are checked, not rewritten.
+	renewBelow time.Duration
 }
 
 func (r renewer) Renew(ctx context.Context, leases []partition.Lease) (out []partition.Renewal, err error) {
 	err = r.conn.do(ctx, func(db bun.IDB) error {
-		out, err = r.store.WithDB(db).Heartbeat(ctx, *r.worker, r.ttl, leases)
+		out, err = r.store.WithDB(db).HeartbeatBelow(ctx, *r.worker, r.ttl, r.renewBelow, leases)
 		return err
 	})
 	return out, err

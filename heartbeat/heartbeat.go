@@ -20,6 +20,10 @@
 // clock, which its local deadline follows. It is lost only if it runs out
 // before a later renewal gets through.
 //
+// A renewer may leave a lease with plenty of time left as it is (Renewal
+// Fresh): it is still this worker's, which counts towards confirmation, and
+// its local deadline follows the time it has left by the database clock.
+//
 // A renewal that fails without a server error (connection lost, reply never
 // arrived) has an unknown outcome: it may have applied. It is resolved by
 // re-reading the leases (Renewer.Inspect), never by guessing, so a write
@@ -56,7 +60,8 @@ var ErrReleased = errors.New("partition released")
 // Renewer is the storage the service needs.
 type Renewer interface {
 	// Renew renews the worker and leases in one statement and returns those
-	// renewed; the lease lasts StaleAfter from the database's now().
+	// still held; a renewed lease lasts StaleAfter from the database's
+	// now(), one returned Locked or Fresh the Remaining it reports.
 	Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error)
 	// Inspect re-reads leases, returning those still held with their
 	// remaining time by the database clock.
@@ -418,7 +423,13 @@ func (s *Service) Beat(ctx context.Context) {
 			}
 			continue
 		}
-		s.renewedLocked(l, sent, s.cfg.StaleAfter)
+		// A fresh lease was checked, not rewritten: its deadline follows
+		// what it has left, never a renewal that did not happen.
+		remaining := s.cfg.StaleAfter
+		if r.Fresh {
+			remaining = r.Remaining
+		}
+		s.renewedLocked(l, sent, remaining)
 		if r.Available > r.Position {
 			select {
 			case l.work <- struct{}{}:

@@ -31,6 +31,7 @@ type fakeRenewer struct {
 	fail    error
 	stolen  map[string]bool
 	locked  map[string]time.Duration // held by another transaction: time left
+	fresh   map[string]time.Duration // left as is, enough time left: time left
 	renews  int
 	inspect func([]partition.Lease) ([]partition.Held, error)
 }
@@ -46,6 +47,8 @@ func (f *fakeRenewer) Renew(_ context.Context, leases []partition.Lease) ([]part
 	for _, l := range leases {
 		if left, ok := f.locked[l.Key]; ok {
 			out = append(out, partition.Renewal{Lease: l, Locked: true, Remaining: left})
+		} else if left, ok := f.fresh[l.Key]; ok {
+			out = append(out, partition.Renewal{Lease: l, Fresh: true, Remaining: left})
 		} else if !f.stolen[l.Key] {
 			out = append(out, partition.Renewal{Lease: l})
 		}
@@ -405,5 +408,39 @@ func TestLockedRowIsSkippedNotLost(t *testing.T) {
 	}
 	if !again.IsConfirmed() {
 		t.Fatalf("not confirmed after 3 renewals (streak %d)", again.Streak())
+	}
+}
+
+// A lease the renewer checked but left as is (Fresh, plenty of time left)
+// counts towards confirmation, and its local deadline follows the time the
+// database says it has left, not a full lease: it is never trusted past its
+// real end.
+func TestFreshLeaseConfirmsAndKeepsItsRealDeadline(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	r := &fakeRenewer{fresh: map[string]time.Duration{"k": 6 * time.Second}}
+	s := newService(t, r, clock) // lease 10s, margin 2s
+	ctx := context.Background()
+	l := s.Track(ctx, partition.Lease{Key: "k", Version: 1}, clock.Now(), true)
+	for range 3 {
+		s.Beat(ctx)
+	}
+	if !l.IsConfirmed() {
+		t.Fatalf("not confirmed after 3 beats that found it fresh (streak %d)", l.Streak())
+	}
+	// 6s left by the database, 2s margin: it ends locally after 4s, not
+	// after the 8s a renewal would have given it.
+	clock.Advance(3900 * time.Millisecond)
+	if l.Context().Err() != nil {
+		t.Fatal("the fresh lease ended before the time it had left")
+	}
+	clock.Advance(200 * time.Millisecond)
+	select {
+	case <-l.Context().Done():
+	case <-time.After(testutil.WaitTimeout(5 * time.Second)):
+		t.Fatal("fresh lease not ended at the deadline its remaining time gives")
+	}
+	if !errors.Is(context.Cause(l.Context()), heartbeat.ErrLeaseExpired) {
+		t.Fatalf("cause %v, want ErrLeaseExpired", context.Cause(l.Context()))
 	}
 }

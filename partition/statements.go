@@ -23,9 +23,9 @@ const staleCandidatesSQL = `
 		ORDER BY lease_expires_at
 		LIMIT $1`
 
-// heartbeatSQL renews worker $3 and its leases (keys $1, versions $2) for
-// $9 microseconds; $4–$8 are the worker's name, hostname, pid, mode and
-// wake.
+// heartbeatSQL renews worker $3 and those of its leases (keys $1,
+// versions $2) with less than $10 microseconds left for $9 microseconds;
+// $4–$8 are the worker's name, hostname, pid, mode and wake.
 const heartbeatSQL = `
 		WITH h AS (
 			-- Still ours as of this statement's snapshot.
@@ -57,6 +57,8 @@ const heartbeatSQL = `
 			JOIN unnest($1::text[], $2::bigint[]) AS h(key, version)
 			  ON t.partition_key = h.key AND t.version = h.version
 			WHERE t.owner = $3
+			  -- Only leases with less than $10 microseconds left.
+			  AND t.lease_expires_at < now() + $10::bigint * interval '1 microsecond'
 			ORDER BY t.partition_key
 			FOR NO KEY UPDATE OF t SKIP LOCKED
 		), u AS (
@@ -66,10 +68,13 @@ const heartbeatSQL = `
 			WHERE t.partition_key = l.partition_key
 			RETURNING t.partition_key, t.version, t.available, t.position
 		)
-		SELECT partition_key, version, available, position, false, 0::bigint FROM u
+		SELECT partition_key, version, available, position, false, false, 0::bigint FROM u
 		UNION ALL
-		-- Skipped: still ours as of this statement's snapshot, not renewed.
-		SELECT partition_key, version, available, position, true,
+		-- Not renewed, still ours as of this statement's snapshot: with
+		-- enough lease left (fresh), or skipped because locked.
+		SELECT partition_key, version, available, position,
+		       lease_expires_at >= now() + $10::bigint * interval '1 microsecond',
+		       lease_expires_at < now() + $10::bigint * interval '1 microsecond',
 		       greatest(0, (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint)
 		FROM h WHERE partition_key NOT IN (SELECT partition_key FROM u)`
 

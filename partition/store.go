@@ -78,8 +78,12 @@ type Renewal struct {
 	// Locked says the row was locked by another transaction (a load
 	// adding work, a batch recording its checkpoint), so the lease was not
 	// renewed this time. It is still this owner's for Remaining.
-	Locked    bool
-	Remaining time.Duration // lease time left, database clock
+	Locked bool
+	// Fresh says the lease had more left than the heartbeat renews
+	// (HeartbeatBelow), so it was checked, still this owner's, but not
+	// renewed. It is this owner's for Remaining.
+	Fresh     bool
+	Remaining time.Duration // lease time left, database clock (Locked or Fresh)
 }
 
 // Held is what a re-read says about a lease: whether it is still this
@@ -296,9 +300,22 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 // held, the lease comes back with Locked set and the time it has left, to
 // be renewed by a later heartbeat.
 func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
+	return s.HeartbeatBelow(ctx, w, ttl, ttl+time.Hour, leases)
+}
+
+// HeartbeatBelow is Heartbeat renewing only the leases with less than
+// renewBelow left by the database clock; the others come back with Fresh
+// set and the time they have left, checked but not rewritten. The worker's
+// row is renewed every time. A lease's row is then rewritten about once
+// every ttl − renewBelow instead of at every heartbeat: with renewBelow
+// 8s, ttl 10s and a heartbeat every second, one beat in three. The caller
+// must take a Fresh lease's local deadline from its Remaining, never from
+// ttl.
+func (s *Store) HeartbeatBelow(ctx context.Context, w Worker, ttl, renewBelow time.Duration, leases []Lease) ([]Renewal, error) {
 	keys, versions := split(leases)
 	rows, err := s.query(ctx, heartbeatSQL,
-		keys, versions, w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, WakeListen), micros(ttl))
+		keys, versions, w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, WakeListen), micros(ttl),
+		micros(renewBelow))
 	if err != nil {
 		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
 	}
@@ -307,7 +324,7 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 	for rows.Next() {
 		var r Renewal
 		var micros int64
-		if err := rows.Scan(&r.Key, &r.Version, &r.Available, &r.Position, &r.Locked, &micros); err != nil {
+		if err := rows.Scan(&r.Key, &r.Version, &r.Available, &r.Position, &r.Fresh, &r.Locked, &micros); err != nil {
 			return nil, fmt.Errorf("renewing partitions: %w", err)
 		}
 		r.Remaining = time.Duration(micros) * time.Microsecond

@@ -468,7 +468,7 @@ func TestHeartbeatIsIndexDriven(t *testing.T) {
 	keys := []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"}
 	versions := make([]int64, len(keys))
 	for _, plan := range explainPrepared(t, db, partition.StatementSQL("Heartbeat"),
-		pgdialect.Array(keys), pgdialect.Array(versions), "w#1", "w", "", 0, "lock", "listen", int64(time.Hour/time.Microsecond)) {
+		pgdialect.Array(keys), pgdialect.Array(versions), "w#1", "w", "", 0, "lock", "listen", int64(time.Hour/time.Microsecond), int64(2*time.Hour/time.Microsecond)) {
 		var nodes []any
 		if err := json.Unmarshal([]byte(plan), &nodes); err != nil {
 			t.Fatal(err)
@@ -610,5 +610,67 @@ func TestFairShareLoadCountsAStoppedWorkersLeasesUntilReleased(t *testing.T) {
 	want.Unclaimed = 2
 	if l, err := s.FairShareLoad(ctx, 8, time.Hour); err != nil || l != want {
 		t.Fatalf("z released: FairShareLoad = %+v, %v; want %+v", l, err, want)
+	}
+}
+
+// HeartbeatBelow rewrites only the leases with less than renewBelow left:
+// the others are checked (still held, with the time they have left) but
+// their rows are not written; the worker's row is renewed every time, and
+// a lease that is no longer held is still reported missing.
+func TestHeartbeatBelowRewritesOnlyLeasesRunningOut(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	s := partition.NewStore(db, "")
+	w := partition.Worker{InstanceID: "w#1", Name: "w"}
+	if _, err := s.Heartbeat(ctx, w, time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `
+		INSERT INTO baton.tasks (partition_key, available, position, owner, lease_expires_at, heartbeat_at)
+		VALUES ('long', 5, 0, 'w#1', now() + interval '50 minutes', now() - interval '10 minutes'),
+		       ('short', 5, 0, 'w#1', now() + interval '5 minutes', now() - interval '55 minutes'),
+		       ('gone', 5, 0, 'other#1', now() + interval '50 minutes', now())`); err != nil {
+		t.Fatal(err)
+	}
+	leases := []partition.Lease{{Key: "long"}, {Key: "short"}, {Key: "gone"}}
+	var beatBefore time.Time
+	if err := db.QueryRowContext(ctx, `SELECT heartbeat_at FROM baton.workers WHERE instance_id = 'w#1'`).Scan(&beatBefore); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.HeartbeatBelow(ctx, w, time.Hour, 30*time.Minute, leases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]partition.Renewal{}
+	for _, r := range rs {
+		got[r.Key] = r
+	}
+	if len(rs) != 2 {
+		t.Fatalf("renewals %+v; want long and short, not gone", rs)
+	}
+	if r := got["long"]; !r.Fresh || r.Locked || r.Remaining < 49*time.Minute || r.Remaining > 50*time.Minute {
+		t.Fatalf("long: %+v; want fresh with about 50 minutes left", r)
+	}
+	if r := got["short"]; r.Fresh || r.Locked {
+		t.Fatalf("short: %+v; want renewed", r)
+	}
+	var longLeft, shortLeft time.Duration
+	var us1, us2 int64
+	if err := db.QueryRowContext(ctx, `
+		SELECT (SELECT extract(epoch FROM lease_expires_at - now()) * 1000000 FROM baton.tasks WHERE partition_key = 'long')::bigint,
+		       (SELECT extract(epoch FROM lease_expires_at - now()) * 1000000 FROM baton.tasks WHERE partition_key = 'short')::bigint`).Scan(&us1, &us2); err != nil {
+		t.Fatal(err)
+	}
+	longLeft, shortLeft = time.Duration(us1)*time.Microsecond, time.Duration(us2)*time.Microsecond
+	if longLeft > 50*time.Minute || shortLeft < 59*time.Minute {
+		t.Fatalf("leases left: long %s (want untouched, under 50m), short %s (want renewed to an hour)", longLeft, shortLeft)
+	}
+	var beatAfter time.Time
+	if err := db.QueryRowContext(ctx, `SELECT heartbeat_at FROM baton.workers WHERE instance_id = 'w#1'`).Scan(&beatAfter); err != nil {
+		t.Fatal(err)
+	}
+	if !beatAfter.After(beatBefore) {
+		t.Fatalf("worker row not renewed: heartbeat_at %s then %s", beatBefore, beatAfter)
 	}
 }
