@@ -82,7 +82,12 @@
 //
 // Heartbeat. Every Heartbeat interval the worker renews its own row and all
 // its leases in one statement (a batched compare-and-set on (key, version,
-// owner)), over a connection reserved for it. The heartbeat, the claim
+// owner)), over a connection reserved for it. A lease is rewritten only
+// when it has less than StaleAfter − 2 × Heartbeat left (never less than
+// SafetyMargin + 2 × Heartbeat): the others are checked by the same
+// statement, still held or lost, and keep the time they have left, so a
+// held row is written about every third beat with the defaults, while the
+// worker's own row is renewed at every beat. The heartbeat, the claim
 // polls and the fair-share read run at every interval on every worker, so
 // they send their values as parameters and, on a direct connection, are
 // prepared once per connection (through a transaction pooler they are sent
@@ -118,8 +123,9 @@
 // from there without counting a failure.
 //
 // Local deadline. Each lease carries a deadline on the worker's monotonic
-// clock: the send time of its last successful renewal plus the lease
-// length minus SafetyMargin. When it passes, processing stops (context
+// clock: the send time of its last successful heartbeat plus the time the
+// lease had left by that heartbeat (the lease length if it rewrote it, what
+// the database reported if it only checked it) minus SafetyMargin. When it passes, processing stops (context
 // cause heartbeat.ErrLeaseExpired) even if the database cannot be reached,
 // so a cut-off worker normally stops before anybody else can claim its
 // partitions. Normally, not always: Go's monotonic clock is
@@ -239,7 +245,7 @@
 // # Takeover time
 //
 // After an owner dies, its lease ends at most StaleAfter after its last
-// renewal; another worker finds the row within one PollInterval, claims it,
+// renewal (sooner if its last heartbeats only checked it); another worker finds the row within one PollInterval, claims it,
 // and starts its first batch after Confirm heartbeats. So the first batch
 // by another worker commits within
 //
@@ -305,6 +311,9 @@
 //     time it had left, by the database clock, which its local deadline
 //     follows. Skipping changes nothing in 1–3: a renewal never changes
 //     ownership, and a lease that is not renewed can only end sooner.
+//     The same holds for leases a heartbeat checks without rewriting
+//     because they have time left: they are not locked at all, and the
+//     worker's deadline for them comes from their real end.
 //     It bounds what a stalled locker can cost: only the leases on rows
 //     it holds, and only if it holds them longer than they have left;
 //     loads run with idle_in_transaction_session_timeout, so the server

@@ -81,16 +81,22 @@ const heartbeatSQL = `
 // fairShareSQL reads the fair-share inputs for a worker with room for $1
 // partitions whose leases last $2 microseconds.
 const fairShareSQL = `
-		WITH live AS (
-		  SELECT count(*) AS n, coalesce(sum(held), 0) AS held, coalesce(min(held), 0) AS min_held
-		  FROM {{.Schema}}.workers WHERE expires_at > now() AND stopped_at IS NULL
+		WITH w AS (
+		  SELECT instance_id, held, expires_at > now() AND stopped_at IS NULL AS live,
+		         -- Stopped within the last stale-after ($2 microseconds):
+		         -- not live any more, its leases maybe not released yet.
+		         stopped_at > now() - $2::bigint * interval '1 microsecond' AS leaving
+		  FROM {{.Schema}}.workers
+		), live AS (
+		  -- One pass over the workers' rows.
+		  SELECT count(*) FILTER (WHERE live) AS n,
+		         coalesce(sum(held) FILTER (WHERE live), 0) AS held,
+		         coalesce(min(held) FILTER (WHERE live), 0) AS min_held,
+		         array_agg(instance_id) FILTER (WHERE leaving) AS leaving
+		  FROM w WHERE live OR leaving
 		), leaving AS (
-		  -- Leases of workers that stopped within the last stale-after
-		  -- ($2 microseconds): not counted live any more, not yet released.
 		  SELECT count(*) AS n FROM {{.Schema}}.tasks
-		  WHERE owner = ANY (ARRAY(SELECT instance_id FROM {{.Schema}}.workers
-		                           WHERE stopped_at > now() - $2::bigint * interval '1 microsecond'))
-		    AND lease_expires_at > now()
+		  WHERE owner = ANY ((SELECT leaving FROM live)::text[]) AND lease_expires_at > now()
 		), claimable AS (
 		  SELECT count(*) AS n FROM (SELECT 1 FROM {{.Schema}}.tasks
 		    WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()
