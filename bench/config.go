@@ -110,7 +110,7 @@ func defaultConfig() config {
 		giveUp: 60 * time.Second, hardened: true,
 		coordWorkers: intList{10, 100, 1000}, coordParts: intList{10_000, 100_000},
 		coordHeld: intList{1, 10, 100, 1000}, coordDuration: 5 * time.Second,
-		coordInterval: time.Second, coordConns: 64, coordSettle: 15 * time.Second,
+		coordInterval: time.Second, coordConns: 64, coordSettle: time.Minute,
 		claimers: intList{1, 4}, claimBatches: intList{1, 16}, claimDuration: 4 * time.Second,
 		tinyContracts: 3000, heartbeatSample: 200,
 		foWorkers: 3, foContracts: 12, foBatch: 100,

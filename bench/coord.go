@@ -32,10 +32,13 @@ import (
 // idle (no pending work anywhere) or busy (every partition pending, each
 // worker holding its fair share).
 type coordCell struct {
-	Workers     int                `json:"workers"`
-	Partitions  int                `json:"partitions"`
-	State       string             `json:"state"`
-	Held        int                `json:"held"`
+	Workers    int    `json:"workers"`
+	Partitions int    `json:"partitions"`
+	State      string `json:"state"`
+	Held       int    `json:"held"`
+	// SettledS is how long, from the workers' start, busy workers took to
+	// claim their shares; 0 if they had not by the window.
+	SettledS    float64            `json:"settled_s,omitempty"`
 	Seconds     float64            `json:"seconds"`
 	Statements  []stmtKind         `json:"statements,omitempty"`
 	StmtPerSec  float64            `json:"statements_per_s"`
@@ -333,10 +336,14 @@ func (e *env) coordCell(ctx context.Context, dbname string, simDB *bun.DB, worke
 	if state == "busy" {
 		want = min(parts, workers*distributor.MaxPartitionsDefault)
 	}
-	settle := time.Now().Add(cfg.coordSettle)
+	started := time.Now()
+	settle := started.Add(cfg.coordSettle)
 	time.Sleep(2 * cfg.coordInterval)
 	for int(s.held.Load()) < want && time.Now().Before(settle) {
 		time.Sleep(cfg.coordInterval / 4)
+	}
+	if want > 0 && int(s.held.Load()) >= want {
+		cell.SettledS = time.Since(started).Seconds()
 	}
 	// Let the claims' fair-share reads catch up before measuring.
 	time.Sleep(cfg.coordInterval)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -366,7 +367,7 @@ func coordSection(w writer, r *results) {
 		return
 	}
 	w("## 3. Coordination cost\n\n")
-	w("Simulated workers are goroutines in the bench process, each with its own worker identity, running the real `partition.Store` statements (the coordination ones prepared once per connection, as the distributor does on a direct connection) on the distributor's schedule: the batched heartbeat every %.0f s (lease %.0f s), the claim poll (`Candidates`, then `Claim`) whenever below the fair share, and the fair-share read (`FairShareLoad`, bounded by live workers × 8) every fifth interval. Start times are spread over the interval. They share a pool of %d connections. *idle*: no partition has pending work (each worker still polls for claims); *busy*: every partition has pending work and each worker holds its fair share (at most 8), so it no longer polls for claims. Each cell is measured for a %.0f s window after the workers settle (at most %.0f s: where busy workers had not all claimed their share by then, the *held* column shows it and their claims continue in the window).\n\n",
+	w("Simulated workers are goroutines in the bench process, each with its own worker identity, running the real `partition.Store` statements (the coordination ones prepared once per connection, as the distributor does on a direct connection) on the distributor's schedule: the batched heartbeat every %.0f s (lease %.0f s), the claim poll (`Candidates`, then `Claim`) whenever below the fair share, and the fair-share read (`FairShareLoad`, bounded by live workers × 8) every fifth interval. Start times are spread over the interval. They share a pool of %d connections. *idle*: no partition has pending work (each worker still polls for claims); *busy*: every partition has pending work and each worker holds its fair share (at most 8), so it no longer polls for claims. Each cell is measured for a %.0f s window after the workers settle (at most %.0f s: where busy workers had not all claimed their share by then, the *held* column shows it and their claims continue in the window; for busy cells it also shows how long after their start the workers held their shares: the claim ramp, 1,000 workers polling the same head of the claimable index).\n\n",
 		c.IntervalS, c.StaleAfterS, c.Conns, c.WindowS, cmp.Or(c.SettleS, 15))
 	w("![statements](coordination_statements.png)\n\n")
 	if len(c.Cells) > 0 && c.Cells[0].CPU.DB >= 0 {
@@ -374,7 +375,11 @@ func coordSection(w writer, r *results) {
 	}
 	w("| workers | partitions | state | held | statements/s | per worker per interval | heartbeats per worker per interval | DB CPU (cores) | heartbeat p50 / p99 ms | claim scan p50 / p99 ms | cluster load p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, cell := range c.Cells {
-		w("| %d | %d | %s | %d | %.0f | %.2f | %.2f | %s | %s | %s | %s |\n", cell.Workers, cell.Partitions, cell.State, cell.Held,
+		held := strconv.Itoa(cell.Held)
+		if cell.SettledS > 0 {
+			held = fmt.Sprintf("%d (after %.0f s)", cell.Held, cell.SettledS)
+		}
+		w("| %d | %d | %s | %s | %.0f | %.2f | %.2f | %s | %s | %s | %s |\n", cell.Workers, cell.Partitions, cell.State, held,
 			cell.StmtPerSec, cell.PerWorker, cell.HBPerWorker, cores(cell.DBCores, cell.CPU.DB), pp(cell.Latency["heartbeat"]),
 			pp(cell.Latency["claim scan"]), pp(cell.Latency["cluster load"]))
 	}
