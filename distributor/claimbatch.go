@@ -44,11 +44,13 @@ type firstBatch struct {
 	caughtUp bool
 	released bool
 	elapsed  time.Duration
+	// sent is when the claim statement was sent, by the local clock: its
+	// lease runs from its arrival, so the local deadline counts from here.
+	sent time.Time
 }
 
 func (d *Distributor) runClaimBatch(c partition.Candidate) {
 	defer d.wg.Done()
-	sent := d.cfg.Clock.Now()
 	fb, claimed, err := d.claimBatch(c)
 	unreserve := func() {
 		d.mu.Lock()
@@ -68,7 +70,7 @@ func (d *Distributor) runClaimBatch(c partition.Candidate) {
 			return
 		}
 		// Held on: leader mode, or work left after the first batch.
-		d.startHeld(fb.claimed, sent, true, nil, true)
+		d.startHeld(fb.claimed, fb.sent, true, nil, true)
 	case errors.Is(err, errClaimLost):
 		unreserve()
 		d.emit(Event{Kind: EventClaimLost, Items: 1})
@@ -136,8 +138,9 @@ func (d *Distributor) claimAlone(c partition.Candidate, cause error, unreserve f
 // mode the release when caught up. claimed reports that the commit was sent
 // and its outcome is unknown.
 func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed bool, err error) {
-	// The lease runs StaleAfter from the transaction's start; commit no
-	// later than its local deadline would allow, as for any batch.
+	// A first batch may take no longer than a lease less the safety
+	// margin, as any batch's local deadline allows; one that would is
+	// rolled back and claimed on its own, to run under heartbeats.
 	ctx, cancel := context.WithTimeoutCause(d.base, d.cfg.StaleAfter-d.cfg.SafetyMargin, context.DeadlineExceeded)
 	defer cancel()
 	ctx, cancelCause := context.WithCancelCause(ctx)
@@ -184,6 +187,7 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 		attribute.Bool("baton.takeover", false))
 	fb.caughtUp = res.Position >= cp.Available
 	fb.released = fb.caughtUp && d.cfg.Mode == ModeLock
+	fb.sent = d.cfg.Clock.Now()
 	if err := d.claimAdvanceTraced(ctx, tx, c, l, cp.Position, res.Position, res.State, fb.released); err != nil {
 		return fb, false, causeOr(ctx, err)
 	}

@@ -136,3 +136,59 @@ func TestTinyPartitionsRacingWorkersClaimEachOnce(t *testing.T) {
 	}
 	t.Logf("claim races lost: %d", evs[0].count(kind(distributor.EventClaimLost))+evs[1].count(kind(distributor.EventClaimLost)))
 }
+
+// Nothing renews a lease before its claim commits, so a partition claimed
+// with a long first batch must get its whole lease from the claim
+// statement, not from the transaction's start: otherwise it is left with
+// little of it and lost at once, before its first heartbeat, whenever the
+// first batch takes most of a lease.
+func TestLeaseOfAClaimWithALongFirstBatchRunsFromTheClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(20, "slow")
+	const lease = 3 * time.Second
+	var first atomic.Bool
+	ended := make(chan time.Time, 1)
+	p := newProc()
+	p.before = func(ctx context.Context, b *distributor.Batch) error {
+		if !first.CompareAndSwap(false, true) {
+			return nil
+		}
+		// Most of a lease (the first batch may take up to lease less the
+		// safety margin, 2.4 s here).
+		select {
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		var now time.Time
+		if err := e.db.QueryRow(`SELECT clock_timestamp()`).Scan(&now); err != nil {
+			return err
+		}
+		ended <- now
+		return nil
+	}
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Heartbeat, cfg.StaleAfter = time.Second, lease
+	d := e.start(cfg, p)
+	ev.wait(t, 20*time.Second, "the first batch", func(x distributor.Event) bool {
+		return x.Kind == distributor.EventCheckpoint && x.Position == 10
+	})
+	end := <-ended
+	var expires time.Time
+	if err := e.db.QueryRow(`SELECT lease_expires_at FROM baton.tasks WHERE partition_key = 'slow'`).Scan(&expires); err != nil {
+		t.Fatal(err)
+	}
+	if left := expires.Sub(end); left < lease-100*time.Millisecond {
+		t.Errorf("lease ends %s after the first batch's processing ended; want about %s (the whole lease, from the claim)", left, lease)
+	}
+	ev.wait(t, 20*time.Second, "the second batch", func(x distributor.Event) bool {
+		return x.Kind == distributor.EventCheckpoint && x.Position == 20
+	})
+	d.Stop()
+	if n := ev.count(kind(distributor.EventLost)); n != 0 {
+		t.Errorf("%d partitions lost; want none:\n%s", n, ev.dump())
+	}
+	e.verify()
+}

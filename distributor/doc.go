@@ -76,9 +76,14 @@
 // transient error, or a first batch too long for a lease, falls back to a
 // claim of its own whose batches run under heartbeats. A partition still
 // held after that commit (leader mode, or more work than one batch) is
-// renewed from then on like any other claim, its lease counted from the
-// transaction's start; the transaction itself ends by StaleAfter −
-// SafetyMargin, as a batch ends at its lease's local deadline.
+// renewed from then on like any other claim. Nothing renews a lease before
+// its claim commits, so that lease is counted from the claim statement's
+// arrival (statement_timestamp(), not the transaction's start, a batch
+// earlier), and its local deadline from the moment that statement was
+// sent, which precedes it: a long first batch does not leave the lease
+// nearly spent at its commit. Until then the row is fenced FOR KEY SHARE,
+// so no other claim can commit; the transaction itself ends by StaleAfter
+// − SafetyMargin, as a batch ends at its lease's local deadline.
 //
 // Heartbeat. Every Heartbeat interval the worker renews its own row and all
 // its leases in one statement (a batched compare-and-set on (key, version,

@@ -69,7 +69,10 @@ func (s *Store) FenceUnowned(ctx context.Context, tx bun.Tx, c Candidate) (Check
 // Advance's checkpoint compare-and-set (position still from), and, with
 // release, ReleaseFor's hand-back (claimable at once, waiting workers
 // notified at commit if work is still pending). The claim's version is
-// c.Version+1, the lease runs for ttl from the transaction's start; a
+// c.Version+1; the lease runs for ttl from this statement's arrival
+// (statement_timestamp(), not the transaction's start, which may be a long
+// batch earlier: nothing renews the lease before the claim commits), so a
+// caller's local deadline counts from the moment it sent this statement. A
 // release bumps the version once more. A claim kept (no release) raises the
 // worker's held count, as Claim does. The history gets "claimed",
 // "first_batch" and, with release, "released" (with reason), all under
@@ -107,9 +110,9 @@ func (s *Store) ClaimAdvance(ctx context.Context, tx bun.Tx, owner string, ttl t
 			UPDATE {{.Schema}}.tasks t
 			SET version = t.version + CASE WHEN ?::boolean THEN 2 ELSE 1 END,
 			    owner = CASE WHEN ?::boolean THEN NULL ELSE ? END,
-			    claimed_at = now(),
-			    heartbeat_at = CASE WHEN ?::boolean THEN NULL ELSE now() END,
-			    lease_expires_at = CASE WHEN ?::boolean THEN '-infinity' ELSE now() + ?::interval END,
+			    claimed_at = statement_timestamp(),
+			    heartbeat_at = CASE WHEN ?::boolean THEN NULL ELSE statement_timestamp() END,
+			    lease_expires_at = CASE WHEN ?::boolean THEN '-infinity' ELSE statement_timestamp() + ?::interval END,
 			    position = ?, checkpoint = ?::jsonb, attempts = 0, last_error = NULL,
 			    traceparent = nullif(?, ''), updated_at = now()
 			FROM c
