@@ -80,8 +80,9 @@
 //     exist; none may be able to reach the gross limit; no tier row may
 //     have been rejected), and one binary COPY under a savepoint writes the
 //     records straight into the records table, sorted by (contract_id,
-//     seq) so that both of its indexes fill in order, with seq =
-//     available + rank in file order as above. Repeated record ids are
+//     seq) so that the primary key fills in order and the unique index
+//     one contract at a time, with seq = available + rank in file order as
+//     above. Repeated record ids are
 //     left to the unique index as above: if the COPY fails on it, it is
 //     rolled back to the savepoint. Whenever the direct copy gives way, the
 //     held rows are staged and the staged path runs as described (with the
