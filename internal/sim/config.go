@@ -225,6 +225,12 @@ type Config struct {
 	// commit on top of a checkpoint that moved after it was read. Off, it
 	// models the earlier version-only update and its race.
 	AdvanceCAS bool
+	// ClaimWithBatch claims an unowned candidate inside the transaction of
+	// its first batch, as the implementation does (distributor's
+	// claimFresh): fence the unowned row, process, claim and advance (and
+	// release when caught up in lock mode) in one statement, commit. Off,
+	// every claim is a statement of its own, as before.
+	ClaimWithBatch bool
 
 	// Trace records a line per protocol step in Result.Trace.
 	Trace bool
@@ -296,11 +302,11 @@ func (c Config) Validate() error {
 // String is a one-line description of the schedule's parameters.
 func (c Config) String() string {
 	c.setDefaults()
-	return fmt.Sprintf("seed=%d workers=%d partitions=%d mode=%s heartbeat=%s stale=%s confirm=%d margin=%s poll=%s batch=%d maxp=%d drift=±%.2f%% net≤%s work≤%s duration=%s faults={crash %.2f pause %.2f suspend %.2f partition %.2f reset %.2f restart %.2f stall %.2f (≤%s) stop %.2f work %.2f procerr %.3f long %.3f}/stale mutation=%s advance-cas=%v",
+	return fmt.Sprintf("seed=%d workers=%d partitions=%d mode=%s heartbeat=%s stale=%s confirm=%d margin=%s poll=%s batch=%d maxp=%d drift=±%.2f%% net≤%s work≤%s duration=%s faults={crash %.2f pause %.2f suspend %.2f partition %.2f reset %.2f restart %.2f stall %.2f (≤%s) stop %.2f work %.2f procerr %.3f long %.3f}/stale mutation=%s advance-cas=%v claim-with-batch=%v",
 		c.Seed, c.Workers, c.Partitions, c.Mode, c.Heartbeat, c.StaleAfter, c.Confirm, c.SafetyMargin, c.PollInterval,
 		c.BatchSize, c.MaxPartitions, c.Drift*100, c.NetDelay, c.WorkTime, c.Duration,
 		c.Faults.Crash, c.Faults.Pause, c.Faults.Suspend, c.Faults.Partition, c.Faults.Reset, c.Faults.Restart,
-		c.Faults.Stall, c.Faults.MaxStall, c.Faults.Stop, c.Faults.Work, c.Faults.ProcessorError, c.Faults.LongBatch, c.Mutation, c.AdvanceCAS)
+		c.Faults.Stall, c.Faults.MaxStall, c.Faults.Stop, c.Faults.Work, c.Faults.ProcessorError, c.Faults.LongBatch, c.Mutation, c.AdvanceCAS, c.ClaimWithBatch)
 }
 
 // RandomConfig derives a whole schedule configuration from seed: worker
@@ -369,6 +375,8 @@ func RandomConfig(seed int64) Config {
 		Stall: pick(base.Stall), Stop: pick(base.Stop), Work: pick(base.Work),
 		ProcessorError: pick(base.ProcessorError), LongBatch: pick(base.LongBatch),
 	}
+	// Drawn last, so the fields above are those of earlier versions.
+	c.ClaimWithBatch = r.IntN(4) != 0
 	return c
 }
 
@@ -386,15 +394,18 @@ func (c *Config) fitCapacity() {
 
 // Result is what one schedule did and found.
 type Result struct {
-	Seed     int64
-	Events   int           // events executed
-	Virtual  time.Duration // virtual time simulated
-	Faults   [NumFaultKinds]int
-	Workers  int // worker instances started
-	Claims   int // claims won
-	Takeover int // claims of a row whose owner's lease had expired
-	Commits  int // batches committed
-	Items    int64
+	Seed    int64
+	Events  int           // events executed
+	Virtual time.Duration // virtual time simulated
+	Faults  [NumFaultKinds]int
+	Workers int // worker instances started
+	Claims  int // claims won
+	// ClaimsWithBatch counts the claims committed with their first batch
+	// (Config.ClaimWithBatch), included in Claims.
+	ClaimsWithBatch int
+	Takeover        int // claims of a row whose owner's lease had expired
+	Commits         int // batches committed
+	Items           int64
 	// ItemsChecked counts items verified exactly once at the end (all
 	// available work of every partition, when the schedule drained).
 	ItemsChecked int64

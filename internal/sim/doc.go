@@ -63,7 +63,15 @@
 // one of a worker's stop mark it recomputes at once; a release's only
 // wakes it; a worker at its share still takes dead workers' partitions,
 // read as stale candidates, up to MaxPartitions; a share computed with no
-// work in sight is recomputed before claiming); the heartbeat service (one batched renewal per tick over
+// work in sight is recomputed before claiming; with Config.ClaimWithBatch,
+// as implemented, an unowned candidate is claimed inside its first batch's
+// transaction instead: the fence of the unowned row (FOR KEY SHARE SKIP
+// LOCKED plus the advisory lock, not waited for), processing, the claim
+// and checkpoint compare-and-sets (FOR UPDATE SKIP LOCKED) with the release
+// when caught up in lock mode, commit, bounded by StaleAfter − SafetyMargin;
+// a lost race or rollback leaves the row as it was, a processor error is
+// recorded under a claim of its own, and a first batch too long for a
+// lease falls back to one); the heartbeat service (one batched renewal per tick over
 // a pinned connection, replaced after an unknown outcome, which is resolved
 // by re-reading the leases; streaks and confirmation; local deadline = send
 // time of the last successful renewal + remaining lease − SafetyMargin); the

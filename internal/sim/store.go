@@ -34,10 +34,11 @@ const (
 	errTxAborted               // SQLSTATE 25P02: statement in an aborted transaction
 	errProcessor               // the processor failed
 	errCheckpointMoved         // AdvanceCAS: the checkpoint moved since the fence read it
+	errClaimLost               // a claim with its first batch lost its candidate (partition.ErrClaimLost)
 )
 
 var errNames = []string{"ok", "net", "timeout", "canceled", "abandoned", "fenced", "lock-timeout", "statement-timeout",
-	"shutdown", "idle-timeout", "tx-aborted", "processor", "checkpoint-moved"}
+	"shutdown", "idle-timeout", "tx-aborted", "processor", "checkpoint-moved", "claim-lost"}
 
 func (e errKind) String() string { return errNames[e] }
 
@@ -131,10 +132,13 @@ const (
 	reqClose
 	reqProduce
 	reqRetry
+	reqFenceUnowned
+	reqClaimAdvance
 )
 
 var reqNames = []string{"heartbeat", "inspect", "candidates", "stale-candidates", "claim", "release", "fail", "progress", "load",
-	"stop-worker", "begin+fence", "write", "advance", "commit", "close", "produce", "retry"}
+	"stop-worker", "begin+fence", "write", "advance", "commit", "close", "produce", "retry",
+	"begin+fence-unowned", "claim+advance"}
 
 func (k reqKind) String() string { return reqNames[k] }
 
@@ -150,6 +154,8 @@ type request struct {
 	key      int
 	n        int64
 	attempts int // Fail: max attempts
+	cand     candidate
+	release  bool // ClaimAdvance: release in the same statement
 }
 
 type response struct {
@@ -231,6 +237,14 @@ type txn struct {
 	newPos    int64
 	aborted   bool
 	ended     bool
+
+	// A claim made with its first batch (FenceUnowned … ClaimAdvance):
+	// the candidate, whether the claim statement ran, whether it also
+	// released, and its now().
+	claim   bool
+	cand    candidate
+	release bool
+	claimAt time.Duration
 }
 
 // stmt is a statement executing in a session.
@@ -263,6 +277,8 @@ type store struct {
 	down       bool
 	stallUntil time.Duration
 	nextTxn    int
+	// claimLocks are FenceUnowned's advisory locks, by partition.
+	claimLocks map[int]*txn
 }
 
 func newStore(s *sim) *store {
@@ -506,6 +522,9 @@ func (st *store) endTxn(t *txn) {
 		return
 	}
 	t.ended = true
+	if t.claim && st.claimLocks[t.lease.key] == t {
+		delete(st.claimLocks, t.lease.key)
+	}
 	for _, r := range t.rows {
 		r.locks = slices.DeleteFunc(r.locks, func(l rowLock) bool { return l.t == t })
 		st.wake(r)
@@ -585,12 +604,17 @@ func (st *store) exec(x *stmt) {
 	ss := x.sess
 	mut := s.cfg.Mutation
 	switch req.kind {
-	case reqBeginFence, reqWrite, reqAdvance, reqCommit:
+	case reqBeginFence, reqWrite, reqAdvance, reqCommit, reqFenceUnowned, reqClaimAdvance:
 		if req.kind == reqBeginFence {
 			if ss.txn == nil {
 				st.nextTxn++
 				ss.txn = &txn{id: st.nextTxn, explicit: true, lease: req.lease, owner: req.owner}
 			}
+		}
+		if req.kind == reqFenceUnowned && ss.txn == nil {
+			st.nextTxn++
+			ss.txn = &txn{id: st.nextTxn, explicit: true, lease: leaseID{req.cand.key, req.cand.version + 1},
+				owner: req.owner, claim: true, cand: req.cand}
 		}
 		x.t = ss.txn
 		if x.t == nil {
@@ -839,6 +863,56 @@ func (st *store) exec(x *stmt) {
 		}
 		st.acquire(x, r, lockKeyShare, check)
 
+	case reqFenceUnowned:
+		// partition.Store.FenceUnowned: the unowned, claimable row at the
+		// candidate's version, FOR KEY SHARE SKIP LOCKED, and the
+		// transaction-scoped advisory lock, not waited for.
+		r := st.rows[t.lease.key]
+		claimable := r.available > r.position && !r.failed && r.leaseExp <= x.start
+		if !claimable || r.owner != 0 || (mut&MutClaimNoCAS == 0 && r.version != t.cand.version) {
+			s.tracef("store: txn%d fence of unowned %s by w%d finds %s", t.id, t.cand.leaseID, req.owner, st.describe(r))
+			st.done(x, response{err: errClaimLost})
+			return
+		}
+		if o := st.claimLocks[r.key]; o != nil && o != t && !o.ended {
+			st.done(x, response{err: errClaimLost})
+			return
+		}
+		if mut&MutNoFence == 0 {
+			if !st.canLock(t, r, lockKeyShare) {
+				st.done(x, response{err: errClaimLost}) // SKIP LOCKED
+				return
+			}
+			st.addLock(t, r, lockKeyShare)
+		}
+		if st.claimLocks == nil {
+			st.claimLocks = map[int]*txn{}
+		}
+		st.claimLocks[r.key] = t
+		t.readPos = r.position
+		s.tracef("store: txn%d fences unowned %s for w%d's claim, reads position %d available %d", t.id, t.cand.leaseID, req.owner, r.position, r.available)
+		st.done(x, response{position: r.position, available: r.available, version: r.version})
+
+	case reqClaimAdvance:
+		// partition.Store.ClaimAdvance: Claim's compare-and-set under FOR
+		// UPDATE SKIP LOCKED, the checkpoint compare-and-set, and the
+		// release when asked; applied at commit (applyCommit).
+		r := st.rows[t.lease.key]
+		claimable := r.available > r.position && !r.failed && r.leaseExp <= x.start
+		if !st.canLock(t, r, lockUpdate) {
+			s.tracef("store: txn%d claim of %s skips a row locked by another transaction", t.id, t.lease)
+			st.done(x, response{err: errClaimLost})
+			return
+		}
+		if !claimable || (mut&MutClaimNoCAS == 0 && (r.version != t.cand.version || r.owner != 0)) || r.position != t.readPos {
+			s.tracef("store: txn%d claim of %s finds %s", t.id, t.lease, st.describe(r))
+			st.done(x, response{err: errClaimLost})
+			return
+		}
+		st.addLock(t, r, lockUpdate)
+		t.advanced, t.newPos, t.release, t.claimAt = true, req.newPos, req.release, x.start
+		st.done(x, response{})
+
 	case reqWrite:
 		st.countStale(st.rows[t.lease.key], t)
 		if !t.wrote {
@@ -922,6 +996,9 @@ func sortedLeases(ls []leaseID) []leaseID {
 // countStale counts batch statements arriving for a claim that is no
 // longer current.
 func (st *store) countStale(r *row, t *txn) {
+	if t.claim {
+		return // the claim is made at commit
+	}
 	if r.version != t.lease.version || r.owner != t.owner {
 		st.s.res.StaleStatements++
 	}
@@ -974,6 +1051,20 @@ func (st *store) applyCommit(t *txn) {
 		return
 	}
 	r := st.rows[t.lease.key]
+	if t.claim {
+		// The claim made with the batch applies first: its row must still
+		// be the unowned candidate (the claim statement's lock held it).
+		if r.version != t.cand.version || r.owner != 0 {
+			s.violate("single writer", r.key, "partition %d: claim of w%d with its first batch over v%d (items %d..%d) committed while the row is at v%d owned by w%d",
+				r.key, t.owner, t.cand.version, t.writeFrom, t.writeTo, r.version, r.owner)
+			return
+		}
+		st.setVersion(r, t.lease.version, fmt.Sprintf("claim with first batch by w%d", t.owner))
+		r.owner, r.heartbeatAt, r.leaseExp = t.owner, t.claimAt, t.claimAt+s.cfg.StaleAfter
+		s.res.Claims++
+		s.res.ClaimsWithBatch++
+		s.tracef("store: p%d claimed by w%d at v%d with its first batch", r.key, t.owner, r.version)
+	}
 	var n int64
 	if t.wrote {
 		n = t.writeTo - t.writeFrom + 1
@@ -1020,4 +1111,13 @@ func (st *store) applyCommit(t *txn) {
 	s.lastProgress = s.now
 	s.tracef("store: txn%d commits p%d items %d..%d by w%d under v%d", t.id, r.key, t.writeFrom, t.writeTo, t.owner, t.lease.version)
 	s.committed(r.key, t.owner)
+	if t.claim && t.release {
+		st.setVersion(r, r.version+1, fmt.Sprintf("release with claim by w%d", t.owner))
+		r.owner, r.heartbeatAt, r.leaseExp = 0, 0, negInf
+		s.res.Releases++
+		s.tracef("store: p%d released by w%d with its claim, now v%d", r.key, t.owner, r.version)
+		if r.available > r.position {
+			st.notify(notifyReleased)
+		}
+	}
 }

@@ -63,6 +63,7 @@ type worker struct {
 
 	// Distributor
 	held          map[int]*heldPart
+	claiming      map[int]*claimRun // claims in flight with their first batch
 	share         int
 	shareIdle     bool // the share was computed when there was no work
 	clWaiting     bool
@@ -93,7 +94,7 @@ func newWorker(s *sim, id, slot int) *worker {
 	return &worker{
 		s: s, id: id, slot: slot, ppm: ppm,
 		clockBase: time.Duration(s.rng.Int64N(int64(time.Hour))), clockAt: s.now,
-		leases: map[int]*lease{}, held: map[int]*heldPart{},
+		leases: map[int]*lease{}, held: map[int]*heldPart{}, claiming: map[int]*claimRun{},
 	}
 }
 
@@ -802,11 +803,11 @@ func (w *worker) claimLoop() {
 	// or, within a heartbeat of the last recompute, owes it and claims
 	// nothing until it is due: the share in hand may be stale.
 	recompute, owed := false, false
-	if w.workerLeft && len(w.held) < s.cfg.MaxPartitions {
+	if w.workerLeft && len(w.held)+len(w.claiming) < s.cfg.MaxPartitions {
 		// A departure is recomputed at once, not rate-limited.
 		recompute = true
 		w.workerLeft, w.workChanged = false, false
-	} else if w.workChanged && len(w.held) < s.cfg.MaxPartitions {
+	} else if w.workChanged && len(w.held)+len(w.claiming) < s.cfg.MaxPartitions {
 		if wait := s.cfg.Heartbeat - (now - w.lastRebalance); wait > 0 && w.rebalanced {
 			owed = true
 			gen := w.selGen
@@ -920,7 +921,9 @@ func (w *worker) claim() {
 			w.claimWait()
 			return
 		}
-		cands := resp.cands
+		// Candidates this worker is claiming with their first batch still
+		// read as claimable: left alone.
+		cands := slices.DeleteFunc(resp.cands, func(c candidate) bool { return w.claiming[c.key] != nil })
 		round := func() {
 			s.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 			w.claimRound(0, cands, want, room)
@@ -955,8 +958,9 @@ func (w *worker) wanted() (want, room int) {
 			return 0, 0
 		}
 	}
-	room = w.s.cfg.MaxPartitions - len(w.held)
-	return min(w.share, w.s.cfg.MaxPartitions) - len(w.held), room
+	n := len(w.held) + len(w.claiming)
+	room = w.s.cfg.MaxPartitions - n
+	return min(w.share, w.s.cfg.MaxPartitions) - n, room
 }
 
 // pickClaims is distributor.pickClaims: every owned (stale) candidate
@@ -982,6 +986,19 @@ func (w *worker) claimRound(round int, cands []candidate, want, room int) {
 		return
 	}
 	try, rest := pickClaims(cands, want, room)
+	if w.s.cfg.ClaimWithBatch {
+		// Unowned candidates are claimed each with its first batch;
+		// takeovers together, to be confirmed.
+		try = slices.DeleteFunc(try, func(c candidate) bool {
+			if c.owned {
+				return false
+			}
+			w.startClaimRun(c)
+			want--
+			room--
+			return true
+		})
+	}
 	if len(try) == 0 {
 		w.claimWait()
 		return
@@ -1059,7 +1076,7 @@ func (w *worker) claimLoopDone() {
 func (w *worker) leave() {
 	w.leaving = true
 	w.nudgeAll()
-	if len(w.held) == 0 {
+	if len(w.held) == 0 && len(w.claiming) == 0 {
 		w.finalize()
 		return
 	}
@@ -1074,11 +1091,16 @@ func (w *worker) leave() {
 				b.rpc.cancel(errAbandoned)
 			}
 		}
+		for _, k := range sortedKeys(w.claiming) {
+			if cr := w.claiming[k]; cr.rpc != nil {
+				cr.rpc.cancel(errAbandoned)
+			}
+		}
 	})
 }
 
 func (w *worker) checkStopped() {
-	if w.leaving && len(w.held) == 0 && !w.finalized {
+	if w.leaving && len(w.held) == 0 && len(w.claiming) == 0 && !w.finalized {
 		w.finalize()
 	}
 }
@@ -1121,6 +1143,7 @@ type heldPart struct {
 	retryGen  int
 	retryDue  bool
 	batch     *batchRun
+	failWith  errKind // a first batch failed in the claim's transaction: record it first
 }
 
 func (w *worker) startPartition(c claimed, sent time.Duration, epoch int) {
@@ -1132,6 +1155,10 @@ func (w *worker) startPartition(c claimed, sent time.Duration, epoch int) {
 }
 
 func (h *heldPart) begin() {
+	if h.failWith != errNone {
+		h.fail(h.failWith)
+		return
+	}
 	if h.takeover {
 		h.state = hpConfirm
 		h.poll()
