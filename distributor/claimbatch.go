@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/batonhq/baton/internal/dbconn"
@@ -31,6 +32,29 @@ func (d *Distributor) claimFresh(c partition.Candidate) {
 	d.mu.Unlock()
 	d.wg.Add(1)
 	go d.runClaimBatch(c)
+}
+
+// lostClaim is a candidate lost to another worker's claim transaction.
+type lostClaim struct {
+	version int64
+	at      time.Time
+}
+
+// skipLost drops the candidates recently lost at the same version, and
+// forgets lost candidates no longer read or moved on. Called with d.mu.
+func (d *Distributor) skipLost(cands []partition.Candidate) []partition.Candidate {
+	now := d.cfg.Clock.Now()
+	keep := make(map[string]lostClaim, len(d.lostClaims))
+	out := slices.DeleteFunc(cands, func(c partition.Candidate) bool {
+		l, ok := d.lostClaims[c.Key]
+		if !ok || l.version != c.Version || now.Sub(l.at) >= d.cfg.StaleAfter {
+			return false
+		}
+		keep[c.Key] = l
+		return true
+	})
+	d.lostClaims = keep
+	return out
 }
 
 // errClaimLost: another worker claimed the candidate first.
@@ -72,9 +96,15 @@ func (d *Distributor) runClaimBatch(c partition.Candidate) {
 		// Held on: leader mode, or work left after the first batch.
 		d.startHeld(fb.claimed, fb.sent, true, nil, true)
 	case errors.Is(err, errClaimLost):
-		unreserve()
+		// Another worker is processing it (or claimed it): skip it for a
+		// while rather than pick it again from the head of the index at
+		// once, where it still reads as claimable. No wake-up either: a
+		// round woken at once would find the same heads.
+		d.mu.Lock()
+		d.lostClaims[c.Key] = lostClaim{version: c.Version, at: d.cfg.Clock.Now()}
+		delete(d.claiming, c.Key)
+		d.mu.Unlock()
 		d.emit(Event{Kind: EventClaimLost, Items: 1})
-		d.wake() // look for another candidate
 	case claimed:
 		// The commit's outcome could not be learnt. If it applied, the
 		// partition is owned with a lease nobody renews: it expires and

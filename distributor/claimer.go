@@ -166,6 +166,7 @@ func (d *Distributor) claim(ctx context.Context) error {
 	// its first batch) still reads as claimable: leave it alone.
 	d.mu.Lock()
 	cands = slices.DeleteFunc(cands, func(c partition.Candidate) bool { _, ok := d.claiming[c.Key]; return ok })
+	cands = d.skipLost(cands)
 	d.mu.Unlock()
 	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	for round := 0; round < 2 && room > 0 && len(cands) > 0; round++ {

@@ -43,7 +43,11 @@ type Distributor struct {
 	// (claimFresh): they take room as held partitions do, and are not
 	// claimed a second time meanwhile.
 	claiming map[string]struct{}
-	share    int
+	// lostClaims are candidates another worker's claim transaction held
+	// at their fence: skipped while at the same version, for a lease's
+	// length at most (that transaction has ended by then).
+	lostClaims map[string]lostClaim
+	share      int
 	// shareIdle: the share was computed from a load with no work at all.
 	shareIdle bool
 
@@ -120,7 +124,7 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 	d := &Distributor{
 		db: db, store: newStore(db, cfg), proc: p, cfg: cfg,
 		log:    cfg.Logger.With("worker", w.InstanceID),
-		worker: w, held: map[string]*held{}, claiming: map[string]struct{}{},
+		worker: w, held: map[string]*held{}, claiming: map[string]struct{}{}, lostClaims: map[string]lostClaim{},
 		wakeClaim: make(chan struct{}, 1), stopping: make(chan struct{}),
 		leaving:  make(chan struct{}),
 		loopDone: make(chan struct{}), done: make(chan struct{}),
