@@ -97,14 +97,14 @@ func (d *Distributor) runClaimBatch(c partition.Candidate) {
 		d.startHeld(fb.claimed, fb.sent, true, nil, true)
 	case errors.Is(err, errClaimLost):
 		// Another worker is processing it (or claimed it): skip it for a
-		// while rather than pick it again from the head of the index at
-		// once, where it still reads as claimable. No wake-up either: a
-		// round woken at once would find the same heads.
+		// while rather than pick it again from the head of the index,
+		// where it still reads as claimable, and look for another.
 		d.mu.Lock()
 		d.lostClaims[c.Key] = lostClaim{version: c.Version, at: d.cfg.Clock.Now()}
 		delete(d.claiming, c.Key)
 		d.mu.Unlock()
 		d.emit(Event{Kind: EventClaimLost, Items: 1})
+		d.wake()
 	case claimed:
 		// The commit's outcome could not be learnt. If it applied, the
 		// partition is owned with a lease nobody renews: it expires and

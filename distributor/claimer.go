@@ -138,7 +138,13 @@ func (d *Distributor) claim(ctx context.Context) error {
 	var cands []partition.Candidate
 	var err error
 	if want > 0 {
-		cands, err = d.store.Candidates(ctx, 4*want+8)
+		// Rows being claimed with their first batch still read as
+		// claimable at the head of the index: read past those this worker
+		// knows of (its own, and those it lost to others), which it skips.
+		d.mu.Lock()
+		inFlight := len(d.claiming) + len(d.lostClaims)
+		d.mu.Unlock()
+		cands, err = d.store.Candidates(ctx, 4*want+8+inFlight)
 	} else {
 		cands, err = d.store.StaleCandidates(ctx, 4*room+8)
 	}
