@@ -71,7 +71,10 @@
 // the partition again. So a tiny partition costs one transaction and one
 // WAL flush: claim, output, checkpoint, history and release. A failure
 // anywhere before the commit, a lost race included, rolls all of it back:
-// the row is as the candidate read saw it. A processor error is then
+// the row is as the candidate read saw it. Rows being claimed this way
+// still read as claimable at the head of the index, so the poll reads past
+// the ones the worker knows of (its own, and those it lost at their fence,
+// skipped while at the same version for a lease's length at most). A processor error is then
 // recorded as for any batch (claimed alone, failed, backed off); a
 // transient error, or a first batch too long for a lease, falls back to a
 // claim of its own whose batches run under heartbeats. A partition still
