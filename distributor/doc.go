@@ -302,7 +302,11 @@
 //     committed before the fence (which then finds nothing and the batch
 //     rolls back), or it waits (or skips) until the batch has committed.
 //     Heartbeats lock FOR NO KEY UPDATE, which does not conflict with the
-//     fence, so long batches do not delay renewals.
+//     fence, so long batches do not delay renewals. (A claim kept past
+//     its first batch raises its worker's held count in its claim
+//     statement, so that worker's own heartbeat may wait on its worker row
+//     from that statement to the commit, one round trip; a later
+//     heartbeat can only make leases end sooner, never change ownership.)
 //     Producers (partition.Store.AddWork) also lock FOR NO KEY UPDATE, in
 //     partition_key order, and only raise available: they never wait for a
 //     batch nor change ownership (a claim made with its first batch waits
