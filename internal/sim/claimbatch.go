@@ -26,6 +26,28 @@ type claimRun struct {
 	release bool
 }
 
+// lostClaim is a candidate lost at its fence, skipped while at the same
+// version for StaleAfter (distributor's lostClaims).
+type lostClaim struct {
+	version int64
+	at      time.Duration
+}
+
+// skipLost is Distributor.skipLost.
+func (w *worker) skipLost(cands []candidate) []candidate {
+	keep := map[int]lostClaim{}
+	out := slices.DeleteFunc(cands, func(c candidate) bool {
+		l, ok := w.lostClaims[c.key]
+		if !ok || l.version != c.version || w.local()-l.at >= w.s.cfg.StaleAfter {
+			return false
+		}
+		keep[c.key] = l
+		return true
+	})
+	w.lostClaims = keep
+	return out
+}
+
 func sortedKeys[V any](m map[int]V) []int { return slices.Sorted(maps.Keys(m)) }
 
 func (w *worker) startClaimRun(c candidate) {
@@ -201,6 +223,7 @@ func (cr *claimRun) finish(err errKind, unknown bool) {
 			delete(w.claiming, cr.c.key)
 			w.startPartition(claimed{cr.l.leaseID, false, cr.newPos, cr.avail}, cr.sent, cr.epoch)
 		case err == errClaimLost:
+			w.lostClaims[cr.c.key] = lostClaim{cr.c.version, w.local()}
 			done()
 			w.wake()
 		case unknown:

@@ -64,6 +64,7 @@ type worker struct {
 	// Distributor
 	held          map[int]*heldPart
 	claiming      map[int]*claimRun // claims in flight with their first batch
+	lostClaims    map[int]lostClaim // candidates lost at their fence (distributor's skipLost)
 	share         int
 	shareIdle     bool // the share was computed when there was no work
 	clWaiting     bool
@@ -94,7 +95,7 @@ func newWorker(s *sim, id, slot int) *worker {
 	return &worker{
 		s: s, id: id, slot: slot, ppm: ppm,
 		clockBase: time.Duration(s.rng.Int64N(int64(time.Hour))), clockAt: s.now,
-		leases: map[int]*lease{}, held: map[int]*heldPart{}, claiming: map[int]*claimRun{},
+		leases: map[int]*lease{}, held: map[int]*heldPart{}, claiming: map[int]*claimRun{}, lostClaims: map[int]lostClaim{},
 	}
 }
 
@@ -910,7 +911,7 @@ func (w *worker) claim() {
 		w.claimWait()
 		return
 	}
-	req := &request{kind: reqCandidates, limit: 4*want + 8}
+	req := &request{kind: reqCandidates, limit: 4*want + 8 + len(w.claiming) + len(w.lostClaims)}
 	if want <= 0 {
 		req = &request{kind: reqStaleCandidates, limit: 4*room + 8}
 	}
@@ -924,6 +925,7 @@ func (w *worker) claim() {
 		// Candidates this worker is claiming with their first batch still
 		// read as claimable: left alone.
 		cands := slices.DeleteFunc(resp.cands, func(c candidate) bool { return w.claiming[c.key] != nil })
+		cands = w.skipLost(cands)
 		round := func() {
 			s.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 			w.claimRound(0, cands, want, room)
