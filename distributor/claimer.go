@@ -140,11 +140,14 @@ func (d *Distributor) claim(ctx context.Context) error {
 	if want > 0 {
 		// Rows being claimed with their first batch still read as
 		// claimable at the head of the index: read past those this worker
-		// knows of (its own, and those it lost to others), which it skips.
+		// knows of (its own, and those it lost to others), which it skips,
+		// and widen the window by as many again as it could hold, so that
+		// picks spread beyond rows another worker is claiming (each such
+		// pick costs a fence that finds it taken).
 		d.mu.Lock()
 		inFlight := len(d.claiming) + len(d.lostClaims)
 		d.mu.Unlock()
-		cands, err = d.store.Candidates(ctx, 4*want+8+inFlight)
+		cands, err = d.store.Candidates(ctx, 4*want+8+inFlight+2*d.cfg.MaxPartitions)
 	} else {
 		cands, err = d.store.StaleCandidates(ctx, 4*room+8)
 	}
