@@ -20,7 +20,8 @@ import (
 //     connection, so it costs one round trip) into a reused workspace: the
 //     record ids are copied into one buffer, not allocated row by row;
 //   - priced rows are written with COPY in binary, which the server takes
-//     several times faster than an INSERT of the same rows. The output's
+//     several times faster than an INSERT of the same rows (a batch of a
+//     single row is inserted: there COPY's setup costs more). The output's
 //     primary key (contract_id, seq) is enforced by COPY as by INSERT, so a
 //     batch that repeats committed rows still fails with 23505.
 
@@ -85,8 +86,27 @@ func (p *Processor) readRecords(ctx context.Context, b *distributor.Batch, w *wo
 
 var pricedColumns = []string{"contract_id", "seq", "record_id", "gross_minor", "discount_minor", "net_minor", "claim_version", "priced_by"}
 
-// writePriced copies w's priced lines into priced.
+// insertOneSQL writes a batch of one priced line: for a single row an
+// INSERT costs the server a fraction of a COPY's setup (a one-record
+// contract's batch, or the tail of a larger one). Same table, same primary
+// key, same transaction.
+const insertOneSQL = `INSERT INTO {{.Schema}}.priced
+(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+
+// writePriced copies w's priced lines into priced (a single line is
+// inserted).
 func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *workspace) error {
+	if len(w.lines) == 1 {
+		r, l := &w.recs[0], &w.lines[0]
+		return b.Raw(func(conn *pgx.Conn) error {
+			// Described once per connection, sent unnamed: no prepared
+			// statement a transaction pooler could lose.
+			_, err := conn.Exec(ctx, p.sql(insertOneSQL), pgx.QueryExecModeCacheDescribe,
+				b.Lease.Key, r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner)
+			return err
+		})
+	}
 	if cap(w.vals) < len(pricedColumns) {
 		w.vals = make([]any, len(pricedColumns))
 	}

@@ -3,6 +3,7 @@ package pricer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -47,8 +48,17 @@ func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	loadVectors(t, db)
+	// Batches of several rows (COPY) and of one (INSERT).
+	for _, tc := range []struct {
+		key   string
+		limit int
+	}{{"basic-3-tiers", 5}, {"no-discount", 1}} {
+		t.Run(fmt.Sprintf("%d rows", tc.limit), func(t *testing.T) { pricedRowsCommitWithTheBatch(t, db, tc.key, tc.limit) })
+	}
+}
+
+func pricedRowsCommitWithTheBatch(t *testing.T, db *bun.DB, key string, limit int) {
 	ctx := context.Background()
-	const key = "basic-3-tiers"
 	lease := claimOne(t, db, "w#1", key)
 	store := partition.NewStore(db, "")
 
@@ -67,7 +77,7 @@ func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := pricer.New("").Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Conn: conn, Checkpoint: cp, Limit: 5})
+		res, err := pricer.New("").Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Conn: conn, Checkpoint: cp, Limit: limit})
 		if err != nil || !commit {
 			return res, err
 		}
@@ -83,7 +93,7 @@ func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := pricedCount(t, db, key); n == 0 || int64(n) != res.Position {
+	if n := pricedCount(t, db, key); n == 0 || n > limit || int64(n) != res.Position {
 		t.Fatalf("%d priced rows after a committed batch up to position %d", n, res.Position)
 	}
 	// The checkpoint was not advanced (no Advance above): the same rows
