@@ -27,6 +27,30 @@ var palette = []color.Color{
 }
 
 // writePlots draws every plot the results allow, as PNG and SVG.
+// drawPlot draws one plot into dir as PNG and SVG. The plotting library
+// panics on values it cannot draw (a zero on a log scale): that plot is
+// then missing and reported, and the report is still written.
+func drawPlot(r *results, dir, name string, fn func(*results) (*plot.Plot, error), width vg.Length) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%s: %v", name, v)
+		}
+	}()
+	p, err := fn(r)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if p == nil {
+		return nil
+	}
+	for _, ext := range []string{"png", "svg"} {
+		if err := p.Save(width, 11*vg.Centimeter, filepath.Join(dir, name+"."+ext)); err != nil {
+			return fmt.Errorf("saving %s.%s: %w", name, ext, err)
+		}
+	}
+	return nil
+}
+
 func writePlots(r *results, dir string) error {
 	type job struct {
 		name  string
@@ -41,18 +65,8 @@ func writePlots(r *results, dir string) error {
 		{"coordination_cpu", coordCPUPlot, 18 * vg.Centimeter},
 		{"heartbeat_latency", heartbeatPlot, 18 * vg.Centimeter},
 	} {
-		p, err := j.fn(r)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", j.name, err))
-			continue
-		}
-		if p == nil {
-			continue
-		}
-		for _, ext := range []string{"png", "svg"} {
-			if err := p.Save(j.width, 11*vg.Centimeter, filepath.Join(dir, j.name+"."+ext)); err != nil {
-				errs = append(errs, fmt.Errorf("saving %s.%s: %w", j.name, ext, err))
-			}
+		if err := drawPlot(r, dir, j.name, j.fn, j.width); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
