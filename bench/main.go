@@ -53,7 +53,7 @@ func main() {
 		os.Exit(1)
 	}
 	if cfg.render {
-		if err := render(cfg.out); err != nil {
+		if err := render(cfg.out, cfg.previous); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -194,11 +194,19 @@ func loadResults(dir string) (*results, error) {
 	return &res, nil
 }
 
-// render regenerates the report and plots of dir from its results.json.
-func render(dir string) error {
+// render regenerates the report and plots of dir from its results.json;
+// previous, if set, replaces the earlier run shown beside the headline.
+func render(dir, previous string) error {
 	res, err := loadResults(dir)
 	if err != nil {
 		return err
+	}
+	if previous != "" {
+		prev, err := loadResults(previous)
+		if err != nil {
+			return fmt.Errorf("-previous: %w", err)
+		}
+		res.Previous = previousHeadline(prev)
 	}
 	if err := writePlots(res, dir); err != nil {
 		return err

@@ -138,6 +138,7 @@ func headline(w writer, r *results) {
 		if len(sat) > 0 {
 			w("| coordination alone saturating the database (≥ 1 core of %d) | — | %s | |\n", r.Machine.NProc, strings.Join(sat, "; "))
 		}
+		coordLargestHeadline(w, c)
 		oneEach := true
 		for _, h := range c.Held {
 			oneEach = oneEach && h.Statements == int64(h.Beats)
@@ -583,7 +584,33 @@ func withPrevious(table string, p *prevHeadline) string {
 	return b.String()
 }
 
+// coordLargestHeadline is the database CPU of the largest simulated farm
+// measured (workers × partitions), idle and busy, against the goal of half
+// a core.
+func coordLargestHeadline(w func(string, ...any), c *coordResult) {
+	var idle, busy *coordCell
+	top := func(x coordCell) int { return x.Workers*1_000_000 + x.Partitions }
+	for i := range c.Cells {
+		cell := &c.Cells[i]
+		if cell.CPU.DB < 0 {
+			continue
+		}
+		switch {
+		case cell.State == "idle" && (idle == nil || top(*cell) > top(*idle)):
+			idle = cell
+		case cell.State == "busy" && (busy == nil || top(*cell) > top(*busy)):
+			busy = cell
+		}
+	}
+	if idle == nil || busy == nil || top(*idle) != top(*busy) {
+		return
+	}
+	w("| database CPU, %d simulated workers × %d partitions, %s heartbeat, idle / busy | < 0.5 core | %.2f / %.2f cores (busy: %d partitions held) | %s |\n",
+		idle.Workers, idle.Partitions, fmt.Sprintf("%gs", c.IntervalS), idle.DBCores, busy.DBCores, busy.Held, yesNo(idle.DBCores < 0.5 && busy.DBCores < 0.5))
+}
+
 // renamedMeasures maps headline measures to their earlier names.
 var renamedMeasures = map[string]string{
+	"crash takeover p99 at --heartbeat 1s --stale-after 10s --confirm 3 (10 kills), every survivor at its share": "crash takeover p99 at --heartbeat 1s --stale-after 10s --confirm 3 (5 kills), every survivor at its share",
 	"one-record contracts priced end to end by 2 workers (claim → batch → release) ÷ pgbench single-row UPDATE commits/s from 2 clients": "one-record contracts priced end to end by 2 workers (claim → batch → release), per s",
 }
