@@ -611,6 +611,6 @@ func coordLargestHeadline(w func(string, ...any), c *coordResult) {
 
 // renamedMeasures maps headline measures to their earlier names.
 var renamedMeasures = map[string]string{
-	"crash takeover p99 at --heartbeat 1s --stale-after 10s --confirm 3 (10 kills), every survivor at its share": "crash takeover p99 at --heartbeat 1s --stale-after 10s --confirm 3 (5 kills), every survivor at its share",
+	"crash takeover p99 at --heartbeat 1s --stale-after 10s --confirm 3 (10 kills), every survivor at its share":                         "crash takeover p99 at --heartbeat 1s --stale-after 10s --confirm 3 (5 kills), every survivor at its share",
 	"one-record contracts priced end to end by 2 workers (claim → batch → release) ÷ pgbench single-row UPDATE commits/s from 2 clients": "one-record contracts priced end to end by 2 workers (claim → batch → release), per s",
 }
