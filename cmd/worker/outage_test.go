@@ -116,6 +116,7 @@ func TestRunWaitsForTheDatabaseAndLogsAnOutageOnce(t *testing.T) {
 		t.Fatalf("worker did not finish after the outage:\n%s", logs)
 	}
 	var warns, unreachable, reachable, waiting []string
+	down := false // the outage lines must alternate: down, back, down, back
 	for _, m := range logLines(t, logs.String()) {
 		line, _ := json.Marshal(m)
 		switch m["level"] {
@@ -126,20 +127,32 @@ func TestRunWaitsForTheDatabaseAndLogsAnOutageOnce(t *testing.T) {
 		}
 		switch m["msg"] {
 		case "database unreachable, retrying (until it is back, what follows from it is logged at debug)":
+			if down {
+				t.Errorf("a second unreachable line within one outage: %s", line)
+			}
+			down = true
 			unreachable = append(unreachable, string(line))
 		case "database reachable again":
+			if !down {
+				t.Errorf("reachable again without an outage: %s", line)
+			}
+			down = false
 			reachable = append(reachable, string(line))
 		case "database not ready, waiting for it":
 			waiting = append(waiting, string(line))
 		}
 	}
-	if len(waiting) != 1 || len(unreachable) != 1 || len(reachable) != 1 {
-		t.Fatalf("want one wait, one unreachable and one reachable line, got %d, %d, %d:\n%s",
+	// One outage was caused; on a loaded machine the first heartbeat on a
+	// new connection after the restart can also time out, a second, real
+	// episode of its own (seen at a load average of 5 on 2 cores), which
+	// is again one line down and one line back.
+	if len(waiting) != 1 || len(unreachable) < 1 || len(unreachable) > 2 || len(reachable) != len(unreachable) {
+		t.Fatalf("want one wait, and one unreachable and one reachable line per outage (one, or two when a beat right after the restart timed out), got %d, %d, %d:\n%s",
 			len(waiting), len(unreachable), len(reachable), strings.Join(warns, "\n"))
 	}
-	// The wait at start, the outage; the fenced commit or claim round that
-	// races the first failed heartbeat may add one each.
-	if len(warns) > 4 {
+	// Per outage: its line, and the fenced commit or claim round that races
+	// the first failed heartbeat may add one each; and the wait at start.
+	if len(warns) > 1+3*len(unreachable) {
 		t.Fatalf("%d WARN lines for one outage:\n%s\n\nfull log:\n%s", len(warns), strings.Join(warns, "\n"), logs)
 	}
 	if strings.Contains(logs.String(), "tls error") {
