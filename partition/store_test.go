@@ -110,6 +110,24 @@ func explainPrepared(t *testing.T, db *bun.DB, q string, args ...any) []string {
 	return plans
 }
 
+// walkPlan calls visit on every node of a JSON plan from explainPrepared.
+func walkPlan(t *testing.T, plan string, visit func(node map[string]any)) {
+	t.Helper()
+	var nodes []any
+	if err := json.Unmarshal([]byte(plan), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		visit(n)
+		children, _ := n["Plans"].([]any)
+		for _, c := range children {
+			walk(c.(map[string]any))
+		}
+	}
+	walk(nodes[0].(map[string]any)["Plan"].(map[string]any))
+}
+
 // One heartbeat statement renews any number of leases and reports which.
 func TestHeartbeatRenewsOnlyCurrentLeases(t *testing.T) {
 	t.Parallel()
@@ -395,27 +413,17 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 		t.Fatalf("both holding: FairShareLoad = %+v, %v; want Busy 8, MinHeld 3", l, err)
 	}
 	for _, plan := range explainPrepared(t, db, partition.StatementSQL("FairShareLoad"), 4, int64(time.Hour/time.Microsecond)) {
-		var nodes []any
-		if err := json.Unmarshal([]byte(plan), &nodes); err != nil {
-			t.Fatal(err)
-		}
 		// Every plan node over tasks: no sequential scan, and together they
 		// read a few caps' worth of rows, not the table.
 		var rows float64
-		var walk func(n map[string]any)
-		walk = func(n map[string]any) {
+		walkPlan(t, plan, func(n map[string]any) {
 			if n["Relation Name"] == "tasks" {
 				if n["Node Type"] == "Seq Scan" {
 					t.Fatalf("FairShareLoad reads tasks sequentially:\n%s", plan)
 				}
 				rows += n["Actual Rows"].(float64) * n["Actual Loops"].(float64)
 			}
-			children, _ := n["Plans"].([]any)
-			for _, c := range children {
-				walk(c.(map[string]any))
-			}
-		}
-		walk(nodes[0].(map[string]any)["Plan"].(map[string]any))
+		})
 		if rows > 100 {
 			t.Fatalf("FairShareLoad read %v task rows:\n%s", rows, plan)
 		}
@@ -469,21 +477,11 @@ func TestHeartbeatIsIndexDriven(t *testing.T) {
 	versions := make([]int64, len(keys))
 	for _, plan := range explainPrepared(t, db, partition.StatementSQL("Heartbeat"),
 		pgdialect.Array(keys), pgdialect.Array(versions), "w#1", "w", "", 0, "lock", "listen", int64(time.Hour/time.Microsecond), int64(2*time.Hour/time.Microsecond)) {
-		var nodes []any
-		if err := json.Unmarshal([]byte(plan), &nodes); err != nil {
-			t.Fatal(err)
-		}
-		var walk func(n map[string]any)
-		walk = func(n map[string]any) {
+		walkPlan(t, plan, func(n map[string]any) {
 			if n["Relation Name"] == "tasks" && n["Node Type"] == "Seq Scan" {
 				t.Fatalf("the heartbeat reads tasks sequentially:\n%s", plan)
 			}
-			children, _ := n["Plans"].([]any)
-			for _, c := range children {
-				walk(c.(map[string]any))
-			}
-		}
-		walk(nodes[0].(map[string]any)["Plan"].(map[string]any))
+		})
 	}
 	var held int
 	if err := db.QueryRowContext(ctx, `SELECT held FROM baton.workers WHERE instance_id = 'w#1'`).Scan(&held); err != nil || held != 8 {
