@@ -106,10 +106,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 	}
 	h.started = true
 	items = res.Position - cp.Position
-	elapsed := d.cfg.Clock.Since(start)
-	d.emit(Event{Kind: EventCheckpoint, Key: l.Key, Version: l.Version, Items: int(items), Position: res.Position, Duration: elapsed})
-	d.log.Debug("checkpoint committed", "event", "checkpoint", d.cfg.KeyAttr, l.Key, "version", l.Version,
-		"position", res.Position, "items", items, "elapsed_ms", elapsed.Milliseconds())
+	d.reportCheckpoint(l.Lease, items, res.Position, d.cfg.Clock.Since(start))
 	return items, caughtUp, released, nil
 }
 

@@ -269,17 +269,3 @@ func (d *Distributor) claimAdvanceTraced(ctx context.Context, tx bun.Tx, c parti
 	endSpan(span, err)
 	return err
 }
-
-// reportClaim emits and logs a won claim.
-func (d *Distributor) reportClaim(c partition.Claimed) {
-	d.emit(Event{Kind: EventClaimed, Key: c.Key, Version: c.Version, Takeover: c.Takeover, Position: c.Position})
-	d.log.Info("claimed partition", "event", "claimed", d.cfg.KeyAttr, c.Key, "version", c.Version,
-		"takeover", c.Takeover, "position", c.Position, "pending", c.Available-c.Position)
-}
-
-// reportCheckpoint emits and logs a committed batch.
-func (d *Distributor) reportCheckpoint(l partition.Lease, items, position int64, elapsed time.Duration) {
-	d.emit(Event{Kind: EventCheckpoint, Key: l.Key, Version: l.Version, Items: int(items), Position: position, Duration: elapsed})
-	d.log.Debug("checkpoint committed", "event", "checkpoint", d.cfg.KeyAttr, l.Key, "version", l.Version,
-		"position", position, "items", items, "elapsed_ms", elapsed.Milliseconds())
-}

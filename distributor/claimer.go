@@ -43,10 +43,10 @@ func (d *Distributor) claimLoop() {
 		// hour away, would give them back.
 		recompute, owed := false, false
 		var deferred <-chan time.Time
-		if d.hasRoom() && d.workerLeft.Swap(false) {
+		if room := d.hasRoom(); room && d.workerLeft.Swap(false) {
 			recompute = true
 			d.workChanged.Store(false)
-		} else if d.workChanged.Load() && d.hasRoom() {
+		} else if room && d.workChanged.Load() {
 			if wait := d.cfg.Heartbeat - now.Sub(lastRebalance); wait > 0 && !lastRebalance.IsZero() {
 				deferred = d.cfg.Clock.After(wait)
 				owed = true
@@ -216,9 +216,7 @@ func (d *Distributor) claim(ctx context.Context) error {
 			won = adopted
 		}
 		for _, c := range won {
-			d.emit(Event{Kind: EventClaimed, Key: c.Key, Version: c.Version, Takeover: c.Takeover, Position: c.Position})
-			d.log.Info("claimed partition", "event", "claimed", d.cfg.KeyAttr, c.Key, "version", c.Version,
-				"takeover", c.Takeover, "position", c.Position, "pending", c.Available-c.Position)
+			d.reportClaim(c)
 			d.start(c, sent)
 			if !c.Takeover {
 				want--
@@ -264,7 +262,7 @@ func (d *Distributor) wanted() (want, room int, idle bool) {
 			return 0, 0, d.shareIdle
 		}
 	}
-	n := len(d.held) + len(d.claiming)
+	n := d.occupied()
 	room = d.cfg.MaxPartitions - n
 	return min(min(d.share, d.cfg.MaxPartitions)-n, room), room, d.shareIdle
 }

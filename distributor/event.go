@@ -1,6 +1,10 @@
 package distributor
 
-import "time"
+import (
+	"time"
+
+	"github.com/batonhq/baton/partition"
+)
 
 // EventKind names a protocol event. The names are stable: they are also
 // the "event" attribute of the corresponding log lines.
@@ -38,4 +42,18 @@ type Event struct {
 	Duration time.Duration // how long the step took (batch, confirmation)
 	Err      error         // the cause, for lost, fenced and failed
 	At       time.Time     // when, by the local clock
+}
+
+// reportClaim emits and logs a won claim.
+func (d *Distributor) reportClaim(c partition.Claimed) {
+	d.emit(Event{Kind: EventClaimed, Key: c.Key, Version: c.Version, Takeover: c.Takeover, Position: c.Position})
+	d.log.Info("claimed partition", "event", "claimed", d.cfg.KeyAttr, c.Key, "version", c.Version,
+		"takeover", c.Takeover, "position", c.Position, "pending", c.Available-c.Position)
+}
+
+// reportCheckpoint emits and logs a committed batch.
+func (d *Distributor) reportCheckpoint(l partition.Lease, items, position int64, elapsed time.Duration) {
+	d.emit(Event{Kind: EventCheckpoint, Key: l.Key, Version: l.Version, Items: int(items), Position: position, Duration: elapsed})
+	d.log.Debug("checkpoint committed", "event", "checkpoint", d.cfg.KeyAttr, l.Key, "version", l.Version,
+		"position", position, "items", items, "elapsed_ms", elapsed.Milliseconds())
 }

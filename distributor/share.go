@@ -120,5 +120,9 @@ func planShare(load partition.Load, held, idle int, mode Mode, maxPartitions int
 func (d *Distributor) hasRoom() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.held)+len(d.claiming) < d.cfg.MaxPartitions
+	return d.occupied() < d.cfg.MaxPartitions
 }
+
+// occupied is how many partitions count against MaxPartitions: those held
+// and those being claimed with their first batch. d.mu must be held.
+func (d *Distributor) occupied() int { return len(d.held) + len(d.claiming) }
