@@ -10,7 +10,6 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/batonhq/baton/schema"
 )
@@ -153,7 +152,7 @@ func (h *heldRows) Values() ([]any, error) { return h.vals, nil }
 func (h *heldRows) Err() error             { return nil }
 
 // sorted returns the indexes of the held rows not skipped, ordered by
-// (contract_id, file order), the order of the records table's keys; the
+// (contract_id, file order), the order of record_chunks; the
 // contracts in that order; and the number of rows of each. A contract's
 // rows are already in file order, so a stable counting sort by contract
 // does it.
@@ -198,17 +197,20 @@ func (b *directBuf) sorted() (rows, order []int32, counts []int64) {
 // repeats a stored one or an earlier row of the file.
 var errDirectRepeat = errors.New("record ids repeated")
 
-// insertDirect stores the held records with one COPY straight into the
-// records table, sorted by (contract_id, seq), when the rules that need
+// insertDirect stores the held records with one COPY straight into
+// record_chunks, sorted by (contract_id, seq), when the rules that need
 // the database can be settled without the staging table: every row was
 // valid on its own, the load rejected no tier row, every contract exists,
 // and no contract comes near the cumulative gross limit. seq continues
-// from tasks.available (stable under the load lock) in file order. A
-// record id that repeats a stored one or an earlier row (a re-delivery, or
-// an error) violates the unique index on (contract_id, record_id); then
-// the copy is rolled back to its savepoint and errDirectRepeat returned.
-// It returns false, having changed nothing, when the staged path must
-// store the records.
+// from tasks.available (stable under the load lock) in file order.
+//
+// A record id that repeats a stored one or an earlier row (a re-delivery,
+// or an error) is found while the chunks are encoded: the record ids of
+// the contracts that have records already (available > 0) are read first,
+// in one query, and each contract's ids are checked against them and
+// against its earlier rows. A repeat ends the COPY, which is rolled back to
+// its savepoint, and errDirectRepeat is returned. It returns false, having
+// changed nothing, when the staged path must store the records.
 func (l *loader) insertDirect(ctx context.Context, tx pgx.Tx) (bool, error) {
 	b := l.direct
 	if b == nil || b.off || b.staged || b.n == 0 {
@@ -256,10 +258,18 @@ SELECT c.contract_id, coalesce(t.available, 0)
 	// Each record is at most MaxAmountMinor, so a contract whose stored and
 	// new records number at most maxGross/MaxAmountMinor cannot pass the
 	// limit; the staged path sums the others exactly.
+	var withRecords []string
 	for _, c := range b.contracts {
 		if c.base+c.n > l.opts.maxGross/MaxAmountMinor {
 			return false, nil
 		}
+		if c.base > 0 {
+			withRecords = append(withRecords, c.id)
+		}
+	}
+	stored, ok, err := l.storedIDs(ctx, tx, withRecords)
+	if err != nil || !ok {
+		return false, err
 	}
 
 	sorted, order, _ := b.sorted()
@@ -269,9 +279,8 @@ SELECT c.contract_id, coalesce(t.available, 0)
 		return false, fmt.Errorf("setting a savepoint: %w", err)
 	}
 	defer func() { _ = sp.Rollback(ctx) }() // a no-op after Commit
-	n, err := l.copyRecords(ctx, sp, b, sorted)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "records_contract_record_id" {
+	n, err := l.copyRecords(ctx, sp, b, sorted, stored)
+	if errors.Is(err, errDirectRepeat) {
 		if rerr := sp.Rollback(ctx); rerr != nil {
 			return false, fmt.Errorf("rolling back to the savepoint: %w", rerr)
 		}
@@ -303,20 +312,76 @@ SELECT c.contract_id, coalesce(t.available, 0)
 	return true, nil
 }
 
-// copyRecords copies the held rows at the given indexes into the records
-// table, numbering each contract's rows from its base. The rows are
-// encoded straight into COPY's binary format (see copyEncoder).
-func (l *loader) copyRecords(ctx context.Context, tx pgx.Tx, b *directBuf, rows []int32) (int64, error) {
-	enc := &copyEncoder{src: directSource{buf: b, order: rows}, loadID: l.rep.LoadID}
+// storedIDs reads the stored record ids of the given contracts, by their
+// index in the buffer, for the direct copy's check for repeats. Its cost
+// follows the records stored for the contracts the file touches; contracts
+// without records cost nothing. The ids count against the buffer's budget:
+// ok is false if they do not fit, and the staged path must check.
+func (l *loader) storedIDs(ctx context.Context, tx pgx.Tx, contracts []string) (stored map[int32][]string, ok bool, err error) {
+	if len(contracts) == 0 {
+		return map[int32][]string{}, true, nil
+	}
+	b := l.direct
+	rows, err := tx.Query(ctx, `SELECT contract_id, record_ids FROM {{.Schema}}.record_chunks WHERE contract_id = ANY($1::text[])`, contracts)
+	if err != nil {
+		return nil, false, fmt.Errorf("reading stored record ids: %w", err)
+	}
+	defer rows.Close()
+	stored = make(map[int32][]string, len(contracts))
+	bytes := b.bytes
+	var (
+		id  string
+		ids []string
+	)
+	for rows.Next() {
+		if err := rows.Scan(&id, &ids); err != nil {
+			return nil, false, fmt.Errorf("reading stored record ids: %w", err)
+		}
+		for _, r := range ids {
+			bytes += 16 + int64(len(r))
+		}
+		if bytes > b.maxBytes {
+			return nil, false, nil
+		}
+		c := b.index[id]
+		stored[c] = append(stored[c], ids...)
+		ids = nil
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("reading stored record ids: %w", err)
+	}
+	return stored, true, nil
+}
+
+// copyRecords copies the held rows at the given indexes into
+// record_chunks, numbering each contract's rows from its base and cutting
+// them into chunks of up to ChunkSize. The rows are encoded straight into
+// COPY's binary format (see copyEncoder). With stored not nil, each
+// contract's record ids are checked for repeats against stored and one
+// another, and errDirectRepeat returned if there are any.
+func (l *loader) copyRecords(ctx context.Context, tx pgx.Tx, b *directBuf, rows []int32, stored map[int32][]string) (int64, error) {
+	enc := &copyEncoder{src: directSource{buf: b, order: rows}, loadID: l.rep.LoadID, check: stored != nil, stored: stored}
 	tag, err := tx.Conn().PgConn().CopyFrom(ctx, enc, "COPY "+schema.Ident(l.opts.Schema)+
-		".records (contract_id, seq, record_id, amount_minor, load_id) FROM STDIN (FORMAT binary)")
+		".record_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts) FROM STDIN (FORMAT binary)")
+	if enc.err != nil {
+		return 0, enc.err
+	}
 	if err != nil {
 		return 0, fmt.Errorf("storing records: %w", err)
 	}
-	if n := tag.RowsAffected(); n != int64(len(rows)) {
-		return 0, fmt.Errorf("storing records: stored %d, want %d", n, len(rows))
+	if n, want := tag.RowsAffected(), (&directSource{buf: b, order: rows}).chunks(); n != want {
+		return 0, fmt.Errorf("storing records: stored %d chunks, want %d", n, want)
 	}
 	return int64(len(rows)), nil
+}
+
+// chunks counts the chunks of the rows left.
+func (s *directSource) chunks() int64 {
+	var n int64
+	for rows, _, _ := s.chunk(); rows != nil; rows, _, _ = s.chunk() {
+		n++
+	}
+	return n
 }
 
 // copyAccepted stores the accepted records on the staged path, after its
@@ -371,7 +436,7 @@ func (l *loader) copyAccepted(ctx context.Context, tx pgx.Tx) (int64, error) {
 		}
 	}
 	l.rep.heldCopy = true
-	return l.copyRecords(ctx, tx, b, sorted)
+	return l.copyRecords(ctx, tx, b, sorted, nil)
 }
 
 // stageHeld stages the rows held for the direct copy when it gave way, and
@@ -402,6 +467,12 @@ SELECT contract_id, sum(n_new), 0, bool_or(tiers_changed), row_number() OVER (OR
         SELECT contract_id, 0, true, NULL FROM load_tier_sets WHERE existed AND changed) u
  GROUP BY contract_id`
 
+// ChunkSize is the most records one row of record_chunks holds. A chunk
+// holds consecutive records of one contract from one load; a load cuts
+// each contract's new records into chunks of this size from its first new
+// seq on.
+const ChunkSize = 1024
+
 // directSource walks the held rows in the given order, numbering each
 // contract's rows from its base.
 type directSource struct {
@@ -427,20 +498,44 @@ func (s *directSource) next() (*directRow, *directContract, int64) {
 	return r, c, s.seq
 }
 
-// copyEncoder is the data of a binary COPY into records (contract_id, seq,
-// record_id, amount_minor, load_id): the header, one tuple per row of src
-// and the trailer. Encoding the few fixed column types here instead of
-// through pgx's per-value encoding saves the loader most of its CPU
-// during the copy, which on a small server competes with the database's.
-// The texts are valid UTF-8 without NUL (the readers' rules), as the
-// binary format of text requires.
+// chunk returns the rows of the next chunk: up to ChunkSize rows of one
+// contract, its contract and the seq of its first row; nil at the end.
+func (s *directSource) chunk() ([]int32, *directContract, int64) {
+	if s.i >= len(s.order) {
+		return nil, nil, 0
+	}
+	from := s.i
+	r, c, first := s.next()
+	for s.i < len(s.order) && s.i-from < ChunkSize && s.buf.row(s.order[s.i]).contract == r.contract {
+		s.next()
+	}
+	return s.order[from:s.i], c, first
+}
+
+// copyEncoder is the data of a binary COPY into record_chunks
+// (contract_id, first_seq, last_seq, load_id, record_ids, amounts): the
+// header, one tuple per chunk of src and the trailer. Encoding the few
+// fixed column types here instead of through pgx's per-value encoding
+// saves the loader most of its CPU during the copy, which on a small
+// server competes with the database's. The texts are valid UTF-8 without
+// NUL (the readers' rules), as the binary format of text requires.
+//
+// With check set, it also looks for record ids that repeat within a
+// contract, among its held rows and its stored ids (stored, by contract
+// index), as it encodes: the first one found ends the data with
+// errDirectRepeat, which makes the COPY fail.
 type copyEncoder struct {
 	src     directSource
 	loadID  int64
+	check   bool
+	stored  map[int32][]string
+	seen    map[string]struct{}
+	seenFor int32
 	buf     []byte
 	pending []byte
 	started bool
 	done    bool
+	err     error
 }
 
 const copyEncoderChunk = 64 << 10
@@ -449,19 +544,31 @@ const copyEncoderChunk = 64 << 10
 // PostgreSQL's binary COPY format.
 var binaryCopyHeader = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
 
+// Type OIDs of the array elements, as the binary array format names them.
+const (
+	oidText = 25
+	oidInt8 = 20
+)
+
 func (e *copyEncoder) Read(p []byte) (int, error) {
 	if len(e.pending) == 0 {
+		if e.err != nil {
+			return 0, e.err
+		}
 		if e.done {
 			return 0, io.EOF
 		}
 		e.fill()
+		if e.err != nil {
+			return 0, e.err
+		}
 	}
 	n := copy(p, e.pending)
 	e.pending = e.pending[n:]
 	return n, nil
 }
 
-// fill encodes rows into buf up to about copyEncoderChunk bytes.
+// fill encodes chunks into buf up to about copyEncoderChunk bytes.
 func (e *copyEncoder) fill() {
 	b := e.buf[:0]
 	if !e.started {
@@ -469,20 +576,70 @@ func (e *copyEncoder) fill() {
 		e.started = true
 	}
 	for len(b) < copyEncoderChunk {
-		r, c, seq := e.src.next()
-		if r == nil {
+		rows, c, first := e.src.chunk()
+		if rows == nil {
 			b = binary.BigEndian.AppendUint16(b, 0xffff) // trailer
 			e.done = true
 			break
 		}
-		b = binary.BigEndian.AppendUint16(b, 5)
+		if e.check && e.repeats(rows) {
+			e.err = errDirectRepeat
+			return
+		}
+		b = binary.BigEndian.AppendUint16(b, 6)
 		b = appendText(b, c.id)
-		b = appendInt8(b, seq)
-		b = appendText(b, r.recordID)
-		b = appendInt8(b, r.amount)
+		b = appendInt8(b, first)
+		b = appendInt8(b, first+int64(len(rows))-1)
 		b = appendInt8(b, e.loadID)
+		size := 20
+		for _, i := range rows {
+			size += 4 + len(e.src.buf.row(i).recordID)
+		}
+		b = appendArrayHeader(b, size, oidText, len(rows))
+		for _, i := range rows {
+			b = appendText(b, e.src.buf.row(i).recordID)
+		}
+		b = appendArrayHeader(b, 20+12*len(rows), oidInt8, len(rows))
+		for _, i := range rows {
+			b = appendInt8(b, e.src.buf.row(i).amount)
+		}
 	}
 	e.buf, e.pending = b, b
+}
+
+// repeats reports whether a record id of rows, the next chunk of their
+// contract, repeats an earlier one of the contract (stored or held).
+func (e *copyEncoder) repeats(rows []int32) bool {
+	c := e.src.buf.row(rows[0]).contract
+	if e.seen == nil || c != e.seenFor {
+		if e.seen == nil {
+			e.seen = make(map[string]struct{}, ChunkSize)
+		}
+		clear(e.seen)
+		e.seenFor = c
+		for _, id := range e.stored[c] {
+			e.seen[id] = struct{}{}
+		}
+	}
+	for _, i := range rows {
+		id := e.src.buf.row(i).recordID
+		if _, ok := e.seen[id]; ok {
+			return true
+		}
+		e.seen[id] = struct{}{}
+	}
+	return false
+}
+
+// appendArrayHeader appends a one-dimensional array's field length (size,
+// header included), its header and its dimension.
+func appendArrayHeader(b []byte, size int, oid uint32, n int) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(size))
+	b = binary.BigEndian.AppendUint32(b, 1) // dimensions
+	b = binary.BigEndian.AppendUint32(b, 0) // no NULLs
+	b = binary.BigEndian.AppendUint32(b, oid)
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	return binary.BigEndian.AppendUint32(b, 1) // lower bound
 }
 
 func appendText(b []byte, s string) []byte {

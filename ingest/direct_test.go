@@ -193,12 +193,12 @@ func TestDirectCopyFailure(t *testing.T) {
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
 	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: writeFile(t, "r1.csv", rh+"c1,a,1\n")})
-	if _, err := db.ExecContext(ctx, "INSERT INTO baton.records (contract_id, seq, record_id, amount_minor, load_id) VALUES ('c1', 2, 'stray', 1, 0)"); err != nil {
+	if _, err := db.ExecContext(ctx, "INSERT INTO baton.record_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts) VALUES ('c1', 2, 2, 0, '{stray}', '{1}')"); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Load(ctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c2,a,1\nc1,b,1\n")})
-	if err == nil || !strings.Contains(err.Error(), "storing records") || !strings.Contains(err.Error(), "records_pkey") {
-		t.Fatalf("Load = %v, want a failure storing records on records_pkey", err)
+	if err == nil || !strings.Contains(err.Error(), "storing records") || !strings.Contains(err.Error(), "record_chunks_pkey") {
+		t.Fatalf("Load = %v, want a failure storing records on record_chunks_pkey", err)
 	}
 	if c := tableCounts(t, db); c.Records != 2 || c.Available != 1 {
 		t.Fatalf("tables after failed load: %+v", c)

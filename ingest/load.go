@@ -136,7 +136,7 @@ type Report struct {
 	RecordsRedelivered int64 // records skipped as identical to one stored or earlier in the file
 	RowsRejected       int64 // invalid rows of both files
 	// DirectCopy is true when the records were copied straight into the
-	// records table, false when the staged path stored them (see the
+	// record_chunks table, false when the staged path stored them (see the
 	// package documentation).
 	DirectCopy bool
 	Duration   time.Duration
@@ -281,15 +281,14 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 			return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
 		}
 		direct, err = l.insertDirect(ctx, tx)
-		repeats := errors.Is(err, errDirectRepeat)
-		if err != nil && !repeats {
+		if err != nil && !errors.Is(err, errDirectRepeat) {
 			return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
 		}
 		if !direct {
 			if err := l.stageHeld(ctx, tx); err != nil {
 				return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
 			}
-			if err := l.validateRecords(ctx, tx, repeats); err != nil {
+			if err := l.validateRecords(ctx, tx); err != nil {
 				return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
 			}
 		}
@@ -300,13 +299,6 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	if l.records != nil && !direct {
 		l.stage(StageInserting)
 		err := l.insertRecords(ctx, tx)
-		if errors.Is(err, errRepeatedIDs) {
-			if err = l.checkRepeats(ctx, tx); err == nil {
-				if err = l.countRejected(ctx, tx); err == nil {
-					err = l.insertRecords(ctx, tx)
-				}
-			}
-		}
 		if err != nil {
 			return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
 		}

@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // stageRecords copies the records file into load_records. While every row
@@ -66,11 +65,10 @@ func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, src, "")
 }
 
-// validateRecords runs the checks over the staged records that every load
-// on the staged path needs. Record ids that repeat one already stored or
-// one earlier in the file are found by checkRepeats, which runs only when
-// needed (see insertRecords), or at once if repeats are known to exist.
-func (l *loader) validateRecords(ctx context.Context, tx pgx.Tx, repeats bool) error {
+// validateRecords runs the checks over the staged records: unknown
+// contracts, record ids that repeat one already stored or one earlier in
+// the file (checkRepeats), and the cumulative gross.
+func (l *loader) validateRecords(ctx context.Context, tx pgx.Tx) error {
 	if err := analyze(ctx, tx, "load_records", "contract_id, err, redelivered"); err != nil {
 		return err
 	}
@@ -78,10 +76,8 @@ func (l *loader) validateRecords(ctx context.Context, tx pgx.Tx, repeats bool) e
 	if _, err := exec(ctx, tx, "checking contracts", sqlRecordUnknownContract, l.opts.TiersPath); err != nil {
 		return err
 	}
-	if repeats {
-		if err := l.checkRepeats(ctx, tx); err != nil {
-			return err
-		}
+	if err := l.checkRepeats(ctx, tx); err != nil {
+		return err
 	}
 	if err := l.collectAffected(ctx, tx); err != nil {
 		return err
@@ -116,9 +112,10 @@ func (l *loader) checkRepeats(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
-// The LATERAL subquery with LIMIT makes this one probe of the unique index
-// per staged row, so the cost follows the size of the load, not of the
-// records table (which a hash join would read whole).
+// The stored records of the contracts named by valid staged rows are read
+// through the records view (their chunks found by contract_id) and joined
+// to the staged rows: the cost follows the records stored for the
+// contracts the file touches, not the whole table.
 const sqlRecordStored = `
 UPDATE load_records r
    SET redelivered = m.amount_minor = r.amount_minor,
@@ -128,8 +125,9 @@ UPDATE load_records r
                     coalesce(' (' || m.records_file || ')', ''), m.amount_minor) END
   FROM (SELECT s.line, x.amount_minor, x.load_id, l.records_file
           FROM load_records s
-         CROSS JOIN LATERAL (SELECT amount_minor, load_id FROM {{.Schema}}.records x
-                              WHERE x.contract_id = s.contract_id AND x.record_id = s.record_id LIMIT 1) x
+          JOIN (SELECT x.contract_id, x.record_id, x.amount_minor, x.load_id FROM {{.Schema}}.records x
+                 WHERE x.contract_id IN (SELECT contract_id FROM load_records WHERE err IS NULL)) x
+            ON x.contract_id = s.contract_id AND x.record_id = s.record_id
           LEFT JOIN {{.Schema}}.loads l ON l.load_id = x.load_id
          WHERE s.err IS NULL) m
  WHERE r.line = m.line`
@@ -201,20 +199,12 @@ UPDATE load_records r
   FROM load_records f
  WHERE r.first_line IS NOT NULL AND r.err IS NULL AND f.line = r.first_line AND f.err IS NOT NULL`
 
-// errRepeatedIDs reports that the insert met a record id that checkRepeats
-// has not handled yet.
-var errRepeatedIDs = errors.New("record ids repeated")
-
-// insertRecords stores the accepted records.
-//
-// Finding re-delivered record ids costs an index probe per staged row and
-// a pass over them all, and usually there are none. So unless they have
-// been looked for already, the insert runs first under a savepoint:
-// records has a unique index on (contract_id, record_id), so the insert
-// fails on that index exactly when a record id repeats a stored one or an
-// earlier row. Then it is rolled back to the savepoint, and errRepeatedIDs
-// tells the caller to run checkRepeats and try again.
+// insertRecords stores the accepted records, after checkRepeats: no index
+// finds a repeated record id when record_chunks takes it.
 func (l *loader) insertRecords(ctx context.Context, tx pgx.Tx) error {
+	if !l.repeatsChecked {
+		return errors.New("storing records: repeated record ids not checked")
+	}
 	if l.affectedStale {
 		if err := l.collectAffected(ctx, tx); err != nil {
 			return err
@@ -224,42 +214,27 @@ func (l *loader) insertRecords(ctx context.Context, tx pgx.Tx) error {
 	if rep.RecordsAccepted == 0 {
 		return nil
 	}
-	db := tx
-	if !l.repeatsChecked {
-		sp, err := tx.Begin(ctx) // a savepoint
-		if err != nil {
-			return fmt.Errorf("setting a savepoint: %w", err)
-		}
-		defer func() { _ = sp.Rollback(ctx) }() // a no-op after Commit
-		db = sp
-	}
-	if _, err := exec(ctx, db, "creating task rows", sqlRecordTasks); err != nil {
+	if _, err := exec(ctx, tx, "creating task rows", sqlRecordTasks); err != nil {
 		return err
 	}
-	if _, err := exec(ctx, db, "reading task positions", sqlBase); err != nil {
+	if _, err := exec(ctx, tx, "reading task positions", sqlBase); err != nil {
 		return err
 	}
 	var n int64
 	var err error
 	if b := l.direct; b != nil && !b.off {
-		n, err = l.copyAccepted(ctx, db)
+		n, err = l.copyAccepted(ctx, tx)
 	} else {
-		n, err = exec(ctx, db, "storing records", sqlInsertRecords, rep.LoadID)
-	}
-	var pe *pgconn.PgError
-	if !l.repeatsChecked && errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "records_contract_record_id" {
-		return errRepeatedIDs
+		err = tx.QueryRow(ctx, sqlInsertRecords, rep.LoadID, ChunkSize).Scan(&n)
+		if err != nil {
+			err = fmt.Errorf("storing records: %w", err)
+		}
 	}
 	if err != nil {
 		return err
 	}
 	if n != rep.RecordsAccepted {
 		return fmt.Errorf("storing records: stored %d, want %d", n, rep.RecordsAccepted)
-	}
-	if db != tx {
-		if err := db.Commit(ctx); err != nil {
-			return fmt.Errorf("releasing the savepoint: %w", err)
-		}
 	}
 	return nil
 }
@@ -310,11 +285,23 @@ ON CONFLICT DO NOTHING`
 const sqlBase = `
 UPDATE load_affected a SET base = t.available FROM {{.Schema}}.tasks t WHERE t.partition_key = a.contract_id`
 
-// seq continues from tasks.available in file order. The window partitions
-// by ord, an integer standing for contract_id, which sorts faster.
+// seq continues from tasks.available in file order; each contract's new
+// records are cut into chunks of $2 from its first new seq on. The window
+// partitions by ord, an integer standing for contract_id, which sorts
+// faster. It returns the number of records stored.
 const sqlInsertRecords = `
-INSERT INTO {{.Schema}}.records (contract_id, seq, record_id, amount_minor, load_id)
-SELECT r.contract_id, a.base + row_number() OVER (PARTITION BY a.ord ORDER BY r.line),
-       r.record_id, r.amount_minor, $1
-  FROM load_records r JOIN load_affected a ON a.contract_id = r.contract_id
- WHERE r.err IS NULL AND NOT r.redelivered`
+WITH numbered AS (
+    SELECT r.contract_id, a.base, row_number() OVER (PARTITION BY a.ord ORDER BY r.line) AS k,
+           r.record_id, r.amount_minor
+      FROM load_records r JOIN load_affected a ON a.contract_id = r.contract_id
+     WHERE r.err IS NULL AND NOT r.redelivered
+), stored AS (
+    INSERT INTO {{.Schema}}.record_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts)
+    SELECT contract_id, base + min(k), base + max(k), $1,
+           array_agg(record_id ORDER BY k), array_agg(amount_minor ORDER BY k)
+      FROM numbered
+     GROUP BY contract_id, base, (k - 1) / $2::bigint
+     ORDER BY contract_id, min(k)
+    RETURNING cardinality(record_ids) AS n
+)
+SELECT coalesce(sum(n), 0)::bigint FROM stored`

@@ -2,11 +2,11 @@ package pricer
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/pricing"
@@ -16,9 +16,10 @@ import (
 // transaction's own pgx connection (distributor.Batch.Raw), so both stay
 // inside the fence and commit with the checkpoint:
 //
-//   - records are read in binary (the statement's description is cached per
-//     connection, so it costs one round trip) into a reused workspace: the
-//     record ids are copied into one buffer, not allocated row by row;
+//   - records are read in binary from their chunks (the statement's
+//     description is cached per connection, so it costs one round trip) into
+//     a reused workspace: the chunks' arrays are sliced and the record ids
+//     copied into one buffer, not allocated record by record;
 //   - priced rows are written with COPY in binary, which the server takes
 //     several times faster than an INSERT of the same rows (a batch of a
 //     single row is inserted: there COPY's setup costs more). The output's
@@ -45,32 +46,66 @@ func putWorkspace(w *workspace) {
 	workspaces.Put(w)
 }
 
-const readRecordsSQL = `SELECT seq, record_id, amount_minor FROM {{.Schema}}.records
-WHERE contract_id = $1 AND seq > $2
-ORDER BY seq
-LIMIT $3`
+// readRecordsSQL reads the chunks holding the records after $2, up to
+// $2 + $3: from the one holding seq $2 + 1 (the last to start at or before
+// it) to the last starting at or before $2 + $3, both found on the primary
+// key.
+const readRecordsSQL = `SELECT first_seq, record_ids, amounts FROM {{.Schema}}.record_chunks
+WHERE contract_id = $1
+  AND first_seq >= coalesce((SELECT max(first_seq) FROM {{.Schema}}.record_chunks
+                              WHERE contract_id = $1 AND first_seq <= $2 + 1), 1)
+  AND first_seq <= $2 + $3
+ORDER BY first_seq`
 
-// readRecords reads up to limit records of contract after seq into w.recs.
+// readRecords reads up to limit records of contract after seq into w.recs,
+// from the chunks that hold them. The chunks' arrays are read in binary and
+// sliced: each record's id is copied into the workspace's id buffer, and
+// nothing is allocated per record. A chunk that does not continue the one
+// before shows as a seq out of order, which Process reports as corrupt.
 func (p *Processor) readRecords(ctx context.Context, b *distributor.Batch, w *workspace, contract string, after int64, limit int) error {
 	w.recs, w.ids = w.recs[:0], w.ids[:0]
+	last := after + int64(limit)
 	err := b.Raw(func(conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, p.sql(readRecordsSQL), pgx.QueryExecModeCacheDescribe, contract, after, limit)
+		rows, err := conn.Query(ctx, p.sql(readRecordsSQL), pgx.QueryExecModeCacheDescribe,
+			pgx.QueryResultFormats{pgx.BinaryFormatCode}, contract, after, limit)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
-		var (
-			r  record
-			id pgtype.DriverBytes // valid until the next row: copied below
-		)
 		for rows.Next() {
-			if err := rows.Scan(&r.seq, &id, &r.amount); err != nil {
-				return err
+			raw := rows.RawValues()
+			if len(raw) != 3 || len(raw[0]) != 8 {
+				return fmt.Errorf("%w: unexpected chunk row", ErrCorrupt)
 			}
-			from := len(w.ids)
-			w.ids = append(w.ids, id...)
-			r.idFrom, r.idTo = from, len(w.ids)
-			w.recs = append(w.recs, r)
+			first := int64(binary.BigEndian.Uint64(raw[0]))
+			ids, err := arrayElems(raw[1])
+			if err != nil {
+				return fmt.Errorf("%w: record ids of the chunk at seq %d: %v", ErrCorrupt, first, err)
+			}
+			amounts, err := arrayElems(raw[2])
+			if err != nil {
+				return fmt.Errorf("%w: amounts of the chunk at seq %d: %v", ErrCorrupt, first, err)
+			}
+			if ids.n != amounts.n {
+				return fmt.Errorf("%w: the chunk at seq %d has %d record ids and %d amounts", ErrCorrupt, first, ids.n, amounts.n)
+			}
+			for i := range ids.n {
+				id, err := ids.next()
+				if err != nil {
+					return fmt.Errorf("%w: record ids of the chunk at seq %d: %v", ErrCorrupt, first, err)
+				}
+				amount, err := amounts.next()
+				if err != nil || len(amount) != 8 {
+					return fmt.Errorf("%w: amounts of the chunk at seq %d: bad element", ErrCorrupt, first)
+				}
+				seq := first + int64(i)
+				if seq <= after || seq > last {
+					continue
+				}
+				from := len(w.ids)
+				w.ids = append(w.ids, id...)
+				w.recs = append(w.recs, record{seq: seq, idFrom: from, idTo: len(w.ids), amount: int64(binary.BigEndian.Uint64(amount))})
+			}
 		}
 		return rows.Err()
 	})
@@ -82,6 +117,47 @@ func (p *Processor) readRecords(ctx context.Context, b *distributor.Batch, w *wo
 		w.recs[i].recordID = w.ids[w.recs[i].idFrom:w.recs[i].idTo]
 	}
 	return nil
+}
+
+// binArray walks the elements of a one-dimensional array in PostgreSQL's
+// binary format.
+type binArray struct {
+	n    int
+	rest []byte
+}
+
+// arrayElems reads the header of a binary array (dimensions, NULL flag,
+// element type, then length and lower bound of each dimension).
+func arrayElems(b []byte) (binArray, error) {
+	if len(b) < 12 {
+		return binArray{}, fmt.Errorf("short array")
+	}
+	dims := binary.BigEndian.Uint32(b)
+	switch dims {
+	case 0:
+		return binArray{}, nil
+	case 1:
+	default:
+		return binArray{}, fmt.Errorf("array of %d dimensions", dims)
+	}
+	if len(b) < 20 {
+		return binArray{}, fmt.Errorf("short array")
+	}
+	return binArray{n: int(binary.BigEndian.Uint32(b[12:])), rest: b[20:]}, nil
+}
+
+// next returns the next element's bytes; NULL is an error.
+func (a *binArray) next() ([]byte, error) {
+	if len(a.rest) < 4 {
+		return nil, fmt.Errorf("short array")
+	}
+	n := int32(binary.BigEndian.Uint32(a.rest))
+	if n < 0 || int(n) > len(a.rest)-4 {
+		return nil, fmt.Errorf("NULL or truncated element")
+	}
+	e := a.rest[4 : 4+n]
+	a.rest = a.rest[4+n:]
+	return e, nil
 }
 
 var pricedColumns = []string{"contract_id", "seq", "record_id", "gross_minor", "discount_minor", "net_minor", "claim_version", "priced_by"}

@@ -12,7 +12,7 @@ import (
 // unqualified matches a statement naming one of baton's tables without a
 // schema: it would read or write whatever table of that name the session's
 // search_path finds first, a host's included.
-var unqualified = regexp.MustCompile(`\b(FROM|JOIN|INTO|UPDATE|TABLE|EXISTS|TRUNCATE|ANALYZE)\s+(tasks|workers|records|priced|contracts|tiers|loads|events|jobs|leaderships|entity_locks)\b[^.(\w]`)
+var unqualified = regexp.MustCompile(`\b(FROM|JOIN|INTO|UPDATE|TABLE|EXISTS|TRUNCATE|ANALYZE)\s+(tasks|workers|records|record_chunks|priced|contracts|tiers|loads|events|jobs|leaderships|entity_locks)\b[^.(\w]`)
 
 // Every statement of baton's code and migrations names baton's tables
 // through the schema placeholder ({{.Schema}}.tasks), so that a host's own

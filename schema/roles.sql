@@ -12,7 +12,7 @@
 CREATE ROLE baton_worker LOGIN;
 GRANT USAGE ON SCHEMA {{.Schema}} TO baton_worker;
 GRANT SELECT ON {{.Schema}}.core_migrations, {{.Schema}}.pricing_migrations TO baton_worker;
-GRANT SELECT ON {{.Schema}}.contracts, {{.Schema}}.tiers, {{.Schema}}.records TO baton_worker;
+GRANT SELECT ON {{.Schema}}.contracts, {{.Schema}}.tiers, {{.Schema}}.records, {{.Schema}}.record_chunks TO baton_worker;
 GRANT SELECT ON {{.Schema}}.tasks TO baton_worker;
 GRANT UPDATE (version, owner, claimed_at, heartbeat_at, lease_expires_at, position, checkpoint,
               attempts, last_error, failed_at, updated_at, traceparent)
@@ -27,7 +27,8 @@ GRANT SELECT, INSERT, DELETE ON {{.Schema}}.entity_locks TO baton_worker;    -- 
 CREATE ROLE baton_loader LOGIN;
 GRANT USAGE ON SCHEMA {{.Schema}} TO baton_loader;
 GRANT SELECT ON {{.Schema}}.core_migrations, {{.Schema}}.pricing_migrations TO baton_loader;
-GRANT SELECT, INSERT ON {{.Schema}}.contracts, {{.Schema}}.records TO baton_loader;
+GRANT SELECT, INSERT ON {{.Schema}}.contracts, {{.Schema}}.record_chunks TO baton_loader;
+GRANT SELECT ON {{.Schema}}.records TO baton_loader;                          -- a view of record_chunks
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.tiers TO baton_loader;           -- a tiers file replaces a contract's set
 GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.loads TO baton_loader;
 GRANT SELECT, INSERT ON {{.Schema}}.tasks TO baton_loader;                   -- a task row per new contract

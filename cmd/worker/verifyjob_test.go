@@ -36,8 +36,8 @@ func TestVerifyJobReportsMismatches(t *testing.T) {
 	if _, err := db.Exec(`
 		WITH c AS (SELECT partition_key FROM baton.tasks ORDER BY partition_key LIMIT 1),
 		r AS (
-			INSERT INTO baton.records (contract_id, seq, record_id, amount_minor, load_id)
-			SELECT contract_id, max(seq) + 1, 'pending-1', 100, max(load_id) FROM baton.records
+			INSERT INTO baton.record_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts)
+			SELECT contract_id, max(seq) + 1, max(seq) + 1, max(load_id), '{pending-1}', '{100}' FROM baton.records
 			WHERE contract_id = (SELECT partition_key FROM c) GROUP BY contract_id
 		)
 		UPDATE baton.tasks SET available = available + 1 WHERE partition_key = (SELECT partition_key FROM c)`); err != nil {

@@ -1,0 +1,127 @@
+package pricer_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/ingest"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/pricer"
+)
+
+// A contract loaded in several loads, its records in several chunks each,
+// is priced in batches that start and end inside chunks and cross their
+// boundaries: every record once, in seq order, with its own id and amount.
+func TestChunkedContractAcrossLoads(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tiers := write("t.csv", ingest.TiersHeader+"\nk,0,0\nk,100000,250\nm,0,0\n")
+	n := 0
+	for i, size := range []int{ingest.ChunkSize + 476, 700, 3} {
+		var b strings.Builder
+		b.WriteString(ingest.RecordsHeader + "\n")
+		for range size {
+			n++
+			fmt.Fprintf(&b, "k,id%05d,%d\n", n, n%97+1)
+			if n%10 == 0 {
+				fmt.Fprintf(&b, "m,id%05d,1\n", n)
+			}
+		}
+		opts := ingest.Options{RecordsPath: write(fmt.Sprintf("r%d.csv", i), b.String())}
+		if i == 0 {
+			opts.TiersPath = tiers
+		}
+		if _, err := ingest.Load(context.Background(), db, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runUntilDone(t, db, distributor.Config{Name: "chunks", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, BatchSize: 333})
+	rows, err := db.Query(`SELECT p.seq, p.record_id, p.gross_minor FROM baton.priced p WHERE p.contract_id = 'k' ORDER BY p.seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var i int64
+	for rows.Next() {
+		var seq, gross int64
+		var id string
+		if err := rows.Scan(&seq, &id, &gross); err != nil {
+			t.Fatal(err)
+		}
+		i++
+		if seq != i || id != fmt.Sprintf("id%05d", i) || gross != i%97+1 {
+			t.Fatalf("priced seq %d: record %s gross %d; want seq %d, id%05d, gross %d", seq, id, gross, i, i, i%97+1)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if i != int64(n) {
+		t.Fatalf("%d records of k priced, want %d", i, n)
+	}
+	if s := verifyClean(t, db); s.Priced != s.Records || s.Records != int64(n+n/10) {
+		t.Fatalf("verify: %+v, want %d records priced", s, n+n/10)
+	}
+}
+
+// A chunk missing from the middle of a contract's records is a gap the
+// pricer reports as corrupt data: the contract is quarantined, nothing of
+// it after the gap is priced.
+func TestMissingChunkIsCorrupt(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	dir := t.TempDir()
+	tiers := filepath.Join(dir, "t.csv")
+	if err := os.WriteFile(tiers, []byte(ingest.TiersHeader+"\nk,0,0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		p := filepath.Join(dir, fmt.Sprintf("r%d.csv", i))
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("%s\nk,a%d,1\nk,b%d,1\n", ingest.RecordsHeader, i, i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		opts := ingest.Options{RecordsPath: p}
+		if i == 0 {
+			opts.TiersPath = tiers
+		}
+		if _, err := ingest.Load(context.Background(), db, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec(`DELETE FROM baton.record_chunks WHERE contract_id = 'k' AND first_seq = 3`); err != nil {
+		t.Fatal(err)
+	}
+	d, err := distributor.New(db, pricer.New(""), distributor.Config{Name: "gap", Heartbeat: 50 * time.Millisecond,
+		StaleAfter: time.Second, MaxAttempts: 1, UntilDone: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Run(context.Background()); err == nil {
+		t.Fatal("until-done succeeded with a gap in the records")
+	}
+	var lastErr string
+	var priced int
+	if err := db.QueryRow(`SELECT coalesce(last_error, ''), (SELECT count(*) FROM baton.priced) FROM baton.tasks
+		WHERE partition_key = 'k' AND failed_at IS NOT NULL`).Scan(&lastErr, &priced); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(lastErr, "record seq 5 where 3 was expected") || priced > 2 {
+		t.Fatalf("last_error %q, %d priced; want the gap reported and at most seqs 1-2 priced", lastErr, priced)
+	}
+}

@@ -1,0 +1,156 @@
+package schema_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/uptrace/bun/migrate"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/schema"
+)
+
+type storedRecord struct {
+	Contract, ID   string
+	Seq, Amount, L int64
+}
+
+// A database whose pricing tables predate record_chunks (its records one
+// row each) gets its records moved into chunks by Migrate: runs of
+// consecutive seqs of one contract and one load, cut every 1,024 records.
+// The records view then shows exactly the rows the table held, and the
+// roles that could read or insert records can read the view and read or
+// insert chunks.
+func TestRecordsMovedIntoChunks(t *testing.T) {
+	t.Parallel()
+	pgtest.Server(t) // creating roles needs our own server, not a shared one
+	ctx := context.Background()
+	dsn := pgtest.NewEmptyURL(t)
+	db := pgtest.Open(t, dsn, dbconn.Options{})
+	if _, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core}}); err != nil {
+		t.Fatal(err)
+	}
+	// The pricing set as it was before record_chunks: its first migration.
+	init, err := os.ReadFile("migrations/pricing/20261122000001_init.tx.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := migrate.NewMigrations()
+	if err := ms.Discover(fstest.MapFS{"20261122000001_init.tx.up.sql": {Data: init}}); err != nil {
+		t.Fatal(err)
+	}
+	m := migrate.NewMigrator(db, ms, migrate.WithTableName(`"baton".pricing_migrations`),
+		migrate.WithLocksTableName(`"baton".pricing_migration_locks`),
+		migrate.WithTemplateData(struct{ Schema string }{`"baton"`}), migrate.WithMarkAppliedOnSuccess(true))
+	if err := m.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Contract a: 2,600 records from load 1 then 100 from load 2; b: load
+	// 1, 3, then 1 again.
+	var want []storedRecord
+	last := map[string]int64{}
+	add := func(contract string, load int64, n int) {
+		for range n {
+			last[contract]++
+			seq := last[contract]
+			id := contract + "-" + strings.Repeat("x", int(seq%5)) + strconv.FormatInt(seq, 10)
+			want = append(want, storedRecord{contract, id, seq, seq%1000 + 1, load})
+		}
+	}
+	add("a", 1, 2600)
+	add("a", 2, 100)
+	add("b", 1, 3)
+	add("b", 3, 1)
+	add("b", 1, 1)
+	for _, r := range want {
+		if _, err := db.Exec(`INSERT INTO baton.records (contract_id, seq, record_id, amount_minor, load_id) VALUES (?, ?, ?, ?, ?)`,
+			r.Contract, r.Seq, r.ID, r.Amount, r.L); err != nil {
+			t.Fatal(err)
+		}
+	}
+	suffix := strings.ToLower(strings.TrimPrefix(dsn[strings.LastIndex(dsn, "/")+1:], "baton_test_"))
+	suffix = suffix[:strings.Index(suffix, "?")]
+	reader, writer := "chunks_reader_"+suffix, "chunks_writer_"+suffix
+	if _, err := db.Exec(`CREATE ROLE ` + reader + `; CREATE ROLE ` + writer + `;
+		GRANT SELECT ON baton.records TO ` + reader + `; GRANT SELECT, INSERT ON baton.records TO ` + writer); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, r := range []string{reader, writer} {
+			_, _ = db.Exec(`DROP OWNED BY ` + r)
+			_, _ = db.Exec(`DROP ROLE ` + r)
+		}
+	})
+
+	applied, err := schema.Migrate(ctx, db, allSets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 1 || !strings.Contains(applied[0], "record_chunks") {
+		t.Fatalf("applied %v, want the record_chunks migration alone", applied)
+	}
+	if err := schema.Check(ctx, db, allSets); err != nil {
+		t.Fatal(err)
+	}
+
+	var got []storedRecord
+	if err := db.NewRaw(`SELECT contract_id AS contract, record_id AS id, seq, amount_minor AS amount, load_id AS l
+		FROM baton.records ORDER BY contract_id, seq`).Scan(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("records after the move: %d rows, want %d (first difference at %d)", len(got), len(want), firstDiff(got, want))
+	}
+	type chunk struct {
+		Contract          string
+		First, Last, L, N int64
+	}
+	var chunks []chunk
+	if err := db.NewRaw(`SELECT contract_id AS contract, first_seq AS first, last_seq AS last, load_id AS l, cardinality(record_ids) AS n
+		FROM baton.record_chunks ORDER BY contract_id, first_seq`).Scan(ctx, &chunks); err != nil {
+		t.Fatal(err)
+	}
+	wantChunks := []chunk{
+		{"a", 1, 1024, 1, 1024}, {"a", 1025, 2048, 1, 1024}, {"a", 2049, 2600, 1, 552}, {"a", 2601, 2700, 2, 100},
+		{"b", 1, 3, 1, 3}, {"b", 4, 4, 3, 1}, {"b", 5, 5, 1, 1},
+	}
+	if !slices.Equal(chunks, wantChunks) {
+		t.Fatalf("chunks:\n%+v\nwant\n%+v", chunks, wantChunks)
+	}
+	for _, p := range []struct {
+		role, table, priv string
+		want              bool
+	}{
+		{reader, "baton.records", "SELECT", true}, {reader, "baton.record_chunks", "SELECT", true},
+		{reader, "baton.record_chunks", "INSERT", false},
+		{writer, "baton.records", "SELECT", true}, {writer, "baton.record_chunks", "SELECT", true},
+		{writer, "baton.record_chunks", "INSERT", true}, {writer, "baton.record_chunks", "DELETE", false},
+	} {
+		var has bool
+		if err := db.QueryRow(`SELECT has_table_privilege(?, ?, ?)`, p.role, p.table, p.priv).Scan(&has); err != nil {
+			t.Fatal(err)
+		}
+		if has != p.want {
+			t.Errorf("%s %s on %s: %v, want %v", p.role, p.priv, p.table, has, p.want)
+		}
+	}
+}
+
+func firstDiff(a, b []storedRecord) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
