@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"slices"
 
@@ -360,7 +361,8 @@ func (l *loader) storedIDs(ctx context.Context, tx pgx.Tx, contracts []string) (
 // contract's record ids are checked for repeats against stored and one
 // another, and errDirectRepeat returned if there are any.
 func (l *loader) copyRecords(ctx context.Context, tx pgx.Tx, b *directBuf, rows []int32, stored map[int32][]string) (int64, error) {
-	enc := &copyEncoder{src: directSource{buf: b, order: rows}, loadID: l.rep.LoadID, check: stored != nil, stored: stored}
+	enc := &copyEncoder{src: directSource{buf: b, order: rows}, loadID: l.rep.LoadID, check: stored != nil, stored: stored,
+		seed: maphash.MakeSeed()}
 	tag, err := tx.Conn().PgConn().CopyFrom(ctx, enc, "COPY "+schema.Ident(l.opts.Schema)+
 		".record_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts) FROM STDIN (FORMAT binary)")
 	if enc.err != nil {
@@ -369,19 +371,10 @@ func (l *loader) copyRecords(ctx context.Context, tx pgx.Tx, b *directBuf, rows 
 	if err != nil {
 		return 0, fmt.Errorf("storing records: %w", err)
 	}
-	if n, want := tag.RowsAffected(), (&directSource{buf: b, order: rows}).chunks(); n != want {
-		return 0, fmt.Errorf("storing records: stored %d chunks, want %d", n, want)
+	if n := tag.RowsAffected(); n != enc.chunks {
+		return 0, fmt.Errorf("storing records: stored %d chunks, want %d", n, enc.chunks)
 	}
 	return int64(len(rows)), nil
-}
-
-// chunks counts the chunks of the rows left.
-func (s *directSource) chunks() int64 {
-	var n int64
-	for rows, _, _ := s.chunk(); rows != nil; rows, _, _ = s.chunk() {
-		n++
-	}
-	return n
 }
 
 // copyAccepted stores the accepted records on the staged path, after its
@@ -529,13 +522,15 @@ type copyEncoder struct {
 	loadID  int64
 	check   bool
 	stored  map[int32][]string
-	seen    map[string]struct{}
+	seed    maphash.Seed
+	seen    hashSet
 	seenFor int32
 	buf     []byte
 	pending []byte
 	started bool
 	done    bool
 	err     error
+	chunks  int64 // encoded
 }
 
 const copyEncoderChunk = 64 << 10
@@ -586,6 +581,7 @@ func (e *copyEncoder) fill() {
 			e.err = errDirectRepeat
 			return
 		}
+		e.chunks++
 		b = binary.BigEndian.AppendUint16(b, 6)
 		b = appendText(b, c.id)
 		b = appendInt8(b, first)
@@ -608,27 +604,65 @@ func (e *copyEncoder) fill() {
 }
 
 // repeats reports whether a record id of rows, the next chunk of their
-// contract, repeats an earlier one of the contract (stored or held).
+// contract, may repeat an earlier one of the contract (stored or held).
+// It compares 64-bit hashes: two different ids with the same hash, a
+// chance of about n²/2⁶⁵ in a contract of n records, only send the load to
+// the staged path, whose check is exact.
 func (e *copyEncoder) repeats(rows []int32) bool {
 	c := e.src.buf.row(rows[0]).contract
-	if e.seen == nil || c != e.seenFor {
-		if e.seen == nil {
-			e.seen = make(map[string]struct{}, ChunkSize)
-		}
-		clear(e.seen)
+	if e.seen.slots == nil || c != e.seenFor {
 		e.seenFor = c
+		e.seen.reset(int(e.src.buf.contracts[c].n) + len(e.stored[c]))
 		for _, id := range e.stored[c] {
-			e.seen[id] = struct{}{}
+			if !e.seen.add(maphash.String(e.seed, id)) {
+				return true
+			}
 		}
 	}
 	for _, i := range rows {
-		id := e.src.buf.row(i).recordID
-		if _, ok := e.seen[id]; ok {
+		if !e.seen.add(maphash.String(e.seed, e.src.buf.row(i).recordID)) {
 			return true
 		}
-		e.seen[id] = struct{}{}
 	}
 	return false
+}
+
+// hashSet is a set of 64-bit hashes, open addressing with linear probing.
+// The zero hash is stored as 1 (0 marks an empty slot).
+type hashSet struct {
+	slots []uint64
+	mask  uint64
+}
+
+// reset empties the set and sizes it for n hashes.
+func (h *hashSet) reset(n int) {
+	size := 64
+	for size < 2*n {
+		size <<= 1
+	}
+	if cap(h.slots) < size {
+		h.slots = make([]uint64, size)
+	} else {
+		h.slots = h.slots[:size]
+		clear(h.slots)
+	}
+	h.mask = uint64(size - 1)
+}
+
+// add adds v and reports whether it was new.
+func (h *hashSet) add(v uint64) bool {
+	if v == 0 {
+		v = 1
+	}
+	for i := v & h.mask; ; i = (i + 1) & h.mask {
+		switch h.slots[i] {
+		case 0:
+			h.slots[i] = v
+			return true
+		case v:
+			return false
+		}
+	}
 }
 
 // appendArrayHeader appends a one-dimensional array's field length (size,

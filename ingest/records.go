@@ -24,12 +24,15 @@ func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 	if l.opts.directMaxBytes > 0 {
 		l.direct = newDirectBuf(l.opts.directMaxBytes)
 	}
+	rows := newReadAhead(l.records)
+	defer rows.close()
 	src = &rowSource{stage: "records", next: func(v []any) (bool, error) {
 		for {
 			if held != nil && held.next(v) {
 				return true, nil
 			}
-			row, err := l.records.Next()
+			it := rows.next()
+			row, err, raw := it.row, it.err, it.raw
 			if err == io.EOF {
 				return false, nil
 			}
@@ -37,10 +40,6 @@ func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 			var le *LineError
 			switch {
 			case err == nil:
-				var raw string
-				if f := l.records.Fields(); !canonicalInt(f[2]) {
-					raw = rawRow(f)
-				}
 				if b := l.direct; b != nil && !b.off {
 					switch {
 					case !b.add(row, raw):
