@@ -59,6 +59,7 @@ type config struct {
 	tinyContracts   int
 	heartbeatSample int
 	coordCellsOnly  bool
+	coordTinyOnly   bool
 	coordSettle     time.Duration
 
 	// failover
@@ -195,6 +196,7 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&c.claimDuration, "claim-duration", c.claimDuration, "coordination: measuring time per claim-throughput cell")
 	fs.IntVar(&c.tinyContracts, "tiny-contracts", c.tinyContracts, "coordination: one-record contracts priced end to end by 2 real workers (claims/s)")
 	fs.BoolVar(&c.coordCellsOnly, "coord-cells-only", false, "coordination: measure only the simulated-worker cells (no heartbeat series, claim loop, one-record contracts or pgbench)")
+	fs.BoolVar(&c.coordTinyOnly, "coord-tiny-only", false, "coordination: measure only the one-record contracts and pgbench (no simulated-worker cells, heartbeat series or claim loop)")
 	fs.IntVar(&c.heartbeatSample, "heartbeat-samples", c.heartbeatSample, "coordination: heartbeats timed per held-partition count")
 
 	fs.IntVar(&c.foWorkers, "failover-workers", c.foWorkers, "failover: worker processes")
@@ -220,6 +222,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if c.contracts < 1 || c.perContract < 1 || c.repeat < 1 || c.faultWorkers < 2 || c.foWorkers < 2 {
 		return c, fmt.Errorf("sizes must be positive and the fault and failover experiments need at least 2 workers")
+	}
+	if c.coordCellsOnly && c.coordTinyOnly {
+		return c, fmt.Errorf("-coord-cells-only and -coord-tiny-only exclude each other")
 	}
 	c.scenarios = fs.Args()
 	if len(c.scenarios) == 0 {

@@ -101,6 +101,9 @@ func (e *env) runCoordination(ctx context.Context, res *results) error {
 		return err
 	}
 	for _, parts := range cfg.coordParts {
+		if cfg.coordTinyOnly {
+			break
+		}
 		name, db, err := e.fresh(ctx, tpl, "coord")
 		if err != nil {
 			return err

@@ -83,18 +83,7 @@ func (d *Distributor) runClaimBatch(c partition.Candidate) {
 	}
 	switch {
 	case err == nil:
-		d.reportClaim(fb.claimed)
-		d.reportCheckpoint(fb.claimed.Lease, fb.items, fb.position, fb.elapsed)
-		if fb.released {
-			unreserve()
-			d.emit(Event{Kind: EventReleased, Key: c.Key, Version: fb.claimed.Version, Reason: "caught_up"})
-			d.log.Info("released partition", "event", "released", d.cfg.KeyAttr, c.Key, "version", fb.claimed.Version,
-				"reason", "caught_up", "with_batch", true, "with_claim", true)
-			d.wake()
-			return
-		}
-		// Held on: leader mode, or work left after the first batch.
-		d.startHeld(fb.claimed, fb.sent, true, nil, true)
+		d.claimedWithBatch(fb, true)
 	case errors.Is(err, errClaimLost):
 		// Another worker is processing it (or claimed it): skip it for a
 		// while rather than pick it again from the head of the index,

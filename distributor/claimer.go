@@ -185,17 +185,19 @@ func (d *Distributor) claim(ctx context.Context) error {
 			break
 		}
 		// Unowned partitions are claimed each in the transaction of its
-		// first batch (claimFresh); a lost one wakes the loop for another
-		// round. Takeovers are claimed together here, to be confirmed.
+		// first batch, several in one when the processor can group them
+		// (claimFreshAll); a lost one wakes the loop for another round. Takeovers are claimed together here, to be confirmed.
+		var fresh []partition.Candidate
 		try = slices.DeleteFunc(try, func(c partition.Candidate) bool {
 			if c.Owned {
 				return false
 			}
-			d.claimFresh(c)
+			fresh = append(fresh, c)
 			want--
 			room--
 			return true
 		})
+		d.claimFreshAll(fresh)
 		if len(try) == 0 {
 			break
 		}

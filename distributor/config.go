@@ -34,6 +34,7 @@ const (
 	StaleAfterDefault      = heartbeat.StaleAfterDefault
 	ConfirmDefault         = heartbeat.ConfirmDefault
 	MaxPartitionsDefault   = 8
+	ClaimGroupDefault      = 16
 	BatchSizeDefault       = 1000
 	MaxAttemptsDefault     = 5
 	BackoffDefault         = time.Second
@@ -71,6 +72,12 @@ type Config struct {
 	MaxPartitions int
 	// BatchSize is the most work items per committed batch. Defaults to 1000.
 	BatchSize int
+	// ClaimGroup is the most partitions nobody owns that are claimed and
+	// given their first batch together, in one transaction, when the
+	// worker has room for several and the Processor implements
+	// GroupProcessor. Defaults to 16; 1 claims each in a transaction of
+	// its own.
+	ClaimGroup int
 	// Mode is ModeLock (default) or ModeLeader.
 	Mode Mode
 	// UntilDone makes Run return once no partition has pending work and
@@ -137,6 +144,7 @@ func (c *Config) setDefaults() {
 	c.Confirm = cmp.Or(c.Confirm, ConfirmDefault)
 	c.MaxPartitions = cmp.Or(c.MaxPartitions, MaxPartitionsDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.ClaimGroup = cmp.Or(c.ClaimGroup, ClaimGroupDefault)
 	c.Mode = cmp.Or(c.Mode, ModeLock)
 	c.PollInterval = cmp.Or(c.PollInterval, c.Heartbeat)
 	c.RebalanceInterval = cmp.Or(c.RebalanceInterval, 5*c.Heartbeat)
@@ -186,6 +194,9 @@ func (c Config) validate() error {
 	}
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("BatchSize must be at least 1, got %d", c.BatchSize))
+	}
+	if c.ClaimGroup < 1 {
+		errs = append(errs, fmt.Errorf("ClaimGroup must be at least 1, got %d", c.ClaimGroup))
 	}
 	if c.PollInterval <= 0 || c.RebalanceInterval <= 0 {
 		errs = append(errs, errors.New("PollInterval and RebalanceInterval must be positive"))

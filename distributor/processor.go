@@ -83,3 +83,52 @@ type Result struct {
 	// Position. Nil stores {}.
 	State json.RawMessage
 }
+
+// GroupProcessor is a Processor that can also process the first batches of
+// several partitions in one transaction. A worker with room for several
+// partitions nobody owns claims them together (Config.ClaimGroup): one
+// transaction fences them all, hands them to ProcessGroup, then claims
+// them and records every checkpoint in one statement and commits once, so
+// that tiny partitions share the statements and the WAL flush that each
+// would otherwise pay alone. Processors that do not implement it are given
+// each partition on its own, as before.
+type GroupProcessor interface {
+	Processor
+	// ProcessGroup handles one batch of each of g.Batches, all through
+	// g.Tx, and returns their new checkpoints, one Result per batch in
+	// the same order, each as Process would return it for that batch
+	// alone. The distributor records them all in the same transaction
+	// and commits only if every partition's claim is won, so every
+	// member's output commits with every member's checkpoint or none
+	// does.
+	//
+	// An error fails the whole group: its transaction rolls back and
+	// each member is then processed on its own (Process), so that an
+	// error is recorded against the partition that causes it. ctx is
+	// cancelled as for Process.
+	ProcessGroup(ctx context.Context, g *Group) ([]Result, error)
+}
+
+// Group is the first batches of several partitions claimed together, in
+// one transaction that fences them all.
+type Group struct {
+	// Owner is this worker's instance id.
+	Owner string
+	// Tx is the fenced transaction: every member's task row is locked
+	// and verified to be still unowned at the version read.
+	Tx bun.Tx
+	// Conn is the connection Tx runs on. Use it only through Raw.
+	Conn bun.Conn
+	// Batches are the members, in partition_key order, each with its
+	// Lease (the claim that commits with the group), Checkpoint and
+	// Limit; their Tx and Conn are the group's.
+	Batches []*Batch
+}
+
+// Raw is Batch.Raw for the group's transaction.
+func (g *Group) Raw(fn func(conn *pgx.Conn) error) error {
+	if g.Conn.Conn == nil {
+		return ErrNoConn
+	}
+	return dbconn.Raw(g.Conn.Conn, fn)
+}

@@ -2,7 +2,6 @@ package partition
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,23 +43,14 @@ const claimLockClass = 0x62746e31
 // lose at ClaimAdvance. Safety does not rest on it (two keys sharing a hash
 // only exclude each other): ClaimAdvance's compare-and-set decides.
 func (s *Store) FenceUnowned(ctx context.Context, tx bun.Tx, c Candidate) (Checkpoint, error) {
-	var cp Checkpoint
-	var state []byte
-	err := tx.QueryRowContext(ctx, s.sql(`
-		SELECT position, available, checkpoint, coalesce(traceparent, '')
-		FROM {{.Schema}}.tasks
-		WHERE partition_key = ? AND version = ? AND owner IS NULL
-		  AND available > position AND failed_at IS NULL AND lease_expires_at <= now()
-		  AND pg_try_advisory_xact_lock(?, hashtext(partition_key))
-		FOR KEY SHARE SKIP LOCKED`), c.Key, c.Version, claimLockClass).Scan(&cp.Position, &cp.Available, &state, &cp.Traceparent)
-	if errors.Is(err, sql.ErrNoRows) {
-		return cp, fmt.Errorf("fencing %s@v%d for its claim: %w", c.Key, c.Version, ErrClaimLost)
-	}
+	fenced, err := s.FenceUnownedGroup(ctx, tx, []Candidate{c})
 	if err != nil {
-		return cp, fmt.Errorf("fencing %s@v%d for its claim: %w", c.Key, c.Version, err)
+		return Checkpoint{}, err
 	}
-	cp.State = state
-	return cp, nil
+	if len(fenced) == 0 {
+		return Checkpoint{}, fmt.Errorf("fencing %s@v%d for its claim: %w", c.Key, c.Version, ErrClaimLost)
+	}
+	return fenced[0].Checkpoint, nil
 }
 
 // ClaimAdvance ends the first batch of an unowned partition fenced by
@@ -84,60 +74,7 @@ func (s *Store) FenceUnowned(ctx context.Context, tx bun.Tx, c Candidate) (Check
 // output. Everything commits together or not at all.
 func (s *Store) ClaimAdvance(ctx context.Context, tx bun.Tx, owner string, ttl time.Duration, c Candidate,
 	from, position int64, state json.RawMessage, release bool, reason string) (Lease, error) {
-	l := Lease{Key: c.Key, Version: c.Version + 1}
-	if state == nil {
-		state = json.RawMessage(`{}`)
-	}
-	events, eargs := s.events(`, e AS (
-			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, position, items, detail)
-			SELECT partition_key, ?, ?::bigint, ?, ?::bigint, NULL::bigint, NULL FROM u
-			UNION ALL
-			SELECT partition_key, ?, ?::bigint, ?, position, ?::bigint, NULL FROM u
-			UNION ALL
-			SELECT partition_key, ?, ?::bigint, ?, position, NULL::bigint, nullif(?, '') FROM u WHERE ?::boolean
-		)`, EventClaimed, l.Version, owner, from,
-		EventFirstBatch, l.Version, owner, position-from,
-		EventReleased, l.Version, owner, reason, release)
-	var n int
-	err := tx.QueryRowContext(ctx, s.sql(`
-		WITH c AS (
-			SELECT t.partition_key
-			FROM {{.Schema}}.tasks t
-			WHERE t.partition_key = ? AND t.version = ? AND t.owner IS NULL AND t.position = ?
-			  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
-			FOR UPDATE OF t SKIP LOCKED
-		), u AS (
-			UPDATE {{.Schema}}.tasks t
-			SET version = t.version + CASE WHEN ?::boolean THEN 2 ELSE 1 END,
-			    owner = CASE WHEN ?::boolean THEN NULL ELSE ? END,
-			    claimed_at = statement_timestamp(),
-			    heartbeat_at = CASE WHEN ?::boolean THEN NULL ELSE statement_timestamp() END,
-			    lease_expires_at = CASE WHEN ?::boolean THEN '-infinity' ELSE statement_timestamp() + ?::interval END,
-			    position = ?, checkpoint = ?::jsonb, attempts = 0, last_error = NULL,
-			    traceparent = nullif(?, ''), updated_at = now()
-			FROM c
-			WHERE t.partition_key = c.partition_key
-			RETURNING t.partition_key, t.position, t.available > t.position AS pending
-		), n AS (
-			SELECT count(pg_notify(?, '`+NotifyReleased+`')) AS sent
-			FROM (SELECT 1 FROM u WHERE ?::boolean AND pending LIMIT 1) p
-		), wh AS (
-			-- A claim kept past its first batch raises its worker's held
-			-- count (FairShareLoad) as Claim does, here at the end of the
-			-- transaction, so the worker row is locked only until the
-			-- commit; one released in the same statement leaves it.
-			UPDATE {{.Schema}}.workers SET held = held + 1
-			WHERE instance_id = ? AND NOT ?::boolean AND EXISTS (SELECT 1 FROM u)
-		)`+events+`
-		SELECT count(*) FROM u CROSS JOIN n`),
-		append([]any{c.Key, c.Version, from,
-			release, release, owner, release, release, interval(ttl),
-			position, string(state), traceparent(ctx), NotifyChannel, release, owner, release}, eargs...)...).Scan(&n)
-	if err != nil {
-		return l, fmt.Errorf("claiming %s with its first batch (checkpoint %d to %d): %w", l, from, position, err)
-	}
-	if n != 1 {
-		return l, fmt.Errorf("claiming %s with its first batch: %w", l, ErrClaimLost)
-	}
-	return l, nil
+	leases, err := s.ClaimAdvanceGroup(ctx, tx, owner, ttl,
+		[]ClaimStep{{Candidate: c, From: from, Position: position, State: state, Release: release}}, reason)
+	return leases[0], err
 }

@@ -12,7 +12,9 @@ import (
 
 // PrepareWhen returns a copy of s whose coordination statements (Heartbeat,
 // Candidates, StaleCandidates, FairShareLoad), run at every heartbeat and
-// poll of every worker, are prepared once per connection and their plans
+// poll of every worker, and the statements that claim unowned partitions
+// with their first batches (FenceUnowned, ClaimAdvance and their groups),
+// are prepared once per connection and their plans
 // reused whenever direct reports true at the time of the call. Otherwise,
 // and by default, they are sent as unnamed statements, parsed and planned
 // each time, which is what a transaction pooler needs: a named prepared
@@ -59,3 +61,12 @@ func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, er
 // micros is d in whole microseconds, for a $n::bigint * interval '1
 // microsecond' parameter.
 func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// queryTx is query inside tx: the same parameters, and on a direct
+// connection the same prepared statements (one per connection).
+func (s *Store) queryTx(ctx context.Context, tx bun.Tx, q string, args ...any) (*sql.Rows, error) {
+	if s.direct != nil && s.direct() {
+		args = append([]any{pgx.QueryExecModeCacheStatement}, args...)
+	}
+	return tx.Tx.QueryContext(ctx, s.sql(q), args...)
+}

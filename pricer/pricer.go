@@ -73,14 +73,9 @@ type record struct {
 // Process prices the next batch of b's contract.
 func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
 	contract := b.Lease.Key
-	var cp Checkpoint
-	if len(b.Checkpoint.State) > 0 {
-		if err := json.Unmarshal(b.Checkpoint.State, &cp); err != nil {
-			return distributor.Result{}, fmt.Errorf("%w: checkpoint of %s: %v", ErrCorrupt, contract, err)
-		}
-	}
-	if b.Checkpoint.Position == 0 && cp.CumGross != 0 {
-		return distributor.Result{}, fmt.Errorf("%w: contract %s has cumulative gross %d at position 0", ErrCorrupt, contract, cp.CumGross)
+	cp, err := checkpointOf(b)
+	if err != nil {
+		return distributor.Result{}, err
 	}
 	sched, err := p.schedule(ctx, b.Tx, contract, b.Checkpoint.Position > 0)
 	if err != nil {
@@ -91,7 +86,36 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 	if err := p.readRecords(ctx, b, w, contract, b.Checkpoint.Position, b.Limit); err != nil {
 		return distributor.Result{}, err
 	}
-	recs := w.recs
+	w.lines = w.lines[:0]
+	res, err := priceBatch(b, sched, cp, w.recs, &w.lines)
+	if err != nil {
+		return distributor.Result{}, err
+	}
+	if err := p.writePriced(ctx, b, w); err != nil {
+		return distributor.Result{}, fmt.Errorf("writing %d priced records of contract %s: %w", len(w.lines), contract, err)
+	}
+	return res, nil
+}
+
+// checkpointOf decodes b's checkpoint state.
+func checkpointOf(b *distributor.Batch) (Checkpoint, error) {
+	var cp Checkpoint
+	if len(b.Checkpoint.State) > 0 {
+		if err := json.Unmarshal(b.Checkpoint.State, &cp); err != nil {
+			return cp, fmt.Errorf("%w: checkpoint of %s: %v", ErrCorrupt, b.Lease.Key, err)
+		}
+	}
+	if b.Checkpoint.Position == 0 && cp.CumGross != 0 {
+		return cp, fmt.Errorf("%w: contract %s has cumulative gross %d at position 0", ErrCorrupt, b.Lease.Key, cp.CumGross)
+	}
+	return cp, nil
+}
+
+// priceBatch prices recs, the records of b's contract that follow its
+// checkpoint cp, appending their lines to lines, and returns the batch's
+// new checkpoint.
+func priceBatch(b *distributor.Batch, sched *pricing.Schedule, cp Checkpoint, recs []record, lines *[]pricing.Line) (distributor.Result, error) {
+	contract := b.Lease.Key
 	if len(recs) == 0 {
 		return distributor.Result{}, fmt.Errorf("%w: contract %s has %d records available but none after seq %d",
 			ErrCorrupt, contract, b.Checkpoint.Available, b.Checkpoint.Position)
@@ -103,8 +127,6 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 	if cur.CumNet() != cp.CumNet && b.Checkpoint.Position > 0 {
 		return distributor.Result{}, fmt.Errorf("%w: contract %s checkpoint net %d, tiers give %d", ErrCorrupt, contract, cp.CumNet, cur.CumNet())
 	}
-	n := len(recs)
-	w.lines = w.lines[:0]
 	for i, r := range recs {
 		if want := b.Checkpoint.Position + int64(i) + 1; r.seq != want {
 			return distributor.Result{}, fmt.Errorf("%w: contract %s record seq %d where %d was expected", ErrCorrupt, contract, r.seq, want)
@@ -113,10 +135,7 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 		if err != nil {
 			return distributor.Result{}, fmt.Errorf("pricing record %s of contract %s: %w", r.recordID, contract, err)
 		}
-		w.lines = append(w.lines, line)
-	}
-	if err := p.writePriced(ctx, b, w); err != nil {
-		return distributor.Result{}, fmt.Errorf("writing %d priced records of contract %s: %w", n, contract, err)
+		*lines = append(*lines, line)
 	}
 	exact, err := sched.ExactNet(cur.CumGross())
 	if err != nil {
@@ -126,7 +145,7 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 	if err != nil {
 		return distributor.Result{}, err
 	}
-	return distributor.Result{Position: recs[n-1].seq, State: state}, nil
+	return distributor.Result{Position: recs[len(recs)-1].seq, State: state}, nil
 }
 
 func (p *Processor) schedule(ctx context.Context, tx bun.Tx, contract string, immutable bool) (*pricing.Schedule, error) {

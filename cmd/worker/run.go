@@ -36,6 +36,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.IntVar(&r.cfg.Confirm, "confirm", distributor.ConfirmDefault, "consecutive heartbeats a taken-over partition needs before it is processed")
 	f.IntVar(&r.cfg.MaxPartitions, "max-partitions", distributor.MaxPartitionsDefault, "most partitions held at once")
 	f.IntVar(&r.cfg.BatchSize, "batch-size", distributor.BatchSizeDefault, "most records priced per committed batch")
+	f.IntVar(&r.cfg.ClaimGroup, "claim-group", distributor.ClaimGroupDefault, "most unclaimed contracts claimed and given their first batch in one transaction (1: each in its own)")
 	f.StringVar(&r.mode, "mode", string(distributor.ModeLock), "lock: release caught-up contracts; leader: keep them and price new records as they arrive")
 	f.BoolVar(&r.cfg.UntilDone, "until-done", false, "exit once no contract has unpriced records and none is held")
 	f.IntVar(&r.cfg.MaxAttempts, "max-attempts", distributor.MaxAttemptsDefault, "failed attempts before a contract is quarantined")
@@ -47,7 +48,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	r.history.register(f)
 	r.console.register(f, "ui-addr", "ui-token", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
 	f.DurationVar(&r.waitForDB, "wait-for-database", 5*time.Minute, "at start, how long to wait for the database to answer, retrying with back-off (0: fail at once)")
-	positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "max-attempts", "shutdown-timeout")
+	positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "claim-group", "max-attempts", "shutdown-timeout")
 	nonNegative(f, "wait-for-database")
 }
 

@@ -1,0 +1,330 @@
+package distributor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/partition"
+	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Several partitions nobody owns, claimed with their first batches in one
+// transaction (Config.ClaimGroup, GroupProcessor): one fence statement for
+// them all, the processor's group, one statement that claims them all and
+// records their checkpoints, history and releases, one commit. Each member
+// goes through what a lone claim with its first batch does (claimbatch.go);
+// the group only shares the statements and the WAL flush. A member lost at
+// the fence is dropped from the group; any other failure rolls the whole
+// group back, and each member is then claimed with its first batch on its
+// own, which records a processor error against the member that causes it.
+
+// claimFreshAll claims unowned candidates with their first batches: in
+// groups of up to ClaimGroup when the processor implements GroupProcessor,
+// each in its own transaction otherwise.
+func (d *Distributor) claimFreshAll(cands []partition.Candidate) {
+	gp, ok := d.proc.(GroupProcessor)
+	if !ok || d.cfg.ClaimGroup < 2 || len(cands) < 2 {
+		for _, c := range cands {
+			d.claimFresh(c)
+		}
+		return
+	}
+	// As many groups as ClaimGroup requires, of even sizes.
+	groups := (len(cands) + d.cfg.ClaimGroup - 1) / d.cfg.ClaimGroup
+	for ; groups > 0; groups-- {
+		n := (len(cands) + groups - 1) / groups
+		g := cands[:n:n]
+		cands = cands[n:]
+		if len(g) == 1 {
+			d.claimFresh(g[0])
+			continue
+		}
+		d.mu.Lock()
+		for _, c := range g {
+			d.claiming[c.Key] = struct{}{}
+		}
+		d.mu.Unlock()
+		d.wg.Add(1)
+		go d.runClaimGroup(gp, g)
+	}
+}
+
+// groupOutcome is what a group's transaction did.
+type groupOutcome struct {
+	// lost are the candidates lost at the fence, left out of the group.
+	lost []partition.Candidate
+	// members are the candidates fenced, in the group's order.
+	members []partition.Candidate
+	// committed are the members' first batches, once committed.
+	committed []firstBatch
+	// unknown: the commit was sent and its outcome could not be learnt.
+	unknown bool
+}
+
+func (d *Distributor) runClaimGroup(gp GroupProcessor, cands []partition.Candidate) {
+	defer d.wg.Done()
+	out, err := d.claimGroup(gp, cands)
+	unreserve := func(cs []partition.Candidate) {
+		d.mu.Lock()
+		for _, c := range cs {
+			delete(d.claiming, c.Key)
+		}
+		d.mu.Unlock()
+	}
+	if len(out.lost) > 0 {
+		// As for a lone claim lost at its fence: skipped for a while.
+		now := d.cfg.Clock.Now()
+		d.mu.Lock()
+		for _, c := range out.lost {
+			d.lostClaims[c.Key] = lostClaim{version: c.Version, at: now}
+			delete(d.claiming, c.Key)
+		}
+		d.mu.Unlock()
+		d.emit(Event{Kind: EventClaimLost, Items: len(out.lost)})
+		d.wake()
+	}
+	switch {
+	case err == nil:
+		// The members released with their batches leave the worker's
+		// count together, before the claim loop is woken: a round woken
+		// by the first would otherwise see room for only one.
+		d.mu.Lock()
+		for _, fb := range out.committed {
+			if fb.released {
+				delete(d.claiming, fb.claimed.Key)
+			}
+		}
+		d.mu.Unlock()
+		for _, fb := range out.committed {
+			d.claimedWithBatch(fb, false)
+		}
+		d.wake()
+	case out.unknown:
+		// If the commit applied, every member is owned (or released)
+		// with a lease nobody renews: those expire and are taken over,
+		// confirmed, from the committed checkpoints.
+		unreserve(out.members)
+		d.log.Warn("claim of a group with its first batches: commit outcome unknown; leaving the leases to expire",
+			"partitions", len(out.members), "error", err)
+	case d.isLeaving() || context.Cause(d.abandon) != nil:
+		unreserve(out.members) // rolled back: nothing held, nothing to hand back
+	case !errors.Is(err, partition.ErrClaimLost) && !errors.Is(err, context.DeadlineExceeded) &&
+		(dberr.Transient(err) || errors.Is(err, partition.ErrCheckpointMoved)):
+		// Rolled back, every member claimable as before.
+		unreserve(out.members)
+		d.log.Debug("claim of a group with its first batches failed with a transient error; the partitions stay claimable",
+			"partitions", len(out.members), "error", err)
+		d.wake()
+	default:
+		// A member's claim was lost after processing, the processor
+		// failed, or the group took longer than a lease: rolled back.
+		// Each member is claimed with its first batch on its own, which
+		// finds a lost one at its fence, records a processor error
+		// against its partition, and runs a long batch under heartbeats.
+		d.log.Debug("claim of a group with its first batches rolled back; claiming each on its own",
+			"partitions", len(out.members), "error", err)
+		for _, c := range out.members {
+			d.wg.Add(1)
+			go d.runClaimBatch(c)
+		}
+	}
+}
+
+// claimedWithBatch reports a committed claim made with its first batch and
+// either ends it (released with that batch) or holds the partition on:
+// leader mode, or work left after the first batch. With unreserve, a
+// release also takes the partition out of the worker's count and wakes
+// the claim loop (a group does both for all its members at once).
+func (d *Distributor) claimedWithBatch(fb firstBatch, unreserve bool) {
+	d.reportClaim(fb.claimed)
+	d.reportCheckpoint(fb.claimed.Lease, fb.items, fb.position, fb.elapsed)
+	if fb.released {
+		if unreserve {
+			d.mu.Lock()
+			delete(d.claiming, fb.claimed.Key)
+			d.mu.Unlock()
+		}
+		d.emit(Event{Kind: EventReleased, Key: fb.claimed.Key, Version: fb.claimed.Version, Reason: "caught_up"})
+		d.log.Info("released partition", "event", "released", d.cfg.KeyAttr, fb.claimed.Key, "version", fb.claimed.Version,
+			"reason", "caught_up", "with_batch", true, "with_claim", true)
+		if unreserve {
+			d.wake()
+		}
+		return
+	}
+	d.startHeld(fb.claimed, fb.sent, true, nil, true)
+}
+
+// claimGroup runs a group's transaction: fence, the processor's group,
+// claim and checkpoints of every member (and in lock mode the release of
+// those caught up), commit.
+func (d *Distributor) claimGroup(gp GroupProcessor, cands []partition.Candidate) (out groupOutcome, err error) {
+	// The group may take no longer than a lease less the safety margin,
+	// as a lone first batch (claimBatch).
+	ctx, cancel := context.WithTimeoutCause(d.base, d.cfg.StaleAfter-d.cfg.SafetyMargin, context.DeadlineExceeded)
+	defer cancel()
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	defer cancelCause(nil)
+	stop := context.AfterFunc(d.abandon, func() { cancelCause(context.Cause(d.abandon)) })
+	defer stop()
+	out.members = cands
+	start := d.cfg.Clock.Now()
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return out, fmt.Errorf("beginning claim of %d partitions with their first batches: %w", len(cands), causeOr(ctx, err))
+	}
+	defer func() { _ = conn.Close() }()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return out, fmt.Errorf("beginning claim of %d partitions with their first batches: %w", len(cands), causeOr(ctx, err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := dbconn.SetLocalTimeouts(ctx, d.db, tx); err != nil {
+		return out, fmt.Errorf("beginning claim of %d partitions with their first batches: %w", len(cands), causeOr(ctx, err))
+	}
+	fenced, err := d.store.FenceUnownedGroup(ctx, tx, cands)
+	if err != nil {
+		return out, causeOr(ctx, err)
+	}
+	if len(fenced) < len(cands) {
+		in := make(map[string]bool, len(fenced))
+		for _, f := range fenced {
+			in[f.Key] = true
+		}
+		out.members = make([]partition.Candidate, 0, len(fenced))
+		for _, c := range cands {
+			if in[c.Key] {
+				out.members = append(out.members, c)
+			} else {
+				out.lost = append(out.lost, c)
+			}
+		}
+	}
+	if len(fenced) == 0 {
+		return out, nil
+	}
+	// One span for the group's transaction, the members as attributes
+	// (and links to the batches their checkpoints come from).
+	keys := make([]string, len(fenced))
+	for i, f := range fenced {
+		keys[i] = f.Key
+	}
+	var items int64
+	allCaughtUp := true
+	ctx, span := tracer.Start(ctx, "baton.batch", trace.WithAttributes(
+		attribute.String("baton.worker", d.worker.InstanceID), attribute.Bool("baton.with_claim", true),
+		attribute.Bool("baton.first_batch", true), attribute.Bool("baton.takeover", false),
+		attribute.Int("baton.group", len(fenced)), attribute.StringSlice("baton.keys", keys)))
+	defer func() { endBatchSpan(span, items, allCaughtUp && err == nil, err) }()
+	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Batches: make([]*Batch, len(fenced))}
+	for i, f := range fenced {
+		linkPrevious(span, f.Checkpoint.Traceparent)
+		cp := f.Checkpoint
+		g.Batches[i] = &Batch{Lease: partition.Lease{Key: f.Key, Version: f.Version + 1}, Owner: d.worker.InstanceID,
+			Tx: tx, Conn: conn, Checkpoint: cp, Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
+	}
+	results, err := d.processGroup(ctx, gp, g)
+	if err != nil {
+		return out, causeOr(ctx, err)
+	}
+	steps := make([]partition.ClaimStep, len(fenced))
+	for i, f := range fenced {
+		b, res := g.Batches[i], results[i]
+		cp := b.Checkpoint
+		if res.Position <= cp.Position || res.Position > cp.Available {
+			return out, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
+				b.Lease, res.Position, cp.Position, cp.Available)
+		}
+		caughtUp := res.Position >= cp.Available
+		allCaughtUp = allCaughtUp && caughtUp
+		items += res.Position - cp.Position
+		steps[i] = partition.ClaimStep{Candidate: f.Candidate, From: cp.Position, Position: res.Position,
+			State: res.State, Release: caughtUp && d.cfg.Mode == ModeLock}
+	}
+	sent := d.cfg.Clock.Now()
+	if err := d.claimAdvanceGroupTraced(ctx, tx, steps); err != nil {
+		return out, causeOr(ctx, err)
+	}
+	if err := tx.Commit(); err != nil {
+		if ctx.Err() != nil || !dberr.UnknownOutcome(err) {
+			return out, fmt.Errorf("committing claim of %d partitions with their first batches: %w", len(fenced), causeOr(ctx, err))
+		}
+		// The commit may have applied with its reply lost: re-read one
+		// member, which tells for all (one transaction).
+		b := g.Batches[0]
+		ok, rerr := d.resolveCommit(b.Lease, steps[0].Position, steps[0].Release)
+		if rerr != nil && !errors.Is(rerr, partition.ErrFenced) {
+			out.unknown = true
+			return out, fmt.Errorf("committing claim of %d partitions with their first batches (outcome re-read: %v): %w",
+				len(fenced), rerr, err)
+		}
+		if !ok {
+			return out, fmt.Errorf("committing claim of %d partitions with their first batches (re-read: not applied): %w",
+				len(fenced), err)
+		}
+		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, b.Lease.Key,
+			"version", b.Lease.Version, "partitions", len(fenced))
+	}
+	elapsed := d.cfg.Clock.Since(start)
+	out.committed = make([]firstBatch, len(fenced))
+	for i, st := range steps {
+		b := g.Batches[i]
+		out.committed[i] = firstBatch{
+			claimed:  partition.Claimed{Lease: b.Lease, Position: st.From, Available: b.Checkpoint.Available},
+			items:    st.Position - st.From,
+			position: st.Position,
+			caughtUp: st.Position >= b.Checkpoint.Available,
+			released: st.Release,
+			elapsed:  elapsed,
+			sent:     sent,
+		}
+	}
+	return out, nil
+}
+
+// processGroup calls the processor's group, which must return one result
+// per member.
+func (d *Distributor) processGroup(ctx context.Context, gp GroupProcessor, g *Group) (res []Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("processor panicked on a group of %d partitions (%s, …): %v", len(g.Batches), g.Batches[0].Lease, r)
+		}
+	}()
+	res, err = gp.ProcessGroup(ctx, g)
+	if err != nil {
+		return nil, fmt.Errorf("processing a group of %d partitions (%s, …): %w", len(g.Batches), g.Batches[0].Lease, err)
+	}
+	if len(res) != len(g.Batches) {
+		return nil, fmt.Errorf("processing a group of %d partitions (%s, …): processor returned %d results",
+			len(g.Batches), g.Batches[0].Lease, len(res))
+	}
+	return res, nil
+}
+
+// claimAdvanceGroupTraced is Store.ClaimAdvanceGroup in a "baton.claim"
+// span, in ctx, the group's span's, whose trace context every member's
+// checkpoint stores.
+func (d *Distributor) claimAdvanceGroupTraced(ctx context.Context, tx bun.Tx, steps []partition.ClaimStep) error {
+	released := 0
+	for _, st := range steps {
+		if st.Release {
+			released++
+		}
+	}
+	_, span := tracer.Start(ctx, "baton.claim", trace.WithAttributes(attribute.Int("baton.candidates", len(steps)),
+		attribute.String("baton.worker", d.worker.InstanceID), attribute.Bool("baton.with_batch", true),
+		attribute.Int("baton.released", released)))
+	_, err := d.store.ClaimAdvanceGroup(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, steps, "caught_up")
+	won := 0
+	if err == nil {
+		won = len(steps)
+	}
+	span.SetAttributes(attribute.Int("baton.won", won))
+	endSpan(span, err)
+	return err
+}

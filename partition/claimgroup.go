@@ -1,0 +1,235 @@
+package partition
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// A group is several unowned partitions claimed, each with its first batch,
+// in one transaction: FenceUnownedGroup fences them all in one statement,
+// the processor writes every member's output, and ClaimAdvanceGroup claims
+// them all (and records their checkpoints, history and, in lock mode, their
+// releases) in one more. Each member's row goes through exactly what
+// FenceUnowned and ClaimAdvance do to a lone candidate, which are a group of
+// one: the same predicates, the same lock modes, the same compare-and-sets.
+
+// Fenced is a candidate fenced by FenceUnownedGroup, with the checkpoint
+// read under the fence.
+type Fenced struct {
+	Candidate
+	Checkpoint Checkpoint
+}
+
+// FenceUnownedGroup is FenceUnowned for several candidates in one
+// statement: it fences each candidate that is still unowned and claimable
+// at the version read, in partition_key order, and returns those (in that
+// order) with their checkpoints. A candidate missing from the result was
+// lost (as FenceUnowned's ErrClaimLost): another claim transaction, or a
+// change of ownership, holds it or moved it. Each row is locked FOR KEY
+// SHARE SKIP LOCKED after its own transaction-scoped advisory lock is
+// taken without waiting, one candidate at a time in key order: the
+// statement never waits for a lock, so two workers fencing overlapping
+// groups cannot deadlock, and a candidate another worker is fencing is
+// dropped from the group rather than waited for.
+func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candidate) ([]Fenced, error) {
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	sorted := slices.SortedFunc(slices.Values(cands), func(a, b Candidate) int { return strings.Compare(a.Key, b.Key) })
+	keys := make([]string, len(sorted))
+	versions := make([]int64, len(sorted))
+	for i, c := range sorted {
+		keys[i], versions[i] = c.Key, c.Version
+	}
+	rows, err := s.queryTx(ctx, tx, fenceUnownedGroupSQL, keys, versions, claimLockClass)
+	if err != nil {
+		return nil, fmt.Errorf("fencing %d partitions for their claim: %w", len(cands), err)
+	}
+	defer rows.Close()
+	out := make([]Fenced, 0, len(cands))
+	for rows.Next() {
+		var f Fenced
+		var state []byte
+		if err := rows.Scan(&f.Key, &f.Version, &f.Checkpoint.Position, &f.Checkpoint.Available, &state,
+			&f.Checkpoint.Traceparent); err != nil {
+			return nil, fmt.Errorf("fencing %d partitions for their claim: %w", len(cands), err)
+		}
+		f.Checkpoint.State = state
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("fencing %d partitions for their claim: %w", len(cands), err)
+	}
+	return out, nil
+}
+
+// ClaimStep is one member of ClaimAdvanceGroup: a candidate fenced in the
+// same transaction, the checkpoint its first batch moves From → Position
+// with State, and whether to release it again (lock mode, caught up).
+type ClaimStep struct {
+	Candidate Candidate
+	From      int64
+	Position  int64
+	State     json.RawMessage
+	Release   bool
+}
+
+// ClaimAdvanceGroup is ClaimAdvance for every step in one statement, all
+// or nothing: each member gets exactly ClaimAdvance's compare-and-sets
+// (claim on the version read, FOR UPDATE SKIP LOCKED; checkpoint on the
+// position read), lease, release and history, and the worker's held count
+// rises by the members kept. It returns the members' leases (in the
+// steps' order), or ErrClaimLost if any member was not won: tx must then
+// roll back, with every member's output. reason is recorded with the
+// releases.
+func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, ttl time.Duration,
+	steps []ClaimStep, reason string) ([]Lease, error) {
+	n := len(steps)
+	if n == 0 {
+		return nil, nil
+	}
+	keys := make([]string, n)
+	versions := make([]int64, n)
+	froms := make([]int64, n)
+	positions := make([]int64, n)
+	states := make([]string, n)
+	releases := make([]bool, n)
+	leases := make([]Lease, n)
+	for i, st := range steps {
+		keys[i], versions[i] = st.Candidate.Key, st.Candidate.Version
+		froms[i], positions[i], releases[i] = st.From, st.Position, st.Release
+		states[i] = "{}"
+		if st.State != nil {
+			states[i] = string(st.State)
+		}
+		leases[i] = Lease{Key: st.Candidate.Key, Version: st.Candidate.Version + 1}
+	}
+	q := claimAdvanceGroupSQL
+	args := []any{keys, versions, froms, positions, states, releases, owner, micros(ttl), traceparent(ctx), NotifyChannel}
+	if !s.noEvents {
+		q, args = claimAdvanceGroupEventsSQL, append(args, reason)
+	}
+	rows, err := s.queryTx(ctx, tx, q, args...)
+	var won int
+	if err == nil {
+		err = scanCount(rows, &won)
+	}
+	if err != nil {
+		return leases, fmt.Errorf("claiming %s with its first batch: %w", groupName(steps, leases), err)
+	}
+	if won != n {
+		return leases, fmt.Errorf("claiming %s with its first batch (%d of %d won): %w", groupName(steps, leases), won, n, ErrClaimLost)
+	}
+	return leases, nil
+}
+
+// groupName names a group's leases in errors: for a group of one, the
+// lease and its checkpoint's move.
+func groupName(steps []ClaimStep, leases []Lease) string {
+	if len(leases) == 1 {
+		return fmt.Sprintf("%s (checkpoint %d to %d)", leases[0], steps[0].From, steps[0].Position)
+	}
+	return fmt.Sprintf("%d partitions (%s, …)", len(leases), leases[0])
+}
+
+// fenceUnownedGroupSQL fences candidates (keys $1, versions $2, in key
+// order) with advisory locks of class $3. The lateral subquery is
+// FenceUnowned's predicate, run once per candidate in array order through
+// the primary key, so the advisory lock is tried only on a row that
+// matched the rest of it.
+const fenceUnownedGroupSQL = `
+		SELECT f.partition_key, f.version, f.position, f.available, f.checkpoint, f.traceparent
+		FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS c(key, version, i)
+		CROSS JOIN LATERAL (
+			SELECT t.partition_key, t.version, t.position, t.available, t.checkpoint,
+			       coalesce(t.traceparent, '') AS traceparent
+			FROM {{.Schema}}.tasks t
+			WHERE t.partition_key = c.key AND t.version = c.version AND t.owner IS NULL
+			  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
+			  AND pg_try_advisory_xact_lock($3, hashtext(t.partition_key))
+			FOR KEY SHARE OF t SKIP LOCKED
+		) f
+		ORDER BY c.i`
+
+// claimAdvanceGroupSQL claims the members (keys $1, versions $2) moving
+// their checkpoints from $3 to $4 with states $5, releasing those marked
+// in $6, for owner $7 with leases of $8 microseconds; $9 is the trace
+// context stored with the checkpoints, $10 the notification channel. It
+// returns how many members were won.
+const claimAdvanceGroupSQL = claimAdvanceGroupCTEs + `
+		SELECT count(*) FROM u CROSS JOIN n`
+
+// claimAdvanceGroupCTEs are claimAdvanceGroupSQL's steps.
+const claimAdvanceGroupCTEs = `
+		WITH c AS (
+			SELECT l.partition_key, m.version + 1 AS version, m.from_pos, m.position, m.checkpoint, m.release
+			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], $6::boolean[])
+			     AS m(key, version, from_pos, position, checkpoint, release)
+			CROSS JOIN LATERAL (
+				SELECT t.partition_key
+				FROM {{.Schema}}.tasks t
+				WHERE t.partition_key = m.key AND t.version = m.version AND t.owner IS NULL
+				  AND t.position = m.from_pos
+				  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
+				FOR UPDATE OF t SKIP LOCKED
+			) l
+		), u AS (
+			UPDATE {{.Schema}}.tasks t
+			SET version = t.version + CASE WHEN c.release THEN 2 ELSE 1 END,
+			    owner = CASE WHEN c.release THEN NULL ELSE $7 END,
+			    claimed_at = statement_timestamp(),
+			    heartbeat_at = CASE WHEN c.release THEN NULL ELSE statement_timestamp() END,
+			    lease_expires_at = CASE WHEN c.release THEN '-infinity'
+			                            ELSE statement_timestamp() + $8::bigint * interval '1 microsecond' END,
+			    position = c.position, checkpoint = c.checkpoint::jsonb, attempts = 0, last_error = NULL,
+			    traceparent = nullif($9, ''), updated_at = now()
+			FROM c
+			WHERE t.partition_key = c.partition_key
+			RETURNING t.partition_key, c.version, c.from_pos, t.position, c.release,
+			          t.available > t.position AS pending
+		), n AS (
+			SELECT count(pg_notify($10, '` + NotifyReleased + `')) AS sent
+			FROM (SELECT 1 FROM u WHERE release AND pending LIMIT 1) p
+		), wh AS (
+			-- Claims kept past their first batch raise their worker's held
+			-- count (FairShareLoad) as Claim does, here at the end of the
+			-- transaction, so the worker row is locked only until the
+			-- commit; those released in the same statement leave it.
+			UPDATE {{.Schema}}.workers SET held = held + (SELECT count(*) FROM u WHERE NOT release)
+			WHERE instance_id = $7 AND EXISTS (SELECT 1 FROM u WHERE NOT release)
+		)`
+
+// claimAdvanceGroupEventsSQL is claimAdvanceGroupSQL recording each
+// member's history in the same statement: claimed, first_batch and, when
+// released, released with reason $11, all under the claim's version.
+const claimAdvanceGroupEventsSQL = claimAdvanceGroupCTEs + `, e AS (
+			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, position, items, detail)
+			SELECT partition_key, '` + EventClaimed + `', version, $7, from_pos, NULL::bigint, NULL FROM u
+			UNION ALL
+			SELECT partition_key, '` + EventFirstBatch + `', version, $7, position, position - from_pos, NULL FROM u
+			UNION ALL
+			SELECT partition_key, '` + EventReleased + `', version, $7, position, NULL::bigint, nullif($11, '') FROM u WHERE release
+		)
+		SELECT count(*) FROM u CROSS JOIN n`
+
+// scanCount reads a statement's single count into n and closes rows.
+func scanCount(rows *sql.Rows, n *int) error {
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(n); err != nil {
+		return err
+	}
+	return rows.Close()
+}

@@ -1,0 +1,258 @@
+package pricer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/pricing"
+)
+
+// A group is the first batches of several contracts claimed together in
+// one transaction (distributor.GroupProcessor): typically many tiny
+// contracts. Its cost is a few statements for them all, not per contract:
+// one read of the tiers not cached yet, one read of every member's
+// records, pricing in memory exactly as Process does for each member, and
+// one write of every priced row. Each member's rows and checkpoint are
+// those Process would give it alone.
+
+var _ distributor.GroupProcessor = (*Processor)(nil)
+
+// groupInsertMax is the most priced rows a group writes with one INSERT of
+// arrays; more are copied (COPY's setup costs more than a small INSERT).
+const groupInsertMax = 256
+
+// ProcessGroup prices the next batch of every contract in g.
+func (p *Processor) ProcessGroup(ctx context.Context, g *distributor.Group) ([]distributor.Result, error) {
+	cps := make([]Checkpoint, len(g.Batches))
+	for i, b := range g.Batches {
+		cp, err := checkpointOf(b)
+		if err != nil {
+			return nil, err
+		}
+		cps[i] = cp
+	}
+	scheds, err := p.groupSchedules(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	w := getWorkspace()
+	defer putWorkspace(w)
+	ends, err := p.readGroupRecords(ctx, g, w)
+	if err != nil {
+		return nil, err
+	}
+	w.lines = w.lines[:0]
+	results := make([]distributor.Result, len(g.Batches))
+	from := 0
+	for i, b := range g.Batches {
+		res, err := priceBatch(b, scheds[i], cps[i], w.recs[from:ends[i]], &w.lines)
+		if err != nil {
+			return nil, err
+		}
+		results[i] = res
+		from = ends[i]
+	}
+	if err := p.writeGroupPriced(ctx, g, w, ends); err != nil {
+		return nil, fmt.Errorf("writing %d priced records of %d contracts (%s, …): %w",
+			len(w.lines), len(g.Batches), g.Batches[0].Lease.Key, err)
+	}
+	return results, nil
+}
+
+// groupSchedules returns every member's tier schedule: cached ones from
+// the cache, the others read in one statement (and cached, as schedule
+// does, once the contract has priced records).
+func (p *Processor) groupSchedules(ctx context.Context, g *distributor.Group) ([]*pricing.Schedule, error) {
+	scheds := make([]*pricing.Schedule, len(g.Batches))
+	var missing []string
+	p.mu.Lock()
+	for i, b := range g.Batches {
+		if s, ok := p.schedules[b.Lease.Key]; ok {
+			scheds[i] = s
+		} else {
+			missing = append(missing, b.Lease.Key)
+		}
+	}
+	p.mu.Unlock()
+	if len(missing) == 0 {
+		return scheds, nil
+	}
+	tiers := make(map[string][]pricing.Tier, len(missing))
+	err := g.Raw(func(conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, p.sql(`SELECT contract_id, threshold_minor, discount_bp FROM {{.Schema}}.tiers
+WHERE contract_id = ANY($1)`), pgx.QueryExecModeCacheDescribe, missing)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var (
+			contract string
+			t        pricing.Tier
+		)
+		for rows.Next() {
+			if err := rows.Scan(&contract, &t.ThresholdMinor, &t.DiscountBP); err != nil {
+				return err
+			}
+			tiers[contract] = append(tiers[contract], t)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading tiers of %d contracts (%s, …): %w", len(missing), missing[0], err)
+	}
+	for i, b := range g.Batches {
+		if scheds[i] != nil {
+			continue
+		}
+		contract := b.Lease.Key
+		s, err := pricing.NewSchedule(tiers[contract])
+		if err != nil {
+			return nil, fmt.Errorf("tiers of contract %s: %w", contract, err)
+		}
+		scheds[i] = s
+		if b.Checkpoint.Position > 0 {
+			p.mu.Lock()
+			p.schedules[contract] = s
+			p.mu.Unlock()
+		}
+	}
+	return scheds, nil
+}
+
+const readGroupRecordsSQL = `SELECT m.i, r.seq, r.record_id, r.amount_minor
+FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS m(contract, after, lim, i)
+CROSS JOIN LATERAL (
+	SELECT seq, record_id, amount_minor FROM {{.Schema}}.records
+	WHERE contract_id = m.contract AND seq > m.after
+	ORDER BY seq
+	LIMIT m.lim
+) r
+ORDER BY m.i, r.seq`
+
+// readGroupRecords reads every member's records (up to its Limit after its
+// checkpoint) into w.recs, member after member; ends[i] is where member
+// i's records end in w.recs.
+func (p *Processor) readGroupRecords(ctx context.Context, g *distributor.Group, w *workspace) ([]int, error) {
+	n := len(g.Batches)
+	contracts := make([]string, n)
+	after := make([]int64, n)
+	limits := make([]int64, n)
+	for i, b := range g.Batches {
+		contracts[i], after[i], limits[i] = b.Lease.Key, b.Checkpoint.Position, int64(b.Limit)
+	}
+	w.recs, w.ids = w.recs[:0], w.ids[:0]
+	ends := make([]int, n)
+	err := g.Raw(func(conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, p.sql(readGroupRecordsSQL), pgx.QueryExecModeCacheDescribe, contracts, after, limits)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var (
+			member int64
+			r      record
+			id     pgtype.DriverBytes // valid until the next row: copied below
+		)
+		for rows.Next() {
+			if err := rows.Scan(&member, &r.seq, &id, &r.amount); err != nil {
+				return err
+			}
+			if member < 1 || member > int64(n) {
+				return fmt.Errorf("record of member %d in a group of %d", member, n)
+			}
+			from := len(w.ids)
+			w.ids = append(w.ids, id...)
+			r.idFrom, r.idTo = from, len(w.ids)
+			w.recs = append(w.recs, r)
+			ends[member-1] = len(w.recs)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading records of %d contracts (%s, …): %w", n, contracts[0], err)
+	}
+	// A member with no records ends where the one before it does.
+	for i := 1; i < n; i++ {
+		ends[i] = max(ends[i], ends[i-1])
+	}
+	// The buffer may have moved while it grew: slice it only now.
+	for i := range w.recs {
+		w.recs[i].recordID = w.ids[w.recs[i].idFrom:w.recs[i].idTo]
+	}
+	return ends, nil
+}
+
+const insertGroupSQL = `INSERT INTO {{.Schema}}.priced
+(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
+SELECT contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, $8
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
+	AS u(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version)`
+
+// writeGroupPriced writes every member's priced lines (w.lines, in
+// w.recs's order; ends as readGroupRecords returned) into priced, each
+// under its member's claim version: one INSERT of arrays, or COPY for many
+// rows.
+func (p *Processor) writeGroupPriced(ctx context.Context, g *distributor.Group, w *workspace, ends []int) error {
+	if len(w.lines) > groupInsertMax {
+		return p.copyGroupPriced(ctx, g, w, ends)
+	}
+	n := len(w.lines)
+	contracts := make([]string, n)
+	seqs := make([]int64, n)
+	ids := make([]string, n)
+	gross := make([]int64, n)
+	discount := make([]int64, n)
+	net := make([]int64, n)
+	versions := make([]int64, n)
+	m := 0
+	for i := range n {
+		for i >= ends[m] {
+			m++
+		}
+		b := g.Batches[m]
+		r, l := &w.recs[i], &w.lines[i]
+		contracts[i], seqs[i], ids[i] = b.Lease.Key, r.seq, string(r.recordID)
+		gross[i], discount[i], net[i], versions[i] = l.Gross, l.Discount, l.Net, b.Lease.Version
+	}
+	return g.Raw(func(conn *pgx.Conn) error {
+		tag, err := conn.Exec(ctx, p.sql(insertGroupSQL), pgx.QueryExecModeCacheDescribe,
+			contracts, seqs, ids, gross, discount, net, versions, g.Owner)
+		if err == nil && tag.RowsAffected() != int64(n) {
+			err = fmt.Errorf("inserted %d rows, want %d", tag.RowsAffected(), n)
+		}
+		return err
+	})
+}
+
+// copyGroupPriced is writeGroupPriced with COPY.
+func (p *Processor) copyGroupPriced(ctx context.Context, g *distributor.Group, w *workspace, ends []int) error {
+	if cap(w.vals) < len(pricedColumns) {
+		w.vals = make([]any, len(pricedColumns))
+	}
+	vals := w.vals[:len(pricedColumns)]
+	vals[7] = g.Owner
+	i, m := -1, 0
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		i++
+		if i == len(w.lines) {
+			return nil, nil
+		}
+		for i >= ends[m] {
+			m++
+		}
+		b, r, l := g.Batches[m], &w.recs[i], &w.lines[i]
+		vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6] = b.Lease.Key, r.seq, r.recordID, l.Gross, l.Discount, l.Net, b.Lease.Version
+		return vals, nil
+	})
+	return g.Raw(func(conn *pgx.Conn) error {
+		n, err := conn.CopyFrom(ctx, pgx.Identifier{p.schema, "priced"}, pricedColumns, src)
+		if err == nil && n != int64(len(w.lines)) {
+			err = fmt.Errorf("copied %d rows, want %d", n, len(w.lines))
+		}
+		return err
+	})
+}
