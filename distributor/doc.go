@@ -88,6 +88,24 @@
 // so no other claim can commit; the transaction itself ends by StaleAfter
 // − SafetyMargin, as a batch ends at its lease's local deadline.
 //
+// Claim in groups. When the worker has room for several such candidates
+// and the Processor implements GroupProcessor, up to ClaimGroup of them
+// (default 16) share one transaction: one statement fences them all
+// (FenceUnownedGroup: each candidate, in partition_key order, gets the
+// lone fence's predicate, advisory try-lock and FOR KEY SHARE SKIP LOCKED;
+// those lost there are dropped from the group), ProcessGroup writes every
+// member's output, one statement claims every member, records every
+// checkpoint and history and releases the caught-up ones
+// (ClaimAdvanceGroup, each member exactly as ClaimAdvance), and one commit
+// makes it all durable: a group of one-item partitions costs about eight
+// statements and one WAL flush in all, not per partition. The group is
+// all or nothing: if any member's claim is lost after processing, or the
+// processor fails, or the group outlasts a lease, everything rolls back
+// and each member is claimed with its first batch on its own (above), so
+// a processor error is recorded against the partition that causes it; a
+// transient error leaves them all claimable. A member not caught up after
+// its first batch is held on like any claim.
+//
 // Heartbeat. Every Heartbeat interval the worker renews its own row and all
 // its leases in one statement (a batched compare-and-set on (key, version,
 // owner)), over a connection reserved for it. A lease is rewritten only
@@ -213,7 +231,8 @@
 //
 // # Where each step lives
 //
-//   - processor.go: Processor, Batch and Result, what a workload implements.
+//   - processor.go: Processor, Batch and Result, what a workload implements;
+//     GroupProcessor and Group for claims in groups.
 //   - distributor.go: New, Start, Stop and the graceful-stop sequence
 //     (claim nothing more, leave the live count, release).
 //   - claimer.go: the claim loop (Claim, Waking) and the choice of
@@ -221,6 +240,8 @@
 //   - claimbatch.go: an unowned partition's claim inside its first batch's
 //     transaction (Claim with the first batch), and what follows a commit,
 //     a lost race or a failure there.
+//   - claimgroup.go: several of those in one transaction (Claim in
+//     groups), and the fall-back to each on its own.
 //   - share.go: the fair share (planShare, a pure function) and hand-back.
 //   - listener.go: LISTEN on a direct or pooled connection.
 //   - renewer.go: Heartbeat over a connection reserved for it.
@@ -295,6 +316,18 @@
 //     claim lose, not wait. The output is written under the version the
 //     claim sets and commits with it or not at all; the lease is renewed
 //     by heartbeats only once committed, and was never visible before.
+//     A group of such claims (Claim in groups) locks each member's row
+//     exactly so, in one transaction: the fence statement takes the rows
+//     in partition_key order and never waits (advisory try-locks, SKIP
+//     LOCKED), nor does the claim statement (FOR UPDATE SKIP LOCKED on rows
+//     this transaction already holds FOR KEY SHARE), so two workers
+//     grouping overlapping candidates cannot deadlock or block each
+//     other: a row one holds is dropped by the other's fence, or makes the
+//     other's claim lose. The claim statement's compare-and-sets must all
+//     hold or the transaction rolls back with every member's output, so
+//     each member's claim, output, checkpoint and release commit together
+//     as for a lone claim; that they also commit with other partitions'
+//     changes, which lock other rows, changes nothing in 1–3.
 //  2. A batch's output is written in a transaction that holds the row FOR
 //     KEY SHARE, taken where version and owner match, until it commits.
 //     FOR KEY SHARE conflicts with FOR UPDATE, so no change of ownership

@@ -119,6 +119,17 @@
 // batch), storage loss and replica failover (a committed write is never
 // lost), and wall-clock steps (only monotonic clocks matter).
 //
+// Claims in groups (distributor.Config.ClaimGroup) are modelled as lone
+// claims with their first batches. A group's transaction does to each
+// member's row exactly what a lone claim's does (the same predicates and
+// lock modes, taken in key order by statements that never wait), so every
+// interleaving with another transaction that a member sees is one a lone
+// claim sees; what differs is only that members commit, or roll back,
+// together, and each member's outcome is then one of a lone claim's: its
+// claim, output, checkpoint and release all committed at one instant, or
+// all rolled back (after which it is claimed on its own, as the model's
+// fall-backs already are).
+//
 // # Running and replaying
 //
 //	go test ./internal/sim                                   # ~1200 schedules, new base seed each run

@@ -1,0 +1,343 @@
+package distributor_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/partition"
+)
+
+// groupProc is the test processor with groups: each member is processed
+// as proc.Process would alone, in the group's transaction.
+type groupProc struct {
+	*proc
+	groups      atomic.Int64 // groups processed without error
+	mu          sync.Mutex
+	sizes       []int
+	beforeGroup func(ctx context.Context, g *distributor.Group) error
+}
+
+func newGroupProc() *groupProc { return &groupProc{proc: newProc()} }
+
+func (p *groupProc) ProcessGroup(ctx context.Context, g *distributor.Group) ([]distributor.Result, error) {
+	p.mu.Lock()
+	p.sizes = append(p.sizes, len(g.Batches))
+	p.mu.Unlock()
+	if p.beforeGroup != nil {
+		if err := p.beforeGroup(ctx, g); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]distributor.Result, len(g.Batches))
+	for i, b := range g.Batches {
+		if b.Tx != g.Tx || b.Owner != g.Owner {
+			return nil, errors.New("a member's batch is not the group's transaction")
+		}
+		res, err := p.Process(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = res
+	}
+	p.groups.Add(1)
+	return out, nil
+}
+
+// largestGroup is the most claims committed by one transaction.
+func (e *env) largestGroup() int {
+	e.t.Helper()
+	var n int
+	if err := e.db.QueryRow(`SELECT coalesce(max(c), 0) FROM (
+		SELECT count(*) AS c FROM baton.events WHERE kind = 'claimed' GROUP BY xmin::text) g`).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// wantHistory fails unless every key's history is want.
+func (e *env) wantHistory(keys []string, want ...string) {
+	e.t.Helper()
+	for _, k := range keys {
+		if got := e.history(k); !slices.Equal(got, want) {
+			e.t.Fatalf("%s: history %v, want %v", k, got, want)
+		}
+	}
+}
+
+// One-item partitions are claimed, processed and released in groups: each
+// claimed once, in one transaction with its output, checkpoint and release
+// (lock mode), several per transaction.
+func TestClaimGroupClaimsProcessesAndReleasesTogether(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 40
+	e.addWork(1, keys("g", n)...)
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
+	p := newGroupProc()
+	d := e.start(cfg, p)
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, ev.dump())
+	}
+	e.verify()
+	e.wantHistory(keys("g", n), "claimed@1", "first_batch@1", "released@1")
+	var bad int
+	if err := e.db.QueryRow(`SELECT count(*) FROM baton.tasks t
+		WHERE t.version <> 2 OR t.owner IS NOT NULL OR EXISTS (
+		  SELECT 1 FROM baton.events v WHERE v.partition_key = t.partition_key AND v.xmin::text <> t.xmin::text)`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 {
+		t.Fatalf("%d partitions not claimed, processed and released in one transaction", bad)
+	}
+	if g := e.largestGroup(); g < 2 || g > cfg.ClaimGroup {
+		t.Fatalf("largest group %d; want several, at most ClaimGroup (%d)", g, cfg.ClaimGroup)
+	}
+	if c, r := ev.count(kind(distributor.EventClaimed)), ev.count(kind(distributor.EventReleased)); c != n || r != n {
+		t.Fatalf("%d claims and %d releases reported, want %d each", c, r, n)
+	}
+	if w := e.heldBy(); len(w) != 0 {
+		t.Fatalf("held counts %v after every partition was released; want none", w)
+	}
+}
+
+// Members with more work than one batch carry on after the group's
+// commit as held partitions, renewed by heartbeats, until caught up.
+func TestClaimGroupMembersNotCaughtUpAreHeld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 6
+	e.addWork(25, keys("h", n)...) // BatchSize 10: three batches each
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
+	p := newGroupProc()
+	d := e.start(cfg, p)
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, ev.dump())
+	}
+	e.verify()
+	e.wantHistory(keys("h", n), "claimed@1", "first_batch@1", "released@1")
+	if g := e.largestGroup(); g < 2 {
+		t.Fatalf("largest group %d; want several", g)
+	}
+	p.proc.mu.Lock()
+	defer p.proc.mu.Unlock()
+	for _, k := range keys("h", n) {
+		if b := p.batches[k]; b != 3 {
+			t.Fatalf("%s: %d batches, want 3 (one in its group, two held)", k, b)
+		}
+	}
+}
+
+// A candidate another transaction has fenced is dropped from the group
+// (not waited for): the others are processed together, and the dropped
+// one once its fence is gone.
+func TestClaimGroupDropsAMemberLostAtTheFence(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(1, keys("f", 5)...)
+	s := partition.NewStore(e.db, "")
+	ctx := context.Background()
+	cands, err := s.Candidates(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(cands, func(c partition.Candidate) bool { return c.Key == "f002" })
+	if i < 0 {
+		t.Fatalf("candidates %v lack f002", cands)
+	}
+	// Another worker's claim transaction, fenced on f002 and still open.
+	other, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback() }()
+	if _, err := s.FenceUnowned(ctx, other, cands[i]); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
+	p := newGroupProc()
+	d := e.start(cfg, p)
+	ev.wait(t, 20*time.Second, "the lost candidate", kind(distributor.EventClaimLost))
+	released := 0
+	ev.wait(t, 20*time.Second, "the others released", func(x distributor.Event) bool {
+		if x.Kind == distributor.EventReleased {
+			released++
+		}
+		return released == 4
+	})
+	if got := e.history("f002"); len(got) != 0 {
+		t.Fatalf("f002 has history %v while fenced by another transaction; want none", got)
+	}
+	if err := other.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, ev.dump())
+	}
+	e.verify()
+	e.wantHistory(keys("f", 5), "claimed@1", "first_batch@1", "released@1")
+	p.mu.Lock()
+	sizes := slices.Clone(p.sizes)
+	p.mu.Unlock()
+	if len(sizes) == 0 || sizes[0] != 4 {
+		t.Fatalf("group sizes %v; want a first group of 4 (f002 dropped at the fence)", sizes)
+	}
+}
+
+// A member whose claim is lost after the group was processed (a producer
+// holds its row when the claim statement runs) rolls the whole group
+// back: no member's output or history survives it; each member is then
+// claimed on its own, and every item is processed exactly once.
+func TestClaimGroupLostAfterProcessingRollsBackAndFallsBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(1, keys("c", 4)...)
+	ctx := context.Background()
+	producer, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = producer.Rollback() }()
+	var once atomic.Bool
+	p := newGroupProc()
+	p.beforeGroup = func(ctx context.Context, g *distributor.Group) error {
+		if !once.CompareAndSwap(false, true) {
+			return nil
+		}
+		// More work for c001, added in a transaction left open: its row
+		// lock (FOR NO KEY UPDATE) does not conflict with the group's
+		// fence, but the claim statement skips the row it locks.
+		return partition.NewStore(e.db, "").AddWorks(ctx, producer, []partition.Work{{Key: "c001", N: 1}})
+	}
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
+	d := e.start(cfg, p)
+	// The group rolls back, the others are claimed alone; c001's lone
+	// claim is lost too while the producer holds its row.
+	ev.wait(t, 20*time.Second, "c001's lone claim lost", kind(distributor.EventClaimLost))
+	if got := e.history("c001"); len(got) != 0 {
+		t.Fatalf("c001 has history %v; want none while the producer holds it", got)
+	}
+	if err := producer.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, ev.dump())
+	}
+	e.verify()
+	e.wantHistory([]string{"c000", "c002", "c003"}, "claimed@1", "first_batch@1", "released@1")
+	if got := e.history("c001"); len(got) != 3 || got[0] != "claimed@1" {
+		t.Fatalf("c001: history %v; want one claim with its first batch and release", got)
+	}
+	if p.groups.Load() != 1 {
+		t.Fatalf("%d groups processed; want the one that rolled back", p.groups.Load())
+	}
+	if g := e.largestGroup(); g != 1 {
+		t.Fatalf("largest committed group %d; want 1 (the group rolled back, its members claimed alone)", g)
+	}
+}
+
+// A processor error in a group rolls it back, and each member is claimed
+// on its own: the failing partition is recorded as failed (here
+// quarantined at once) and the others are processed exactly once.
+func TestClaimGroupProcessorErrorFallsBackToEachAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(1, keys("e", 5)...)
+	p := newGroupProc()
+	var inGroup atomic.Int64
+	p.before = func(ctx context.Context, b *distributor.Batch) error {
+		if b.Lease.Key == "e003" {
+			return errors.New("record 1 is malformed")
+		}
+		return nil
+	}
+	p.beforeGroup = func(ctx context.Context, g *distributor.Group) error {
+		for _, b := range g.Batches {
+			if b.Lease.Key == "e003" {
+				inGroup.Add(1)
+			}
+		}
+		return nil
+	}
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup, cfg.MaxAttempts = true, 8, 8, 1
+	d := e.start(cfg, p)
+	if err := waitDone(t, d, 30*time.Second); !errors.Is(err, distributor.ErrIncomplete) {
+		t.Fatalf("run ended with %v; want %v\n%s", err, distributor.ErrIncomplete, ev.dump())
+	}
+	if inGroup.Load() == 0 {
+		t.Fatal("e003 was never processed in a group")
+	}
+	e.wantHistory([]string{"e000", "e001", "e002", "e004"}, "claimed@1", "first_batch@1", "released@1")
+	var failed []string
+	rows, err := e.db.Query(`SELECT partition_key FROM baton.tasks WHERE failed_at IS NOT NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		failed = append(failed, k)
+	}
+	if !slices.Equal(failed, []string{"e003"}) {
+		t.Fatalf("quarantined %v; want [e003]", failed)
+	}
+	var outputs int
+	if err := e.db.QueryRow(`SELECT count(*) FROM test_output WHERE key = 'e003'`).Scan(&outputs); err != nil {
+		t.Fatal(err)
+	}
+	if outputs != 0 {
+		t.Fatalf("e003 has %d outputs; want none", outputs)
+	}
+	if n := ev.count(kind(distributor.EventQuarantined)); n != 1 {
+		t.Fatalf("%d quarantine events, want 1:\n%s", n, ev.dump())
+	}
+}
+
+// Two workers group overlapping candidates: fences never wait, so neither
+// blocks the other; every partition is claimed and processed exactly once.
+func TestClaimGroupRacingWorkersClaimEachOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 200
+	e.addWork(1, keys("r", n)...)
+	var ds []*distributor.Distributor
+	evs := []*events{newEvents(), newEvents()}
+	for i, name := range []string{"a", "b"} {
+		cfg := fastConfig(name, evs[i])
+		cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
+		ds = append(ds, e.start(cfg, newGroupProc()))
+	}
+	for _, d := range ds {
+		if err := waitDone(t, d, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.verify()
+	e.wantHistory(keys("r", n), "claimed@1", "first_batch@1", "released@1")
+	claimed := evs[0].count(kind(distributor.EventClaimed)) + evs[1].count(kind(distributor.EventClaimed))
+	if claimed != n {
+		t.Fatalf("%d claims reported, want %d", claimed, n)
+	}
+	if g := e.largestGroup(); g < 2 {
+		t.Fatalf("largest group %d; want several", g)
+	}
+	t.Logf("claim races lost: %d", evs[0].count(kind(distributor.EventClaimLost))+evs[1].count(kind(distributor.EventClaimLost)))
+}
