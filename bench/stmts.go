@@ -56,7 +56,7 @@ func classify(q string) string {
 		return "fence"
 	case has("UPDATE tasks", "SET position ="):
 		return "advance checkpoint"
-	case has("FROM records") && has("seq >"):
+	case has("FROM records") && has("seq >"), has("FROM record_chunks", "first_seq <="):
 		return "read records"
 	case has("INSERT INTO priced"):
 		return "write priced"

@@ -2,10 +2,10 @@ package pricer
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/pricing"
@@ -123,19 +123,25 @@ WHERE contract_id = ANY($1)`), pgx.QueryExecModeCacheDescribe, missing)
 	return scheds, nil
 }
 
-const readGroupRecordsSQL = `SELECT m.i, r.seq, r.record_id, r.amount_minor
+// readGroupRecordsSQL is readRecordsSQL for every member at once
+// (contracts $1, after $2, limits $3), member after member: the lateral
+// subquery is readRecordsSQL's, run once per member.
+const readGroupRecordsSQL = `SELECT m.i, c.first_seq, c.record_ids, c.amounts
 FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS m(contract, after, lim, i)
 CROSS JOIN LATERAL (
-	SELECT seq, record_id, amount_minor FROM {{.Schema}}.records
-	WHERE contract_id = m.contract AND seq > m.after
-	ORDER BY seq
-	LIMIT m.lim
-) r
-ORDER BY m.i, r.seq`
+	SELECT first_seq, record_ids, amounts FROM {{.Schema}}.record_chunks
+	WHERE contract_id = m.contract
+	  AND first_seq >= coalesce((SELECT max(first_seq) FROM {{.Schema}}.record_chunks
+	                              WHERE contract_id = m.contract AND first_seq <= m.after + 1), 1)
+	  AND first_seq <= m.after + m.lim
+	ORDER BY first_seq
+) c
+ORDER BY m.i, c.first_seq`
 
 // readGroupRecords reads every member's records (up to its Limit after its
-// checkpoint) into w.recs, member after member; ends[i] is where member
-// i's records end in w.recs.
+// checkpoint) into w.recs, member after member, from the chunks that hold
+// them, as readRecords does for one; ends[i] is where member i's records
+// end in w.recs.
 func (p *Processor) readGroupRecords(ctx context.Context, g *distributor.Group, w *workspace) ([]int, error) {
 	n := len(g.Batches)
 	contracts := make([]string, n)
@@ -147,28 +153,25 @@ func (p *Processor) readGroupRecords(ctx context.Context, g *distributor.Group, 
 	w.recs, w.ids = w.recs[:0], w.ids[:0]
 	ends := make([]int, n)
 	err := g.Raw(func(conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, p.sql(readGroupRecordsSQL), pgx.QueryExecModeCacheDescribe, contracts, after, limits)
+		rows, err := conn.Query(ctx, p.sql(readGroupRecordsSQL), pgx.QueryExecModeCacheDescribe,
+			pgx.QueryResultFormats{pgx.BinaryFormatCode}, contracts, after, limits)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
-		var (
-			member int64
-			r      record
-			id     pgtype.DriverBytes // valid until the next row: copied below
-		)
 		for rows.Next() {
-			if err := rows.Scan(&member, &r.seq, &id, &r.amount); err != nil {
+			raw := rows.RawValues()
+			if len(raw) != 4 || len(raw[0]) != 8 {
+				return fmt.Errorf("%w: unexpected chunk row", ErrCorrupt)
+			}
+			m := int64(binary.BigEndian.Uint64(raw[0]))
+			if m < 1 || m > int64(n) {
+				return fmt.Errorf("chunk of member %d in a group of %d", m, n)
+			}
+			if err := w.appendChunk(raw[1:], after[m-1], after[m-1]+limits[m-1]); err != nil {
 				return err
 			}
-			if member < 1 || member > int64(n) {
-				return fmt.Errorf("record of member %d in a group of %d", member, n)
-			}
-			from := len(w.ids)
-			w.ids = append(w.ids, id...)
-			r.idFrom, r.idTo = from, len(w.ids)
-			w.recs = append(w.recs, r)
-			ends[member-1] = len(w.recs)
+			ends[m-1] = len(w.recs)
 		}
 		return rows.Err()
 	})

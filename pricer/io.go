@@ -73,38 +73,8 @@ func (p *Processor) readRecords(ctx context.Context, b *distributor.Batch, w *wo
 		}
 		defer rows.Close()
 		for rows.Next() {
-			raw := rows.RawValues()
-			if len(raw) != 3 || len(raw[0]) != 8 {
-				return fmt.Errorf("%w: unexpected chunk row", ErrCorrupt)
-			}
-			first := int64(binary.BigEndian.Uint64(raw[0]))
-			ids, err := arrayElems(raw[1])
-			if err != nil {
-				return fmt.Errorf("%w: record ids of the chunk at seq %d: %v", ErrCorrupt, first, err)
-			}
-			amounts, err := arrayElems(raw[2])
-			if err != nil {
-				return fmt.Errorf("%w: amounts of the chunk at seq %d: %v", ErrCorrupt, first, err)
-			}
-			if ids.n != amounts.n {
-				return fmt.Errorf("%w: the chunk at seq %d has %d record ids and %d amounts", ErrCorrupt, first, ids.n, amounts.n)
-			}
-			for i := range ids.n {
-				id, err := ids.next()
-				if err != nil {
-					return fmt.Errorf("%w: record ids of the chunk at seq %d: %v", ErrCorrupt, first, err)
-				}
-				amount, err := amounts.next()
-				if err != nil || len(amount) != 8 {
-					return fmt.Errorf("%w: amounts of the chunk at seq %d: bad element", ErrCorrupt, first)
-				}
-				seq := first + int64(i)
-				if seq <= after || seq > last {
-					continue
-				}
-				from := len(w.ids)
-				w.ids = append(w.ids, id...)
-				w.recs = append(w.recs, record{seq: seq, idFrom: from, idTo: len(w.ids), amount: int64(binary.BigEndian.Uint64(amount))})
+			if err := w.appendChunk(rows.RawValues(), after, last); err != nil {
+				return err
 			}
 		}
 		return rows.Err()
@@ -115,6 +85,44 @@ func (p *Processor) readRecords(ctx context.Context, b *distributor.Batch, w *wo
 	// The buffer may have moved while it grew: slice it only now.
 	for i := range w.recs {
 		w.recs[i].recordID = w.ids[w.recs[i].idFrom:w.recs[i].idTo]
+	}
+	return nil
+}
+
+// appendChunk appends to w.recs the records of one chunk row (raw: its
+// first_seq, record_ids and amounts in binary) that lie in (after, last].
+func (w *workspace) appendChunk(raw [][]byte, after, last int64) error {
+	if len(raw) != 3 || len(raw[0]) != 8 {
+		return fmt.Errorf("%w: unexpected chunk row", ErrCorrupt)
+	}
+	first := int64(binary.BigEndian.Uint64(raw[0]))
+	ids, err := arrayElems(raw[1])
+	if err != nil {
+		return fmt.Errorf("%w: record ids of the chunk at seq %d: %v", ErrCorrupt, first, err)
+	}
+	amounts, err := arrayElems(raw[2])
+	if err != nil {
+		return fmt.Errorf("%w: amounts of the chunk at seq %d: %v", ErrCorrupt, first, err)
+	}
+	if ids.n != amounts.n {
+		return fmt.Errorf("%w: the chunk at seq %d has %d record ids and %d amounts", ErrCorrupt, first, ids.n, amounts.n)
+	}
+	for i := range ids.n {
+		id, err := ids.next()
+		if err != nil {
+			return fmt.Errorf("%w: record ids of the chunk at seq %d: %v", ErrCorrupt, first, err)
+		}
+		amount, err := amounts.next()
+		if err != nil || len(amount) != 8 {
+			return fmt.Errorf("%w: amounts of the chunk at seq %d: bad element", ErrCorrupt, first)
+		}
+		seq := first + int64(i)
+		if seq <= after || seq > last {
+			continue
+		}
+		from := len(w.ids)
+		w.ids = append(w.ids, id...)
+		w.recs = append(w.recs, record{seq: seq, idFrom: from, idTo: len(w.ids), amount: int64(binary.BigEndian.Uint64(amount))})
 	}
 	return nil
 }
