@@ -208,31 +208,45 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands []partition.Candidate)
 	if len(fenced) == 0 {
 		return out, nil
 	}
-	// One span for the group's transaction, the members as attributes
-	// (and links to the batches their checkpoints come from).
-	keys := make([]string, len(fenced))
-	for i, f := range fenced {
-		keys[i] = f.Key
-	}
+	// A span for the group's transaction, and in it one "baton.batch"
+	// span per member, as for a lone first batch (each linked to the
+	// batch its checkpoint comes from, and stored with its checkpoint).
 	var items int64
-	allCaughtUp := true
-	ctx, span := tracer.Start(ctx, "baton.batch", trace.WithAttributes(
-		attribute.String("baton.worker", d.worker.InstanceID), attribute.Bool("baton.with_claim", true),
-		attribute.Bool("baton.first_batch", true), attribute.Bool("baton.takeover", false),
-		attribute.Int("baton.group", len(fenced)), attribute.StringSlice("baton.keys", keys)))
-	defer func() { endBatchSpan(span, items, allCaughtUp && err == nil, err) }()
+	ctx, span := tracer.Start(ctx, "baton.claim_group", trace.WithAttributes(
+		attribute.String("baton.worker", d.worker.InstanceID), attribute.Int("baton.group", len(fenced))))
 	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Batches: make([]*Batch, len(fenced))}
+	spans := make([]trace.Span, len(fenced))
+	traces := make([]string, len(fenced))
 	for i, f := range fenced {
-		linkPrevious(span, f.Checkpoint.Traceparent)
 		cp := f.Checkpoint
-		g.Batches[i] = &Batch{Lease: partition.Lease{Key: f.Key, Version: f.Version + 1}, Owner: d.worker.InstanceID,
-			Tx: tx, Conn: conn, Checkpoint: cp, Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
+		l := partition.Lease{Key: f.Key, Version: f.Version + 1}
+		bctx, bspan := tracer.Start(ctx, "baton.batch", d.leaseAttrs(l), trace.WithAttributes(
+			attribute.Int64("baton.position", cp.Position), attribute.Bool("baton.with_claim", true)))
+		linkPrevious(bspan, cp.Traceparent)
+		spans[i], traces[i] = bspan, traceparentOf(bctx)
+		g.Batches[i] = &Batch{Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
+			Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
 	}
+	var steps []partition.ClaimStep
+	defer func() {
+		for i, bspan := range spans {
+			var n int64
+			caughtUp := false
+			if err == nil {
+				n, caughtUp = steps[i].Position-steps[i].From, steps[i].Position >= g.Batches[i].Checkpoint.Available
+				bspan.SetAttributes(attribute.Int64("baton.position", steps[i].Position), attribute.Bool("baton.first_batch", true),
+					attribute.Bool("baton.takeover", false))
+			}
+			endBatchSpan(bspan, n, caughtUp, err)
+		}
+		span.SetAttributes(attribute.Int64("baton.items", items))
+		endSpan(span, err)
+	}()
 	results, err := d.processGroup(ctx, gp, g)
 	if err != nil {
 		return out, causeOr(ctx, err)
 	}
-	steps := make([]partition.ClaimStep, len(fenced))
+	steps = make([]partition.ClaimStep, len(fenced))
 	for i, f := range fenced {
 		b, res := g.Batches[i], results[i]
 		cp := b.Checkpoint
@@ -240,11 +254,9 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands []partition.Candidate)
 			return out, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
 				b.Lease, res.Position, cp.Position, cp.Available)
 		}
-		caughtUp := res.Position >= cp.Available
-		allCaughtUp = allCaughtUp && caughtUp
 		items += res.Position - cp.Position
 		steps[i] = partition.ClaimStep{Candidate: f.Candidate, From: cp.Position, Position: res.Position,
-			State: res.State, Release: caughtUp && d.cfg.Mode == ModeLock}
+			State: res.State, Release: res.Position >= cp.Available && d.cfg.Mode == ModeLock, Traceparent: traces[i]}
 	}
 	sent := d.cfg.Clock.Now()
 	if err := d.claimAdvanceGroupTraced(ctx, tx, steps); err != nil {

@@ -47,6 +47,13 @@ func linkPrevious(span trace.Span, traceparent string) {
 	}
 }
 
+// traceparentOf is the W3C trace context of the span in ctx, "" if none.
+func traceparentOf(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c["traceparent"]
+}
+
 // claimTraced is Store.Claim in a "baton.claim" span.
 func (d *Distributor) claimTraced(ctx context.Context, try []partition.Candidate) ([]partition.Claimed, error) {
 	ctx, span := tracer.Start(ctx, "baton.claim", trace.WithAttributes(attribute.Int("baton.candidates", len(try)),

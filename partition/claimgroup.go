@@ -73,12 +73,15 @@ func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candid
 // ClaimStep is one member of ClaimAdvanceGroup: a candidate fenced in the
 // same transaction, the checkpoint its first batch moves From → Position
 // with State, and whether to release it again (lock mode, caught up).
+// Traceparent is the W3C trace context of the member's batch, stored with
+// its checkpoint; empty means the span in the statement's context.
 type ClaimStep struct {
-	Candidate Candidate
-	From      int64
-	Position  int64
-	State     json.RawMessage
-	Release   bool
+	Candidate   Candidate
+	From        int64
+	Position    int64
+	State       json.RawMessage
+	Release     bool
+	Traceparent string
 }
 
 // ClaimAdvanceGroup is ClaimAdvance for every step in one statement, all
@@ -101,7 +104,9 @@ func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, 
 	positions := make([]int64, n)
 	states := make([]string, n)
 	releases := make([]bool, n)
+	traces := make([]string, n)
 	leases := make([]Lease, n)
+	trace := traceparent(ctx)
 	for i, st := range steps {
 		keys[i], versions[i] = st.Candidate.Key, st.Candidate.Version
 		froms[i], positions[i], releases[i] = st.From, st.Position, st.Release
@@ -109,10 +114,14 @@ func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, 
 		if st.State != nil {
 			states[i] = string(st.State)
 		}
+		traces[i] = st.Traceparent
+		if traces[i] == "" {
+			traces[i] = trace
+		}
 		leases[i] = Lease{Key: st.Candidate.Key, Version: st.Candidate.Version + 1}
 	}
 	q := claimAdvanceGroupSQL
-	args := []any{keys, versions, froms, positions, states, releases, owner, micros(ttl), traceparent(ctx), NotifyChannel}
+	args := []any{keys, versions, froms, positions, states, releases, owner, micros(ttl), traces, NotifyChannel}
 	if !s.noEvents {
 		q, args = claimAdvanceGroupEventsSQL, append(args, reason)
 	}
@@ -160,8 +169,8 @@ const fenceUnownedGroupSQL = `
 
 // claimAdvanceGroupSQL claims the members (keys $1, versions $2) moving
 // their checkpoints from $3 to $4 with states $5, releasing those marked
-// in $6, for owner $7 with leases of $8 microseconds; $9 is the trace
-// context stored with the checkpoints, $10 the notification channel. It
+// in $6, for owner $7 with leases of $8 microseconds; $9 are the trace
+// contexts stored with the checkpoints, $10 the notification channel. It
 // returns how many members were won.
 const claimAdvanceGroupSQL = claimAdvanceGroupCTEs + `
 		SELECT count(*) FROM u CROSS JOIN n`
@@ -169,9 +178,9 @@ const claimAdvanceGroupSQL = claimAdvanceGroupCTEs + `
 // claimAdvanceGroupCTEs are claimAdvanceGroupSQL's steps.
 const claimAdvanceGroupCTEs = `
 		WITH c AS (
-			SELECT l.partition_key, m.version + 1 AS version, m.from_pos, m.position, m.checkpoint, m.release
-			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], $6::boolean[])
-			     AS m(key, version, from_pos, position, checkpoint, release)
+			SELECT l.partition_key, m.version + 1 AS version, m.from_pos, m.position, m.checkpoint, m.release, m.trace
+			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], $6::boolean[], $9::text[])
+			     AS m(key, version, from_pos, position, checkpoint, release, trace)
 			CROSS JOIN LATERAL (
 				SELECT t.partition_key
 				FROM {{.Schema}}.tasks t
@@ -189,7 +198,7 @@ const claimAdvanceGroupCTEs = `
 			    lease_expires_at = CASE WHEN c.release THEN '-infinity'
 			                            ELSE statement_timestamp() + $8::bigint * interval '1 microsecond' END,
 			    position = c.position, checkpoint = c.checkpoint::jsonb, attempts = 0, last_error = NULL,
-			    traceparent = nullif($9, ''), updated_at = now()
+			    traceparent = nullif(c.trace, ''), updated_at = now()
 			FROM c
 			WHERE t.partition_key = c.partition_key
 			RETURNING t.partition_key, c.version, c.from_pos, t.position, c.release,
