@@ -10,14 +10,15 @@ import (
 func TestClassifyNormalisedStatements(t *testing.T) {
 	// As pg_stat_statements stores them: constants replaced by $n.
 	cases := map[string]string{
-		`WITH w AS ( INSERT INTO baton.workers (instance_id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING ) UPDATE baton.tasks t SET heartbeat_at = now()`:         "heartbeat",
-		`SELECT partition_key, version, owner IS NOT NULL FROM baton.tasks WHERE available > position LIMIT $1`:                                                    "claim scan (Candidates)",
-		`WITH c AS ( SELECT t.partition_key FROM baton.tasks t FOR UPDATE OF t SKIP LOCKED ) UPDATE baton.tasks t SET version = t.version + $3, owner = $4`:        "claim (CAS)",
-		`WITH l AS ( SELECT 1 FOR UPDATE OF t ) UPDATE baton.tasks t SET version = t.version + $4, owner = $5 RETURNING t.partition_key, t.available > t.position`: "release",
-		`SELECT position, available, checkpoint FROM baton.tasks WHERE partition_key = $1 FOR KEY SHARE`:                                                           "fence",
-		`UPDATE baton.tasks SET position = $1, checkpoint = $2::jsonb WHERE partition_key = $3`:                                                                    "advance checkpoint",
-		`INSERT INTO baton.priced (contract_id, seq) SELECT $1, s FROM unnest($2::bigint[])`:                                                                       "write priced",
-		`SELECT seq, record_id, amount_minor FROM baton.records WHERE contract_id = $1 AND seq > $2`:                                                               "read records",
+		`WITH w AS ( INSERT INTO baton.workers (instance_id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING ) UPDATE baton.tasks t SET heartbeat_at = now()`:                                                                                                "heartbeat",
+		`SELECT partition_key, version, owner IS NOT NULL FROM baton.tasks WHERE available > position LIMIT $1`:                                                                                                                                           "claim scan (Candidates)",
+		`WITH c AS ( SELECT t.partition_key FROM baton.tasks t FOR UPDATE OF t SKIP LOCKED ) UPDATE baton.tasks t SET version = t.version + $3, owner = $4`:                                                                                               "claim (CAS)",
+		`WITH l AS ( SELECT 1 FOR UPDATE OF t ) UPDATE baton.tasks t SET version = t.version + $4, owner = $5 RETURNING t.partition_key, t.available > t.position`:                                                                                        "release",
+		`SELECT position, available, checkpoint FROM baton.tasks WHERE partition_key = $1 FOR KEY SHARE`:                                                                                                                                                  "fence",
+		`UPDATE baton.tasks SET position = $1, checkpoint = $2::jsonb WHERE partition_key = $3`:                                                                                                                                                           "advance checkpoint",
+		`INSERT INTO baton.priced (contract_id, seq) SELECT $1, s FROM unnest($2::bigint[])`:                                                                                                                                                              "write priced",
+		`SELECT seq, record_id, amount_minor FROM baton.records WHERE contract_id = $1 AND seq > $2`:                                                                                                                                                      "read records",
+		`SELECT first_seq, record_ids, amounts FROM baton.record_chunks WHERE contract_id = $1 AND first_seq >= coalesce(( SELECT max(first_seq) FROM baton.record_chunks WHERE contract_id = $1 AND first_seq <= $2 + $3), $4) AND first_seq <= $2 + $5`: "read records",
 		`commit`:                          "commit",
 		`SELECT pg_try_advisory_lock($1)`: "advisory lock",
 	}

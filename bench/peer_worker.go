@@ -311,8 +311,17 @@ func (w *peer) batch(ctx context.Context, tx pgx.Tx, contract string, pos, cum i
 	if err != nil {
 		return err
 	}
-	rows, err := tx.Query(ctx, `SELECT seq, record_id, amount_minor FROM baton.records
-		WHERE contract_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, contract, pos, w.o.batch)
+	// The records of the chunks covering (pos, pos+batch], found on the
+	// chunks' primary key as baton's pricer finds them (a seq predicate on
+	// the records view would unnest every chunk of the contract).
+	rows, err := tx.Query(ctx, `SELECT c.first_seq + u.i - 1 AS seq, u.record_id, u.amount_minor
+		FROM baton.record_chunks c
+		CROSS JOIN LATERAL unnest(c.record_ids, c.amounts) WITH ORDINALITY AS u (record_id, amount_minor, i)
+		WHERE c.contract_id = $1
+		  AND c.first_seq >= coalesce((SELECT max(first_seq) FROM baton.record_chunks
+		                                WHERE contract_id = $1 AND first_seq <= $2 + 1), 1)
+		  AND c.first_seq <= $2 + $3 AND c.first_seq + u.i - 1 > $2
+		ORDER BY 1 LIMIT $3`, contract, pos, w.o.batch)
 	if err != nil {
 		return fmt.Errorf("reading records of %s: %w", contract, err)
 	}

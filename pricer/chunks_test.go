@@ -125,3 +125,33 @@ func TestMissingChunkIsCorrupt(t *testing.T) {
 		t.Fatalf("last_error %q, %d priced; want the gap reported and at most seqs 1-2 priced", lastErr, priced)
 	}
 }
+
+// Priced rows whose records are gone (a chunk deleted behind baton's back)
+// are reported by Verify, counted through an anti-join over the records
+// view.
+func TestVerifyReportsPricedRowsWithoutRecords(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	loadVectors(t, db)
+	runUntilDone(t, db, distributor.Config{Name: "orphans", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
+	var gone int
+	if err := db.QueryRow(`WITH d AS (
+			DELETE FROM baton.record_chunks WHERE (contract_id, first_seq) =
+			    (SELECT contract_id, first_seq FROM baton.record_chunks ORDER BY contract_id, first_seq LIMIT 1)
+			RETURNING cardinality(record_ids) AS n)
+		SELECT n FROM d`).Scan(&gone); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pricer.Verify(context.Background(), db, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%d priced rows have no record", gone)
+	var found bool
+	for _, m := range s.Mismatches {
+		found = found || m.Description == want
+	}
+	if gone == 0 || !found {
+		t.Fatalf("mismatches %+v, want %q", s.Mismatches, want)
+	}
+}

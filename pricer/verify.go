@@ -93,11 +93,16 @@ func Verify(ctx context.Context, db bun.IDB, schemaName string) (Summary, error)
 	if err := rows.Err(); err != nil {
 		return s, fmt.Errorf("verifying priced output: %w", err)
 	}
+	// The priced rows without a record are counted by an anti-join (NOT
+	// EXISTS in WHERE), which reads the records once; inside an aggregate
+	// it would be a lookup per priced row, and records (a view over the
+	// chunks) cannot be looked up by seq.
 	var orphans int64
 	if err := db.QueryRowContext(ctx, schema.SQL(schemaName, `
-		SELECT coalesce(sum(gross_minor), 0)::text, coalesce(sum(net_minor), 0)::text,
-		       count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM {{.Schema}}.records r WHERE r.contract_id = p.contract_id AND r.seq = p.seq))
-		FROM {{.Schema}}.priced p`)).Scan(&s.Gross, &s.Net, &orphans); err != nil {
+		SELECT (SELECT coalesce(sum(gross_minor), 0)::text FROM {{.Schema}}.priced),
+		       (SELECT coalesce(sum(net_minor), 0)::text FROM {{.Schema}}.priced),
+		       (SELECT count(*) FROM {{.Schema}}.priced p
+		         WHERE NOT EXISTS (SELECT 1 FROM {{.Schema}}.records r WHERE r.contract_id = p.contract_id AND r.seq = p.seq))`)).Scan(&s.Gross, &s.Net, &orphans); err != nil {
 		return s, fmt.Errorf("verifying priced output: %w", err)
 	}
 	if orphans > 0 {
