@@ -24,6 +24,12 @@ func (d *Distributor) claimLoop() {
 	defer poll.Stop()
 	var lastRebalance, lastPrune time.Time
 	failures := 0
+	// claimed: the last round claimed something. With UntilDone a worker
+	// holding nothing reads the cluster load every round, to learn that
+	// all work is done; right after a round that claimed, there was work,
+	// so the read is skipped, and a round that then finds nothing comes
+	// straight back to make it.
+	claimed := false
 	for !d.isStopping() {
 		ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
 		now := d.cfg.Clock.Now()
@@ -56,7 +62,7 @@ func (d *Distributor) claimLoop() {
 			}
 		}
 		if lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.cfg.RebalanceInterval || recompute ||
-			d.cfg.UntilDone && d.heldCount() == 0 {
+			d.cfg.UntilDone && d.heldCount() == 0 && !claimed {
 			finished, err := d.rebalance(ctx)
 			if err != nil {
 				roundErr = fmt.Errorf("reading cluster load: %w", err)
@@ -77,10 +83,17 @@ func (d *Distributor) claimLoop() {
 			d.pruneEvents(ctx)
 			lastPrune = now
 		}
+		skipped := claimed
+		claimed = false
 		if !owed {
-			if err := d.claim(ctx); err != nil {
+			// A round without room (woken while claims are in flight)
+			// learns nothing about the work left.
+			full := !d.hasRoom()
+			n, err := d.claim(ctx)
+			if err != nil {
 				roundErr = errors.Join(roundErr, fmt.Errorf("claiming: %w", err))
 			}
+			claimed = n > 0 || full && skipped
 		}
 		cancel()
 		// A failed round is retried after a backoff rather than at the next
@@ -95,6 +108,9 @@ func (d *Distributor) claimLoop() {
 			retry = d.cfg.Clock.After(delay)
 		} else {
 			failures = 0
+			if skipped && !claimed && d.cfg.UntilDone && d.heldCount() == 0 {
+				continue // the load read skipped after the last claims
+			}
 		}
 		select {
 		case <-d.stopping:
@@ -130,13 +146,12 @@ type finished struct{ err error }
 // the next rebalance after the dead worker's registration expires, beyond
 // the takeover bound. The share corrects itself afterwards (the dead worker
 // leaves the live count; surplus is handed back at batch boundaries).
-func (d *Distributor) claim(ctx context.Context) error {
+func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	want, room, idle := d.wanted()
 	if room <= 0 {
-		return nil
+		return 0, nil
 	}
 	var cands []partition.Candidate
-	var err error
 	if want > 0 {
 		// Rows being claimed with their first batch still read as
 		// claimable at the head of the index: read past those this worker
@@ -152,10 +167,10 @@ func (d *Distributor) claim(ctx context.Context) error {
 		cands, err = d.store.StaleCandidates(ctx, 4*room+8)
 	}
 	if err != nil {
-		return err
+		return started, err
 	}
 	if len(cands) == 0 {
-		return nil
+		return started, nil
 	}
 	if idle && want > 0 {
 		// The share was computed when there was no work (1 of nothing, or
@@ -164,11 +179,11 @@ func (d *Distributor) claim(ctx context.Context) error {
 		// before claiming. This costs one load read per idle-to-busy turn.
 		load, err := d.store.FairShareLoad(ctx, d.cfg.MaxPartitions, d.cfg.StaleAfter)
 		if err != nil {
-			return err
+			return started, err
 		}
 		d.applyShare(load)
 		if want, room, _ = d.wanted(); room <= 0 {
-			return nil
+			return started, nil
 		}
 	}
 	// A candidate this worker is claiming already (its claim commits with
@@ -186,7 +201,8 @@ func (d *Distributor) claim(ctx context.Context) error {
 		}
 		// Unowned partitions are claimed each in the transaction of its
 		// first batch, several in one when the processor can group them
-		// (claimFreshAll); a lost one wakes the loop for another round. Takeovers are claimed together here, to be confirmed.
+		// (claimFreshAll); a lost one wakes the loop for another round.
+		// Takeovers are claimed together here, to be confirmed.
 		var fresh []partition.Candidate
 		try = slices.DeleteFunc(try, func(c partition.Candidate) bool {
 			if c.Owned {
@@ -198,6 +214,7 @@ func (d *Distributor) claim(ctx context.Context) error {
 			return true
 		})
 		d.claimFreshAll(fresh)
+		started += len(fresh)
 		if len(try) == 0 {
 			break
 		}
@@ -205,18 +222,19 @@ func (d *Distributor) claim(ctx context.Context) error {
 		won, err := d.claimTraced(ctx, try)
 		if err != nil {
 			if !dberr.UnknownOutcome(err) {
-				return err
+				return started, err
 			}
 			// The claim may have applied with its reply lost: re-read, and
 			// adopt whatever is ours so it is processed or handed back
 			// rather than left owned until its lease expires.
 			adopted, rerr := d.resolveClaims(try)
 			if rerr != nil {
-				return fmt.Errorf("%w (outcome re-read: %v)", err, rerr)
+				return started, fmt.Errorf("%w (outcome re-read: %v)", err, rerr)
 			}
 			d.log.Warn("claim outcome was unknown; re-read it", "error", err, "adopted", len(adopted))
 			won = adopted
 		}
+		started += len(won)
 		for _, c := range won {
 			d.reportClaim(c)
 			d.start(c, sent)
@@ -229,7 +247,7 @@ func (d *Distributor) claim(ctx context.Context) error {
 			d.emit(Event{Kind: EventClaimLost, Items: lost})
 		}
 	}
-	return nil
+	return started, nil
 }
 
 // pickClaims chooses the candidates to claim in one statement: a dead

@@ -78,6 +78,9 @@ func (d *Distributor) runClaimGroup(gp GroupProcessor, cands []partition.Candida
 	}
 	if len(out.lost) > 0 {
 		// As for a lone claim lost at its fence: skipped for a while.
+		// Their room is given back once the group is over (the claim loop
+		// is woken then), so that it is filled by a group of its own
+		// rather than claim by claim while this group runs.
 		now := d.cfg.Clock.Now()
 		d.mu.Lock()
 		for _, c := range out.lost {
@@ -86,7 +89,7 @@ func (d *Distributor) runClaimGroup(gp GroupProcessor, cands []partition.Candida
 		}
 		d.mu.Unlock()
 		d.emit(Event{Kind: EventClaimLost, Items: len(out.lost)})
-		d.wake()
+		defer d.wake()
 	}
 	switch {
 	case err == nil:

@@ -13,11 +13,11 @@ import (
 
 // A group is the first batches of several contracts claimed together in
 // one transaction (distributor.GroupProcessor): typically many tiny
-// contracts. Its cost is a few statements for them all, not per contract:
-// one read of the tiers not cached yet, one read of every member's
-// records, pricing in memory exactly as Process does for each member, and
-// one write of every priced row. Each member's rows and checkpoint are
-// those Process would give it alone.
+// contracts. Its cost is two statements for them all, not per contract:
+// one read of every member's records and of the tiers not cached yet,
+// pricing in memory exactly as Process does for each member, and one write
+// of every priced row. Each member's rows and checkpoint are those Process
+// would give it alone.
 
 var _ distributor.GroupProcessor = (*Processor)(nil)
 
@@ -35,14 +35,14 @@ func (p *Processor) ProcessGroup(ctx context.Context, g *distributor.Group) ([]d
 		}
 		cps[i] = cp
 	}
-	scheds, err := p.groupSchedules(ctx, g)
+	scheds := p.cachedSchedules(g)
+	w := getWorkspace()
+	defer putWorkspace(w)
+	ends, tiers, err := p.readGroup(ctx, g, w, scheds)
 	if err != nil {
 		return nil, err
 	}
-	w := getWorkspace()
-	defer putWorkspace(w)
-	ends, err := p.readGroupRecords(ctx, g, w)
-	if err != nil {
+	if err := p.newSchedules(g, scheds, tiers); err != nil {
 		return nil, err
 	}
 	w.lines = w.lines[:0]
@@ -63,55 +63,30 @@ func (p *Processor) ProcessGroup(ctx context.Context, g *distributor.Group) ([]d
 	return results, nil
 }
 
-// groupSchedules returns every member's tier schedule: cached ones from
-// the cache, the others read in one statement (and cached, as schedule
-// does, once the contract has priced records).
-func (p *Processor) groupSchedules(ctx context.Context, g *distributor.Group) ([]*pricing.Schedule, error) {
+// cachedSchedules returns the members' tier schedules found in the cache,
+// nil for the others.
+func (p *Processor) cachedSchedules(g *distributor.Group) []*pricing.Schedule {
 	scheds := make([]*pricing.Schedule, len(g.Batches))
-	var missing []string
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	for i, b := range g.Batches {
-		if s, ok := p.schedules[b.Lease.Key]; ok {
-			scheds[i] = s
-		} else {
-			missing = append(missing, b.Lease.Key)
-		}
+		scheds[i] = p.schedules[b.Lease.Key]
 	}
-	p.mu.Unlock()
-	if len(missing) == 0 {
-		return scheds, nil
-	}
-	tiers := make(map[string][]pricing.Tier, len(missing))
-	err := g.Raw(func(conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, p.sql(`SELECT contract_id, threshold_minor, discount_bp FROM {{.Schema}}.tiers
-WHERE contract_id = ANY($1)`), pgx.QueryExecModeCacheDescribe, missing)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		var (
-			contract string
-			t        pricing.Tier
-		)
-		for rows.Next() {
-			if err := rows.Scan(&contract, &t.ThresholdMinor, &t.DiscountBP); err != nil {
-				return err
-			}
-			tiers[contract] = append(tiers[contract], t)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading tiers of %d contracts (%s, …): %w", len(missing), missing[0], err)
-	}
+	return scheds
+}
+
+// newSchedules builds the schedules of the members not cached from the
+// tiers read for them, and caches them as schedule does: once the contract
+// has priced records, its tiers can no longer change.
+func (p *Processor) newSchedules(g *distributor.Group, scheds []*pricing.Schedule, tiers [][]pricing.Tier) error {
 	for i, b := range g.Batches {
 		if scheds[i] != nil {
 			continue
 		}
 		contract := b.Lease.Key
-		s, err := pricing.NewSchedule(tiers[contract])
+		s, err := pricing.NewSchedule(tiers[i])
 		if err != nil {
-			return nil, fmt.Errorf("tiers of contract %s: %w", contract, err)
+			return fmt.Errorf("tiers of contract %s: %w", contract, err)
 		}
 		scheds[i] = s
 		if b.Checkpoint.Position > 0 {
@@ -120,64 +95,78 @@ WHERE contract_id = ANY($1)`), pgx.QueryExecModeCacheDescribe, missing)
 			p.mu.Unlock()
 		}
 	}
-	return scheds, nil
+	return nil
 }
 
-// readGroupRecordsSQL is readRecordsSQL for every member at once
-// (contracts $1, after $2, limits $3), member after member: the lateral
-// subquery is readRecordsSQL's, run once per member.
-const readGroupRecordsSQL = `SELECT m.i, c.first_seq, c.record_ids, c.amounts
-FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS m(contract, after, lim, i)
+// readGroupSQL reads, for every member (contracts $1, after $2, limits
+// $3), its tiers when $4 asks for them, as one row of arrays with
+// first_seq 0, then its records as readRecordsSQL does (the same subquery,
+// run once per member), member after member: one statement for the whole
+// group.
+const readGroupSQL = `SELECT m.i, x.first_seq, x.record_ids, x.amounts, x.thresholds, x.discounts
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::boolean[]) WITH ORDINALITY AS m(contract, after, lim, want_tiers, i)
 CROSS JOIN LATERAL (
-	SELECT first_seq, record_ids, amounts FROM {{.Schema}}.record_chunks
+	SELECT 0::bigint AS first_seq, NULL::text[] AS record_ids, NULL::bigint[] AS amounts,
+	       array_agg(t.threshold_minor ORDER BY t.threshold_minor) AS thresholds,
+	       array_agg(t.discount_bp::bigint ORDER BY t.threshold_minor) AS discounts
+	FROM {{.Schema}}.tiers t
+	WHERE m.want_tiers AND t.contract_id = m.contract
+	HAVING m.want_tiers
+	UNION ALL
+	SELECT first_seq, record_ids, amounts, NULL, NULL FROM {{.Schema}}.record_chunks
 	WHERE contract_id = m.contract
 	  AND first_seq >= coalesce((SELECT max(first_seq) FROM {{.Schema}}.record_chunks
 	                              WHERE contract_id = m.contract AND first_seq <= m.after + 1), 1)
 	  AND first_seq <= m.after + m.lim
-	ORDER BY first_seq
-) c
-ORDER BY m.i, c.first_seq`
+) x
+ORDER BY m.i, x.first_seq`
 
-// readGroupRecords reads every member's records (up to its Limit after its
+// readGroup reads every member's records (up to its Limit after its
 // checkpoint) into w.recs, member after member, from the chunks that hold
-// them, as readRecords does for one; ends[i] is where member i's records
-// end in w.recs.
-func (p *Processor) readGroupRecords(ctx context.Context, g *distributor.Group, w *workspace) ([]int, error) {
+// them, as readRecords does for one, and the tiers of the members without
+// a schedule; ends[i] is where member i's records end in w.recs.
+func (p *Processor) readGroup(ctx context.Context, g *distributor.Group, w *workspace, scheds []*pricing.Schedule) (
+	ends []int, tiers [][]pricing.Tier, err error) {
 	n := len(g.Batches)
 	contracts := make([]string, n)
 	after := make([]int64, n)
 	limits := make([]int64, n)
+	want := make([]bool, n)
 	for i, b := range g.Batches {
-		contracts[i], after[i], limits[i] = b.Lease.Key, b.Checkpoint.Position, int64(b.Limit)
+		contracts[i], after[i], limits[i], want[i] = b.Lease.Key, b.Checkpoint.Position, int64(b.Limit), scheds[i] == nil
 	}
 	w.recs, w.ids = w.recs[:0], w.ids[:0]
-	ends := make([]int, n)
-	err := g.Raw(func(conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, p.sql(readGroupRecordsSQL), pgx.QueryExecModeCacheDescribe,
-			pgx.QueryResultFormats{pgx.BinaryFormatCode}, contracts, after, limits)
+	ends = make([]int, n)
+	tiers = make([][]pricing.Tier, n)
+	err = g.Raw(func(conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, p.sql(readGroupSQL), pgx.QueryExecModeCacheDescribe,
+			pgx.QueryResultFormats{pgx.BinaryFormatCode}, contracts, after, limits, want)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			raw := rows.RawValues()
-			if len(raw) != 4 || len(raw[0]) != 8 {
-				return fmt.Errorf("%w: unexpected chunk row", ErrCorrupt)
+			if len(raw) != 6 || len(raw[0]) != 8 || len(raw[1]) != 8 {
+				return fmt.Errorf("%w: unexpected row", ErrCorrupt)
 			}
 			m := int64(binary.BigEndian.Uint64(raw[0]))
 			if m < 1 || m > int64(n) {
-				return fmt.Errorf("chunk of member %d in a group of %d", m, n)
+				return fmt.Errorf("row of member %d in a group of %d", m, n)
 			}
-			if err := w.appendChunk(raw[1:], after[m-1], after[m-1]+limits[m-1]); err != nil {
+			if binary.BigEndian.Uint64(raw[1]) == 0 { // the member's tiers
+				if tiers[m-1], err = decodeTiers(raw[4], raw[5]); err != nil {
+					return fmt.Errorf("%w: tiers of contract %s: %v", ErrCorrupt, contracts[m-1], err)
+				}
+				continue
+			}
+			if err := w.appendChunk(raw[1:4], after[m-1], after[m-1]+limits[m-1]); err != nil {
 				return err
 			}
 			ends[m-1] = len(w.recs)
 		}
 		return rows.Err()
 	})
-	if err != nil {
-		return nil, fmt.Errorf("reading records of %d contracts (%s, …): %w", n, contracts[0], err)
-	}
 	// A member with no records ends where the one before it does.
 	for i := 1; i < n; i++ {
 		ends[i] = max(ends[i], ends[i-1])
@@ -186,7 +175,39 @@ func (p *Processor) readGroupRecords(ctx context.Context, g *distributor.Group, 
 	for i := range w.recs {
 		w.recs[i].recordID = w.ids[w.recs[i].idFrom:w.recs[i].idTo]
 	}
-	return ends, nil
+	return ends, tiers, nil
+}
+
+// decodeTiers reads a contract's tiers from its arrays of thresholds and
+// discounts (bigint[], binary); NULL arrays are no tiers.
+func decodeTiers(thresholds, discounts []byte) ([]pricing.Tier, error) {
+	if thresholds == nil || discounts == nil {
+		return nil, nil
+	}
+	th, err := arrayElems(thresholds)
+	if err != nil {
+		return nil, err
+	}
+	bp, err := arrayElems(discounts)
+	if err != nil {
+		return nil, err
+	}
+	if th.n != bp.n {
+		return nil, fmt.Errorf("%d thresholds and %d discounts", th.n, bp.n)
+	}
+	out := make([]pricing.Tier, th.n)
+	for i := range out {
+		t, err := th.next()
+		if err != nil || len(t) != 8 {
+			return nil, fmt.Errorf("bad threshold")
+		}
+		d, err := bp.next()
+		if err != nil || len(d) != 8 {
+			return nil, fmt.Errorf("bad discount")
+		}
+		out[i] = pricing.Tier{ThresholdMinor: int64(binary.BigEndian.Uint64(t)), DiscountBP: int64(binary.BigEndian.Uint64(d))}
+	}
+	return out, nil
 }
 
 const insertGroupSQL = `INSERT INTO {{.Schema}}.priced
