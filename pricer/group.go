@@ -167,6 +167,9 @@ func (p *Processor) readGroup(ctx context.Context, g *distributor.Group, w *work
 		}
 		return rows.Err()
 	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading records of %d contracts (%s, …): %w", n, contracts[0], err)
+	}
 	// A member with no records ends where the one before it does.
 	for i := 1; i < n; i++ {
 		ends[i] = max(ends[i], ends[i-1])
