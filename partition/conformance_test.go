@@ -121,3 +121,31 @@ func (b *pgBatch) Advance(ctx context.Context, from, to int64) error {
 func (b *pgBatch) Commit(context.Context) error { return b.tx.Commit() }
 
 func (b *pgBatch) Rollback() { _ = b.tx.Rollback() }
+
+func (h *pgHarness) BeginClaim(ctx context.Context, owner string, c partition.Candidate) (storetest.ClaimBatch, partition.Checkpoint, error) {
+	tx, err := h.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, partition.Checkpoint{}, err
+	}
+	cp, err := h.s.FenceUnowned(ctx, tx, c)
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, cp, err
+	}
+	return &pgClaimBatch{s: h.s, tx: tx, c: c, owner: owner}, cp, nil
+}
+
+type pgClaimBatch struct {
+	s     *partition.Store
+	tx    bun.Tx
+	c     partition.Candidate
+	owner string
+}
+
+func (b *pgClaimBatch) ClaimAdvance(ctx context.Context, from, to int64, release bool) (partition.Lease, error) {
+	return b.s.ClaimAdvance(ctx, b.tx, b.owner, storetest.TTL, b.c, from, to, nil, release, "caught_up")
+}
+
+func (b *pgClaimBatch) Commit(context.Context) error { return b.tx.Commit() }
+
+func (b *pgClaimBatch) Rollback() { _ = b.tx.Rollback() }

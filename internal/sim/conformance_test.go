@@ -38,6 +38,7 @@ func TestBrokenModelStoresFailTheContract(t *testing.T) {
 	}{
 		{"claim ignores the version", Config{AdvanceCAS: true, Mutation: MutClaimNoCAS}, "Claim/CompareAndSetOnVersion"},
 		{"no fence", Config{AdvanceCAS: true, Mutation: MutNoFence}, "Fence/OnlyTheCurrentOwner"},
+		{"no fence on a claim with its first batch", Config{AdvanceCAS: true, Mutation: MutNoFence}, "ClaimWithBatch/FenceExcludesOtherClaims"},
 		{"checkpoint update compares only the version", Config{}, "Advance/CheckpointMovedSinceTheFence"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,6 +133,8 @@ func asError(e errKind) error {
 		return partition.ErrFenced
 	case errCheckpointMoved:
 		return partition.ErrCheckpointMoved
+	case errClaimLost:
+		return partition.ErrClaimLost
 	}
 	return fmt.Errorf("model store: %s", e)
 }
@@ -308,4 +311,35 @@ func (b *modelBatch) Rollback() {
 		b.closed = true
 		b.h.s.st.arrive(b.c, &request{kind: reqClose})
 	}
+}
+
+func (h *modelHarness) BeginClaim(_ context.Context, owner string, cand partition.Candidate) (storetest.ClaimBatch, partition.Checkpoint, error) {
+	k, ok := h.keys[cand.Key]
+	if !ok {
+		return nil, partition.Checkpoint{}, partition.ErrClaimLost
+	}
+	c := h.s.newConn(nil)
+	cd := candidate{leaseID{k, cand.Version}, cand.Owned}
+	r := h.call(c, &request{kind: reqFenceUnowned, owner: h.owner(owner), cand: cd})
+	if err := asError(r.err); err != nil {
+		h.s.st.arrive(c, &request{kind: reqClose})
+		return nil, partition.Checkpoint{}, err
+	}
+	return &modelClaimBatch{modelBatch: modelBatch{h: h, c: c}, lease: partition.Lease{Key: cand.Key, Version: cand.Version + 1}},
+		partition.Checkpoint{Position: r.position, Available: r.available}, nil
+}
+
+// modelClaimBatch is a claim's transaction on a connection of its own.
+type modelClaimBatch struct {
+	modelBatch
+	lease partition.Lease
+}
+
+func (b *modelClaimBatch) ClaimAdvance(_ context.Context, from, to int64, release bool) (partition.Lease, error) {
+	if to > from {
+		if err := asError(b.h.call(b.c, &request{kind: reqWrite, from: from + 1, to: to}).err); err != nil {
+			return b.lease, err
+		}
+	}
+	return b.lease, asError(b.h.call(b.c, &request{kind: reqClaimAdvance, newPos: to, release: release}).err)
 }

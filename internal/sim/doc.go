@@ -120,7 +120,9 @@
 // lost), and wall-clock steps (only monotonic clocks matter).
 //
 // Claims in groups (distributor.Config.ClaimGroup) are modelled as lone
-// claims with their first batches. A group's transaction does to each
+// claims with their first batches (whose statements are a group of one in
+// partition.Store, held to the model by the ClaimWithBatch cases of the
+// conformance suite). A group's transaction does to each
 // member's row exactly what a lone claim's does (the same predicates and
 // lock modes, taken in key order by statements that never wait), so every
 // interleaving with another transaction that a member sees is one a lone

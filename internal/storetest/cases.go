@@ -34,6 +34,11 @@ func Cases() []Case {
 		{"ClusterLoad/MinHeldByLiveWorkers", clusterLoadMinHeld},
 		{"StopWorker/LeavesTheLiveCountForGood", stopWorker},
 		{"Produce/CaughtUpPartitionBecomesClaimable", produce},
+		{"ClaimWithBatch/ClaimCheckpointAndReleaseCommitTogether", claimBatchReleases},
+		{"ClaimWithBatch/KeptWithoutRelease", claimBatchKept},
+		{"ClaimWithBatch/FenceExcludesOtherClaims", claimBatchFenceExcludes},
+		{"ClaimWithBatch/LostToACommittedClaim", claimBatchLost},
+		{"ClaimWithBatch/RolledBackChangesNothing", claimBatchRollback},
 	}
 }
 
@@ -674,4 +679,123 @@ func produce(c *C, h Harness) {
 	if len(won) != 1 || won[0].Position != 2 || won[0].Available != 5 {
 		c.Errorf("claim after new work = %+v; want position 2, available 5", won)
 	}
+}
+
+// ---- claims made with their first batch ----------------------------------
+
+func (c *C) beginClaim(h Harness, owner string, cand partition.Candidate) (ClaimBatch, partition.Checkpoint) {
+	b, cp, err := h.BeginClaim(c.Ctx, owner, cand)
+	c.must(err, "BeginClaim by "+owner)
+	return b, cp
+}
+
+func (c *C) wantProgress(h Harness, key string, version, position int64) {
+	v, p, err := h.Progress(c.Ctx, key)
+	c.must(err, "Progress")
+	if v != version || p != position {
+		c.Errorf("%s at version %d position %d; want %d, %d", key, v, p, version, position)
+	}
+}
+
+func claimBatchReleases(c *C, h Harness) {
+	h.AddPartition("a", 1)
+	cs := c.candidates(h, 10)
+	b, cp := c.beginClaim(h, "w1", cs[0])
+	defer b.Rollback()
+	if cp.Position != 0 || cp.Available != 1 {
+		c.Fatalf("fence read %+v; want position 0 of 1", cp)
+	}
+	l, err := b.ClaimAdvance(c.Ctx, 0, 1, true)
+	c.must(err, "ClaimAdvance")
+	if l.Version != cs[0].Version+1 {
+		c.Errorf("claim's lease %v; want version %d", l, cs[0].Version+1)
+	}
+	c.must(b.Commit(c.Ctx), "Commit")
+	// Claimed (one version) and released (another), caught up.
+	c.wantProgress(h, "a", cs[0].Version+2, 1)
+	c.wantKeys("candidates after the claim with its only batch", candKeys(c.candidates(h, 10)), nil)
+	h.Produce("a", 1)
+	c.wantKeys("candidates after more work", candKeys(c.candidates(h, 10)), []string{"a"})
+}
+
+func claimBatchKept(c *C, h Harness) {
+	h.AddPartition("a", 2)
+	cs := c.candidates(h, 10)
+	b, _ := c.beginClaim(h, "w1", cs[0])
+	defer b.Rollback()
+	l, err := b.ClaimAdvance(c.Ctx, 0, 1, false)
+	c.must(err, "ClaimAdvance")
+	c.must(b.Commit(c.Ctx), "Commit")
+	c.wantProgress(h, "a", l.Version, 1)
+	held, err := h.Inspect(c.Ctx, "w1", []partition.Lease{l})
+	c.must(err, "Inspect")
+	if len(held) != 1 || held[0].Remaining <= 0 {
+		c.Errorf("inspect of the kept claim = %v; want it held with a live lease", held)
+	}
+	c.wantKeys("candidates while the claim is held", candKeys(c.candidates(h, 10)), nil)
+}
+
+func claimBatchFenceExcludes(c *C, h Harness) {
+	h.AddPartition("a", 1)
+	cs := c.candidates(h, 10)
+	b, _ := c.beginClaim(h, "w1", cs[0])
+	defer b.Rollback()
+	if b2, _, err := h.BeginClaim(c.Ctx, "w2", cs[0]); !errors.Is(err, partition.ErrClaimLost) {
+		if b2 != nil {
+			b2.Rollback()
+		}
+		c.Errorf("a second claim transaction's fence = %v; want ErrClaimLost", err)
+	}
+	won, err := h.Claim(c.Ctx, "w2", cs)
+	c.must(err, "Claim")
+	c.wantKeys("claimed while fenced by a claim transaction", claimedKeys(won), nil)
+	_, err = b.ClaimAdvance(c.Ctx, 0, 1, true)
+	c.must(err, "ClaimAdvance")
+	c.must(b.Commit(c.Ctx), "Commit")
+	c.wantProgress(h, "a", cs[0].Version+2, 1)
+}
+
+func claimBatchLost(c *C, h Harness) {
+	h.AddPartition("a", 1)
+	cs := c.candidates(h, 10)
+	won, err := h.Claim(c.Ctx, "w2", cs)
+	c.must(err, "Claim")
+	c.wantKeys("won", claimedKeys(won), []string{"a"})
+	if b, _, err := h.BeginClaim(c.Ctx, "w1", cs[0]); !errors.Is(err, partition.ErrClaimLost) {
+		if b != nil {
+			b.Rollback()
+		}
+		c.Errorf("fence of a candidate claimed meanwhile = %v; want ErrClaimLost", err)
+	}
+	// Nor at the new version: the row is owned, a takeover, never claimed
+	// this way.
+	next := partition.Candidate{Key: "a", Version: won[0].Version}
+	if b, _, err := h.BeginClaim(c.Ctx, "w1", next); !errors.Is(err, partition.ErrClaimLost) {
+		if b != nil {
+			b.Rollback()
+		}
+		c.Errorf("fence of an owned row = %v; want ErrClaimLost", err)
+	}
+	c.wantProgress(h, "a", won[0].Version, 0)
+}
+
+func claimBatchRollback(c *C, h Harness) {
+	h.AddPartition("a", 1)
+	cs := c.candidates(h, 10)
+	b, _ := c.beginClaim(h, "w1", cs[0])
+	_, err := b.ClaimAdvance(c.Ctx, 0, 1, true)
+	c.must(err, "ClaimAdvance")
+	b.Rollback()
+	c.wantProgress(h, "a", cs[0].Version, 0)
+	again := c.candidates(h, 10)
+	if len(again) != 1 || again[0] != cs[0] {
+		c.Errorf("candidates after a rolled-back claim = %v; want %v", again, cs)
+	}
+	// And it can be claimed so again.
+	b, _ = c.beginClaim(h, "w2", cs[0])
+	defer b.Rollback()
+	_, err = b.ClaimAdvance(c.Ctx, 0, 1, true)
+	c.must(err, "ClaimAdvance after the rollback")
+	c.must(b.Commit(c.Ctx), "Commit")
+	c.wantProgress(h, "a", cs[0].Version+2, 1)
 }

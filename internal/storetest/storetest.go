@@ -57,6 +57,22 @@ type Store interface {
 	StopWorker(ctx context.Context, owner string) error
 	// Begin opens a batch's transaction and fences l for owner in it.
 	Begin(ctx context.Context, owner string, l partition.Lease) (Batch, partition.Checkpoint, error)
+	// BeginClaim opens the transaction of an unowned candidate's claim
+	// with its first batch and fences the candidate in it
+	// (partition.Store.FenceUnowned).
+	BeginClaim(ctx context.Context, owner string, cand partition.Candidate) (ClaimBatch, partition.Checkpoint, error)
+}
+
+// ClaimBatch is the transaction of a claim made with its first batch,
+// fenced.
+type ClaimBatch interface {
+	// ClaimAdvance writes items from+1 … to, then claims the candidate
+	// and moves its checkpoint from from to to, releasing it again with
+	// release (partition.Store.ClaimAdvance); it returns the claim's
+	// lease.
+	ClaimAdvance(ctx context.Context, from, to int64, release bool) (partition.Lease, error)
+	Commit(ctx context.Context) error
+	Rollback()
 }
 
 // Batch is a fenced transaction.
