@@ -31,10 +31,10 @@
 // own and stream: memory does not depend on the file's size, and a CSV
 // record may not span more than 1 MiB (an unclosed quote otherwise reads
 // the rest of the file as one field). The checks across rows and against
-// the database are done by Load, in SQL. Load reads the records file in a
-// goroutine of its own, a few batches of rows ahead of the rest of the
-// loader, so that parsing and the single-row checks run beside holding or
-// staging the rows.
+// the database are done by Load, in SQL. Load reads the records file a few
+// batches of rows ahead of the rest of the loader, in two goroutines, one
+// parsing the CSV and one applying the single-row checks, so that both run
+// beside holding or staging the rows.
 //
 // # The load transaction
 //

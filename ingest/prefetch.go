@@ -5,16 +5,20 @@ import (
 	"io"
 )
 
-// readAhead reads the rows of a records file in a goroutine of its own,
-// in batches, while the loader holds or stages the rows read before: the
-// parsing and single-row checks, most of the loader's CPU while it reads,
-// then run beside the rest instead of before it. Rows come out in file
-// order with the results Next gave them.
+// readAhead reads the rows of a records file ahead of the loader, in
+// batches, in two goroutines: one parses the CSV, the other applies the
+// single-row checks to the rows parsed before, while the loader holds or
+// stages the rows checked before those. Parsing and checking, most of the
+// loader's CPU while it reads, then run beside the rest instead of before
+// it. Rows come out in file order with the results Next would have given
+// them.
 type readAhead struct {
+	parsed  chan *parsedBatch
+	spare   chan *parsedBatch // parsed batches checked, for reuse
 	batches chan []readItem
 	free    chan []readItem // batches read, for reuse
 	stop    chan struct{}
-	done    chan struct{}
+	done    chan struct{} // both goroutines have ended
 	cur     []readItem
 	i       int
 	end     error // io.EOF or the fatal error that ended the reading
@@ -29,40 +33,91 @@ type readItem struct {
 	raw string
 }
 
+// parsedBatch is what csvFile.next returned for a batch of rows.
+type parsedBatch struct {
+	fields []string // the rows' fields, back to back
+	ends   []int    // where each row's fields end in fields
+	lines  []int64
+	errs   []error
+}
+
+func (p *parsedBatch) reset() {
+	clear(p.fields) // drop the strings
+	clear(p.errs)
+	p.fields, p.ends, p.lines, p.errs = p.fields[:0], p.ends[:0], p.lines[:0], p.errs[:0]
+}
+
 const readAheadBatch = 1024
 
+// final reports whether err ends the reading: io.EOF or a fatal error,
+// which csvFile.next would return again.
+func final(err error) bool { return err != nil && !isLineError(err) }
+
 func newReadAhead(r *RecordsReader) *readAhead {
-	a := &readAhead{batches: make(chan []readItem, 4), free: make(chan []readItem, 8),
+	a := &readAhead{parsed: make(chan *parsedBatch, 4), spare: make(chan *parsedBatch, 8),
+		batches: make(chan []readItem, 4), free: make(chan []readItem, 8),
 		stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(a.done)
-		defer close(a.batches)
-		batch := make([]readItem, 0, readAheadBatch)
+	parsing := make(chan struct{})
+	go func() { // parse
+		defer close(parsing)
+		defer close(a.parsed)
+		b := new(parsedBatch)
 		for {
-			row, err := r.Next()
-			it := readItem{row: row, err: err}
-			if err == nil {
-				if f := r.Fields(); !canonicalInt(f[2]) {
-					it.raw = rawRow(f)
-				}
+			fields, line, err := r.f.next()
+			b.fields = append(b.fields, fields...)
+			b.ends = append(b.ends, len(b.fields))
+			b.lines = append(b.lines, line)
+			b.errs = append(b.errs, err)
+			if len(b.lines) < readAheadBatch && !final(err) {
+				continue
 			}
-			batch = append(batch, it)
-			lineErr := err != nil && isLineError(err)
-			if len(batch) == readAheadBatch || (err != nil && !lineErr) {
-				select {
-				case a.batches <- batch:
-				case <-a.stop:
-					return
+			select {
+			case a.parsed <- b:
+			case <-a.stop:
+				return
+			}
+			if final(err) {
+				return
+			}
+			select {
+			case b = <-a.spare:
+				b.reset()
+			default:
+				b = new(parsedBatch)
+			}
+		}
+	}()
+	go func() { // check
+		defer close(a.done)
+		defer func() { <-parsing }()
+		defer close(a.batches)
+		for p := range a.parsed {
+			var batch []readItem
+			select {
+			case batch = <-a.free:
+				batch = batch[:0]
+			default:
+				batch = make([]readItem, 0, readAheadBatch)
+			}
+			from := 0
+			for i, end := range p.ends {
+				fields := p.fields[from:end:end]
+				from = end
+				row, err := r.check(fields, p.lines[i], p.errs[i])
+				it := readItem{row: row, err: err}
+				if err == nil && !canonicalInt(fields[2]) {
+					it.raw = rawRow(fields)
 				}
-				if err != nil && !lineErr {
-					return // io.EOF or fatal: Next would return it again
-				}
-				select {
-				case batch = <-a.free:
-					batch = batch[:0]
-				default:
-					batch = make([]readItem, 0, readAheadBatch)
-				}
+				batch = append(batch, it)
+			}
+			select {
+			case a.spare <- p:
+			default:
+			}
+			select {
+			case a.batches <- batch:
+			case <-a.stop:
+				return
 			}
 		}
 	}()
@@ -92,13 +147,13 @@ func (a *readAhead) next() readItem {
 	}
 	it := a.cur[a.i]
 	a.i++
-	if it.err != nil && !isLineError(it.err) {
+	if final(it.err) {
 		a.end = it.err
 	}
 	return it
 }
 
-// close stops the reading goroutine and waits for it to end.
+// close stops the reading goroutines and waits for them to end.
 func (a *readAhead) close() {
 	close(a.stop)
 	<-a.done

@@ -52,8 +52,8 @@ func TestReadAheadInOrder(t *testing.T) {
 }
 
 // A fatal error ends the reading and is returned again; closing early
-// returns once the reading goroutine has ended, even when it was blocked
-// handing over a batch.
+// returns once the reading goroutines have ended, even when they were
+// blocked handing over a batch.
 func TestReadAheadFatalAndClose(t *testing.T) {
 	long := rh + "c1,a,1\n\"" + strings.Repeat("x", maxRecordBytes+10) + "\n"
 	r, err := NewRecordsReader(strings.NewReader(long), "r.csv")

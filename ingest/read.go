@@ -320,12 +320,21 @@ func NewRecordsReader(r io.Reader, file string) (*RecordsReader, error) {
 // known contracts and totals are checked by Load.
 func (r *RecordsReader) Next() (RecordRow, error) {
 	fields, line, err := r.f.next()
-	row := RecordRow{Line: line, ContractID: validContractID(fields)}
+	r.fields = fields
 	if err != nil {
 		r.fields = nil
+	}
+	return r.check(fields, line, err)
+}
+
+// check applies the single-row checks to what csvFile.next returned for a
+// row. It reads only the file's name from r, so it may run beside the
+// reading of later rows.
+func (r *RecordsReader) check(fields []string, line int64, err error) (RecordRow, error) {
+	row := RecordRow{Line: line, ContractID: validContractID(fields)}
+	if err != nil {
 		return row, err
 	}
-	r.fields = fields
 	if le := r.f.checkShape(line, fields, recordsColumns); le != nil {
 		return row, le
 	}
