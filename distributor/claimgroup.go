@@ -217,7 +217,8 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands []partition.Candidate)
 	var items int64
 	ctx, span := tracer.Start(ctx, "baton.claim_group", trace.WithAttributes(
 		attribute.String("baton.worker", d.worker.InstanceID), attribute.Int("baton.group", len(fenced))))
-	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Batches: make([]*Batch, len(fenced))}
+	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Batches: make([]*Batch, len(fenced)),
+		Prepare: dbconn.Direct(d.db)}
 	spans := make([]trace.Span, len(fenced))
 	traces := make([]string, len(fenced))
 	for i, f := range fenced {

@@ -123,6 +123,11 @@ type Group struct {
 	// Lease (the claim that commits with the group), Checkpoint and
 	// Limit; their Tx and Conn are the group's.
 	Batches []*Batch
+	// Prepare reports that Conn reaches PostgreSQL itself, not through a
+	// transaction pooler, so statements sent through Raw may be prepared
+	// and kept on it (pgx.QueryExecModeCacheStatement): a group's few
+	// statements are then parsed and planned once per connection.
+	Prepare bool
 }
 
 // Raw is Batch.Raw for the group's transaction.

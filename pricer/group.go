@@ -21,6 +21,16 @@ import (
 
 var _ distributor.GroupProcessor = (*Processor)(nil)
 
+// execMode is how a group's statements are sent: prepared once per
+// connection where the connection allows it, otherwise unnamed with their
+// description cached (as a lone batch's).
+func execMode(g *distributor.Group) pgx.QueryExecMode {
+	if g.Prepare {
+		return pgx.QueryExecModeCacheStatement
+	}
+	return pgx.QueryExecModeCacheDescribe
+}
+
 // groupInsertMax is the most priced rows a group writes with one INSERT of
 // arrays; more are copied (COPY's setup costs more than a small INSERT).
 const groupInsertMax = 256
@@ -139,7 +149,7 @@ func (p *Processor) readGroup(ctx context.Context, g *distributor.Group, w *work
 	ends = make([]int, n)
 	tiers = make([][]pricing.Tier, n)
 	err = g.Raw(func(conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, p.sql(readGroupSQL), pgx.QueryExecModeCacheDescribe,
+		rows, err := conn.Query(ctx, p.sql(readGroupSQL), execMode(g),
 			pgx.QueryResultFormats{pgx.BinaryFormatCode}, contracts, after, limits, want)
 		if err != nil {
 			return err
@@ -246,7 +256,7 @@ func (p *Processor) writeGroupPriced(ctx context.Context, g *distributor.Group, 
 		gross[i], discount[i], net[i], versions[i] = l.Gross, l.Discount, l.Net, b.Lease.Version
 	}
 	return g.Raw(func(conn *pgx.Conn) error {
-		tag, err := conn.Exec(ctx, p.sql(insertGroupSQL), pgx.QueryExecModeCacheDescribe,
+		tag, err := conn.Exec(ctx, p.sql(insertGroupSQL), execMode(g),
 			contracts, seqs, ids, gross, discount, net, versions, g.Owner)
 		if err == nil && tag.RowsAffected() != int64(n) {
 			err = fmt.Errorf("inserted %d rows, want %d", tag.RowsAffected(), n)

@@ -113,6 +113,12 @@ func (r *Redactor) String(s string) string {
 			s = strings.ReplaceAll(s, pw, Mask)
 		}
 	}
+	// Every log record's strings come here: most hold neither pattern's
+	// literal part ("://", "="), and those cannot match, so the
+	// expressions are not run on them.
+	if !strings.Contains(s, "://") && !strings.Contains(s, "=") {
+		return s
+	}
 	s = urlUserinfo.ReplaceAllString(s, "${1}"+Mask+"@")
 	return kvPassword.ReplaceAllStringFunc(s, func(m string) string {
 		sub := kvPassword.FindStringSubmatch(m)
