@@ -140,3 +140,34 @@ func TestDirectCopyRepeatsStoredRecord(t *testing.T) {
 		t.Fatalf("no repeat: report = %+v", rep)
 	}
 }
+
+// The stored record ids the direct copy checks against count against its
+// memory budget: when they do not fit, the staged path stores the records
+// (and finds the repeats in SQL).
+func TestDirectCopyStoredIDsOverBudget(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	var b strings.Builder
+	b.WriteString(rh)
+	for i := range 100 {
+		fmt.Fprintf(&b, "c1,r%d,1\n", i)
+	}
+	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: writeFile(t, "r1.csv", b.String())})
+	// Room for the row held (about 130 bytes), not for 100 stored ids.
+	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,new,2\n"), directMaxBytes: 400})
+	if rep.DirectCopy || rep.RecordsAccepted != 1 {
+		t.Fatalf("report = %+v, want the staged path and one record stored", rep)
+	}
+	// With room for them, the same kind of file takes the direct copy.
+	rep = mustLoad(t, db, Options{RecordsPath: writeFile(t, "r3.csv", rh+"c1,new2,2\n")})
+	if !rep.DirectCopy || rep.RecordsAccepted != 1 {
+		t.Fatalf("report = %+v, want the direct copy", rep)
+	}
+	rep = mustLoad(t, db, Options{RecordsPath: writeFile(t, "r4.csv", rh+"c1,r7,1\n"), directMaxBytes: 400})
+	if rep.DirectCopy || rep.RecordsAccepted != 0 || rep.RecordsRedelivered != 1 {
+		t.Fatalf("report = %+v, want a re-delivery found on the staged path", rep)
+	}
+	if c := tableCounts(t, db); c.Records != 102 || c.Available != 102 {
+		t.Fatalf("tables: %+v", c)
+	}
+}

@@ -268,7 +268,7 @@ SELECT c.contract_id, coalesce(t.available, 0)
 			withRecords = append(withRecords, c.id)
 		}
 	}
-	stored, ok, err := l.storedIDs(ctx, tx, withRecords)
+	stored, ok, err := l.readStoredIDs(ctx, tx, withRecords)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -313,40 +313,49 @@ SELECT c.contract_id, coalesce(t.available, 0)
 	return true, nil
 }
 
-// storedIDs reads the stored record ids of the given contracts, by their
-// index in the buffer, for the direct copy's check for repeats. Its cost
-// follows the records stored for the contracts the file touches; contracts
-// without records cost nothing. The ids count against the buffer's budget:
-// ok is false if they do not fit, and the staged path must check.
-func (l *loader) storedIDs(ctx context.Context, tx pgx.Tx, contracts []string) (stored map[int32][]string, ok bool, err error) {
+// storedIDs are the hashes of the stored record ids of some contracts,
+// by the contracts' index in the buffer, for the direct copy's check for
+// repeats (see copyEncoder.repeats).
+type storedIDs struct {
+	seed       maphash.Seed
+	byContract map[int32][]uint64
+}
+
+// readStoredIDs reads the stored record ids of the given contracts and
+// keeps their hashes. Its cost follows the records stored for the
+// contracts the file touches; contracts without records cost nothing. The
+// chunks' arrays are read in binary and hashed in place. The hashes count
+// against the buffer's budget: ok is false if they do not fit, and the
+// staged path must check.
+func (l *loader) readStoredIDs(ctx context.Context, tx pgx.Tx, contracts []string) (stored *storedIDs, ok bool, err error) {
+	stored = &storedIDs{seed: maphash.MakeSeed(), byContract: make(map[int32][]uint64, len(contracts))}
 	if len(contracts) == 0 {
-		return map[int32][]string{}, true, nil
+		return stored, true, nil
 	}
 	b := l.direct
-	rows, err := tx.Query(ctx, `SELECT contract_id, record_ids FROM {{.Schema}}.record_chunks WHERE contract_id = ANY($1::text[])`, contracts)
+	rows, err := tx.Query(ctx, `SELECT contract_id, record_ids FROM {{.Schema}}.record_chunks WHERE contract_id = ANY($1::text[])`,
+		pgx.QueryExecModeDescribeExec, pgx.QueryResultFormats{pgx.BinaryFormatCode}, contracts)
 	if err != nil {
 		return nil, false, fmt.Errorf("reading stored record ids: %w", err)
 	}
 	defer rows.Close()
-	stored = make(map[int32][]string, len(contracts))
 	bytes := b.bytes
-	var (
-		id  string
-		ids []string
-	)
 	for rows.Next() {
-		if err := rows.Scan(&id, &ids); err != nil {
-			return nil, false, fmt.Errorf("reading stored record ids: %w", err)
+		raw := rows.RawValues()
+		c, known := b.index[string(raw[0])]
+		if !known {
+			return nil, false, fmt.Errorf("reading stored record ids: unexpected contract %q", raw[0])
 		}
-		for _, r := range ids {
-			bytes += 16 + int64(len(r))
+		hashes := stored.byContract[c]
+		err := eachArrayElem(raw[1], func(id []byte) { hashes = append(hashes, maphash.Bytes(stored.seed, id)) })
+		if err != nil {
+			return nil, false, fmt.Errorf("reading stored record ids of contract %s: %w", raw[0], err)
 		}
+		bytes += 8 * int64(len(hashes)-len(stored.byContract[c]))
 		if bytes > b.maxBytes {
 			return nil, false, nil
 		}
-		c := b.index[id]
-		stored[c] = append(stored[c], ids...)
-		ids = nil
+		stored.byContract[c] = hashes
 	}
 	if err := rows.Err(); err != nil {
 		return nil, false, fmt.Errorf("reading stored record ids: %w", err)
@@ -354,15 +363,47 @@ func (l *loader) storedIDs(ctx context.Context, tx pgx.Tx, contracts []string) (
 	return stored, true, nil
 }
 
+// eachArrayElem calls fn with each element of a one-dimensional array in
+// PostgreSQL's binary format (dimensions, NULL flag, element type, then
+// length and lower bound of the dimension, then each element's length and
+// bytes). NULL elements are an error.
+func eachArrayElem(b []byte, fn func([]byte)) error {
+	if len(b) < 12 {
+		return errors.New("short array")
+	}
+	switch binary.BigEndian.Uint32(b) {
+	case 0:
+		return nil
+	case 1:
+	default:
+		return errors.New("array of more than one dimension")
+	}
+	if len(b) < 20 {
+		return errors.New("short array")
+	}
+	n, rest := int(binary.BigEndian.Uint32(b[12:])), b[20:]
+	for range n {
+		if len(rest) < 4 {
+			return errors.New("short array")
+		}
+		size := int32(binary.BigEndian.Uint32(rest))
+		if size < 0 || int(size) > len(rest)-4 {
+			return errors.New("NULL or truncated element")
+		}
+		fn(rest[4 : 4+size])
+		rest = rest[4+size:]
+	}
+	return nil
+}
+
 // copyRecords copies the held rows at the given indexes into
 // record_chunks, numbering each contract's rows from its base and cutting
 // them into chunks of up to ChunkSize. The rows are encoded straight into
 // COPY's binary format (see copyEncoder). With stored not nil, each
-// contract's record ids are checked for repeats against stored and one
-// another, and errDirectRepeat returned if there are any.
-func (l *loader) copyRecords(ctx context.Context, tx pgx.Tx, b *directBuf, rows []int32, stored map[int32][]string) (int64, error) {
-	enc := &copyEncoder{src: directSource{buf: b, order: rows}, loadID: l.rep.LoadID, check: stored != nil, stored: stored,
-		seed: maphash.MakeSeed()}
+// contract's record ids are checked for repeats against its stored ids and
+// one another, and errDirectRepeat returned if there are any.
+func (l *loader) copyRecords(ctx context.Context, tx pgx.Tx, b *directBuf, rows []int32, stored *storedIDs) (int64, error) {
+	enc := &copyEncoder{src: directSource{buf: b, order: rows}, loadID: l.rep.LoadID, stored: stored}
 	tag, err := tx.Conn().PgConn().CopyFrom(ctx, enc, "COPY "+schema.Ident(l.opts.Schema)+
 		".record_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts) FROM STDIN (FORMAT binary)")
 	if enc.err != nil {
@@ -513,16 +554,14 @@ func (s *directSource) chunk() ([]int32, *directContract, int64) {
 // server competes with the database's. The texts are valid UTF-8 without
 // NUL (the readers' rules), as the binary format of text requires.
 //
-// With check set, it also looks for record ids that repeat within a
-// contract, among its held rows and its stored ids (stored, by contract
-// index), as it encodes: the first one found ends the data with
-// errDirectRepeat, which makes the COPY fail.
+// With stored set, it also looks for record ids that repeat within a
+// contract, among its held rows and its stored ids, as it encodes: the
+// first one found ends the data with errDirectRepeat, which makes the COPY
+// fail.
 type copyEncoder struct {
 	src     directSource
 	loadID  int64
-	check   bool
-	stored  map[int32][]string
-	seed    maphash.Seed
+	stored  *storedIDs // nil: no check
 	seen    hashSet
 	seenFor int32
 	buf     []byte
@@ -577,7 +616,7 @@ func (e *copyEncoder) fill() {
 			e.done = true
 			break
 		}
-		if e.check && e.repeats(rows) {
+		if e.stored != nil && e.repeats(rows) {
 			e.err = errDirectRepeat
 			return
 		}
@@ -612,15 +651,16 @@ func (e *copyEncoder) repeats(rows []int32) bool {
 	c := e.src.buf.row(rows[0]).contract
 	if e.seen.slots == nil || c != e.seenFor {
 		e.seenFor = c
-		e.seen.reset(int(e.src.buf.contracts[c].n) + len(e.stored[c]))
-		for _, id := range e.stored[c] {
-			if !e.seen.add(maphash.String(e.seed, id)) {
+		stored := e.stored.byContract[c]
+		e.seen.reset(int(e.src.buf.contracts[c].n) + len(stored))
+		for _, h := range stored {
+			if !e.seen.add(h) {
 				return true
 			}
 		}
 	}
 	for _, i := range rows {
-		if !e.seen.add(maphash.String(e.seed, e.src.buf.row(i).recordID)) {
+		if !e.seen.add(maphash.String(e.stored.seed, e.src.buf.row(i).recordID)) {
 			return true
 		}
 	}

@@ -94,12 +94,15 @@
 //     the same sorted COPY of the held rows, less those the checks marked
 //     invalid or re-delivered, instead of INSERT ... SELECT.
 //
-//     The check for repeats costs memory and a read proportional to the
-//     records already stored for the contracts the file touches (their
-//     ids count against the same budget; beyond it the staged path
+//     The check compares 64-bit hashes of the ids (a collision only sends
+//     the load to the staged path, whose check is exact). It costs memory
+//     and a read proportional to the records already stored for the
+//     contracts the file touches: their ids are read in binary and hashed,
+//     8 bytes each against the same budget (beyond it the staged path
 //     checks in SQL). Files that only add new contracts, or few records to
 //     contracts with few, pay almost nothing; a small file that adds to
-//     contracts holding millions of records pays for reading their ids.
+//     contracts holding millions of records pays for reading their ids
+//     (1M stored ids took about 0.1 s).
 //
 //  6. With SkipInvalid the reject file is written (to a temporary name,
 //     renamed after commit), and the loads row gets its counts.
