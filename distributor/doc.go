@@ -97,8 +97,9 @@
 // member's output, one statement claims every member, records every
 // checkpoint and history and releases the caught-up ones
 // (ClaimAdvanceGroup, each member exactly as ClaimAdvance), and one commit
-// makes it all durable: a group of one-item partitions costs about eight
-// statements and one WAL flush in all, not per partition. The group is
+// makes it all durable: a group of one-item partitions costs the same
+// handful of statements and one WAL flush as one of them alone (with the
+// pricer: begin, fence, one read, one write, claim, commit). The group is
 // all or nothing: if any member's claim is lost after processing, or the
 // processor fails, or the group outlasts a lease, everything rolls back
 // and each member is claimed with its first batch on its own (above), so
