@@ -341,3 +341,48 @@ func TestClaimGroupRacingWorkersClaimEachOnce(t *testing.T) {
 	}
 	t.Logf("claim races lost: %d", evs[0].count(kind(distributor.EventClaimLost))+evs[1].count(kind(distributor.EventClaimLost)))
 }
+
+// In leader mode the members of a group are kept after their first
+// batches, caught up or not: owned by the worker, counted in its held
+// count, renewed, and woken by new work.
+func TestClaimGroupInLeaderModeKeepsItsMembers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 5
+	e.addWork(1, keys("k", n)...)
+	ev := newEvents()
+	cfg := fastConfig("leader", ev)
+	cfg.Mode, cfg.MaxPartitions, cfg.ClaimGroup = distributor.ModeLeader, 8, 8
+	p := newGroupProc()
+	d := e.start(cfg, p)
+	for _, k := range keys("k", n) {
+		ev.wait(t, 10*time.Second, k+" priced", func(x distributor.Event) bool {
+			return x.Kind == distributor.EventCheckpoint && x.Key == k && x.Position == 1
+		})
+	}
+	e.wantHistory(keys("k", n), "claimed@1", "first_batch@1")
+	if g := e.largestGroup(); g < 2 {
+		t.Fatalf("largest group %d; want several", g)
+	}
+	var owned int
+	if err := e.db.QueryRow(`SELECT count(*) FROM baton.tasks WHERE owner LIKE 'leader#%' AND version = 1`).Scan(&owned); err != nil {
+		t.Fatal(err)
+	}
+	if owned != n {
+		t.Fatalf("%d partitions owned by the leader at their claim's version; want %d", owned, n)
+	}
+	// Raised by the claim statement (kept members), and kept so by
+	// heartbeats, which count the worker's leases.
+	if got := e.heldBy(); got["leader"] != n {
+		t.Fatalf("held counts %v; want leader: %d", got, n)
+	}
+	e.addWork(2, "k002")
+	ev.wait(t, 10*time.Second, "new work on a kept member", func(x distributor.Event) bool {
+		return x.Kind == distributor.EventCheckpoint && x.Key == "k002" && x.Position == 3
+	})
+	if r := ev.count(kind(distributor.EventReleased)); r != 0 {
+		t.Fatalf("leader released %d partitions; want to keep them", r)
+	}
+	d.Stop()
+	e.verify()
+}

@@ -62,6 +62,7 @@ func TestExitCodesMatchTheREADMETable(t *testing.T) {
 		{2, "probe without arguments", c, []string{"probe"}, "probe"},
 		{2, "zero max-partitions", c, []string{"run", "--max-partitions", "0"}, "--max-partitions must be greater than zero"},
 		{2, "zero batch-size", c, []string{"run", "--batch-size", "0"}, "--batch-size must be greater than zero"},
+		{2, "zero claim-group", c, []string{"run", "--claim-group", "0"}, "--claim-group must be greater than zero"},
 		{2, "zero heartbeat", c, []string{"run", "--heartbeat", "0s"}, "--heartbeat must be greater than zero"},
 		{2, "negative heartbeat", c, []string{"run", "--heartbeat", "-1s"}, "--heartbeat must be greater than zero"},
 		{2, "zero confirm", c, []string{"run", "--confirm", "0"}, "--confirm must be greater than zero"},
