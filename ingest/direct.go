@@ -31,6 +31,7 @@ const directBlock = 1 << 14
 // directRow is one valid record held for the direct copy.
 type directRow struct {
 	recordID string
+	hash     uint64 // of recordID, with directBuf.seed
 	amount   int64
 	line     int64
 	contract int32 // index into directBuf.contracts
@@ -51,6 +52,7 @@ type directContract struct {
 // It gives up (off) when it would exceed its memory budget, and hands back
 // the rows it held without staging them.
 type directBuf struct {
+	seed      maphash.Seed // hashes the record ids (directRow.hash)
 	blocks    [][]directRow
 	n         int // rows held
 	index     map[string]int32
@@ -62,15 +64,16 @@ type directBuf struct {
 	off       bool
 }
 
-func newDirectBuf(maxBytes int64) *directBuf {
-	return &directBuf{index: make(map[string]int32), raws: make(map[int64]string), maxBytes: maxBytes}
+func newDirectBuf(maxBytes int64, seed maphash.Seed) *directBuf {
+	return &directBuf{seed: seed, index: make(map[string]int32), raws: make(map[int64]string), maxBytes: maxBytes}
 }
 
 func (b *directBuf) row(i int32) *directRow { return &b.blocks[i/directBlock][i%directBlock] }
 
-// add holds a valid row, whose staging raw column is raw (if not empty).
-// It returns false, holding nothing, if the row does not fit the budget.
-func (b *directBuf) add(row RecordRow, raw string) bool {
+// add holds a valid row, whose staging raw column is raw (if not empty)
+// and whose record id hashes to hash with b.seed. It returns false,
+// holding nothing, if the row does not fit the budget.
+func (b *directBuf) add(row RecordRow, raw string, hash uint64) bool {
 	b.bytes += directRowBytes + int64(len(row.RecordID)+len(raw))
 	if b.bytes > b.maxBytes {
 		return false
@@ -90,7 +93,7 @@ func (b *directBuf) add(row RecordRow, raw string) bool {
 		b.blocks = append(b.blocks, make([]directRow, 0, directBlock))
 	}
 	last := &b.blocks[len(b.blocks)-1]
-	*last = append(*last, directRow{recordID: row.RecordID, amount: row.AmountMinor, line: row.Line, contract: c})
+	*last = append(*last, directRow{recordID: row.RecordID, hash: hash, amount: row.AmountMinor, line: row.Line, contract: c})
 	b.n++
 	return true
 }
@@ -317,8 +320,7 @@ SELECT c.contract_id, coalesce(t.available, 0)
 // by the contracts' index in the buffer, for the direct copy's check for
 // repeats (see copyEncoder.repeats).
 type storedIDs struct {
-	seed       maphash.Seed
-	byContract map[int32][]uint64
+	byContract map[int32][]uint64 // hashed with directBuf.seed
 }
 
 // readStoredIDs reads the stored record ids of the given contracts and
@@ -328,7 +330,7 @@ type storedIDs struct {
 // against the buffer's budget: ok is false if they do not fit, and the
 // staged path must check.
 func (l *loader) readStoredIDs(ctx context.Context, tx pgx.Tx, contracts []string) (stored *storedIDs, ok bool, err error) {
-	stored = &storedIDs{seed: maphash.MakeSeed(), byContract: make(map[int32][]uint64, len(contracts))}
+	stored = &storedIDs{byContract: make(map[int32][]uint64, len(contracts))}
 	if len(contracts) == 0 {
 		return stored, true, nil
 	}
@@ -347,7 +349,7 @@ func (l *loader) readStoredIDs(ctx context.Context, tx pgx.Tx, contracts []strin
 			return nil, false, fmt.Errorf("reading stored record ids: unexpected contract %q", raw[0])
 		}
 		hashes := stored.byContract[c]
-		err := eachArrayElem(raw[1], func(id []byte) { hashes = append(hashes, maphash.Bytes(stored.seed, id)) })
+		err := eachArrayElem(raw[1], func(id []byte) { hashes = append(hashes, maphash.Bytes(b.seed, id)) })
 		if err != nil {
 			return nil, false, fmt.Errorf("reading stored record ids of contract %s: %w", raw[0], err)
 		}
@@ -660,7 +662,7 @@ func (e *copyEncoder) repeats(rows []int32) bool {
 		}
 	}
 	for _, i := range rows {
-		if !e.seen.add(maphash.String(e.stored.seed, e.src.buf.row(i).recordID)) {
+		if !e.seen.add(e.src.buf.row(i).hash) {
 			return true
 		}
 	}

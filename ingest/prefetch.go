@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"errors"
+	"hash/maphash"
 	"io"
 )
 
@@ -28,9 +29,10 @@ type readAhead struct {
 // staging raw column of a valid row whose amount is not written
 // canonically.
 type readItem struct {
-	row RecordRow
-	err error
-	raw string
+	row  RecordRow
+	err  error
+	raw  string
+	hash uint64 // of a valid row's record id
 }
 
 // parsedBatch is what csvFile.next returned for a batch of rows.
@@ -53,7 +55,7 @@ const readAheadBatch = 1024
 // which csvFile.next would return again.
 func final(err error) bool { return err != nil && !isLineError(err) }
 
-func newReadAhead(r *RecordsReader) *readAhead {
+func newReadAhead(r *RecordsReader, seed maphash.Seed) *readAhead {
 	a := &readAhead{parsed: make(chan *parsedBatch, 4), spare: make(chan *parsedBatch, 8),
 		batches: make(chan []readItem, 4), free: make(chan []readItem, 8),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -105,8 +107,13 @@ func newReadAhead(r *RecordsReader) *readAhead {
 				from = end
 				row, err := r.check(fields, p.lines[i], p.errs[i])
 				it := readItem{row: row, err: err}
-				if err == nil && !canonicalInt(fields[2]) {
-					it.raw = rawRow(fields)
+				if err == nil {
+					// Hashed here, while the id is in the cache, for the
+					// direct copy's check for repeats.
+					it.hash = maphash.String(seed, row.RecordID)
+					if !canonicalInt(fields[2]) {
+						it.raw = rawRow(fields)
+					}
 				}
 				batch = append(batch, it)
 			}

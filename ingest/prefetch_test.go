@@ -3,13 +3,15 @@ package ingest
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"strings"
 	"testing"
 )
 
 // Reading ahead gives every row's results in file order, row errors
-// included, then the end again and again.
+// included, with the hash of each valid row's record id, then the end
+// again and again.
 func TestReadAheadInOrder(t *testing.T) {
 	var b strings.Builder
 	b.WriteString(rh)
@@ -25,7 +27,8 @@ func TestReadAheadInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newReadAhead(r)
+	seed := maphash.MakeSeed()
+	a := newReadAhead(r, seed)
 	defer a.close()
 	for i := range n {
 		it := a.next()
@@ -40,7 +43,8 @@ func TestReadAheadInOrder(t *testing.T) {
 		if i+1 < 1000 {
 			raw = fmt.Sprintf("c1,r%d,%04d", i, i+1)
 		}
-		if it.err != nil || it.row.RecordID != fmt.Sprintf("r%d", i) || it.row.AmountMinor != int64(i+1) || it.raw != raw {
+		if it.err != nil || it.row.RecordID != fmt.Sprintf("r%d", i) || it.row.AmountMinor != int64(i+1) || it.raw != raw ||
+			it.hash != maphash.String(seed, it.row.RecordID) {
 			t.Fatalf("row %d: %+v", i, it)
 		}
 	}
@@ -60,7 +64,7 @@ func TestReadAheadFatalAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newReadAhead(r)
+	a := newReadAhead(r, maphash.MakeSeed())
 	if it := a.next(); it.err != nil {
 		t.Fatalf("first row: %v", it.err)
 	}
@@ -79,7 +83,7 @@ func TestReadAheadFatalAndClose(t *testing.T) {
 	if r, err = NewRecordsReader(strings.NewReader(b.String()), "r.csv"); err != nil {
 		t.Fatal(err)
 	}
-	a = newReadAhead(r)
+	a = newReadAhead(r, maphash.MakeSeed())
 	a.next()
 	a.close() // with the reader blocked on a full channel
 }

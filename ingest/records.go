@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 
 	"github.com/jackc/pgx/v5"
@@ -21,10 +22,11 @@ func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 		src  *rowSource
 		held *heldRows // rows given back by the direct buffer, to stage first
 	)
+	seed := maphash.MakeSeed()
 	if l.opts.directMaxBytes > 0 {
-		l.direct = newDirectBuf(l.opts.directMaxBytes)
+		l.direct = newDirectBuf(l.opts.directMaxBytes, seed)
 	}
-	rows := newReadAhead(l.records)
+	rows := newReadAhead(l.records, seed)
 	defer rows.close()
 	src = &rowSource{stage: "records", next: func(v []any) (bool, error) {
 		for {
@@ -42,7 +44,7 @@ func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 			case err == nil:
 				if b := l.direct; b != nil && !b.off {
 					switch {
-					case !b.add(row, raw):
+					case !b.add(row, raw, it.hash):
 						held = b.giveUp() // over budget
 					case !b.staged:
 						continue // held only
