@@ -66,6 +66,10 @@ type groupOutcome struct {
 	unknown bool
 }
 
+// runClaimGroup runs a group's transaction over cands (reserved by
+// claimFreshAll) and what follows it: the members committed are reported
+// and released or held on; those lost at the fence are skipped for a
+// while; after a rollback each member is claimed on its own.
 func (d *Distributor) runClaimGroup(gp GroupProcessor, cands []partition.Candidate) {
 	defer d.wg.Done()
 	out, err := d.claimGroup(gp, cands)
