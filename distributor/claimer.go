@@ -213,7 +213,19 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 			room--
 			return true
 		})
-		d.claimFreshAll(fresh)
+		// Spares: more unowned candidates than there is room for, which a
+		// group fences in place of members it loses to other workers.
+		var spares []partition.Candidate
+		if len(fresh) > 1 {
+			cands = slices.DeleteFunc(cands, func(c partition.Candidate) bool {
+				if c.Owned || len(spares) > len(fresh)/2 {
+					return false
+				}
+				spares = append(spares, c)
+				return true
+			})
+		}
+		d.claimFreshAll(fresh, spares)
 		started += len(fresh)
 		if len(try) == 0 {
 			break

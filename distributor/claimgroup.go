@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
@@ -25,8 +27,10 @@ import (
 
 // claimFreshAll claims unowned candidates with their first batches: in
 // groups of up to ClaimGroup when the processor implements GroupProcessor,
-// each in its own transaction otherwise.
-func (d *Distributor) claimFreshAll(cands []partition.Candidate) {
+// each in its own transaction otherwise. spares are more candidates, shared
+// out among the groups, that a group fences in place of members it loses
+// at its fence (up to its size, never more).
+func (d *Distributor) claimFreshAll(cands, spares []partition.Candidate) {
 	gp, ok := d.proc.(GroupProcessor)
 	if !ok || d.cfg.ClaimGroup < 2 || len(cands) < 2 {
 		for _, c := range cands {
@@ -44,13 +48,19 @@ func (d *Distributor) claimFreshAll(cands []partition.Candidate) {
 			d.claimFresh(g[0])
 			continue
 		}
+		k := (len(spares) + groups - 1) / groups
+		sp := spares[:k:k]
+		spares = spares[k:]
 		d.mu.Lock()
 		for _, c := range g {
 			d.claiming[c.Key] = struct{}{}
 		}
+		for _, c := range sp {
+			d.claiming[c.Key] = struct{}{}
+		}
 		d.mu.Unlock()
 		d.wg.Add(1)
-		go d.runClaimGroup(gp, g)
+		go d.runClaimGroup(gp, g, sp)
 	}
 }
 
@@ -58,6 +68,8 @@ func (d *Distributor) claimFreshAll(cands []partition.Candidate) {
 type groupOutcome struct {
 	// lost are the candidates lost at the fence, left out of the group.
 	lost []partition.Candidate
+	// untried are spares the fence did not need.
+	untried []partition.Candidate
 	// members are the candidates fenced, in the group's order.
 	members []partition.Candidate
 	// committed are the members' first batches, once committed.
@@ -70,9 +82,9 @@ type groupOutcome struct {
 // claimFreshAll) and what follows it: the members committed are reported
 // and released or held on; those lost at the fence are skipped for a
 // while; after a rollback each member is claimed on its own.
-func (d *Distributor) runClaimGroup(gp GroupProcessor, cands []partition.Candidate) {
+func (d *Distributor) runClaimGroup(gp GroupProcessor, cands, spares []partition.Candidate) {
 	defer d.wg.Done()
-	out, err := d.claimGroup(gp, cands)
+	out, err := d.claimGroup(gp, cands, spares)
 	unreserve := func(cs []partition.Candidate) {
 		d.mu.Lock()
 		for _, c := range cs {
@@ -80,6 +92,7 @@ func (d *Distributor) runClaimGroup(gp GroupProcessor, cands []partition.Candida
 		}
 		d.mu.Unlock()
 	}
+	unreserve(out.untried)
 	if len(out.lost) > 0 {
 		// As for a lone claim lost at its fence: skipped for a while.
 		// Their room is given back once the group is over (the claim loop
@@ -167,10 +180,10 @@ func (d *Distributor) claimedWithBatch(fb firstBatch, unreserve bool) {
 	d.startHeld(fb.claimed, fb.sent, true, nil, true)
 }
 
-// claimGroup runs a group's transaction: fence, the processor's group,
-// claim and checkpoints of every member (and in lock mode the release of
-// those caught up), commit.
-func (d *Distributor) claimGroup(gp GroupProcessor, cands []partition.Candidate) (out groupOutcome, err error) {
+// claimGroup runs a group's transaction: fence (cands, and spares in place
+// of those lost), the processor's group, claim and checkpoints of every
+// member (and in lock mode the release of those caught up), commit.
+func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Candidate) (out groupOutcome, err error) {
 	// The group may take no longer than a lease less the safety margin,
 	// as a lone first batch (claimBatch).
 	ctx, cancel := context.WithTimeoutCause(d.base, d.cfg.StaleAfter-d.cfg.SafetyMargin, context.DeadlineExceeded)
@@ -179,7 +192,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands []partition.Candidate)
 	defer cancelCause(nil)
 	stop := context.AfterFunc(d.abandon, func() { cancelCause(context.Cause(d.abandon)) })
 	defer stop()
-	out.members = cands
+	out.members, out.untried = cands, spares
 	start := d.cfg.Clock.Now()
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
@@ -194,22 +207,33 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands []partition.Candidate)
 	if err := dbconn.SetLocalTimeouts(ctx, d.db, tx); err != nil {
 		return out, fmt.Errorf("beginning claim of %d partitions with their first batches: %w", len(cands), causeOr(ctx, err))
 	}
-	fenced, err := d.store.FenceUnownedGroup(ctx, tx, cands)
+	tried := slices.SortedFunc(slices.Values(slices.Concat(cands, spares)), func(a, b partition.Candidate) int {
+		return strings.Compare(a.Key, b.Key)
+	})
+	fenced, err := d.store.FenceUnownedGroup(ctx, tx, tried, len(cands))
 	if err != nil {
 		return out, causeOr(ctx, err)
 	}
-	if len(fenced) < len(cands) {
-		in := make(map[string]bool, len(fenced))
-		for _, f := range fenced {
-			in[f.Key] = true
-		}
-		out.members = make([]partition.Candidate, 0, len(fenced))
-		for _, c := range cands {
-			if in[c.Key] {
-				out.members = append(out.members, c)
-			} else {
-				out.lost = append(out.lost, c)
-			}
+	// The fence tried candidates in key order until it had fenced as many
+	// as the group's size: those it passed over were lost, those after
+	// the last it fenced were not tried (when it stopped at the limit).
+	if len(fenced) == len(cands) {
+		last := fenced[len(fenced)-1].Key
+		i, _ := slices.BinarySearchFunc(tried, last, func(c partition.Candidate, k string) int { return strings.Compare(c.Key, k) })
+		tried, out.untried = tried[:i+1], tried[i+1:]
+	} else {
+		out.untried = nil
+	}
+	in := make(map[string]bool, len(fenced))
+	for _, f := range fenced {
+		in[f.Key] = true
+	}
+	out.members = make([]partition.Candidate, 0, len(fenced))
+	for _, c := range tried {
+		if in[c.Key] {
+			out.members = append(out.members, c)
+		} else {
+			out.lost = append(out.lost, c)
 		}
 	}
 	if len(fenced) == 0 {

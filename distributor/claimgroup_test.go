@@ -386,3 +386,55 @@ func TestClaimGroupInLeaderModeKeepsItsMembers(t *testing.T) {
 	d.Stop()
 	e.verify()
 }
+
+// A group fences spare candidates in place of members another transaction
+// holds, so it is as full as the worker's room allows, never fuller.
+func TestClaimGroupFillsWithSpares(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(1, keys("s", 6)...)
+	s := partition.NewStore(e.db, "")
+	ctx := context.Background()
+	cands, err := s.Candidates(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback() }()
+	i := slices.IndexFunc(cands, func(c partition.Candidate) bool { return c.Key == "s003" })
+	if _, err := s.FenceUnowned(ctx, other, cands[i]); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 3, 8
+	p := newGroupProc()
+	d := e.start(cfg, p)
+	released := 0
+	ev.wait(t, 20*time.Second, "five partitions released", func(x distributor.Event) bool {
+		if x.Kind == distributor.EventReleased {
+			released++
+		}
+		return released == 5
+	})
+	if err := other.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, ev.dump())
+	}
+	e.verify()
+	e.wantHistory(keys("s", 6), "claimed@1", "first_batch@1", "released@1")
+	p.mu.Lock()
+	sizes := slices.Clone(p.sizes)
+	p.mu.Unlock()
+	if len(sizes) == 0 || sizes[0] != 3 {
+		t.Fatalf("group sizes %v; want a first group of 3 (the worker's room, s003's place taken by a spare if it was picked)", sizes)
+	}
+	if g := e.largestGroup(); g > 3 {
+		t.Fatalf("a group of %d committed; want at most MaxPartitions (3)", g)
+	}
+}

@@ -93,7 +93,9 @@
 // (default 16) share one transaction: one statement fences them all
 // (FenceUnownedGroup: each candidate, in partition_key order, gets the
 // lone fence's predicate, advisory try-lock and FOR KEY SHARE SKIP LOCKED;
-// those lost there are dropped from the group), ProcessGroup writes every
+// those lost there are passed over, and a few spare candidates read by the
+// same poll take their places, the statement stopping once it has fenced
+// as many as the worker has room for), ProcessGroup writes every
 // member's output, one statement claims every member, records every
 // checkpoint and history and releases the caught-up ones
 // (ClaimAdvanceGroup, each member exactly as ClaimAdvance), and one commit

@@ -43,7 +43,7 @@ const claimLockClass = 0x62746e31
 // lose at ClaimAdvance. Safety does not rest on it (two keys sharing a hash
 // only exclude each other): ClaimAdvance's compare-and-set decides.
 func (s *Store) FenceUnowned(ctx context.Context, tx bun.Tx, c Candidate) (Checkpoint, error) {
-	fenced, err := s.FenceUnownedGroup(ctx, tx, []Candidate{c})
+	fenced, err := s.FenceUnownedGroup(ctx, tx, []Candidate{c}, 1)
 	if err != nil {
 		return Checkpoint{}, err
 	}

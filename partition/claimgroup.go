@@ -28,19 +28,24 @@ type Fenced struct {
 }
 
 // FenceUnownedGroup is FenceUnowned for several candidates in one
-// statement: it fences each candidate that is still unowned and claimable
-// at the version read, in partition_key order, and returns those (in that
-// order) with their checkpoints. A candidate missing from the result was
-// lost (as FenceUnowned's ErrClaimLost): another claim transaction, or a
-// change of ownership, holds it or moved it. Each row is locked FOR KEY
-// SHARE SKIP LOCKED after its own transaction-scoped advisory lock is
-// taken without waiting, one candidate at a time in key order: the
-// statement never waits for a lock, so two workers fencing overlapping
-// groups cannot deadlock, and a candidate another worker is fencing is
-// dropped from the group rather than waited for.
-func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candidate) ([]Fenced, error) {
+// statement: it tries the candidates in partition_key order and fences
+// each that is still unowned and claimable at the version read, until it
+// has fenced limit of them (all it can if limit <= 0), and returns those
+// (in that order) with their checkpoints. A candidate tried but missing
+// from the result was lost (as FenceUnowned's ErrClaimLost): another claim
+// transaction, or a change of ownership, holds it or moved it; those after
+// the limit was reached were not tried. Each row is locked FOR KEY SHARE
+// SKIP LOCKED after its own transaction-scoped advisory lock is taken
+// without waiting, one candidate at a time: the statement never waits for
+// a lock, so two workers fencing overlapping groups cannot deadlock, and a
+// candidate another worker is fencing is passed over rather than waited
+// for.
+func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candidate, limit int) ([]Fenced, error) {
 	if len(cands) == 0 {
 		return nil, nil
+	}
+	if limit <= 0 || limit > len(cands) {
+		limit = len(cands)
 	}
 	sorted := slices.SortedFunc(slices.Values(cands), func(a, b Candidate) int { return strings.Compare(a.Key, b.Key) })
 	keys := make([]string, len(sorted))
@@ -48,7 +53,7 @@ func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candid
 	for i, c := range sorted {
 		keys[i], versions[i] = c.Key, c.Version
 	}
-	rows, err := s.queryTx(ctx, tx, fenceUnownedGroupSQL, keys, versions, claimLockClass)
+	rows, err := s.queryTx(ctx, tx, fenceUnownedGroupSQL, keys, versions, claimLockClass, limit)
 	if err != nil {
 		return nil, fmt.Errorf("fencing %d partitions for their claim: %w", len(cands), err)
 	}
@@ -67,6 +72,7 @@ func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candid
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("fencing %d partitions for their claim: %w", len(cands), err)
 	}
+	slices.SortFunc(out, func(a, b Fenced) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 
@@ -149,13 +155,15 @@ func groupName(steps []ClaimStep, leases []Lease) string {
 }
 
 // fenceUnownedGroupSQL fences candidates (keys $1, versions $2, in key
-// order) with advisory locks of class $3. The lateral subquery is
-// FenceUnowned's predicate, run once per candidate in array order through
-// the primary key, so the advisory lock is tried only on a row that
-// matched the rest of it.
+// order) with advisory locks of class $3, at most $4 of them. The lateral
+// subquery is FenceUnowned's predicate, run once per candidate in array
+// order through the primary key, so the advisory lock is tried only on a
+// row that matched the rest of it; nothing sorts the result (the caller
+// does), so the limit stops the statement at the last row it needs and no
+// candidate past it is locked.
 const fenceUnownedGroupSQL = `
 		SELECT f.partition_key, f.version, f.position, f.available, f.checkpoint, f.traceparent
-		FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS c(key, version, i)
+		FROM unnest($1::text[], $2::bigint[]) AS c(key, version)
 		CROSS JOIN LATERAL (
 			SELECT t.partition_key, t.version, t.position, t.available, t.checkpoint,
 			       coalesce(t.traceparent, '') AS traceparent
@@ -165,7 +173,7 @@ const fenceUnownedGroupSQL = `
 			  AND pg_try_advisory_xact_lock($3, hashtext(t.partition_key))
 			FOR KEY SHARE OF t SKIP LOCKED
 		) f
-		ORDER BY c.i`
+		LIMIT $4`
 
 // claimAdvanceGroupSQL claims the members (keys $1, versions $2) moving
 // their checkpoints from $3 to $4 with states $5, releasing those marked

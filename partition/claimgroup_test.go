@@ -72,7 +72,7 @@ func TestClaimGroupFencesInKeyOrderAndClaimsAllTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	fenced, err := s.FenceUnownedGroup(ctx, tx, pick(byKey, "d", "b", "a", "c"))
+	fenced, err := s.FenceUnownedGroup(ctx, tx, pick(byKey, "d", "b", "a", "c"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestClaimGroupIsAllOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	fenced, err := s.FenceUnownedGroup(ctx, tx, pick(byKey, "a", "b", "c"))
+	fenced, err := s.FenceUnownedGroup(ctx, tx, pick(byKey, "a", "b", "c"), 0)
 	if err != nil || len(fenced) != 3 {
 		t.Fatalf("fence = %v, %v; want all three", fencedKeys(fenced), err)
 	}
@@ -197,11 +197,11 @@ func TestClaimGroupFencesDoNotWait(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err := s.FenceUnownedGroup(ctx, txA, pick(byKey, "a", "b", "c"))
+	a, err := s.FenceUnownedGroup(ctx, txA, pick(byKey, "a", "b", "c"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := s.FenceUnownedGroup(ctx, txB, pick(byKey, "d", "c", "b", "k"))
+	b, err := s.FenceUnownedGroup(ctx, txB, pick(byKey, "d", "c", "b", "k"), 0)
 	if err != nil {
 		t.Fatalf("second group's fence: %v; want no wait", err)
 	}
@@ -230,4 +230,41 @@ func historyOf(t *testing.T, db *bun.DB, key string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// With a limit, the fence stops at the limit-th candidate fenced, in key
+// order, passing over those it loses, and locks nothing past it.
+func TestClaimGroupFenceStopsAtItsLimit(t *testing.T) {
+	t.Parallel()
+	db, s, byKey := groupDB(t)
+	ctx := context.Background()
+	other, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback() }()
+	if _, err := s.FenceUnowned(ctx, other, byKey["b"]); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	fenced, err := s.FenceUnownedGroup(ctx, tx, pick(byKey, "k", "d", "c", "b", "a"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fencedKeys(fenced); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("fenced %v; want [a c] (b lost, the limit reached at c)", got)
+	}
+	// d and k were not tried: another claim transaction fences them.
+	third, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = third.Rollback() }()
+	if got, err := s.FenceUnownedGroup(ctx, third, pick(byKey, "a", "d", "k"), 0); err != nil || !slices.Equal(fencedKeys(got), []string{"d", "k"}) {
+		t.Fatalf("another transaction's fence of a, d, k = %v, %v; want [d k] (a held, d and k never locked)", fencedKeys(got), err)
+	}
 }
