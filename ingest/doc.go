@@ -82,7 +82,9 @@
 //     their contracts (all must exist; none may be able to reach the gross
 //     limit; no tier row may have been rejected); a second reads the stored
 //     record ids of those contracts that have records already (available >
-//     0), and nothing for new ones. Then one binary COPY under a savepoint
+//     0), and nothing for new ones; only loads store records, and loads are
+//     serialised (step 1), so these stay all the stored ids until commit.
+//     Then one binary COPY under a savepoint
 //     writes the chunks, sorted by (contract_id, seq), with seq = available
 //     + rank in file order as above. While it encodes a contract's chunks
 //     it checks each record id against the contract's stored ids and its
