@@ -113,7 +113,7 @@ func defaultConfig() config {
 		coordHeld: intList{1, 10, 100, 1000}, coordDuration: 5 * time.Second,
 		coordInterval: time.Second, coordConns: 64, coordSettle: time.Minute,
 		claimers: intList{1, 4}, claimBatches: intList{1, 16}, claimDuration: 4 * time.Second,
-		tinyContracts: 3000, heartbeatSample: 200,
+		tinyContracts: 10000, heartbeatSample: 200,
 		foWorkers: 3, foContracts: 12, foBatch: 100,
 		killsFast: 20, killsDefault: 10, handoffsFast: 10, handoffsDefault: 4,
 		benchtime: "1s",
