@@ -104,6 +104,7 @@ func TestTinyPartitionsRacingWorkersClaimEachOnce(t *testing.T) {
 	for i, name := range []string{"a", "b"} {
 		cfg := fastConfig(name, evs[i])
 		cfg.UntilDone = true
+		cfg.StaleAfter = oneTransactionLease
 		ds = append(ds, e.start(cfg, newProc()))
 	}
 	for _, d := range ds {

@@ -81,6 +81,7 @@ func TestClaimGroupClaimsProcessesAndReleasesTogether(t *testing.T) {
 	ev := newEvents()
 	cfg := fastConfig("w", ev)
 	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
+	cfg.StaleAfter = oneTransactionLease
 	p := newGroupProc()
 	d := e.start(cfg, p)
 	if err := waitDone(t, d, 30*time.Second); err != nil {
@@ -118,6 +119,7 @@ func TestClaimGroupMembersNotCaughtUpAreHeld(t *testing.T) {
 	ev := newEvents()
 	cfg := fastConfig("w", ev)
 	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
+	cfg.StaleAfter = oneTransactionLease
 	p := newGroupProc()
 	d := e.start(cfg, p)
 	if err := waitDone(t, d, 30*time.Second); err != nil {
@@ -166,6 +168,7 @@ func TestClaimGroupDropsAMemberLostAtTheFence(t *testing.T) {
 	ev := newEvents()
 	cfg := fastConfig("w", ev)
 	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
+	cfg.StaleAfter = oneTransactionLease
 	p := newGroupProc()
 	d := e.start(cfg, p)
 	ev.wait(t, 20*time.Second, "the lost candidate", kind(distributor.EventClaimLost))

@@ -208,6 +208,15 @@ func quietLogger() *slog.Logger {
 }
 
 // fastConfig is a configuration with short timings for tests.
+// oneTransactionLease is the lease of tests that check that a partition
+// was claimed, processed and released in one transaction. A first batch
+// may take at most a lease less the safety margin; one that would take
+// longer (a starved machine can stretch a tiny batch past fastConfig's
+// 0.8 s) is rightly rolled back and claimed on its own, in a transaction of
+// its own, which those tests would report. With this lease no first batch
+// comes near it, and nothing in those tests waits for a lease to end.
+const oneTransactionLease = 20 * time.Second
+
 func fastConfig(name string, ev *events) distributor.Config {
 	return distributor.Config{
 		Name: name, Heartbeat: 50 * time.Millisecond, StaleAfter: time.Second, Confirm: 3,
