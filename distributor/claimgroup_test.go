@@ -3,6 +3,7 @@ package distributor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/partition"
+	"github.com/uptrace/bun"
 )
 
 // groupProc is the test processor with groups: each member is processed
@@ -47,6 +49,51 @@ func (p *groupProc) ProcessGroup(ctx context.Context, g *distributor.Group) ([]d
 	}
 	p.groups.Add(1)
 	return out, nil
+}
+
+// groupSizes are the sizes of the groups processed so far, in order.
+func (p *groupProc) groupSizes() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.sizes)
+}
+
+// fenceElsewhere opens another worker's claim transaction fenced on the
+// candidate key, left open: the caller rolls it back (deferred, so that it
+// ends before the test's workers are stopped).
+func (e *env) fenceElsewhere(key string) bun.Tx {
+	e.t.Helper()
+	s := partition.NewStore(e.db, "")
+	ctx := context.Background()
+	cands, err := s.Candidates(ctx, 10)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	i := slices.IndexFunc(cands, func(c partition.Candidate) bool { return c.Key == key })
+	if i < 0 {
+		e.t.Fatalf("candidates %v lack %s", cands, key)
+	}
+	other, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := s.FenceUnowned(ctx, other, cands[i]); err != nil {
+		_ = other.Rollback()
+		e.t.Fatal(err)
+	}
+	return other
+}
+
+// waitReleased waits for n release events.
+func waitReleased(t *testing.T, ev *events, n int) {
+	t.Helper()
+	released := 0
+	ev.wait(t, 20*time.Second, fmt.Sprintf("%d partitions released", n), func(x distributor.Event) bool {
+		if x.Kind == distributor.EventReleased {
+			released++
+		}
+		return released == n
+	})
 }
 
 // largestGroup is the most claims committed by one transaction.
@@ -146,25 +193,8 @@ func TestClaimGroupDropsAMemberLostAtTheFence(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.addWork(1, keys("f", 5)...)
-	s := partition.NewStore(e.db, "")
-	ctx := context.Background()
-	cands, err := s.Candidates(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := slices.IndexFunc(cands, func(c partition.Candidate) bool { return c.Key == "f002" })
-	if i < 0 {
-		t.Fatalf("candidates %v lack f002", cands)
-	}
-	// Another worker's claim transaction, fenced on f002 and still open.
-	other, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := e.fenceElsewhere("f002")
 	defer func() { _ = other.Rollback() }()
-	if _, err := s.FenceUnowned(ctx, other, cands[i]); err != nil {
-		t.Fatal(err)
-	}
 	ev := newEvents()
 	cfg := fastConfig("w", ev)
 	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
@@ -172,13 +202,7 @@ func TestClaimGroupDropsAMemberLostAtTheFence(t *testing.T) {
 	p := newGroupProc()
 	d := e.start(cfg, p)
 	ev.wait(t, 20*time.Second, "the lost candidate", kind(distributor.EventClaimLost))
-	released := 0
-	ev.wait(t, 20*time.Second, "the others released", func(x distributor.Event) bool {
-		if x.Kind == distributor.EventReleased {
-			released++
-		}
-		return released == 4
-	})
+	waitReleased(t, ev, 4)
 	if got := e.history("f002"); len(got) != 0 {
 		t.Fatalf("f002 has history %v while fenced by another transaction; want none", got)
 	}
@@ -190,10 +214,7 @@ func TestClaimGroupDropsAMemberLostAtTheFence(t *testing.T) {
 	}
 	e.verify()
 	e.wantHistory(keys("f", 5), "claimed@1", "first_batch@1", "released@1")
-	p.mu.Lock()
-	sizes := slices.Clone(p.sizes)
-	p.mu.Unlock()
-	if len(sizes) == 0 || sizes[0] != 4 {
+	if sizes := p.groupSizes(); len(sizes) == 0 || sizes[0] != 4 {
 		t.Fatalf("group sizes %v; want a first group of 4 (f002 dropped at the fence)", sizes)
 	}
 }
@@ -396,33 +417,14 @@ func TestClaimGroupFillsWithSpares(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.addWork(1, keys("s", 6)...)
-	s := partition.NewStore(e.db, "")
-	ctx := context.Background()
-	cands, err := s.Candidates(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := e.fenceElsewhere("s003")
 	defer func() { _ = other.Rollback() }()
-	i := slices.IndexFunc(cands, func(c partition.Candidate) bool { return c.Key == "s003" })
-	if _, err := s.FenceUnowned(ctx, other, cands[i]); err != nil {
-		t.Fatal(err)
-	}
 	ev := newEvents()
 	cfg := fastConfig("w", ev)
 	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 3, 8
 	p := newGroupProc()
 	d := e.start(cfg, p)
-	released := 0
-	ev.wait(t, 20*time.Second, "five partitions released", func(x distributor.Event) bool {
-		if x.Kind == distributor.EventReleased {
-			released++
-		}
-		return released == 5
-	})
+	waitReleased(t, ev, 5)
 	if err := other.Rollback(); err != nil {
 		t.Fatal(err)
 	}
@@ -431,10 +433,7 @@ func TestClaimGroupFillsWithSpares(t *testing.T) {
 	}
 	e.verify()
 	e.wantHistory(keys("s", 6), "claimed@1", "first_batch@1", "released@1")
-	p.mu.Lock()
-	sizes := slices.Clone(p.sizes)
-	p.mu.Unlock()
-	if len(sizes) == 0 || sizes[0] != 3 {
+	if sizes := p.groupSizes(); len(sizes) == 0 || sizes[0] != 3 {
 		t.Fatalf("group sizes %v; want a first group of 3 (the worker's room, s003's place taken by a spare if it was picked)", sizes)
 	}
 	if g := e.largestGroup(); g > 3 {

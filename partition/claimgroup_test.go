@@ -59,19 +59,11 @@ func TestClaimGroupFencesInKeyOrderAndClaimsAllTogether(t *testing.T) {
 	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
-	other, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Rollback() }()
+	other := beginTx(t, db)
 	if _, err := s.FenceUnowned(ctx, other, byKey["b"]); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
+	tx := beginTx(t, db)
 	fenced, err := s.FenceUnownedGroup(ctx, tx, pick(byKey, "d", "b", "a", "c"), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -136,11 +128,7 @@ func TestClaimGroupIsAllOrNothing(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		before[k] = readTaskRow(t, db, k)
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
+	tx := beginTx(t, db)
 	fenced, err := s.FenceUnownedGroup(ctx, tx, pick(byKey, "a", "b", "c"), 0)
 	if err != nil || len(fenced) != 3 {
 		t.Fatalf("fence = %v, %v; want all three", fencedKeys(fenced), err)
@@ -154,11 +142,7 @@ func TestClaimGroupIsAllOrNothing(t *testing.T) {
 	}
 	// A producer adding work to b, its transaction still open: its row lock
 	// does not conflict with the fence, but the claim skips the row.
-	producer, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = producer.Rollback() }()
+	producer := beginTx(t, db)
 	if err := s.AddWorks(ctx, producer, []partition.Work{{Key: "b", N: 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -182,16 +166,8 @@ func TestClaimGroupFencesDoNotWait(t *testing.T) {
 	db, s, byKey := groupDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	txA, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = txA.Rollback() }()
-	txB, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = txB.Rollback() }()
+	txA := beginTx(t, db)
+	txB := beginTx(t, db)
 	for _, tx := range []bun.Tx{txA, txB} {
 		if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
 			t.Fatal(err)
@@ -208,6 +184,17 @@ func TestClaimGroupFencesDoNotWait(t *testing.T) {
 	if ga, gb := fencedKeys(a), fencedKeys(b); !slices.Equal(ga, []string{"a", "b", "c"}) || !slices.Equal(gb, []string{"d", "k"}) {
 		t.Fatalf("fenced %v and %v; want [a b c] and [d k]", ga, gb)
 	}
+}
+
+// beginTx begins a transaction rolled back when the test ends.
+func beginTx(t *testing.T, db *bun.DB) bun.Tx {
+	t.Helper()
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	return tx
 }
 
 // historyOf returns a partition's events as kind@version, oldest first.
@@ -238,19 +225,11 @@ func TestClaimGroupFenceStopsAtItsLimit(t *testing.T) {
 	t.Parallel()
 	db, s, byKey := groupDB(t)
 	ctx := context.Background()
-	other, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Rollback() }()
+	other := beginTx(t, db)
 	if _, err := s.FenceUnowned(ctx, other, byKey["b"]); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
+	tx := beginTx(t, db)
 	fenced, err := s.FenceUnownedGroup(ctx, tx, pick(byKey, "k", "d", "c", "b", "a"), 2)
 	if err != nil {
 		t.Fatal(err)
@@ -259,11 +238,7 @@ func TestClaimGroupFenceStopsAtItsLimit(t *testing.T) {
 		t.Fatalf("fenced %v; want [a c] (b lost, the limit reached at c)", got)
 	}
 	// d and k were not tried: another claim transaction fences them.
-	third, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = third.Rollback() }()
+	third := beginTx(t, db)
 	if got, err := s.FenceUnownedGroup(ctx, third, pick(byKey, "a", "d", "k"), 0); err != nil || !slices.Equal(fencedKeys(got), []string{"d", "k"}) {
 		t.Fatalf("another transaction's fence of a, d, k = %v, %v; want [d k] (a held, d and k never locked)", fencedKeys(got), err)
 	}
