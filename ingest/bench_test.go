@@ -230,3 +230,32 @@ func copyBaseline(ctx context.Context, db *bun.DB, path string) (int64, error) {
 	})
 	return n, err
 }
+
+// BenchmarkLoadOneRecordContracts loads one record for each of 20,000
+// contracts, directly and staged: the cost per contract, which a plan
+// quadratic in the contracts (a join against an unanalysed staging table)
+// once made 40 times what it is, against the copy_baseline of
+// BenchmarkLoad for the same number of rows.
+func BenchmarkLoadOneRecordContracts(b *testing.B) {
+	const contracts = 20_000
+	tiers, records := writeBenchFiles(b, b.TempDir(), contracts, contracts)
+	for _, c := range []struct {
+		name   string
+		direct int64
+	}{{"direct", 0}, {"staged", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				db := pgtest.NewDB(b)
+				mustLoad(b, db, Options{TiersPath: tiers})
+				b.StartTimer()
+				rep := mustLoad(b, db, Options{RecordsPath: records, directMaxBytes: c.direct})
+				b.StopTimer()
+				if rep.RecordsAccepted != contracts || rep.DirectCopy != (c.direct >= 0) {
+					b.Fatalf("report = %+v", rep)
+				}
+			}
+			b.ReportMetric(float64(contracts*b.N)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+}
