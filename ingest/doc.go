@@ -123,7 +123,10 @@
 // contract's new records into chunks from its first new seq on, so a chunk
 // never spans contracts or loads. records is a view with one row per record
 // (contract_id, seq, record_id, amount_minor, load_id) over the chunks, for
-// every reader that speaks SQL; the pricer reads the chunks themselves.
+// every reader that speaks SQL; the pricer reads the chunks themselves. An
+// insert into the view becomes a chunk of one record (a trigger that keeps
+// the former table's unique seq and record id per contract), for SQL that
+// inserted records directly; the loader writes whole chunks.
 //
 // The reason is the cost of a row: stored one row per record, with a
 // primary key on (contract_id, seq) and a unique index on (contract_id,

@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"strconv"
@@ -96,8 +97,8 @@ func TestRecordsMovedIntoChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(applied) != 1 || !strings.Contains(applied[0], "record_chunks") {
-		t.Fatalf("applied %v, want the record_chunks migration alone", applied)
+	if len(applied) != 2 || !strings.Contains(applied[0], "record_chunks") || !strings.Contains(applied[1], "records_insert") {
+		t.Fatalf("applied %v, want the record_chunks and records_insert migrations", applied)
 	}
 	if err := schema.Check(ctx, db, allSets); err != nil {
 		t.Fatal(err)
@@ -135,6 +136,7 @@ func TestRecordsMovedIntoChunks(t *testing.T) {
 		{reader, "baton.record_chunks", "INSERT", false},
 		{writer, "baton.records", "SELECT", true}, {writer, "baton.record_chunks", "SELECT", true},
 		{writer, "baton.record_chunks", "INSERT", true}, {writer, "baton.record_chunks", "DELETE", false},
+		{writer, "baton.records", "INSERT", true}, {reader, "baton.records", "INSERT", false},
 	} {
 		var has bool
 		if err := db.QueryRow(`SELECT has_table_privilege(?, ?, ?)`, p.role, p.table, p.priv).Scan(&has); err != nil {
@@ -153,4 +155,58 @@ func firstDiff(a, b []storedRecord) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// records takes inserts as the table did: each row becomes a chunk of one
+// record, read back through the view like the loader's chunks, and a seq
+// or a record id the contract already has is a unique violation, as the
+// table's indexes made it.
+func TestRecordsViewTakesInserts(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ins := `INSERT INTO baton.records (contract_id, seq, record_id, amount_minor, load_id) VALUES (?, ?, ?, ?, 7)`
+	for _, r := range []struct {
+		seq    int64
+		id     string
+		amount int64
+	}{{1, "r1", 100}, {2, "r2", 250}, {3, "r3", 1}} {
+		if _, err := db.Exec(ins, "c", r.seq, r.id, r.amount); err != nil {
+			t.Fatalf("inserting seq %d: %v", r.seq, err)
+		}
+	}
+	var got []storedRecord
+	if err := db.NewRaw(`SELECT contract_id AS contract, record_id AS id, seq, amount_minor AS amount, load_id AS l
+		FROM baton.records ORDER BY seq`).Scan(context.Background(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []storedRecord{{"c", "r1", 1, 100, 7}, {"c", "r2", 2, 250, 7}, {"c", "r3", 3, 1, 7}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("records %+v, want %+v", got, want)
+	}
+	var chunks int
+	if err := db.QueryRow(`SELECT count(*) FROM baton.record_chunks WHERE contract_id = 'c' AND first_seq = last_seq`).Scan(&chunks); err != nil || chunks != 3 {
+		t.Fatalf("%d one-record chunks (%v), want 3", chunks, err)
+	}
+	for _, c := range []struct {
+		name   string
+		seq    int64
+		id     string
+		amount int64
+		code   string
+	}{
+		{"a seq the contract has", 2, "other", 5, "23505"},
+		{"a record id the contract has", 4, "r2", 5, "23505"},
+		{"an amount out of range", 4, "r4", 0, "23514"},
+		{"a seq below 1", 0, "r4", 5, "23514"},
+	} {
+		_, err := db.Exec(ins, "c", c.seq, c.id, c.amount)
+		var pgErr interface{ SQLState() string }
+		if !errors.As(err, &pgErr) || pgErr.SQLState() != c.code {
+			t.Errorf("%s: %v, want SQLSTATE %s", c.name, err, c.code)
+		}
+	}
+	// Another contract may reuse the ids and seqs.
+	if _, err := db.Exec(ins, "d", 1, "r1", 100); err != nil {
+		t.Fatalf("inserting into another contract: %v", err)
+	}
 }

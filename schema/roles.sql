@@ -28,7 +28,7 @@ CREATE ROLE baton_loader LOGIN;
 GRANT USAGE ON SCHEMA {{.Schema}} TO baton_loader;
 GRANT SELECT ON {{.Schema}}.core_migrations, {{.Schema}}.pricing_migrations TO baton_loader;
 GRANT SELECT, INSERT ON {{.Schema}}.contracts, {{.Schema}}.record_chunks TO baton_loader;
-GRANT SELECT ON {{.Schema}}.records TO baton_loader;                          -- a view of record_chunks
+GRANT SELECT, INSERT ON {{.Schema}}.records TO baton_loader;                  -- a view of record_chunks (inserts become chunks)
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.tiers TO baton_loader;           -- a tiers file replaces a contract's set
 GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.loads TO baton_loader;
 GRANT SELECT, INSERT ON {{.Schema}}.tasks TO baton_loader;                   -- a task row per new contract
