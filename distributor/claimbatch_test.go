@@ -118,14 +118,7 @@ func TestTinyPartitionsRacingWorkersClaimEachOnce(t *testing.T) {
 			t.Fatalf("%s: history %v, want %v", k, got, want)
 		}
 	}
-	var split int
-	if err := e.db.QueryRow(`
-		SELECT count(*) FROM baton.tasks t
-		WHERE t.version <> 2 OR t.owner IS NOT NULL OR EXISTS (
-		  SELECT 1 FROM baton.events v WHERE v.partition_key = t.partition_key AND v.xmin::text <> t.xmin::text)`).Scan(&split); err != nil {
-		t.Fatal(err)
-	}
-	if split != 0 {
+	if split := e.notInOneTransaction(); split != 0 {
 		t.Fatalf("%d partitions not claimed, priced and released in one transaction", split)
 	}
 	claimed := 0

@@ -126,9 +126,7 @@ func TestClaimGroupClaimsProcessesAndReleasesTogether(t *testing.T) {
 	const n = 40
 	e.addWork(1, keys("g", n)...)
 	ev := newEvents()
-	cfg := fastConfig("w", ev)
-	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
-	cfg.StaleAfter = oneTransactionLease
+	cfg := groupConfig("w", ev)
 	p := newGroupProc()
 	d := e.start(cfg, p)
 	if err := waitDone(t, d, 30*time.Second); err != nil {
@@ -136,13 +134,7 @@ func TestClaimGroupClaimsProcessesAndReleasesTogether(t *testing.T) {
 	}
 	e.verify()
 	e.wantHistory(keys("g", n), "claimed@1", "first_batch@1", "released@1")
-	var bad int
-	if err := e.db.QueryRow(`SELECT count(*) FROM baton.tasks t
-		WHERE t.version <> 2 OR t.owner IS NOT NULL OR EXISTS (
-		  SELECT 1 FROM baton.events v WHERE v.partition_key = t.partition_key AND v.xmin::text <> t.xmin::text)`).Scan(&bad); err != nil {
-		t.Fatal(err)
-	}
-	if bad != 0 {
+	if bad := e.notInOneTransaction(); bad != 0 {
 		t.Fatalf("%d partitions not claimed, processed and released in one transaction", bad)
 	}
 	if g := e.largestGroup(); g < 2 || g > cfg.ClaimGroup {
@@ -164,9 +156,7 @@ func TestClaimGroupMembersNotCaughtUpAreHeld(t *testing.T) {
 	const n = 6
 	e.addWork(25, keys("h", n)...) // BatchSize 10: three batches each
 	ev := newEvents()
-	cfg := fastConfig("w", ev)
-	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
-	cfg.StaleAfter = oneTransactionLease
+	cfg := groupConfig("w", ev)
 	p := newGroupProc()
 	d := e.start(cfg, p)
 	if err := waitDone(t, d, 30*time.Second); err != nil {
@@ -196,9 +186,7 @@ func TestClaimGroupDropsAMemberLostAtTheFence(t *testing.T) {
 	other := e.fenceElsewhere("f002")
 	defer func() { _ = other.Rollback() }()
 	ev := newEvents()
-	cfg := fastConfig("w", ev)
-	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
-	cfg.StaleAfter = oneTransactionLease
+	cfg := groupConfig("w", ev)
 	p := newGroupProc()
 	d := e.start(cfg, p)
 	ev.wait(t, 20*time.Second, "the lost candidate", kind(distributor.EventClaimLost))
@@ -245,8 +233,7 @@ func TestClaimGroupLostAfterProcessingRollsBackAndFallsBack(t *testing.T) {
 		return partition.NewStore(e.db, "").AddWorks(ctx, producer, []partition.Work{{Key: "c001", N: 1}})
 	}
 	ev := newEvents()
-	cfg := fastConfig("w", ev)
-	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
+	cfg := groupConfig("w", ev)
 	d := e.start(cfg, p)
 	// The group rolls back, the others are claimed alone; c001's lone
 	// claim is lost too while the producer holds its row.
@@ -297,8 +284,8 @@ func TestClaimGroupProcessorErrorFallsBackToEachAlone(t *testing.T) {
 		return nil
 	}
 	ev := newEvents()
-	cfg := fastConfig("w", ev)
-	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup, cfg.MaxAttempts = true, 8, 8, 1
+	cfg := groupConfig("w", ev)
+	cfg.MaxAttempts = 1
 	d := e.start(cfg, p)
 	if err := waitDone(t, d, 30*time.Second); !errors.Is(err, distributor.ErrIncomplete) {
 		t.Fatalf("run ended with %v; want %v\n%s", err, distributor.ErrIncomplete, ev.dump())
@@ -345,8 +332,7 @@ func TestClaimGroupRacingWorkersClaimEachOnce(t *testing.T) {
 	var ds []*distributor.Distributor
 	evs := []*events{newEvents(), newEvents()}
 	for i, name := range []string{"a", "b"} {
-		cfg := fastConfig(name, evs[i])
-		cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
+		cfg := groupConfig(name, evs[i])
 		ds = append(ds, e.start(cfg, newGroupProc()))
 	}
 	for _, d := range ds {
@@ -420,8 +406,8 @@ func TestClaimGroupFillsWithSpares(t *testing.T) {
 	other := e.fenceElsewhere("s003")
 	defer func() { _ = other.Rollback() }()
 	ev := newEvents()
-	cfg := fastConfig("w", ev)
-	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 3, 8
+	cfg := groupConfig("w", ev)
+	cfg.MaxPartitions = 3
 	p := newGroupProc()
 	d := e.start(cfg, p)
 	waitReleased(t, ev, 5)

@@ -217,6 +217,30 @@ func quietLogger() *slog.Logger {
 // comes near it, and nothing in those tests waits for a lease to end.
 const oneTransactionLease = 20 * time.Second
 
+// groupConfig is fastConfig for a worker that runs until done and claims
+// unowned partitions in groups of up to 8 (its room), with
+// oneTransactionLease.
+func groupConfig(name string, ev *events) distributor.Config {
+	cfg := fastConfig(name, ev)
+	cfg.UntilDone, cfg.MaxPartitions, cfg.ClaimGroup = true, 8, 8
+	cfg.StaleAfter = oneTransactionLease
+	return cfg
+}
+
+// notInOneTransaction counts the partitions not claimed, processed and
+// released in one transaction: released at version 2, with every history
+// row written by the transaction that last wrote the task row.
+func (e *env) notInOneTransaction() int {
+	e.t.Helper()
+	var n int
+	if err := e.db.QueryRow(`SELECT count(*) FROM baton.tasks t
+		WHERE t.version <> 2 OR t.owner IS NOT NULL OR EXISTS (
+		  SELECT 1 FROM baton.events v WHERE v.partition_key = t.partition_key AND v.xmin::text <> t.xmin::text)`).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
 func fastConfig(name string, ev *events) distributor.Config {
 	return distributor.Config{
 		Name: name, Heartbeat: 50 * time.Millisecond, StaleAfter: time.Second, Confirm: 3,
