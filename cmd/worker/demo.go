@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
@@ -53,7 +49,9 @@ With DATABASE_URL set it never touches that database: it creates a
 database of its own on the same server (the role needs CREATEDB), runs
 there, and drops it at the end, also when interrupted.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), g, o) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return interrupted(cmd.Context(), "demo", runDemo(cmd.Context(), g, o))
+		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.contracts, "contracts", 60, "contracts to seed")
@@ -74,24 +72,11 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	}
 	out := g.stdout
 	began := time.Now()
-	if g.databaseURL == "" {
-		fmt.Fprintf(out, "DATABASE_URL is not set: starting a private PostgreSQL in %s\n", o.pgDir)
-		url, stop, err := privateDatabase(ctx, g, o.pgDir, "baton_demo", o.fresh)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		g.databaseURL = url
-	} else {
-		url, drop, err := demoDatabase(ctx, g.databaseURL)
-		if err != nil {
-			return err
-		}
-		defer drop()
-		fmt.Fprintf(out, "using a database of its own on the server of %s: %s (dropped at the end)\n",
-			dbconn.Redact(g.databaseURL), dbconn.Redact(url))
-		g.databaseURL = url
+	cleanup, err := openDemoDatabase(ctx, g, demoPlace{name: "baton_demo", pgDir: o.pgDir, fresh: o.fresh})
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	db, err := g.open(ctx, dbconn.Options{MaxOpenConns: 4}, false)
 	if err != nil {
 		return err
@@ -285,47 +270,4 @@ func demoSummary(ctx context.Context, g *globals, db *bun.DB, o demoOptions, tot
 	fmt.Fprintf(out, "  verification        OK: for all %d contracts the per-record nets add up to the contract net\n", sum.Contracts)
 	fmt.Fprintln(out, "                      recomputed independently in SQL, and every record was priced exactly once")
 	return nil
-}
-
-// demoDatabase creates a database of the demo's own on the server of base,
-// and returns its URL and a function that drops it.
-func demoDatabase(ctx context.Context, base string) (string, func(), error) {
-	admin, err := dbconn.Open(base, dbconn.Options{MaxOpenConns: 1, ApplicationName: "baton-demo"})
-	if err != nil {
-		return "", nil, &exitError{exitUsage, err}
-	}
-	name := fmt.Sprintf("baton_demo_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	if _, err := admin.ExecContext(ctx, fmt.Sprintf(`CREATE DATABASE %q TEMPLATE template0`, name)); err != nil {
-		admin.Close()
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42501" {
-			return "", nil, usageError("the demo runs in a database of its own and cannot create one (%s): grant the role CREATEDB, or unset DATABASE_URL to run a private PostgreSQL", pe.Message)
-		}
-		return "", nil, fmt.Errorf("creating the demo's database on %s: %w", dbconn.Redact(base), dbconn.RedactError(base, err))
-	}
-	drop := func() {
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if _, err := admin.ExecContext(c, fmt.Sprintf(`DROP DATABASE IF EXISTS %q WITH (FORCE)`, name)); err != nil {
-			slog.Warn("dropping the demo's database failed; drop it by hand", "database", name, "error", err.Error())
-		}
-		admin.Close()
-	}
-	return withDatabase(base, name), drop, nil
-}
-
-// withDatabase returns dsn (URL or key=value form) naming database name.
-func withDatabase(dsn, name string) string {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		if u, err := url.Parse(dsn); err == nil {
-			u.Path = "/" + name
-			q := u.Query()
-			if q.Has("dbname") {
-				q.Set("dbname", name)
-				u.RawQuery = q.Encode()
-			}
-			return u.String()
-		}
-	}
-	return dsn + " dbname=" + name // the last setting of a key wins
 }

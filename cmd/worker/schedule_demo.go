@@ -42,7 +42,9 @@ killed or stopped, and the leader job moved only when its worker died.
 
 With DATABASE_URL unset it runs a private PostgreSQL (see "worker demo").`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runScheduleDemo(cmd.Context(), g, o) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return interrupted(cmd.Context(), "schedule demo", runScheduleDemo(cmd.Context(), g, o))
+		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.workers, "workers", 3, "worker processes (at least 3)")
@@ -56,17 +58,11 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 		return usageError("--workers must be at least 3")
 	}
 	out := g.stdout
-	if g.databaseURL == "" {
-		fmt.Fprintf(out, "DATABASE_URL is not set: starting a private PostgreSQL in %s\n", o.pgDir)
-		url, stop, err := privateDatabase(ctx, g, o.pgDir, "baton_schedule_demo", o.fresh)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		g.databaseURL = url
-	} else {
-		fmt.Fprintf(out, "using %s\n", dbconn.Redact(g.databaseURL))
+	cleanup, err := openDemoDatabase(ctx, g, demoPlace{name: "baton_schedule_demo", pgDir: o.pgDir, fresh: o.fresh})
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	db, err := g.open(ctx, dbconn.Options{MaxOpenConns: 4}, false)
 	if err != nil {
 		return err
@@ -81,11 +77,6 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 	}
 	defer os.RemoveAll(dir)
 	tickLog, leadLog := filepath.Join(dir, "tick.log"), filepath.Join(dir, "lead.log")
-	for _, name := range []string{"tick", "lead"} {
-		if err := schedule.Remove(ctx, db, g.schema, name); err != nil && !errors.Is(err, schedule.ErrNotFound) {
-			return err
-		}
-	}
 	jobs := []schedule.Definition{
 		{Name: "tick", Every: time.Second, Missed: schedule.MissedCatchUp, LockAtMostFor: 5 * time.Second,
 			Command: []string{"sh", "-c", `echo "$BATON_SLOT $BATON_WORKER" >> "$1"; sleep 0.3`, "tick", tickLog}},
