@@ -209,7 +209,7 @@ func contractLine(p partitionJSON, rate float64, width int) string {
 		owner = *p.Owner
 	}
 	id := idWidth(width)
-	return fmt.Sprintf("  %s %s %s %s %*.0f/s %*d left", pad(p.ContractID, id), pad(p.State, colState),
+	return fmt.Sprintf("  %s %s %s %s %*.0f/s %*d left", padMiddle(p.ContractID, id), pad(p.State, colState),
 		pad(owner, colOwner), bar(p.Processed, p.Processed+p.Pending, colBar), colRate, rate, colLeft, p.Pending)
 }
 
@@ -225,9 +225,31 @@ func fit(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
+// fitMiddle cuts s to at most n characters (runes) by taking them out of
+// its middle, marked "…": ids that share a long prefix (c-2024-…-0041,
+// c-2024-…-0042) still differ by their ends. The end keeps the larger half.
+func fitMiddle(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	head := (n - 1) / 2
+	tail := n - 1 - head
+	return string(r[:head]) + "…" + string(r[len(r)-tail:])
+}
+
 // pad fits s into exactly n characters.
 func pad(s string, n int) string {
 	s = fit(s, n)
+	return s + strings.Repeat(" ", max(0, n-utf8.RuneCountInString(s)))
+}
+
+// padMiddle fits s into exactly n characters, cutting its middle.
+func padMiddle(s string, n int) string {
+	s = fitMiddle(s, n)
 	return s + strings.Repeat(" ", max(0, n-utf8.RuneCountInString(s)))
 }
 

@@ -67,3 +67,71 @@ func TestLiveViewFitsAnyTerminalAndData(t *testing.T) {
 		}
 	}
 }
+
+// Ids that share a long prefix are cut in the middle, so that each row
+// still shows the end that tells them apart.
+func TestLiveViewCutsIdsInTheMiddle(t *testing.T) {
+	prefix := strings.Repeat("W", 60)
+	s := statusJSON{Totals: totalsJSON{ByState: map[string]int{"pending": 3}}}
+	for _, n := range []int{41, 42, 43} {
+		s.Partitions = append(s.Partitions, partitionJSON{ContractID: fmt.Sprintf("%s%04d", prefix, n), State: "pending", Pending: int64(n)})
+	}
+	var buf bytes.Buffer
+	v := &liveView{w: &buf, tty: true, screen: true, rows: 8, size: func() (int, int) { return 80, 24 }}
+	v.draw(s, 10, time.Second)
+	ids := map[string]bool{}
+	for _, line := range strings.Split(escapes.ReplaceAllString(buf.String(), ""), "\n") {
+		if !strings.HasPrefix(line, "  WWW") {
+			continue
+		}
+		if n := utf8.RuneCountInString(line); n > 79 {
+			t.Fatalf("line of %d characters on an 80-column terminal: %q", n, line)
+		}
+		id := strings.Fields(line)[0]
+		if !strings.Contains(id, "…") || !strings.HasPrefix(id, "WWW") {
+			t.Fatalf("id cell %q: want the start, \"…\" and the end", id)
+		}
+		ids[id] = true
+	}
+	for _, n := range []int{41, 42, 43} {
+		found := false
+		for id := range ids {
+			found = found || strings.HasSuffix(id, fmt.Sprintf("%04d", n))
+		}
+		if !found {
+			t.Errorf("no id cell ends with %04d: %v", n, ids)
+		}
+	}
+	if len(ids) != 3 {
+		t.Fatalf("%d distinct id cells for 3 contracts: %v", len(ids), ids)
+	}
+}
+
+func TestFitMiddle(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"abcdef", 10, "abcdef"},
+		{"abcdef", 6, "abcdef"},
+		{"abcdefghijklmnop", 7, "abc…nop"},
+		{"abcdefghijklmnop", 8, "abc…mnop"},
+		{"abcdef", 2, "…f"},
+		{"abcdef", 1, "…"},
+		{"abcdef", 0, ""},
+		{"äöüßéèêëç", 5, "äö…ëç"},
+		{strings.Repeat("W", 60) + "0042", 15, "WWWWWWW…WWW0042"},
+	} {
+		got := fitMiddle(c.s, c.n)
+		if got != c.want {
+			t.Errorf("fitMiddle(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
+		}
+		if n := utf8.RuneCountInString(got); n > max(c.n, 0) {
+			t.Errorf("fitMiddle(%q, %d): %d characters", c.s, c.n, n)
+		}
+		if p := padMiddle(c.s, c.n); c.n > 0 && utf8.RuneCountInString(p) != c.n {
+			t.Errorf("padMiddle(%q, %d) = %q: want exactly %d characters", c.s, c.n, p, c.n)
+		}
+	}
+}
