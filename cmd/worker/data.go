@@ -28,6 +28,13 @@ func newMigrateCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending schema migrations (safe to run from many processes at once)",
+		Long: `migrate applies baton's embedded migrations (core, pricing) under an
+advisory lock, so many processes may run it at once.
+
+Changes the database: creates baton's schema (--schema) and its tables, or
+applies the migrations it lacks. A database of a release without its own
+schema is upgraded first: baton's tables move into the schema with their
+data, and baton's row is removed from bun_migrations.`,
 		Example: `  worker migrate
   DATABASE_URL=postgres://baton@db.example/baton worker migrate`,
 		Args: cobra.NoArgs,
@@ -62,7 +69,12 @@ transaction: by default all or nothing, listing invalid rows as
 FILE:LINE: reason (exit 3). A UTF-8 byte order mark at the start of a file
 is ignored. On a terminal, progress shows the current stage: reading and
 validating each file, then inserting the records, then updating the
-contracts.`,
+contracts.
+
+Changes the database: adds contracts, their tiers and records; a tiers file
+replaces the tiers of a contract it names (refused once the contract has
+priced records). Records already stored are never changed or removed.
+Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 		Example: `  worker load --tiers tiers.csv --records records.csv
   worker load --records more.csv --skip-invalid --reject-file rejected.csv
   worker load --records records.csv --max-errors 0   # list every invalid row`,
@@ -129,7 +141,10 @@ temporary name, synced and renamed, so a failed export never leaves a
 truncated file; it gets the usual permissions (0666 less the umask).
 
 Records not yet priced are left out: export says how many on stderr, and
-with --complete fails instead (exit 4) without writing anything.`,
+with --complete fails instead (exit 4) without writing anything.
+
+Writes a file: --out, replacing a file of that name (- writes to standard
+output instead). It only reads the database.`,
 		Example: `  worker export --out priced.csv
   worker export --out - | gzip > priced.csv.gz
   worker run --until-done && worker export --complete --out priced.csv`,
@@ -269,6 +284,11 @@ func newRetryCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "retry CONTRACT...",
 		Short: "Re-enable quarantined (or backing-off) contracts",
+		Long: `retry re-enables quarantined (or backing-off) contracts, so workers claim
+them again at once.
+
+Changes the database: resets each named failed contract's attempts, error
+and back-off, and records the retry in its history.`,
 		Example: `  worker retry c-17
   worker status --json | jq -r '.partitions[] | select(.state=="quarantined") | .contract_id' | xargs worker retry`,
 		Args: cobra.MinimumNArgs(1),
@@ -302,6 +322,13 @@ func newSeedCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "seed --contracts N --records-per-contract M [--seed S] [--dir DIR] [--load]",
 		Short: "Generate deterministic synthetic tiers and records CSV (and optionally load them)",
+		Long: `seed generates synthetic tiers and records: the same --seed gives the
+same data.
+
+Writes files: tiers.csv and records.csv in --dir, replacing files of those
+names. Changes the database with --load: loads them as "worker load"
+does, adding contracts (ids --prefix and a number), their tiers and
+records.`,
 		Example: `  worker seed --contracts 100 --records-per-contract 1000 --dir data
   worker seed --contracts 10 --records-per-contract 50 --seed 7 --load`,
 		Args: cobra.NoArgs,

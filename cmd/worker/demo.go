@@ -41,13 +41,19 @@ func newDemoCmd(g *globals) *cobra.Command {
 through, shows the takeover as it happens, and verifies every contract's
 per-record nets against an independent recomputation.
 
+Never touches the database named by DATABASE_URL (or --database-url):
+with it set, the demo creates a database of its own on the same server
+(the role needs CREATEDB), loads, prices and verifies there, and drops it
+at the end, also when interrupted (SIGINT, SIGTERM). The jobs, records and
+workers of the named database are left alone.
+
 With DATABASE_URL unset it runs a private PostgreSQL from the locally
 installed binaries, in --pg-dir (reused by later runs; --fresh starts over),
 listening on 127.0.0.1 on a free port, stopped when the demo ends.
 
-With DATABASE_URL set it never touches that database: it creates a
-database of its own on the same server (the role needs CREATEDB), runs
-there, and drops it at the end, also when interrupted.`,
+Writes files: the generated data and the workers' logs, in a temporary
+directory removed at the end; without DATABASE_URL, the private server's
+data in --pg-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return interrupted(cmd.Context(), "demo", runDemo(cmd.Context(), g, o))

@@ -153,6 +153,9 @@ func newRoot() (*cobra.Command, *globals) {
 		Long: `baton distributes batch pricing over many identical worker processes that
 share one PostgreSQL database and nothing else.
 
+Each command's help says whether it changes the database or writes files;
+"demo" and "schedule demo" never touch the database DATABASE_URL names.
+
 ` + exitCodesHelp,
 		Example: `  export DATABASE_URL=postgres://baton@db.example/baton
   worker migrate

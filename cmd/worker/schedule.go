@@ -54,7 +54,11 @@ The command runs with BATON_JOB, BATON_SLOT (the due time, RFC 3339 UTC, from
 the database clock), BATON_FENCE, BATON_IDEMPOTENCY_KEY (job@slot) and
 BATON_WORKER in its environment; its output goes to the worker's log and its
 exit status is the run's result. Built-in jobs: verify (recomputes every
-contract's totals in SQL and checks the priced output and checkpoints).`,
+contract's totals in SQL and checks the priced output and checkpoints).
+
+Changes the database: stores the job, replacing the definition of a job of
+that name (a changed schedule restarts its slots from the next one). Every
+"worker run" with --jobs then runs it.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
@@ -161,8 +165,11 @@ func oneLine(s string) string {
 
 func newScheduleRemoveCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:     "remove NAME",
-		Short:   "Remove a scheduled job (a run in progress can no longer record its completion)",
+		Use:   "remove NAME",
+		Short: "Remove a scheduled job (a run in progress can no longer record its completion)",
+		Long: `remove deletes a scheduled job; no worker runs it again.
+
+Changes the database: deletes the job's row, with its state and run history.`,
 		Example: `  worker schedule remove cleanup`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -182,8 +189,12 @@ func newScheduleRemoveCmd(g *globals) *cobra.Command {
 
 func newScheduleTriggerCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:     "trigger NAME",
-		Short:   "Ask for one extra run of a job now, beside its schedule",
+		Use:   "trigger NAME",
+		Short: "Ask for one extra run of a job now, beside its schedule",
+		Long: `trigger asks for one extra run of a job now, beside its schedule; the next
+worker to look runs it.
+
+Changes the database: records the request on the job's row.`,
 		Example: `  worker schedule trigger nightly-verify`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

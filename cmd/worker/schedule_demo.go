@@ -40,7 +40,17 @@ worker, then SIGSTOPs the new leader for three times the lease, and checks
 the runs: every slot ran, a slot ran twice only when its first runner was
 killed or stopped, and the leader job moved only when its worker died.
 
-With DATABASE_URL unset it runs a private PostgreSQL (see "worker demo").`,
+Never touches the database named by DATABASE_URL (or --database-url):
+with it set, the demo creates a database of its own on the same server
+(the role needs CREATEDB), adds its jobs and runs its workers there, and
+drops it at the end, also when interrupted (SIGINT, SIGTERM). The jobs
+(even ones named "tick" or "lead"), records and workers of the named
+database are left alone. With DATABASE_URL unset it runs a private
+PostgreSQL (see "worker demo").
+
+Writes files: the jobs' output and the workers' logs, in a temporary
+directory removed at the end; without DATABASE_URL, the private server's
+data in --pg-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return interrupted(cmd.Context(), "schedule demo", runScheduleDemo(cmd.Context(), g, o))

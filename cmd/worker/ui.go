@@ -62,6 +62,13 @@ func newUICmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve the operator console: contracts, their ownership history, workers (read-only unless --ui-token)",
+		Long: `ui serves the operator console over HTTP: contracts, their ownership
+history, the live workers and the scheduled jobs.
+
+Without a token it only reads the database. Changes the database with
+--ui-token (or $` + console.TokenEnv + `): its actions re-enable failed
+contracts (as "worker retry") and trigger scheduled jobs (as "worker
+schedule trigger").`,
 		Example: `  worker ui
   worker ui --addr 0.0.0.0:8080 --ui-token "$(openssl rand -hex 16)"`,
 		Args: cobra.NoArgs,
