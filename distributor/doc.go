@@ -401,12 +401,12 @@
 // Batch.IdempotencyKey, which names the same items identically whoever
 // processes them.
 //
-// The same argument covers the other rows on this protocol, which share
-// no lock with task rows: scheduled jobs (package schedule; table jobs) and
-// leaderships (package leader). Their claims lock the row FOR UPDATE and
-// bump version; heartbeats renew FOR NO KEY UPDATE through the same
-// heartbeat service; a run's or a leader's writes are fenced FOR KEY SHARE
-// on (name, version, owner) — for a run also its slot — and a run's
-// completion is a compare-and-set on the same. So at most one run per slot
-// commits, whatever the workers' clocks say.
+// The same argument covers the other rows on this protocol, which share no
+// lock with task rows: scheduled jobs (package schedule; table jobs) and
+// leaderships (package leader). Their claims (and a leader's resignation)
+// lock the row FOR UPDATE and bump version; heartbeats renew FOR NO KEY
+// UPDATE through the same heartbeat service; a run's or a leader's writes
+// are fenced FOR KEY SHARE on (name, version, owner) — for a run also its
+// slot — and a run's completion is a compare-and-set on the same. So at most
+// one run per slot commits, whatever the workers' clocks say.
 package distributor
