@@ -84,6 +84,12 @@ func scratchDatabase(ctx context.Context, base, prefix string) (name, dsn string
 	}
 	name = fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1e6)
 	if _, err := admin.ExecContext(ctx, fmt.Sprintf(`CREATE DATABASE %q TEMPLATE template0`, name)); err != nil {
+		if ctx.Err() != nil {
+			// Interrupted: the server may have created it all the same.
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			_, _ = admin.ExecContext(c, fmt.Sprintf(`DROP DATABASE IF EXISTS %q WITH (FORCE)`, name))
+			cancel()
+		}
 		admin.Close()
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42501" {
