@@ -26,6 +26,8 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 	defer func() { endBatchSpan(span, items, caughtUp, err) }()
 
 	start := d.cfg.Clock.Now()
+	h.tried = 0
+	defer func() { h.took = d.cfg.Clock.Since(start) }()
 	// A connection of its own, so that the processor can reach the
 	// driver's connection inside the transaction (Batch.Raw).
 	conn, err := d.db.Conn(ctx)
@@ -52,7 +54,8 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 		return 0, true, false, nil
 	}
 	b := &Batch{Lease: l.Lease, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
-		Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
+		Limit: int(min(int64(d.size.batchLimit()), cp.Available-cp.Position))}
+	h.tried = b.Limit
 	res, err := d.process(ctx, b)
 	if err != nil {
 		return 0, false, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
@@ -106,7 +109,9 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 	}
 	h.started = true
 	items = res.Position - cp.Position
-	d.reportCheckpoint(l.Lease, items, res.Position, d.cfg.Clock.Since(start))
+	elapsed := d.cfg.Clock.Since(start)
+	d.size.batchTook(int(items), elapsed)
+	d.reportCheckpoint(l.Lease, items, res.Position, elapsed)
 	return items, caughtUp, released, nil
 }
 

@@ -40,6 +40,46 @@ type lostClaim struct {
 	at      time.Time
 }
 
+// noteLost records candidates lost at their fence, to be skipped for a
+// while (skipLost), except those lost to this worker's own dying
+// transaction (d.dying), which are tried again at the next poll. It
+// reports how many were lost to other workers. Called with d.mu.
+func (d *Distributor) noteLost(cands []partition.Candidate) int {
+	now := d.cfg.Clock.Now()
+	n := 0
+	for _, c := range cands {
+		delete(d.claiming, c.Key)
+		if until, ok := d.dying[c.Key]; ok {
+			if now.Before(until) {
+				continue
+			}
+			delete(d.dying, c.Key)
+		}
+		d.lostClaims[c.Key] = lostClaim{version: c.Version, at: now}
+		n++
+	}
+	return n
+}
+
+// markDying records that this worker abandoned the claim transaction of
+// cands mid-statement: until the server has noticed (by its statement
+// timeout at the latest, StaleAfter/2 as ConnectionLimits recommends, or
+// the lease's length if the embedder set none lower), a fence finding
+// their rows locked is not another worker's doing.
+func (d *Distributor) markDying(cands []partition.Candidate) {
+	until := d.cfg.Clock.Now().Add(d.cfg.StaleAfter)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k, t := range d.dying {
+		if !t.After(d.cfg.Clock.Now()) {
+			delete(d.dying, k)
+		}
+	}
+	for _, c := range cands {
+		d.dying[c.Key] = until
+	}
+}
+
 // skipLost drops the candidates recently lost at the same version, and
 // forgets lost candidates no longer read or moved on. Called with d.mu.
 func (d *Distributor) skipLost(cands []partition.Candidate) []partition.Candidate {
@@ -68,6 +108,8 @@ type firstBatch struct {
 	caughtUp bool
 	released bool
 	elapsed  time.Duration
+	// tried is the most items the batch was allowed (its Limit).
+	tried int
 	// sent is when the claim statement was sent, by the local clock: its
 	// lease runs from its arrival, so the local deadline counts from here.
 	sent time.Time
@@ -87,13 +129,16 @@ func (d *Distributor) runClaimBatch(c partition.Candidate) {
 	case errors.Is(err, errClaimLost):
 		// Another worker is processing it (or claimed it): skip it for a
 		// while rather than pick it again from the head of the index,
-		// where it still reads as claimable, and look for another.
+		// where it still reads as claimable, and look for another. Lost
+		// to this worker's own dying transaction instead, it is tried
+		// again at the next poll.
 		d.mu.Lock()
-		d.lostClaims[c.Key] = lostClaim{version: c.Version, at: d.cfg.Clock.Now()}
-		delete(d.claiming, c.Key)
+		others := d.noteLost([]partition.Candidate{c})
 		d.mu.Unlock()
-		d.emit(Event{Kind: EventClaimLost, Items: 1})
-		d.wake()
+		if others > 0 {
+			d.emit(Event{Kind: EventClaimLost, Items: 1})
+			d.wake()
+		}
 	case claimed:
 		// The commit's outcome could not be learnt. If it applied, the
 		// partition is owned with a lease nobody renews: it expires and
@@ -103,10 +148,17 @@ func (d *Distributor) runClaimBatch(c partition.Candidate) {
 			d.cfg.KeyAttr, c.Key, "error", err)
 	case d.isLeaving() || context.Cause(d.abandon) != nil:
 		unreserve() // rolled back: nothing held, nothing to hand back
-	case errors.Is(err, context.DeadlineExceeded):
-		// Rolled back: the first batch takes longer than a lease. Claim
-		// it on its own and run its batches under heartbeats, which renew
-		// the lease while a batch runs.
+	case dberr.TooLong(err):
+		// Rolled back: the first batch takes longer than a lease, or than
+		// the statement timeout. Claim it on its own and run its batches
+		// under heartbeats, which renew the lease while a batch runs, and
+		// with fewer items each (sizing.go).
+		if errors.Is(err, context.DeadlineExceeded) {
+			d.markDying([]partition.Candidate{c})
+		}
+		limit, _ := d.size.batchTooLong(fb.tried, fb.elapsed)
+		d.log.Info("first batch too long for one transaction; claiming the partition on its own with smaller batches",
+			d.cfg.KeyAttr, c.Key, "items", fb.tried, "batch_limit", limit, "error", err)
 		d.claimAlone(c, nil, unreserve)
 	case dberr.Transient(err) || errors.Is(err, partition.ErrCheckpointMoved):
 		// Rolled back, the partition claimable as before: the next poll
@@ -167,6 +219,11 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 	stop := context.AfterFunc(d.abandon, func() { cancelCause(context.Cause(d.abandon)) })
 	defer stop()
 	start := d.cfg.Clock.Now()
+	defer func() {
+		if err != nil {
+			fb.elapsed = d.cfg.Clock.Since(start) // how long it took to fail
+		}
+	}()
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return fb, false, fmt.Errorf("beginning claim of %s with its first batch: %w", c.Key, causeOr(ctx, err))
@@ -193,7 +250,8 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 	defer func() { endBatchSpan(span, fb.items, fb.caughtUp, err) }()
 	linkPrevious(span, cp.Traceparent)
 	b := &Batch{Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
-		Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
+		Limit: int(min(int64(d.size.batchLimit()), cp.Available-cp.Position))}
+	fb.tried = b.Limit
 	res, err := d.process(ctx, b)
 	if err != nil {
 		return fb, false, causeOr(ctx, err)
@@ -229,6 +287,7 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 	fb.items = res.Position - cp.Position
 	fb.position = res.Position
 	fb.elapsed = d.cfg.Clock.Since(start)
+	d.size.batchTook(int(fb.items), fb.elapsed)
 	return fb, false, nil
 }
 

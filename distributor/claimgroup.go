@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
@@ -38,8 +39,16 @@ func (d *Distributor) claimFreshAll(cands, spares []partition.Candidate) {
 		}
 		return
 	}
-	// As many groups as ClaimGroup requires, of even sizes.
-	groups := (len(cands) + d.cfg.ClaimGroup - 1) / d.cfg.ClaimGroup
+	// As many groups as ClaimGroup requires, of even sizes; no more
+	// members than the group's items allow (one each at least).
+	size := min(d.cfg.ClaimGroup, d.size.groupLimit())
+	if size < 2 {
+		for _, c := range cands {
+			d.claimFresh(c)
+		}
+		return
+	}
+	groups := (len(cands) + size - 1) / size
 	for ; groups > 0; groups-- {
 		n := (len(cands) + groups - 1) / groups
 		g := cands[:n:n]
@@ -74,6 +83,11 @@ type groupOutcome struct {
 	members []partition.Candidate
 	// committed are the members' first batches, once committed.
 	committed []firstBatch
+	// items is the most items the members' first batches were allowed
+	// in all (their Limits).
+	items int
+	// elapsed is how long the transaction took, to its end or failure.
+	elapsed time.Duration
 	// unknown: the commit was sent and its outcome could not be learnt.
 	unknown bool
 }
@@ -98,14 +112,12 @@ func (d *Distributor) runClaimGroup(gp GroupProcessor, cands, spares []partition
 		// Their room is given back once the group is over (the claim loop
 		// is woken then), so that it is filled by a group of its own
 		// rather than claim by claim while this group runs.
-		now := d.cfg.Clock.Now()
 		d.mu.Lock()
-		for _, c := range out.lost {
-			d.lostClaims[c.Key] = lostClaim{version: c.Version, at: now}
-			delete(d.claiming, c.Key)
-		}
+		others := d.noteLost(out.lost)
 		d.mu.Unlock()
-		d.emit(Event{Kind: EventClaimLost, Items: len(out.lost)})
+		if others > 0 {
+			d.emit(Event{Kind: EventClaimLost, Items: others})
+		}
 		defer d.wake()
 	}
 	switch {
@@ -133,7 +145,26 @@ func (d *Distributor) runClaimGroup(gp GroupProcessor, cands, spares []partition
 			"partitions", len(out.members), "error", err)
 	case d.isLeaving() || context.Cause(d.abandon) != nil:
 		unreserve(out.members) // rolled back: nothing held, nothing to hand back
-	case !errors.Is(err, partition.ErrClaimLost) && !errors.Is(err, context.DeadlineExceeded) &&
+	case !errors.Is(err, partition.ErrClaimLost) && dberr.TooLong(err):
+		// Rolled back: the group took longer than the statement timeout
+		// or a lease allows. Groups take fewer items from now on, and
+		// each member is claimed with its first batch on its own (a
+		// first batch too long alone runs under heartbeats). Forming the
+		// same group again would fail the same way, for ever.
+		if errors.Is(err, context.DeadlineExceeded) {
+			// Given up mid-statement: the server may hold the rows a
+			// while longer; the members' own claims must not take that
+			// for another worker's claim.
+			d.markDying(out.members)
+		}
+		limit := d.size.groupTooLong(out.items, out.elapsed)
+		d.log.Info("claim of a group with its first batches too long for one transaction; claiming each on its own",
+			"partitions", len(out.members), "items", out.items, "group_limit", limit, "error", err)
+		for _, c := range out.members {
+			d.wg.Add(1)
+			go d.runClaimBatch(c)
+		}
+	case !errors.Is(err, partition.ErrClaimLost) &&
 		(dberr.Transient(err) || errors.Is(err, partition.ErrCheckpointMoved)):
 		// Rolled back, every member claimable as before.
 		unreserve(out.members)
@@ -194,6 +225,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 	defer stop()
 	out.members, out.untried = cands, spares
 	start := d.cfg.Clock.Now()
+	defer func() { out.elapsed = d.cfg.Clock.Since(start) }()
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return out, fmt.Errorf("beginning claim of %d partitions with their first batches: %w", len(cands), causeOr(ctx, err))
@@ -249,6 +281,11 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 		Prepare: dbconn.Direct(d.db)}
 	spans := make([]trace.Span, len(fenced))
 	traces := make([]string, len(fenced))
+	pending := make([]int64, len(fenced))
+	for i, f := range fenced {
+		pending[i] = f.Checkpoint.Available - f.Checkpoint.Position
+	}
+	limits := shareItems(pending, d.size.batchLimit(), d.size.groupLimit())
 	for i, f := range fenced {
 		cp := f.Checkpoint
 		l := partition.Lease{Key: f.Key, Version: f.Version + 1}
@@ -256,8 +293,8 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 			attribute.Int64("baton.position", cp.Position), attribute.Bool("baton.with_claim", true)))
 		linkPrevious(bspan, cp.Traceparent)
 		spans[i], traces[i] = bspan, traceparentOf(bctx)
-		g.Batches[i] = &Batch{Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
-			Limit: int(min(int64(d.cfg.BatchSize), cp.Available-cp.Position))}
+		g.Batches[i] = &Batch{Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp, Limit: limits[i]}
+		out.items += limits[i]
 	}
 	var steps []partition.ClaimStep
 	defer func() {
@@ -315,6 +352,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 			"version", b.Lease.Version, "partitions", len(fenced))
 	}
 	elapsed := d.cfg.Clock.Since(start)
+	d.size.groupTook(int(items), elapsed)
 	out.committed = make([]firstBatch, len(fenced))
 	for i, st := range steps {
 		b := g.Batches[i]

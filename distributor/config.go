@@ -35,6 +35,7 @@ const (
 	ConfirmDefault         = heartbeat.ConfirmDefault
 	MaxPartitionsDefault   = 8
 	ClaimGroupDefault      = 16
+	ClaimGroupItemsDefault = 65536
 	BatchSizeDefault       = 1000
 	MaxAttemptsDefault     = 5
 	BackoffDefault         = time.Second
@@ -70,7 +71,15 @@ type Config struct {
 	// MaxPartitions caps the partitions held at once. Defaults to 8. The
 	// database pool needs PoolSize connections.
 	MaxPartitions int
-	// BatchSize is the most work items per committed batch. Defaults to 1000.
+	// BatchSize is the most work items per committed batch. Defaults to
+	// 1000. A batch that turns out too long for the statement timeout or
+	// the lease (the server cancels it, or its deadline passes) is rolled
+	// back and tried again at once with half as many items, down to one,
+	// without counting as a failure; the worker keeps the lower size for
+	// its next batches and doubles it back, up to BatchSize, after a batch
+	// at that size ends in less than a quarter of StaleAfter/2 (the
+	// statement timeout ConnectionLimits recommends). So any BatchSize
+	// finishes; a large one only costs the first attempts.
 	BatchSize int
 	// ClaimGroup is the most partitions nobody owns that are claimed and
 	// given their first batch together, in one transaction, when the
@@ -78,6 +87,14 @@ type Config struct {
 	// GroupProcessor. Defaults to 16; 1 claims each in a transaction of
 	// its own.
 	ClaimGroup int
+	// ClaimGroupItems is the most work items a group's first batches take
+	// in all: the group's output is written in one transaction, which must
+	// end well within the statement timeout and the lease. Members share
+	// it (one with little work takes all of it, the others share the
+	// rest evenly); a member not caught up by its first batch goes on in
+	// batches of its own. The worker lowers it for a while after a group
+	// turned out too long (see BatchSize). Defaults to 65,536.
+	ClaimGroupItems int
 	// Mode is ModeLock (default) or ModeLeader.
 	Mode Mode
 	// UntilDone makes Run return once no partition has pending work and
@@ -145,6 +162,7 @@ func (c *Config) setDefaults() {
 	c.MaxPartitions = cmp.Or(c.MaxPartitions, MaxPartitionsDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.ClaimGroup = cmp.Or(c.ClaimGroup, ClaimGroupDefault)
+	c.ClaimGroupItems = cmp.Or(c.ClaimGroupItems, ClaimGroupItemsDefault)
 	c.Mode = cmp.Or(c.Mode, ModeLock)
 	c.PollInterval = cmp.Or(c.PollInterval, c.Heartbeat)
 	c.RebalanceInterval = cmp.Or(c.RebalanceInterval, 5*c.Heartbeat)
@@ -197,6 +215,9 @@ func (c Config) validate() error {
 	}
 	if c.ClaimGroup < 1 {
 		errs = append(errs, fmt.Errorf("ClaimGroup must be at least 1, got %d", c.ClaimGroup))
+	}
+	if c.ClaimGroupItems < 1 {
+		errs = append(errs, fmt.Errorf("ClaimGroupItems must be at least 1, got %d", c.ClaimGroupItems))
 	}
 	if c.PollInterval <= 0 || c.RebalanceInterval <= 0 {
 		errs = append(errs, errors.New("PollInterval and RebalanceInterval must be positive"))

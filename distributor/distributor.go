@@ -47,7 +47,15 @@ type Distributor struct {
 	// at their fence: skipped while at the same version, for a lease's
 	// length at most (that transaction has ended by then).
 	lostClaims map[string]lostClaim
-	share      int
+	// dying are partitions whose claim transaction this worker gave up
+	// on mid-statement (its deadline passed): the server may still hold
+	// their rows until it notices, so a fence that finds them locked then
+	// lost them to this worker's own dying transaction, not to another
+	// worker, and they are not skipped as lost claims. Until when.
+	dying map[string]time.Time
+	// size bounds the items a batch or a group takes (sizing.go).
+	size  *sizer
+	share int
 	// shareIdle: the share was computed from a load with no work at all.
 	shareIdle bool
 
@@ -86,6 +94,8 @@ type held struct {
 	handBack  atomic.Bool   // release at the next batch boundary (rebalance)
 	idle      atomic.Bool   // leader mode: caught up, waiting for new work
 	nudge     chan struct{} // new work or hand-back request (leader mode)
+	tried     int           // items the last batch was allowed (its Limit)
+	took      time.Duration // how long the last batch took, to its end or failure
 }
 
 // New returns a distributor over db running p. db's pool should allow
@@ -125,6 +135,7 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 		db: db, store: newStore(db, cfg), proc: p, cfg: cfg,
 		log:    cfg.Logger.With("worker", w.InstanceID),
 		worker: w, held: map[string]*held{}, claiming: map[string]struct{}{}, lostClaims: map[string]lostClaim{},
+		dying: map[string]time.Time{}, size: newSizer(cfg.BatchSize, cfg.ClaimGroupItems, cfg.StaleAfter/2),
 		wakeClaim: make(chan struct{}, 1), stopping: make(chan struct{}),
 		leaving:  make(chan struct{}),
 		loopDone: make(chan struct{}), done: make(chan struct{}),

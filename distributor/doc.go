@@ -107,7 +107,15 @@
 // and each member is claimed with its first batch on its own (above), so
 // a processor error is recorded against the partition that causes it; a
 // transient error leaves them all claimable. A member not caught up after
-// its first batch is held on like any claim.
+// its first batch is held on like any claim. A group's first batches take
+// ClaimGroupItems items in all, shared among the members; a group that
+// turns out too long for the statement timeout or its deadline is not
+// formed again: groups take half as many items from then on and each
+// member is claimed on its own (sizing.go). A group given up mid-statement
+// may still hold its rows on the server for a while; a member's own claim
+// that then finds its row locked lost it to this worker's dying
+// transaction, not to another worker, and tries again at the next poll
+// rather than skipping it for a lease's length.
 //
 // Heartbeat. Every Heartbeat interval the worker renews its own row and all
 // its leases in one statement (a batched compare-and-set on (key, version,

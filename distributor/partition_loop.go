@@ -103,6 +103,13 @@ func (d *Distributor) runPartition(h *held) {
 		case errors.Is(err, errAbandoned):
 			d.release(h, "shutdown")
 			return
+		case h.tried > 1 && dberr.TooLong(err):
+			// Too long for the statement timeout: rolled back. Again at
+			// once with half the items (sizing.go); not a failure.
+			limit, _ := d.size.batchTooLong(h.tried, h.took)
+			d.log.Info("batch too long for one transaction; retrying with fewer items", d.cfg.KeyAttr, l.Key,
+				"version", l.Version, "items", h.tried, "batch_limit", limit, "error", err)
+			continue
 		case dberr.Transient(err) && transient < d.cfg.MaxAttempts:
 			transient++
 			d.log.Warn("batch failed with a transient error; retrying while the lease holds",

@@ -60,3 +60,16 @@ func Transient(err error) bool {
 	}
 	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, pgx.ErrTxClosed)
 }
+
+// TooLong reports a transaction that ran out of time rather than failed:
+// the server cancelled a statement (57014 query_canceled: statement_timeout,
+// or a cancel request, which carries the same code whatever the server's
+// message language), or the context's deadline passed. Such work is retried
+// in smaller pieces, not counted as a failure (it is also Transient).
+func TooLong(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+}

@@ -1,0 +1,132 @@
+package distributor
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// Transactions are sized in work items: a batch takes at most BatchSize
+// items, and a group of first batches at most ClaimGroupItems in all. Both
+// are upper bounds that the worker lowers when a transaction turns out too
+// long for the database's statement timeout or for the lease (dberr.TooLong):
+// the transaction rolls back, the bound that applied is halved, and the work
+// is tried again at once, so that any BatchSize finishes. A bound lowered
+// this way grows back (doubling, up to the configured value) after a
+// transaction at the bound took less than a quarter of the time budget, so
+// that a passing slowdown (a report on the same database) does not cost
+// speed for the rest of the run, while a bound that keeps failing stays
+// low. The budget starts at StaleAfter/2 (the statement timeout that
+// ConnectionLimits recommends) and becomes the shortest time after which a
+// transaction was found too long, whatever limit the server applied.
+
+// sizer holds the worker's current bounds on transaction size.
+type sizer struct {
+	maxBatch, maxGroup int
+
+	mu    sync.Mutex
+	batch int // items per batch, at most maxBatch
+	group int // items per group of first batches, at most maxGroup
+	// budget: a transaction at the bound that took less than a quarter of
+	// it lets the bound double.
+	budget time.Duration
+}
+
+func newSizer(maxBatch, maxGroup int, budget time.Duration) *sizer {
+	return &sizer{maxBatch: maxBatch, maxGroup: maxGroup, budget: budget, batch: maxBatch, group: maxGroup}
+}
+
+// batchLimit is the most items a batch may take now.
+func (s *sizer) batchLimit() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batch
+}
+
+// groupLimit is the most items a group of first batches may take now.
+func (s *sizer) groupLimit() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.group
+}
+
+// batchTooLong records that a batch of tried items was found too long
+// after elapsed, and returns the new bound: half of tried (at least 1), if
+// that is lower than the current one. ok is false when tried was a single
+// item: nothing smaller can be tried.
+func (s *sizer) batchTooLong(tried int, elapsed time.Duration) (limit int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shorten(elapsed)
+	if tried <= 1 {
+		return s.batch, false
+	}
+	s.batch = min(s.batch, max(1, tried/2))
+	return s.batch, true
+}
+
+// groupTooLong records that a group of tried items was found too long
+// after elapsed, and returns the new bound.
+func (s *sizer) groupTooLong(tried int, elapsed time.Duration) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shorten(elapsed)
+	s.group = min(s.group, max(1, tried/2))
+	return s.group
+}
+
+// shorten lowers the budget to elapsed, a time after which a transaction
+// was found too long. Called with s.mu.
+func (s *sizer) shorten(elapsed time.Duration) {
+	if elapsed > 0 {
+		s.budget = min(s.budget, elapsed)
+	}
+}
+
+// batchTook records a batch of items that committed after elapsed: at the
+// bound and quick, it lets the bound grow back.
+func (s *sizer) batchTook(items int, elapsed time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.batch < s.maxBatch && items >= s.batch && elapsed < s.budget/4 {
+		s.batch = min(s.maxBatch, 2*s.batch)
+	}
+}
+
+// groupTook is batchTook for a group of first batches.
+func (s *sizer) groupTook(items int, elapsed time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.group < s.maxGroup && items >= s.group && elapsed < s.budget/4 {
+		s.group = min(s.maxGroup, 2*s.group)
+	}
+}
+
+// shareItems splits total items among members that each have pending[i]
+// items left, taking at most perMember from one: water-filling, so a member
+// with little work takes all of it and the rest is shared evenly. Every
+// member gets at least one item (a group has no more members than total).
+func shareItems(pending []int64, perMember, total int) []int {
+	out := make([]int, len(pending))
+	order := make([]int, len(pending))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case pending[a] < pending[b]:
+			return -1
+		case pending[a] > pending[b]:
+			return 1
+		}
+		return 0
+	})
+	left := total
+	for n, i := range order {
+		fair := max(1, left/(len(order)-n))
+		out[i] = int(min(pending[i], int64(perMember), int64(fair)))
+		out[i] = max(1, out[i])
+		left -= out[i]
+	}
+	return out
+}

@@ -1,0 +1,67 @@
+package distributor
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestShareItems(t *testing.T) {
+	for _, tc := range []struct {
+		pending   []int64
+		perMember int
+		total     int
+		want      []int
+	}{
+		// Little work: each takes all of its own.
+		{[]int64{1, 1, 3}, 1000, 65536, []int{1, 1, 3}},
+		// Large members share the total evenly.
+		{[]int64{250000, 250000, 250000, 250000}, 250000, 65536, []int{16384, 16384, 16384, 16384}},
+		// A small member takes all it has; the large ones share the rest.
+		{[]int64{100000, 10, 100000}, 100000, 1010, []int{500, 10, 500}},
+		// No member above the batch size.
+		{[]int64{5000, 5000}, 1000, 65536, []int{1000, 1000}},
+		// At least one item each, even past the total.
+		{[]int64{7, 7, 7}, 1000, 2, []int{1, 1, 1}},
+	} {
+		got := shareItems(tc.pending, tc.perMember, tc.total)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("shareItems(%v, %d, %d) = %v, want %v", tc.pending, tc.perMember, tc.total, got, tc.want)
+		}
+	}
+}
+
+func TestSizerHalvesAndGrowsBack(t *testing.T) {
+	s := newSizer(1000, 8000, 5*time.Second)
+	if l, ok := s.batchTooLong(1000, 300*time.Millisecond); !ok || l != 500 {
+		t.Fatalf("after a batch of 1000 too long: limit %d ok %v, want 500 true", l, ok)
+	}
+	// The budget is now the 300 ms after which that batch failed: a batch
+	// at the limit taking 100 ms (a third of it) does not let it grow...
+	s.batchTook(500, 100*time.Millisecond)
+	if l := s.batchLimit(); l != 500 {
+		t.Fatalf("limit %d after a batch at a third of the budget, want 500", l)
+	}
+	// ...one taking less than a quarter does, up to the configured size.
+	s.batchTook(500, 50*time.Millisecond)
+	s.batchTook(1000, 50*time.Millisecond)
+	if l := s.batchLimit(); l != 1000 {
+		t.Fatalf("limit %d after quick batches, want 1000 (BatchSize)", l)
+	}
+	// A batch smaller than the limit says nothing about it.
+	s.batchTooLong(1000, time.Second)
+	s.batchTook(10, time.Millisecond)
+	if l := s.batchLimit(); l != 500 {
+		t.Fatalf("limit %d after a small batch, want 500", l)
+	}
+	// One item too long: nothing smaller to try.
+	if _, ok := s.batchTooLong(1, time.Second); ok {
+		t.Fatal("a single item too long was reported as retriable smaller")
+	}
+	if g := s.groupTooLong(8000, time.Second); g != 4000 {
+		t.Fatalf("group limit %d after a group of 8000 too long, want 4000", g)
+	}
+	if g := s.groupTooLong(8000, time.Second); g != 4000 {
+		t.Fatalf("group limit %d after a second report of the same group, want 4000 (never raised)", g)
+	}
+}

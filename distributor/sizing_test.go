@@ -1,0 +1,149 @@
+package distributor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/distributor"
+)
+
+// timedStatement runs, in b's transaction, a statement that takes perItem
+// of server time per item of n, under a statement timeout of limit.
+func timedStatement(ctx context.Context, b *distributor.Batch, n int, perItem, limit time.Duration) error {
+	if _, err := b.Tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", limit.Milliseconds())); err != nil {
+		return err
+	}
+	_, err := b.Tx.ExecContext(ctx, `SELECT pg_sleep(?)`, (time.Duration(n) * perItem).Seconds())
+	return err
+}
+
+// A group whose first batches together outlast the statement timeout is
+// not formed again and again: groups take fewer items after it, and every
+// partition is processed, exactly once, without a failure counted.
+func TestGroupTooLongForTheStatementTimeoutShrinks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	all := keys("big", 24)
+	e.addWork(1000, all...)
+	ev := newEvents()
+	cfg := groupConfig("w", ev)
+	cfg.BatchSize = 1000
+	p := newGroupProc()
+	// 0.1 ms of server time per item under a 300 ms timeout: a group of
+	// 8 × 1,000 items takes 0.8 s and is cancelled by the server; 2,000
+	// items fit.
+	type attempt struct {
+		items  int
+		failed bool
+	}
+	var mu sync.Mutex
+	var attempts []attempt
+	p.beforeGroup = func(ctx context.Context, g *distributor.Group) error {
+		n := 0
+		for _, b := range g.Batches {
+			n += b.Limit
+		}
+		err := timedStatement(ctx, g.Batches[0], n, 100*time.Microsecond, 300*time.Millisecond)
+		mu.Lock()
+		attempts = append(attempts, attempt{n, err != nil})
+		mu.Unlock()
+		return err
+	}
+	d := e.start(cfg, p)
+	if err := waitDone(t, d, 60*time.Second); err != nil {
+		t.Fatalf("%v\ngroups %v\n%s", err, attempts, ev.dump())
+	}
+	e.verify()
+	if n := ev.count(kind(distributor.EventFailed)); n != 0 {
+		t.Errorf("%d batches counted as failed; a transaction too long is no failure:\n%s", n, ev.dump())
+	}
+	// After a group too long, no group takes more than half its items.
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) == 0 || !attempts[0].failed {
+		t.Fatalf("group attempts %v; want the first, of 8,000 items, cancelled by the server", attempts)
+	}
+	bound := attempts[0].items
+	for i, a := range attempts {
+		if i > 0 && a.items > bound/2 {
+			t.Errorf("group attempt %d took %d items after one of %d was too long; attempts %v", i, a.items, bound, attempts)
+		}
+		if a.failed {
+			bound = min(bound, a.items)
+		}
+	}
+}
+
+// A batch too long for the statement timeout is tried again at once with
+// fewer items, so that any BatchSize finishes; nothing is counted as failed.
+func TestBatchTooLongForTheStatementTimeoutIsHalved(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(3000, "huge")
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.UntilDone, cfg.BatchSize, cfg.ClaimGroup = true, 3000, 1
+	cfg.StaleAfter = oneTransactionLease
+	p := newProc()
+	// 0.2 ms per item under 300 ms: 3,000 items take 0.6 s, 750 fit.
+	p.before = func(ctx context.Context, b *distributor.Batch) error {
+		return timedStatement(ctx, b, b.Limit, 200*time.Microsecond, 300*time.Millisecond)
+	}
+	d := e.start(cfg, p)
+	if err := waitDone(t, d, 60*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, ev.dump())
+	}
+	e.verify()
+	if n := ev.count(kind(distributor.EventFailed)); n != 0 {
+		t.Errorf("%d batches counted as failed; a batch too long is no failure:\n%s", n, ev.dump())
+	}
+	var attempts int
+	if err := e.db.QueryRow(`SELECT attempts FROM baton.tasks WHERE partition_key = 'huge'`).Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 0 {
+		t.Errorf("attempts = %d, want 0", attempts)
+	}
+}
+
+// A group given up mid-statement (its deadline passed while the server was
+// still running it) leaves its rows locked on the server until the server
+// notices. Its members, claimed again on their own, find them locked by
+// this worker's own dying transaction: that is no claim lost to another
+// worker, and they are not skipped as if it were.
+func TestGroupGivenUpMidStatementIsNotALostClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	all := keys("d", 4)
+	e.addWork(5, all...)
+	ev := newEvents()
+	cfg := groupConfig("w", ev)
+	cfg.StaleAfter = 2 * time.Second // a group may take 1.6 s
+	p := newGroupProc()
+	var tried atomic.Bool
+	p.beforeGroup = func(ctx context.Context, g *distributor.Group) error {
+		if tried.Swap(true) {
+			return nil
+		}
+		// Outlasts the group's deadline on the server: the client gives
+		// up at 1.6 s, the server holds the fenced rows for 3 s.
+		_, err := g.Tx.ExecContext(ctx, `SELECT pg_sleep(3)`)
+		if err == nil {
+			return errors.New("the group's statement outlived its deadline")
+		}
+		return err
+	}
+	d := e.start(cfg, p)
+	if err := waitDone(t, d, 60*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, ev.dump())
+	}
+	e.verify()
+	if n := ev.count(kind(distributor.EventClaimLost)); n != 0 {
+		t.Errorf("%d claims reported lost with no other worker running:\n%s", n, ev.dump())
+	}
+}
