@@ -4,10 +4,20 @@
 // A lock is taken inside the caller's transaction and released when that
 // transaction commits or rolls back, including when its session ends
 // because the process died: the server aborts the transaction as soon as
-// the connection closes. Waiting is bounded by the context (cancelling it
-// cancels the statement) and by a lock timeout (PostgreSQL's lock_timeout,
-// set for the transaction). A failed Acquire leaves the transaction aborted:
-// roll it back.
+// the connection closes. Waiting is bounded by the context and by a lock
+// timeout (PostgreSQL's lock_timeout, set for the transaction). A failed
+// Acquire leaves the transaction aborted: roll it back.
+//
+// Cancelling the context ends Acquire at once, but the wait on the server
+// only a moment later: the driver abandons the connection and sends a
+// cancel request, which the waiting session acts on when it arrives (behind
+// a transaction pooler, which forwards none, the session waits on until it
+// gets the lock or a timeout ends the wait, then finds its client gone). If
+// the holder releases the key before then, the abandoned session is granted
+// it and holds it, idle, until its transaction is aborted: exclusion is
+// unaffected, but the next waiter waits that much longer. Acquire cannot
+// wait for the server itself: all it has is the caller's transaction, whose
+// connection the cancellation closed.
 //
 // # Methods
 //

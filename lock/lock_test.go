@@ -243,6 +243,12 @@ func TestLockSemantics(t *testing.T) {
 				t.Fatal("acquire with a cancelled context succeeded while the key was held")
 			}
 			_ = c.Rollback()
+			// Acquire returned at once; the server ends the abandoned wait
+			// when the driver's cancel request reaches it. Until then the
+			// session is still queued, and would be granted the key when a
+			// rolls back and hold it until the cancel or its session's end
+			// aborts its transaction.
+			pgtest.WaitForNoLockWait(t, db, marker)
 
 			if err := a.Rollback(); err != nil {
 				t.Fatal(err)

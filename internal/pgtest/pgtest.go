@@ -218,6 +218,18 @@ func WaitForLockWait(t testing.TB, db *bun.DB, marker string) {
 		wait_event_type = 'Lock' AND strpos(query, ?) > 0`, marker)
 }
 
+// WaitForNoLockWait blocks until no statement whose text contains marker
+// is waiting for a lock in the test's database: the signal that a wait
+// abandoned by its client (a cancelled context) has ended on the server
+// too. The driver returns from a cancelled statement at once and the server
+// ends the wait only when the cancel request reaches it; until then the
+// waiting session can still be granted the lock.
+func WaitForNoLockWait(t testing.TB, db *bun.DB, marker string) {
+	t.Helper()
+	waitForSessions(t, db, fmt.Sprintf("no statement containing %q waiting for a lock", marker), `
+		wait_event_type = 'Lock' AND strpos(query, ?) > 0`, marker, false)
+}
+
 // WaitForStatement waits until some session of this database has run a
 // statement starting with prefix (pg_stat_activity keeps the last one).
 func WaitForStatement(t testing.TB, db *bun.DB, prefix string) {
@@ -230,6 +242,13 @@ func WaitForStatement(t testing.TB, db *bun.DB, prefix string) {
 // matches cond, or fails the test.
 func waitForSession(t testing.TB, db *bun.DB, what, cond string, arg any) {
 	t.Helper()
+	waitForSessions(t, db, what, cond, arg, true)
+}
+
+// waitForSessions polls pg_stat_activity until whether a session of this
+// database matches cond is want, or fails the test.
+func waitForSessions(t testing.TB, db *bun.DB, what, cond string, arg any, want bool) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		var n int
@@ -237,7 +256,7 @@ func waitForSession(t testing.TB, db *bun.DB, what, cond string, arg any) {
 			WHERE datname = current_database() AND `+cond, arg).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
+		if (n > 0) == want {
 			return
 		}
 		time.Sleep(10 * time.Millisecond) // pg_stat_activity offers no notification
