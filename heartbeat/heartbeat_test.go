@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +23,12 @@ import (
 )
 
 // The tests leave no goroutine behind (the server is torn down first).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(stoppedBeatEnv) == "1" {
+		os.Exit(stoppedBeat())
+	}
+	goleak.VerifyTestMain(pgtest.WithServer(m))
+}
 
 // fakeRenewer is a scripted Renewer: it renews every lease it is given
 // unless told to fail, and can be told that a lease belongs to someone else.

@@ -58,9 +58,11 @@ type Options struct {
 // transaction pooler such as PgBouncer rejects those parameters ("unsupported
 // startup parameter"); when it does, the handle switches to pooled mode for
 // good: it connects without them (keepalives stay on the client socket), and
-// the timeouts are set inside each transaction begun with BeginTx, or by
-// LocalTimeouts for transactions begun on a raw connection. Pooled reports
-// the mode once a connection has been made.
+// every transaction begun through database/sql or bun on the handle (BeginTx,
+// RunInTx, on the handle or on one of its connections) sets the timeouts for
+// itself, in the same round trip as its BEGIN. Transactions begun on a raw
+// pgx connection (see Raw) must run LocalTimeouts first themselves. Pooled
+// reports the mode once a connection has been made.
 func Open(dsn string, opts Options) (*bun.DB, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -146,8 +148,97 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		}
 		c.isPooled.Store(true)
 	}
-	return c.pooled.Connect(context.WithValue(ctx, connecting{}, true))
+	conn, err := c.pooled.Connect(context.WithValue(ctx, connecting{}, true))
+	if err != nil {
+		return nil, err
+	}
+	sc, ok := conn.(*stdlib.Conn)
+	if !ok {
+		_ = conn.Close()
+		return nil, fmt.Errorf("unexpected driver connection %T", conn)
+	}
+	return &pooledConn{Conn: sc, c: c}, nil
 }
+
+// pooledConn is a connection through a transaction pooler. The session
+// settings of the connection string do not reach the server session a
+// transaction runs on there, so every transaction begun on it sets the
+// timeouts for itself: a worker stopped between a statement and its
+// COMMIT (SIGSTOP, a frozen VM) is then ended by the server's
+// idle_in_transaction_session_timeout, releasing its row locks, wherever
+// in baton the transaction was begun. Everything else is the pgx
+// connection's.
+type pooledConn struct {
+	*stdlib.Conn
+	c *connector
+}
+
+// BeginTx begins a transaction with the handle's timeouts set for it, in
+// one round trip: "BEGIN ...; SELECT set_config(..., true), ...".
+func (pc *pooledConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	set := pc.c.localTimeouts()
+	if set == "" {
+		return pc.Conn.BeginTx(ctx, opts)
+	}
+	begin, err := beginSQL(opts)
+	if err != nil {
+		return nil, err
+	}
+	conn := pc.Conn.Conn()
+	if conn.IsClosed() {
+		return nil, driver.ErrBadConn
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin + "; " + set})
+	if err != nil {
+		// BEGIN may have run and the settings failed: leave no
+		// transaction open on the connection.
+		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
+		return nil, fmt.Errorf("beginning a transaction with the handle's timeouts: %w", err)
+	}
+	return pgxTx{ctx: ctx, tx: tx}, nil
+}
+
+// Begin is BeginTx with no context and default options.
+func (pc *pooledConn) Begin() (driver.Tx, error) {
+	return pc.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+// beginSQL is the BEGIN statement for opts, as pgx's database/sql driver
+// writes it.
+func beginSQL(opts driver.TxOptions) (string, error) {
+	q := "BEGIN"
+	switch sql.IsolationLevel(opts.Isolation) {
+	case sql.LevelDefault:
+	case sql.LevelReadUncommitted:
+		q += " ISOLATION LEVEL READ UNCOMMITTED"
+	case sql.LevelReadCommitted:
+		q += " ISOLATION LEVEL READ COMMITTED"
+	case sql.LevelRepeatableRead, sql.LevelSnapshot:
+		q += " ISOLATION LEVEL REPEATABLE READ"
+	case sql.LevelSerializable:
+		q += " ISOLATION LEVEL SERIALIZABLE"
+	default:
+		return "", fmt.Errorf("unsupported isolation: %v", sql.IsolationLevel(opts.Isolation))
+	}
+	if opts.ReadOnly {
+		q += " READ ONLY"
+	}
+	return q, nil
+}
+
+// pgxTx is a pgx transaction as a database/sql driver transaction. As in
+// pgx's driver, COMMIT and ROLLBACK run with the context the transaction
+// was begun with (database/sql ends the transaction itself when that
+// context ends).
+type pgxTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+func (t pgxTx) Commit() error   { return t.tx.Commit(t.ctx) }
+func (t pgxTx) Rollback() error { return t.tx.Rollback(t.ctx) }
 
 // connecting marks the context of a connect, as opposed to a cancel
 // request, for the pooled dialer.
@@ -186,7 +277,8 @@ func Direct(db *bun.DB) bool {
 // LocalTimeouts returns the statement that sets db's timeouts for the
 // current transaction only (SET LOCAL, via set_config), or "" when there is
 // nothing to set: a direct connection carries them for the whole session.
-// Run it first in every transaction begun on a raw connection.
+// Run it first in every transaction begun on a raw pgx connection (see
+// Raw); transactions begun through database/sql or bun have them already.
 func LocalTimeouts(db *bun.DB) string {
 	v, ok := handles.Load(db.DB)
 	if !ok {
@@ -196,6 +288,12 @@ func LocalTimeouts(db *bun.DB) string {
 	if !c.isPooled.Load() {
 		return ""
 	}
+	return c.localTimeouts()
+}
+
+// localTimeouts is the statement setting c's timeouts for one transaction,
+// or "" when none is set.
+func (c *connector) localTimeouts() string {
 	var sets []string
 	for _, s := range []struct {
 		name string
@@ -215,30 +313,19 @@ func LocalTimeouts(db *bun.DB) string {
 	return "SELECT " + strings.Join(sets, ", ")
 }
 
-// BeginTx begins a transaction on db with db's timeouts in force: through a
-// transaction pooler they are set for this transaction (one extra
-// statement); on a direct connection the session already has them.
+// BeginTx begins a transaction on db with db's timeouts in force. It is
+// db.BeginTx: through a transaction pooler every transaction begun through
+// database/sql on a handle from Open sets them for itself (see Open); on a
+// direct connection the session already has them.
 func BeginTx(ctx context.Context, db *bun.DB, opts *sql.TxOptions) (bun.Tx, error) {
-	tx, err := db.BeginTx(ctx, opts)
-	if err != nil {
-		return tx, err
-	}
-	if err := SetLocalTimeouts(ctx, db, tx); err != nil {
-		_ = tx.Rollback()
-		return tx, err
-	}
-	return tx, nil
+	return db.BeginTx(ctx, opts)
 }
 
-// SetLocalTimeouts sets db's timeouts for tx, a transaction just begun on
-// one of db's connections, when db goes through a transaction pooler (see
-// LocalTimeouts); otherwise it does nothing.
+// SetLocalTimeouts ensures db's timeouts for tx, a transaction just begun
+// on one of db's connections. Such a transaction has them from its BEGIN
+// (see Open), so there is nothing left to do; it is kept for callers
+// written before that, and costs no round trip.
 func SetLocalTimeouts(ctx context.Context, db *bun.DB, tx bun.Tx) error {
-	if q := LocalTimeouts(db); q != "" {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("setting the transaction's timeouts: %w", err)
-		}
-	}
 	return nil
 }
 
@@ -299,10 +386,12 @@ func (e *redactedError) Unwrap() error { return e.err }
 // and LISTEN, which database/sql cannot express.
 func Raw(conn *sql.Conn, fn func(*pgx.Conn) error) error {
 	return conn.Raw(func(dc any) error {
-		c, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("unexpected driver connection %T", dc)
+		switch c := dc.(type) {
+		case *stdlib.Conn:
+			return fn(c.Conn())
+		case *pooledConn:
+			return fn(c.Conn.Conn())
 		}
-		return fn(c.Conn())
+		return fmt.Errorf("unexpected driver connection %T", dc)
 	})
 }

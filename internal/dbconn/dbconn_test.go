@@ -2,12 +2,16 @@ package dbconn_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"net/url"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
@@ -77,4 +81,103 @@ func TestTimeoutsHoldDirectAndThroughATransactionPooler(t *testing.T) {
 	if log := b.Log(); strings.Contains(log, "cancel request") {
 		t.Fatalf("a cancel request went through the pooler:\n%s", log)
 	}
+}
+
+// Through a transaction pooler, every way of beginning a transaction
+// through database/sql or bun sets the handle's timeouts for it, keeps the
+// isolation level and access mode asked for, and leaves raw pgx access to
+// the connection working.
+func TestEveryTransactionThroughAPoolerHasTheTimeouts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.NewURL(t)
+	b, err := pglocal.StartBouncer(ctx, pgtest.Server(t))
+	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
+		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	u, _ := url.Parse(dsn)
+	db := pgtest.Open(t, b.URL(strings.TrimPrefix(u.Path, "/")), opts)
+	if err := dbconn.Ping(ctx, db, dsn); err != nil {
+		t.Fatal(err)
+	}
+	if !dbconn.Pooled(db) {
+		t.Fatal("not in pooled mode behind PgBouncer")
+	}
+	const query = `SELECT current_setting('statement_timeout') || ' ' || current_setting('lock_timeout') || ' ' ||
+		current_setting('idle_in_transaction_session_timeout') || ' ' || current_setting('transaction_isolation') || ' ' ||
+		current_setting('transaction_read_only')`
+	read := func(tx bun.Tx) string {
+		t.Helper()
+		var got string
+		if err := tx.QueryRowContext(ctx, query).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	const want = "7s 3s 5s read committed off"
+	check := func(how, got, want string) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s: %q, want %q", how, got, want)
+		}
+	}
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("db.BeginTx", read(tx), want)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	var got string
+	if err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { got = read(tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	check("db.RunInTx", got, want)
+
+	if err := db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true},
+		func(ctx context.Context, tx bun.Tx) error { got = read(tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	check("db.RunInTx, repeatable read, read only", got, "7s 3s 5s repeatable read on")
+
+	tx, err = dbconn.BeginTx(ctx, db, &sql.TxOptions{Isolation: sql.LevelSerializable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("dbconn.BeginTx, serializable", read(tx), "7s 3s 5s serializable off")
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tx, err = conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("bun.Conn.BeginTx", read(tx), want)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// Outside a transaction nothing is left set on the server session.
+	if err := conn.QueryRowContext(ctx, `SELECT current_setting('idle_in_transaction_session_timeout')`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	check("after the transaction", got, "0")
+	if err := dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+		return pc.QueryRow(ctx, "SELECT 'raw'").Scan(&got)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check("raw pgx access", got, "raw")
 }

@@ -1,0 +1,209 @@
+package heartbeat_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pglocal"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/partition"
+)
+
+// stoppedBeatEnv makes the test binary a worker process that renews one
+// lease through a pooler (see stoppedBeat) instead of running the tests.
+const stoppedBeatEnv = "BATON_TEST_STOPPED_BEAT"
+
+// idleLimit is the idle_in_transaction_session_timeout of that worker.
+const idleLimit = 3 * time.Second
+
+// startBouncer starts PgBouncer in transaction pooling mode in front of the
+// test server and returns the URL of dsn's database through it.
+func startBouncer(t *testing.T, dsn string) string {
+	t.Helper()
+	b, err := pglocal.StartBouncer(context.Background(), pgtest.Server(t))
+	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
+		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pgbouncer log:\n%s", b.Log())
+		}
+		b.Stop()
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.URL(strings.TrimPrefix(u.Path, "/"))
+}
+
+// A heartbeat that finds a lease's row locked by another transaction
+// waits for that lock in a transaction of its own (UPDATE, then COMMIT).
+// Through a transaction pooler, where the connection string's session
+// settings do not reach the server, a worker stopped (SIGSTOP, a frozen
+// VM) after that UPDATE and before its COMMIT must not keep the row locked:
+// the server ends the transaction within the worker's
+// idle_in_transaction_session_timeout.
+func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.NewURL(t)
+	via := startBouncer(t, dsn)
+	db := pgtest.Open(t, dsn, dbconn.Options{})
+	store := partition.NewStore(db, "")
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('a', 5)`); err != nil {
+		t.Fatal(err)
+	}
+	cands, err := store.Candidates(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	won, err := store.Claim(ctx, "w#1", time.Minute, cands)
+	if err != nil || len(won) != 1 {
+		t.Fatalf("claimed %d, %v", len(won), err)
+	}
+	lease := won[0].Lease
+
+	// A load holds the row: the heartbeat skips it, then waits for it in
+	// a transaction of its own.
+	load, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer load.Rollback()
+	if _, err := load.ExecContext(ctx, `SELECT 1 FROM baton.tasks WHERE partition_key = 'a' FOR NO KEY UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	worker := exec.Command(os.Args[0], "-test.run=^$")
+	worker.Env = append(os.Environ(), stoppedBeatEnv+"=1", "BATON_TEST_URL="+via,
+		"BATON_TEST_KEY="+lease.Key, "BATON_TEST_VERSION="+strconv.FormatInt(lease.Version, 10))
+	worker.Stdout, worker.Stderr = &out, &out
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- worker.Wait() }()
+	defer func() {
+		_ = worker.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("worker output:\n%s", out.String())
+		}
+	}()
+
+	// The heartbeat's own UPDATE of the row, waiting for the load.
+	const marker = "RETURNING available, position"
+	session := func(cond string) func() error {
+		return func() error {
+			select {
+			case err := <-exited:
+				t.Fatalf("the worker exited early: %v\n%s", err, out.String())
+			default:
+			}
+			var n int
+			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND strpos(query, ?) > 0 AND `+cond, marker).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("no such session (%s)", cond)
+			}
+			return nil
+		}
+	}
+	testutil.Eventually(t, 20*time.Second, "the heartbeat waiting for the row lock", session("wait_event_type = 'Lock'"))
+	// Stop the worker, then let its UPDATE through: the server finishes
+	// the statement, and the transaction then waits for a COMMIT that the
+	// stopped worker cannot send.
+	if err := syscall.Kill(worker.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(worker.Process.Pid, syscall.SIGCONT) }()
+	if err := load.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, idleLimit, "the stopped heartbeat's transaction idle after its UPDATE",
+		session("state = 'idle in transaction'"))
+
+	// The server ends that transaction, and the row is free.
+	testutil.Eventually(t, idleLimit+10*time.Second, "the row lock released by the server", func() error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		_, err = tx.ExecContext(ctx, `SELECT 1 FROM baton.tasks WHERE partition_key = 'a' FOR UPDATE NOWAIT`)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+			return fmt.Errorf("still locked: %w", err)
+		}
+		return err
+	})
+}
+
+// stoppedBeat is the worker process of
+// TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock: it tracks the lease
+// it is given and renews it once, through the pooler, then exits.
+func stoppedBeat() int {
+	ctx := context.Background()
+	version, err := strconv.ParseInt(os.Getenv("BATON_TEST_VERSION"), 10, 64)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reading the lease version:", err)
+		return 1
+	}
+	db, err := dbconn.Open(os.Getenv("BATON_TEST_URL"), dbconn.Options{
+		StatementTimeout: time.Minute, LockTimeout: time.Minute, IdleInTransactionTimeout: idleLimit, MaxOpenConns: 2,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer db.Close()
+	// A lease long enough that the heartbeat waits for the row for
+	// seconds (a quarter of it, at most half of the renewal's time).
+	const ttl = time.Minute
+	svc, err := heartbeat.New(storeRenewer{partition.NewStore(db, ""), ttl}, heartbeat.Config{
+		Interval: time.Second, StaleAfter: ttl, Logger: quiet(),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	svc.Track(ctx, partition.Lease{Key: os.Getenv("BATON_TEST_KEY"), Version: version}, time.Now(), false)
+	svc.Beat(ctx)
+	return 0
+}
+
+// storeRenewer renews a worker's partitions with a partition.Store.
+type storeRenewer struct {
+	s   *partition.Store
+	ttl time.Duration
+}
+
+func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+	return r.s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, r.ttl, leases)
+}
+
+func (r storeRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
+	return r.s.Inspect(ctx, "w#1", leases)
+}
