@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -344,23 +343,10 @@ func Ping(ctx context.Context, db *bun.DB, dsn string) error {
 	return nil
 }
 
-// Redact returns dsn with any password replaced by "xxxxx". It handles URL
-// and key=value forms.
+// Redact returns dsn with any password replaced by "xxxxx": in URL form
+// everything between "://user:" and the URL's last '@', and any password=
+// value (key=value form, or a URL's query), whether or not dsn parses.
 func Redact(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		if u.User != nil {
-			if _, has := u.User.Password(); has {
-				u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			}
-		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", "xxxxx")
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
-	}
-	// Not a URL that parses: hide the password by pattern.
 	return redact.New(dsn).String(dsn)
 }
 

@@ -181,3 +181,27 @@ func TestEveryTransactionThroughAPoolerHasTheTimeouts(t *testing.T) {
 	}
 	check("raw pgx access", got, "raw")
 }
+
+// A database URL that does not parse is reported without its password,
+// whatever characters the password holds.
+func TestOpenHidesThePasswordOfAURLThatDoesNotParse(t *testing.T) {
+	for _, c := range []struct{ dsn, secret string }{
+		{"postgres://u:S3cret x@host/db", "cret x"},
+		{"postgres://u:S3cret x@host:notaport/db", "cret x"},
+		{"postgres://u:p@ss/w#rd?x@host:notaport/db", "ss/w#rd"},
+		{"postgres://u:p%40ss%20w0rd@host:notaport/db", "ss%20w0rd"},
+		{"host=db user=u password='S3cret x' port=notaport", "cret x"},
+	} {
+		_, err := dbconn.Open(c.dsn, dbconn.Options{})
+		if err == nil {
+			t.Errorf("%s: opened", dbconn.Redact(c.dsn))
+			continue
+		}
+		if strings.Contains(err.Error(), c.secret) || !strings.Contains(err.Error(), "xxxxx") {
+			t.Errorf("error leaks the password or masks nothing: %v", err)
+		}
+		if r := dbconn.Redact(c.dsn); strings.Contains(r, c.secret) || !strings.Contains(r, "xxxxx") {
+			t.Errorf("Redact: %q", r)
+		}
+	}
+}

@@ -6,9 +6,16 @@
 // any password=... pair, whether or not the text parses as a URL, and every
 // literal occurrence of the passwords it was given (also percent-decoded),
 // so that a message quoting a malformed URL, or a driver error echoing part
-// of one, cannot leak the secret. Handler applies it to every log record
-// before it is formatted (so JSON escaping cannot hide a password from it),
-// and Writer to any other output stream.
+// of one, cannot leak the secret. A URL's password is everything between
+// "://user:" and the URL's last "@", so that one written without
+// percent-encoding ('@', '/', '#', '?', ':', spaces) is hidden whole: in
+// running text, where a password with spaces leaves no telling where the
+// URL ends, that is the last "@" before the end of the line or the next
+// URL, which may hide more than the password but never less. Handler
+// applies String to every log record before it is formatted (so JSON
+// escaping cannot hide a password from it), Writer to any other output
+// stream, and GuardStderr to everything the process writes to its standard
+// error, the Go runtime's report of a crash included.
 package redact
 
 import (
@@ -30,14 +37,86 @@ const Mask = "xxxxx"
 const minLiteral = 4
 
 var (
-	// scheme://user:password@ — the password runs to the last '@' of the
-	// token, so an unescaped '@' inside it is covered too.
-	urlUserinfo = regexp.MustCompile("(?i)([a-z][a-z0-9+.-]*://[^/\\s:@\"'`]*:)([^\\s\"'`]*)@")
+	// scheme://user: — where a URL's password begins. The user part holds
+	// no '/', ':', '@', quote or space.
+	urlUser = regexp.MustCompile("(?i)[a-z][a-z0-9+.-]*://([^/\\s:@\"'`]*):")
 	// password=value, password = 'quoted value', and ?password=value&.
 	kvPassword = regexp.MustCompile(`(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&"'` + "`" + `]+)`)
-	// In a DSN on its own, quotes may be part of the password.
-	dsnUserinfo = regexp.MustCompile(`(?i)[a-z][a-z0-9+.-]*://[^/\s:@]*:(\S*)@`)
 )
+
+// urlPasswords returns the spans [start, end) of the URL passwords in s:
+// from just after "scheme://user:" to the last '@' before the end of the
+// line or the next "scheme://user:" after an '@', whichever comes first.
+// A URL without
+// an '@' there has no password; nor has one whose "user:" is a host and
+// port ("db:5432/x", "[::1]:5432"), unless an '@' follows in the same
+// word (a password such as "5432/x@"). A password already masked ends at
+// the last '@' of its word, so that cleaning text twice (a log record,
+// then the stream it is written to) does not reach past it.
+func urlPasswords(s string) [][2]int {
+	starts := urlUser.FindAllStringSubmatchIndex(s, -1)
+	var out [][2]int
+	for i, m := range starts {
+		from := m[1]
+		if len(out) > 0 && m[0] < out[len(out)-1][1] {
+			continue // inside the password before
+		}
+		end := len(s)
+		if nl := strings.IndexAny(s[from:], "\r\n"); nl >= 0 {
+			end = from + nl
+		}
+		// The next URL bounds this one once this one has its '@';
+		// before that, it is part of the password ("a://b:c").
+		for _, next := range starts[i+1:] {
+			if next[0] >= end {
+				break
+			}
+			if strings.Contains(s[from:next[0]], "@") {
+				end = next[0]
+				break
+			}
+		}
+		window := s[from:end]
+		if rest, ok := strings.CutPrefix(window, Mask+"@"); ok {
+			// Masked already, by this redactor or by a driver's own,
+			// which may have stopped at the password's first '@': what
+			// remains of it runs to the last '@' of the word.
+			if sp := strings.IndexAny(rest, spaces); sp >= 0 {
+				rest = rest[:sp]
+			}
+			if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+				out = append(out, [2]int{from, from + len(Mask) + 1 + at})
+			}
+			continue
+		}
+		at := strings.LastIndexByte(window, '@')
+		if at < 0 {
+			continue
+		}
+		if user := s[m[2]:m[3]]; strings.HasPrefix(user, "[") || isPort(window) {
+			continue
+		}
+		out = append(out, [2]int{from, from + at})
+	}
+	return out
+}
+
+const spaces = " \t\n\v\f\r"
+
+// isPort reports whether window, the text after "scheme://host:", starts
+// with a port: digits ending the word or followed by '/', '?' or '#', and
+// no '@' before the word ends.
+func isPort(window string) bool {
+	n := len(window) - len(strings.TrimLeft(window, "0123456789"))
+	if n == 0 || n < len(window) && !strings.ContainsRune("/?#"+spaces, rune(window[n])) {
+		return false
+	}
+	word := window
+	if sp := strings.IndexAny(window, spaces); sp >= 0 {
+		word = window[:sp]
+	}
+	return !strings.Contains(word, "@")
+}
 
 // A Redactor removes credentials from text. The zero value and nil redact
 // the URL and key=value patterns only.
@@ -88,8 +167,8 @@ func Passwords(dsn string) []string {
 			out = append(out, d)
 		}
 	}
-	for _, m := range dsnUserinfo.FindAllStringSubmatch(dsn, -1) {
-		add(m[1])
+	for _, sp := range urlPasswords(dsn) {
+		add(dsn[sp[0]:sp[1]])
 	}
 	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
 		v := m[2]
@@ -119,11 +198,24 @@ func (r *Redactor) String(s string) string {
 	if !strings.Contains(s, "://") && !strings.Contains(s, "=") {
 		return s
 	}
-	s = urlUserinfo.ReplaceAllString(s, "${1}"+Mask+"@")
+	if spans := urlPasswords(s); len(spans) > 0 {
+		var b strings.Builder
+		last := 0
+		for _, sp := range spans {
+			b.WriteString(s[last:sp[0]])
+			b.WriteString(Mask)
+			last = sp[1]
+		}
+		b.WriteString(s[last:])
+		s = b.String()
+	}
 	return kvPassword.ReplaceAllStringFunc(s, func(m string) string {
 		sub := kvPassword.FindStringSubmatch(m)
 		if sub[2] == Mask || sub[2] == "'"+Mask+"'" {
 			return m
+		}
+		if strings.HasPrefix(sub[2], "'") {
+			return sub[1] + "'" + Mask + "'"
 		}
 		return sub[1] + Mask
 	})
