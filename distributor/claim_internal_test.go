@@ -42,8 +42,8 @@ func TestPickClaims(t *testing.T) {
 }
 
 func TestPlanShare(t *testing.T) {
-	load := func(busy, live, unclaimed, minHeld int) partition.Load {
-		return partition.Load{Busy: busy, LiveWorkers: live, Unclaimed: unclaimed, MinHeld: minHeld}
+	load := func(busy, live, unclaimed, wanted int) partition.Load {
+		return partition.Load{Busy: busy, LiveWorkers: live, Unclaimed: unclaimed, Wanted: wanted}
 	}
 	for _, tc := range []struct {
 		name       string
@@ -53,16 +53,19 @@ func TestPlanShare(t *testing.T) {
 		max        int
 		want       sharePlan
 	}{
-		{"alone takes up to MaxPartitions", load(20, 1, 20, 0), 0, 0, ModeLock, 8, sharePlan{share: 8, claim: 8}},
+		{"alone takes up to MaxPartitions", load(20, 1, 20, 0), 0, 0, ModeLock, 8, sharePlan{share: 8, claim: 8, overflow: true}},
 		{"no work still allows one", load(0, 3, 0, 0), 0, 0, ModeLock, 8, sharePlan{share: 1, claim: 1}},
-		{"ceil of busy over live", load(10, 3, 10, 0), 1, 0, ModeLock, 8, sharePlan{share: 4, claim: 3}},
-		{"capped by MaxPartitions", load(100, 2, 50, 0), 0, 0, ModeLock, 8, sharePlan{share: 8, claim: 8}},
-		{"surplus handed back when someone can take it", load(12, 3, 0, 2), 6, 0, ModeLock, 12, sharePlan{share: 4, handBack: 2}},
+		{"ceil of busy over live", load(10, 3, 10, 4), 1, 0, ModeLock, 8, sharePlan{share: 4, claim: 3}},
+		{"capped by MaxPartitions", load(100, 2, 50, 8), 0, 0, ModeLock, 8, sharePlan{share: 8, claim: 8}},
+		{"surplus handed back to a worker that wants it", load(12, 3, 0, 2), 6, 0, ModeLock, 12, sharePlan{share: 4, handBack: 2}},
+		{"no more handed back than is wanted", load(12, 3, 0, 1), 6, 0, ModeLock, 12, sharePlan{share: 4, handBack: 1}},
 		{"surplus kept while work is unclaimed", load(12, 3, 2, 2), 6, 0, ModeLock, 12, sharePlan{share: 4}},
-		{"surplus kept when every worker is at its share", load(12, 3, 0, 4), 6, 0, ModeLock, 12, sharePlan{share: 4}},
-		{"leader at capacity frees idle partitions for waiting work", load(9, 3, 2, 3), 3, 3, ModeLeader, 3, sharePlan{share: 3, handBackIdle: 2}},
+		{"surplus kept when nobody wants more", load(12, 3, 0, 0), 6, 0, ModeLock, 12, sharePlan{share: 4}},
+		{"unclaimed work nobody wants may be taken beyond the share", load(30, 3, 9, 0), 10, 0, ModeLock, 30, sharePlan{share: 10, overflow: true}},
+		{"never beyond MaxPartitions", load(30, 3, 9, 0), 30, 0, ModeLock, 30, sharePlan{share: 10}},
+		{"leader at capacity frees idle partitions for waiting work", load(9, 3, 2, 0), 3, 3, ModeLeader, 3, sharePlan{share: 3, handBackIdle: 2}},
 		{"leader below capacity frees nothing", load(9, 3, 2, 1), 2, 2, ModeLeader, 8, sharePlan{share: 3, claim: 1}},
-		{"lock mode frees no idle partitions", load(9, 3, 2, 3), 3, 3, ModeLock, 3, sharePlan{share: 3}},
+		{"lock mode frees no idle partitions", load(9, 3, 2, 0), 3, 3, ModeLock, 3, sharePlan{share: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := planShare(tc.load, tc.held, tc.idle, tc.mode, tc.max); got != tc.want {

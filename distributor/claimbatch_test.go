@@ -143,15 +143,26 @@ func TestLeaseOfAClaimWithALongFirstBatchRunsFromTheClaim(t *testing.T) {
 	const lease = 3 * time.Second
 	var first atomic.Bool
 	ended := make(chan time.Time, 1)
+	// The second batch catches up and releases the partition (lock mode),
+	// which ends the lease: it waits until the test has read the lease the
+	// claim left.
+	leaseRead := make(chan struct{})
 	p := newProc()
 	p.before = func(ctx context.Context, b *distributor.Batch) error {
 		if !first.CompareAndSwap(false, true) {
-			return nil
+			select {
+			case <-leaseRead:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
-		// Most of a lease (the first batch may take up to lease less the
-		// safety margin, 2.4 s here).
+		// Half a lease (the first batch may take up to lease less the
+		// safety margin, 2.4 s here: a loaded machine must not push it
+		// past that): counted from the transaction's start, the lease
+		// would have 1.5 s left at the claim's commit.
 		select {
-		case <-time.After(2 * time.Second):
+		case <-time.After(1500 * time.Millisecond):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -174,6 +185,7 @@ func TestLeaseOfAClaimWithALongFirstBatchRunsFromTheClaim(t *testing.T) {
 	if err := e.db.QueryRow(`SELECT lease_expires_at FROM baton.tasks WHERE partition_key = 'slow'`).Scan(&expires); err != nil {
 		t.Fatal(err)
 	}
+	close(leaseRead)
 	if left := expires.Sub(end); left < lease-100*time.Millisecond {
 		t.Errorf("lease ends %s after the first batch's processing ended; want about %s (the whole lease, from the claim)", left, lease)
 	}

@@ -177,7 +177,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 		// all of it for a worker that was alone); work has arrived since,
 		// perhaps seen by this poll before its notification: recompute
 		// before claiming. This costs one load read per idle-to-busy turn.
-		load, err := d.store.FairShareLoad(ctx, d.cfg.MaxPartitions, d.cfg.StaleAfter)
+		load, err := d.store.FairShareLoad(ctx, d.worker.InstanceID, d.cfg.MaxPartitions, d.cfg.StaleAfter)
 		if err != nil {
 			return started, err
 		}
@@ -296,7 +296,18 @@ func (d *Distributor) wanted() (want, room int, idle bool) {
 	}
 	n := d.occupied()
 	room = d.cfg.MaxPartitions - n
+	if d.overflow {
+		return room, room, d.shareIdle // nobody else wants the waiting work
+	}
 	return min(min(d.share, d.cfg.MaxPartitions)-n, room), room, d.shareIdle
+}
+
+// wantedMore is how many more partitions the share allows this worker,
+// published by its heartbeats (partition.Worker.Wanted) so that the others
+// hand surplus back only to a worker that will take it.
+func (d *Distributor) wantedMore() int {
+	want, _, _ := d.wanted()
+	return max(0, want)
 }
 
 // resolveClaims finds which of the candidates a claim whose outcome is

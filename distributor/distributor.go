@@ -56,6 +56,10 @@ type Distributor struct {
 	// size bounds the items a batch or a group takes (sizing.go).
 	size  *sizer
 	share int
+	// overflow: work waits that no other worker wants, for a while now
+	// (since overflowSince): claim beyond the share (applyShare).
+	overflow      bool
+	overflowSince time.Time
 	// shareIdle: the share was computed from a load with no work at all.
 	shareIdle bool
 
@@ -143,7 +147,7 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 	hbCfg := cfg.heartbeatConfig()
 	hbCfg.Logger = d.log
 	d.hbConn = &pinnedConn{db: db}
-	hb, err := heartbeat.New(renewer{d.hbConn, d.store, &d.worker, cfg.StaleAfter, cfg.renewBelow()}, hbCfg)
+	hb, err := heartbeat.New(renewer{d.hbConn, d.store, &d.worker, d.wantedMore, cfg.StaleAfter, cfg.renewBelow()}, hbCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +189,7 @@ func (d *Distributor) Start(ctx context.Context) error {
 	if listenDB != nil {
 		d.worker.Wake = partition.WakeListen
 	}
-	_, err = (renewer{d.hbConn, d.store, &d.worker, d.cfg.StaleAfter, d.cfg.renewBelow()}).Renew(rctx, nil)
+	_, err = (renewer{d.hbConn, d.store, &d.worker, d.wantedMore, d.cfg.StaleAfter, d.cfg.renewBelow()}).Renew(rctx, nil)
 	if err != nil {
 		return fmt.Errorf("registering worker %s: %w", d.worker.InstanceID, err)
 	}

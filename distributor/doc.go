@@ -186,7 +186,17 @@
 // capacity while claimable work waits, when idle partitions are handed
 // back to make room. A worker above its fair
 // share hands back its newest claims at batch boundaries, once nothing is
-// left unclaimed for the others. On graceful stop the worker claims
+// left unclaimed and another live worker wants more: each heartbeat writes
+// how many more partitions its worker wants (its room below its share,
+// workers.wanted), and no more than that is handed back. A live worker
+// that cannot take more (at a smaller MaxPartitions of its own, or one
+// that claims nothing) wants nothing and draws no hand-back that would sit
+// unclaimed. Conversely, work left unclaimed while no other live worker
+// wants more is claimed beyond the share, up to MaxPartitions, once two
+// load reads at least two heartbeats and a RebalanceInterval apart have
+// both said so (the others
+// have published what they want by then): no partition waits for a worker
+// that will not take it. On graceful stop the worker claims
 // nothing more, marks itself stopped (so the others' shares grow at once),
 // lets batches in flight commit (ShutdownTimeout at most), and releases
 // everything. No partition is released before the mark has committed: a

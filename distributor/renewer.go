@@ -20,6 +20,9 @@ type renewer struct {
 	conn   *pinnedConn
 	store  *partition.Store
 	worker *partition.Worker // its Wake is set once, in Start, before any renewal
+	// wanted is how many more partitions the worker wants, published with
+	// each renewal (partition.Worker.Wanted).
+	wanted func() int
 	ttl    time.Duration
 	// renewBelow: leases with more left are checked, not rewritten.
 	renewBelow time.Duration
@@ -27,7 +30,9 @@ type renewer struct {
 
 func (r renewer) Renew(ctx context.Context, leases []partition.Lease) (out []partition.Renewal, err error) {
 	err = r.conn.do(ctx, func(db bun.IDB) error {
-		out, err = r.store.WithDB(db).HeartbeatBelow(ctx, *r.worker, r.ttl, r.renewBelow, leases)
+		w := *r.worker
+		w.Wanted = r.wanted()
+		out, err = r.store.WithDB(db).HeartbeatBelow(ctx, w, r.ttl, r.renewBelow, leases)
 		return err
 	})
 	return out, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/batonhq/baton/partition"
 )
@@ -11,7 +12,7 @@ import (
 // rebalance recomputes the fair share, asks surplus partitions to be handed
 // back, and in until-done mode detects that all work is done.
 func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
-	load, err := d.store.FairShareLoad(ctx, d.cfg.MaxPartitions, d.cfg.StaleAfter)
+	load, err := d.store.FairShareLoad(ctx, d.worker.InstanceID, d.cfg.MaxPartitions, d.cfg.StaleAfter)
 	if err != nil {
 		return nil, err
 	}
@@ -47,9 +48,21 @@ func (d *Distributor) applyShare(load partition.Load) {
 	}
 	p := planShare(load, len(keep), idle, d.cfg.Mode, d.cfg.MaxPartitions)
 	d.log.Debug("fair share computed", "share", p.share, "busy", load.Busy, "live_workers", load.LiveWorkers,
-		"unclaimed", load.Unclaimed, "min_held", load.MinHeld)
+		"unclaimed", load.Unclaimed, "wanted_by_others", load.Wanted)
 	d.share = p.share
 	d.shareIdle = load.Busy == 0
+	// Work beyond the share: only once nobody else has wanted the
+	// unclaimed work for a while (two reads at least two heartbeats and a
+	// rebalance interval apart), so that workers below their share, whose
+	// heartbeats say so, take it first.
+	now := d.cfg.Clock.Now()
+	switch {
+	case !p.overflow:
+		d.overflowSince = time.Time{}
+	case d.overflowSince.IsZero():
+		d.overflowSince = now
+	}
+	d.overflow = p.overflow && now.Sub(d.overflowSince) >= max(2*d.cfg.Heartbeat, d.cfg.RebalanceInterval)
 	handBack := func(h *held) {
 		h.handBack.Store(true)
 		select {
@@ -90,6 +103,10 @@ type sharePlan struct {
 	// handBackIdle is how many caught-up partitions a leader at capacity
 	// hands back so that waiting work nobody has room for can be claimed.
 	handBackIdle int
+	// overflow: work is unclaimed and no other live worker wants more, so
+	// it may be claimed beyond the share, up to MaxPartitions (once the
+	// condition has held for a while: applyShare).
+	overflow bool
 }
 
 // planShare decides the fair share from the cluster load and the worker's
@@ -101,13 +118,19 @@ func planShare(load partition.Load, held, idle int, mode Mode, maxPartitions int
 		p.share = min(p.share, max(1, (load.Busy+load.LiveWorkers-1)/load.LiveWorkers))
 	}
 	p.claim = max(0, p.share-held)
-	// Hand back only when someone else can take the partitions: there is
-	// nothing unclaimed left for them and some live worker is below its
-	// share. Otherwise keep them and avoid needless handoffs.
-	if surplus := held - p.share; surplus > 0 && load.Unclaimed == 0 && load.MinHeld < p.share {
-		p.handBack = surplus
+	// Hand back only what another worker will take: there is nothing
+	// unclaimed left for it, and it said (its heartbeat's Wanted) that it
+	// wants more. A live worker that cannot take more (at its own
+	// MaxPartitions, or not claiming at all) wants nothing, so nothing is
+	// handed back to sit unclaimed. Otherwise keep them and avoid needless
+	// handoffs.
+	if surplus := held - p.share; surplus > 0 && load.Unclaimed == 0 && load.Wanted > 0 {
+		p.handBack = min(surplus, load.Wanted)
 		return p
 	}
+	// Work waiting that no other worker wants: it must not wait for a
+	// worker that will never take it.
+	p.overflow = load.Unclaimed > 0 && load.Wanted == 0 && held < maxPartitions
 	// A leader at capacity must not sit on caught-up partitions while
 	// claimable work waits that nobody has room for.
 	if mode == ModeLeader && load.Unclaimed > 0 && held >= p.share {

@@ -25,7 +25,8 @@ const staleCandidatesSQL = `
 
 // heartbeatSQL renews worker $3 and those of its leases (keys $1,
 // versions $2) with less than $10 microseconds left for $9 microseconds;
-// $4–$8 are the worker's name, hostname, pid, mode and wake.
+// $4–$8 are the worker's name, hostname, pid, mode and wake, $11 how many
+// more partitions it wants.
 const heartbeatSQL = `
 		WITH h AS (
 			-- Still ours as of this statement's snapshot.
@@ -35,14 +36,14 @@ const heartbeatSQL = `
 			  ON t.partition_key = h.key AND t.version = h.version
 			WHERE t.owner = $3
 		), w AS (
-			INSERT INTO {{.Schema}}.workers (instance_id, name, hostname, pid, mode, wake, expires_at, held)
-			VALUES ($3, $4, $5, $6, $7, $8, now() + $9::bigint * interval '1 microsecond',
+			INSERT INTO {{.Schema}}.workers (instance_id, name, hostname, pid, mode, wake, expires_at, wanted, held)
+			VALUES ($3, $4, $5, $6, $7, $8, now() + $9::bigint * interval '1 microsecond', $11::integer,
 			        -- Every lease of this worker, not only those it sent: a
 			        -- claim that committed after the worker listed its
 			        -- leases is counted too.
 			        (SELECT count(*) FROM {{.Schema}}.tasks WHERE owner = $3 AND lease_expires_at > now()))
 			ON CONFLICT (instance_id) DO UPDATE
-			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at,
+			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at, wanted = EXCLUDED.wanted,
 			    -- A claim that committed after this statement's snapshot
 			    -- raised held itself (the row changed since): keep that
 			    -- count until the next heartbeat rather than lose the claim.
@@ -78,11 +79,11 @@ const heartbeatSQL = `
 		       greatest(0, (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint)
 		FROM h WHERE partition_key NOT IN (SELECT partition_key FROM u)`
 
-// fairShareSQL reads the fair-share inputs for a worker with room for $1
+// fairShareSQL reads the fair-share inputs for worker $3 with room for $1
 // partitions whose leases last $2 microseconds.
 const fairShareSQL = `
 		WITH w AS (
-		  SELECT instance_id, held, expires_at > now() AND stopped_at IS NULL AS live,
+		  SELECT instance_id, held, wanted, expires_at > now() AND stopped_at IS NULL AS live,
 		         -- Stopped within the last stale-after ($2 microseconds):
 		         -- not live any more, its leases maybe not released yet.
 		         stopped_at > now() - $2::bigint * interval '1 microsecond' AS leaving
@@ -92,6 +93,7 @@ const fairShareSQL = `
 		  SELECT count(*) FILTER (WHERE live) AS n,
 		         coalesce(sum(held) FILTER (WHERE live), 0) AS held,
 		         coalesce(min(held) FILTER (WHERE live), 0) AS min_held,
+		         coalesce(sum(wanted) FILTER (WHERE live AND instance_id <> $3), 0) AS wanted,
 		         array_agg(instance_id) FILTER (WHERE leaving) AS leaving
 		  FROM w WHERE live OR leaving
 		), leaving AS (
@@ -111,5 +113,6 @@ const fairShareSQL = `
 		                      ORDER BY lease_expires_at LIMIT 1), 0) END,
 		  live.n,
 		  least(claimable.n, $1::bigint + 1),
-		  live.min_held
+		  live.min_held,
+		  live.wanted
 		FROM live, leaving, claimable`

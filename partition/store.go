@@ -103,6 +103,10 @@ type Worker struct {
 	// Wake is how the worker learns of new work: WakeListen or WakePoll.
 	// Empty means WakeListen.
 	Wake string
+	// Wanted is how many more partitions the worker would claim now (room
+	// below its fair share), written by each heartbeat: others hand their
+	// surplus back only to a worker that wants it (Load.Wanted).
+	Wanted int
 }
 
 // How a worker learns of new work, as shown by status.
@@ -315,7 +319,7 @@ func (s *Store) HeartbeatBelow(ctx context.Context, w Worker, ttl, renewBelow ti
 	keys, versions := split(leases)
 	rows, err := s.query(ctx, heartbeatSQL,
 		keys, versions, w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, WakeListen), micros(ttl),
-		micros(renewBelow))
+		micros(renewBelow), w.Wanted)
 	if err != nil {
 		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
 	}
@@ -693,6 +697,9 @@ type Load struct {
 	Unclaimed int
 	// MinHeld is the fewest partitions any live worker holds.
 	MinHeld int
+	// Wanted is how many more partitions the other live workers want, as
+	// their last heartbeats said (Worker.Wanted); FairShareLoad only.
+	Wanted int
 }
 
 // ClusterLoad reads the fair-share inputs.
@@ -720,7 +727,7 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 	return l, nil
 }
 
-// FairShareLoad reads what a worker with room for maxPartitions needs for
+// FairShareLoad reads what worker self, with room for maxPartitions, needs for
 // its fair share, bounded by what can change that share rather than by the
 // number of partitions or workers, so that its cost does not grow with
 // either table:
@@ -739,14 +746,16 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 //     except that Busy is never 0 while any partition has pending work;
 //   - Unclaimed is the claimable count, capped at maxPartitions + 1 (it is
 //     compared with 0 and with a count of held partitions);
+//   - Wanted sums what the live workers other than self want (their
+//     heartbeats write Worker.Wanted);
 //   - Quarantined is not counted (0): no index answers it, and only the
 //     end of an until-done run needs it (QuarantinedCount).
 //
 // Zero stays exact for Busy and Unclaimed, which is what deciding that all
 // work is done needs.
-func (s *Store) FairShareLoad(ctx context.Context, maxPartitions int, staleAfter time.Duration) (Load, error) {
+func (s *Store) FairShareLoad(ctx context.Context, self string, maxPartitions int, staleAfter time.Duration) (Load, error) {
 	var l Load
-	rows, err := s.query(ctx, fairShareSQL, maxPartitions, micros(staleAfter))
+	rows, err := s.query(ctx, fairShareSQL, maxPartitions, micros(staleAfter), self)
 	if err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}
@@ -754,7 +763,7 @@ func (s *Store) FairShareLoad(ctx context.Context, maxPartitions int, staleAfter
 	if !rows.Next() {
 		return l, fmt.Errorf("reading cluster load: %w", cmp.Or(rows.Err(), sql.ErrNoRows))
 	}
-	if err := rows.Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld); err != nil {
+	if err := rows.Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld, &l.Wanted); err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}
 	if err := rows.Close(); err != nil {

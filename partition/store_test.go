@@ -351,7 +351,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 		}
 	}
 	// Nothing at all: exact zeros.
-	l, err := s.FairShareLoad(ctx, 4, time.Hour)
+	l, err := s.FairShareLoad(ctx, "w#2", 4, time.Hour)
 	if err != nil || l != (partition.Load{LiveWorkers: 2}) {
 		t.Fatalf("empty: FairShareLoad = %+v, %v", l, err)
 	}
@@ -366,7 +366,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	}
 	// The held counts come from the workers' heartbeats: before w#1 renews
 	// its leases the read does not know of them.
-	if l, err = s.FairShareLoad(ctx, 8, time.Hour); err != nil || l.Busy != 1 || l.MinHeld != 0 {
+	if l, err = s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l.Busy != 1 || l.MinHeld != 0 {
 		t.Fatalf("before w#1's heartbeat: FairShareLoad = %+v, %v; want Busy 1 (a), MinHeld 0", l, err)
 	}
 	leases := []partition.Lease{{Key: "b"}, {Key: "c"}, {Key: "d"}}
@@ -378,7 +378,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	want.Quarantined = 0
-	if l, err = s.FairShareLoad(ctx, 8, time.Hour); err != nil || l != want {
+	if l, err = s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l != want {
 		t.Fatalf("small: FairShareLoad = %+v, %v; want ClusterLoad's %+v", l, err, want)
 	}
 	if n, err := s.QuarantinedCount(ctx); err != nil || n != 1 {
@@ -392,7 +392,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `ANALYZE baton.tasks`); err != nil {
 		t.Fatal(err)
 	}
-	if l, err = s.FairShareLoad(ctx, 4, time.Hour); err != nil {
+	if l, err = s.FairShareLoad(ctx, "w#2", 4, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if l.Busy != 8 || l.LiveWorkers != 2 || l.Unclaimed != 5 || l.MinHeld != 0 {
@@ -409,10 +409,21 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 		[]partition.Lease{{Key: "p1"}, {Key: "p2"}, {Key: "p3"}, {Key: "x"}}); err != nil || len(rs) != 3 {
 		t.Fatalf("w#2's heartbeat: %v, %v", rs, err)
 	}
-	if l, err = s.FairShareLoad(ctx, 4, time.Hour); err != nil || l.Busy != 8 || l.MinHeld != 3 {
+	if l, err = s.FairShareLoad(ctx, "w#2", 4, time.Hour); err != nil || l.Busy != 8 || l.MinHeld != 3 {
 		t.Fatalf("both holding: FairShareLoad = %+v, %v; want Busy 8, MinHeld 3", l, err)
 	}
-	for _, plan := range explainPrepared(t, db, partition.StatementSQL("FairShareLoad"), 4, int64(time.Hour/time.Microsecond)) {
+	// What the others want, as their heartbeats said; a worker's own
+	// wish is not counted for it.
+	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w", Wanted: 3}, time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = s.FairShareLoad(ctx, "w#2", 4, time.Hour); err != nil || l.Wanted != 3 {
+		t.Fatalf("w#1 wanting 3: FairShareLoad for w#2 = %+v, %v; want Wanted 3", l, err)
+	}
+	if l, err = s.FairShareLoad(ctx, "w#1", 4, time.Hour); err != nil || l.Wanted != 0 {
+		t.Fatalf("w#1 wanting 3: FairShareLoad for w#1 = %+v, %v; want Wanted 0 (its own)", l, err)
+	}
+	for _, plan := range explainPrepared(t, db, partition.StatementSQL("FairShareLoad"), 4, int64(time.Hour/time.Microsecond), "w#2") {
 		// Every plan node over tasks: no sequential scan, and together they
 		// read a few caps' worth of rows, not the table.
 		var rows float64
@@ -446,13 +457,13 @@ func TestFairShareLoadCountsBackoffAsBusyOnlyWhenNothingElseIs(t *testing.T) {
 		VALUES ('a', 5, 0, now() + interval '1 hour', 1), ('b', 5, 0, now() + interval '1 hour', 1)`); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := s.FairShareLoad(ctx, 8, time.Hour); err != nil || l != (partition.Load{Busy: 1, LiveWorkers: 1}) {
+	if l, err := s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l != (partition.Load{Busy: 1, LiveWorkers: 1}) {
 		t.Fatalf("only back-off: FairShareLoad = %+v, %v; want Busy 1, LiveWorkers 1", l, err)
 	}
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET position = 5`); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := s.FairShareLoad(ctx, 8, time.Hour); err != nil || l != (partition.Load{LiveWorkers: 1}) {
+	if l, err := s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l != (partition.Load{LiveWorkers: 1}) {
 		t.Fatalf("all done: FairShareLoad = %+v, %v; want zeros", l, err)
 	}
 }
@@ -476,7 +487,7 @@ func TestHeartbeatIsIndexDriven(t *testing.T) {
 	keys := []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"}
 	versions := make([]int64, len(keys))
 	for _, plan := range explainPrepared(t, db, partition.StatementSQL("Heartbeat"),
-		pgdialect.Array(keys), pgdialect.Array(versions), "w#1", "w", "", 0, "lock", "listen", int64(time.Hour/time.Microsecond), int64(2*time.Hour/time.Microsecond)) {
+		pgdialect.Array(keys), pgdialect.Array(versions), "w#1", "w", "", 0, "lock", "listen", int64(time.Hour/time.Microsecond), int64(2*time.Hour/time.Microsecond), 0) {
 		walkPlan(t, plan, func(n map[string]any) {
 			if n["Relation Name"] == "tasks" && n["Node Type"] == "Seq Scan" {
 				t.Fatalf("the heartbeat reads tasks sequentially:\n%s", plan)
@@ -525,7 +536,7 @@ func TestClaimCountsHeldPartitionsOutsideTransactions(t *testing.T) {
 	if n := held(); n != 2 {
 		t.Fatalf("held after claiming 2 = %d", n)
 	}
-	if l, err := s.FairShareLoad(ctx, 8, time.Hour); err != nil || l.Busy != 5 || l.MinHeld != 2 || l.Unclaimed != 3 {
+	if l, err := s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l.Busy != 5 || l.MinHeld != 2 || l.Unclaimed != 3 {
 		t.Fatalf("FairShareLoad = %+v, %v; want Busy 5, MinHeld 2, Unclaimed 3", l, err)
 	}
 	// Lost claims count nothing.
@@ -599,14 +610,14 @@ func TestFairShareLoadCountsAStoppedWorkersLeasesUntilReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := partition.Load{Busy: 4, LiveWorkers: 1, MinHeld: 2}
-	if l, err := s.FairShareLoad(ctx, 8, time.Hour); err != nil || l != want {
+	if l, err := s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l != want {
 		t.Fatalf("z stopped, holding 2: FairShareLoad = %+v, %v; want %+v", l, err, want)
 	}
 	if _, err := s.Release(ctx, z.InstanceID, []partition.Lease{wz[0].Lease, wz[1].Lease}); err != nil {
 		t.Fatal(err)
 	}
 	want.Unclaimed = 2
-	if l, err := s.FairShareLoad(ctx, 8, time.Hour); err != nil || l != want {
+	if l, err := s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l != want {
 		t.Fatalf("z released: FairShareLoad = %+v, %v; want %+v", l, err, want)
 	}
 }
