@@ -893,3 +893,32 @@ func TestCaughtUpBatchReleasesInItsCommit(t *testing.T) {
 		t.Fatalf("late: %d batches, want 2 (the work added during the first is claimed again)\n%s", got, ev.dump())
 	}
 }
+
+// A live worker that cannot take its share (its own MaxPartitions is
+// smaller) must not leave work waiting: the others take the rest beyond
+// their shares once nobody wants it, and keep it.
+func TestWorkNobodyWantsIsClaimedBeyondTheShare(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	all := keys("h", 30)
+	e.addWork(1_000_000, all...)
+	ev := newEvents()
+	for _, w := range []struct {
+		name string
+		max  int
+	}{{"small", 1}, {"x", 30}, {"y", 30}} {
+		cfg := fastConfig(w.name, ev)
+		cfg.MaxPartitions = w.max
+		cfg.RebalanceInterval = 200 * time.Millisecond
+		e.start(cfg, newProc())
+	}
+	// Three live workers and 30 busy partitions: a share of 10 each, but
+	// "small" holds 1 at most; x and y take the 9 left over.
+	testutil.Eventually(t, 20*time.Second, "all 30 partitions held", func() error {
+		held := e.heldBy()
+		if n := held["small"] + held["x"] + held["y"]; n != 30 || held["small"] != 1 {
+			return fmt.Errorf("held %v", held)
+		}
+		return nil
+	})
+}
