@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -22,6 +25,9 @@ const (
 	historyLimit    = 500
 	tableLimit      = 1000
 	recentTakeovers = time.Hour
+	notableLimit    = 20
+	NounDefault     = "partition"
+	ItemUnitDefault = "items"
 )
 
 // Config configures the console.
@@ -36,8 +42,19 @@ type Config struct {
 	// At least 8 characters.
 	Token string
 	// Refresh is how often live pages are refreshed over server-sent
-	// events, and the sampling interval for records/s. Defaults to 2s.
+	// events, and the sampling interval for items/s. Defaults to 2s.
 	Refresh time.Duration
+	// Noun names one partition on the pages, e.g. "contract". Defaults to
+	// "partition".
+	Noun string
+	// Nouns is Noun's plural, e.g. "contracts": the pages' titles and the
+	// path of the list (/contracts) and of each one (/contracts/{key}).
+	// Lower-case letters, digits, '-' and '_'; not a path the console uses
+	// otherwise (workers, jobs, events, api, static). Defaults to Noun + "s".
+	Nouns string
+	// ItemUnit names the work items counted in a partition's progress, lag
+	// and rate, e.g. "records". Defaults to "items".
+	ItemUnit string
 	// Clock defaults to the real clock.
 	Clock clockwork.Clock
 	// Logger defaults to slog.Default().
@@ -47,6 +64,11 @@ type Config struct {
 func (c *Config) setDefaults() {
 	c.Addr = cmp.Or(c.Addr, AddrDefault)
 	c.Refresh = cmp.Or(c.Refresh, RefreshDefault)
+	if c.Noun == "" {
+		c.Noun, c.Nouns = NounDefault, cmp.Or(c.Nouns, NounDefault+"s")
+	}
+	c.Nouns = cmp.Or(c.Nouns, c.Noun+"s")
+	c.ItemUnit = cmp.Or(c.ItemUnit, ItemUnitDefault)
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -66,11 +88,23 @@ func (c Config) validate() error {
 	if c.Token != "" && len(c.Token) < minTokenLength {
 		errs = append(errs, fmt.Errorf("console token must be at least %d characters", minTokenLength))
 	}
+	if !pathNoun.MatchString(c.Nouns) || slices.Contains(reservedPaths, c.Nouns) {
+		errs = append(errs, fmt.Errorf("console noun %q: the plural is a path: lower-case letters, digits, '-' and '_', and none of %v", c.Nouns, reservedPaths))
+	}
+	if c.Noun != strings.TrimSpace(c.Noun) || c.ItemUnit != strings.TrimSpace(c.ItemUnit) {
+		errs = append(errs, errors.New("console noun and item unit must not start or end with spaces"))
+	}
 	if c.Refresh < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("console refresh %s is below 100ms", c.Refresh))
 	}
 	return errors.Join(errs...)
 }
+
+// pathNoun is what the plural noun may be: it is the list's path.
+var pathNoun = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+
+// reservedPaths are the console's other first path segments.
+var reservedPaths = []string{"api", "events", "jobs", "static", "workers"}
 
 // Validate applies defaults to a copy of c and reports invalid settings.
 func (c Config) Validate() error {

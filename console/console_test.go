@@ -47,7 +47,7 @@ func newConsole(t *testing.T, tok string) (*httptest.Server, *partition.Store, f
 		t.Fatalf("fail: %+v %v", r, err)
 	}
 	srv, err := console.New(db, console.Config{Addr: "127.0.0.1:0", Token: tok, Refresh: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Noun: "contract", ItemUnit: "records", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestPagesListContractsOwnersStatesAndHistory(t *testing.T) {
 		t.Fatalf("/contracts = %d\n%s", code, body)
 	}
 	for _, want := range []string{`data-contract="c-held"`, "w1#aa", `class="state active"`, `data-contract="c-poison"`,
-		`class="state quarantined"`, "bad record 7", `class="state done"`, "3 contract(s)"} {
+		`class="state quarantined"`, "bad record 7", `class="state done"`, "3 contracts"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/contracts lacks %q", want)
 		}
@@ -95,7 +95,7 @@ func TestPagesListContractsOwnersStatesAndHistory(t *testing.T) {
 		t.Errorf("state filter: %s", body)
 	}
 	_, body = get(t, h.URL+"/contracts?q=DONE")
-	if !strings.Contains(body, "1 contract(s)") || !strings.Contains(body, `data-contract="c-done"`) {
+	if !strings.Contains(body, ">1 contract<") || !strings.Contains(body, `data-contract="c-done"`) {
 		t.Errorf("search: %s", body)
 	}
 	_, body = get(t, h.URL+"/contracts?sort=lag&dir=desc")
@@ -103,7 +103,7 @@ func TestPagesListContractsOwnersStatesAndHistory(t *testing.T) {
 		t.Errorf("sorted by lag descending, c-held (8 pending) should come before c-poison (4)")
 	}
 	code, body = get(t, h.URL+"/contracts/c-poison")
-	if code != http.StatusOK || !strings.Contains(body, `class="ev quarantined"`) || !strings.Contains(body, `class="ev claimed"`) {
+	if code != http.StatusOK || !strings.Contains(body, `class="ev quarantined`) || !strings.Contains(body, `class="ev claimed`) {
 		t.Fatalf("contract page = %d, want its claim and quarantine in the history:\n%s", code, body)
 	}
 	if !strings.Contains(body, "Actions are off") || strings.Contains(body, "retry-form") {

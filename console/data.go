@@ -3,6 +3,7 @@ package console
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,38 +13,72 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/schema"
 )
 
-// States a contract can be filtered by. Confirming is a takeover whose
-// first batch has not committed yet (the new owner waits for confirmation);
-// the others are partition.Status's.
-var states = []string{"pending", "active", "confirming", "caught_up", "stale", "backoff", "quarantined", "done"}
+// States a partition can be filtered by, as partition.Status reports
+// them. Confirming is a takeover whose first batch has not committed yet
+// (the new owner waits for confirmation).
+var states = []string{partition.StatePending, partition.StateActive, partition.StateConfirming, partition.StateCaughtUp,
+	partition.StateStale, partition.StateBackoff, partition.StateQuarantined, partition.StateDone}
 
-// contract is one row of the contracts table.
-type contract struct {
+// part is one row of the partitions table.
+type part struct {
 	partition.PartitionStatus
-	HeartbeatMS *int64
-	Percent     float64
-	Rate        float64 // records/s over the last sample
+	// OwnerBeatMS is the age of the owner instance's own last heartbeat
+	// (its workers row, written at every beat); nil when unowned or the
+	// owner has no workers row.
+	OwnerBeatMS *int64
+	// OwnerStatus is the owner instance's liveness (live, expired,
+	// stopped), "" when unowned or unknown.
+	OwnerStatus string
+	// LeaseBeatMS is the age of the lease's last write on the task row,
+	// which heartbeats rewrite only every few beats; LeaseLeftMS is the
+	// time the lease has left (negative once expired). Nil when unowned.
+	LeaseBeatMS, LeaseLeftMS *int64
+	Percent                  float64
+	Rate                     float64 // items/s over the last sample
 }
 
-// Total is processed plus pending records.
-func (c contract) Total() int64 { return c.Processed + c.Pending }
+// Total is processed plus pending items.
+func (c part) Total() int64 { return c.Processed + c.Pending }
 
-// worker is one row of the workers table.
+// Worker liveness, from the workers row: live while its heartbeat has not
+// expired, stopped once it said goodbye (StopWorker), expired when its
+// heartbeat ran out without one (killed, hung, cut off).
+const (
+	workerLive    = "live"
+	workerExpired = "expired"
+	workerStopped = "stopped"
+)
+
+// worker is one row of the workers table, live or not.
 type worker struct {
-	partition.WorkerStatus
-	HeartbeatMS int64
-	Listening   bool
+	InstanceID  string
+	Name        string
+	Hostname    string
+	PID         int
+	Mode        string
+	Wake        string
+	StartedAt   time.Time
+	HeartbeatMS int64      // since its last heartbeat, database clock
+	ExpiresMS   int64      // until its heartbeat expires; negative once expired
+	StoppedAt   *time.Time // when it stopped, if it did
+	Status      string     // live, expired or stopped
+	Held        int        // partitions under a live lease
+	Listening   bool       // has a notification connection open
 }
 
 // overview is the front page's numbers; it is also the payload of the
-// server-sent events.
+// server-sent events. Records/s and contracts keep the names the console
+// first served them under; items/s and partitions are the same numbers.
 type overview struct {
-	Rate        float64        `json:"records_per_s"`
+	Rate        float64        `json:"items_per_s"`
+	LegacyRate  float64        `json:"records_per_s"`
 	Processed   int64          `json:"processed"`
 	Backlog     int64          `json:"backlog"`
-	Contracts   int            `json:"contracts"`
+	Partitions  int            `json:"partitions"`
+	LegacyParts int            `json:"contracts"`
 	Workers     int            `json:"workers_alive"`
 	ByState     map[string]int `json:"by_state"`
 	Held        map[string]int `json:"held_by_state"`
@@ -61,14 +96,14 @@ type takeoverStats struct {
 
 // snapshot is one read of the whole picture.
 type snapshot struct {
-	At        time.Time
-	Contracts []contract
-	Workers   []worker
-	Overview  overview
+	At       time.Time
+	Parts    []part
+	Workers  []worker // live ones first
+	Overview overview
 }
 
 // source reads the tables and remembers the previous positions, so that
-// each read can report records/s.
+// each read can report items/s.
 type source struct {
 	db    bun.IDB
 	store *partition.Store
@@ -100,15 +135,11 @@ func (s *source) read(ctx context.Context) (*snapshot, error) {
 		return last, nil
 	}
 	s.mu.Unlock()
-	parts, workers, err := s.store.Status(ctx)
+	parts, _, err := s.store.Status(ctx)
 	if err != nil {
 		return nil, err
 	}
-	confirming, err := s.confirming(ctx)
-	if err != nil {
-		return nil, err
-	}
-	listening, err := s.listening(ctx)
+	workers, err := s.workers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -116,24 +147,25 @@ func (s *source) read(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	byID := make(map[string]*worker, len(workers))
+	for i := range workers {
+		byID[workers[i].InstanceID] = &workers[i]
+	}
 	now := s.cfg.Clock.Now()
-	snap := &snapshot{At: now}
+	snap := &snapshot{At: now, Workers: workers}
 	ov := &snap.Overview
 	ov.ByState, ov.Held = map[string]int{}, map[string]int{}
 	var total int64
 	for _, p := range parts {
-		if p.State == partition.StateActive && confirming[p.Key] == p.Version {
-			p.State = "confirming"
-		}
-		c := contract{PartitionStatus: p}
-		if p.HeartbeatAge != nil {
-			ms := p.HeartbeatAge.Milliseconds()
-			c.HeartbeatMS = &ms
+		c := part{PartitionStatus: p, LeaseBeatMS: msPtr(p.HeartbeatAge), LeaseLeftMS: msPtr(p.LeaseRemaining)}
+		if w := byID[p.OwnerInstance]; w != nil && p.OwnerInstance != "" {
+			ms := w.HeartbeatMS
+			c.OwnerBeatMS, c.OwnerStatus = &ms, w.Status
 		}
 		if t := c.Total(); t > 0 {
 			c.Percent = 100 * float64(p.Processed) / float64(t)
 		}
-		snap.Contracts = append(snap.Contracts, c)
+		snap.Parts = append(snap.Parts, c)
 		total += p.Processed
 		ov.Backlog += p.Pending
 		ov.ByState[p.State]++
@@ -144,13 +176,14 @@ func (s *source) read(ctx context.Context) (*snapshot, error) {
 			ov.Quarantined++
 		}
 	}
-	ov.Processed, ov.Contracts, ov.Workers = total, len(parts), len(workers)
+	for _, w := range workers {
+		if w.Status == workerLive {
+			ov.Workers++
+		}
+	}
+	ov.Processed, ov.Partitions, ov.LegacyParts = total, len(parts), len(parts)
 	ov.Takeovers = takeoverStats{Count: tk.Count, P50: tk.P50.Milliseconds(), P90: tk.P90.Milliseconds(),
 		P99: tk.P99.Milliseconds(), Max: tk.Max.Milliseconds()}
-	for _, w := range workers {
-		snap.Workers = append(snap.Workers, worker{WorkerStatus: w, HeartbeatMS: w.HeartbeatAge.Milliseconds(),
-			Listening: listening[w.InstanceID]})
-	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,12 +201,20 @@ func (s *source) read(ctx context.Context) (*snapshot, error) {
 		}
 		s.prev, s.prevT, s.prevAt, s.rates = next, total, now, rates
 	}
-	for i := range snap.Contracts {
-		snap.Contracts[i].Rate = s.rates[snap.Contracts[i].Key]
+	for i := range snap.Parts {
+		snap.Parts[i].Rate = s.rates[snap.Parts[i].Key]
 	}
-	ov.Rate = s.rate
+	ov.Rate, ov.LegacyRate = s.rate, s.rate
 	s.last = snap
 	return snap, nil
+}
+
+func msPtr(d *time.Duration) *int64 {
+	if d == nil {
+		return nil
+	}
+	ms := d.Milliseconds()
+	return &ms
 }
 
 // invalidate drops the cached snapshot: after an action, the next page
@@ -184,28 +225,146 @@ func (s *source) invalidate() {
 	s.mu.Unlock()
 }
 
-// confirming maps partitions whose latest claim is a takeover without a
-// committed first batch to that claim's version.
-func (s *source) confirming(ctx context.Context) (map[string]int64, error) {
-	evs, err := s.store.RecentEvents(ctx, recentTakeovers, 10000, partition.EventTakeover, partition.EventFirstBatch)
+// workers reads every registered worker instance, live ones first, with
+// its liveness by the database clock. Instances that stopped or expired
+// stay listed until workers forget them (a day after they expired).
+func (s *source) workers(ctx context.Context) ([]worker, error) {
+	listening, err := s.listening(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
-	started := map[string]int64{}
-	for _, e := range evs { // newest first
-		switch e.Kind {
-		case partition.EventFirstBatch:
-			if _, ok := started[e.Key]; !ok {
-				started[e.Key] = e.Version
-			}
-		case partition.EventTakeover:
-			if _, seen := out[e.Key]; !seen && started[e.Key] != e.Version {
-				out[e.Key] = e.Version
-			}
+	rows, err := s.db.QueryContext(ctx, schema.SQL(s.cfg.Schema, `
+		SELECT w.instance_id, w.name, w.hostname, w.pid, w.mode, w.wake, w.started_at,
+		       (extract(epoch FROM now() - w.heartbeat_at) * 1000)::bigint,
+		       (extract(epoch FROM w.expires_at - now()) * 1000)::bigint,
+		       w.stopped_at,
+		       CASE WHEN w.stopped_at IS NOT NULL THEN 'stopped'
+		            WHEN w.expires_at <= now() THEN 'expired'
+		            ELSE 'live' END AS status,
+		       (SELECT count(*) FROM {{.Schema}}.tasks t WHERE t.owner = w.instance_id AND t.lease_expires_at > now())
+		FROM {{.Schema}}.workers w
+		ORDER BY (w.stopped_at IS NULL AND w.expires_at > now()) DESC, w.name, w.instance_id`))
+	if err != nil {
+		return nil, fmt.Errorf("reading workers: %w", err)
+	}
+	defer rows.Close()
+	var out []worker
+	for rows.Next() {
+		var w worker
+		var stopped sql.NullTime
+		if err := rows.Scan(&w.InstanceID, &w.Name, &w.Hostname, &w.PID, &w.Mode, &w.Wake, &w.StartedAt,
+			&w.HeartbeatMS, &w.ExpiresMS, &stopped, &w.Status, &w.Held); err != nil {
+			return nil, fmt.Errorf("reading workers: %w", err)
 		}
+		if stopped.Valid {
+			w.StoppedAt = &stopped.Time
+		}
+		w.Listening = w.Status == workerLive && listening[w.InstanceID]
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading workers: %w", err)
 	}
 	return out, nil
+}
+
+// Events worth an operator's attention whatever their number: a takeover
+// (the previous owner's lease expired), a fence rejection, a lost lease, a
+// failure, a quarantine, an operator's retry. A release is routine when
+// its reason is one the distributor gives in normal operation; a first
+// batch is shown on its takeover's row.
+var (
+	notableKinds = []string{partition.EventTakeover, partition.EventFenced, partition.EventLost,
+		partition.EventFailed, partition.EventQuarantined, partition.EventRetried}
+	normalReleases = []string{"", "caught_up", "rebalance", "shutdown"}
+)
+
+// notable returns up to limit notable events of the last since, newest
+// first, chosen by kind in the query, so any number of newer routine
+// events (first batches, caught-up releases) cannot push them out. A
+// takeover carries the takeover time of its claim's first batch, if that
+// committed.
+func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([]partition.Event, error) {
+	rows, err := s.db.QueryContext(ctx, schema.SQL(s.cfg.Schema, `
+		SELECT e.event_id, e.at, e.partition_key, e.kind, e.version, coalesce(e.worker, ''), coalesce(e.prev_owner, ''),
+		       e.prev_heartbeat_at, e.position, e.items, e.attempts,
+		       CASE WHEN e.kind = ? THEN (
+		           SELECT f.takeover_ms FROM {{.Schema}}.events f
+		           WHERE f.partition_key = e.partition_key AND f.event_id > e.event_id
+		             AND f.version = e.version AND f.kind = ?
+		           ORDER BY f.event_id LIMIT 1)
+		       ELSE e.takeover_ms END,
+		       coalesce(e.detail, '')
+		FROM {{.Schema}}.events e
+		WHERE e.at > now() - ?::interval
+		  AND (e.kind IN (?) OR (e.kind = ? AND coalesce(e.detail, '') NOT IN (?)))
+		ORDER BY e.event_id DESC
+		LIMIT ?`),
+		partition.EventTakeover, partition.EventFirstBatch, fmt.Sprintf("%d microseconds", since.Microseconds()),
+		bun.List(notableKinds), partition.EventReleased, bun.List(normalReleases), limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading notable events: %w", err)
+	}
+	defer rows.Close()
+	var out []partition.Event
+	for rows.Next() {
+		var e partition.Event
+		var prev sql.NullTime
+		var pos, items, ms sql.NullInt64
+		var attempts sql.NullInt32
+		if err := rows.Scan(&e.ID, &e.At, &e.Key, &e.Kind, &e.Version, &e.Worker, &e.PrevOwner,
+			&prev, &pos, &items, &attempts, &ms, &e.Detail); err != nil {
+			return nil, fmt.Errorf("reading notable events: %w", err)
+		}
+		if prev.Valid {
+			e.PrevBeatAt = &prev.Time
+		}
+		if pos.Valid {
+			e.Position = &pos.Int64
+		}
+		if items.Valid {
+			e.Items = &items.Int64
+		}
+		if attempts.Valid {
+			a := int(attempts.Int32)
+			e.Attempts = &a
+		}
+		if ms.Valid {
+			d := time.Duration(ms.Int64) * time.Millisecond
+			e.TakeoverTime = &d
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading notable events: %w", err)
+	}
+	return out, nil
+}
+
+// severity grades an event for its colour: bad (a fence rejection, a
+// failure, a quarantine), warn (a takeover, a lost lease, a release for an
+// unusual reason), ok (a first batch, a caught-up release), info (a claim,
+// a retry) or neutral (a routine hand-back).
+func severity(e partition.Event) string {
+	switch e.Kind {
+	case partition.EventFenced, partition.EventFailed, partition.EventQuarantined:
+		return "bad"
+	case partition.EventTakeover, partition.EventLost:
+		return "warn"
+	case partition.EventFirstBatch:
+		return "ok"
+	case partition.EventClaimed, partition.EventRetried:
+		return "info"
+	case partition.EventReleased:
+		switch {
+		case e.Detail == "caught_up":
+			return "ok"
+		case slices.Contains(normalReleases, e.Detail):
+			return "neutral"
+		}
+		return "warn"
+	}
+	return "neutral"
 }
 
 func (s *source) listening(ctx context.Context) (map[string]bool, error) {
@@ -228,39 +387,42 @@ func (s *source) listening(ctx context.Context) (map[string]bool, error) {
 	return out, rows.Err()
 }
 
-// query is the contracts table's search, filter and sort, from the URL.
+// query is the partitions table's search, filter and sort, from the URL.
 type query struct {
 	Q     string
 	State string
 	Owner string
-	Sort  string
+	Sort  string // a sortKeys key
 	Desc  bool
 }
 
-var sortKeys = map[string]func(a, b contract) int{
-	"contract":  func(a, b contract) int { return strings.Compare(a.Key, b.Key) },
-	"state":     func(a, b contract) int { return strings.Compare(a.State, b.State) },
-	"owner":     func(a, b contract) int { return strings.Compare(a.OwnerInstance, b.OwnerInstance) },
-	"version":   func(a, b contract) int { return cmp.Compare(a.Version, b.Version) },
-	"heartbeat": func(a, b contract) int { return cmp.Compare(age(a), age(b)) },
-	"progress":  func(a, b contract) int { return cmp.Compare(a.Percent, b.Percent) },
-	"rate":      func(a, b contract) int { return cmp.Compare(a.Rate, b.Rate) },
-	"lag":       func(a, b contract) int { return cmp.Compare(a.Pending, b.Pending) },
-	"attempts":  func(a, b contract) int { return cmp.Compare(a.Attempts, b.Attempts) },
-	"error":     func(a, b contract) int { return strings.Compare(a.Error, b.Error) },
+// sortKeys are the partitions table's sort orders, by column. The key
+// column's is named after the configured noun in URLs (sort=contract).
+var sortKeys = map[string]func(a, b part) int{
+	"key":       func(a, b part) int { return strings.Compare(a.Key, b.Key) },
+	"state":     func(a, b part) int { return strings.Compare(a.State, b.State) },
+	"owner":     func(a, b part) int { return strings.Compare(a.OwnerInstance, b.OwnerInstance) },
+	"version":   func(a, b part) int { return cmp.Compare(a.Version, b.Version) },
+	"heartbeat": func(a, b part) int { return cmp.Compare(age(a), age(b)) },
+	"progress":  func(a, b part) int { return cmp.Compare(a.Percent, b.Percent) },
+	"rate":      func(a, b part) int { return cmp.Compare(a.Rate, b.Rate) },
+	"lag":       func(a, b part) int { return cmp.Compare(a.Pending, b.Pending) },
+	"attempts":  func(a, b part) int { return cmp.Compare(a.Attempts, b.Attempts) },
+	"error":     func(a, b part) int { return strings.Compare(a.Error, b.Error) },
 }
 
-func age(c contract) int64 {
-	if c.HeartbeatMS == nil {
+// age orders by the owner's heartbeat age, unowned first.
+func age(c part) int64 {
+	if c.OwnerBeatMS == nil {
 		return -1
 	}
-	return *c.HeartbeatMS
+	return *c.OwnerBeatMS
 }
 
-// apply filters and sorts contracts, returning at most limit of them and
+// apply filters and sorts partitions, returning at most limit of them and
 // how many matched.
-func (q query) apply(cs []contract, limit int) ([]contract, int) {
-	var out []contract
+func (q query) apply(cs []part, limit int) ([]part, int) {
+	var out []part
 	needle := strings.ToLower(q.Q)
 	for _, c := range cs {
 		if q.State != "" && c.State != q.State {
@@ -276,7 +438,7 @@ func (q query) apply(cs []contract, limit int) ([]contract, int) {
 		out = append(out, c)
 	}
 	if by, ok := sortKeys[q.Sort]; ok {
-		slices.SortStableFunc(out, func(a, b contract) int {
+		slices.SortStableFunc(out, func(a, b part) int {
 			if q.Desc {
 				return by(b, a)
 			}

@@ -106,9 +106,12 @@ func (s *Server) Handler() http.Handler {
 	static, _ := fs.Sub(staticFiles, "static")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /{$}", s.overviewPage)
-	mux.HandleFunc("GET /contracts", s.contractsPage)
-	mux.HandleFunc("GET /contracts/{id}", s.contractPage)
-	mux.HandleFunc("POST /contracts/{id}/retry", s.retry)
+	// The partitions live under their plural noun: /contracts for a
+	// console configured with the noun contract.
+	list := "/" + s.cfg.Nouns
+	mux.HandleFunc("GET "+list, s.partitionsPage)
+	mux.HandleFunc("GET "+list+"/{id}", s.partitionPage)
+	mux.HandleFunc("POST "+list+"/{id}/retry", s.retry)
 	mux.HandleFunc("GET /workers", s.workersPage)
 	mux.HandleFunc("GET /jobs", s.jobsPage)
 	mux.HandleFunc("POST /jobs/{name}/trigger", s.triggerJob)
@@ -134,14 +137,20 @@ type page struct {
 	Title   string
 	Nav     string
 	Actions bool
+	T       terms
 	Snap    *snapshot
 	Data    any
 	Flash   string
 	Error   string
 }
 
+func (s *Server) terms() terms {
+	return terms{Noun: s.cfg.Noun, Nouns: s.cfg.Nouns, Unit: s.cfg.ItemUnit}
+}
+
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	p.Actions = s.ActionsEnabled()
+	p.T = s.terms()
 	if p.Flash == "" {
 		p.Flash = r.URL.Query().Get("flash")
 	}
@@ -181,18 +190,10 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	evs, err := s.src.store.RecentEvents(ctx, recentTakeovers, 100, partition.EventTakeover, partition.EventFirstBatch,
-		partition.EventQuarantined, partition.EventFenced, partition.EventRetried)
+	recent, err := s.src.notable(ctx, recentTakeovers, notableLimit)
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
-	}
-	// First batches matter here only when they end a takeover.
-	var recent []partition.Event
-	for _, e := range evs {
-		if (e.Kind != partition.EventFirstBatch || e.TakeoverTime != nil) && len(recent) < 20 {
-			recent = append(recent, e)
-		}
 	}
 	s.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Snap: snap,
 		Data: struct {
@@ -201,17 +202,26 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
 		}{states, recent}})
 }
 
-// contractsView is the contracts page's data.
-type contractsView struct {
+// partitionsView is the partitions page's data.
+type partitionsView struct {
 	Query   query
 	States  []string
-	Rows    []contract
+	Rows    []part
 	Matched int
 	Limit   int
 	Sorts   map[string]string // column → link that sorts by it
 }
 
-func (s *Server) contractsPage(w http.ResponseWriter, r *http.Request) {
+// sortName is how a sort key reads in URLs: the key column's is the
+// noun (sort=contract), the others their own.
+func (s *Server) sortName(key string) string {
+	if key == "key" {
+		return s.cfg.Noun
+	}
+	return key
+}
+
+func (s *Server) partitionsPage(w http.ResponseWriter, r *http.Request) {
 	snap, ok := s.snapshot(w, r)
 	if !ok {
 		return
@@ -219,32 +229,36 @@ func (s *Server) contractsPage(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	q := query{Q: strings.TrimSpace(v.Get("q")), State: v.Get("state"), Owner: v.Get("owner"),
 		Sort: v.Get("sort"), Desc: v.Get("dir") == "desc"}
-	rows, n := q.apply(snap.Contracts, tableLimit)
+	if q.Sort == s.cfg.Noun {
+		q.Sort = "key"
+	}
+	rows, n := q.apply(snap.Parts, tableLimit)
 	sorts := map[string]string{}
 	for col := range sortKeys {
 		u := url.Values{}
 		for k, vs := range v {
 			u[k] = vs
 		}
-		u.Set("sort", col)
+		u.Set("sort", s.sortName(col))
 		u.Del("dir")
 		if q.Sort == col && !q.Desc {
 			u.Set("dir", "desc")
 		}
-		sorts[col] = "/contracts?" + u.Encode()
+		sorts[col] = "/" + s.cfg.Nouns + "?" + u.Encode()
 	}
-	s.render(w, r, http.StatusOK, "contracts", page{Title: "Contracts", Nav: "contracts", Snap: snap,
-		Data: contractsView{Query: q, States: states, Rows: rows, Matched: n, Limit: tableLimit, Sorts: sorts}})
+	q.Sort = s.sortName(q.Sort)
+	s.render(w, r, http.StatusOK, "partitions", page{Title: s.terms().NounsTitle(), Nav: "partitions", Snap: snap,
+		Data: partitionsView{Query: q, States: states, Rows: rows, Matched: n, Limit: tableLimit, Sorts: sorts}})
 }
 
-// contractView is a contract page's data.
-type contractView struct {
-	Contract  contract
+// partitionView is a partition's page data.
+type partitionView struct {
+	Part      part
 	History   []partition.Event
 	Takeovers []takeover // newest first
 }
 
-// takeover is one takeover of a contract, its claim joined with its first
+// takeover is one takeover of a partition, its claim joined with its first
 // batch: who took it from whom, and how long after the old owner's last
 // heartbeat the new owner's first batch committed (nil while confirming).
 type takeover struct {
@@ -275,20 +289,20 @@ func takeovers(hist []partition.Event) []takeover {
 	return out
 }
 
-func (s *Server) contractPage(w http.ResponseWriter, r *http.Request) {
+func (s *Server) partitionPage(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	snap, ok := s.snapshot(w, r)
 	if !ok {
 		return
 	}
-	var c *contract
-	for i := range snap.Contracts {
-		if snap.Contracts[i].Key == id {
-			c = &snap.Contracts[i]
+	var c *part
+	for i := range snap.Parts {
+		if snap.Parts[i].Key == id {
+			c = &snap.Parts[i]
 		}
 	}
 	if c == nil {
-		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no contract %q", id))
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no %s %q", s.cfg.Noun, id))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -298,8 +312,8 @@ func (s *Server) contractPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, "contract", page{Title: "Contract " + id, Nav: "contracts", Snap: snap,
-		Data: contractView{Contract: *c, History: hist, Takeovers: takeovers(hist)}})
+	s.render(w, r, http.StatusOK, "partition", page{Title: s.terms().NounTitle() + " " + id, Nav: "partitions", Snap: snap,
+		Data: partitionView{Part: *c, History: hist, Takeovers: takeovers(hist)}})
 }
 
 func (s *Server) workersPage(w http.ResponseWriter, r *http.Request) {
@@ -357,13 +371,17 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.src.invalidate()
-	flash := "retried: the contract is claimable again"
+	flash := "retried: the " + s.cfg.Noun + " is claimable again"
 	if !changed {
-		flash = "nothing to retry: the contract is neither quarantined nor backing off"
+		flash = "nothing to retry: the " + s.cfg.Noun + " is neither quarantined nor backing off"
 	}
-	s.log.Info("console action", "action", "retry", "contract_id", id, "changed", changed, "remote", r.RemoteAddr)
-	http.Redirect(w, r, "/contracts/"+url.PathEscape(id)+"?flash="+url.QueryEscape(flash), http.StatusSeeOther)
+	s.log.Info("console action", "action", "retry", s.keyAttr(), id, "changed", changed, "remote", r.RemoteAddr)
+	http.Redirect(w, r, s.terms().Path(id)+"?flash="+url.QueryEscape(flash), http.StatusSeeOther)
 }
+
+// keyAttr is the log attribute naming a partition key: the noun's, as
+// in contract_id.
+func (s *Server) keyAttr() string { return strings.ReplaceAll(s.cfg.Noun, " ", "_") + "_id" }
 
 func (s *Server) triggerJob(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")

@@ -46,9 +46,9 @@ func TestSnapshotSharingAndRates(t *testing.T) {
 	if second == first {
 		t.Fatal("a read a full interval later reused the old snapshot")
 	}
-	if second.Overview.Rate != 15 || second.Contracts[0].Rate != 15 || second.Contracts[1].Rate != 0 {
+	if second.Overview.Rate != 15 || second.Parts[0].Rate != 15 || second.Parts[1].Rate != 0 {
 		t.Fatalf("rates %v, %v, %v; want 15 records/s overall and for a, 0 for b",
-			second.Overview.Rate, second.Contracts[0].Rate, second.Contracts[1].Rate)
+			second.Overview.Rate, second.Parts[0].Rate, second.Parts[1].Rate)
 	}
 	src.invalidate()
 	if read() == second {

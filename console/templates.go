@@ -3,9 +3,49 @@ package console
 import (
 	"fmt"
 	"html/template"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
+
+// terms are the configured nouns as the pages use them.
+type terms struct {
+	Noun  string // one partition: "contract"
+	Nouns string // more than one, and the list's path: "contracts"
+	Unit  string // the work items: "records"
+}
+
+// NounTitle is Noun capitalised, for headings.
+func (t terms) NounTitle() string { return upperFirst(t.Noun) }
+
+// NounsTitle is Nouns capitalised, for headings.
+func (t terms) NounsTitle() string { return upperFirst(t.Nouns) }
+
+// Rate labels a rate of items: "records/s".
+func (t terms) Rate() string { return t.Unit + "/s" }
+
+// List is the path of the partitions table.
+func (t terms) List() string { return "/" + t.Nouns }
+
+// Path is the path of one partition's page.
+func (t terms) Path(key string) string { return "/" + t.Nouns + "/" + url.PathEscape(key) }
+
+func upperFirst(s string) string {
+	r, n := utf8.DecodeRuneInString(s)
+	return string(unicode.ToUpper(r)) + s[n:]
+}
+
+// stamp renders a time as a date and a time of day that a narrow column
+// may put on two lines but never breaks inside. Its text is digits and
+// punctuation from the layouts only.
+func stamp(t time.Time, clock string) template.HTML {
+	u := t.UTC()
+	return template.HTML(`<time datetime="` + u.Format(time.RFC3339Nano) + `"><span>` + u.Format("2006-01-02") +
+		`</span> <span>` + u.Format(clock) + ` UTC</span></time>`)
+}
 
 var funcs = template.FuncMap{
 	"ms":    fmtMS,
@@ -40,6 +80,27 @@ var funcs = template.FuncMap{
 		}
 		return fmtMS(*p)
 	},
+	// at and atp are when and whenp for table cells (see stamp).
+	"at":    func(t time.Time) template.HTML { return stamp(t, "15:04:05.000") },
+	"atsec": func(t time.Time) template.HTML { return stamp(t, "15:04:05") },
+	"atp": func(t *time.Time) template.HTML {
+		if t == nil {
+			return "—"
+		}
+		return stamp(*t, "15:04:05")
+	},
+	// left renders a time left: "in 4.0 s", or "4.0 s ago" once past.
+	"left": func(p *int64) string {
+		switch {
+		case p == nil:
+			return "—"
+		case *p < 0:
+			return fmtMS(-*p) + " ago"
+		}
+		return "in " + fmtMS(*p)
+	},
+	"sev":   severity,
+	"lower": strings.ToLower,
 }
 
 func fmtMSPtr(d *time.Duration) string {
@@ -81,7 +142,7 @@ func fmtCount(n int64) string {
 	return string(out)
 }
 
-var pageNames = []string{"overview", "contracts", "contract", "workers", "jobs", "error"}
+var pageNames = []string{"overview", "partitions", "partition", "workers", "jobs", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}

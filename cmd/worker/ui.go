@@ -27,7 +27,7 @@ func (c *consoleFlags) register(f *pflag.FlagSet, addrFlag, tokenFlag, addrDefau
 
 // config completes the flags from the environment.
 func (c *consoleFlags) config(g *globals) console.Config {
-	return console.Config{Schema: g.schema, Addr: c.addr, Token: cmp.Or(c.token, os.Getenv(console.TokenEnv)), Logger: g.logger}
+	return console.Config{Schema: g.schema, Addr: c.addr, Token: cmp.Or(c.token, os.Getenv(console.TokenEnv)), Logger: g.logger, Noun: "contract", Nouns: "contracts", ItemUnit: "records"}
 }
 
 // start serves the console over its own small connection pool, so that
