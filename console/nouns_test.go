@@ -42,6 +42,10 @@ func TestConfiguredNouns(t *testing.T) {
 	if _, body := get(t, base+"/"); !strings.Contains(body, "Contracts by state") || !strings.Contains(body, `href="/contracts?state=quarantined"`) {
 		t.Errorf("the overview does not speak of contracts")
 	}
+	if _, body := get(t, serve(t, db, console.Config{Noun: "price list", Nouns: "price-lists"})+"/price-lists"); !strings.Contains(body, `<tr data-pricelist="c-1">`) ||
+		!strings.Contains(body, "<h1>Price-lists</h1>") {
+		t.Errorf("a two-word noun's table rows or title are wrong")
+	}
 	if code, _ := get(t, base+"/partitions"); code != http.StatusNotFound {
 		t.Errorf("/partitions = %d on a console for contracts, want 404", code)
 	}

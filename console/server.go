@@ -321,7 +321,15 @@ func (s *Server) workersPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.render(w, r, http.StatusOK, "workers", page{Title: "Workers", Nav: "workers", Snap: snap})
+	rows := snap.Workers
+	if len(rows) > tableLimit {
+		rows = rows[:tableLimit]
+	}
+	s.render(w, r, http.StatusOK, "workers", page{Title: "Workers", Nav: "workers", Snap: snap,
+		Data: struct {
+			Rows  []worker
+			Total int
+		}{rows, len(snap.Workers)}})
 }
 
 func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request) {

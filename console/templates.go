@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"fmt"
 	"html/template"
 	"net/url"
@@ -26,6 +27,19 @@ func (t terms) NounsTitle() string { return upperFirst(t.Nouns) }
 
 // Rate labels a rate of items: "records/s".
 func (t terms) Rate() string { return t.Unit + "/s" }
+
+// RowAttr names the data attribute carrying a row's key in the
+// partitions table (data-contract): the noun's ASCII letters and digits,
+// or "key" when it has none.
+func (t terms) RowAttr() string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(t.Noun) {
+		if 'a' <= r && r <= 'z' || '0' <= r && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	return cmp.Or(b.String(), "key")
+}
 
 // List is the path of the partitions table.
 func (t terms) List() string { return "/" + t.Nouns }
