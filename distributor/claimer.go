@@ -151,8 +151,16 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	if room <= 0 {
 		return 0, nil
 	}
-	var cands []partition.Candidate
-	if want > 0 {
+	// A dead worker's partitions first: their work has started and was
+	// interrupted, and their owner's lease has run out already. Unowned
+	// rows sort first in the claimable index (-infinity), so with many of
+	// them waiting the stale ones would never reach a window read from its
+	// head: they are read from just past the unowned rows.
+	cands, err := d.store.StaleCandidates(ctx, 4*room+8)
+	if err != nil {
+		return started, err
+	}
+	if want > 0 && len(cands) < room {
 		// Rows being claimed with their first batch still read as
 		// claimable at the head of the index: read past those this worker
 		// knows of (its own, and those it lost to others), which it skips,
@@ -162,12 +170,20 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 		d.mu.Lock()
 		inFlight := len(d.claiming) + len(d.lostClaims)
 		d.mu.Unlock()
-		cands, err = d.store.Candidates(ctx, 4*want+8+inFlight+2*d.cfg.MaxPartitions)
-	} else {
-		cands, err = d.store.StaleCandidates(ctx, 4*room+8)
-	}
-	if err != nil {
-		return started, err
+		head, err := d.store.Candidates(ctx, 4*want+8+inFlight+2*d.cfg.MaxPartitions)
+		if err != nil {
+			return started, err
+		}
+		// The head may repeat stale rows already read.
+		stale := make(map[string]bool, len(cands))
+		for _, c := range cands {
+			stale[c.Key] = true
+		}
+		for _, c := range head {
+			if !stale[c.Key] {
+				cands = append(cands, c)
+			}
+		}
 	}
 	if len(cands) == 0 {
 		return started, nil
@@ -192,7 +208,18 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	cands = slices.DeleteFunc(cands, func(c partition.Candidate) bool { _, ok := d.claiming[c.Key]; return ok })
 	cands = d.skipLost(cands)
 	d.mu.Unlock()
+	// Shuffled so that workers polling together spread out, the stale
+	// ones still ahead of the unowned ones (pickClaims takes them first).
 	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	slices.SortStableFunc(cands, func(a, b partition.Candidate) int {
+		switch {
+		case a.Owned == b.Owned:
+			return 0
+		case a.Owned:
+			return -1
+		}
+		return 1
+	})
 	for round := 0; round < 2 && room > 0 && len(cands) > 0; round++ {
 		var try []partition.Candidate
 		try, cands = pickClaims(cands, want, room)

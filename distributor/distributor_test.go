@@ -922,3 +922,64 @@ func TestWorkNobodyWantsIsClaimedBeyondTheShare(t *testing.T) {
 		return nil
 	})
 }
+
+// A dead worker's partitions (started, interrupted, lease run out) are
+// claimed before partitions nobody has started: a busy survivor takes them
+// at its next free slot, not after every fresh partition.
+func TestStalePartitionsAreClaimedBeforeFreshOnes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(30, "dead0", "dead1")
+	var ghosts []*ghost
+	for _, k := range []string{"dead0", "dead1"} {
+		ghosts = append(ghosts, claimAsGhost(t, e, k, 500*time.Millisecond))
+	}
+	fresh := keys("new", 40)
+	e.addWork(30, fresh...)
+	ev := newEvents()
+	cfg := fastConfig("x", ev)
+	cfg.MaxPartitions, cfg.ClaimGroup = 2, 1
+	p := newProc()
+	p.before = func(ctx context.Context, b *distributor.Batch) error {
+		select { // keeps both slots busy well past the ghost's lease
+		case <-time.After(10 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	e.start(cfg, p)
+	var expired time.Time
+	if err := e.db.QueryRow(`SELECT max(lease_expires_at) FROM baton.tasks WHERE partition_key IN ('dead0', 'dead1')`).Scan(&expired); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range ghosts {
+		ev.wait(t, 20*time.Second, "takeover of "+g.lease.Key, func(x distributor.Event) bool {
+			return x.Kind == distributor.EventClaimed && x.Key == g.lease.Key
+		})
+	}
+	// Fresh partitions claimed after the ghost's leases had run out (and a
+	// claim round had had time to see it) but before both were taken over.
+	var late []string
+	taken := 0
+	for _, x := range ev.snapshot() {
+		if x.Kind != distributor.EventClaimed {
+			continue
+		}
+		if strings.HasPrefix(x.Key, "dead") {
+			if taken++; taken == 2 {
+				break
+			}
+			continue
+		}
+		if x.At.After(expired.Add(200 * time.Millisecond)) {
+			late = append(late, x.Key)
+		}
+	}
+	if len(late) > 0 {
+		t.Fatalf("fresh partitions %v claimed before the dead worker's stale ones:\n%s", late, ev.dump(kind(distributor.EventClaimed)))
+	}
+	if n := ev.count(func(x distributor.Event) bool { return x.Kind == distributor.EventClaimed && strings.HasPrefix(x.Key, "new") }); n == 0 {
+		t.Fatal("no fresh partition claimed at all: the test did not keep the worker busy")
+	}
+}

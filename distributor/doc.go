@@ -307,8 +307,15 @@
 // does not matter: a dead worker's partitions (still owned, lease expired)
 // are claimed beyond the share, up to MaxPartitions, and the share corrects
 // itself afterwards (the dead worker leaves the live count at its next
-// rebalance and surplus is handed back at batch boundaries). Only when every
-// survivor holds MaxPartitions does the partition wait for room.
+// rebalance and surplus is handed back at batch boundaries). A claim round
+// reads those stale rows first, from just past the unowned rows in the
+// claimable index, and claims them before any partition nobody has
+// started, however many of those wait: a survivor busy with fresh work
+// takes a dead worker's partitions at its next claim round, not after the
+// fresh ones. Only when every survivor holds MaxPartitions does the
+// partition wait for room: then it is taken at the first slot a survivor
+// frees (its partition caught up, handed back or lost), and the bound
+// grows by that wait and by the batch that survivor had in flight.
 // A graceful stop hands partitions over immediately (one notification, one
 // share recomputation and one claim, no confirmation), even to workers
 // that were at their share.
