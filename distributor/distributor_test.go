@@ -979,7 +979,9 @@ func TestStalePartitionsAreClaimedBeforeFreshOnes(t *testing.T) {
 	if len(late) > 0 {
 		t.Fatalf("fresh partitions %v claimed before the dead worker's stale ones:\n%s", late, ev.dump(kind(distributor.EventClaimed)))
 	}
-	if n := ev.count(func(x distributor.Event) bool { return x.Kind == distributor.EventClaimed && strings.HasPrefix(x.Key, "new") }); n == 0 {
+	if n := ev.count(func(x distributor.Event) bool {
+		return x.Kind == distributor.EventClaimed && strings.HasPrefix(x.Key, "new")
+	}); n == 0 {
 		t.Fatal("no fresh partition claimed at all: the test did not keep the worker busy")
 	}
 }
