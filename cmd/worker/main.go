@@ -64,11 +64,32 @@ func main() {
 
 // execute runs the CLI and returns its exit code. Everything it writes to
 // stderr (errors, logs, a panic) goes through one redactor, so no database
-// password can appear in it.
+// password can appear in it. That includes what the Go runtime itself
+// writes when a goroutine other than this one panics, which no recover
+// here can catch: file descriptor 2 is handed to a filter process (this
+// binary again, see redact.GuardStderr) that redacts it and outlives the
+// crash.
 func execute(args []string) (code int) {
-	red := redact.New(os.Getenv("DATABASE_URL"))
-	red.Add(databaseURLArgs(args)...)
-	stderr := red.Writer(os.Stderr)
+	if redact.ServeStderrFilter() {
+		return 0
+	}
+	dsns := append([]string{os.Getenv("DATABASE_URL"), os.Getenv("BATON_LISTEN_DATABASE_URL")}, databaseURLArgs(args)...)
+	red := redact.New(dsns...)
+	out := os.Stderr
+	guard, gerr := redact.GuardStderr(dsns...)
+	if gerr == nil {
+		// Runs last: after the report of a panic below, so that what
+		// the filter still holds is out before the process exits.
+		defer func() { _ = guard.Close() }()
+		out = guard.Stderr
+	}
+	stderr := red.Writer(out)
+	if gerr != nil {
+		fmt.Fprintf(stderr, "worker: warning: a crash in a background goroutine may show a database password: %v\n", gerr)
+	}
+	if testHookGuarded != nil {
+		testHookGuarded()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(stderr, "worker: internal error: %v\n%s", r, debug.Stack())
@@ -110,15 +131,22 @@ func exitCode(err error) int {
 	}
 }
 
-// databaseURLArgs returns the values given to --database-url in args, so
-// that they are redacted even when flag parsing fails.
+// testHookGuarded, when set (by tests only), runs once standard error is
+// guarded, before the command.
+var testHookGuarded func()
+
+// databaseURLArgs returns the values given to --database-url and
+// --listen-database-url in args, so that they are redacted even when flag
+// parsing fails.
 func databaseURLArgs(args []string) []string {
 	var urls []string
 	for i, a := range args {
-		if v, ok := strings.CutPrefix(a, "--database-url="); ok {
-			urls = append(urls, v)
-		} else if a == "--database-url" && i+1 < len(args) {
-			urls = append(urls, args[i+1])
+		for _, flag := range []string{"--database-url", "--listen-database-url"} {
+			if v, ok := strings.CutPrefix(a, flag+"="); ok {
+				urls = append(urls, v)
+			} else if a == flag && i+1 < len(args) {
+				urls = append(urls, args[i+1])
+			}
 		}
 	}
 	return urls
