@@ -1,0 +1,1095 @@
+package faults
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pglocal"
+	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/schema"
+)
+
+var soakFlag = flag.Bool("soak", false, "run the full soak (BATON_SOAK_FAULTS faults, 1000 unless set) instead of its short slice")
+
+// soakConfig sizes a soak run.
+type soakConfig struct {
+	full      bool
+	faults    int // process, network and database faults to inject (loads come on top)
+	workers   int // pricing worker processes, each behind its own proxy
+	clients   int // soak clients (leader election, entity locks), each behind its own proxy
+	injectors int // faults injected at once, on different processes
+	contracts int
+	restarts  [2]time.Duration // pause between database restarts: from, to
+	limit     time.Duration    // the injection phase must reach faults within this
+}
+
+func soakSettings(t *testing.T) soakConfig {
+	t.Helper()
+	c := soakConfig{faults: 40, workers: 4, clients: 2, injectors: 3, contracts: 16,
+		restarts: [2]time.Duration{5 * time.Second, 10 * time.Second}}
+	if *soakFlag || os.Getenv("BATON_SOAK") == "1" {
+		c = soakConfig{full: true, faults: 1000, workers: 6, clients: 3, injectors: 4, contracts: 24,
+			restarts: [2]time.Duration{10 * time.Second, 25 * time.Second}}
+	}
+	if v := os.Getenv("BATON_SOAK_FAULTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("BATON_SOAK_FAULTS=%q: want a positive number", v)
+		}
+		c.faults = n
+	}
+	// About two faults a second are injected; the bound leaves room for a
+	// loaded machine.
+	c.limit = testutil.WaitTimeout(time.Minute + time.Duration(c.faults)*1500*time.Millisecond)
+	return c
+}
+
+// Fault kinds injected on processes (a worker or a client), with weights.
+var soakProcessFaults = []struct {
+	kind   string
+	weight int
+}{
+	{"sigkill", 25},
+	{"sigstop", 20},
+	{"partition_blackhole", 15},
+	{"latency", 15},
+	{"conn_reset", 15},
+	{"sigterm_restart", 10},
+}
+
+// Timings of the soak's workers and clients: short leases, so that faults
+// come fast.
+var soakTimings = []string{"--heartbeat", "100ms", "--stale-after", "1s", "--confirm", "3"}
+
+// The soak's scheduled jobs, added with "worker schedule add".
+var soakJobs = []struct {
+	name     string
+	args     []string
+	min, max string
+}{
+	// Every second, every slot run (catch-up), released after each run.
+	{"tick", []string{"--every", "1s", "--missed", "catch-up", "--lock-at-most-for", "20s"}, "50ms", "300ms"},
+	// Kept by one worker while it lives.
+	{"lead", []string{"--every", "1s", "--mode", "leader", "--lock-at-most-for", "20s"}, "10ms", "100ms"},
+	// Runs longer than the lease: a paused runner's command goes on beside
+	// its successor's; a cut-off one is stopped first.
+	{"slow", []string{"--every", "3s", "--mode", "expire", "--lock-at-most-for", "20s"}, "1s", "2500ms"},
+}
+
+// Lock keys of the soak clients: adv: ones use advisory locks, row: ones
+// the insert-then-delete technique (the two methods do not exclude each
+// other, so each key keeps one).
+var soakLockKeys = []string{"adv:0", "adv:1", "row:0", "row:1"}
+
+// soakTarget is a slot for one process at a time (a worker or a client)
+// with its own proxy to the database; a killed process is replaced in the
+// same slot.
+type soakTarget struct {
+	kind  string // worker or client
+	proxy *toxiproxy.Proxy
+	url   string
+	mu    sync.Mutex
+	cur   *proc
+	busy  bool
+}
+
+func (tg *soakTarget) current() *proc {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return tg.cur
+}
+
+// soak is one soak run.
+type soak struct {
+	t         *testing.T
+	cfg       soakConfig
+	seed      uint64
+	r         *run
+	srv       *pglocal.Server
+	clientBin string
+	jobsFile  string
+	targets   []*soakTarget
+
+	injected atomic.Int64 // disruptive faults so far
+
+	mu         sync.Mutex
+	faults     []soakFault
+	kinds      map[string]map[string]int // kind → target kind → count
+	clients    []*proc
+	nextClient int
+	killedAt   map[string]time.Time
+	orphans    []orphan
+	problems   []string // failures seen by the background goroutines
+	loads      int
+	loadFails  int
+}
+
+func (s *soak) problem(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.problems = append(s.problems, fmt.Sprintf(format, args...))
+}
+
+func (s *soak) logFault(kind, targetKind, target string, start, end time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kind != "concurrent_load" {
+		s.faults = append(s.faults, soakFault{Kind: kind, Target: target, Start: start, End: end})
+		s.injected.Add(1)
+	}
+	if s.kinds[kind] == nil {
+		s.kinds[kind] = map[string]int{}
+	}
+	s.kinds[kind][targetKind]++
+	s.r.stats.fault("soak_" + kind)
+}
+
+// The soak: real worker processes and soak clients against a PostgreSQL of
+// its own, with process, network and database faults injected on several
+// processes at once, loads and scheduled jobs running throughout; then the
+// independent checks (see soak_checker_test.go) and a table of what was
+// injected and checked.
+//
+// Without -soak or BATON_SOAK=1 it runs a short slice (40 faults), as part of
+// every "go test ./faults"; "make soak" runs 1,000. BATON_SOAK_FAULTS=N sets
+// the count either way, and BATON_SEED replays a run's schedule of faults.
+func TestSoak(t *testing.T) {
+	cfg := soakSettings(t)
+	began := time.Now()
+	seed := scenarioSeed(t)
+	srv, dsn := startSoakServer(t)
+	s := &soak{t: t, cfg: cfg, seed: seed, srv: srv, kinds: map[string]map[string]int{}, killedAt: map[string]time.Time{}}
+	s.r = newRunOn(t, seed, dsn)
+	s.clientBin = buildSoakClient(t)
+	s.jobsFile = filepath.Join(s.r.dir, "jobs.jsonl")
+	s.setUp()
+	t.Logf("soak: %d faults on %d workers and %d clients (%d at once) and the database; seed %d",
+		cfg.faults, cfg.workers, cfg.clients, cfg.injectors, seed)
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range cfg.injectors {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.injector(ctx, rand.New(rand.NewPCG(seed, uint64(100+i)))) }()
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); s.restarter(ctx, rand.New(rand.NewPCG(seed, 200))) }()
+	go func() { defer wg.Done(); s.loader(ctx, rand.New(rand.NewPCG(seed, 300))) }()
+
+	injectStart := time.Now()
+	deadline := time.NewTimer(cfg.limit)
+	tick := time.NewTicker(time.Second)
+	lastReport := time.Now()
+	for s.injected.Load() < int64(cfg.faults) {
+		select {
+		case <-deadline.C:
+			s.problem("only %d of %d faults injected within %s", s.injected.Load(), cfg.faults, cfg.limit)
+		case <-tick.C:
+			if time.Since(lastReport) >= 30*time.Second {
+				lastReport = time.Now()
+				t.Logf("soak: %d faults in %s", s.injected.Load(), time.Since(injectStart).Round(time.Second))
+			}
+			continue
+		}
+		break
+	}
+	deadline.Stop()
+	tick.Stop()
+	stop()
+	wg.Wait()
+	injection := time.Since(injectStart)
+	t.Logf("soak: %d faults injected in %s; draining", s.injected.Load(), injection.Round(time.Second))
+
+	liveness := s.drain()
+	s.stopAll()
+	results := append(liveness, s.check()...)
+	s.report(results, injection, time.Since(began))
+}
+
+// startSoakServer starts a PostgreSQL of the soak's own (restarted many
+// times, so not the suite's shared one) with a migrated database "baton".
+// Commits are synchronous: an immediate restart must not lose a load the
+// loader saw succeed.
+func startSoakServer(t *testing.T) (*pglocal.Server, string) {
+	t.Helper()
+	ctx := t.Context()
+	base, err := os.MkdirTemp("", "baton-soak-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := pglocal.Start(ctx, pglocal.Options{Dir: filepath.Join(base, "data"),
+		Settings: map[string]string{"synchronous_commit": "on", "max_connections": "400"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop(pglocal.Immediate) })
+	admin, err := pgx.Connect(ctx, srv.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE baton"); err != nil {
+		t.Fatal(err)
+	}
+	db, err := dbconn.Open(srv.URL("baton"), dbconn.Options{MaxOpenConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, srv.URL("baton")
+}
+
+// buildSoakClient builds the soak client (faults/internal/soakclient).
+func buildSoakClient(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "soakclient")
+	build := exec.Command("go", "build", "-o", bin, "github.com/batonhq/baton/faults/internal/soakclient")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the soak client: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// setUp loads the first data, creates the evidence tables, adds the jobs
+// and starts every process.
+func (s *soak) setUp() {
+	t, r := s.t, s.r
+	r.seedData(s.cfg.contracts, 200)
+	for _, stmt := range []string{
+		`CREATE SCHEMA soak`,
+		`CREATE TABLE soak.leader_register (id int PRIMARY KEY, seq bigint NOT NULL, token bigint, owner text)`,
+		`INSERT INTO soak.leader_register VALUES (1, 0, NULL, NULL)`,
+		// No unique constraints: a duplicate is evidence, not an error.
+		`CREATE TABLE soak.leader_writes (seq bigint NOT NULL, token bigint NOT NULL, owner text NOT NULL, written_at timestamptz NOT NULL)`,
+		`CREATE TABLE soak.lock_counters (key text PRIMARY KEY, n bigint NOT NULL)`,
+		`CREATE TABLE soak.lock_holds (key text NOT NULL, holder text NOT NULL, n bigint NOT NULL,
+			held_from timestamptz NOT NULL, held_to timestamptz NOT NULL)`,
+	} {
+		if _, err := r.db.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	for _, k := range soakLockKeys {
+		if _, err := r.db.Exec(`INSERT INTO soak.lock_counters VALUES (?, 0)`, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, j := range soakJobs {
+		args := append([]string{"schedule", "add", j.name}, j.args...)
+		args = append(args, "--", s.clientBin, "job", "--out", s.jobsFile, "--min", j.min, "--max", j.max)
+		cmd := exec.Command(workerBin, args...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+r.dsn)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("worker %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range s.clients {
+			_ = c.cmd.Process.Kill()
+			_ = c.cmd.Process.Signal(syscall.SIGCONT)
+		}
+		for _, c := range s.clients {
+			<-c.done
+		}
+	})
+	for i := range s.cfg.workers + s.cfg.clients {
+		kind := "worker"
+		if i >= s.cfg.workers {
+			kind = "client"
+		}
+		proxy, url := proxyFor(t, r.dsn, fmt.Sprintf("%s-%d", kind, i))
+		tg := &soakTarget{kind: kind, proxy: proxy, url: url}
+		p, err := s.launch(tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tg.cur = p
+		s.targets = append(s.targets, tg)
+	}
+}
+
+// launch starts the process of a target: a worker (lock mode, until
+// stopped) or a soak client.
+func (s *soak) launch(tg *soakTarget) (*proc, error) {
+	r := s.r
+	var name, bin string
+	var args []string
+	if tg.kind == "worker" {
+		r.mu.Lock()
+		r.next++
+		name = fmt.Sprintf("w%d", r.next)
+		r.mu.Unlock()
+		bin = workerBin
+		args = append([]string{"run", "--id", name, "--log-format", "json", "--batch-size", "20"}, soakTimings...)
+	} else {
+		s.mu.Lock()
+		s.nextClient++
+		name = fmt.Sprintf("c%d", s.nextClient)
+		s.mu.Unlock()
+		bin = s.clientBin
+		args = append([]string{"run", "--id", name, "--keys", strings.Join(soakLockKeys, ",")}, soakTimings...)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+tg.url)
+	p := &proc{name: name, cmd: cmd, log: &bytes.Buffer{}, logMu: &sync.Mutex{}, done: make(chan struct{})}
+	lw := lockedWriter{p.log, p.logMu}
+	cmd.Stdout, cmd.Stderr = lw, lw
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	if tg.kind == "worker" {
+		r.mu.Lock()
+		r.workers = append(r.workers, p)
+		r.mu.Unlock()
+	} else {
+		s.mu.Lock()
+		s.clients = append(s.clients, p)
+		s.mu.Unlock()
+	}
+	return p, nil
+}
+
+// claim picks a free target at random and marks it busy.
+func (s *soak) claim(rng *rand.Rand) *soakTarget {
+	order := rng.Perm(len(s.targets))
+	for _, i := range order {
+		tg := s.targets[i]
+		tg.mu.Lock()
+		if !tg.busy {
+			tg.busy = true
+			tg.mu.Unlock()
+			return tg
+		}
+		tg.mu.Unlock()
+	}
+	return nil
+}
+
+func (tg *soakTarget) release() {
+	tg.mu.Lock()
+	tg.busy = false
+	tg.mu.Unlock()
+}
+
+func pickFault(rng *rand.Rand) string {
+	total := 0
+	for _, f := range soakProcessFaults {
+		total += f.weight
+	}
+	n := rng.IntN(total)
+	for _, f := range soakProcessFaults {
+		if n < f.weight {
+			return f.kind
+		}
+		n -= f.weight
+	}
+	panic("unreachable")
+}
+
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+}
+
+// injector injects faults on free targets, one at a time, until the count
+// is reached or ctx ends. Every fault is undone before the next (a stopped
+// process continued, a toxic removed, a killed process replaced).
+func (s *soak) injector(ctx context.Context, rng *rand.Rand) {
+	for ctx.Err() == nil && s.injected.Load() < int64(s.cfg.faults) {
+		tg := s.claim(rng)
+		if tg == nil {
+			sleepCtx(ctx, 50*time.Millisecond) // every target is under another fault
+			continue
+		}
+		kind := pickFault(rng)
+		if err := s.inject(rng, tg, kind); err != nil {
+			s.problem("%s on %s: %v", kind, tg.current().name, err)
+		}
+		tg.release()
+		sleepCtx(ctx, between(rng, 100*time.Millisecond, 800*time.Millisecond))
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+var toxicSeq atomic.Int64
+
+// inject applies one fault to a target's process (or its link) and undoes
+// it.
+func (s *soak) inject(rng *rand.Rand, tg *soakTarget, kind string) error {
+	p := tg.current()
+	if isDone(p.done) {
+		err := fmt.Errorf("%s exited before the fault: %v\n%s", p.name, p.err, tail(p.logs(), 20))
+		return errors.Join(err, s.replace(tg))
+	}
+	id := toxicSeq.Add(1)
+	switch kind {
+	case "sigkill":
+		var held []string
+		if tg.kind == "worker" {
+			held = s.pendingHeldBy(p.name)
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			return err
+		}
+		at := time.Now()
+		p.killed = true
+		if err := waitExit(p, 10*time.Second); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.killedAt[p.name] = at
+		if len(held) > 0 {
+			s.orphans = append(s.orphans, orphan{worker: p.name, at: at, contracts: held})
+		}
+		s.mu.Unlock()
+		s.logFault(kind, tg.kind, p.name, at, at)
+		return s.replace(tg)
+	case "sigstop":
+		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		start := time.Now()
+		time.Sleep(between(rng, 1200*time.Millisecond, 2500*time.Millisecond)) // the pause, past the 1s lease
+		err := p.cmd.Process.Signal(syscall.SIGCONT)
+		s.logFault(kind, tg.kind, p.name, start, time.Now())
+		return err
+	case "partition_blackhole":
+		down, up := fmt.Sprintf("cut-down-%d", id), fmt.Sprintf("cut-up-%d", id)
+		if err := addToxicErr(tg.proxy, down, "timeout", "downstream", `{"timeout":0}`); err != nil {
+			return err
+		}
+		if err := addToxicErr(tg.proxy, up, "timeout", "upstream", `{"timeout":0}`); err != nil {
+			return errors.Join(err, removeToxicErr(tg.proxy, down))
+		}
+		start := time.Now()
+		time.Sleep(between(rng, 1200*time.Millisecond, 2500*time.Millisecond)) // the partition, past the lease
+		err := errors.Join(removeToxicErr(tg.proxy, down), removeToxicErr(tg.proxy, up))
+		s.logFault(kind, tg.kind, p.name, start, time.Now())
+		return err
+	case "latency":
+		name := fmt.Sprintf("lag-%d", id)
+		attrs := fmt.Sprintf(`{"latency":%d,"jitter":50}`, 150+rng.IntN(250))
+		if err := addToxicErr(tg.proxy, name, "latency", "downstream", attrs); err != nil {
+			return err
+		}
+		start := time.Now()
+		time.Sleep(between(rng, time.Second, 3*time.Second)) // how long the link is slow
+		err := removeToxicErr(tg.proxy, name)
+		s.logFault(kind, tg.kind, p.name, start, time.Now())
+		return err
+	case "conn_reset":
+		// reset_peer with a short timeout resets the process's
+		// connections, new and existing, with a TCP RST.
+		name := fmt.Sprintf("rst-%d", id)
+		if err := addToxicErr(tg.proxy, name, "reset_peer", "upstream", `{"timeout":50}`); err != nil {
+			return err
+		}
+		start := time.Now()
+		time.Sleep(between(rng, 100*time.Millisecond, 500*time.Millisecond)) // how long resets go on
+		err := removeToxicErr(tg.proxy, name)
+		s.logFault(kind, tg.kind, p.name, start, time.Now())
+		return err
+	case "sigterm_restart":
+		start := time.Now()
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			return err
+		}
+		if err := waitExit(p, 30*time.Second); err != nil {
+			return err
+		}
+		s.logFault(kind, tg.kind, p.name, start, time.Now())
+		if p.err != nil {
+			return fmt.Errorf("%s exited with %v after SIGTERM; log tail:\n%s", p.name, p.err, tail(p.logs(), 20))
+		}
+		return s.replace(tg)
+	}
+	return fmt.Errorf("unknown fault %q", kind)
+}
+
+func waitExit(p *proc, timeout time.Duration) error {
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(testutil.WaitTimeout(timeout)):
+		return fmt.Errorf("%s did not exit within %s; log tail:\n%s", p.name, timeout, tail(p.logs(), 20))
+	}
+}
+
+func (s *soak) replace(tg *soakTarget) error {
+	p, err := s.launch(tg)
+	if err != nil {
+		return err
+	}
+	tg.mu.Lock()
+	tg.cur = p
+	tg.mu.Unlock()
+	return nil
+}
+
+func addToxicErr(p *toxiproxy.Proxy, name, kind, stream, attrs string) error {
+	js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, name, kind, stream, attrs)
+	if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		return fmt.Errorf("adding toxic %s: %w", name, err)
+	}
+	return nil
+}
+
+func removeToxicErr(p *toxiproxy.Proxy, name string) error {
+	if err := p.Toxics.RemoveToxic(context.Background(), name); err != nil {
+		return fmt.Errorf("removing toxic %s: %w", name, err)
+	}
+	return nil
+}
+
+// pendingHeldBy lists the contracts a worker holds with records still to
+// price (for the takeover figures); nil if the database does not answer.
+func (s *soak) pendingHeldBy(name string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rows, err := s.r.db.QueryContext(ctx, `SELECT partition_key FROM baton.tasks
+		WHERE owner LIKE ? || '#%' AND position < available`, name)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if rows.Scan(&k) == nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// restarter restarts the database now and then, fast or immediate.
+func (s *soak) restarter(ctx context.Context, rng *rand.Rand) {
+	for {
+		sleepCtx(ctx, between(rng, s.cfg.restarts[0], s.cfg.restarts[1]))
+		if ctx.Err() != nil || s.injected.Load() >= int64(s.cfg.faults) {
+			return
+		}
+		mode, kind := pglocal.Fast, "db_restart_fast"
+		if rng.IntN(2) == 0 {
+			mode, kind = pglocal.Immediate, "db_restart_immediate"
+		}
+		start := time.Now()
+		s.srv.Stop(mode)
+		time.Sleep(between(rng, 200*time.Millisecond, 1500*time.Millisecond)) // the outage
+		var err error
+		for attempt := 0; attempt < 5; attempt++ {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			err = s.srv.Restart(rctx)
+			cancel()
+			if err == nil {
+				break
+			}
+		}
+		s.logFault(kind, "database", "", start, time.Now())
+		if err != nil {
+			s.problem("restarting the database: %v", err)
+			return
+		}
+	}
+}
+
+// loader keeps the workers busy: whenever few records are left to price,
+// it writes a file of new records for some contracts (with a few
+// re-deliveries of the previous file's) and loads it with "worker load"
+// while the workers run. A load that fails (the database restarting) is
+// repeated until it succeeds: a repeat of a load that did commit only
+// re-delivers, and is skipped record by record.
+func (s *soak) loader(ctx context.Context, rng *rand.Rand) {
+	r := s.r
+	var prev []string
+	for n := 2; ctx.Err() == nil; n++ {
+		// Wait for the backlog to run low (no notification: poll).
+		for ctx.Err() == nil {
+			if pending, err := s.pending(); err == nil && pending < 2000 {
+				break
+			}
+			sleepCtx(ctx, 200*time.Millisecond)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		path := filepath.Join(r.dir, fmt.Sprintf("records-%d.csv", n))
+		lines := s.recordLines(rng, n)
+		body := append(slices.Clone(lines), pickSome(rng, prev, 20)...)
+		if err := os.WriteFile(path, []byte("contract_id,record_id,amount_minor\n"+strings.Join(body, "\n")+"\n"), 0o644); err != nil {
+			s.problem("writing %s: %v", path, err)
+			return
+		}
+		if err := s.loadFile(path); err != nil {
+			s.problem("%v", err)
+			return
+		}
+		r.inputs = append(r.inputs, path) // read by the check, after this goroutine ends
+		prev = lines
+		s.mu.Lock()
+		s.loads++
+		s.mu.Unlock()
+		now := time.Now()
+		s.logFault("concurrent_load", "load", "", now, now)
+		sleepCtx(ctx, between(rng, time.Second, 3*time.Second)) // loads come now and then, not back to back
+	}
+}
+
+// recordLines makes new records for a random subset of the contracts.
+func (s *soak) recordLines(rng *rand.Rand, n int) []string {
+	contracts := rng.Perm(s.cfg.contracts)[:3+rng.IntN(s.cfg.contracts/2)]
+	per := 50 + rng.IntN(200)
+	var lines []string
+	for j := range per {
+		for _, c := range contracts {
+			var amount int64
+			switch k := rng.IntN(100); {
+			case k < 60:
+				amount = 1 + rng.Int64N(100)
+			case k < 97:
+				amount = 100 + rng.Int64N(100_000)
+			default:
+				amount = 1_000_000 + rng.Int64N(10_000_000_000)
+			}
+			lines = append(lines, fmt.Sprintf("f-%06d,l%d-r%d,%d", c, n, j, amount))
+		}
+	}
+	return lines
+}
+
+func pickSome(rng *rand.Rand, lines []string, n int) []string {
+	if len(lines) == 0 {
+		return nil
+	}
+	var out []string
+	for range n {
+		out = append(out, lines[rng.IntN(len(lines))])
+	}
+	return out
+}
+
+// loadFile runs "worker load" on path until it succeeds (at most two
+// minutes: a load fails while the database restarts).
+func (s *soak) loadFile(path string) error {
+	deadline := time.Now().Add(testutil.WaitTimeout(2 * time.Minute))
+	for attempt := 1; ; attempt++ {
+		cmd := exec.Command(workerBin, "load", "--records", path)
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+s.r.dsn)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() != 1 {
+			return fmt.Errorf("worker load %s: %v (not a database failure)\n%s", path, err, out)
+		}
+		s.mu.Lock()
+		s.loadFails++
+		s.mu.Unlock()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("worker load %s: still failing after %d attempts: %v\n%s", path, attempt, err, out)
+		}
+		time.Sleep(300 * time.Millisecond) // back-off before the repeat
+	}
+}
+
+// pending is the number of records not yet priced.
+func (s *soak) pending() (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var n int64
+	err := s.r.db.QueryRowContext(ctx, `SELECT coalesce(sum(available - position), 0) FROM baton.tasks`).Scan(&n)
+	return n, err
+}
+
+// count runs a count query, tolerating a database that is still coming
+// back.
+func (s *soak) count(query string) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var n int64
+	err := s.r.db.QueryRowContext(ctx, query).Scan(&n)
+	return n, err
+}
+
+// drain waits, with no more faults, for every record to be priced, and
+// for the jobs, the leader and the locks to make progress again.
+func (s *soak) drain() []checkResult {
+	t := s.t
+	// The test's idle connections may have died with the server.
+	s.r.db.SetMaxIdleConns(0)
+	s.r.db.SetMaxIdleConns(2)
+	testutil.Eventually(t, 3*time.Minute, "every record priced after the faults", func() error {
+		n, err := s.pending()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return fmt.Errorf("%d records left", n)
+		}
+		return nil
+	})
+	res := checkResult{Name: "no progress after the faults (jobs, leader, locks)"}
+	for _, p := range []struct{ what, query string }{
+		{"runs of job tick", `SELECT runs FROM baton.jobs WHERE name = 'tick'`},
+		{"runs of job lead", `SELECT runs FROM baton.jobs WHERE name = 'lead'`},
+		{"leader writes", `SELECT count(*) FROM soak.leader_writes`},
+		{"lock holds", `SELECT count(*) FROM soak.lock_holds`},
+	} {
+		res.Checked++
+		var from int64 = -1
+		limit := time.Now().Add(testutil.WaitTimeout(30 * time.Second))
+		for {
+			n, err := s.count(p.query)
+			if err == nil && from < 0 {
+				from = n
+			} else if err == nil && n >= from+2 {
+				break
+			}
+			if time.Now().After(limit) {
+				res.violate("%s: no progress within 30s after the faults (%d, last error %v)", p.what, n, err)
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // a count in the database: no notification
+		}
+	}
+	return []checkResult{res}
+}
+
+// stopAll stops every worker and client gracefully and checks that each
+// exits 0 (the killed ones excepted).
+func (s *soak) stopAll() {
+	for _, tg := range s.targets {
+		p := tg.current()
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !isDone(p.done) {
+			s.t.Errorf("stopping %s: %v", p.name, err)
+		}
+	}
+	s.r.waitAll(time.Minute)
+	for _, c := range s.clients {
+		if c.killed {
+			continue
+		}
+		if err := waitExit(c, time.Minute); err != nil {
+			s.t.Error(err)
+			continue
+		}
+		if c.err != nil {
+			s.t.Errorf("client %s exited with %v; log tail:\n%s", c.name, c.err, tail(c.logs(), 20))
+		}
+	}
+}
+
+// check gathers the evidence and runs the checker.
+func (s *soak) check() []checkResult {
+	t, r := s.t, s.r
+	s.r.db.SetMaxIdleConns(0)
+	s.r.db.SetMaxIdleConns(2)
+
+	// Pricing: every accepted record priced exactly once, exactly (the
+	// suite's own check; it reports its discrepancies itself).
+	before := r.stats.discrepancies
+	r.check()
+	_, total := r.progress()
+	pricing := checkResult{Name: "records priced exactly once, exact amounts (export vs recomputation, SQL verification)",
+		Checked: int(total)}
+	for range r.stats.discrepancies - before {
+		pricing.violate("discrepancy (see the errors above)")
+	}
+
+	runs, err := readJobRuns(s.jobsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	excused := map[runKey]string{}
+	for _, w := range r.workers {
+		for _, line := range strings.Split(w.logs(), "\n") {
+			var ev struct {
+				Event string `json:"event"`
+				Job   string `json:"job"`
+				Slot  string `json:"slot"`
+				Fence int64  `json:"fence"`
+			}
+			if json.Unmarshal([]byte(line), &ev) != nil {
+				continue
+			}
+			switch ev.Event {
+			case "job_lost", "job_fenced", "job_cancelled":
+				slot, err := time.Parse(time.RFC3339Nano, ev.Slot)
+				if err == nil {
+					excused[runKey{ev.Job, slot.UnixMicro(), ev.Fence}] = ev.Event
+				}
+			}
+		}
+	}
+	s.mu.Lock()
+	ev := jobEvidence{Runs: runs, Faults: slices.Clone(s.faults), Excused: excused, KilledAt: s.killedAt,
+		CatchUp: map[string]time.Duration{"tick": time.Second}, Leader: map[string]bool{"lead": true}}
+	s.mu.Unlock()
+	results := []checkResult{pricing}
+	results = append(results, checkJobs(ev)...)
+	results = append(results, checkLeaders(s.leaderWrites())...)
+	holds, counters := s.lockHolds()
+	results = append(results, checkLocks(holds, counters)...)
+
+	problems := checkResult{Name: "injection problems (a fault not applied or undone, a process exiting non-zero)"}
+	s.mu.Lock()
+	problems.Checked = len(s.faults)
+	problems.Violations = slices.Clone(s.problems)
+	s.mu.Unlock()
+	return append(results, problems)
+}
+
+func readJobRuns(path string) ([]jobRun, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("the jobs' evidence: %w", err)
+	}
+	defer f.Close()
+	type line struct {
+		Event  string `json:"ev"`
+		Job    string `json:"job"`
+		Slot   string `json:"slot"`
+		Fence  int64  `json:"fence"`
+		Worker string `json:"worker"`
+		PID    int    `json:"pid"`
+		At     int64  `json:"at"`
+		How    string `json:"how"`
+	}
+	type key struct {
+		pid   int
+		job   string
+		slot  string
+		fence int64
+	}
+	runs := map[key]*jobRun{}
+	var order []key
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return nil, fmt.Errorf("the jobs' evidence: %q: %w", sc.Text(), err)
+		}
+		k := key{l.PID, l.Job, l.Slot, l.Fence}
+		switch l.Event {
+		case "start":
+			slot, err := time.Parse(time.RFC3339Nano, l.Slot)
+			if err != nil {
+				return nil, fmt.Errorf("the jobs' evidence: slot %q: %w", l.Slot, err)
+			}
+			worker, _, _ := strings.Cut(l.Worker, "#")
+			runs[k] = &jobRun{Job: l.Job, Slot: slot, Fence: l.Fence, Worker: worker, Instance: l.Worker, PID: l.PID,
+				Start: time.Unix(0, l.At)}
+			order = append(order, k)
+		case "end":
+			if r := runs[k]; r != nil {
+				r.End, r.How = time.Unix(0, l.At), l.How
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]jobRun, 0, len(order))
+	for _, k := range order {
+		out = append(out, *runs[k])
+	}
+	return out, nil
+}
+
+func (s *soak) leaderWrites() []leaderWrite {
+	rows, err := s.r.db.Query(`SELECT seq, token, owner FROM soak.leader_writes`)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []leaderWrite
+	for rows.Next() {
+		var w leaderWrite
+		if err := rows.Scan(&w.Seq, &w.Token, &w.Owner); err != nil {
+			s.t.Fatal(err)
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		s.t.Fatal(err)
+	}
+	return out
+}
+
+func (s *soak) lockHolds() ([]lockHold, map[string]int64) {
+	rows, err := s.r.db.Query(`SELECT key, holder, n, held_from, held_to FROM soak.lock_holds`)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []lockHold
+	for rows.Next() {
+		var h lockHold
+		if err := rows.Scan(&h.Key, &h.Holder, &h.N, &h.From, &h.To); err != nil {
+			s.t.Fatal(err)
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		s.t.Fatal(err)
+	}
+	counters := map[string]int64{}
+	crows, err := s.r.db.Query(`SELECT key, n FROM soak.lock_counters`)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer crows.Close()
+	for crows.Next() {
+		var k string
+		var n int64
+		if err := crows.Scan(&k, &n); err != nil {
+			s.t.Fatal(err)
+		}
+		counters[k] = n
+	}
+	return out, counters
+}
+
+// takeoverTimes measures, for every contract a SIGKILLed worker held with
+// records left, the time from the kill to the first batch another worker
+// committed on it.
+func (s *soak) takeoverTimes() []time.Duration {
+	var out []time.Duration
+	for _, o := range s.orphans {
+		for _, c := range o.contracts {
+			var first *time.Time
+			if err := s.r.db.QueryRow(`SELECT min(priced_at) FROM baton.priced
+				WHERE contract_id = ? AND priced_at > ? AND priced_by NOT LIKE ? || '#%'`, c, o.at, o.worker).Scan(&first); err != nil {
+				s.t.Fatal(err)
+			}
+			if first != nil {
+				out = append(out, first.Sub(o.at))
+			}
+		}
+	}
+	return out
+}
+
+// report prints the soak's table and fails the test on any violation.
+func (s *soak) report(results []checkResult, injection, wall time.Duration) {
+	t := s.t
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nsoak summary (seed %d; replay: BATON_SEED=%d BATON_SOAK_FAULTS=%d%s go test ./faults -run '^TestSoak$' -v)\n",
+		s.seed, s.seed, s.cfg.faults, map[bool]string{true: " BATON_SOAK=1", false: ""}[s.cfg.full])
+	fmt.Fprintf(&b, "wall time %s (faults injected over %s); %d workers and %d soak clients, each behind its own proxy; up to %d faults at once, database restarts beside them\n\n",
+		wall.Round(time.Second), injection.Round(time.Second), s.cfg.workers, s.cfg.clients, s.cfg.injectors)
+
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "fault\tworkers\tclients\tdatabase\ttotal\t")
+	kinds := make([]string, 0, len(s.kinds))
+	for k := range s.kinds {
+		if k != "concurrent_load" {
+			kinds = append(kinds, k)
+		}
+	}
+	sort.Strings(kinds)
+	var sum [4]int
+	cell := func(n int) string {
+		if n == 0 {
+			return "-"
+		}
+		return strconv.Itoa(n)
+	}
+	for _, k := range kinds {
+		m := s.kinds[k]
+		total := m["worker"] + m["client"] + m["database"]
+		sum[0] += m["worker"]
+		sum[1] += m["client"]
+		sum[2] += m["database"]
+		sum[3] += total
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t\n", k, cell(m["worker"]), cell(m["client"]), cell(m["database"]), total)
+	}
+	fmt.Fprintf(tw, "all faults\t%d\t%d\t%d\t%d\t\n", sum[0], sum[1], sum[2], sum[3])
+	fmt.Fprintf(tw, "concurrent loads (worker load), besides\t\t\t\t%d\t\n", s.loads)
+	tw.Flush()
+
+	runs, _ := readJobRuns(s.jobsFile)
+	perJob := map[string]int{}
+	for _, r := range runs {
+		perJob[r.Job]++
+	}
+	writes := s.leaderWrites()
+	tokens := map[int64]bool{}
+	for _, w := range writes {
+		tokens[w.Token] = true
+	}
+	holds, _ := s.lockHolds()
+	_, records := s.r.progress()
+	fmt.Fprintf(&b, "\nwork done under the faults: %d records priced from %d files (%d load attempts failed and were repeated); job runs tick %d, lead %d, slow %d; %d leaders wrote %d fenced writes; %d entity-lock holds on %d keys\n",
+		records, len(s.r.inputs), s.loadFails, perJob["tick"], perJob["lead"], perJob["slow"], len(tokens), len(writes), len(holds), len(soakLockKeys))
+	if to := s.takeoverTimes(); len(to) > 0 {
+		fmt.Fprintf(&b, "takeover after SIGKILL (kill → first batch by another worker, %d contracts): p50 %s, p99 %s, max %s\n",
+			len(to), percentile(to, 0.5).Round(time.Millisecond), percentile(to, 0.99).Round(time.Millisecond), percentile(to, 1).Round(time.Millisecond))
+	}
+
+	fmt.Fprintln(&b)
+	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "check\tchecked\tallowed\tviolations")
+	violations := 0
+	for _, c := range results {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", c.Name, c.Checked, cell(c.Allowed), len(c.Violations))
+		violations += len(c.Violations)
+	}
+	tw.Flush()
+	fmt.Fprintf(&b, "(allowed: slots run again after a fault on their runner or a lease it reported lost; runs overlapping while the earlier runner was paused)\n")
+	fmt.Fprintf(&b, "\nviolations: %d\n", violations)
+	t.Log(b.String())
+	for _, c := range results {
+		for i, v := range c.Violations {
+			if i == 20 {
+				t.Errorf("%s: %d more", c.Name, len(c.Violations)-20)
+				break
+			}
+			t.Errorf("%s: %s", c.Name, v)
+		}
+	}
+	if got := s.injected.Load(); got < int64(s.cfg.faults) {
+		t.Errorf("%d faults injected, want %d", got, s.cfg.faults)
+	}
+}
