@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: demo test test-race lint build bench bench-report fuzz clean
+.PHONY: demo test test-race lint build bench bench-report fuzz clean soak
 
 demo:
 	$(GO) run ./cmd/worker demo
@@ -14,6 +14,14 @@ test:
 	$(GO) test -count=1 -v ./faults
 	$(GO) test -count=1 -race ./heartbeat ./distributor ./partition
 	cd bench && $(GO) test -count=1 ./...
+
+# The fault soak: 1,000 process, network and database faults on real workers,
+# soak clients and scheduled jobs (about 10 minutes on 2 cores), then the
+# independent checks; its table ends the output. BATON_SOAK_FAULTS=N sets the
+# count, BATON_SEED=<seed> replays a run's schedule of faults. make test runs
+# a 40-fault slice of it.
+soak:
+	BATON_SOAK=1 $(GO) test -count=1 -v -timeout 40m -run '^TestSoak$$' ./faults
 
 test-race:
 	$(GO) test -count=1 -race ./...
