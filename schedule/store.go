@@ -353,13 +353,16 @@ func (s *store) claim(ctx context.Context, c candidate) (*claimed, error) {
 // fence locks the job row inside tx where run r still holds it, FOR KEY
 // SHARE: it conflicts with every change of ownership (claims lock FOR
 // UPDATE) but not with heartbeats, so a long write does not delay its own
-// lease renewals.
+// lease renewals. The lease is compared with clock_timestamp(), the time
+// the row is read (and read again after a wait for its lock), not with
+// now(), the start of a transaction that may have begun before the lease
+// ran out.
 func (s *store) fence(ctx context.Context, tx bun.IDB, name string, version int64, slot time.Time) error {
 	var one int
 	err := tx.QueryRowContext(ctx, s.sql(`
 		SELECT 1 FROM {{.Schema}}.jobs
 		WHERE name = ? AND version = ? AND owner = ? AND state = 'running' AND running_slot = ?
-		  AND lease_expires_at > now()
+		  AND lease_expires_at > clock_timestamp()
 		FOR KEY SHARE`), name, version, s.owner, slot).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("job %s slot %s fence %d: %w", name, slot.Format(time.RFC3339Nano), version, ErrFenced)
