@@ -40,10 +40,15 @@
 //
 // Load runs one transaction on one connection:
 //
-//  1. pg_advisory_xact_lock on a fixed key serialises loads. Only loads
-//     raise tasks.available, so while the lock is held a contract's
-//     available is the highest seq stored and can be read without a row
-//     lock. Workers do not take this lock and are not held up by it.
+//  1. pg_advisory_xact_lock on a fixed key serialises loads, and inserts
+//     through the records view take the same lock (its trigger), so a load
+//     and such an insert never check for duplicates against each other's
+//     uncommitted rows. Only loads raise tasks.available (an insert through
+//     the view stores its records right after the contract's last stored
+//     seq, and its producer raises available in the same transaction), so
+//     while the lock is held a contract's available is the highest seq
+//     stored and can be read without a row lock. Workers do not take this
+//     lock and are not held up by it.
 //
 //  2. A loads row is inserted; its load_id tags the records added.
 //
