@@ -283,7 +283,7 @@ func (s *sim) worker(ctx context.Context, i int, phase time.Duration) {
 		}
 		if n%5 == 0 {
 			var load partition.Load
-			if s.timed("cluster load", func() (err error) { load, err = s.store.FairShareLoad(ctx, 8, s.ttl); return err }) == nil {
+			if s.timed("cluster load", func() (err error) { load, err = s.store.FairShareLoad(ctx, w.InstanceID, 8, s.ttl); return err }) == nil {
 				share = distributor.MaxPartitionsDefault
 				if load.LiveWorkers > 1 {
 					share = min(share, max(1, (load.Busy+load.LiveWorkers-1)/load.LiveWorkers))
