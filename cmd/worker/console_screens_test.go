@@ -78,9 +78,10 @@ const overflowJS = `((strict) => {
 // its columns (long error text wraps), and at 800 px nothing reaches past
 // the window (a wide table scrolls inside its own container). A normal
 // release is not coloured as an error, a fence rejection is. The
-// screenshots are left in the screenshot directory.
+// screenshots are left in the screenshot directory. Not parallel: a
+// second browser next to TestConsoleInABrowser's would slow its workers'
+// heartbeats on a small machine.
 func TestConsoleLayoutFits(t *testing.T) {
-	t.Parallel()
 	chrome := findChromium(t)
 	shots := screenshotDir(t)
 	c := cli{t, pgtest.NewURL(t)}
