@@ -127,6 +127,7 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 	f.DurationVar(&opts.StatementTimeout, "statement-timeout", ingest.StatementTimeoutDefault, "longest statement of the load (0: no limit)")
 	f.DurationVar(&opts.LockTimeout, "lock-timeout", ingest.LockTimeoutDefault, "longest wait for a row lock held by a worker (0: no limit); waiting for another load is not limited")
 	f.DurationVar(&opts.IdleInTransactionTimeout, "idle-timeout", ingest.IdleInTransactionTimeoutDefault, "the server ends a load that pauses this long between statements (stalled, cut off), releasing its locks (0: no limit)")
+	nonNegative(f, "statement-timeout", "lock-timeout", "idle-timeout")
 	return cmd
 }
 
@@ -359,13 +360,14 @@ records.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.Contracts, "contracts", 100, "number of contracts")
-	f.IntVar(&o.RecordsPerContract, "records-per-contract", 1000, "records per contract")
-	f.Uint64Var(&o.Seed, "seed", 1, "random seed (same seed, same data)")
+	f.IntVar(&o.RecordsPerContract, "records-per-contract", 1000, "records per contract (0: contracts and tiers only)")
+	f.Uint64Var(&o.Seed, "seed", 1, "random seed, any value (same seed, same data)")
 	f.StringVar(&o.Prefix, "prefix", "c", "contract id prefix")
 	f.StringVar(&dir, "dir", ".", "directory for tiers.csv and records.csv")
 	f.BoolVar(&load, "load", false, "load the generated files into the database")
 	positive(f, "contracts")
 	nonNegative(f, "records-per-contract")
+	anyValue(f, "seed")
 	return cmd
 }
 

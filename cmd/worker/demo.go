@@ -63,12 +63,13 @@ data in --pg-dir.`,
 	f.IntVar(&o.contracts, "contracts", 60, "contracts to seed")
 	f.IntVar(&o.records, "records-per-contract", 2000, "records per contract")
 	f.IntVar(&o.workers, "workers", 3, "worker processes")
-	f.Float64Var(&o.killAt, "kill-at", 0.3, "fraction priced at which one worker is SIGKILLed (0 = no kill)")
+	f.Float64Var(&o.killAt, "kill-at", 0.3, "fraction priced at which one worker is SIGKILLed, below 1 (0: no kill)")
 	f.StringVar(&o.pgDir, "pg-dir", defaultPGDir(), "data directory of the private PostgreSQL (without DATABASE_URL)")
 	f.BoolVar(&o.fresh, "fresh", false, "delete --pg-dir first")
-	f.Uint64Var(&o.seed, "seed", 1, "seed for the synthetic data")
+	f.Uint64Var(&o.seed, "seed", 1, "seed for the synthetic data, any value")
 	positive(f, "contracts", "records-per-contract", "workers")
 	nonNegative(f, "kill-at")
+	anyValue(f, "seed")
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strconv"
 	"time"
 
@@ -11,77 +12,107 @@ import (
 // Flag range annotations, checked for every command before it runs, so that
 // a zero or negative value is refused with a message naming the flag
 // instead of being replaced by a default or reaching a library's own
-// wording.
+// wording. Every numeric or duration flag carries one of them (a test walks
+// the command tree to make sure); a flag that takes 0 says in its help what
+// 0 means.
 const (
 	annotPositive    = "baton_positive"     // must be > 0
 	annotNonNegative = "baton_non_negative" // must be ≥ 0 (0 has a documented meaning)
+	annotMin         = "baton_min"          // must be ≥ the annotation's value (and > 0)
+	annotAnyValue    = "baton_any_value"    // every value the type takes is meaningful (a seed)
 )
 
 // positive marks flags whose value must be greater than zero.
-func positive(f *pflag.FlagSet, names ...string) { annotate(f, annotPositive, names) }
+func positive(f *pflag.FlagSet, names ...string) { annotate(f, annotPositive, names, "true") }
 
-// nonNegative marks flags whose value must not be negative.
-func nonNegative(f *pflag.FlagSet, names ...string) { annotate(f, annotNonNegative, names) }
+// nonNegative marks flags whose value must not be negative; their help says
+// what 0 means.
+func nonNegative(f *pflag.FlagSet, names ...string) { annotate(f, annotNonNegative, names, "true") }
 
-func annotate(f *pflag.FlagSet, key string, names []string) {
+// atLeast marks a flag whose value must be at least min (a number or a
+// duration, as the flag takes it; min itself is positive).
+func atLeast(f *pflag.FlagSet, name, min string) { annotate(f, annotMin, []string{name}, min) }
+
+// anyValue marks flags for which every value of their type is meaningful.
+func anyValue(f *pflag.FlagSet, names ...string) { annotate(f, annotAnyValue, names, "true") }
+
+func annotate(f *pflag.FlagSet, key string, names []string, value string) {
 	for _, n := range names {
-		if err := f.SetAnnotation(n, key, []string{"true"}); err != nil {
+		if err := f.SetAnnotation(n, key, []string{value}); err != nil {
 			panic(err) // a flag name typo in this binary
 		}
 	}
 }
 
-// checkFlagRanges checks the annotated flags of cmd.
+// checkFlagRanges checks the annotated flags of cmd that were given on the
+// command line (defaults are this binary's own, and a default of 0 may mean
+// "not given", as for schedule add's --every).
 func checkFlagRanges(cmd *cobra.Command) error {
 	var err error
 	cmd.Flags().VisitAll(func(fl *pflag.Flag) {
-		if err != nil {
+		if err != nil || !fl.Changed {
 			return
 		}
 		_, pos := fl.Annotations[annotPositive]
 		_, nonNeg := fl.Annotations[annotNonNegative]
-		if !pos && !nonNeg {
+		minv, hasMin := fl.Annotations[annotMin]
+		if !pos && !nonNeg && !hasMin {
 			return
 		}
-		sign, ok := flagSign(fl)
+		v, ok := flagNumber(fl)
 		if !ok {
 			return
 		}
+		if math.IsNaN(v) {
+			err = usageError("--%s must be a number, got %s", fl.Name, fl.Value.String())
+			return
+		}
 		switch {
-		case pos && sign <= 0:
+		case hasMin:
+			m, _ := parseNumber(fl.Value.Type(), minv[0])
+			if v < m {
+				err = usageError("--%s must be at least %s, got %s", fl.Name, minv[0], fl.Value.String())
+			}
+		case pos && v <= 0:
 			err = usageError("--%s must be greater than zero, got %s", fl.Name, fl.Value.String())
-		case nonNeg && sign < 0:
+		case nonNeg && v < 0:
 			err = usageError("--%s must not be negative, got %s", fl.Name, fl.Value.String())
 		}
 	})
 	return err
 }
 
-// flagSign returns -1, 0 or 1 for a numeric or duration flag's value.
-func flagSign(fl *pflag.Flag) (int, bool) {
-	s := fl.Value.String()
-	sign := func(neg, zero bool) int {
-		switch {
-		case neg:
-			return -1
-		case zero:
-			return 0
-		}
-		return 1
+// numericFlag reports whether a flag of this type takes a number or a
+// duration.
+func numericFlag(typ string) bool {
+	switch typ {
+	case "duration", "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64",
+		"float32", "float64":
+		return true
 	}
-	switch fl.Value.Type() {
+	return false
+}
+
+// flagNumber returns a numeric or duration flag's value as a float64
+// (durations in nanoseconds).
+func flagNumber(fl *pflag.Flag) (float64, bool) {
+	return parseNumber(fl.Value.Type(), fl.Value.String())
+}
+
+func parseNumber(typ, s string) (float64, bool) {
+	switch typ {
 	case "duration":
 		d, err := time.ParseDuration(s)
-		return sign(d < 0, d == 0), err == nil
-	case "int", "int64", "int32":
+		return float64(d), err == nil
+	case "int", "int8", "int16", "int32", "int64":
 		n, err := strconv.ParseInt(s, 10, 64)
-		return sign(n < 0, n == 0), err == nil
-	case "float64", "float32":
-		x, err := strconv.ParseFloat(s, 64)
-		return sign(x < 0, x == 0), err == nil
-	case "uint", "uint64", "uint32":
+		return float64(n), err == nil
+	case "uint", "uint8", "uint16", "uint32", "uint64":
 		n, err := strconv.ParseUint(s, 10, 64)
-		return sign(false, n == 0), err == nil
+		return float64(n), err == nil
+	case "float32", "float64":
+		x, err := strconv.ParseFloat(s, 64)
+		return x, err == nil
 	}
 	return 0, false
 }

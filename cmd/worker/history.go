@@ -16,7 +16,8 @@ type historyFlags struct {
 
 func (h *historyFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&h.events, "events", true, "record each contract's ownership history (claims, takeovers, releases, failures) for the console")
-	f.DurationVar(&h.retention, "event-retention", distributor.EventRetentionDefault, "how long history events are kept")
+	f.DurationVar(&h.retention, "event-retention", distributor.EventRetentionDefault, "how long history events are kept (--events=false keeps none)")
+	positive(f, "event-retention")
 }
 
 func (h *historyFlags) apply(cfg *distributor.Config) {

@@ -35,5 +35,6 @@ func newProbeCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "request timeout")
+	positive(cmd.Flags(), "timeout")
 	return cmd
 }

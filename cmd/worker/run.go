@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,7 @@ import (
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/schema"
 )
@@ -69,10 +71,36 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 		}
 	}
 	r.history.apply(&cfg)
+	if err := r.check(); err != nil {
+		return cfg, err
+	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError("%v", err)
+		// The checks above name the flags; this catches what they miss.
+		return cfg, usageError("invalid worker configuration: %v", err)
 	}
 	return cfg, nil
+}
+
+// check refuses flag values the distributor would refuse, in the flags'
+// own words rather than its configuration fields'. (Zero and negative
+// values are refused before, by checkFlagRanges.)
+func (r *runFlags) check() error {
+	switch distributor.Mode(r.mode) {
+	case distributor.ModeLock, distributor.ModeLeader:
+	default:
+		return usageError("--mode must be %s or %s, got %q", distributor.ModeLock, distributor.ModeLeader, r.mode)
+	}
+	if r.cfg.UntilDone && distributor.Mode(r.mode) != distributor.ModeLock {
+		return usageError("--until-done needs --mode %s: a leader keeps caught-up contracts and never finishes", distributor.ModeLock)
+	}
+	if strings.Contains(r.cfg.Name, partition.InstanceSeparator) {
+		return usageError("--id %q must not contain %q (it separates the name from the per-process suffix)", r.cfg.Name, partition.InstanceSeparator)
+	}
+	if r.cfg.StaleAfter < 3*r.cfg.Heartbeat {
+		return usageError("--stale-after (%s) must be at least 3 × --heartbeat (%s), so that a lease survives a missed beat",
+			r.cfg.StaleAfter, r.cfg.Heartbeat)
+	}
+	return nil
 }
 
 func newRunCmd(g *globals) *cobra.Command {

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
@@ -70,13 +71,11 @@ that name (a changed schedule restarts its slots from the next one). Every
 			}
 			d.Name, d.Command = args[0], args[dash:]
 			d.Mode, d.Missed = schedule.Mode(mode), schedule.Missed(missed)
-			switch {
-			case len(d.Command) == 0 && d.Builtin == "":
-				return usageError("schedule add %s: give a command after -- or --builtin", d.Name)
-			case d.Builtin != "" && d.Builtin != verifyBuiltin:
-				return usageError("schedule add %s: unknown built-in %q (known: %s)", d.Name, d.Builtin, verifyBuiltin)
+			if err := checkScheduleFlags(cmd, d); err != nil {
+				return err
 			}
 			if err := d.Validate(); err != nil {
+				// The checks above name the flags; this catches what they miss.
 				return usageError("%v", err)
 			}
 			db, err := g.openForSchedule(cmd.Context())
@@ -92,14 +91,59 @@ that name (a changed schedule restarts its slots from the next one). Every
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&d.Every, "every", 0, "run every DURATION (slots are multiples of it since the Unix epoch, database clock)")
+	f.DurationVar(&d.Every, "every", 0, "run every DURATION, at least "+minEvery.String()+" (slots are multiples of it since the Unix epoch, database clock)")
 	f.StringVar(&d.Cron, "cron", "", "run at the times of a five-field cron expression, UTC (e.g. \"*/5 * * * *\")")
 	f.StringVar(&mode, "mode", string(schedule.ModeLock), "lock: release after each run; expire: let the lease run out; leader: keep the job on one worker while it lives")
 	f.StringVar(&missed, "missed", string(schedule.MissedSkip), "skip: run the latest missed slot once; catch-up: run every missed slot, in order")
 	f.DurationVar(&d.LockAtMostFor, "lock-at-most-for", schedule.LockAtMostForDefault, "longest a run may hold the job; the command is then stopped (SIGTERM, then SIGKILL)")
-	f.DurationVar(&d.LockAtLeastFor, "lock-at-least-for", 0, "shortest time between two runs' starts")
+	f.DurationVar(&d.LockAtLeastFor, "lock-at-least-for", 0, "shortest time between two runs' starts (0: no minimum)")
 	f.StringVar(&d.Builtin, "builtin", "", "run a built-in job instead of a command: verify")
+	atLeast(f, "every", minEvery.String())
+	atLeast(f, "lock-at-most-for", "1ms")
+	nonNegative(f, "lock-at-least-for")
 	return cmd
+}
+
+// minEvery is the shortest --every: each run is a claim, a command started
+// and a fenced completion, and slots closer than this would only pile up
+// behind one another.
+const minEvery = time.Second
+
+// checkScheduleFlags refuses what schedule.Definition.Validate would, in
+// the flags' own words. Ranges are checked before, by checkFlagRanges.
+func checkScheduleFlags(cmd *cobra.Command, d schedule.Definition) error {
+	everySet := cmd.Flags().Changed("every")
+	switch {
+	case everySet && d.Cron != "":
+		return usageError("schedule add %s: give one of --every and --cron, not both", d.Name)
+	case !everySet && d.Cron == "":
+		return usageError("schedule add %s: give --every DURATION or --cron \"EXPR\"", d.Name)
+	case d.Every%time.Microsecond != 0:
+		return usageError("--every must be whole microseconds, got %s", d.Every)
+	case d.Cron != "":
+		if _, err := cron.ParseStandard(d.Cron); err != nil {
+			return usageError("--cron %q: %v", d.Cron, err)
+		}
+	}
+	switch d.Mode {
+	case schedule.ModeLock, schedule.ModeExpire, schedule.ModeLeader:
+	default:
+		return usageError("--mode must be %s, %s or %s, got %q", schedule.ModeLock, schedule.ModeExpire, schedule.ModeLeader, d.Mode)
+	}
+	switch d.Missed {
+	case schedule.MissedSkip, schedule.MissedCatchUp:
+	default:
+		return usageError("--missed must be %s or %s, got %q", schedule.MissedSkip, schedule.MissedCatchUp, d.Missed)
+	}
+	switch {
+	case len(d.Command) == 0 && d.Builtin == "":
+		return usageError("schedule add %s: give a command after -- or --builtin", d.Name)
+	case len(d.Command) > 0 && d.Builtin != "":
+		return usageError("schedule add %s: give a command after -- or --builtin, not both", d.Name)
+	case d.Builtin != "" && d.Builtin != verifyBuiltin:
+		return usageError("--builtin %q: no such built-in job (known: %s)", d.Builtin, verifyBuiltin)
+	}
+	return nil
 }
 
 func newScheduleListCmd(g *globals) *cobra.Command {

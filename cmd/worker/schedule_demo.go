@@ -58,6 +58,7 @@ data in --pg-dir.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.workers, "workers", 3, "worker processes (at least 3)")
+	atLeast(f, "workers", "3")
 	f.StringVar(&o.pgDir, "pg-dir", defaultPGDir(), "data directory of the private PostgreSQL (without DATABASE_URL)")
 	f.BoolVar(&o.fresh, "fresh", false, "delete --pg-dir first")
 	return cmd
