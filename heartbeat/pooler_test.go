@@ -29,7 +29,7 @@ import (
 const stoppedBeatEnv = "BATON_TEST_STOPPED_BEAT"
 
 // idleLimit is the idle_in_transaction_session_timeout of that worker.
-const idleLimit = 3 * time.Second
+const idleLimit = 5 * time.Second
 
 // startBouncer starts PgBouncer in transaction pooling mode in front of the
 // test server and returns the URL of dsn's database through it.
@@ -121,17 +121,20 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 			default:
 			}
 			var n int
-			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND strpos(query, ?) > 0 AND `+cond, marker).Scan(&n); err != nil {
+			var seen string
+			if err := db.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE `+cond+`),
+				coalesce(string_agg(state || ' ' || coalesce(wait_event_type, '-') || ' ' || left(query, 60), '; '), 'none')
+				FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n, &seen); err != nil {
 				return err
 			}
 			if n == 0 {
-				return fmt.Errorf("no such session (%s)", cond)
+				return fmt.Errorf("no session with %s; sessions: %s", cond, seen)
 			}
 			return nil
 		}
 	}
-	testutil.Eventually(t, 20*time.Second, "the heartbeat waiting for the row lock", session("wait_event_type = 'Lock'"))
+	testutil.Eventually(t, 20*time.Second, "the heartbeat waiting for the row lock",
+		session("wait_event_type = 'Lock' AND strpos(query, '"+marker+"') > 0"))
 	// Stop the worker, then let its UPDATE through: the server finishes
 	// the statement, and the transaction then waits for a COMMIT that the
 	// stopped worker cannot send.
@@ -143,7 +146,7 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, idleLimit, "the stopped heartbeat's transaction idle after its UPDATE",
-		session("state = 'idle in transaction'"))
+		session("state = 'idle in transaction' AND strpos(query, '"+marker+"') > 0"))
 
 	// The server ends that transaction, and the row is free.
 	testutil.Eventually(t, idleLimit+10*time.Second, "the row lock released by the server", func() error {
