@@ -212,9 +212,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	_ = alpha.Wait()
 	worker("beta", "8")
 	run("open the killed worker's contract", chromedp.Navigate(base+"/contracts/"+victim))
-	wait("the takeover and its latency in the history", `(() => {
+	// On a starved machine alpha may have lost and retaken the contract
+	// itself before the kill (a takeover from itself): wait for beta's.
+	wait("beta's takeover and its latency in the history", `(() => {
+		const fb = document.querySelector('#history tr.ev-first_batch');
 		const td = document.querySelector('#history tr.ev-first_batch td.takeover-time');
-		return !!td && td.textContent.trim() !== '';
+		const tk = document.querySelector('#history tr.ev-takeover');
+		return !!td && td.textContent.trim() !== '' && fb.textContent.includes('beta#') &&
+			!!tk && tk.textContent.includes('beta#');
 	})()`)
 	takeover, firstBatch := text("the takeover row", `#history tr.ev-takeover`), text("the first batch row", `#history tr.ev-first_batch`)
 	if !strings.Contains(takeover, alphaID) || !strings.Contains(takeover, "beta#") {
