@@ -536,8 +536,10 @@ func TestThreeWorkersShareThirtyPartitionsFairly(t *testing.T) {
 			waiting = false
 		}
 	}
-	if handedBack == 0 || handedBack > 20 || handedBack+lost < 20 {
-		t.Errorf("x handed back %d partitions and lost %d; want 1–20 handed back, 20 in all; x's events:\n%s",
+	// A lease lost (a starved machine) may come back to x and be handed
+	// back once more: no more hand-backs than that.
+	if handedBack == 0 || handedBack > 20+lost || handedBack+lost < 20 {
+		t.Errorf("x handed back %d partitions and lost %d; want 1–20 handed back (plus one per loss), 20 in all; x's events:\n%s",
 			handedBack, lost, evs[0].dump(func(x distributor.Event) bool { return x.Kind != distributor.EventCheckpoint }))
 	}
 	for _, d := range ds {

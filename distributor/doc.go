@@ -193,8 +193,7 @@
 // that claims nothing) wants nothing and draws no hand-back that would sit
 // unclaimed. Conversely, work left unclaimed while no other live worker
 // wants more is claimed beyond the share, up to MaxPartitions, once two
-// load reads at least two heartbeats and a RebalanceInterval apart have
-// both said so (the others
+// load reads at least StaleAfter apart have both said so (the others
 // have published what they want by then): no partition waits for a worker
 // that will not take it. On graceful stop the worker claims
 // nothing more, marks itself stopped (so the others' shares grow at once),

@@ -52,9 +52,9 @@ func (d *Distributor) applyShare(load partition.Load) {
 	d.share = p.share
 	d.shareIdle = load.Busy == 0
 	// Work beyond the share: only once nobody else has wanted the
-	// unclaimed work for a while (two reads at least two heartbeats and a
-	// rebalance interval apart), so that workers below their share, whose
-	// heartbeats say so, take it first.
+	// unclaimed work for a lease's length (two reads at least StaleAfter
+	// apart): a live worker below its share says so by a heartbeat within
+	// that time, however starved its machine, and takes the work first.
 	now := d.cfg.Clock.Now()
 	switch {
 	case !p.overflow:
@@ -62,7 +62,7 @@ func (d *Distributor) applyShare(load partition.Load) {
 	case d.overflowSince.IsZero():
 		d.overflowSince = now
 	}
-	d.overflow = p.overflow && now.Sub(d.overflowSince) >= max(2*d.cfg.Heartbeat, d.cfg.RebalanceInterval)
+	d.overflow = p.overflow && now.Sub(d.overflowSince) >= d.cfg.StaleAfter
 	handBack := func(h *held) {
 		h.handBack.Store(true)
 		select {
