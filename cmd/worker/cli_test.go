@@ -80,6 +80,9 @@ func TestExitCodesMatchTheREADMETable(t *testing.T) {
 		{3, "invalid input", c, []string{"load", "--tiers", badTiers}, badTiers + ":3:"},
 		{4, "quarantined work left", quarantined, append([]string{"run", "--until-done"}, fast...), "quarantined"},
 		{4, "export --complete with unpriced records", quarantined, []string{"export", "--complete", "--out", filepath.Join(dir, "x.csv")}, "not priced"},
+		{5, "retry of no such contract", c, []string{"retry", "nosuch"}, "no such contract: nosuch"},
+		{5, "trigger of no such job", c, []string{"schedule", "trigger", "nosuch"}, "no such job nosuch"},
+		{5, "removal of no such job", c, []string{"schedule", "remove", "nosuch"}, "no such job nosuch"},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%d %s", tc.code, tc.name), func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -289,7 +290,8 @@ func newRetryCmd(g *globals) *cobra.Command {
 them again at once.
 
 Changes the database: resets each named failed contract's attempts, error
-and back-off, and records the retry in its history.`,
+and back-off, and records the retry in its history. A contract that does
+not exist is reported after the others are done, with exit code 5.`,
 		Example: `  worker retry c-17
   worker status --json | jq -r '.partitions[] | select(.state=="quarantined") | .contract_id' | xargs worker retry`,
 		Args: cobra.MinimumNArgs(1),
@@ -300,16 +302,26 @@ and back-off, and records the retry in its history.`,
 			}
 			defer db.Close()
 			store := partition.NewStore(db, g.schema)
+			var missing []string
 			for _, c := range args {
 				changed, err := store.Retry(cmd.Context(), c)
-				if err != nil {
-					return err
-				}
-				if changed {
+				switch {
+				case errors.Is(err, partition.ErrNotFound):
+					missing = append(missing, c)
+				case err != nil:
+					// The store speaks of partitions; this command of contracts.
+					if cause := errors.Unwrap(err); cause != nil {
+						err = cause
+					}
+					return fmt.Errorf("retrying contract %s: %w", c, err)
+				case changed:
 					fmt.Fprintf(g.stdout, "%s: re-enabled\n", c)
-				} else {
+				default:
 					fmt.Fprintf(g.stdout, "%s: not failed, nothing to do\n", c)
 				}
+			}
+			if len(missing) > 0 {
+				return &exitError{exitNotFound, fmt.Errorf("no such contract: %s (see worker status)", strings.Join(missing, ", "))}
 			}
 			return nil
 		},

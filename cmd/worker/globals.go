@@ -93,6 +93,9 @@ func (g *globals) open(ctx context.Context, opts dbconn.Options, checkSchema boo
 	}
 	if checkSchema {
 		if err := schema.Check(ctx, db, g.schemaConfig()); err != nil {
+			if errors.Is(err, schema.ErrOutdated) {
+				err = g.missingSchema(ctx, db, err)
+			}
 			db.Close()
 			err = fmt.Errorf("checking schema of %s: %w", dbconn.Redact(g.databaseURL), err)
 			if errors.Is(err, schema.ErrOutdated) || errors.Is(err, schema.ErrTooNew) {
@@ -102,6 +105,21 @@ func (g *globals) open(ctx context.Context, opts dbconn.Options, checkSchema boo
 		}
 	}
 	return db, nil
+}
+
+// missingSchema rewords err, a schema that lacks migrations, when the
+// schema does not exist at all: a mistyped --schema, or a database never
+// migrated. It stays an outdated schema for errors.Is (exit 2, and run
+// waits for it as for a migration under way).
+func (g *globals) missingSchema(ctx context.Context, db *bun.DB, err error) error {
+	var exists bool
+	if qerr := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = ?)", g.schema).Scan(&exists); qerr != nil || exists {
+		return err
+	}
+	if g.schema == schema.Default {
+		return reworded(err, fmt.Sprintf("schema %s does not exist: run worker migrate", g.schema))
+	}
+	return reworded(err, fmt.Sprintf("schema %s does not exist: run worker migrate --schema %s (or check --schema and $BATON_SCHEMA)", g.schema, g.schema))
 }
 
 // openWaiting is open with a wait: while the database does not answer it

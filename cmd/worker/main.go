@@ -3,7 +3,8 @@
 // their status.
 //
 // Exit codes: 0 success; 1 failure; 2 bad usage or configuration; 3 invalid
-// input (nothing was loaded); 4 work left on quarantined partitions.
+// input (nothing was loaded); 4 work left on quarantined contracts or
+// unpriced records; 5 no such contract or job.
 package main
 
 import (
@@ -22,6 +23,8 @@ import (
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/redact"
+	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/schedule"
 )
 
 // Exit codes, as the README's table documents them.
@@ -30,6 +33,7 @@ const (
 	exitUsage      = 2
 	exitBadInput   = 3
 	exitIncomplete = 4
+	exitNotFound   = 5
 )
 
 // exitCodesHelp is the exit-code table shown by --help.
@@ -44,7 +48,9 @@ const exitCodesHelp = `Exit codes:
   3  invalid input: rows of the input files break the rules (nothing was
      loaded)
   4  work left: contracts are quarantined (run --until-done), or records
-     are unpriced (export --complete)`
+     are unpriced (export --complete)
+  5  not found: no such contract (retry) or job (schedule trigger,
+     schedule remove)`
 
 type exitError struct {
 	code int
@@ -53,6 +59,18 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
+
+// rewordedError says what err means in this command's words (contracts
+// rather than partitions, say) while errors.Is still finds err.
+type rewordedError struct {
+	msg string
+	err error
+}
+
+func (e *rewordedError) Error() string { return e.msg }
+func (e *rewordedError) Unwrap() error { return e.err }
+
+func reworded(err error, msg string) error { return &rewordedError{msg, err} }
 
 func usageError(format string, args ...any) error {
 	return &exitError{exitUsage, fmt.Errorf(format, args...)}
@@ -126,6 +144,8 @@ func exitCode(err error) int {
 		return exitBadInput
 	case errors.Is(err, distributor.ErrIncomplete):
 		return exitIncomplete
+	case errors.Is(err, partition.ErrNotFound), errors.Is(err, schedule.ErrNotFound):
+		return exitNotFound
 	default:
 		return exitFailure
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,9 +36,9 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&r.cfg.Name, "id", "", "worker name shown in status and logs (default: host name); a unique suffix is added per process")
 	f.DurationVar(&r.cfg.Heartbeat, "heartbeat", distributor.HeartbeatDefault, "heartbeat interval")
-	f.DurationVar(&r.cfg.StaleAfter, "stale-after", distributor.StaleAfterDefault, "lease length: a partition not renewed for this long may be taken over (≥ 3 × heartbeat)")
-	f.IntVar(&r.cfg.Confirm, "confirm", distributor.ConfirmDefault, "consecutive heartbeats a taken-over partition needs before it is processed")
-	f.IntVar(&r.cfg.MaxPartitions, "max-partitions", distributor.MaxPartitionsDefault, "most partitions held at once")
+	f.DurationVar(&r.cfg.StaleAfter, "stale-after", distributor.StaleAfterDefault, "lease length: a contract not renewed for this long may be taken over (≥ 3 × heartbeat)")
+	f.IntVar(&r.cfg.Confirm, "confirm", distributor.ConfirmDefault, "consecutive heartbeats a taken-over contract needs before it is priced")
+	f.IntVar(&r.cfg.MaxPartitions, "max-partitions", distributor.MaxPartitionsDefault, "most contracts held at once")
 	f.IntVar(&r.cfg.BatchSize, "batch-size", distributor.BatchSizeDefault, "most records priced per committed batch (halved for a while after a batch too long for the statement timeout)")
 	f.IntVar(&r.cfg.ClaimGroup, "claim-group", distributor.ClaimGroupDefault, "most unclaimed contracts claimed and given their first batch in one transaction (1: each in its own)")
 	f.IntVar(&r.cfg.ClaimGroupItems, "claim-group-records", distributor.ClaimGroupItemsDefault, "most records priced in all by the first batches of one --claim-group transaction")
@@ -79,6 +81,29 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 		return cfg, usageError("invalid worker configuration: %v", err)
 	}
 	return cfg, nil
+}
+
+// incomplete is the error of run --until-done when contracts are left
+// quarantined (exit 4), in the words of contracts rather than partitions.
+func incomplete(err error) error {
+	const what = "; see worker status, then worker retry CONTRACT"
+	m := quarantinedCount.FindStringSubmatch(err.Error())
+	if m == nil {
+		return reworded(err, "work remains: contracts are quarantined"+what)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return reworded(err, fmt.Sprintf("work remains: %d %s quarantined%s", n, plural(n, "contract is", "contracts are"), what))
+}
+
+// quarantinedCount finds the count in the distributor's ErrIncomplete.
+var quarantinedCount = regexp.MustCompile(`(\d+) partition\(s\) quarantined`)
+
+// plural returns one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // check refuses flag values the distributor would refuse, in the flags'
@@ -204,7 +229,7 @@ trigger jobs (see "worker ui").`,
 				err = jerr
 			}
 			if errors.Is(err, distributor.ErrIncomplete) {
-				return err
+				return incomplete(err)
 			}
 			if err != nil {
 				return fmt.Errorf("worker %s: %w", d.InstanceID(), err)

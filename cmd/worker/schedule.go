@@ -223,7 +223,7 @@ Changes the database: deletes the job's row, with its state and run history.`,
 			}
 			defer db.Close()
 			if err := schedule.Remove(cmd.Context(), db, g.schema, args[0]); err != nil {
-				return err
+				return jobNotFound(args[0], err)
 			}
 			fmt.Fprintf(g.stdout, "job %s removed\n", args[0])
 			return nil
@@ -249,12 +249,21 @@ Changes the database: records the request on the job's row.`,
 			defer db.Close()
 			at, err := schedule.Trigger(cmd.Context(), db, g.schema, args[0])
 			if err != nil {
-				return err
+				return jobNotFound(args[0], err)
 			}
 			fmt.Fprintf(g.stdout, "job %s triggered: slot %s\n", args[0], at.Format(time.RFC3339Nano))
 			return nil
 		},
 	}
+}
+
+// jobNotFound words a missing job for the command line (exit 5), and
+// leaves other errors as they are.
+func jobNotFound(name string, err error) error {
+	if errors.Is(err, schedule.ErrNotFound) {
+		return &exitError{exitNotFound, fmt.Errorf("no such job %s (see worker schedule list)", name)}
+	}
+	return err
 }
 
 // jobConns is how many more connections a worker needs to run jobs.

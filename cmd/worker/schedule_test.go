@@ -30,8 +30,8 @@ func TestScheduleCommands(t *testing.T) {
 		{[]string{"schedule", "add", "x", "--cron", "61 * * * *", "--", "true"}, exitUsage},                 // bad cron
 		{[]string{"schedule", "add", "x", "--every", "1s", "--mode", "auto", "--", "true"}, exitUsage},
 		{[]string{"schedule", "add", "x", "--every", "1s", "--builtin", "nope"}, exitUsage},
-		{[]string{"schedule", "remove", "nope"}, exitFailure},
-		{[]string{"schedule", "trigger", "nope"}, exitFailure},
+		{[]string{"schedule", "remove", "nope"}, exitNotFound},
+		{[]string{"schedule", "trigger", "nope"}, exitNotFound},
 	} {
 		if _, errs, code := c.run(tc.args...); code != tc.code {
 			t.Errorf("worker %s: exit %d, want %d\n%s", strings.Join(tc.args, " "), code, tc.code, errs)
