@@ -50,6 +50,7 @@ func TestMain(m *testing.M) {
 	}
 	code := pgtest.Run(m)
 	printSummary()
+	printNotes()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
