@@ -50,7 +50,11 @@
 //     stored and can be read without a row lock. Workers do not take this
 //     lock and are not held up by it.
 //
-//  2. A loads row is inserted; its load_id tags the records added.
+//  2. A loads row is inserted; its load_id tags the records added. The
+//     id is the last committed load's plus one (the lock makes it this
+//     load's alone), so a load that fails or is rolled back takes no id
+//     and leaves no gap; the column's sequence is advanced all the same,
+//     to stay ahead of every id.
 //
 //  3. Each file is parsed and copied (COPY, binary) into a temporary
 //     staging table, one row per input row with its line number (records

@@ -104,8 +104,40 @@ func tierCases() []invalidCase {
 				`tiers.csv:2: tier set of contract c1 is rejected because line 3 is invalid`,
 				`tiers.csv:3: discount_bp "x" is not an integer`,
 			}},
+		// Every invalid line of the set is counted and named, not just the first.
+		{name: "set_rejected_two", tiers: th + "c1,0,0\nc1,10,x\nc1,20,y\nc1,30,5\n",
+			want: []string{
+				`tiers.csv:2: tier set of contract c1 is rejected because 2 of its lines are invalid: 3, 4`,
+				`tiers.csv:3: discount_bp "x" is not an integer`,
+				`tiers.csv:4: discount_bp "y" is not an integer`,
+				`tiers.csv:5: tier set of contract c1 is rejected because 2 of its lines are invalid: 3, 4`,
+			}},
+		{name: "set_rejected_many", tiers: setRejectedMany.tiers, want: setRejectedMany.want},
 	}
 }
+
+// setRejectedMany is a tier set with 22 invalid lines: the message on its
+// valid line names the first 20 and counts the rest.
+var setRejectedMany = func() (c struct {
+	tiers string
+	want  []string
+}) {
+	var b strings.Builder
+	b.WriteString(th + "c1,0,0\n")
+	var lines []string
+	for i := range 22 {
+		fmt.Fprintf(&b, "c1,%d,x\n", 10*(i+1))
+		if i < 20 {
+			lines = append(lines, fmt.Sprint(i+3))
+		}
+	}
+	c.tiers = b.String()
+	c.want = []string{"tiers.csv:2: tier set of contract c1 is rejected because 22 of its lines are invalid: " + strings.Join(lines, ", ") + " and 2 more"}
+	for i := range 19 {
+		c.want = append(c.want, fmt.Sprintf(`tiers.csv:%d: discount_bp "x" is not an integer`, i+3))
+	}
+	return c
+}()
 
 func recordCases() []invalidCase {
 	id128 := strings.Repeat("é", 128)

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -237,7 +238,9 @@ func exec(ctx context.Context, tx pgx.Tx, doing, sql string, args ...any) (int64
 
 func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	rep := &l.rep
-	ptx, err := conn.Begin(ctx)
+	// READ COMMITTED: once the load lock is held, each statement sees every
+	// load committed before (the last load id, each contract's available).
+	ptx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return *rep, fmt.Errorf("loading: starting the transaction: %w", err)
 	}
@@ -255,8 +258,8 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 		"SELECT pg_advisory_xact_lock($1)", loadLockKey); err != nil {
 		return *rep, err
 	}
-	if err := tx.QueryRow(ctx, `INSERT INTO {{.Schema}}.loads (tiers_file, records_file) VALUES ($1, $2) RETURNING load_id`,
-		nullIfEmpty(l.opts.TiersPath), nullIfEmpty(l.opts.RecordsPath)).Scan(&rep.LoadID); err != nil {
+	if err := tx.QueryRow(ctx, sqlInsertLoad, nullIfEmpty(l.opts.TiersPath), nullIfEmpty(l.opts.RecordsPath),
+		cmp.Or(l.opts.Schema, schema.Default)).Scan(&rep.LoadID); err != nil {
 		return *rep, fmt.Errorf("loading: recording the load: %w", err)
 	}
 	// Sorts and hashes over the staged rows stay in memory up to this
@@ -360,6 +363,21 @@ func (l *loader) countRejected(ctx context.Context, tx pgx.Tx) error {
 	}
 	return ie
 }
+
+// sqlInsertLoad records the load under the next id after the last
+// committed load's. Loads hold the load lock from before this statement to
+// their commit, so no other load can take the same id, and a load that
+// fails or is rolled back leaves no gap: ids count committed loads, and
+// the first load that succeeds is load 1 however many failed before it.
+// (Ids taken from the column's sequence were used up by failed loads too.)
+// The sequence is still advanced, so that it stays at or above every id
+// and a writer that takes ids from it (a loader of an earlier release,
+// during an upgrade) cannot collide with one.
+const sqlInsertLoad = `
+WITH seq AS (SELECT nextval(pg_get_serial_sequence(format('%I.loads', $3::text), 'load_id')))
+INSERT INTO {{.Schema}}.loads (load_id, tiers_file, records_file)
+SELECT coalesce((SELECT max(load_id) FROM {{.Schema}}.loads), 0) + 1, $1, $2 FROM seq
+RETURNING load_id`
 
 func nullIfEmpty(s string) any {
 	if s == "" {

@@ -188,7 +188,7 @@ func (l *loader) stageTiers(ctx context.Context, tx pgx.Tx) error {
 	}{
 		{"checking for duplicate thresholds", sqlTierDuplicates, nil},
 		{"checking tier counts", sqlTierTooMany, []any{MaxTiers}},
-		{"rejecting incomplete tier sets", sqlTierSetRejected, nil},
+		{"rejecting incomplete tier sets", sqlTierSetRejected, []any{min(l.opts.MaxListed, MaxListedDefault)}},
 		{"comparing with stored tier sets", sqlTierSets, nil},
 		{"checking for priced contracts", sqlTierFrozen, nil},
 		{"checking for priced contracts", sqlTierSetsDropRejected, nil},
@@ -240,10 +240,18 @@ UPDATE load_tiers t
   FROM first f
  WHERE t.line = f.line`
 
+// sqlTierSetRejected rejects the valid rows of a tier set with invalid
+// ones, saying how many are invalid and which: the first $1 of their lines
+// (at most MaxListedDefault, fewer with a lower Options.MaxListed).
 const sqlTierSetRejected = `
 UPDATE load_tiers t
-   SET err = format('tier set of contract %s is rejected because line %s is invalid', t.contract_id, b.first_bad)
-  FROM (SELECT contract_id, min(line) AS first_bad FROM load_tiers
+   SET err = format('tier set of contract %s is rejected because %s', t.contract_id,
+                    CASE WHEN b.n = 1 THEN format('line %s is invalid', b.lines[1])
+                         ELSE format('%s of its lines are invalid: %s%s', b.n,
+                                     array_to_string(b.lines[1:least(b.n, $1::bigint)::int], ', '),
+                                     CASE WHEN b.n > $1::bigint THEN format(' and %s more', b.n - $1::bigint) ELSE '' END)
+                    END)
+  FROM (SELECT contract_id, count(*) AS n, array_agg(line ORDER BY line) AS lines FROM load_tiers
          WHERE err IS NOT NULL AND contract_id IS NOT NULL GROUP BY contract_id) b
  WHERE t.contract_id = b.contract_id AND t.err IS NULL`
 

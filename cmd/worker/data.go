@@ -108,10 +108,10 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			if err != nil {
 				return err
 			}
-			rate := float64(rep.RecordsAccepted+rep.RecordsRedelivered) / rep.Duration.Seconds()
-			fmt.Fprintf(g.stdout, "load %d: %d tier rows, %d contracts created, %d records accepted, %d re-delivered (skipped), %d rejected in %s (%.0f records/s)\n",
-				rep.LoadID, rep.TierRows, rep.ContractsCreated, rep.RecordsAccepted, rep.RecordsRedelivered,
-				rep.RowsRejected, rep.Duration.Round(time.Millisecond), rate)
+			fmt.Fprintf(g.stdout, "load %d: %s, %s created, %s accepted, %d re-delivered (skipped), %d rejected in %s%s\n",
+				rep.LoadID, nounCount(rep.TierRows, "tier row", "tier rows"), nounCount(rep.ContractsCreated, "contract", "contracts"),
+				nounCount(rep.RecordsAccepted, "record", "records"), rep.RecordsRedelivered, rep.RowsRejected,
+				rep.Duration.Round(time.Millisecond), loadRate(rep.RecordsAccepted+rep.RecordsRedelivered, rep.Duration))
 			if rep.RowsRejected > 0 {
 				fmt.Fprintf(g.stdout, "rejected rows and their reasons: %s\n", opts.RejectPath)
 			}
@@ -130,6 +130,24 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 	f.DurationVar(&opts.IdleInTransactionTimeout, "idle-timeout", ingest.IdleInTransactionTimeoutDefault, "the server ends a load that pauses this long between statements (stalled, cut off), releasing its locks (0: no limit)")
 	nonNegative(f, "statement-timeout", "lock-timeout", "idle-timeout")
 	return cmd
+}
+
+// nounCount is n with the noun that goes with it.
+func nounCount(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// loadRate is " (N records/s)" for a load long and large enough for the
+// figure to mean something (a second or more, 1,000 records or more), and
+// empty otherwise: connecting and committing dominate a short one.
+func loadRate(records int64, d time.Duration) string {
+	if d < time.Second || records < 1000 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.0f records/s)", float64(records)/d.Seconds())
 }
 
 func newExportCmd(g *globals) *cobra.Command {

@@ -112,9 +112,9 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	if err := db.QueryRowContext(ctx, g.sql(`SELECT coalesce(sum(available - position), 0) FROM {{.Schema}}.tasks`)).Scan(&pending); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "loaded %d records for %d contracts in %s (%.0f records/s); %d records to price\n",
+	fmt.Fprintf(out, "loaded %d records for %d contracts in %s%s; %d records to price\n",
 		rep.RecordsAccepted, o.contracts, rep.Duration.Round(time.Millisecond),
-		float64(rep.RecordsAccepted)/rep.Duration.Seconds(), pending)
+		loadRate(rep.RecordsAccepted, rep.Duration), pending)
 
 	exe, err := os.Executable()
 	if err != nil {
