@@ -53,7 +53,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 	if cp.Position >= cp.Available {
 		return 0, true, false, nil
 	}
-	b := &Batch{Lease: l.Lease, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
+	b := &Batch{Kind: d.cfg.Kind, Lease: l.Lease, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
 		Limit: int(min(int64(d.size.batchLimit()), cp.Available-cp.Position))}
 	h.tried = b.Limit
 	res, err := d.process(ctx, b)

@@ -249,7 +249,7 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 		attribute.Int64("baton.position", cp.Position), attribute.Bool("baton.with_claim", true)))
 	defer func() { endBatchSpan(span, fb.items, fb.caughtUp, err) }()
 	linkPrevious(span, cp.Traceparent)
-	b := &Batch{Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
+	b := &Batch{Kind: d.cfg.Kind, Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
 		Limit: int(min(int64(d.size.batchLimit()), cp.Available-cp.Position))}
 	fb.tried = b.Limit
 	res, err := d.process(ctx, b)

@@ -293,7 +293,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 			attribute.Int64("baton.position", cp.Position), attribute.Bool("baton.with_claim", true)))
 		linkPrevious(bspan, cp.Traceparent)
 		spans[i], traces[i] = bspan, traceparentOf(bctx)
-		g.Batches[i] = &Batch{Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp, Limit: limits[i]}
+		g.Batches[i] = &Batch{Kind: d.cfg.Kind, Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp, Limit: limits[i]}
 		out.items += limits[i]
 	}
 	var steps []partition.ClaimStep

@@ -51,6 +51,18 @@ type Config struct {
 	// Schema is the PostgreSQL schema holding baton's tables, as migrated
 	// by schema.Migrate. Defaults to schema.Default ("baton").
 	Schema string
+	// Kind names the partitions this worker processes, as a job's kind
+	// names its queue: it claims, renews and advances task rows of this
+	// kind only, counts only the live workers and the work of this kind
+	// for its fair share, and ignores notifications about other kinds.
+	// Producers add work under the same kind (partition.Store.Kind), so
+	// several processors can share one schema, even with partitions of
+	// the same names, without ever touching each other's work. Defaults
+	// to the Processor's own kind if it has one (Kinded; the pricer's is
+	// "pricing"), else partition.DefaultKind ("default"); a Kind that
+	// differs from the Processor's is refused. At most
+	// partition.MaxKindLen bytes, no white space.
+	Kind string
 	// Name identifies the worker in status and logs. The owner recorded in
 	// task rows is Name plus a unique suffix, so a restarted process with
 	// the same name does not inherit claims. Defaults to the host name.
@@ -174,6 +186,7 @@ func (c *Config) setDefaults() {
 	c.EventMaxRows = cmp.Or(c.EventMaxRows, EventMaxRowsDefault)
 	c.KeyAttr = cmp.Or(c.KeyAttr, KeyAttrDefault)
 	c.Schema = cmp.Or(c.Schema, schema.Default)
+	c.Kind = cmp.Or(c.Kind, partition.DefaultKind)
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -194,6 +207,9 @@ func (c Config) validate() error {
 	var errs []error
 	if err := schema.Validate(c.Schema); err != nil {
 		errs = append(errs, fmt.Errorf("invalid Schema: %w", err))
+	}
+	if err := partition.ValidateKind(c.Kind); err != nil {
+		errs = append(errs, fmt.Errorf("invalid Kind: %w", err))
 	}
 	if strings.Contains(c.Name, partition.InstanceSeparator) {
 		errs = append(errs, fmt.Errorf("worker Name %q must not contain %q", c.Name, partition.InstanceSeparator))

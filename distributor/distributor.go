@@ -124,6 +124,14 @@ func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
 			return nil, fmt.Errorf("distributor.New: the database handle's driver is %T, which cannot LISTEN nor run batches: open it with pgx's stdlib driver (sql.Open(\"pgx\", url) or stdlib.OpenDB, package github.com/jackc/pgx/v5/stdlib)", h.Driver())
 		}
 	}
+	if k, ok := p.(Kinded); ok {
+		switch {
+		case cfg.Kind == "":
+			cfg.Kind = k.Kind()
+		case cfg.Kind != k.Kind():
+			return nil, fmt.Errorf("invalid distributor config: Kind is %q, but the processor (%T) handles partitions of kind %q only", cfg.Kind, p, k.Kind())
+		}
+	}
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("invalid distributor config: %w", err)
@@ -196,7 +204,7 @@ func (d *Distributor) Start(ctx context.Context) error {
 	if err := d.hb.Start(d.base); err != nil {
 		return err
 	}
-	d.log.Info("worker started", "event", "started", "mode", d.cfg.Mode,
+	d.log.Info("worker started", "event", "started", "kind", d.cfg.Kind, "mode", d.cfg.Mode,
 		"heartbeat", d.cfg.Heartbeat, "stale_after", d.cfg.StaleAfter, "confirm", d.cfg.Confirm,
 		"max_partitions", d.cfg.MaxPartitions, "batch_size", d.cfg.BatchSize, "wake", d.worker.Wake)
 	if listenDB != nil {

@@ -9,17 +9,28 @@
 // most one worker can commit for a partition, and that when a worker dies
 // another one resumes exactly at the last committed checkpoint.
 //
-// Embedding: apply the core migrations (schema.Migrate), add work inside
-// your own transactions with partition.Store.AddWork (it locks the task row
-// in the protocol's order and notifies the workers at commit), implement
-// Processor, then
+// Every partition has a kind, the processor it belongs to, as a job's kind
+// names its queue (Config.Kind; a Kinded Processor names its own). Several
+// processors may share one schema, with partitions of the same names: a
+// partition is (kind, partition_key), and a worker claims, renews, fences,
+// advances, releases and counts (for its fair share) task rows and workers
+// of its own kind only, so one processor can never claim, advance or add
+// to another's work.
 //
-//	d, err := distributor.New(db, myProcessor, distributor.Config{Name: "billing"})
+// Embedding: apply the core migrations (schema.Migrate), add work inside
+// your own transactions with partition.Store.AddWork on a store of your
+// kind (it locks the task row in the protocol's order and notifies the
+// workers at commit), implement Processor, then
+//
+//	orders := partition.NewStore(db, "").Kind("orders")
+//	err := orders.AddWork(ctx, tx, customer, n) // in the service's transaction
+//	d, err := distributor.New(db, myProcessor, distributor.Config{Name: "billing", Kind: "orders"})
 //	err = d.Run(ctx) // until ctx is cancelled; then hands everything back
 //
 // # The task row
 //
-//	partition_key     the partition
+//	kind              the processor the partition belongs to (Config.Kind)
+//	partition_key     the partition, unique within its kind
 //	version           bumped by every change of ownership
 //	owner             worker instance (name#suffix) or NULL
 //	heartbeat_at      last renewal, database clock
@@ -35,17 +46,28 @@
 //
 // # Protocol
 //
-// Claim. A worker reads claimable rows from the head of a partial index
-// (pending work, not quarantined, lease_expires_at <= now()), shuffles a
-// window of them so that workers polling together spread out, and claims
-// several in one compare-and-set statement: version = version + 1 where
-// version is still the value read and the row is still claimable, under
-// FOR UPDATE SKIP LOCKED. A row returned is won; a row not returned went to
-// someone else. The poll's cost follows the claims made, not the number of
-// partitions. It claims up to its fair share: ceil(busy partitions / live
-// workers), at most MaxPartitions, except that a dead worker's partitions
-// are taken beyond the share (see Takeover bound). The share's inputs are
-// the live workers' rows, each carrying how many partitions its worker
+// Kinds. Every statement below names the worker's kind: candidates are
+// read from the kind's own range of the claimable index (its first
+// column), and every claim, fence, compare-and-set, renewal, release,
+// failure, retry and history row matches (kind, partition_key), never the
+// key alone. Producers add work under a kind (partition.Store.Kind), and
+// notifications carry it, so workers ignore other kinds' work and
+// departures. The workers table records each worker's kind, and the fair
+// share counts the live workers and the work of the worker's kind only.
+//
+// Claim. A worker reads claimable rows of its kind from the head of a
+// partial index (pending work, not quarantined, lease_expires_at <=
+// now()), shuffles a window of them so that workers polling together
+// spread out, and claims several in one compare-and-set statement: version
+// = version + 1 where the row is still of its kind, version is still the
+// value read and the row is still claimable, under FOR UPDATE SKIP LOCKED.
+// A row returned is won; a row not returned went to someone else. The
+// poll's cost follows the claims made, not the number of partitions (nor
+// other kinds' partitions). It claims up to its fair share: ceil(busy
+// partitions / live workers) of its kind, at most MaxPartitions, except
+// that a dead worker's partitions are taken beyond the share (see Takeover
+// bound). The share's inputs are the live workers' rows of its kind, each
+// carrying how many partitions its worker
 // holds (written by its heartbeats, and changed by its claims and releases
 // in their own statements), the leases of workers that stopped within the
 // last StaleAfter and have not released them yet, and the claimable rows,
@@ -118,8 +140,8 @@
 // rather than skipping it for a lease's length.
 //
 // Heartbeat. Every Heartbeat interval the worker renews its own row and all
-// its leases in one statement (a batched compare-and-set on (key, version,
-// owner)), over a connection reserved for it. A lease is rewritten only
+// its leases in one statement (a batched compare-and-set on (kind, key,
+// version, owner)), over a connection reserved for it. A lease is rewritten only
 // when it has less than StaleAfter − 2 × Heartbeat left (never less than
 // SafetyMargin + 2 × Heartbeat): the others are checked by the same
 // statement, still held or lost, and keep the time they have left, so a
@@ -237,7 +259,9 @@
 // owner's last heartbeat to this commit for a takeover. So the history
 // commits or rolls back with the change it describes. Fence rejections and
 // lost leases, which change nothing, are recorded by a separate
-// best-effort insert. Inserting an event locks no task row and takes no
+// best-effort insert. Each event records its partition's kind
+// (events.task_kind; events.kind is the event's own). Inserting an event
+// locks no task row and takes no
 // lock any protocol statement waits for (events are only appended, and
 // pruned by age and count about once a minute), so the locking below is
 // unchanged. Heartbeats and batches after the first write no events.
@@ -418,12 +442,34 @@
 //     release its locks, before others take over, but even a worker frozen
 //     mid-transaction (SIGSTOP, VM pause) and resumed later cannot commit:
 //     its session is ended by the server, or its fence fails.
+//  5. A partition is (kind, partition_key), the task table's primary key,
+//     and 1–4 hold per partition so named. Every statement of 1–3 names its
+//     rows by both: a worker's candidate read, claim compare-and-set,
+//     fence, checkpoint compare-and-set, renewal, release and failure, and
+//     a producer's AddWork, match rows of their own kind only, so a row of
+//     another kind with the same key (and perhaps the same version and
+//     position) is never read, locked, claimed, advanced or added to by
+//     them. A worker of one kind thus never processes another kind's
+//     items, nor moves its checkpoint; its processor's output is keyed by
+//     the partitions it is handed (Batch.Kind names their kind). Locks:
+//     each of these statements locks rows of a single kind, in
+//     partition_key order, which is (kind, partition_key) order, and the
+//     fairness inputs (workers' rows) are each worker's own; a producer
+//     adding work to several kinds in one transaction adds it in kind
+//     order. So all multi-row lockers still follow one global order and
+//     the argument in 2 about waits and deadlocks is unchanged. Kinds
+//     share only the claim fence's advisory try-lock space (its key
+//     hashes kind and key; a collision makes one candidate be passed over
+//     for a round, as in 1, and safety does not rest on it) and the
+//     notification channel (each notification names its kind; others
+//     ignore it).
 //
 // Side effects outside the database are at least once: a batch may perform
 // them and then fail to commit (crash, fenced), and the next owner will
 // process the same items again. Make them idempotent with
 // Batch.IdempotencyKey, which names the same items identically whoever
-// processes them.
+// processes them (and, for a kind other than the default, includes the
+// kind).
 //
 // The same argument covers the other rows on this protocol, which share no
 // lock with task rows: scheduled jobs (package schedule; table jobs) and

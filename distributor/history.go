@@ -16,7 +16,7 @@ const pruneInterval = time.Minute
 func newStore(db *bun.DB, cfg Config) *partition.Store {
 	// The coordination statements are prepared on direct connections only:
 	// a transaction pooler may run each on another server session.
-	s := partition.NewStore(db, cfg.Schema).PrepareWhen(func() bool { return dbconn.Direct(db) })
+	s := partition.NewStore(db, cfg.Schema).Kind(cfg.Kind).PrepareWhen(func() bool { return dbconn.Direct(db) })
 	if cfg.DisableEvents {
 		return s.WithoutEvents()
 	}

@@ -99,8 +99,15 @@ func (d *Distributor) listenOnce(ctx context.Context, db *bun.DB) error {
 // worker's own departure, if it is leaving, was announced before its
 // first release): the share in hand is still right and the loop claims
 // with it at once.
+//
+// Notifications about partitions of another kind concern other workers and
+// are ignored; one without a kind (sent by hand) wakes every worker.
 func (d *Distributor) notified(payload string) {
-	switch payload {
+	reason, kind := partition.ParsePayload(payload)
+	if kind != "" && kind != d.cfg.Kind {
+		return
+	}
+	switch reason {
 	case partition.NotifyLeft:
 		d.workerLeft.Store(true)
 	case partition.NotifyReleased:

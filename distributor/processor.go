@@ -33,8 +33,22 @@ type ProcessorFunc func(ctx context.Context, b *Batch) (Result, error)
 // Process calls f.
 func (f ProcessorFunc) Process(ctx context.Context, b *Batch) (Result, error) { return f(ctx, b) }
 
+// Kinded is a Processor of one kind of partitions only (Config.Kind), as a
+// job's kind names its queue: New takes the distributor's kind from it when
+// Config.Kind is empty, and refuses a Config.Kind that differs, so that it
+// is never handed another processor's partitions. The pricer is one (kind
+// "pricing").
+type Kinded interface {
+	Processor
+	// Kind is the kind of partitions the processor handles; see
+	// partition.ValidateKind.
+	Kind() string
+}
+
 // Batch is one unit of work handed to a Processor.
 type Batch struct {
+	// Kind is the kind of the partition (Config.Kind).
+	Kind string
 	// Lease is the claim under which the batch runs.
 	Lease partition.Lease
 	// Owner is this worker's instance id.
@@ -70,8 +84,14 @@ func (b *Batch) Raw(fn func(conn *pgx.Conn) error) error {
 
 // IdempotencyKey names the batch's items for side effects outside the
 // database: the same items always get the same key, whoever processes them.
+// It is KEY/POSITION for partition.DefaultKind, and KIND/KEY/POSITION for
+// any other, so partitions of the same name under other kinds never share
+// a key (a kind has no "/").
 func (b *Batch) IdempotencyKey() string {
-	return fmt.Sprintf("%s/%d", b.Lease.Key, b.Checkpoint.Position)
+	if b.Kind == "" || b.Kind == partition.DefaultKind {
+		return fmt.Sprintf("%s/%d", b.Lease.Key, b.Checkpoint.Position)
+	}
+	return fmt.Sprintf("%s/%s/%d", b.Kind, b.Lease.Key, b.Checkpoint.Position)
 }
 
 // Result is a batch's new checkpoint.

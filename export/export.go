@@ -15,18 +15,26 @@
 // which no stored contract or record id can be (ids have at least one
 // character and the numbers are never empty). In particular leading or
 // trailing spaces and backslashes are not quoted.
+//
+// WriteComplete writes the same, but only when pricing is complete: every
+// stored record priced, and no contract whose checkpoint (or work) lies
+// beyond its records, which would mean records skipped, not priced.
 package export
 
 import (
 	"bufio"
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -49,6 +57,11 @@ func Write(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (row
 		return 0, fmt.Errorf("exporting priced records: acquiring a database connection: %w", err)
 	}
 	defer conn.Close()
+	return copyOut(ctx, conn, schemaName, w)
+}
+
+// copyOut streams the priced records over conn to w.
+func copyOut(ctx context.Context, conn bun.Conn, schemaName string, w io.Writer) (rows int64, err error) {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		tag, err := pc.PgConn().CopyTo(ctx, bw, schema.SQL(schemaName, copySQL))
@@ -65,4 +78,68 @@ func Write(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (row
 		return 0, fmt.Errorf("exporting priced records: writing: %w", err)
 	}
 	return rows, nil
+}
+
+// ErrIncomplete is returned by WriteComplete when pricing is not complete:
+// some records are not priced yet, or some contract is inconsistent.
+var ErrIncomplete = errors.New("pricing is not complete")
+
+// IncompleteError is WriteComplete's error (it wraps ErrIncomplete): what
+// pricer.CheckProgress found. Nothing was written.
+type IncompleteError struct{ Progress pricer.Progress }
+
+func (e *IncompleteError) Error() string {
+	var parts []string
+	if n := len(e.Progress.Inconsistent); n > 0 {
+		list := make([]string, 0, min(n, 5))
+		for _, c := range e.Progress.Inconsistent[:min(n, 5)] {
+			list = append(list, c.String())
+		}
+		more := ""
+		if n > 5 {
+			more = fmt.Sprintf("; and %d more", n-5)
+		}
+		parts = append(parts, fmt.Sprintf("%d inconsistent contract(s): %s%s", n, strings.Join(list, "; "), more))
+	}
+	if e.Progress.Unpriced > 0 {
+		parts = append(parts, fmt.Sprintf("%d records are not priced yet", e.Progress.Unpriced))
+	}
+	return "exporting priced records: " + strings.Join(parts, "; ")
+}
+
+func (e *IncompleteError) Unwrap() error { return ErrIncomplete }
+
+// WriteComplete is Write for a complete pricing only: in one snapshot
+// (REPEATABLE READ), it checks pricer.CheckProgress and returns an
+// *IncompleteError, having written nothing, if a record is not priced yet
+// or a contract is inconsistent (its checkpoint or work beyond its
+// records), then writes every priced record and checks that they are as
+// many as the checkpoints cover (an error wrapping ErrIncomplete
+// otherwise, after writing them).
+func WriteComplete(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (rows int64, err error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("exporting priced records: acquiring a database connection: %w", err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("exporting priced records: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	p, err := pricer.CheckProgress(ctx, tx, schemaName)
+	if err != nil {
+		return 0, fmt.Errorf("exporting priced records: %w", err)
+	}
+	if !p.Complete() {
+		return 0, &IncompleteError{Progress: p}
+	}
+	if rows, err = copyOut(ctx, conn, schemaName, w); err != nil {
+		return 0, err
+	}
+	if rows != p.Priced {
+		return rows, fmt.Errorf("exporting priced records: %w: %d priced records exported, but the checkpoints of the %d contracts cover %d records",
+			ErrIncomplete, rows, p.Contracts, p.Priced)
+	}
+	return rows, tx.Commit()
 }

@@ -234,7 +234,7 @@ func (l *loader) insertDirect(ctx context.Context, tx pgx.Tx) (bool, error) {
 	}
 	rows, err := tx.Query(ctx, `
 SELECT c.contract_id, coalesce(t.available, 0)
-  FROM {{.Schema}}.contracts c LEFT JOIN {{.Schema}}.tasks t ON t.partition_key = c.contract_id
+  FROM {{.Schema}}.contracts c LEFT JOIN {{.Schema}}.tasks t ON t.kind = '`+taskKind+`' AND t.partition_key = c.contract_id
  WHERE c.contract_id = ANY($1::text[])`, ids)
 	if err != nil {
 		return false, fmt.Errorf("checking contracts: %w", err)

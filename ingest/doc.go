@@ -65,8 +65,9 @@
 //     contracts, cumulative gross, record ids repeating stored or earlier
 //     ones.
 //
-//  4. Tiers are applied first: new contracts and their task rows (INSERT
-//     ... ON CONFLICT DO NOTHING, which locks no existing row), changed
+//  4. Tiers are applied first: new contracts and their task rows, of
+//     kind pricer.Kind ("pricing"; INSERT ... ON CONFLICT DO NOTHING,
+//     which locks no existing row), changed
 //     tier sets replaced. A tier set with any invalid row is rejected as a
 //     whole, and so are then the records of its contract unless that
 //     contract existed before.
@@ -121,8 +122,12 @@
 //  7. As the last statements, the task rows of the contracts that gain
 //     records or change tiers are locked in partition_key order and
 //     checked; then the work is added through the producer API
-//     (partition.Store.AddWorksPgx: available raised in the same key order,
-//     pg_notify delivered on commit). Then commit.
+//     (partition.Store.AddWorksPgx of kind pricer.Kind: available raised
+//     in the same key order, pg_notify delivered on commit). Then commit.
+//     Every statement of the loader that reads, locks or creates task
+//     rows names the pricing kind: another processor's partitions that
+//     share the schema, even one named like a contract, are never touched
+//     by a load, nor counted as its records.
 //
 // # Storage
 //

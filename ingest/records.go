@@ -180,7 +180,7 @@ const sqlGrossCandidates = `
 INSERT INTO load_gross (contract_id, stored)
 SELECT a.contract_id,
        coalesce((SELECT sum(x.amount_minor) FROM {{.Schema}}.records x WHERE x.contract_id = a.contract_id), 0)
-  FROM load_affected a LEFT JOIN {{.Schema}}.tasks t ON t.partition_key = a.contract_id
+  FROM load_affected a LEFT JOIN {{.Schema}}.tasks t ON t.kind = '` + taskKind + `' AND t.partition_key = a.contract_id
  WHERE a.n_new > 0 AND (coalesce(t.available, 0) + a.n_new)::numeric * $2::bigint > $1::bigint`
 
 // Rejects the records from the one that takes the cumulative gross past
@@ -276,15 +276,16 @@ SELECT contract_id, sum(n_new), sum(n_redelivered), bool_or(tiers_changed), row_
 
 // Existing rows are not locked by ON CONFLICT DO NOTHING.
 const sqlRecordTasks = `
-INSERT INTO {{.Schema}}.tasks (partition_key)
-SELECT contract_id FROM load_affected WHERE n_new > 0 ORDER BY contract_id
+INSERT INTO {{.Schema}}.tasks (kind, partition_key)
+SELECT '` + taskKind + `', contract_id FROM load_affected WHERE n_new > 0 ORDER BY contract_id
 ON CONFLICT DO NOTHING`
 
 // Loads are serialised by the advisory lock and only loads raise
 // available, so this plain read stays true until commit (checked again
 // under the row locks).
 const sqlBase = `
-UPDATE load_affected a SET base = t.available FROM {{.Schema}}.tasks t WHERE t.partition_key = a.contract_id`
+UPDATE load_affected a SET base = t.available FROM {{.Schema}}.tasks t
+ WHERE t.kind = '` + taskKind + `' AND t.partition_key = a.contract_id`
 
 // seq continues from tasks.available in file order; each contract's new
 // records are cut into chunks of $2 from its first new seq on. The window

@@ -277,7 +277,7 @@ SELECT n.contract_id, c.contract_id IS NOT NULL,
   FROM new n
   LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = n.contract_id
   LEFT JOIN old o ON o.contract_id = n.contract_id
-  LEFT JOIN {{.Schema}}.tasks k ON k.partition_key = n.contract_id`
+  LEFT JOIN {{.Schema}}.tasks k ON k.kind = '` + taskKind + `' AND k.partition_key = n.contract_id`
 
 const sqlTierFrozen = `
 UPDATE load_tiers t
@@ -294,8 +294,8 @@ ON CONFLICT DO NOTHING`
 
 // Existing conflicting rows are not locked by ON CONFLICT DO NOTHING.
 const sqlInsertTierTasks = `
-INSERT INTO {{.Schema}}.tasks (partition_key)
-SELECT contract_id FROM load_tier_sets ORDER BY contract_id
+INSERT INTO {{.Schema}}.tasks (kind, partition_key)
+SELECT '` + taskKind + `', contract_id FROM load_tier_sets ORDER BY contract_id
 ON CONFLICT DO NOTHING`
 
 const sqlDeleteChangedTiers = `

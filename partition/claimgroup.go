@@ -53,7 +53,7 @@ func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candid
 	for i, c := range sorted {
 		keys[i], versions[i] = c.Key, c.Version
 	}
-	rows, err := s.queryTx(ctx, tx, fenceUnownedGroupSQL, keys, versions, claimLockClass, limit)
+	rows, err := s.queryTx(ctx, tx, fenceUnownedGroupSQL, keys, versions, claimLockClass, limit, s.kind)
 	if err != nil {
 		return nil, fmt.Errorf("fencing %d partitions for their claim: %w", len(cands), err)
 	}
@@ -127,7 +127,8 @@ func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, 
 		leases[i] = Lease{Key: st.Candidate.Key, Version: st.Candidate.Version + 1}
 	}
 	q := claimAdvanceGroupSQL
-	args := []any{keys, versions, froms, positions, states, releases, owner, micros(ttl), traces, NotifyChannel}
+	args := []any{keys, versions, froms, positions, states, releases, owner, micros(ttl), traces, NotifyChannel,
+		s.kind, NotifyPayload(NotifyReleased, s.kind)}
 	if !s.noEvents {
 		q, args = claimAdvanceGroupEventsSQL, append(args, reason)
 	}
@@ -154,13 +155,15 @@ func groupName(steps []ClaimStep, leases []Lease) string {
 	return fmt.Sprintf("%d partitions (%s, …)", len(leases), leases[0])
 }
 
-// fenceUnownedGroupSQL fences candidates (keys $1, versions $2, in key
-// order) with advisory locks of class $3, at most $4 of them. The lateral
-// subquery is FenceUnowned's predicate, run once per candidate in array
-// order through the primary key, so the advisory lock is tried only on a
-// row that matched the rest of it; nothing sorts the result (the caller
-// does), so the limit stops the statement at the last row it needs and no
-// candidate past it is locked.
+// fenceUnownedGroupSQL fences candidates of kind $5 (keys $1, versions
+// $2, in key order) with advisory locks of class $3, at most $4 of them.
+// The lateral subquery is FenceUnowned's predicate, run once per candidate
+// in array order through the primary key, so the advisory lock is tried
+// only on a row that matched the rest of it; nothing sorts the result (the
+// caller does), so the limit stops the statement at the last row it needs
+// and no candidate past it is locked. The lock's key hashes the kind and
+// the key (a kind has no spaces), so claims of other kinds' partitions of
+// the same name do not pass each other over.
 const fenceUnownedGroupSQL = `
 		SELECT f.partition_key, f.version, f.position, f.available, f.checkpoint, f.traceparent
 		FROM unnest($1::text[], $2::bigint[]) AS c(key, version)
@@ -168,18 +171,18 @@ const fenceUnownedGroupSQL = `
 			SELECT t.partition_key, t.version, t.position, t.available, t.checkpoint,
 			       coalesce(t.traceparent, '') AS traceparent
 			FROM {{.Schema}}.tasks t
-			WHERE t.partition_key = c.key AND t.version = c.version AND t.owner IS NULL
+			WHERE t.kind = $5 AND t.partition_key = c.key AND t.version = c.version AND t.owner IS NULL
 			  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
-			  AND pg_try_advisory_xact_lock($3, hashtext(t.partition_key))
+			  AND pg_try_advisory_xact_lock($3, hashtext(t.kind || ' ' || t.partition_key))
 			FOR KEY SHARE OF t SKIP LOCKED
 		) f
 		LIMIT $4`
 
-// claimAdvanceGroupSQL claims the members (keys $1, versions $2) moving
-// their checkpoints from $3 to $4 with states $5, releasing those marked
-// in $6, for owner $7 with leases of $8 microseconds; $9 are the trace
-// contexts stored with the checkpoints, $10 the notification channel. It
-// returns how many members were won.
+// claimAdvanceGroupSQL claims the members (kind $11, keys $1, versions $2)
+// moving their checkpoints from $3 to $4 with states $5, releasing those
+// marked in $6, for owner $7 with leases of $8 microseconds; $9 are the
+// trace contexts stored with the checkpoints, $10 the notification channel
+// and $12 the payload of a release. It returns how many members were won.
 const claimAdvanceGroupSQL = claimAdvanceGroupCTEs + `
 		SELECT count(*) FROM u CROSS JOIN n`
 
@@ -192,7 +195,7 @@ const claimAdvanceGroupCTEs = `
 			CROSS JOIN LATERAL (
 				SELECT t.partition_key
 				FROM {{.Schema}}.tasks t
-				WHERE t.partition_key = m.key AND t.version = m.version AND t.owner IS NULL
+				WHERE t.kind = $11 AND t.partition_key = m.key AND t.version = m.version AND t.owner IS NULL
 				  AND t.position = m.from_pos
 				  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
 				FOR UPDATE OF t SKIP LOCKED
@@ -208,11 +211,11 @@ const claimAdvanceGroupCTEs = `
 			    position = c.position, checkpoint = c.checkpoint::jsonb, attempts = 0, last_error = NULL,
 			    traceparent = nullif(c.trace, ''), updated_at = now()
 			FROM c
-			WHERE t.partition_key = c.partition_key
+			WHERE t.kind = $11 AND t.partition_key = c.partition_key
 			RETURNING t.partition_key, c.version, c.from_pos, t.position, c.release,
 			          t.available > t.position AS pending
 		), n AS (
-			SELECT count(pg_notify($10, '` + NotifyReleased + `')) AS sent
+			SELECT count(pg_notify($10, $12)) AS sent
 			FROM (SELECT 1 FROM u WHERE release AND pending LIMIT 1) p
 		), wh AS (
 			-- Claims kept past their first batch raise their worker's held
@@ -225,14 +228,14 @@ const claimAdvanceGroupCTEs = `
 
 // claimAdvanceGroupEventsSQL is claimAdvanceGroupSQL recording each
 // member's history in the same statement: claimed, first_batch and, when
-// released, released with reason $11, all under the claim's version.
+// released, released with reason $13, all under the claim's version.
 const claimAdvanceGroupEventsSQL = claimAdvanceGroupCTEs + `, e AS (
-			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, position, items, detail)
-			SELECT partition_key, '` + EventClaimed + `', version, $7, from_pos, NULL::bigint, NULL FROM u
+			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, items, detail)
+			SELECT $11, partition_key, '` + EventClaimed + `', version, $7, from_pos, NULL::bigint, NULL FROM u
 			UNION ALL
-			SELECT partition_key, '` + EventFirstBatch + `', version, $7, position, position - from_pos, NULL FROM u
+			SELECT $11, partition_key, '` + EventFirstBatch + `', version, $7, position, position - from_pos, NULL FROM u
 			UNION ALL
-			SELECT partition_key, '` + EventReleased + `', version, $7, position, NULL::bigint, nullif($11, '') FROM u WHERE release
+			SELECT $11, partition_key, '` + EventReleased + `', version, $7, position, NULL::bigint, nullif($13, '') FROM u WHERE release
 		)
 		SELECT count(*) FROM u CROSS JOIN n`
 

@@ -36,16 +36,28 @@ func (h *pgHarness) exec(query string, args ...any) {
 }
 
 func (h *pgHarness) AddPartition(key string, available int64) {
-	h.exec(`INSERT INTO baton.tasks (partition_key, available) VALUES (?, ?)`, key, available)
+	h.AddPartitionOfKind(partition.DefaultKind, key, available)
+}
+
+func (h *pgHarness) AddPartitionOfKind(kind, key string, available int64) {
+	h.exec(`INSERT INTO baton.tasks (kind, partition_key, available) VALUES (?, ?, ?)`, kind, key, available)
 }
 
 func (h *pgHarness) Produce(key string, n int64) {
-	h.exec(`UPDATE baton.tasks SET available = available + ? WHERE partition_key = ?`, n, key)
+	h.exec(`UPDATE baton.tasks SET available = available + ? WHERE kind = ? AND partition_key = ?`, n, partition.DefaultKind, key)
 }
 
-func (h *pgHarness) ExpireLease(key string) {
+func (h *pgHarness) ExpireLease(key string) { h.ExpireLeaseOfKind(partition.DefaultKind, key) }
+
+func (h *pgHarness) ExpireLeaseOfKind(kind, key string) {
 	h.exec(`UPDATE baton.tasks SET lease_expires_at = now() - interval '1 millisecond'
-		WHERE partition_key = ? AND lease_expires_at > now() AND lease_expires_at < 'infinity'`, key)
+		WHERE kind = ? AND partition_key = ? AND lease_expires_at > now() AND lease_expires_at < 'infinity'`, kind, key)
+}
+
+// OfKind is the contract's operations on a store of kind, over the same
+// database.
+func (h *pgHarness) OfKind(kind string) storetest.Store {
+	return &pgHarness{t: h.t, db: h.db, s: h.s.Kind(kind)}
 }
 
 func (h *pgHarness) ExpireWorker(owner string) {

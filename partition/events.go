@@ -86,10 +86,10 @@ func (s *Store) RecordFirstBatch(ctx context.Context, tx bun.Tx, owner string, l
 		prev = prevBeat
 	}
 	_, err := tx.ExecContext(ctx, s.sql(`
-		INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, position, items, prev_heartbeat_at, takeover_ms)
-		VALUES (?, ?, ?, ?, ?, ?, ?::timestamptz,
+		INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, items, prev_heartbeat_at, takeover_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?::timestamptz,
 		        (extract(epoch FROM clock_timestamp() - ?::timestamptz) * 1000)::bigint)`),
-		l.Key, EventFirstBatch, l.Version, owner, position, items, prev, prev)
+		s.kind, l.Key, EventFirstBatch, l.Version, owner, position, items, prev, prev)
 	if err != nil {
 		return fmt.Errorf("recording first batch of %s: %w", l, err)
 	}
@@ -103,15 +103,16 @@ func (s *Store) Record(ctx context.Context, owner, kind string, l Lease, detail 
 		return nil
 	}
 	if _, err := s.db.ExecContext(ctx, s.sql(`
-		INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, detail) VALUES (?, ?, ?, ?, nullif(?, ''))`),
-		l.Key, kind, l.Version, owner, truncate(detail, 4000)); err != nil {
+		INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, detail) VALUES (?, ?, ?, ?, ?, nullif(?, ''))`),
+		s.kind, l.Key, kind, l.Version, owner, truncate(detail, 4000)); err != nil {
 		return fmt.Errorf("recording %s event of %s: %w", kind, l, err)
 	}
 	return nil
 }
 
 // PruneEvents deletes events older than retention, and the oldest beyond
-// the newest maxRows, so the history stays bounded. It returns how many
+// the newest maxRows, so the history stays bounded: the events of every
+// kind, which share the table and its bounds. It returns how many
 // rows it deleted. Both bounds use an index.
 func (s *Store) PruneEvents(ctx context.Context, retention time.Duration, maxRows int64) (int64, error) {
 	res, err := s.db.ExecContext(ctx, s.sql(`
@@ -125,19 +126,21 @@ func (s *Store) PruneEvents(ctx context.Context, retention time.Duration, maxRow
 	return n, nil
 }
 
-// History returns up to limit of a partition's events, newest first.
+// History returns up to limit of the events of s's kind's partition key,
+// newest first.
 func (s *Store) History(ctx context.Context, key string, limit int) ([]Event, error) {
-	return s.readEvents(ctx, `WHERE partition_key = ? ORDER BY event_id DESC LIMIT ?`, key, limit)
+	return s.readEvents(ctx, `WHERE partition_key = ? AND task_kind = ? ORDER BY event_id DESC LIMIT ?`, key, s.kind, limit)
 }
 
-// RecentEvents returns up to limit events of the last since, newest first,
-// optionally of the given kinds only.
+// RecentEvents returns up to limit events of s's kind's partitions of the
+// last since, newest first, optionally of the given event kinds only.
 func (s *Store) RecentEvents(ctx context.Context, since time.Duration, limit int, kinds ...string) ([]Event, error) {
 	if len(kinds) == 0 {
-		return s.readEvents(ctx, `WHERE at > now() - ?::interval ORDER BY event_id DESC LIMIT ?`, interval(since), limit)
+		return s.readEvents(ctx, `WHERE at > now() - ?::interval AND task_kind = ? ORDER BY event_id DESC LIMIT ?`,
+			interval(since), s.kind, limit)
 	}
-	return s.readEvents(ctx, `WHERE at > now() - ?::interval AND kind IN (?) ORDER BY event_id DESC LIMIT ?`,
-		interval(since), bun.List(kinds), limit)
+	return s.readEvents(ctx, `WHERE at > now() - ?::interval AND task_kind = ? AND kind IN (?) ORDER BY event_id DESC LIMIT ?`,
+		interval(since), s.kind, bun.List(kinds), limit)
 }
 
 func (s *Store) readEvents(ctx context.Context, where string, args ...any) ([]Event, error) {
@@ -192,7 +195,8 @@ type TakeoverStats struct {
 	Max           time.Duration // the longest takeover time
 }
 
-// Takeovers summarises takeovers whose first batch committed within since.
+// Takeovers summarises the takeovers of s's kind's partitions whose first
+// batch committed within since.
 func (s *Store) Takeovers(ctx context.Context, since time.Duration) (TakeoverStats, error) {
 	var st TakeoverStats
 	var p50, p90, p99, mx sql.NullFloat64
@@ -203,8 +207,8 @@ func (s *Store) Takeovers(ctx context.Context, since time.Duration) (TakeoverSta
 		       percentile_cont(0.99) WITHIN GROUP (ORDER BY takeover_ms),
 		       max(takeover_ms)
 		FROM {{.Schema}}.events
-		WHERE kind = ? AND takeover_ms IS NOT NULL AND at > now() - ?::interval`),
-		EventFirstBatch, interval(since)).Scan(&st.Count, &p50, &p90, &p99, &mx)
+		WHERE kind = ? AND task_kind = ? AND takeover_ms IS NOT NULL AND at > now() - ?::interval`),
+		EventFirstBatch, s.kind, interval(since)).Scan(&st.Count, &p50, &p90, &p99, &mx)
 	if err != nil {
 		return st, fmt.Errorf("reading takeover times: %w", err)
 	}

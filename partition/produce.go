@@ -12,24 +12,31 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 )
 
-// Work is n new work items for the partition Key.
+// Work is n new work items for the partition Key (of the Store's kind).
 type Work struct {
 	Key string // the partition (created if new)
 	N   int64  // items added; at least 0
 }
 
-// AddWork makes n more work items available on partition key, creating the
-// partition if it does not exist, inside tx: the caller's own transaction,
-// so the work becomes visible (and claimable) atomically with the caller's
-// writes, and the workers' wake-up notification is delivered when tx
-// commits (none if it rolls back). It is AddWorks with one partition.
+// AddWork makes n more work items available on partition key of s's kind,
+// creating the partition if it does not exist, inside tx: the caller's own
+// transaction, so the work becomes visible (and claimable) atomically with
+// the caller's writes, and the wake-up notification of the kind's workers
+// is delivered when tx commits (none if it rolls back). It is AddWorks
+// with one partition.
+//
+// The kind decides which processor the work is for: only a distributor of
+// the same kind (Config.Kind) claims it. A partition of the same key under
+// another kind is another partition, and is left alone.
 func (s *Store) AddWork(ctx context.Context, tx bun.IDB, key string, n int64) error {
 	return s.AddWorks(ctx, tx, []Work{{Key: key, N: n}})
 }
 
-// AddWorks is AddWork for several partitions in one statement. It follows
-// the protocol's lock order: rows are locked in partition_key order (so it
-// cannot deadlock with heartbeats, claims, releases or other producers),
+// AddWorks is AddWork for several partitions of s's kind in one
+// statement. It follows the protocol's lock order: rows are locked in
+// partition_key order (so it cannot deadlock with heartbeats, claims,
+// releases or other producers; a transaction that adds work to several
+// kinds adds it in kind order, byte order, too),
 // and only FOR NO KEY UPDATE, which does not wait for batches in flight and
 // never changes ownership, so a producer cannot break the checkpoint
 // invariant (see package distributor's safety argument).
@@ -45,13 +52,13 @@ func (s *Store) AddWork(ctx context.Context, tx bun.IDB, key string, n int64) er
 //     checkpoint, leases), nor lower available, nor lock task rows FOR
 //     UPDATE: those are the protocol's.
 func (s *Store) AddWorks(ctx context.Context, tx bun.IDB, work []Work) error {
-	keys, ns, err := mergeWork(work)
+	keys, ns, err := s.mergeWork(work)
 	if err != nil || len(keys) == 0 {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, s.addWorkSQL("?", "?", "?"),
-		pgdialect.Array(keys), pgdialect.Array(ns), NotifyChannel); err != nil {
-		return fmt.Errorf("adding work to %d partition(s): %w", len(keys), err)
+	if _, err := tx.ExecContext(ctx, s.addWorkSQL("?", "?", "?", "?", "?"),
+		s.kind, pgdialect.Array(keys), pgdialect.Array(ns), NotifyChannel, NotifyPayload(NotifyWork, s.kind)); err != nil {
+		return fmt.Errorf("adding work to %d partition(s) of kind %s: %w", len(keys), s.kind, err)
 	}
 	return nil
 }
@@ -67,21 +74,25 @@ type Execer interface {
 // statement, lock order and notification are AddWorks' own; the same rules
 // bind the producer.
 func (s *Store) AddWorksPgx(ctx context.Context, tx Execer, work []Work) error {
-	keys, ns, err := mergeWork(work)
+	keys, ns, err := s.mergeWork(work)
 	if err != nil || len(keys) == 0 {
 		return err
 	}
-	if _, err := tx.Exec(ctx, s.addWorkSQL("$1", "$2", "$3"), keys, ns, NotifyChannel); err != nil {
-		return fmt.Errorf("adding work to %d partition(s): %w", len(keys), err)
+	if _, err := tx.Exec(ctx, s.addWorkSQL("$1", "$2", "$3", "$4", "$5"),
+		s.kind, keys, ns, NotifyChannel, NotifyPayload(NotifyWork, s.kind)); err != nil {
+		return fmt.Errorf("adding work to %d partition(s) of kind %s: %w", len(keys), s.kind, err)
 	}
 	return nil
 }
 
-// mergeWork validates work and returns it as parallel arrays, one entry
-// per key (a statement cannot update a row twice), in byte order: the key
-// collation is "C", so that is the index's order, the order every
-// multi-row locker of task rows follows.
-func mergeWork(work []Work) (keys []string, ns []int64, err error) {
+// mergeWork validates work (and s's kind) and returns it as parallel
+// arrays, one entry per key (a statement cannot update a row twice), in
+// byte order: the key collation is "C", so that is the index's order
+// within the kind, the order every multi-row locker of task rows follows.
+func (s *Store) mergeWork(work []Work) (keys []string, ns []int64, err error) {
+	if err := ValidateKind(s.kind); err != nil {
+		return nil, nil, fmt.Errorf("adding work: %w", err)
+	}
 	sorted := slices.Clone(work)
 	slices.SortFunc(sorted, func(a, b Work) int { return cmp.Compare(a.Key, b.Key) })
 	keys = make([]string, 0, len(sorted))
@@ -102,17 +113,18 @@ func mergeWork(work []Work) (keys []string, ns []int64, err error) {
 }
 
 // addWorkSQL is the producer's statement with the given placeholders for
-// the keys, the counts and the notification channel. ORDER BY makes the
-// insert (and its row locks) follow the key order.
-func (s *Store) addWorkSQL(keys, ns, channel string) string {
+// the kind, the keys, the counts, the notification channel and its
+// payload. ORDER BY makes the insert (and its row locks) follow the key
+// order.
+func (s *Store) addWorkSQL(kind, keys, ns, channel, payload string) string {
 	return s.sql(`
 		WITH a AS (
-			INSERT INTO {{.Schema}}.tasks AS t (partition_key, available)
-			SELECT key, n FROM unnest(` + keys + `::text[], ` + ns + `::bigint[]) AS w(key, n)
+			INSERT INTO {{.Schema}}.tasks AS t (kind, partition_key, available)
+			SELECT ` + kind + `::text, key, n FROM unnest(` + keys + `::text[], ` + ns + `::bigint[]) AS w(key, n)
 			ORDER BY key COLLATE "C"
-			ON CONFLICT (partition_key) DO UPDATE
+			ON CONFLICT (kind, partition_key) DO UPDATE
 			SET available = t.available + EXCLUDED.available, updated_at = now()
 			RETURNING 1
 		)
-		SELECT pg_notify(` + channel + `, '` + NotifyWork + `') FROM (SELECT 1 FROM a LIMIT 1) x`)
+		SELECT pg_notify(` + channel + `, ` + payload + `) FROM (SELECT 1 FROM a LIMIT 1) x`)
 }

@@ -73,13 +73,13 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if err := s.Notify(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != "marker" {
+	if got := next(); got != partition.NotifyPayload("marker", partition.DefaultKind) {
 		t.Fatalf("first notification = %q, want the marker: the producer's was sent before its commit", got)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != "work" {
+	if got := next(); got != partition.NotifyPayload(partition.NotifyWork, partition.DefaultKind) {
 		t.Fatalf("notification after commit = %q, want work", got)
 	}
 	rows, _, err := s.Status(ctx)
@@ -98,7 +98,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if err := s.AddWork(ctx, db, "a", 4); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != "work" {
+	if got := next(); got != partition.NotifyPayload(partition.NotifyWork, partition.DefaultKind) {
 		t.Fatalf("notification = %q, want work", got)
 	}
 	var avail int64

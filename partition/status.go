@@ -48,8 +48,8 @@ type WorkerStatus struct {
 	Held         int           // partitions under a live lease
 }
 
-// Status reads every partition (ordered by key in byte order) and every live
-// worker.
+// Status reads every partition of s's kind (ordered by key in byte order)
+// and every live worker of that kind.
 func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, error) {
 	rows, err := s.db.QueryContext(ctx, s.sql(`
 		SELECT partition_key, coalesce(owner, ''), version,
@@ -58,9 +58,9 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 		         WHEN owner IS NOT NULL AND lease_expires_at <= now() THEN 'stale'
 		         WHEN owner IS NOT NULL AND available > position
 		              AND EXISTS (SELECT 1 FROM {{.Schema}}.events e WHERE e.partition_key = t.partition_key
-		                             AND e.version = t.version AND e.kind = 'takeover')
+		                             AND e.task_kind = t.kind AND e.version = t.version AND e.kind = 'takeover')
 		              AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.events e WHERE e.partition_key = t.partition_key
-		                                 AND e.version = t.version AND e.kind = 'first_batch') THEN 'confirming'
+		                                 AND e.task_kind = t.kind AND e.version = t.version AND e.kind = 'first_batch') THEN 'confirming'
 		         WHEN owner IS NOT NULL AND available > position THEN 'active'
 		         WHEN owner IS NOT NULL THEN 'caught_up'
 		         WHEN attempts > 0 AND lease_expires_at > now() AND available > position THEN 'backoff'
@@ -71,7 +71,8 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 		       CASE WHEN isfinite(lease_expires_at) THEN (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint END,
 		       position, available - position, attempts, coalesce(last_error, ''), checkpoint
 		FROM {{.Schema}}.tasks t
-		ORDER BY partition_key`))
+		WHERE t.kind = ?
+		ORDER BY partition_key`), s.kind)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading partition status: %w", err)
 	}
@@ -102,10 +103,11 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 	wrows, err := s.db.QueryContext(ctx, s.sql(`
 		SELECT w.instance_id, w.name, w.hostname, w.pid, w.mode, w.wake, w.started_at,
 		       (extract(epoch FROM now() - w.heartbeat_at) * 1000000)::bigint,
-		       (SELECT count(*) FROM {{.Schema}}.tasks t WHERE t.owner = w.instance_id AND t.lease_expires_at > now())
+		       (SELECT count(*) FROM {{.Schema}}.tasks t
+		        WHERE t.owner = w.instance_id AND t.kind = w.kind AND t.lease_expires_at > now())
 		FROM {{.Schema}}.workers w
-		WHERE w.expires_at > now() AND w.stopped_at IS NULL
-		ORDER BY w.name, w.instance_id`))
+		WHERE w.kind = ? AND w.expires_at > now() AND w.stopped_at IS NULL
+		ORDER BY w.name, w.instance_id`), s.kind)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading worker status: %w", err)
 	}

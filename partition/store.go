@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -19,7 +22,9 @@ import (
 // releasing workers announce claimable work.
 const NotifyChannel = "baton_work"
 
-// Payloads of the notifications on NotifyChannel: what changed.
+// Payloads of the notifications on NotifyChannel: what changed, followed
+// by a space and the kind of the partitions it concerns (see
+// NotifyPayload).
 const (
 	// NotifyWork: a producer added work to partitions.
 	NotifyWork = "work"
@@ -31,6 +36,20 @@ const (
 	// right after, so the others' fair shares grow now.
 	NotifyLeft = "left"
 )
+
+// NotifyPayload is the payload of a notification of reason (NotifyWork,
+// NotifyReleased, NotifyRetry, NotifyLeft) about partitions of kind: the
+// reason, a space and the kind. Workers ignore notifications about other
+// kinds.
+func NotifyPayload(reason, kind string) string { return reason + " " + kind }
+
+// ParsePayload splits a notification's payload into its reason and kind;
+// kind is "" for a payload without one (sent by hand, say), which
+// concerns every kind.
+func ParsePayload(payload string) (reason, kind string) {
+	reason, kind, _ = strings.Cut(payload, " ")
+	return reason, kind
+}
 
 // ErrFenced is returned when a write is attempted under a claim that is no
 // longer current: the partition was taken over, released or quarantined.
@@ -118,8 +137,17 @@ const (
 	WakePoll = "poll"
 )
 
-// Store runs the protocol's statements against the tasks table. Its
-// methods are safe for concurrent use.
+// Store runs the protocol's statements against the tasks table, on the
+// task rows of one kind (Kind; DefaultKind unless set). Its methods are
+// safe for concurrent use.
+//
+// A kind is the processor a partition belongs to, as a job's kind names its
+// queue: several processors may share baton's schema, with partitions of
+// the same names, and each sees only its own. A partition is (kind,
+// partition_key); every statement of a Store, claims, renewals, fences,
+// releases, failures, retries, status and producers alike, names its kind,
+// so a Store of one kind can neither claim, advance, release nor add work
+// to another kind's rows.
 //
 // Row-lock discipline (producers must follow it too):
 //   - every statement that changes ownership (version) first locks the row
@@ -127,26 +155,73 @@ const (
 //   - heartbeats and work-counter updates lock FOR NO KEY UPDATE, which
 //     does not wait for batches in flight; heartbeats SKIP LOCKED rows
 //     rather than wait for a load;
-//   - statements locking several task rows lock them in partition_key
-//     order, so concurrent heartbeats, claims, releases and loads cannot
-//     deadlock.
+//   - statements locking several task rows lock them in (kind,
+//     partition_key) order, so concurrent heartbeats, claims, releases and
+//     loads cannot deadlock. Each of a Store's statements locks rows of its
+//     own kind only, in partition_key order; a producer adding work to
+//     several kinds in one transaction must add it in kind order (byte
+//     order) too.
 //
 // Ownership changes also write the partition's history (table events) in
 // the same statement; see WithoutEvents.
 type Store struct {
 	db       bun.IDB
 	schema   string
+	kind     string
 	noEvents bool
 	direct   func() bool // see PrepareWhen
 }
 
 // NewStore returns a Store over db (a *bun.DB, a connection or a
-// transaction) for the task rows in PostgreSQL schema schemaName; empty
-// means schema.Default ("baton"). Every statement names its tables with
-// that schema, so the session's search_path does not matter.
+// transaction) for the task rows of kind DefaultKind in PostgreSQL schema
+// schemaName; empty means schema.Default ("baton"). Every statement names
+// its tables with that schema, so the session's search_path does not
+// matter. Kind binds it to another kind.
 func NewStore(db bun.IDB, schemaName string) *Store {
-	return &Store{db: db, schema: cmp.Or(schemaName, schema.Default)}
+	return &Store{db: db, schema: cmp.Or(schemaName, schema.Default), kind: DefaultKind}
 }
+
+// DefaultKind is the kind of a Store, and of a distributor's Config, that
+// names none.
+const DefaultKind = "default"
+
+// MaxKindLen is the longest kind, in bytes.
+const MaxKindLen = 64
+
+// ValidateKind reports whether kind can name a kind: 1 to MaxKindLen bytes
+// of valid UTF-8, without white space, control characters or "/" (they
+// separate a kind from what follows it in notifications and idempotency
+// keys).
+func ValidateKind(kind string) error {
+	switch {
+	case kind == "":
+		return errors.New("kind is empty")
+	case len(kind) > MaxKindLen:
+		return fmt.Errorf("kind %.20q… is longer than %d bytes", kind, MaxKindLen)
+	case !utf8.ValidString(kind):
+		return fmt.Errorf("kind %q is not valid UTF-8", kind)
+	case strings.IndexFunc(kind, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) || r == '/' }) >= 0:
+		return fmt.Errorf("kind %q contains white space, a control character or \"/\"", kind)
+	}
+	return nil
+}
+
+// Kind returns a copy of s for the task rows of kind (empty means
+// DefaultKind): its statements claim, renew, fence, release, retry, report
+// and add work to rows of that kind only, and its workers count towards
+// that kind's fair share only. Producers refuse a kind that ValidateKind
+// refuses (a distributor validates its Config.Kind).
+//
+//	orders := partition.NewStore(db, "").Kind("orders")
+//	err := orders.AddWork(ctx, tx, customer, n) // an "orders" partition
+func (s *Store) Kind(kind string) *Store {
+	c := *s
+	c.kind = cmp.Or(kind, DefaultKind)
+	return &c
+}
+
+// KindName is the kind of the task rows s works on.
+func (s *Store) KindName() string { return s.kind }
 
 // sql qualifies q's table names with the store's schema.
 func (s *Store) sql(q string) string { return schema.SQL(s.schema, q) }
@@ -162,16 +237,16 @@ func (s *Store) WithDB(db bun.IDB) *Store {
 func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
 
 // lockOwnLeases is the subquery that locks an owner's leases, given as
-// parallel key and version arrays followed by the owner, in partition_key
-// order with the given lock strength and wait policy (constants, never
-// input): FOR UPDATE to change ownership, FOR NO KEY UPDATE SKIP LOCKED to
-// renew.
+// the kind, parallel key and version arrays and the owner, in
+// partition_key order with the given lock strength and wait policy
+// (constants, never input): FOR UPDATE to change ownership, FOR NO KEY
+// UPDATE SKIP LOCKED to renew.
 func lockOwnLeases(strength, wait string) string {
 	return `
-			SELECT t.partition_key
+			SELECT t.kind, t.partition_key
 			FROM {{.Schema}}.tasks t
 			JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
-			  ON t.partition_key = h.key AND t.version = h.version
+			  ON t.kind = ? AND t.partition_key = h.key AND t.version = h.version
 			WHERE t.owner = ?
 			ORDER BY t.partition_key
 			FOR ` + strength + ` OF t ` + wait + `
@@ -187,11 +262,12 @@ func split(leases []Lease) (keys []string, versions []int64) {
 	return keys, versions
 }
 
-// Candidates returns up to limit claimable rows: with pending work, not
-// quarantined, and unowned or past their lease, earliest-claimable first.
-// It reads only the head of the tasks_claimable index.
+// Candidates returns up to limit claimable rows of s's kind: with pending
+// work, not quarantined, and unowned or past their lease,
+// earliest-claimable first. It reads only the head of the kind's range of
+// the tasks_claimable index.
 func (s *Store) Candidates(ctx context.Context, limit int) ([]Candidate, error) {
-	rows, err := s.query(ctx, candidatesSQL, limit)
+	rows, err := s.query(ctx, candidatesSQL, limit, s.kind)
 	if err != nil {
 		return nil, fmt.Errorf("reading claim candidates: %w", err)
 	}
@@ -217,9 +293,10 @@ func scanCandidates(rows *sql.Rows) ([]Candidate, error) {
 // StaleCandidates is Candidates restricted to rows whose owner's lease
 // expired: the partitions of dead (or cut-off) workers. Workers at their
 // fair share still take these, so a takeover never waits for a rebalance.
-// It reads the claimable index from just past the unowned rows.
+// It reads the kind's range of the claimable index from just past the
+// unowned rows.
 func (s *Store) StaleCandidates(ctx context.Context, limit int) ([]Candidate, error) {
-	rows, err := s.query(ctx, staleCandidatesSQL, limit)
+	rows, err := s.query(ctx, staleCandidatesSQL, limit, s.kind)
 	if err != nil {
 		return nil, fmt.Errorf("reading stale claim candidates: %w", err)
 	}
@@ -227,8 +304,8 @@ func (s *Store) StaleCandidates(ctx context.Context, limit int) ([]Candidate, er
 }
 
 // Claim tries to claim every candidate with one compare-and-set statement:
-// a row is won only if its version is still the one read and it is still
-// claimable. It returns the claims won; the rest went to someone else.
+// a row is won only if it is of s's kind, its version is still the one
+// read and it is still claimable. It returns the claims won; the rest went to someone else.
 // The lease runs for ttl from the database's now(). Outside a transaction
 // the same statement raises the claimer's held count in workers (see
 // FairShareLoad); inside one (WithDB(tx)) the claims are counted from the
@@ -246,17 +323,17 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 	keys, versions := split(leases)
 	held, hargs := s.heldChange("+", "u", owner)
 	events, eargs := s.events(`, e AS (
-			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, prev_owner, prev_heartbeat_at, position)
-			SELECT partition_key, CASE WHEN prev_owner IS NULL THEN ? ELSE ? END, version, owner,
+			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, prev_owner, prev_heartbeat_at, position)
+			SELECT kind, partition_key, CASE WHEN prev_owner IS NULL THEN ? ELSE ? END, version, owner,
 			       prev_owner, prev_heartbeat, position
 			FROM u
 		)`, EventClaimed, EventTakeover)
 	rows, err := s.db.QueryContext(ctx, s.sql(`
 		WITH c AS (
-			SELECT t.partition_key, t.owner AS prev_owner, t.heartbeat_at AS prev_heartbeat
+			SELECT t.kind, t.partition_key, t.owner AS prev_owner, t.heartbeat_at AS prev_heartbeat
 			FROM {{.Schema}}.tasks t
 			JOIN unnest(?::text[], ?::bigint[]) AS c(key, version)
-			  ON t.partition_key = c.key AND t.version = c.version
+			  ON t.kind = ? AND t.partition_key = c.key AND t.version = c.version
 			WHERE t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
 			ORDER BY t.partition_key
 			FOR UPDATE OF t SKIP LOCKED
@@ -265,11 +342,11 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 			SET version = t.version + 1, owner = ?, claimed_at = now(), heartbeat_at = now(),
 			    lease_expires_at = now() + ?::interval, updated_at = now()
 			FROM c
-			WHERE t.partition_key = c.partition_key
-			RETURNING t.partition_key, t.version, t.position, t.available, t.owner, c.prev_owner, c.prev_heartbeat
+			WHERE t.kind = c.kind AND t.partition_key = c.partition_key
+			RETURNING t.kind, t.partition_key, t.version, t.position, t.available, t.owner, c.prev_owner, c.prev_heartbeat
 		)`+held+events+`
 		SELECT partition_key, version, position, available, prev_heartbeat FROM u`),
-		append(append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, interval(ttl)}, hargs...), eargs...)...)
+		append(append([]any{pgdialect.Array(keys), pgdialect.Array(versions), s.kind, owner, interval(ttl)}, hargs...), eargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("claiming %d partitions: %w", len(cands), err)
 	}
@@ -319,7 +396,7 @@ func (s *Store) HeartbeatBelow(ctx context.Context, w Worker, ttl, renewBelow ti
 	keys, versions := split(leases)
 	rows, err := s.query(ctx, heartbeatSQL,
 		keys, versions, w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, WakeListen), micros(ttl),
-		micros(renewBelow), w.Wanted)
+		micros(renewBelow), w.Wanted, s.kind)
 	if err != nil {
 		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
 	}
@@ -377,8 +454,8 @@ func (s *Store) renewWaiting(ctx context.Context, owner string, ttl time.Duratio
 	}
 	err = tx.QueryRowContext(ctx, s.sql(`
 		UPDATE {{.Schema}}.tasks SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
-		WHERE partition_key = ? AND version = ? AND owner = ?
-		RETURNING available, position`), interval(ttl), l.Key, l.Version, owner).Scan(&r.Available, &r.Position)
+		WHERE kind = ? AND partition_key = ? AND version = ? AND owner = ?
+		RETURNING available, position`), interval(ttl), s.kind, l.Key, l.Version, owner).Scan(&r.Available, &r.Position)
 	if err != nil || tx.Commit() != nil {
 		return r, false
 	}
@@ -395,9 +472,9 @@ func (s *Store) Inspect(ctx context.Context, owner string, leases []Lease) ([]He
 		       greatest(0, (extract(epoch FROM t.lease_expires_at - now()) * 1000000)::bigint)
 		FROM {{.Schema}}.tasks t
 		JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
-		  ON t.partition_key = h.key AND t.version = h.version
+		  ON t.kind = ? AND t.partition_key = h.key AND t.version = h.version
 		WHERE t.owner = ?`),
-		pgdialect.Array(keys), pgdialect.Array(versions), owner)
+		pgdialect.Array(keys), pgdialect.Array(versions), s.kind, owner)
 	if err != nil {
 		return nil, fmt.Errorf("re-reading %d leases: %w", len(leases), err)
 	}
@@ -451,8 +528,8 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []L
 	keys, versions := split(leases)
 	held, hargs := s.heldChange("-", "r", owner)
 	events, eargs := s.events(`, e AS (
-			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, position, detail)
-			SELECT partition_key, ?, version - 1, ?, position, nullif(?, '') FROM r
+			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, detail)
+			SELECT kind, partition_key, ?, version - 1, ?, position, nullif(?, '') FROM r
 		)`, EventReleased, owner, reason)
 	// One statement: the notification (only when a released partition
 	// still has pending work) is sent at the release's commit.
@@ -462,14 +539,15 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []L
 			SET version = t.version + 1, owner = NULL, heartbeat_at = NULL,
 			    lease_expires_at = '-infinity', updated_at = now()
 			FROM l
-			WHERE t.partition_key = l.partition_key
-			RETURNING t.partition_key, t.version, t.position, t.available > t.position AS pending
+			WHERE t.kind = l.kind AND t.partition_key = l.partition_key
+			RETURNING t.kind, t.partition_key, t.version, t.position, t.available > t.position AS pending
 		), n AS (
-			SELECT count(pg_notify(?, '`+NotifyReleased+`')) AS sent
+			SELECT count(pg_notify(?, ?)) AS sent
 			FROM (SELECT 1 FROM r WHERE pending LIMIT 1) p
 		)`+held+events+`
 		SELECT r.partition_key FROM r CROSS JOIN n`),
-		append(append([]any{pgdialect.Array(keys), pgdialect.Array(versions), owner, NotifyChannel}, hargs...), eargs...)...)
+		append(append([]any{pgdialect.Array(keys), pgdialect.Array(versions), s.kind, owner, NotifyChannel,
+			NotifyPayload(NotifyReleased, s.kind)}, hargs...), eargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("releasing %d partitions: %w", len(leases), err)
 	}
@@ -513,8 +591,8 @@ func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l Lease) (Ch
 	err := tx.QueryRowContext(ctx, s.sql(`
 		SELECT position, available, checkpoint, coalesce(traceparent, '')
 		FROM {{.Schema}}.tasks
-		WHERE partition_key = ? AND version = ? AND owner = ?
-		FOR KEY SHARE`), l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state, &cp.Traceparent)
+		WHERE kind = ? AND partition_key = ? AND version = ? AND owner = ?
+		FOR KEY SHARE`), s.kind, l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state, &cp.Traceparent)
 	if errors.Is(err, sql.ErrNoRows) {
 		return cp, fmt.Errorf("fencing %s: %w", l, ErrFenced)
 	}
@@ -548,12 +626,12 @@ func (s *Store) Advance(ctx context.Context, tx bun.Tx, l Lease, from, position 
 			UPDATE {{.Schema}}.tasks
 			SET position = ?, checkpoint = ?::jsonb, attempts = 0, last_error = NULL, updated_at = now(),
 			    traceparent = nullif(?, '')
-			WHERE partition_key = ? AND version = ? AND position = ?
+			WHERE kind = ? AND partition_key = ? AND version = ? AND position = ?
 			RETURNING 1
 		)
 		SELECT version, position FROM {{.Schema}}.tasks
-		WHERE partition_key = ? AND NOT EXISTS (SELECT 1 FROM u)`),
-		position, string(state), traceparent(ctx), l.Key, l.Version, from, l.Key).Scan(&version, &current)
+		WHERE kind = ? AND partition_key = ? AND NOT EXISTS (SELECT 1 FROM u)`),
+		position, string(state), traceparent(ctx), s.kind, l.Key, l.Version, from, s.kind, l.Key).Scan(&version, &current)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil // updated
@@ -569,7 +647,7 @@ func (s *Store) Advance(ctx context.Context, tx bun.Tx, l Lease, from, position 
 // Progress re-reads a partition's version and position, to resolve a
 // commit whose outcome is unknown.
 func (s *Store) Progress(ctx context.Context, key string) (version, position int64, err error) {
-	err = s.db.QueryRowContext(ctx, s.sql(`SELECT version, position FROM {{.Schema}}.tasks WHERE partition_key = ?`), key).
+	err = s.db.QueryRowContext(ctx, s.sql(`SELECT version, position FROM {{.Schema}}.tasks WHERE kind = ? AND partition_key = ?`), s.kind, key).
 		Scan(&version, &position)
 	if err != nil {
 		return 0, 0, fmt.Errorf("re-reading progress of %s: %w", key, err)
@@ -592,8 +670,8 @@ func (s *Store) Fail(ctx context.Context, owner string, l Lease, cause string, b
 	var r FailResult
 	var retryMicros int64
 	events, eargs := s.events(`, e AS (
-			INSERT INTO {{.Schema}}.events (partition_key, kind, version, worker, attempts, detail)
-			SELECT partition_key, CASE WHEN quarantine THEN ? ELSE ? END, ?, ?, attempts, last_error FROM u
+			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, attempts, detail)
+			SELECT kind, partition_key, CASE WHEN quarantine THEN ? ELSE ? END, ?, ?, attempts, last_error FROM u
 		)`, EventQuarantined, EventFailed, l.Version, owner)
 	err := s.db.QueryRowContext(ctx, s.sql(`
 		WITH b AS (
@@ -601,7 +679,7 @@ func (s *Store) Fail(ctx context.Context, owner string, l Lease, cause string, b
 			-- back-offs; the result is capped by maxBackoff, a bigint.
 			SELECT least(?::numeric * power(2::numeric, least(attempts, 62)), ?::numeric)::bigint AS micros,
 			       attempts + 1 >= ? AS quarantine
-			FROM {{.Schema}}.tasks WHERE partition_key = ? AND version = ? AND owner = ?
+			FROM {{.Schema}}.tasks WHERE kind = ? AND partition_key = ? AND version = ? AND owner = ?
 			FOR UPDATE
 		), u AS (
 			UPDATE {{.Schema}}.tasks t
@@ -611,12 +689,12 @@ func (s *Store) Fail(ctx context.Context, owner string, l Lease, cause string, b
 			    lease_expires_at = CASE WHEN b.quarantine THEN 'infinity'::timestamptz
 			                            ELSE now() + b.micros * interval '1 microsecond' END
 			FROM b
-			WHERE t.partition_key = ?
-			RETURNING t.partition_key, t.attempts, t.last_error, b.quarantine, b.micros
+			WHERE t.kind = ? AND t.partition_key = ?
+			RETURNING t.kind, t.partition_key, t.attempts, t.last_error, b.quarantine, b.micros
 		)`+events+`
 		SELECT attempts, quarantine, micros FROM u`),
-		append([]any{backoff.Microseconds(), maxBackoff.Microseconds(), maxAttempts, l.Key, l.Version, owner,
-			truncate(cause, 4000), l.Key}, eargs...)...).Scan(&r.Attempts, &r.Quarantined, &retryMicros)
+		append([]any{backoff.Microseconds(), maxBackoff.Microseconds(), maxAttempts, s.kind, l.Key, l.Version, owner,
+			truncate(cause, 4000), s.kind, l.Key}, eargs...)...).Scan(&r.Attempts, &r.Quarantined, &retryMicros)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("recording failure of %s: %w", l, ErrFenced)
 	}
@@ -639,8 +717,9 @@ func truncate(s string, n int) string {
 // ErrNotFound is returned by Retry for an unknown partition.
 var ErrNotFound = errors.New("no such partition")
 
-// Retry re-enables a quarantined or backing-off partition: attempts reset,
-// claimable at once. It reports whether anything changed.
+// Retry re-enables a quarantined or backing-off partition of s's kind:
+// attempts reset, claimable at once. It reports whether anything changed,
+// and ErrNotFound if s's kind has no partition key.
 func (s *Store) Retry(ctx context.Context, key string) (bool, error) {
 	return s.RetryBy(ctx, key, "")
 }
@@ -649,23 +728,23 @@ func (s *Store) Retry(ctx context.Context, key string) (bool, error) {
 // partition's history.
 func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 	events, eargs := s.events(`, e AS (
-			INSERT INTO {{.Schema}}.events (partition_key, kind, version, detail)
-			SELECT partition_key, ?, version, nullif(?, '') FROM u
+			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, detail)
+			SELECT kind, partition_key, ?, version, nullif(?, '') FROM u
 		)`, EventRetried, actor)
 	var n int
 	err := s.db.QueryRowContext(ctx, s.sql(`
 		WITH r AS (
-			SELECT partition_key FROM {{.Schema}}.tasks
-			WHERE partition_key = ? AND owner IS NULL AND (failed_at IS NOT NULL OR attempts > 0)
+			SELECT kind, partition_key FROM {{.Schema}}.tasks
+			WHERE kind = ? AND partition_key = ? AND owner IS NULL AND (failed_at IS NOT NULL OR attempts > 0)
 			FOR UPDATE
 		), u AS (
 			UPDATE {{.Schema}}.tasks t
 			SET failed_at = NULL, attempts = 0, last_error = NULL, lease_expires_at = '-infinity',
 			    version = t.version + 1, updated_at = now()
-			FROM r WHERE t.partition_key = r.partition_key
-			RETURNING t.partition_key, t.version
+			FROM r WHERE t.kind = r.kind AND t.partition_key = r.partition_key
+			RETURNING t.kind, t.partition_key, t.version
 		)`+events+`
-		SELECT count(*) FROM u`), append([]any{key}, eargs...)...).Scan(&n)
+		SELECT count(*) FROM u`), append([]any{s.kind, key}, eargs...)...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("retrying partition %s: %w", key, err)
 	}
@@ -673,11 +752,11 @@ func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 		return true, s.Notify(ctx, NotifyRetry)
 	}
 	var exists bool
-	if err := s.db.QueryRowContext(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {{.Schema}}.tasks WHERE partition_key = ?)`), key).Scan(&exists); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {{.Schema}}.tasks WHERE kind = ? AND partition_key = ?)`), s.kind, key).Scan(&exists); err != nil {
 		return false, fmt.Errorf("retrying partition %s: %w", key, err)
 	}
 	if !exists {
-		return false, fmt.Errorf("retrying partition %s: %w", key, ErrNotFound)
+		return false, fmt.Errorf("retrying partition %s of kind %s: %w", key, s.kind, ErrNotFound)
 	}
 	return false, nil
 }
@@ -702,25 +781,26 @@ type Load struct {
 	Wanted int
 }
 
-// ClusterLoad reads the fair-share inputs.
+// ClusterLoad reads the fair-share inputs of s's kind: its partitions
+// and its live workers.
 func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 	var l Load
 	err := s.db.QueryRowContext(ctx, s.sql(`
 		SELECT
 		  (SELECT count(*) FROM {{.Schema}}.tasks
-		    WHERE failed_at IS NULL AND available > position)
+		    WHERE kind = ?0 AND failed_at IS NULL AND available > position)
 		+ (SELECT count(*) FROM {{.Schema}}.tasks
-		    WHERE owner IS NOT NULL AND lease_expires_at > now() AND available <= position),
-		  (SELECT count(*) FROM {{.Schema}}.workers WHERE expires_at > now() AND stopped_at IS NULL),
-		  (SELECT count(*) FROM {{.Schema}}.tasks WHERE failed_at IS NOT NULL),
+		    WHERE kind = ?0 AND owner IS NOT NULL AND lease_expires_at > now() AND available <= position),
+		  (SELECT count(*) FROM {{.Schema}}.workers WHERE kind = ?0 AND expires_at > now() AND stopped_at IS NULL),
+		  (SELECT count(*) FROM {{.Schema}}.tasks WHERE kind = ?0 AND failed_at IS NOT NULL),
 		  (SELECT count(*) FROM {{.Schema}}.tasks
-		    WHERE available > position AND failed_at IS NULL AND lease_expires_at <= now()),
+		    WHERE kind = ?0 AND available > position AND failed_at IS NULL AND lease_expires_at <= now()),
 		  coalesce((SELECT min(n) FROM (
 		    SELECT count(t.partition_key) AS n
 		    FROM {{.Schema}}.workers w
-		    LEFT JOIN {{.Schema}}.tasks t ON t.owner = w.instance_id AND t.lease_expires_at > now()
-		    WHERE w.expires_at > now() AND w.stopped_at IS NULL
-		    GROUP BY w.instance_id) h), 0)`)).Scan(&l.Busy, &l.LiveWorkers, &l.Quarantined, &l.Unclaimed, &l.MinHeld)
+		    LEFT JOIN {{.Schema}}.tasks t ON t.kind = w.kind AND t.owner = w.instance_id AND t.lease_expires_at > now()
+		    WHERE w.kind = ?0 AND w.expires_at > now() AND w.stopped_at IS NULL
+		    GROUP BY w.instance_id) h), 0)`), s.kind).Scan(&l.Busy, &l.LiveWorkers, &l.Quarantined, &l.Unclaimed, &l.MinHeld)
 	if err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}
@@ -728,7 +808,8 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 }
 
 // FairShareLoad reads what worker self, with room for maxPartitions, needs for
-// its fair share, bounded by what can change that share rather than by the
+// its fair share among the workers of s's kind, counting only that kind's
+// workers and partitions, bounded by what can change that share rather than by the
 // number of partitions or workers, so that its cost does not grow with
 // either table:
 //
@@ -755,7 +836,7 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 // work is done needs.
 func (s *Store) FairShareLoad(ctx context.Context, self string, maxPartitions int, staleAfter time.Duration) (Load, error) {
 	var l Load
-	rows, err := s.query(ctx, fairShareSQL, maxPartitions, micros(staleAfter), self)
+	rows, err := s.query(ctx, fairShareSQL, maxPartitions, micros(staleAfter), self, s.kind)
 	if err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}
@@ -772,11 +853,11 @@ func (s *Store) FairShareLoad(ctx context.Context, self string, maxPartitions in
 	return l, nil
 }
 
-// QuarantinedCount counts the partitions marked failed. It reads the whole
-// table: call it rarely (the end of an until-done run).
+// QuarantinedCount counts the partitions of s's kind marked failed. It
+// reads the whole table: call it rarely (the end of an until-done run).
 func (s *Store) QuarantinedCount(ctx context.Context) (int, error) {
 	var n int
-	if err := s.db.QueryRowContext(ctx, s.sql(`SELECT count(*) FROM {{.Schema}}.tasks WHERE failed_at IS NOT NULL`)).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.sql(`SELECT count(*) FROM {{.Schema}}.tasks WHERE kind = ? AND failed_at IS NOT NULL`), s.kind).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting quarantined partitions: %w", err)
 	}
 	return n, nil
@@ -792,7 +873,7 @@ func (s *Store) StopWorker(ctx context.Context, instanceID string) error {
 			UPDATE {{.Schema}}.workers SET stopped_at = now(), expires_at = now() WHERE instance_id = ?
 			RETURNING 1
 		)
-		SELECT pg_notify(?, ?) FROM u`), instanceID, NotifyChannel, NotifyLeft); err != nil {
+		SELECT pg_notify(?, ?) FROM u`), instanceID, NotifyChannel, NotifyPayload(NotifyLeft, s.kind)); err != nil {
 		return fmt.Errorf("marking worker %s stopped: %w", instanceID, err)
 	}
 	if _, err := s.db.ExecContext(ctx, s.sql(`
@@ -802,10 +883,11 @@ func (s *Store) StopWorker(ctx context.Context, instanceID string) error {
 	return nil
 }
 
-// Notify wakes workers waiting for claimable work. Inside a transaction the
-// notification is delivered at commit.
+// Notify wakes the workers of s's kind waiting for claimable work, telling
+// them reason. Inside a transaction the notification is delivered at
+// commit.
 func (s *Store) Notify(ctx context.Context, reason string) error {
-	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, NotifyChannel, reason); err != nil {
+	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, NotifyChannel, NotifyPayload(reason, s.kind)); err != nil {
 		return fmt.Errorf("notifying workers: %w", err)
 	}
 	return nil

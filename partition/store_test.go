@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +22,9 @@ import (
 // The tests leave no goroutine behind (the server is torn down first).
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
 
-// With 100,000 task rows, a claim poll reads the head of the claimable
-// index, not the table. The plans are those of the store's own statements,
+// With 100,000 task rows, a claim poll reads the head of its kind's range
+// of the claimable index, not the table, however many claimable rows
+// other kinds have. The plans are those of the store's own statements,
 // captured as they are sent.
 func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 	t.Parallel()
@@ -37,6 +39,15 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 		       CASE WHEN i % 14 = 0 THEN now() - interval '1 hour'
 		            WHEN i % 7 = 0 THEN now() + interval '1 hour' ELSE '-infinity' END
 		FROM generate_series(1, 100000) i`); err != nil {
+		t.Fatal(err)
+	}
+	// Another kind's 50,000 partitions, all claimable, with the same keys
+	// and earlier in lease order than any of the default kind's.
+	if _, err := db.ExecContext(ctx, `
+		INSERT INTO baton.tasks (kind, partition_key, available, position, owner, lease_expires_at)
+		SELECT 'other', 'p' || i, 10, 0, CASE WHEN i % 2 = 0 THEN 'o#1' END,
+		       CASE WHEN i % 2 = 0 THEN now() - interval '2 hours' ELSE '-infinity' END
+		FROM generate_series(1, 50000) i`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, `ANALYZE baton.tasks`); err != nil {
@@ -55,7 +66,14 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 			if err != nil || len(cands) != 40 {
 				t.Fatalf("%s = %d rows, %v", tc.name, len(cands), err)
 			}
-			for _, plan := range explainPrepared(t, db, partition.StatementSQL(tc.name), 40) {
+			for _, c := range cands {
+				// The default kind's claimable rows are those numbered by
+				// multiples of 50 (pending) or of 14 (a dead owner's).
+				if n, _ := strconv.Atoi(strings.TrimPrefix(c.Key, "p")); n%50 != 0 && n%14 != 0 {
+					t.Fatalf("%s read %v, a partition of another kind", tc.name, c)
+				}
+			}
+			for _, plan := range explainPrepared(t, db, partition.StatementSQL(tc.name), 40, partition.DefaultKind) {
 				if !strings.Contains(plan, `"Index Name": "tasks_claimable"`) || strings.Contains(plan, "Seq Scan") {
 					t.Fatalf("%s does not use the claimable index:\n%s", tc.name, plan)
 				}
@@ -314,14 +332,14 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 	if err := s.Notify(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != "marker" {
+	if got := next(); got != partition.NotifyPayload("marker", partition.DefaultKind) {
 		t.Fatalf("first notification %q after releasing a caught-up partition; want none before the marker", got)
 	}
 	rel, err = s.Release(ctx, "w#1", []partition.Lease{pending})
 	if err != nil || len(rel) != 1 || rel[0] != "pending" {
 		t.Fatalf("releasing pending: %v %v", rel, err)
 	}
-	if got := next(); got != "released" {
+	if got := next(); got != partition.NotifyPayload(partition.NotifyReleased, partition.DefaultKind) {
 		t.Fatalf("notification %q after releasing a partition with pending work; want released", got)
 	}
 	// Releasing again is fenced by version: nothing released, no notification.
@@ -331,7 +349,7 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 	if err := s.Notify(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != "marker" {
+	if got := next(); got != partition.NotifyPayload("marker", partition.DefaultKind) {
 		t.Fatalf("notification %q after a fenced release; want none before the marker", got)
 	}
 }
@@ -423,7 +441,8 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	if l, err = s.FairShareLoad(ctx, "w#1", 4, time.Hour); err != nil || l.Wanted != 0 {
 		t.Fatalf("w#1 wanting 3: FairShareLoad for w#1 = %+v, %v; want Wanted 0 (its own)", l, err)
 	}
-	for _, plan := range explainPrepared(t, db, partition.StatementSQL("FairShareLoad"), 4, int64(time.Hour/time.Microsecond), "w#2") {
+	for _, plan := range explainPrepared(t, db, partition.StatementSQL("FairShareLoad"), 4, int64(time.Hour/time.Microsecond), "w#2",
+		partition.DefaultKind) {
 		// Every plan node over tasks: no sequential scan, and together they
 		// read a few caps' worth of rows, not the table.
 		var rows float64
@@ -487,7 +506,8 @@ func TestHeartbeatIsIndexDriven(t *testing.T) {
 	keys := []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"}
 	versions := make([]int64, len(keys))
 	for _, plan := range explainPrepared(t, db, partition.StatementSQL("Heartbeat"),
-		pgdialect.Array(keys), pgdialect.Array(versions), "w#1", "w", "", 0, "lock", "listen", int64(time.Hour/time.Microsecond), int64(2*time.Hour/time.Microsecond), 0) {
+		pgdialect.Array(keys), pgdialect.Array(versions), "w#1", "w", "", 0, "lock", "listen", int64(time.Hour/time.Microsecond), int64(2*time.Hour/time.Microsecond), 0,
+		partition.DefaultKind) {
 		walkPlan(t, plan, func(n map[string]any) {
 			if n["Relation Name"] == "tasks" && n["Node Type"] == "Seq Scan" {
 				t.Fatalf("the heartbeat reads tasks sequentially:\n%s", plan)

@@ -28,13 +28,13 @@ func (m CommittedMismatch) String() string {
 }
 
 // VerifyCommitted checks every contract's committed output against its
-// checkpoint, independently of the Go engine: the records up to the
-// checkpoint (position) are priced exactly once and none beyond, every
-// priced row matches its record with gross − discount = net, and the
-// priced nets add up to R(G) of the prefix's gross G, recomputed in SQL
-// numeric arithmetic from the tiers (each net is a difference of
-// cumulative values, so a prefix telescopes). Unlike Verify it holds while
-// pricing is under way. Run it in one snapshot (REPEATABLE READ) so the
+// checkpoint (its task row of kind Kind), independently of the Go engine:
+// the records up to the checkpoint (position) are priced exactly once and
+// none beyond, every priced row matches its record with gross − discount
+// = net, and the priced nets add up to R(G) of the prefix's gross G,
+// recomputed in SQL numeric arithmetic from the tiers (each net is a
+// difference of cumulative values, so a prefix telescopes). Unlike Verify
+// it holds while pricing is under way. Run it in one snapshot (REPEATABLE READ) so the
 // checkpoints and the output agree.
 func VerifyCommitted(ctx context.Context, db bun.IDB, schemaName string) ([]CommittedMismatch, error) {
 	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
@@ -43,6 +43,7 @@ func VerifyCommitted(ctx context.Context, db bun.IDB, schemaName string) ([]Comm
 			       coalesce(sum(r.amount_minor), 0)::numeric AS g, count(r.seq) AS n
 			FROM {{.Schema}}.tasks t
 			LEFT JOIN {{.Schema}}.records r ON r.contract_id = t.partition_key AND r.seq <= t.position
+			WHERE t.kind = '`+Kind+`'
 			GROUP BY t.partition_key, t.position
 		), bands AS (
 			SELECT contract_id, threshold_minor::numeric AS t, discount_bp::numeric AS bp,

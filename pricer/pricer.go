@@ -25,6 +25,13 @@ import (
 	"github.com/batonhq/baton/schema"
 )
 
+// Kind is the kind of the pricing partitions (distributor.Config.Kind,
+// partition.Store.Kind): one task row per contract, of this kind, which
+// the loader creates and adds records to and only pricing workers claim.
+// Other processors sharing the schema use kinds of their own, so a
+// partition of theirs named like a contract is another partition.
+const Kind = "pricing"
+
 // Checkpoint is the pricing state stored with a partition's position.
 type Checkpoint struct {
 	// CumGross is the sum of the amounts priced so far (minor units).
@@ -61,7 +68,11 @@ func New(schemaName string) *Processor {
 // sql qualifies q's table names with the processor's schema.
 func (p *Processor) sql(q string) string { return schema.SQL(p.schema, q) }
 
-var _ distributor.Processor = (*Processor)(nil)
+var _ distributor.Kinded = (*Processor)(nil)
+
+// Kind is Kind: a distributor running the processor claims pricing
+// partitions only.
+func (p *Processor) Kind() string { return Kind }
 
 type record struct {
 	seq          int64

@@ -20,7 +20,7 @@ import (
 func claimOne(t *testing.T, db *bun.DB, owner, key string) partition.Lease {
 	t.Helper()
 	ctx := context.Background()
-	store := partition.NewStore(db, "")
+	store := partition.NewStore(db, "").Kind(pricer.Kind)
 	var version int64
 	if err := db.QueryRow(`SELECT version FROM baton.tasks WHERE partition_key = ?`, key).Scan(&version); err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
 func pricedRowsCommitWithTheBatch(t *testing.T, db *bun.DB, key string, limit int) {
 	ctx := context.Background()
 	lease := claimOne(t, db, "w#1", key)
-	store := partition.NewStore(db, "")
+	store := partition.NewStore(db, "").Kind(pricer.Kind)
 
 	process := func(commit bool) (distributor.Result, error) {
 		conn, err := db.Conn(ctx)
@@ -118,7 +118,7 @@ func TestBatchWithoutConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	cp, err := partition.NewStore(db, "").Fence(ctx, tx, "w#1", lease)
+	cp, err := partition.NewStore(db, "").Kind(pricer.Kind).Fence(ctx, tx, "w#1", lease)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,20 @@ import (
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricer"
 )
+
+// pricingStore is the store of the pricing partitions (kind pricer.Kind),
+// the only task rows the CLI's commands read or change: partitions of
+// other processors sharing the schema are not contracts.
+func pricingStore(db bun.IDB, schemaName string) *partition.Store {
+	return partition.NewStore(db, schemaName).Kind(pricer.Kind)
+}
+
+// stateInconsistent is the state status reports for a contract whose
+// checkpoint or available count lies beyond its stored records
+// (pricer.Inconsistent): an error, neither done nor pending.
+const stateInconsistent = "inconsistent"
 
 // The JSON shape of "worker status --json" is a stable interface: fields
 // may be added, never renamed or removed.
@@ -95,6 +108,34 @@ func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerSt
 	return s
 }
 
+// readStatus reads the contracts and live workers and reports as
+// inconsistent, with the problem as their error, the contracts whose
+// pricing partition claims more than their stored records. The records are
+// read after the task rows: a load that commits in between only adds
+// records, so it never makes a consistent contract look inconsistent.
+func readStatus(ctx context.Context, db bun.IDB, schemaName string) (statusJSON, error) {
+	parts, workers, err := pricingStore(db, schemaName).Status(ctx)
+	if err != nil {
+		return statusJSON{}, err
+	}
+	progress, err := pricer.CheckProgress(ctx, db, schemaName)
+	if err != nil {
+		return statusJSON{}, err
+	}
+	bad := make(map[string]pricer.Inconsistent, len(progress.Inconsistent))
+	for _, c := range progress.Inconsistent {
+		bad[c.ContractID] = c
+	}
+	if len(bad) > 0 {
+		for i := range parts {
+			if c, ok := bad[parts[i].Key]; ok {
+				parts[i].State, parts[i].Error = stateInconsistent, c.Problem()
+			}
+		}
+	}
+	return buildStatus(parts, workers), nil
+}
+
 // statesHelp documents the states status reports.
 const statesHelp = `States:
   pending      unowned, records waiting to be priced
@@ -106,7 +147,11 @@ const statesHelp = `States:
   stale        its owner stopped heartbeating; another worker takes it over
   backoff      a batch failed; retried after an exponential back-off
   quarantined  failed --max-attempts times; needs "worker retry CONTRACT"
-  done         unowned, every record priced`
+  done         unowned, every record priced
+  inconsistent an error: its checkpoint (or the records announced to the
+               workers) lies beyond its stored records, so records were
+               skipped or something other than the loader added work;
+               "export --complete" refuses to export`
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var asJSON, watch bool
@@ -147,15 +192,13 @@ stopped heartbeating is not counted.
 				return err
 			}
 			defer db.Close()
-			store := partition.NewStore(db, g.schema)
 			if watch {
-				return watchStatus(cmd.Context(), g, store, every)
+				return watchStatus(cmd.Context(), g, db, every)
 			}
-			parts, workers, err := store.Status(cmd.Context())
+			s, err := readStatus(cmd.Context(), db, g.schema)
 			if err != nil {
 				return err
 			}
-			s := buildStatus(parts, workers)
 			if asJSON {
 				enc := json.NewEncoder(g.stdout)
 				enc.SetIndent("", "  ")
@@ -208,7 +251,7 @@ func printStatus(w io.Writer, s statusJSON) {
 // watchStatus redraws the live view until ctx ends. A failed read keeps the
 // last view on screen under a "database unreachable, retrying" line and
 // tries again at the next tick.
-func watchStatus(ctx context.Context, g *globals, store *partition.Store, every time.Duration) error {
+func watchStatus(ctx context.Context, g *globals, db bun.IDB, every time.Duration) error {
 	view := newLiveView(g.stdout)
 	view.screen = true
 	if view.tty {
@@ -221,7 +264,7 @@ func watchStatus(ctx context.Context, g *globals, store *partition.Store, every 
 	var last *statusJSON
 	var downSince time.Time
 	for {
-		parts, workers, err := store.Status(ctx)
+		s, err := readStatus(ctx, db, g.schema)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -243,7 +286,6 @@ func watchStatus(ctx context.Context, g *globals, store *partition.Store, every 
 				g.logger.Info("database reachable again", "down_ms", time.Since(downSince).Milliseconds())
 			}
 			downSince, view.alert = time.Time{}, ""
-			s := buildStatus(parts, workers)
 			last = &s
 			view.draw(s, s.Totals.Processed+s.Totals.Pending, time.Since(start))
 		}

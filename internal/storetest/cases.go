@@ -39,6 +39,8 @@ func Cases() []Case {
 		{"ClaimWithBatch/FenceExcludesOtherClaims", claimBatchFenceExcludes},
 		{"ClaimWithBatch/LostToACommittedClaim", claimBatchLost},
 		{"ClaimWithBatch/RolledBackChangesNothing", claimBatchRollback},
+		{kindCasePrefix + "CandidatesOfTheStoresKindOnly", kindCandidates},
+		{kindCasePrefix + "ClaimWinsOnlyTheStoresKind", kindClaim},
 	}
 }
 
@@ -798,4 +800,103 @@ func claimBatchRollback(c *C, h Harness) {
 	c.must(err, "ClaimAdvance after the rollback")
 	c.must(b.Commit(c.Ctx), "Commit")
 	c.wantProgress(h, "a", cs[0].Version+2, 1)
+}
+
+// ---- kinds ------------------------------------------------------------
+
+// otherKind is the kind the kind cases set beside the default one.
+const otherKind = "other"
+
+// kindCandidates: partitions of another kind with the same keys, claimable
+// or stale, are never the store's candidates, nor its own the other's.
+func kindCandidates(c *C, h Harness) {
+	k := h.(Kinds)
+	other := k.OfKind(otherKind)
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 5)
+	h.AddPartition("dead", 5)
+	k.AddPartitionOfKind(otherKind, "a", 5)
+	k.AddPartitionOfKind(otherKind, "c", 5)
+	k.AddPartitionOfKind(otherKind, "dead", 5)
+	k.AddPartitionOfKind(otherKind, "done", 0)
+	c.wantKeys("candidates", candKeys(c.candidates(h, 10)), []string{"a", "b", "dead"})
+	oc, err := other.Candidates(c.Ctx, 10)
+	c.must(err, "the other kind's Candidates")
+	c.wantKeys("the other kind's candidates", candKeys(oc), []string{"a", "c", "dead"})
+	// A dead owner in each kind: each kind's stale candidates are its own.
+	c.claimOne(h, "w1", "dead")
+	for _, x := range oc {
+		if x.Key == "dead" {
+			won, err := other.Claim(c.Ctx, "o1", []partition.Candidate{x})
+			c.must(err, "the other kind's Claim")
+			c.wantKeys("won by the other kind", claimedKeys(won), []string{"dead"})
+		}
+	}
+	// Only the store's lease has expired so far.
+	h.ExpireLease("dead")
+	ost, err := other.StaleCandidates(c.Ctx, 10)
+	c.must(err, "the other kind's StaleCandidates")
+	c.wantKeys("the other kind's stale candidates while its lease lasts", candKeys(ost), nil)
+	k.ExpireLeaseOfKind(otherKind, "dead")
+	st, err := h.StaleCandidates(c.Ctx, 10)
+	c.must(err, "StaleCandidates")
+	if len(st) != 1 || st[0].Key != "dead" {
+		c.Fatalf("stale candidates = %v; want dead", st)
+	}
+	ost, err = other.StaleCandidates(c.Ctx, 10)
+	c.must(err, "the other kind's StaleCandidates")
+	if len(ost) != 1 || ost[0].Key != "dead" {
+		c.Fatalf("the other kind's stale candidates = %v; want dead", ost)
+	}
+	// Claimed by the store's takeover, the other kind's dead row is still
+	// stale and its own.
+	won, err := h.Claim(c.Ctx, "w2", st)
+	c.must(err, "Claim")
+	c.wantKeys("takeover", claimedKeys(won), []string{"dead"})
+	ost, err = other.StaleCandidates(c.Ctx, 10)
+	c.must(err, "the other kind's StaleCandidates")
+	c.wantKeys("the other kind's stale candidates after the store's takeover", candKeys(ost), []string{"dead"})
+	c.wantKeys("the other kind's candidates", candKeys(func() []partition.Candidate {
+		cs, err := other.Candidates(c.Ctx, 10)
+		c.must(err, "the other kind's Candidates")
+		return cs
+	}()), []string{"a", "c", "dead"})
+}
+
+// kindClaim: a claim compares the kind as well as the version: candidates
+// read in one kind win nothing in another, even at the same key and
+// version, and a win moves only the store's own kind's row.
+func kindClaim(c *C, h Harness) {
+	k := h.(Kinds)
+	other := k.OfKind(otherKind)
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 5)
+	k.AddPartitionOfKind(otherKind, "a", 3)
+	k.AddPartitionOfKind(otherKind, "c", 3)
+	mine := c.candidates(h, 10)
+	// The other kind claiming the store's candidates: its own a (same key,
+	// same version) only, with its own work; never b, which it lacks.
+	won, err := other.Claim(c.Ctx, "o1", mine)
+	c.must(err, "the other kind's Claim")
+	if len(won) != 1 || won[0].Key != "a" || won[0].Available != 3 {
+		c.Fatalf("the other kind's claim of the store's candidates won %+v; want its own a (3 items) only", won)
+	}
+	for _, x := range mine {
+		if v, _, err := h.Progress(c.Ctx, x.Key); err != nil || v != x.Version {
+			c.Errorf("the store's %s after the other kind's claim: v%d, %v; want unchanged v%d", x.Key, v, err, x.Version)
+		}
+	}
+	c.wantKeys("candidates after the other kind's claim", candKeys(c.candidates(h, 10)), []string{"a", "b"})
+	// The store's own claim wins its rows, a included, with its own work.
+	won, err = h.Claim(c.Ctx, "w1", mine)
+	c.must(err, "Claim")
+	c.wantKeys("won by the store", claimedKeys(won), []string{"a", "b"})
+	for _, x := range won {
+		if x.Available != 5 {
+			c.Errorf("the store won %+v; want its own rows (5 items)", x)
+		}
+	}
+	oc, err := other.Candidates(c.Ctx, 10)
+	c.must(err, "the other kind's Candidates")
+	c.wantKeys("the other kind's candidates after the store's claims", candKeys(oc), []string{"c"})
 }

@@ -103,6 +103,21 @@ type Harness interface {
 	Fixture
 }
 
+// Kinds is a Harness whose store keeps partitions of several kinds
+// (partition.Store.Kind) apart: Store and Fixture work on the default
+// kind, and the suite's kind cases run only against a harness that
+// implements Kinds (the simulator's model has one kind, which its workers
+// share).
+type Kinds interface {
+	// OfKind is the store's operations on the partitions of kind.
+	OfKind(kind string) Store
+	// AddPartitionOfKind creates a partition of kind with available
+	// items of work.
+	AddPartitionOfKind(kind, key string, available int64)
+	// ExpireLeaseOfKind is ExpireLease for the partition of kind.
+	ExpireLeaseOfKind(kind, key string)
+}
+
 // C is a running case: its context and its failures.
 type C struct {
 	Ctx  context.Context
@@ -126,8 +141,23 @@ type Case struct {
 	Run  func(c *C, h Harness)
 }
 
-// Check runs one case against h and returns its failures.
+// kindCasePrefix begins the names of the cases that need a harness that
+// implements Kinds.
+const kindCasePrefix = "Kinds/"
+
+// Applies reports whether k runs against h: a kind case (named Kinds/...)
+// only against a harness that implements Kinds.
+func (k Case) Applies(h Harness) bool {
+	_, ok := h.(Kinds)
+	return ok || !strings.HasPrefix(k.Name, kindCasePrefix)
+}
+
+// Check runs one case against h and returns its failures (none if the
+// case does not apply to h).
 func Check(ctx context.Context, k Case, h Harness) (errs []string) {
+	if !k.Applies(h) {
+		return nil
+	}
 	c := &C{Ctx: ctx}
 	defer func() {
 		if r := recover(); r != nil {
@@ -147,7 +177,11 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	for _, k := range Cases() {
 		t.Run(k.Name, func(t *testing.T) {
 			t.Parallel()
-			for _, e := range Check(t.Context(), k, newHarness(t)) {
+			h := newHarness(t)
+			if !k.Applies(h) {
+				t.Skip("the store under test has one kind")
+			}
+			for _, e := range Check(t.Context(), k, h) {
 				t.Error(e)
 			}
 		})

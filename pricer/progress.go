@@ -1,0 +1,99 @@
+package pricer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/batonhq/baton/schema"
+)
+
+// Progress is how far pricing is, as the contracts' checkpoints say,
+// against the records stored: what status reports and what an export
+// leaves out.
+type Progress struct {
+	Contracts int64 // contracts
+	Records   int64 // records stored
+	// Priced is the records the checkpoints of the consistent contracts
+	// cover: the sum of their positions, which is the number of priced
+	// rows when every batch wrote one per record.
+	Priced int64
+	// Unpriced is the records stored beyond the checkpoints of the
+	// consistent contracts: waiting to be priced.
+	Unpriced int64
+	// Inconsistent are the contracts, by id in byte order, whose
+	// checkpoint or available count lies beyond their stored records:
+	// something other than the loader added work to their pricing
+	// partitions, or moved their checkpoints past records never priced.
+	// Such a contract is neither done nor pending but an error, for an
+	// operator to look at; it counts in neither Priced nor Unpriced.
+	Inconsistent []Inconsistent
+}
+
+// Complete reports whether every stored record is priced and no contract
+// is inconsistent.
+func (p Progress) Complete() bool { return p.Unpriced == 0 && len(p.Inconsistent) == 0 }
+
+// Inconsistent is a contract whose pricing partition claims more than its
+// stored records.
+type Inconsistent struct {
+	ContractID string
+	Position   int64 // the checkpoint: records priced, by the partition's account
+	Available  int64 // records announced to the workers
+	Records    int64 // records stored (seqs 1 to Records)
+}
+
+// Problem says what is wrong, in an operator's words.
+func (i Inconsistent) Problem() string {
+	if i.Position > i.Records {
+		return fmt.Sprintf("checkpoint %d is beyond the contract's %d records: records were skipped or work was added by something other than the loader", i.Position, i.Records)
+	}
+	return fmt.Sprintf("%d records announced to the workers but %d stored: work was added by something other than the loader", i.Available, i.Records)
+}
+
+func (i Inconsistent) String() string { return "contract " + i.ContractID + ": " + i.Problem() }
+
+// CheckProgress reads Progress in one statement (so one snapshot): every
+// contract's pricing partition (kind Kind; none counts as position and
+// available 0) against its records, whose seqs are dense, so the last
+// stored chunk's last seq is their number. It reads one task row and one
+// index entry per contract, not the records.
+func CheckProgress(ctx context.Context, db bun.IDB, schemaName string) (Progress, error) {
+	var p Progress
+	var ids []string
+	var positions, availables, records []int64
+	err := db.QueryRowContext(ctx, schema.SQL(schemaName, progressSQL)).Scan(&p.Contracts, &p.Records, &p.Priced, &p.Unpriced,
+		pgdialect.Array(&ids), pgdialect.Array(&positions), pgdialect.Array(&availables), pgdialect.Array(&records))
+	if err != nil {
+		return p, fmt.Errorf("checking pricing progress: %w", err)
+	}
+	for i, id := range ids {
+		p.Inconsistent = append(p.Inconsistent, Inconsistent{ContractID: id, Position: positions[i], Available: availables[i], Records: records[i]})
+	}
+	return p, nil
+}
+
+const progressSQL = `
+		WITH c AS (
+			SELECT k.contract_id, coalesce(t.position, 0) AS position, coalesce(t.available, 0) AS available,
+			       coalesce(r.last_seq, 0) AS records
+			FROM {{.Schema}}.contracts k
+			LEFT JOIN {{.Schema}}.tasks t ON t.kind = '` + Kind + `' AND t.partition_key = k.contract_id
+			LEFT JOIN LATERAL (
+				SELECT x.last_seq FROM {{.Schema}}.record_chunks x
+				WHERE x.contract_id = k.contract_id
+				ORDER BY x.first_seq DESC LIMIT 1
+			) r ON true
+		), v AS (
+			SELECT *, position > records OR available > records AS bad FROM c
+		)
+		SELECT count(*), coalesce(sum(records), 0)::bigint,
+		       coalesce(sum(position) FILTER (WHERE NOT bad), 0)::bigint,
+		       coalesce(sum(records - position) FILTER (WHERE NOT bad), 0)::bigint,
+		       coalesce(array_agg(contract_id ORDER BY contract_id) FILTER (WHERE bad), '{}'),
+		       coalesce(array_agg(position ORDER BY contract_id) FILTER (WHERE bad), '{}'),
+		       coalesce(array_agg(available ORDER BY contract_id) FILTER (WHERE bad), '{}'),
+		       coalesce(array_agg(records ORDER BY contract_id) FILTER (WHERE bad), '{}')
+		FROM v`
