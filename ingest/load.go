@@ -16,19 +16,18 @@ import (
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/schema"
 )
-
-// taskKind is the kind of the task rows the loader creates, reads and adds
-// records to (one per contract): the pricing workers'. Rows of other kinds
-// named like a contract belong to other processors and are never read,
-// locked or changed by a load.
-const taskKind = pricer.Kind
 
 // loadLockKey identifies the load lock among advisory locks ("baton-ld" as
 // a 64-bit integer).
 const loadLockKey int64 = 0x626174_6f6e2d6c64
+
+// ErrInterrupted is returned, wrapped, by a load whose context ended
+// before it began to commit: its transaction is rolled back (or was never
+// begun), so nothing was loaded. Once the commit has begun it is not
+// interrupted, so that a load never ends with its outcome unknown.
+var ErrInterrupted = errors.New("interrupted: nothing was loaded")
 
 // MaxListedDefault is the number of problems an *InvalidInputError lists
 // when Options.MaxListed is zero.
@@ -199,6 +198,9 @@ func Load(ctx context.Context, db *bun.DB, opts Options) (Report, error) {
 
 	conn, err := db.Conn(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return Report{}, ErrInterrupted
+		}
 		return Report{}, fmt.Errorf("loading: acquiring a database connection: %w", err)
 	}
 	defer conn.Close()
@@ -209,6 +211,11 @@ func Load(ctx context.Context, db *bun.DB, opts Options) (Report, error) {
 		return err
 	})
 	rep.Duration = time.Since(start)
+	if err != nil && ctx.Err() != nil && !l.committing {
+		// Whatever the statement the interruption cut short, the
+		// transaction did not commit.
+		err = fmt.Errorf("%w (the load was rolled back)", ErrInterrupted)
+	}
 	return rep, err
 }
 
@@ -232,6 +239,7 @@ type loader struct {
 	staged         map[string]bool // stages reported to Options.Progress
 	repeatsChecked bool            // checkRepeats has run
 	affectedStale  bool            // load_affected needs collecting again
+	committing     bool            // the commit has begun: its outcome is not ErrInterrupted
 }
 
 // exec runs one step of the load, naming it in any error.
@@ -328,7 +336,10 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	if err := l.finish(ctx, tx); err != nil {
 		return *rep, err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	// An interruption from here on would leave the outcome unknown: the
+	// commit is not interrupted.
+	l.committing = true
+	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
 		return *rep, fmt.Errorf("loading: committing: %w", err)
 	}
 	if rejectTmp != "" {
@@ -411,7 +422,7 @@ func nullIfEmpty(s string) any {
 const sqlLockTasks = `
 SELECT count(*) FROM (
     SELECT 1 FROM {{.Schema}}.tasks t JOIN load_affected a ON a.contract_id = t.partition_key
-     WHERE t.kind = '` + taskKind + `' AND (a.n_new > 0 OR a.tiers_changed)
+     WHERE a.n_new > 0 OR a.tiers_changed
      ORDER BY t.partition_key FOR %s OF t
 ) locked`
 
@@ -422,7 +433,7 @@ SELECT count(*) FROM (
 // quadratic in the contracts (306 s for 100,000); without, it hashes.
 const sqlCheckLocked = `
 SELECT a.contract_id, t.position, t.available, coalesce(a.base, -1), a.tiers_changed
-  FROM load_affected a JOIN {{.Schema}}.tasks t ON t.kind = '` + taskKind + `' AND t.partition_key = a.contract_id
+  FROM load_affected a JOIN {{.Schema}}.tasks t ON t.partition_key = a.contract_id
  WHERE (a.tiers_changed AND t.position > 0) OR (a.n_new > 0 AND t.available IS DISTINCT FROM a.base)
  ORDER BY a.contract_id`
 
@@ -479,7 +490,7 @@ UPDATE {{.Schema}}.loads SET finished_at = clock_timestamp(), tier_rows = $2, re
 		if err != nil {
 			return err
 		}
-		if err := partition.NewStore(nil, l.opts.Schema).Kind(taskKind).AddWorksPgx(ctx, tx, work); err != nil {
+		if err := partition.NewStore(nil, l.opts.Schema).AddWorksPgx(ctx, tx, work); err != nil {
 			return fmt.Errorf("loading: %w", err)
 		}
 	}

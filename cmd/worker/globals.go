@@ -43,7 +43,9 @@ func (g *globals) register(root *cobra.Command) {
 }
 
 func (g *globals) setup(cmd *cobra.Command) error {
-	g.stdout, g.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+	// Logs and progress lines share standard error: a log line ends a
+	// progress line rather than being glued to it.
+	g.stdout, g.stderr = cmd.OutOrStdout(), &termLine{w: cmd.ErrOrStderr()}
 	if g.databaseURL == "" {
 		g.databaseURL = os.Getenv("DATABASE_URL")
 	}

@@ -50,7 +50,10 @@ const exitCodesHelp = `Exit codes:
   4  work left: contracts are quarantined (run --until-done), or records
      are unpriced (export --complete)
   5  not found: no such contract (retry) or job (schedule trigger,
-     schedule remove)`
+     schedule remove)
+  130, 143
+     interrupted by SIGINT (130) or SIGTERM (143) before a load
+     committed: nothing was loaded (load, seed --load)`
 
 type exitError struct {
 	code int
@@ -173,16 +176,18 @@ func databaseURLArgs(args []string) []string {
 }
 
 // signalContext is cancelled by the first SIGINT or SIGTERM, which asks
-// for a graceful stop; a second one exits at once, with exit code 1.
+// for a graceful stop; a second one exits at once, with exit code 1. The
+// context's cause is a signalCause naming the signal.
 func signalContext() (context.Context, func()) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancelCause := context.WithCancelCause(context.Background())
+	cancel := func() { cancelCause(context.Canceled) }
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		select {
 		case sig := <-ch:
 			slog.Info("signal received: stopping gracefully (send again to exit at once)", "event", "signal", "signal", sig.String())
-			cancel()
+			cancelCause(signalCause{sig})
 		case <-ctx.Done():
 			return
 		}
@@ -191,6 +196,24 @@ func signalContext() (context.Context, func()) {
 		os.Exit(exitFailure)
 	}()
 	return ctx, func() { signal.Stop(ch); cancel() }
+}
+
+// signalCause is the cause of a context cancelled by a signal.
+type signalCause struct{ sig os.Signal }
+
+func (s signalCause) Error() string { return "stopped by " + s.sig.String() }
+
+// interruptedCode is the exit code of a command stopped part-way by the
+// signal that cancelled ctx: 128 + the signal's number (130 for SIGINT, 143
+// for SIGTERM), as shells report a process killed by it.
+func interruptedCode(ctx context.Context) int {
+	var sc signalCause
+	if errors.As(context.Cause(ctx), &sc) {
+		if n, ok := sc.sig.(syscall.Signal); ok {
+			return 128 + int(n)
+		}
+	}
+	return 128 + int(syscall.SIGINT)
 }
 
 func newRoot() (*cobra.Command, *globals) {
