@@ -16,8 +16,15 @@ import (
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/schema"
 )
+
+// taskKind is the kind of the task rows the loader creates, reads and adds
+// records to (one per contract): the pricing workers'. Rows of other kinds
+// named like a contract belong to other processors and are never read,
+// locked or changed by a load.
+const taskKind = pricer.Kind
 
 // loadLockKey identifies the load lock among advisory locks ("baton-ld" as
 // a 64-bit integer).
@@ -422,7 +429,7 @@ func nullIfEmpty(s string) any {
 const sqlLockTasks = `
 SELECT count(*) FROM (
     SELECT 1 FROM {{.Schema}}.tasks t JOIN load_affected a ON a.contract_id = t.partition_key
-     WHERE a.n_new > 0 OR a.tiers_changed
+     WHERE t.kind = '` + taskKind + `' AND (a.n_new > 0 OR a.tiers_changed)
      ORDER BY t.partition_key FOR %s OF t
 ) locked`
 
@@ -433,7 +440,7 @@ SELECT count(*) FROM (
 // quadratic in the contracts (306 s for 100,000); without, it hashes.
 const sqlCheckLocked = `
 SELECT a.contract_id, t.position, t.available, coalesce(a.base, -1), a.tiers_changed
-  FROM load_affected a JOIN {{.Schema}}.tasks t ON t.partition_key = a.contract_id
+  FROM load_affected a JOIN {{.Schema}}.tasks t ON t.kind = '` + taskKind + `' AND t.partition_key = a.contract_id
  WHERE (a.tiers_changed AND t.position > 0) OR (a.n_new > 0 AND t.available IS DISTINCT FROM a.base)
  ORDER BY a.contract_id`
 
@@ -490,7 +497,7 @@ UPDATE {{.Schema}}.loads SET finished_at = clock_timestamp(), tier_rows = $2, re
 		if err != nil {
 			return err
 		}
-		if err := partition.NewStore(nil, l.opts.Schema).AddWorksPgx(ctx, tx, work); err != nil {
+		if err := partition.NewStore(nil, l.opts.Schema).Kind(taskKind).AddWorksPgx(ctx, tx, work); err != nil {
 			return fmt.Errorf("loading: %w", err)
 		}
 	}

@@ -2,9 +2,9 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"math/rand/v2"
@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/export"
 	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/schema"
 	"github.com/batonhq/baton/seed"
 )
@@ -166,7 +166,10 @@ temporary name, synced and renamed, so a failed export never leaves a
 truncated file; it gets the usual permissions (0666 less the umask).
 
 Records not yet priced are left out: export says how many on stderr, and
-with --complete fails instead (exit 4) without writing anything.
+with --complete fails instead (exit 4) without writing anything. So does
+a contract whose checkpoint lies beyond its stored records (state
+inconsistent in status): records skipped are not priced, and --complete
+refuses to export rather than leave them out silently.
 
 Writes a file: --out, replacing a file of that name (- writes to standard
 output instead). It only reads the database.`,
@@ -188,30 +191,37 @@ output instead). It only reads the database.`,
 				return err
 			}
 			defer db.Close()
-			unpriced, err := countUnpriced(cmd.Context(), db, g.schema)
-			if err != nil {
+			write := func(w io.Writer) (int64, error) { return export.Write(cmd.Context(), db, g.schema, w) }
+			var progress pricer.Progress
+			if complete {
+				// One snapshot: checked complete, then written.
+				write = func(w io.Writer) (int64, error) { return export.WriteComplete(cmd.Context(), db, g.schema, w) }
+			} else if progress, err = pricer.CheckProgress(cmd.Context(), db, g.schema); err != nil {
 				return err
-			}
-			if unpriced > 0 && complete {
-				return &exitError{exitIncomplete, fmt.Errorf("%d records are not priced yet; nothing was exported (run the workers to completion, or export without --complete)", unpriced)}
 			}
 			var n int64
 			if out == "-" {
 				w := bufio.NewWriterSize(g.stdout, 1<<16)
-				if n, err = export.Write(cmd.Context(), db, g.schema, w); err != nil {
-					return err
+				if n, err = write(w); err == nil {
+					err = w.Flush()
 				}
-				if err := w.Flush(); err != nil {
-					return err
-				}
-			} else if n, err = exportFile(cmd.Context(), db, g.schema, out); err != nil {
+			} else {
+				n, err = exportFile(out, write)
+			}
+			if errors.Is(err, export.ErrIncomplete) {
+				return &exitError{exitIncomplete, fmt.Errorf("%w; nothing was exported (run the workers to completion, see worker status, or export without --complete)", err)}
+			}
+			if err != nil {
 				return err
 			}
 			if out != "-" {
 				fmt.Fprintf(g.stderr, "exported %d priced records to %s\n", n, out)
 			}
-			if unpriced > 0 {
-				fmt.Fprintf(g.stderr, "warning: %d records are not priced yet and were not exported (--complete fails instead)\n", unpriced)
+			if progress.Unpriced > 0 {
+				fmt.Fprintf(g.stderr, "warning: %d records are not priced yet and were not exported (--complete fails instead)\n", progress.Unpriced)
+			}
+			for _, c := range progress.Inconsistent {
+				fmt.Fprintf(g.stderr, "warning: %s; its records beyond the checkpoint may be missing (--complete fails instead)\n", c)
 			}
 			return nil
 		},
@@ -221,25 +231,12 @@ output instead). It only reads the database.`,
 	return cmd
 }
 
-// countUnpriced counts the records accepted but not yet priced.
-func countUnpriced(ctx context.Context, db *bun.DB, schemaName string) (int64, error) {
-	parts, _, err := partition.NewStore(db, schemaName).Status(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("counting unpriced records: %w", err)
-	}
-	var n int64
-	for _, p := range parts {
-		n += p.Pending
-	}
-	return n, nil
-}
-
-// exportFile writes the export to a temporary file beside out and renames
-// it into place, so a failed export never leaves a truncated file under the
-// requested name. The file is synced before the rename and the directory
-// after it, so a crash cannot leave an empty or missing file behind a
-// reported success.
-func exportFile(ctx context.Context, db *bun.DB, schemaName, out string) (int64, error) {
+// exportFile writes the export (write) to a temporary file beside out and
+// renames it into place, so a failed export never leaves a truncated file
+// under the requested name. The file is synced before the rename and the
+// directory after it, so a crash cannot leave an empty or missing file
+// behind a reported success.
+func exportFile(out string, write func(io.Writer) (int64, error)) (int64, error) {
 	dir := filepath.Dir(out)
 	tmp, err := createTemp(dir, ".export-")
 	if err != nil {
@@ -247,7 +244,7 @@ func exportFile(ctx context.Context, db *bun.DB, schemaName, out string) (int64,
 	}
 	defer os.Remove(tmp.Name())
 	w := bufio.NewWriterSize(tmp, 1<<16)
-	n, err := export.Write(ctx, db, schemaName, w)
+	n, err := write(w)
 	if err == nil {
 		err = w.Flush()
 	}
@@ -256,6 +253,9 @@ func exportFile(ctx context.Context, db *bun.DB, schemaName, out string) (int64,
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
+	}
+	if errors.Is(err, export.ErrIncomplete) {
+		return 0, err
 	}
 	if err != nil {
 		return 0, fmt.Errorf("exporting to %s: %w", out, err)
@@ -324,7 +324,7 @@ not exist is reported after the others are done, with exit code 5.`,
 				return err
 			}
 			defer db.Close()
-			store := partition.NewStore(db, g.schema)
+			store := pricingStore(db, g.schema)
 			var missing []string
 			for _, c := range args {
 				changed, err := store.Retry(cmd.Context(), c)
