@@ -21,8 +21,13 @@ const KillAfterDefault = 10 * time.Second
 // Command returns a RunFunc that runs argv as an external command with the
 // run in its environment: BATON_JOB, BATON_SLOT (RFC 3339, UTC, database
 // clock), BATON_FENCE, BATON_IDEMPOTENCY_KEY and BATON_WORKER. Each line of
-// its output is logged with the job's name; a non-zero exit status fails
-// the run. When the run's context ends (lease lost, lock-at-most-for
+// its output is logged with the job's name (event job_output, stream
+// stdout or stderr); a non-zero exit status fails the run. Standard output
+// is logged at info as it comes; standard error is held until the command
+// exits and then logged with the run's result (result ok or failed): at
+// warn when the run failed, at info when it succeeded. (A command that
+// writes more than heldStderrLines lines to it has the earlier ones logged
+// at info as they are pushed out.) When the run's context ends (lease lost, lock-at-most-for
 // reached, worker stopping) the command's process group gets SIGTERM, and
 // SIGKILL killAfter later (KillAfterDefault when zero). If the worker
 // process dies, the command's own process is killed by a parent-death
@@ -63,8 +68,9 @@ func Command(argv []string, killAfter time.Duration, logger *slog.Logger) RunFun
 		log := logger.With("job", r.Job, "slot", r.Slot.UTC().Format(time.RFC3339Nano), "pid", cmd.Process.Pid)
 		var wg sync.WaitGroup
 		wg.Add(2)
+		var held heldLines
 		go func() { defer wg.Done(); logLines(stdout, log, "stdout") }()
-		go func() { defer wg.Done(); logLines(stderr, log, "stderr") }()
+		go func() { defer wg.Done(); held.read(stderr, log) }()
 
 		exited := make(chan struct{})
 		stopped := make(chan struct{})
@@ -91,6 +97,7 @@ func Command(argv []string, killAfter time.Duration, logger *slog.Logger) RunFun
 		err = cmd.Wait()
 		close(exited)
 		<-stopped
+		held.flush(log, err != nil)
 		if err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("job %s stopped (%v): %w", r.Job, context.Cause(ctx), err)
@@ -99,6 +106,44 @@ func Command(argv []string, killAfter time.Duration, logger *slog.Logger) RunFun
 		}
 		return nil
 	}
+}
+
+// heldStderrLines is how many lines of a command's standard error are held
+// until it exits.
+const heldStderrLines = 1000
+
+// heldLines holds the last heldStderrLines lines of a command's standard
+// error until its result is known.
+type heldLines struct {
+	lines []string
+}
+
+// read holds the lines of rd; a line pushed out by a newer one is logged
+// at info, the run's result still unknown.
+func (h *heldLines) read(rd io.Reader, log *slog.Logger) {
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		if len(h.lines) == heldStderrLines {
+			log.Info(h.lines[0], "event", "job_output", "stream", "stderr")
+			h.lines = h.lines[1:]
+		}
+		h.lines = append(h.lines, sc.Text())
+	}
+}
+
+// flush logs the held lines with the run's result: at warn for a failed
+// run, whose standard error likely says why, at info for one that
+// succeeded.
+func (h *heldLines) flush(log *slog.Logger, failed bool) {
+	level, result := slog.LevelInfo, "ok"
+	if failed {
+		level, result = slog.LevelWarn, "failed"
+	}
+	for _, l := range h.lines {
+		log.Log(context.Background(), level, l, "event", "job_output", "stream", "stderr", "result", result)
+	}
+	h.lines = nil
 }
 
 func logLines(rd io.Reader, log *slog.Logger, stream string) {
