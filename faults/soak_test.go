@@ -223,10 +223,16 @@ func TestSoak(t *testing.T) {
 	injection := time.Since(injectStart)
 	t.Logf("soak: %d faults injected in %s; draining", s.injected.Load(), injection.Round(time.Second))
 
+	drainStart := time.Now()
 	liveness := s.drain()
+	stopStart := time.Now()
 	s.stopAll()
+	checkStart := time.Now()
 	results := append(liveness, s.check()...)
-	s.report(results, injection, time.Since(began))
+	phases := fmt.Sprintf("set-up %s, faults %s, drain and liveness %s, graceful stop %s, checks %s",
+		injectStart.Sub(began).Round(time.Second), injection.Round(time.Second), stopStart.Sub(drainStart).Round(time.Second),
+		checkStart.Sub(stopStart).Round(time.Second), time.Since(checkStart).Round(time.Second))
+	s.report(results, phases, time.Since(began))
 }
 
 // startSoakServer starts a PostgreSQL of the soak's own (restarted many
@@ -1034,13 +1040,13 @@ func (s *soak) takeoverTimes() []time.Duration {
 }
 
 // report prints the soak's table and fails the test on any violation.
-func (s *soak) report(results []checkResult, injection, wall time.Duration) {
+func (s *soak) report(results []checkResult, phases string, wall time.Duration) {
 	t := s.t
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nsoak summary (seed %d; replay: BATON_SEED=%d BATON_SOAK_FAULTS=%d%s go test ./faults -run '^TestSoak$' -v)\n",
 		s.seed, s.seed, s.cfg.faults, map[bool]string{true: " BATON_SOAK=1", false: ""}[s.cfg.full])
-	fmt.Fprintf(&b, "wall time %s (faults injected over %s); %d workers and %d soak clients, each behind its own proxy; up to %d faults at once, database restarts beside them\n\n",
-		wall.Round(time.Second), injection.Round(time.Second), s.cfg.workers, s.cfg.clients, s.cfg.injectors)
+	fmt.Fprintf(&b, "wall time %s (%s); %d workers and %d soak clients, each behind its own proxy; up to %d faults at once, database restarts beside them\n\n",
+		wall.Round(time.Second), phases, s.cfg.workers, s.cfg.clients, s.cfg.injectors)
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "fault\tworkers\tclients\tdatabase\ttotal\t")
