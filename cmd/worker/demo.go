@@ -15,7 +15,6 @@ import (
 
 	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
-	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/schema"
 	"github.com/batonhq/baton/seed"
@@ -151,7 +150,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 		}
 	}()
 
-	store := partition.NewStore(db, g.schema)
+	store := pricingStore(db, g.schema)
 	live := newLiveView(out)
 	killed := 0
 	var killedAt time.Time

@@ -60,6 +60,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	cfg := r.cfg
 	cfg.Mode = distributor.Mode(r.mode)
+	cfg.Kind = pricer.Kind // the loader's partitions, and only those
 	cfg.KeyAttr = "contract_id"
 	cfg.Logger = g.logger
 	cfg.Schema = g.schema

@@ -5,9 +5,15 @@
 // It keeps its own tables (orders, shipments) beside baton's schema in its
 // own database, applies baton's core migrations, enqueues orders in its
 // own transactions (each order is a work item of its customer's
-// partition), ships them with its own Processor, whose side effect outside
-// the database is made idempotent with Batch.IdempotencyKey, and stops
-// gracefully on SIGINT/SIGTERM or once everything is shipped.
+// partition, of the service's own kind, "orders"), ships them with its own
+// Processor, whose side effect outside the database is made idempotent
+// with Batch.IdempotencyKey, and stops gracefully on SIGINT/SIGTERM or
+// once everything is shipped.
+//
+// Its partitions are of kind "orders": it can share baton's schema with
+// other processors (the pricing workers, say, whose partitions are named
+// after contracts, perhaps "acme" too) without ever claiming, advancing or
+// adding to theirs, nor they to its.
 //
 //	DATABASE_URL=postgres://... go run ./embed
 package main
@@ -57,6 +63,10 @@ CREATE TABLE IF NOT EXISTS shipments (
     PRIMARY KEY (customer, seq)
 );`
 
+// kind names the service's partitions: its producer adds work under it
+// and its workers claim only partitions of it.
+const kind = "orders"
+
 func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -67,6 +77,7 @@ func run() error {
 
 	cfg := distributor.Config{
 		Name:       "shipper",
+		Kind:       kind, // claim the service's own partitions only
 		Heartbeat:  200 * time.Millisecond,
 		StaleAfter: 2 * time.Second,
 		UntilDone:  true, // a batch job: stop once every order is shipped
@@ -90,8 +101,9 @@ func run() error {
 	}
 
 	// Place orders: each transaction writes the service's rows and adds
-	// them to the customer's partition; workers are woken at commit.
-	store := partition.NewStore(db, "")
+	// them to the customer's partition, of the service's kind; its workers
+	// are woken at commit.
+	store := partition.NewStore(db, "").Kind(kind)
 	for _, o := range []struct {
 		customer string
 		items    []string
