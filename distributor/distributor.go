@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
@@ -197,9 +198,23 @@ func (d *Distributor) Start(ctx context.Context) error {
 	if listenDB != nil {
 		d.worker.Wake = partition.WakeListen
 	}
-	_, err = (renewer{d.hbConn, d.store, &d.worker, d.wantedMore, d.cfg.StaleAfter, d.cfg.renewBelow()}).Renew(rctx, nil)
-	if err != nil {
-		return fmt.Errorf("registering worker %s: %w", d.worker.InstanceID, err)
+	// A database restarting or failing over as the worker starts answers
+	// with errors that say nothing about the data (the server shutting
+	// down, connections refused): retried with back-off until the bound.
+	for failures := 0; ; failures++ {
+		_, err = (renewer{d.hbConn, d.store, &d.worker, d.wantedMore, d.cfg.StaleAfter, d.cfg.renewBelow()}).Renew(rctx, nil)
+		if err == nil {
+			break
+		}
+		if !dberr.Transient(err) || rctx.Err() != nil {
+			return fmt.Errorf("registering worker %s: %w", d.worker.InstanceID, causeOr(rctx, err))
+		}
+		d.log.Debug("registering worker failed; retrying", "error", err, "failures", failures+1)
+		select {
+		case <-rctx.Done():
+			return fmt.Errorf("registering worker %s: %w", d.worker.InstanceID, causeOr(rctx, err))
+		case <-d.cfg.Clock.After(backoff(d.cfg.Backoff, d.cfg.Heartbeat, failures)):
+		}
 	}
 	if err := d.hb.Start(d.base); err != nil {
 		return err
