@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -251,6 +252,8 @@ Each command's help says whether it changes the database or writes files;
 			return g.setup(cmd)
 		},
 	}
+	root.Version = versionInfo()
+	root.SetVersionTemplate("{{.Version}}")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{exitUsage, err} })
 	g.register(root)
 	root.AddCommand(
@@ -280,6 +283,32 @@ Each command's help says whether it changes the database or writes files;
 	}
 	walk(root)
 	return root, g
+}
+
+// versionInfo is what worker --version prints: the module version, the
+// commit it was built from (with "(modified)" for uncommitted changes) and
+// the Go version, as the build recorded them.
+func versionInfo() string {
+	version, commit, modified := "(devel)", "unknown", false
+	goVersion := runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		goVersion = bi.GoVersion
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if modified {
+		commit += " (modified)"
+	}
+	return fmt.Sprintf("worker %s\ncommit %s\n%s %s/%s\n", version, commit, goVersion, runtime.GOOS, runtime.GOARCH)
 }
 
 // usageArgs makes the errors of an argument check usage errors.

@@ -22,7 +22,7 @@ type consoleFlags struct {
 
 func (c *consoleFlags) register(f *pflag.FlagSet, addrFlag, tokenFlag, addrDefault, addrHelp string) {
 	f.StringVar(&c.addr, addrFlag, addrDefault, addrHelp)
-	f.StringVar(&c.token, tokenFlag, "", "enable the console's actions (retry, trigger) behind this token (default $"+console.TokenEnv+"); read-only without it")
+	f.StringVar(&c.token, tokenFlag, "", "enable the console's actions (retry, trigger) behind this token, at least 8 characters; read-only without it. Prefer $"+console.TokenEnv+": other users can read a command line (ps)")
 }
 
 // config completes the flags from the environment.
@@ -65,12 +65,14 @@ func newUICmd(g *globals) *cobra.Command {
 		Long: `ui serves the operator console over HTTP: contracts, their ownership
 history, the live workers and the scheduled jobs.
 
-Without a token it only reads the database. Changes the database with
---ui-token (or $` + console.TokenEnv + `): its actions re-enable failed
-contracts (as "worker retry") and trigger scheduled jobs (as "worker
-schedule trigger").`,
+Without a token it only reads the database. Changes the database with a
+token: its actions re-enable failed contracts (as "worker retry") and
+trigger scheduled jobs (as "worker schedule trigger"). Give the token in
+$` + console.TokenEnv + `, not with --ui-token: other users of the machine can
+read a process's command line (ps), not its environment. The token is
+never printed.`,
 		Example: `  worker ui
-  worker ui --addr 0.0.0.0:8080 --ui-token "$(openssl rand -hex 16)"`,
+  ` + console.TokenEnv + `="$(openssl rand -hex 16)" worker ui --addr 0.0.0.0:8080`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			stop, err := c.start(cmd.Context(), g)
