@@ -1,0 +1,187 @@
+package pricer_test
+
+import (
+	"context"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/migrate"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/schema"
+)
+
+// kindsMigration is the core migration that gave task rows a kind.
+const kindsMigration = "20261126000010_task_kinds.tx.up.sql"
+
+// migrateBeforeKinds applies the migrations of a release without kinds:
+// every core and pricing migration older than kindsMigration, recorded as
+// schema.Migrate records them, so that it applies the rest.
+func migrateBeforeKinds(t *testing.T, db *bun.DB) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE SCHEMA baton`); err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []string{"core", "pricing"} {
+		dir := filepath.Join("..", "schema", "migrations", set)
+		files := fstest.MapFS{}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.Name() >= kindsMigration[:14] {
+				continue
+			}
+			data, err := fs.ReadFile(os.DirFS(dir), e.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[e.Name()] = &fstest.MapFile{Data: data}
+		}
+		ms := migrate.NewMigrations()
+		if err := ms.Discover(files); err != nil {
+			t.Fatal(err)
+		}
+		m := migrate.NewMigrator(db, ms,
+			migrate.WithTableName(`"baton".`+set+"_migrations"),
+			migrate.WithLocksTableName(`"baton".`+set+"_migration_locks"),
+			migrate.WithTemplateData(struct{ Schema string }{`"baton"`}),
+			migrate.WithMarkAppliedOnSuccess(true))
+		if err := m.Init(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A pricing database of a release without kinds, mid-way (some contracts
+// priced in part, one held by a worker), upgraded: its contracts' rows,
+// history and workers become kind pricing, a row that is no contract stays
+// default, and pricing workers of this release price every record that
+// was left, exactly once, resuming from the old checkpoints.
+func TestUpgradedPricingDatabaseStaysClaimableByPricingWorkers(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewEmptyURL(t)
+	db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 4})
+	ctx := context.Background()
+	migrateBeforeKinds(t, db)
+	st, err := schema.Inspect(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
+	if err != nil || len(st.Pending) != 1 || !strings.Contains(st.Pending[0], kindsMigration[:14]) {
+		t.Fatalf("before the upgrade: pending %v, %v; want the kinds migration alone", st.Pending, err)
+	}
+	// As that release left it: contracts with records, their task rows
+	// (one priced in part, one held by a live worker), their history, a
+	// registered worker, and a task row of an embedding service.
+	for _, q := range []string{
+		`INSERT INTO baton.contracts (contract_id) VALUES ('acme'), ('globex')`,
+		`INSERT INTO baton.tiers (contract_id, threshold_minor, discount_bp) VALUES ('acme', 0, 100), ('globex', 0, 0)`,
+		`INSERT INTO baton.loads (load_id) VALUES (1)`,
+		`INSERT INTO baton.record_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts)
+		 SELECT c, 1, 40, 1, array_agg('r' || s ORDER BY s), array_agg(1000 + s ORDER BY s)
+		 FROM unnest(ARRAY['acme', 'globex']) c, generate_series(1, 40) s GROUP BY c`,
+		`INSERT INTO baton.tasks (partition_key, available, position, version, owner, heartbeat_at, lease_expires_at)
+		 VALUES ('acme', 40, 0, 0, NULL, NULL, '-infinity'),
+		        ('globex', 40, 0, 1, 'old#1', now(), now() + interval '1 hour'),
+		        ('wonka', 3, 0, 0, NULL, NULL, '-infinity')`,
+		`INSERT INTO baton.events (partition_key, kind, version, worker) VALUES ('globex', 'claimed', 1, 'old#1'), ('wonka', 'retried', 0, NULL)`,
+		`INSERT INTO baton.workers (instance_id, name, expires_at) VALUES ('old#1', 'old', now() + interval '1 hour')`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// The old worker's batch priced globex's first 10 records.
+	if _, err := db.ExecContext(ctx, `
+		INSERT INTO baton.priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
+		SELECT 'globex', s, 'r' || s, 1000 + s, 0, 1000 + s, 1, 'old#1' FROM generate_series(1, 10) s`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET position = 10,
+		checkpoint = jsonb_build_object('cum_gross', 10055, 'cum_net', 10055, 'cum_net_exact', '10055.0000')
+		WHERE partition_key = 'globex'`); err != nil {
+		t.Fatal(err)
+	}
+
+	applied, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
+	if err != nil || len(applied) != 1 {
+		t.Fatalf("upgrade: applied %v, %v; want the kinds migration", applied, err)
+	}
+	kinds := func(q string) map[string]string {
+		t.Helper()
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]string{}
+		for rows.Next() {
+			var k, v string
+			if err := rows.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			out[k] = v
+		}
+		return out
+	}
+	if got := kinds(`SELECT partition_key, kind FROM baton.tasks`); got["acme"] != pricer.Kind || got["globex"] != pricer.Kind || got["wonka"] != partition.DefaultKind {
+		t.Errorf("task kinds after the upgrade: %v; want the contracts' pricing, wonka default", got)
+	}
+	if got := kinds(`SELECT partition_key, task_kind FROM baton.events`); got["globex"] != pricer.Kind || got["wonka"] != partition.DefaultKind {
+		t.Errorf("event kinds after the upgrade: %v", got)
+	}
+	if got := kinds(`SELECT instance_id, kind FROM baton.workers`); got["old#1"] != pricer.Kind {
+		t.Errorf("worker kinds after the upgrade: %v", got)
+	}
+	// The old worker is gone (its lease ends); two workers of this release
+	// take over globex from its checkpoint and price acme.
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET lease_expires_at = now() WHERE partition_key = 'globex';
+		UPDATE baton.workers SET expires_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		cfg := distributor.Config{Name: "new", Heartbeat: 50 * time.Millisecond, StaleAfter: time.Second, Confirm: 1,
+			UntilDone: true, BatchSize: 7, Logger: slog.New(slog.DiscardHandler)}
+		wdb := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: cfg.PoolSize()})
+		d, err := distributor.New(wdb, pricer.New(""), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = d.Run(ctx) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum, err := pricer.Verify(ctx, db, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Records != 80 || sum.Priced != 80 || len(sum.Mismatches) != 0 {
+		t.Errorf("after the upgrade: %d records, %d priced, mismatches %+v; want all 80 priced once", sum.Records, sum.Priced, sum.Mismatches)
+	}
+	var wonka int64
+	if err := db.QueryRowContext(ctx, `SELECT position FROM baton.tasks WHERE partition_key = 'wonka'`).Scan(&wonka); err != nil || wonka != 0 {
+		t.Errorf("wonka (kind default) position %d, %v; want it left alone by the pricing workers", wonka, err)
+	}
+}
