@@ -635,17 +635,31 @@ func (r *run) pendingNow() (int64, error) {
 	return n, err
 }
 
-// waitBacklog waits until at least n records wait to be priced, so that a
-// failover finds work in flight.
-func (r *run) waitBacklog(n int64) {
+// pricedNow is the number of records priced so far (checkpoints).
+func (r *run) pricedNow() (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var n int64
+	err := r.db.QueryRowContext(ctx, `SELECT coalesce(sum(position), 0) FROM baton.tasks`).Scan(&n)
+	return n, err
+}
+
+// waitInFlight waits until at least priced records are priced and at least
+// waiting more wait, so that a failover has committed batches to keep and
+// finds work in flight.
+func (r *run) waitInFlight(priced, waiting int64) {
 	r.t.Helper()
-	testutil.Eventually(r.t, 2*time.Minute, fmt.Sprintf("%d records waiting", n), func() error {
+	testutil.Eventually(r.t, 2*time.Minute, fmt.Sprintf("%d records priced and %d waiting", priced, waiting), func() error {
+		done, err := r.pricedNow()
+		if err != nil {
+			return err
+		}
 		left, err := r.pendingNow()
 		if err != nil {
 			return err
 		}
-		if left < n {
-			return fmt.Errorf("%d waiting", left)
+		if done < priced || left < waiting {
+			return fmt.Errorf("%d priced, %d waiting", done, left)
 		}
 		return nil
 	})
@@ -698,8 +712,8 @@ func TestAutoFailoverUnderHAManager(t *testing.T) {
 	}
 	loader := r.startHALoader(contracts, per, 3*contracts*per)
 
-	// 1. Planned failover, with records waiting.
-	r.waitBacklog(contracts * per)
+	// 1. Planned failover, with batches committed and records waiting.
+	r.waitInFlight(contracts*per/2, contracts*per)
 	before, at := r.pricedAsOf()
 	t0 := time.Now()
 	// The command returns once the old primary is back as a secondary; the
@@ -728,8 +742,13 @@ func TestAutoFailoverUnderHAManager(t *testing.T) {
 	})
 	t.Logf("replication after the planned failover: %s", repl)
 
-	// 2. The primary crashes, with records waiting.
-	r.waitBacklog(contracts * per)
+	// 2. The primary crashes, with batches committed on it and records
+	// waiting.
+	done, err := r.pricedNow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.waitInFlight(done+contracts*per/2, contracts*per)
 	before, at = r.pricedAsOf()
 	t0 = time.Now()
 	primary.proc.kill()
