@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/schema"
 	"github.com/batonhq/baton/seed"
@@ -153,9 +155,9 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	store := pricingStore(db, g.schema)
 	live := newLiveView(out)
 	killed := 0
-	var killedAt time.Time
+	var victimID string           // the killed worker's instance id (name#suffix)
 	var orphaned map[string]int64 // contracts the killed worker held → position at the kill
-	var takeover, firstResumed time.Duration
+	var tk takeovers              // what the history says of their takeovers
 	running := o.workers
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -184,7 +186,12 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 			victim, held := pickVictim(s)
 			if victim > 0 {
 				_ = procs[victim-1].Process.Signal(syscall.SIGKILL)
-				killed, killedAt = victim, time.Now()
+				killed = victim
+				for _, w := range s.Workers {
+					if w.Name == fmt.Sprintf("demo-%d", victim) {
+						victimID = w.ID
+					}
+				}
 				orphaned = map[string]int64{}
 				for _, p := range s.Partitions {
 					if p.Owner != nil && *p.Owner == fmt.Sprintf("demo-%d", victim) {
@@ -195,29 +202,81 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 					victim, procs[victim-1].Process.Pid, 100*s.Totals.Processed/total, held, keysOf(orphaned)))
 			}
 		}
-		if killed > 0 && takeover == 0 {
-			moved := 0
-			for _, p := range s.Partitions {
-				if at, ok := orphaned[p.ContractID]; ok && (p.Processed > at || p.Pending == 0) &&
-					(p.Owner == nil || *p.Owner != fmt.Sprintf("demo-%d", killed)) {
-					moved++
-				}
+		if killed > 0 && !tk.complete {
+			// Takeover times come from the history, all by the database
+			// clock: from the dead owner's last heartbeat that renewed the
+			// lease to the new owner's first committed batch. (The moment
+			// of the kill says nothing of when the lease started to run
+			// out: that was the renewal before it.)
+			was := tk
+			if err := tk.read(ctx, db, g.schema, victimID); err != nil {
+				continue // the database may be busy; try again next tick
 			}
-			if moved > 0 && firstResumed == 0 {
-				firstResumed = time.Since(killedAt)
-				live.note(fmt.Sprintf("takeover: another worker committed its first batch on a contract of demo-%d %s after the kill (bound: stale-after 1s + poll 0.2s + 3 × 200ms heartbeats + a batch)",
-					killed, firstResumed.Round(10*time.Millisecond)))
+			if tk.resumed > 0 && was.resumed == 0 {
+				live.note(fmt.Sprintf("takeover: %s took over %s from demo-%d: its first batch %s after demo-%d's last heartbeat (the lease is 1s; bound: stale-after 1s + poll 0.2s + 3 × 200ms heartbeats + a batch)",
+					nameOf(tk.firstBy), tk.firstKey, killed, tk.min.Round(10*time.Millisecond), killed))
 			}
-			if moved == len(orphaned) {
-				takeover = time.Since(killedAt)
-				live.note(fmt.Sprintf("all %d contracts of demo-%d resumed by other workers %s after the kill", len(orphaned), killed, takeover.Round(10*time.Millisecond)))
+			if tk.complete && tk.taken > 0 {
+				live.note(fmt.Sprintf("all %d contracts taken over from demo-%d have their first batch: takeover times %s to %s",
+					tk.taken, killed, tk.min.Round(10*time.Millisecond), tk.max.Round(10*time.Millisecond)))
 			}
 		}
 	}
 	elapsed := time.Since(priceStart)
 	live.finish()
+	if killed > 0 {
+		// The workers are done: every takeover has its first batch.
+		if err := tk.read(ctx, db, g.schema, victimID); err != nil {
+			return err
+		}
+	}
 
-	return demoSummary(ctx, g, db, o, total, elapsed, killed, firstResumed, takeover, time.Since(began))
+	return demoSummary(ctx, g, db, o, total, elapsed, killed, tk, time.Since(began))
+}
+
+// takeovers are the takeovers of the contracts a killed worker held, as the
+// events table records them.
+type takeovers struct {
+	taken    int           // contracts taken over from the worker
+	resumed  int           // of those, with a first batch by the new owner
+	held     int           // contracts with work the dead worker still owns
+	min, max time.Duration // takeover times of the resumed ones
+	firstKey string        // the first contract resumed, and by whom
+	firstBy  string
+	complete bool // nothing is left to take over or to resume
+}
+
+// read reads the takeovers from owner (an instance id). A takeover's time
+// is its first batch's takeover_ms: from the previous owner's last
+// heartbeat that renewed the lease (the takeover's prev_heartbeat_at) to
+// the first batch's commit, by the database clock, the time the console
+// shows too.
+func (t *takeovers) read(ctx context.Context, db *bun.DB, schemaName, owner string) error {
+	var minMS, maxMS int64
+	var firstKey, firstBy sql.NullString
+	err := db.QueryRowContext(ctx, schema.SQL(schemaName, `
+		SELECT count(*), count(f.takeover_ms), coalesce(min(f.takeover_ms), 0), coalesce(max(f.takeover_ms), 0),
+		       (array_agg(f.partition_key ORDER BY f.event_id) FILTER (WHERE f.takeover_ms IS NOT NULL))[1],
+		       (array_agg(f.worker ORDER BY f.event_id) FILTER (WHERE f.takeover_ms IS NOT NULL))[1],
+		       (SELECT count(*) FROM {{.Schema}}.tasks WHERE owner = ? AND available > position)
+		FROM {{.Schema}}.events k
+		LEFT JOIN {{.Schema}}.events f ON f.task_kind = k.task_kind AND f.partition_key = k.partition_key
+		     AND f.version = k.version AND f.kind = ?
+		WHERE k.kind = ? AND k.prev_owner = ?`), owner, partition.EventFirstBatch, partition.EventTakeover, owner).
+		Scan(&t.taken, &t.resumed, &minMS, &maxMS, &firstKey, &firstBy, &t.held)
+	if err != nil {
+		return fmt.Errorf("reading the takeovers from %s: %w", owner, err)
+	}
+	t.min, t.max = time.Duration(minMS)*time.Millisecond, time.Duration(maxMS)*time.Millisecond
+	t.firstKey, t.firstBy = firstKey.String, firstBy.String
+	t.complete = t.held == 0 && t.resumed == t.taken
+	return nil
+}
+
+// nameOf is a worker's name without its per-process suffix.
+func nameOf(instance string) string {
+	name, _, _ := strings.Cut(instance, partition.InstanceSeparator)
+	return name
 }
 
 type workerExit struct {
@@ -249,7 +308,7 @@ func keysOf(m map[string]int64) string {
 }
 
 func demoSummary(ctx context.Context, g *globals, db *bun.DB, o demoOptions, total int64, elapsed time.Duration,
-	killed int, firstResumed, allResumed, wall time.Duration) error {
+	killed int, tk takeovers, wall time.Duration) error {
 	out := g.stdout
 	sum, err := pricer.Verify(ctx, db, g.schema)
 	if err != nil {
@@ -262,9 +321,13 @@ func demoSummary(ctx context.Context, g *globals, db *bun.DB, o demoOptions, tot
 	fmt.Fprintf(out, "  records             %d accepted, %d priced\n", sum.Records, sum.Priced)
 	fmt.Fprintf(out, "  gross / net         %s / %s minor units\n", sum.Gross, sum.Net)
 	fmt.Fprintf(out, "  pricing time        %s (%.0f records/s with %d workers)\n", elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), o.workers)
-	if killed > 0 {
-		fmt.Fprintf(out, "  crash               demo-%d SIGKILLed; first batch by another worker after %s, all its contracts resumed after %s\n",
-			killed, firstResumed.Round(10*time.Millisecond), allResumed.Round(10*time.Millisecond))
+	switch {
+	case killed > 0 && tk.resumed > 0:
+		fmt.Fprintf(out, "  crash               demo-%d SIGKILLed; %d of its contracts taken over, first batch by another worker\n", killed, tk.taken)
+		fmt.Fprintf(out, "                      %s to %s after demo-%d's last heartbeat that renewed the lease (takeover time)\n",
+			tk.min.Round(10*time.Millisecond), tk.max.Round(10*time.Millisecond), killed)
+	case killed > 0:
+		fmt.Fprintf(out, "  crash               demo-%d SIGKILLed; none of its contracts needed a takeover (it had released them)\n", killed)
 	}
 	fmt.Fprintf(out, "  demo wall time      %s\n", wall.Round(time.Millisecond))
 	if len(sum.Mismatches) > 0 || sum.Priced != sum.Records {

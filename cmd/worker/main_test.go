@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -320,6 +321,17 @@ func TestDemoLeavesTheGivenDatabaseAlone(t *testing.T) {
 	for _, want := range []string{"database of its own", "SIGKILL demo-", "first batch by another worker", "verification        OK"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	// Takeover times run from the dead worker's last heartbeat that renewed
+	// the lease, so none is below the demo's 1s lease.
+	m := regexp.MustCompile(`(\S+) to (\S+) after demo-\d+'s last heartbeat that renewed the lease`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("demo output lacks the takeover times:\n%s", out)
+	}
+	for _, s := range m[1:] {
+		if d, err := time.ParseDuration(s); err != nil || d < time.Second {
+			t.Errorf("takeover time %s (%v): below the 1s lease it waited out\n%s", s, err, out)
 		}
 	}
 	after := counts()
