@@ -134,8 +134,9 @@ func TestLoadInterruptedBySIGINTLoadsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM baton.tasks WHERE partition_key = 'c00001' FOR UPDATE`); err != nil {
-		t.Fatal(err)
+	var locked string
+	if err := tx.QueryRowContext(ctx, `SELECT partition_key FROM baton.tasks ORDER BY partition_key LIMIT 1 FOR UPDATE`).Scan(&locked); err != nil {
+		t.Fatalf("locking a task row: %v", err)
 	}
 
 	master, tty := openPTY(t)
@@ -150,6 +151,7 @@ func TestLoadInterruptedBySIGINTLoadsNothing(t *testing.T) {
 	scr := readScreen(master)
 	scr.waitFor(t, "loading: reading records: 100000 rows")
 	scr.waitFor(t, "loading: updating contracts")
+	pgtest.WaitForLockWait(t, db, "FOR NO KEY UPDATE") // the load's lock of the task rows waits for ours
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
