@@ -129,13 +129,22 @@ func faultedDuring(faults []soakFault, worker string, from, to time.Time) (strin
 	return "", false
 }
 
+// killRace bounds how long after its worker's SIGKILL a run's start line may
+// come: a command forked just before the kill can start and write its first
+// line while the dying worker's exit is still under way, and dies when that
+// exit ends (the parent-death signal).
+const killRace = time.Second
+
 // runEnd is when a run's command ended: its end line, else its worker's
 // death, else never (zero, ok false).
 func (e jobEvidence) runEnd(r jobRun) (time.Time, bool) {
 	if !r.End.IsZero() {
 		return r.End, true
 	}
-	if at, ok := e.KilledAt[r.Worker]; ok && !at.Before(r.Start) {
+	if at, ok := e.KilledAt[r.Worker]; ok && r.Start.Sub(at) <= killRace {
+		if at.Before(r.Start) {
+			return r.Start, true
+		}
 		return at, true
 	}
 	return time.Time{}, false
@@ -147,7 +156,8 @@ func (e jobEvidence) runEnd(r jobRun) (time.Time, bool) {
 //     earlier runner's worker was not paused): a worker cut off from the
 //     database stops its run before its lease can pass to another;
 //   - a slot runs again only if its earlier run was disturbed: an injected
-//     fault on that run's worker (or on the database) between its start and
+//     fault on that run's worker (or on the database) between its start
+//     (less 2s, for a fault whose effect on the connections outlasts it) and
 //     the re-run, or the worker's own log saying it lost the run;
 //   - a fencing token is never held by two workers, and one slot is never
 //     run twice under the same token;
@@ -168,27 +178,33 @@ func checkJobs(e jobEvidence) []checkResult {
 		runs := byJob[job]
 		slices.SortFunc(runs, func(a, b jobRun) int { return a.Start.Compare(b.Start) })
 
-		// Overlap: each run against the earlier ones still running at its
-		// start.
+		// Overlap: each run against the later ones started while it ran,
+		// one violation per run overlapped.
 		overlap.Checked += len(runs)
-		for j, b := range runs {
-			for _, a := range runs[:j] {
-				end, ended := e.runEnd(a)
+		for i, a := range runs {
+			end, ended := e.runEnd(a)
+			var later []jobRun
+			for _, b := range runs[i+1:] {
 				if ended && !end.After(b.Start) {
-					continue
+					break // sorted by start: no later run starts before a's end
 				}
 				if pausedDuring(e.Faults, a.Worker, a.Start, b.Start) {
 					overlap.Allowed++
 					continue
 				}
-				until := "it never ended"
-				if ended {
-					until = "until " + end.Format("15:04:05.000")
-				}
-				overlap.violate("job %s: run of slot %s (fence %d, %s) started at %s while the run of slot %s (fence %d, %s) was running %s, and %s was not paused",
-					job, fmtSlot(b.Slot), b.Fence, b.Instance, b.Start.Format("15:04:05.000"),
-					fmtSlot(a.Slot), a.Fence, a.Instance, until, a.Worker)
+				later = append(later, b)
 			}
+			if len(later) == 0 {
+				continue
+			}
+			until := "it never ended"
+			if ended {
+				until = "until " + end.Format("15:04:05.000")
+			}
+			b := later[0]
+			overlap.violate("job %s: the run of slot %s (fence %d, %s, from %s) was running %s, and %s was not paused, when %d later run(s) started, the first of slot %s (fence %d, %s) at %s",
+				job, fmtSlot(a.Slot), a.Fence, a.Instance, a.Start.Format("15:04:05.000"), until, a.Worker, len(later),
+				fmtSlot(b.Slot), b.Fence, b.Instance, b.Start.Format("15:04:05.000"))
 		}
 
 		// Tokens: one owner per token, and (outside leader mode) one slot
@@ -253,8 +269,12 @@ func checkJobs(e jobEvidence) []checkResult {
 		unended.Checked += len(runs)
 		for _, r := range runs {
 			if _, ok := e.runEnd(r); !ok {
-				unended.violate("job %s: run of slot %s (fence %d, %s, pid %d) has no end line and its worker was not killed",
-					job, fmtSlot(r.Slot), r.Fence, r.Instance, r.PID)
+				killed := "was not killed"
+				if at, ok := e.KilledAt[r.Worker]; ok {
+					killed = fmt.Sprintf("was killed at %s, %s before the run began", at.Format("15:04:05.000"), r.Start.Sub(at))
+				}
+				unended.violate("job %s: the run of slot %s (fence %d, %s, pid %d, from %s) has no end line and its worker %s",
+					job, fmtSlot(r.Slot), r.Fence, r.Instance, r.PID, r.Start.Format("15:04:05.000"), killed)
 			}
 		}
 	}
@@ -374,6 +394,10 @@ func TestSoakCheckerFindsViolations(t *testing.T) {
 			// w2 killed mid-run: no end line; the slot runs again elsewhere.
 			run("tick", 2, 3, "w2", 2000, -1),
 			run("tick", 2, 4, "w3", 3500, 3700),
+			// w5 forked a command just before its kill at 2500; the command
+			// wrote its start line as w5 was dying, and died with it.
+			run("slow", 0, 1, "w5", 2520, -1),
+			run("slow", 0, 2, "w6", 4000, 5000),
 			// w3 paused past the lease: its command ran on, beside the re-run.
 			run("tick", 3, 5, "w3", 4000, 6000),
 			run("tick", 3, 6, "w1", 5500, 5600),
@@ -385,10 +409,11 @@ func TestSoakCheckerFindsViolations(t *testing.T) {
 		},
 		Faults: []soakFault{
 			{Kind: "sigkill", Target: "w2", Start: at(2100), End: at(2100)},
+			{Kind: "sigkill", Target: "w5", Start: at(2500), End: at(2500)},
 			{Kind: "sigstop", Target: "w3", Start: at(4100), End: at(6500)},
 		},
 		Excused:  map[runKey]string{{"tick", slot(4).UnixMicro(), 7}: "job_lost"},
-		KilledAt: map[string]time.Time{"w2": at(2100)},
+		KilledAt: map[string]time.Time{"w2": at(2100), "w5": at(2500)},
 		CatchUp:  map[string]time.Duration{"tick": time.Second},
 		Leader:   map[string]bool{"lead": true},
 	}

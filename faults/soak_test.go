@@ -3,6 +3,7 @@ package faults
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -1145,4 +1146,36 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 	if got := s.injected.Load(); got < int64(s.cfg.faults) {
 		t.Errorf("%d faults injected, want %d", got, s.cfg.faults)
 	}
+	if t.Failed() {
+		s.keepEvidence()
+	}
+}
+
+// keepEvidence copies what the checker read, and every process's log, out of
+// the test's temporary directory, for a failed run to be looked into.
+func (s *soak) keepEvidence() {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("baton-soak-%d", s.seed))
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		s.t.Logf("keeping the evidence: %v", err)
+		return
+	}
+	var errs []error
+	if b, err := os.ReadFile(s.jobsFile); err == nil {
+		errs = append(errs, os.WriteFile(filepath.Join(dir, "jobs.jsonl"), b, 0o644))
+	}
+	var faults strings.Builder
+	s.mu.Lock()
+	for _, f := range s.faults {
+		fmt.Fprintf(&faults, "%s\t%s\t%s\t%s\n", f.Kind, cmp.Or(f.Target, "database"),
+			f.Start.Format(time.RFC3339Nano), f.End.Format(time.RFC3339Nano))
+	}
+	s.mu.Unlock()
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "faults.tsv"), []byte(faults.String()), 0o644))
+	for _, p := range s.procs() {
+		errs = append(errs, os.WriteFile(filepath.Join(dir, "logs", p.name+".log"), []byte(p.logs()), 0o644))
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.t.Logf("keeping the evidence: %v", err)
+	}
+	s.t.Logf("the jobs' evidence, the fault log (faults.tsv) and every process's log are kept in %s", dir)
 }
