@@ -13,6 +13,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -55,6 +56,11 @@ type Config struct {
 	// ItemUnit names the work items counted in a partition's progress, lag
 	// and rate, e.g. "records". Defaults to "items".
 	ItemUnit string
+	// Kind is the kind of the partitions shown (the processor's, as in
+	// distributor.Config.Kind), e.g. "pricing": the pages list, count and
+	// act on that kind's partitions, workers and events only. Defaults to
+	// partition.DefaultKind.
+	Kind string
 	// Clock defaults to the real clock.
 	Clock clockwork.Clock
 	// Logger defaults to slog.Default().
@@ -69,6 +75,7 @@ func (c *Config) setDefaults() {
 	}
 	c.Nouns = cmp.Or(c.Nouns, c.Noun+"s")
 	c.ItemUnit = cmp.Or(c.ItemUnit, ItemUnitDefault)
+	c.Kind = cmp.Or(c.Kind, partition.DefaultKind)
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -81,6 +88,9 @@ func (c Config) validate() error {
 	var errs []error
 	if err := schema.Validate(c.Schema); err != nil {
 		errs = append(errs, fmt.Errorf("invalid Schema: %w", err))
+	}
+	if err := partition.ValidateKind(c.Kind); err != nil {
+		errs = append(errs, fmt.Errorf("console kind: %w", err))
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("console address %q: %w", c.Addr, err))

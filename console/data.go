@@ -122,7 +122,7 @@ type source struct {
 }
 
 func newSource(db bun.IDB, cfg Config) *source {
-	return &source{db: db, store: partition.NewStore(db, cfg.Schema), cfg: cfg, rates: map[string]float64{}}
+	return &source{db: db, store: partition.NewStore(db, cfg.Schema).Kind(cfg.Kind), cfg: cfg, rates: map[string]float64{}}
 }
 
 // read returns a snapshot at most half a refresh interval old. Rates are
@@ -241,9 +241,11 @@ func (s *source) workers(ctx context.Context) ([]worker, error) {
 		       CASE WHEN w.stopped_at IS NOT NULL THEN 'stopped'
 		            WHEN w.expires_at <= now() THEN 'expired'
 		            ELSE 'live' END AS status,
-		       (SELECT count(*) FROM {{.Schema}}.tasks t WHERE t.owner = w.instance_id AND t.lease_expires_at > now())
+		       (SELECT count(*) FROM {{.Schema}}.tasks t
+		        WHERE t.kind = w.kind AND t.owner = w.instance_id AND t.lease_expires_at > now())
 		FROM {{.Schema}}.workers w
-		ORDER BY (w.stopped_at IS NULL AND w.expires_at > now()) DESC, w.name, w.instance_id`))
+		WHERE w.kind = ?
+		ORDER BY (w.stopped_at IS NULL AND w.expires_at > now()) DESC, w.name, w.instance_id`), s.cfg.Kind)
 	if err != nil {
 		return nil, fmt.Errorf("reading workers: %w", err)
 	}
@@ -290,17 +292,17 @@ func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([
 		       e.prev_heartbeat_at, e.position, e.items, e.attempts,
 		       CASE WHEN e.kind = ? THEN (
 		           SELECT f.takeover_ms FROM {{.Schema}}.events f
-		           WHERE f.partition_key = e.partition_key AND f.event_id > e.event_id
+		           WHERE f.task_kind = e.task_kind AND f.partition_key = e.partition_key AND f.event_id > e.event_id
 		             AND f.version = e.version AND f.kind = ?
 		           ORDER BY f.event_id LIMIT 1)
 		       ELSE e.takeover_ms END,
 		       coalesce(e.detail, '')
 		FROM {{.Schema}}.events e
-		WHERE e.at > now() - ?::interval
+		WHERE e.task_kind = ? AND e.at > now() - ?::interval
 		  AND (e.kind IN (?) OR (e.kind = ? AND coalesce(e.detail, '') NOT IN (?)))
 		ORDER BY e.event_id DESC
 		LIMIT ?`),
-		partition.EventTakeover, partition.EventFirstBatch, fmt.Sprintf("%d microseconds", since.Microseconds()),
+		partition.EventTakeover, partition.EventFirstBatch, s.cfg.Kind, fmt.Sprintf("%d microseconds", since.Microseconds()),
 		bun.List(notableKinds), partition.EventReleased, bun.List(normalReleases), limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading notable events: %w", err)

@@ -231,9 +231,9 @@ func TestStatusShowsConfirmingAndLiveLeases(t *testing.T) {
 		WHERE partition_key = (SELECT min(partition_key) FROM baton.tasks) RETURNING partition_key, version`).Scan(&key, &version); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`INSERT INTO baton.events (partition_key, kind, version, worker, prev_owner) VALUES (?, 'takeover', ?, 'new#1', 'old#1');
-		INSERT INTO baton.workers (instance_id, name, hostname, pid, mode, heartbeat_at, expires_at)
-		VALUES ('new#1', 'new', 'h', 1, 'lock', now(), now() + interval '1 hour')`, key, version); err != nil {
+	if _, err := db.Exec(`INSERT INTO baton.events (task_kind, partition_key, kind, version, worker, prev_owner) VALUES ('pricing', ?, 'takeover', ?, 'new#1', 'old#1');
+		INSERT INTO baton.workers (kind, instance_id, name, hostname, pid, mode, heartbeat_at, expires_at)
+		VALUES ('pricing', 'new#1', 'new', 'h', 1, 'lock', now(), now() + interval '1 hour')`, key, version); err != nil {
 		t.Fatal(err)
 	}
 	state := func() (string, int) {
@@ -258,7 +258,7 @@ func TestStatusShowsConfirmingAndLiveLeases(t *testing.T) {
 	if st, held := state(); st != "confirming" || held != 1 {
 		t.Fatalf("taken over, before its first batch: %s with %d held, want confirming with 1", st, held)
 	}
-	if _, err := db.Exec(`INSERT INTO baton.events (partition_key, kind, version, worker) VALUES (?, 'first_batch', ?, 'new#1')`, key, version); err != nil {
+	if _, err := db.Exec(`INSERT INTO baton.events (task_kind, partition_key, kind, version, worker) VALUES ('pricing', ?, 'first_batch', ?, 'new#1')`, key, version); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := state(); st != "active" {

@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricer"
 )
 
 // findChromium returns the headless browser to drive, skipping the test
@@ -95,7 +96,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	if err := db.QueryRow(`SELECT max(partition_key) FROM baton.tasks`).Scan(&poison); err != nil {
 		t.Fatal(err)
 	}
-	store := partition.NewStore(db, "")
+	store := partition.NewStore(db, "").Kind(pricer.Kind)
 	won, err := store.Claim(ctx, "probe#0001", time.Minute, []partition.Candidate{{Key: poison}})
 	if err != nil || len(won) != 1 {
 		t.Fatalf("claiming %s: %v %v", poison, won, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/schedule"
 )
 
@@ -94,8 +95,8 @@ func TestConsoleLayoutFits(t *testing.T) {
 	const w1, w2 = "pricing-worker-eu-west-1a-7f9c#3f9a1c2e8b7d", "pricing-worker-eu-west-1b-22d1#91b0c4aa17e2"
 	longErr := "record r-1742 of batch 88: the pricer rejected the amount (tier table missing for currency CHF on " +
 		"2026-11-25); see /var/lib/pricing/tiers/2026/11/25/currency=CHF/tier-overrides-effective-from-2026-11-01T00:00:00Z.json"
-	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available, position, attempts, last_error)
-		VALUES (?, 250000, 117500, 2, ?), ('CTR-2026-000418', 1000, 1000, 0, NULL)`, key, longErr); err != nil {
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (kind, partition_key, available, position, attempts, last_error)
+		VALUES ('pricing', ?, 250000, 117500, 2, ?), ('pricing', 'CTR-2026-000418', 1000, 1000, 0, NULL)`, key, longErr); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.events
@@ -113,9 +114,12 @@ func TestConsoleLayoutFits(t *testing.T) {
 		key, w1, w2, longErr); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := db.ExecContext(ctx, `UPDATE baton.events SET task_kind = 'pricing' WHERE partition_key = ?`, key); err != nil {
+		t.Fatal(err)
+	}
 	// Workers: w2 live and holding a third contract, w1 expired (it was
 	// killed), a third stopped.
-	store := partition.NewStore(db, "")
+	store := partition.NewStore(db, "").Kind(pricer.Kind)
 	const w3 = "pricing-worker-eu-west-1c-0be4#5d2c6e0f1a93"
 	for _, id := range []string{w1, w2, w3} {
 		if _, err := store.Heartbeat(ctx, partition.Worker{InstanceID: id, Name: partition.InstanceName(id),
@@ -130,7 +134,7 @@ func TestConsoleLayoutFits(t *testing.T) {
 	if err := store.StopWorker(ctx, w3); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available, position) VALUES ('CTR-2026-000419', 5000, 1200)`); err != nil {
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (kind, partition_key, available, position) VALUES ('pricing', 'CTR-2026-000419', 5000, 1200)`); err != nil {
 		t.Fatal(err)
 	}
 	if won, err := store.Claim(ctx, w2, time.Minute, []partition.Candidate{{Key: "CTR-2026-000419"}}); err != nil || len(won) != 1 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton/console"
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/pricer"
 )
 
 // consoleFlags configure the operator console, served by "worker ui" or,
@@ -27,7 +28,7 @@ func (c *consoleFlags) register(f *pflag.FlagSet, addrFlag, tokenFlag, addrDefau
 
 // config completes the flags from the environment.
 func (c *consoleFlags) config(g *globals) console.Config {
-	return console.Config{Schema: g.schema, Addr: c.addr, Token: cmp.Or(c.token, os.Getenv(console.TokenEnv)), Logger: g.logger, Noun: "contract", Nouns: "contracts", ItemUnit: "records"}
+	return console.Config{Schema: g.schema, Addr: c.addr, Token: cmp.Or(c.token, os.Getenv(console.TokenEnv)), Logger: g.logger, Noun: "contract", Nouns: "contracts", ItemUnit: "records", Kind: pricer.Kind}
 }
 
 // start serves the console over its own small connection pool, so that
