@@ -16,7 +16,7 @@ test:
 	cd bench && $(GO) test -count=1 ./...
 
 # The fault soak: 1,000 process, network and database faults on real workers,
-# soak clients and scheduled jobs (about 10 minutes on 2 cores), then the
+# soak clients and scheduled jobs (about 7 minutes on 2 cores), then the
 # independent checks; its table ends the output. BATON_SOAK_FAULTS=N sets the
 # count, BATON_SEED=<seed> replays a run's schedule of faults. make test runs
 # a 40-fault slice of it.
