@@ -271,6 +271,11 @@ func (d *Distributor) Err() error {
 // gracefully and returns nil) or, in until-done mode, all work is done.
 func (d *Distributor) Run(ctx context.Context) error {
 	if err := d.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped while starting: nothing was claimed, so there is
+			// nothing to hand back; a graceful stop like any other.
+			return nil
+		}
 		return err
 	}
 	return d.Err()

@@ -1,0 +1,95 @@
+package distributor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/testutil"
+)
+
+// blockRegistration holds the workers table locked so that a starting
+// worker's registration waits, and returns when it does; the caller ends
+// the returned transaction.
+func blockRegistration(t *testing.T, e *env) (release func()) {
+	t.Helper()
+	tx, err := e.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`LOCK TABLE baton.workers IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	return func() { _ = tx.Rollback() }
+}
+
+// A database that drops the connection of a worker registering at start
+// (a restart, a failover) does not fail the worker: it registers again
+// and runs.
+func TestRegistrationSurvivesALostConnection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(5, "p")
+	release := blockRegistration(t, e)
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.StaleAfter = 30 * time.Second // the start's bound: far beyond this test
+	db := pgtest.Open(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
+	d, err := distributor.New(db, newProc(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	pgtest.WaitForLockWait(t, e.db, "workers (instance_id")
+	if _, err := e.db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, 'workers (instance_id') > 0`); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	ev.wait(t, 20*time.Second, "the partition processed", kind(distributor.EventReleased))
+	cancel()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatalf("Run = %v; want a worker that registered again and ran", err)
+		}
+	case <-time.After(testutil.WaitTimeout(20 * time.Second)):
+		t.Fatal("Run did not return after its context ended")
+	}
+	e.verify()
+}
+
+// A worker stopped while it registers stops gracefully: Run returns nil,
+// as for any stop.
+func TestStopWhileRegisteringIsGraceful(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	release := blockRegistration(t, e)
+	defer release()
+	cfg := fastConfig("w", newEvents())
+	cfg.StaleAfter = 30 * time.Second
+	db := pgtest.Open(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
+	d, err := distributor.New(db, newProc(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	pgtest.WaitForLockWait(t, e.db, "workers (instance_id")
+	cancel()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatalf("Run = %v; want nil (a graceful stop)", err)
+		}
+	case <-time.After(testutil.WaitTimeout(20 * time.Second)):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
