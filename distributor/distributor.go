@@ -320,7 +320,11 @@ func (d *Distributor) finish(err error) {
 }
 
 func (d *Distributor) markStopped() {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
+	// Bounded, so that an unreachable database cannot hold the stop, but
+	// never so tightly that a busy server fails it: a mark that fails
+	// leaves the others counting this worker until its registration runs
+	// out.
+	ctx, cancel := context.WithTimeout(context.Background(), max(d.cfg.StaleAfter/2, registerTimeout))
 	defer cancel()
 	if err := d.store.StopWorker(ctx, d.worker.InstanceID); err != nil {
 		d.log.Warn("could not mark worker stopped; others count it until its registration expires", "error", err)
