@@ -2,6 +2,7 @@ package console
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,10 @@ import (
 )
 
 // Defaults. Each Config field documents its own.
+// StateInconsistent is the state shown for a partition that
+// Config.Inconsistent names.
+const StateInconsistent = "inconsistent"
+
 const (
 	AddrDefault     = "127.0.0.1:8080"
 	RefreshDefault  = 2 * time.Second
@@ -61,6 +66,11 @@ type Config struct {
 	// act on that kind's partitions, workers and events only. Defaults to
 	// partition.DefaultKind.
 	Kind string
+	// Inconsistent, if set, names the partitions the workload finds
+	// inconsistent, with the problem (for pricing: a checkpoint beyond the
+	// contract's stored records): the pages show them in state
+	// "inconsistent", an error, never as done. Called at each refresh.
+	Inconsistent func(ctx context.Context) (map[string]string, error)
 	// Clock defaults to the real clock.
 	Clock clockwork.Clock
 	// Logger defaults to slog.Default().

@@ -139,6 +139,19 @@ func (s *source) read(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.cfg.Inconsistent != nil {
+		// Read after the task rows, as status does: work added in
+		// between only adds items, never an inconsistency.
+		bad, err := s.cfg.Inconsistent(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("checking consistency: %w", err)
+		}
+		for i := range parts {
+			if problem, ok := bad[parts[i].Key]; ok {
+				parts[i].State, parts[i].Error = StateInconsistent, problem
+			}
+		}
+	}
 	workers, err := s.workers(ctx)
 	if err != nil {
 		return nil, err

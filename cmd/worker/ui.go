@@ -43,6 +43,19 @@ func (c *consoleFlags) start(ctx context.Context, g *globals) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	// A contract whose checkpoint lies beyond its stored records is shown
+	// as an error, as status shows it, never as done.
+	cfg.Inconsistent = func(ctx context.Context) (map[string]string, error) {
+		progress, err := pricer.CheckProgress(ctx, db, g.schema)
+		if err != nil {
+			return nil, err
+		}
+		bad := make(map[string]string, len(progress.Inconsistent))
+		for _, c := range progress.Inconsistent {
+			bad[c.ContractID] = c.Problem()
+		}
+		return bad, nil
+	}
 	srv, err := console.New(db, cfg)
 	if err != nil {
 		db.Close()
