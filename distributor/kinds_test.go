@@ -46,8 +46,11 @@ func (p *kindProc) Process(ctx context.Context, b *distributor.Batch) (distribut
 // on their own kind's work. Without kinds the two processors' items were
 // added to the same rows and their checkpoints moved past each other's
 // items.
+//
+// Not parallel: its four workers would compete for a small machine with
+// the timing-sensitive tests that run in parallel; it runs alone, before
+// them.
 func TestProcessorsOfTwoKindsShareASchema(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	if _, err := e.db.Exec(`CREATE TABLE kind_output (
