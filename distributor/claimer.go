@@ -61,7 +61,7 @@ func (d *Distributor) claimLoop() {
 				d.workChanged.Store(false)
 			}
 		}
-		if lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.cfg.RebalanceInterval || recompute ||
+		if lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.rebalanceInterval() || recompute ||
 			d.cfg.UntilDone && d.heldCount() == 0 && !claimed {
 			finished, err := d.rebalance(ctx)
 			if err != nil {
@@ -121,6 +121,22 @@ func (d *Distributor) claimLoop() {
 		case <-deferred:
 		}
 	}
+}
+
+// rebalanceInterval is how long the share in hand may serve: a worker
+// with room below MaxPartitions reads it again at least every StaleAfter/2,
+// whatever RebalanceInterval is, so that work nobody else wants (a
+// partition handed back, or out of its back-off, with every other worker at
+// its share) is found and taken beyond the share once that has lasted a
+// lease's length (applyShare). With the defaults (5s and 10s/2) this
+// changes nothing.
+func (d *Distributor) rebalanceInterval() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.overflowSince.IsZero() || d.occupied() < d.cfg.MaxPartitions {
+		return min(d.cfg.RebalanceInterval, d.cfg.StaleAfter/2)
+	}
+	return d.cfg.RebalanceInterval
 }
 
 // backoff is base doubled per earlier failure, capped at limit.
