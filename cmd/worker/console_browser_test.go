@@ -178,8 +178,18 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Helper()
 		sctx, cancel := step()
 		defer cancel()
-		if _, err := chromedp.Run(sctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(80*time.Second))); err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
+		for attempt := 1; ; attempt++ {
+			_, err := chromedp.Run(sctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(80*time.Second)))
+			// A poll begun while the page's document was being replaced
+			// (a navigation still settling) loses its execution context:
+			// poll again in the new one.
+			if err != nil && strings.Contains(err.Error(), "Cannot find context with specified id") && attempt < 5 {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("waiting for %s: %v", what, err)
+			}
+			return
 		}
 	}
 
