@@ -10,7 +10,11 @@ import (
 )
 
 // scenarioNames are the scenarios in the order they run.
-var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "micro", "profile"}
+var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "horizon", "micro", "profile", "scale"}
+
+// optInScenarios run only when named: they take far longer than the rest
+// (scale loads, prices and exports 100M records).
+var optInScenarios = []string{"scale"}
 
 // config holds every knob of a report run. Defaults finish the full run in
 // about 15 minutes on a 2-core machine; -quick scales everything down to a
@@ -228,7 +232,11 @@ func parseConfig(args []string) (config, error) {
 	}
 	c.scenarios = fs.Args()
 	if len(c.scenarios) == 0 {
-		c.scenarios = scenarioNames
+		for _, s := range scenarioNames {
+			if !slices.Contains(optInScenarios, s) {
+				c.scenarios = append(c.scenarios, s)
+			}
+		}
 	} else if slices.Contains(c.scenarios, "profile") && !set["profile"] {
 		// Asked for by name: profile whether or not a goal was missed.
 		c.profile = "always"

@@ -6,8 +6,8 @@
 // PostgreSQL started from the installed binaries in a temporary directory.
 // It builds the worker binary once, drives real worker processes, and
 // writes bench/results/report.md, results.json (every measurement) and the
-// plots. Scenarios: throughput, peers, coordination, failover, micro (all
-// by default). -quick is a smoke run of about two minutes.
+// plots. Scenarios: throughput, events, peers, coordination, failover,
+// horizon, micro, profile (all by default) and scale (only when named). -quick is a smoke run of about two minutes.
 //
 // It is a module of its own, so that the library's module does not carry
 // its plotting dependencies. It runs from the repository root whichever of
@@ -140,8 +140,10 @@ func run(cfg config) error {
 		{"peers", e.runPeers},
 		{"coordination", e.runCoordination},
 		{"failover", e.runFailover},
+		{"horizon", e.runHorizon},
 		{"micro", e.runMicro},
 		{"profile", e.runProfiles},
+		{"scale", e.runScale},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

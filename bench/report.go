@@ -61,6 +61,8 @@ func writeReport(r *results, dir string) error {
 	peersSection(w, r)
 	coordSection(w, r)
 	failoverSection(w, r)
+	horizonSection(w, r)
+	scaleSection(w, r)
 	microSection(w, r)
 	profileSection(w, r)
 	w("## Command lines\n\n")

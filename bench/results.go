@@ -21,6 +21,8 @@ type results struct {
 	Coord       *coordResult      `json:"coordination,omitempty"`
 	Failover    *failoverResult   `json:"failover,omitempty"`
 	Micro       *microResult      `json:"micro,omitempty"`
+	Horizon     *horizonResult    `json:"horizon,omitempty"`
+	Scale       *scaleResult      `json:"scale,omitempty"`
 	Profiles    []profileResult   `json:"profiles,omitempty"`
 	Experiments []modeRun         `json:"experiments,omitempty"`
 	Errors      []string          `json:"errors,omitempty"`
@@ -128,6 +130,10 @@ func (r *results) forget(scenarios []string) {
 			r.Failover = nil
 		case "micro":
 			r.Micro = nil
+		case "horizon":
+			r.Horizon = nil
+		case "scale":
+			r.Scale = nil
 		case "profile":
 			r.Profiles, r.Experiments = nil, nil
 		}
