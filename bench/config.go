@@ -40,6 +40,10 @@ type config struct {
 	// events
 	eventsRepeat int
 
+	// horizon and scale (their own files)
+	horizon horizonConfig
+	scale   scaleConfig
+
 	// peers
 	peerWorkers   intList
 	peerConc      int
@@ -171,6 +175,8 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.profile, "profile", c.profile, "CPU profiles: auto (when a goal is missed), always, never")
 	fs.BoolVar(&c.render, "render", false, "only re-render report.md and the plots from -out's results.json")
 	fs.BoolVar(&c.merge, "merge", false, "keep -out's results.json and replace only the scenarios run now")
+	c.horizon.flags(fs)
+	c.scale.flags(fs)
 	fs.StringVar(&c.previous, "previous", "", "an earlier results.json whose headline figures are shown beside the new ones")
 
 	fs.IntVar(&c.contracts, "contracts", c.contracts, "throughput: contracts")

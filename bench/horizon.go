@@ -1,6 +1,9 @@
 package main
 
-import "context"
+import (
+	"context"
+	"flag"
+)
 
 // horizonResult is the horizon scenario's measurements: pricing while
 // another session pins the xmin horizon, against the same run unpinned.
@@ -12,3 +15,8 @@ func (e *env) runHorizon(ctx context.Context, res *results) error {
 }
 
 func horizonSection(w writer, r *results) {}
+
+// horizonConfig holds the horizon scenario's knobs.
+type horizonConfig struct{}
+
+func (c *horizonConfig) flags(fs *flag.FlagSet) {}

@@ -1,6 +1,9 @@
 package main
 
-import "context"
+import (
+	"context"
+	"flag"
+)
 
 // scaleResult is the scale scenario's measurements: 100M records loaded,
 // priced and exported end to end, each stage against its 1M rate.
@@ -12,3 +15,8 @@ func (e *env) runScale(ctx context.Context, res *results) error {
 }
 
 func scaleSection(w writer, r *results) {}
+
+// scaleConfig holds the scale scenario's knobs.
+type scaleConfig struct{}
+
+func (c *scaleConfig) flags(fs *flag.FlagSet) {}
