@@ -19,11 +19,12 @@
 //
 // Embedding: apply the core migrations (schema.Migrate), add work inside
 // your own transactions with partition.Store.AddWork on a store of your
-// kind (it locks the task row in the protocol's order and notifies the
-// workers at commit), implement Processor, then
+// kind (it locks the task row in the protocol's order, returns the numbers
+// the new items take, and notifies the workers at commit), implement
+// Processor, then
 //
 //	orders := partition.NewStore(db, "").Kind("orders")
-//	err := orders.AddWork(ctx, tx, customer, n) // in the service's transaction
+//	r, err := orders.AddWork(ctx, tx, customer, n) // in the service's transaction: items r.First … r.Last
 //	d, err := distributor.New(db, myProcessor, distributor.Config{Name: "billing", Kind: "orders"})
 //	err = d.Run(ctx) // until ctx is cancelled; then hands everything back
 //

@@ -21,10 +21,10 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 	ctx := context.Background()
 	pricing := partition.NewStore(db, "").Kind("pricing")
 	orders := partition.NewStore(db, "").Kind("orders")
-	if err := pricing.AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 5}, {Key: "globex", N: 2}}); err != nil {
+	if _, err := pricing.AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 5}, {Key: "globex", N: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := orders.AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 3}, {Key: "initech", N: 1}}); err != nil {
+	if _, err := orders.AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 3}, {Key: "initech", N: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	available := func(kind, key string) (avail, pos int64) {
@@ -203,7 +203,7 @@ func TestValidateKind(t *testing.T) {
 			t.Errorf("ValidateKind(%q) = nil, want an error", k)
 		}
 	}
-	err := partition.NewStore(nil, "").Kind("a b").AddWork(context.Background(), nil, "k", 1)
+	_, err := partition.NewStore(nil, "").Kind("a b").AddWork(context.Background(), nil, "k", 1)
 	if err == nil || !strings.Contains(err.Error(), "white space") {
 		t.Errorf("AddWork with kind %q = %v, want refused", "a b", err)
 	}

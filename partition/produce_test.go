@@ -2,11 +2,15 @@ package partition_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
@@ -49,7 +53,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddWork(ctx, tx, "gone", 3); err != nil {
+	if _, err := s.AddWork(ctx, tx, "gone", 3); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(); err != nil {
@@ -64,7 +68,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO public.orders VALUES ('o1')`); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddWorks(ctx, tx, []partition.Work{{Key: "b", N: 2}, {Key: "a", N: 1}, {Key: "b", N: 3}}); err != nil {
+	if _, err := s.AddWorks(ctx, tx, []partition.Work{{Key: "b", N: 2}, {Key: "a", N: 1}, {Key: "b", N: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := s.Candidates(ctx, 10); err != nil || len(c) != 0 {
@@ -95,7 +99,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	}
 
 	// More work on an existing partition adds to it.
-	if err := s.AddWork(ctx, db, "a", 4); err != nil {
+	if _, err := s.AddWork(ctx, db, "a", 4); err != nil {
 		t.Fatal(err)
 	}
 	if got := next(); got != partition.NotifyPayload(partition.NotifyWork, partition.DefaultKind) {
@@ -107,7 +111,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	}
 
 	for _, bad := range []partition.Work{{Key: "", N: 1}, {Key: "x", N: -1}} {
-		if err := s.AddWorks(ctx, db, []partition.Work{bad}); err == nil {
+		if _, err := s.AddWorks(ctx, db, []partition.Work{bad}); err == nil {
 			t.Errorf("AddWorks(%+v) accepted", bad)
 		}
 	}
@@ -121,7 +125,7 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
 	s := partition.NewStore(db, "")
-	if err := s.AddWork(ctx, db, "k", 5); err != nil {
+	if _, err := s.AddWork(ctx, db, "k", 5); err != nil {
 		t.Fatal(err)
 	}
 	won, err := s.Claim(ctx, "w#1", time.Minute, []partition.Candidate{{Key: "k", Version: 0}})
@@ -139,7 +143,7 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := s.AddWork(actx, db, "k", 2); err != nil {
+	if _, err := s.AddWork(actx, db, "k", 2); err != nil {
 		t.Fatalf("adding work while a batch holds the fence: %v", err)
 	}
 	if err := s.Advance(ctx, batch, won[0].Lease, 0, 5, nil); err != nil {
@@ -152,7 +156,7 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 	if err != nil || len(rows) != 1 || rows[0].Processed != 5 || rows[0].Pending != 2 {
 		t.Fatalf("after batch and producer: %+v, %v; want position 5, 2 pending", rows, err)
 	}
-	if err := s.AddWork(ctx, db, "k", -1); err == nil || !strings.Contains(err.Error(), "taken back") {
+	if _, err := s.AddWork(ctx, db, "k", -1); err == nil || !strings.Contains(err.Error(), "taken back") {
 		t.Fatalf("negative work: %v", err)
 	}
 }
@@ -170,7 +174,7 @@ func TestAddWorksPgxOnAPgxTransaction(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 	s := partition.NewStore(db, "")
-	if err := s.AddWork(ctx, db, "b", 2); err != nil {
+	if _, err := s.AddWork(ctx, db, "b", 2); err != nil {
 		t.Fatal(err)
 	}
 	for _, commit := range []bool{false, true} {
@@ -211,3 +215,85 @@ func TestAddWorksPgxOnAPgxTransaction(t *testing.T) {
 		t.Fatalf("available = %v, want a:1 b:8 (the rolled-back load left nothing)", got)
 	}
 }
+
+// Producers of one partition running at once each get their own range of
+// numbers, and together the ranges cover 1 … total without a gap or an
+// overlap: the numbering is the statement's, under the row lock, not a
+// read of the highest number stored. Each producer writes its items under
+// the numbers it got, in its own transaction, so a collision would fail
+// the items' primary key; a rolled-back producer's numbers are reused.
+func TestConcurrentProducersNumberTheirItemsWithoutCollision(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE public.items (customer text, seq bigint, producer int, PRIMARY KEY (customer, seq))`); err != nil {
+		t.Fatal(err)
+	}
+	s := partition.NewStore(db, "").Kind("orders")
+	const producers, rounds = 6, 15
+	var g errgroup.Group
+	for p := range producers {
+		g.Go(func() error {
+			for i := range rounds {
+				n := int64(1 + (p+i)%4)
+				err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+					r, err := s.AddWork(ctx, tx, "acme", n)
+					if err != nil {
+						return err
+					}
+					if r.Key != "acme" || r.N() != n {
+						return fmt.Errorf("AddWork(acme, %d) = %+v", n, r)
+					}
+					if _, err := tx.ExecContext(ctx, `INSERT INTO public.items SELECT 'acme', g, ? FROM generate_series(?::bigint, ?::bigint) g`,
+						p, r.First, r.Last); err != nil {
+						return err
+					}
+					if i%5 == 4 {
+						return errRollback // its numbers go to the next producer
+					}
+					return nil
+				})
+				if err != nil && !errors.Is(err, errRollback) {
+					return fmt.Errorf("producer %d round %d: %w", p, i, err)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	var available, count, maxSeq int64
+	if err := db.QueryRowContext(ctx, `SELECT available FROM baton.tasks WHERE kind = 'orders' AND partition_key = 'acme'`).Scan(&available); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT count(*), coalesce(max(seq), 0) FROM public.items`).Scan(&count, &maxSeq); err != nil {
+		t.Fatal(err)
+	}
+	if count == 0 || count != available || maxSeq != available {
+		t.Fatalf("items: %d stored, highest %d; available %d: want all three equal", count, maxSeq, available)
+	}
+
+	// Several partitions at once, one of them named twice: a range per
+	// distinct key, in key order, following the earlier items.
+	var rs []partition.Range
+	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		rs, err = s.AddWorks(ctx, tx, []partition.Work{{Key: "zeta", N: 2}, {Key: "acme", N: 3}, {Key: "zeta", N: 1}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []partition.Range{{Key: "acme", First: available + 1, Last: available + 3}, {Key: "zeta", First: 1, Last: 3}}
+	if fmt.Sprint(rs) != fmt.Sprint(want) {
+		t.Fatalf("AddWorks ranges = %+v, want %+v", rs, want)
+	}
+	// No items: an empty range after the last.
+	r, err := s.AddWork(ctx, db, "zeta", 0)
+	if err != nil || r.First != 4 || r.Last != 3 || r.N() != 0 {
+		t.Fatalf("AddWork(zeta, 0) = %+v, %v; want the empty range 4…3", r, err)
+	}
+}
+
+var errRollback = errors.New("rolled back on purpose")

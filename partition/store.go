@@ -213,7 +213,7 @@ func ValidateKind(kind string) error {
 // refuses (a distributor validates its Config.Kind).
 //
 //	orders := partition.NewStore(db, "").Kind("orders")
-//	err := orders.AddWork(ctx, tx, customer, n) // an "orders" partition
+//	r, err := orders.AddWork(ctx, tx, customer, n) // an "orders" partition
 func (s *Store) Kind(kind string) *Store {
 	c := *s
 	c.kind = cmp.Or(kind, DefaultKind)

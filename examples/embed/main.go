@@ -33,6 +33,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx": baton listens through it
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/partition"
@@ -102,19 +103,23 @@ func run() error {
 
 	// Place orders: each transaction writes the service's rows and adds
 	// them to the customer's partition, of the service's kind; its workers
-	// are woken at commit.
+	// are woken at commit. The orders are placed at the same time, as
+	// requests of a service are, acme's by two requests at once.
 	store := partition.NewStore(db, "").Kind(kind)
+	var placing errgroup.Group
 	for _, o := range []struct {
 		customer string
 		items    []string
 	}{
-		{"acme", []string{"anvil", "rocket", "magnet"}},
+		{"acme", []string{"anvil", "rocket"}},
+		{"acme", []string{"magnet"}},
 		{"globex", []string{"hammock"}},
 		{"initech", []string{"stapler", "printer"}},
 	} {
-		if err := placeOrders(ctx, db, store, o.customer, o.items); err != nil {
-			return err
-		}
+		placing.Go(func() error { return placeOrders(ctx, db, store, o.customer, o.items) })
+	}
+	if err := placing.Wait(); err != nil {
+		return err
 	}
 
 	carrier := &carrier{requests: map[string]int{}}
@@ -151,21 +156,24 @@ func run() error {
 
 // placeOrders appends items to customer's orders in one transaction of
 // the service's own, and makes them work for the shipper in the same
-// transaction.
+// transaction. AddWork numbers the items: it returns the seqs they take,
+// after every earlier order of the customer, and holds the customer's
+// task row until the transaction ends, so orders placed at the same time
+// for the same customer by other goroutines or processes are numbered
+// after these, never the same.
 func placeOrders(ctx context.Context, db *bun.DB, store *partition.Store, customer string, items []string) error {
 	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		var last int64
-		if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM orders WHERE customer = ?`,
-			customer).Scan(&last); err != nil {
+		r, err := store.AddWork(ctx, tx, customer, int64(len(items)))
+		if err != nil {
 			return err
 		}
 		for i, item := range items {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (customer, seq, item, cents) VALUES (?, ?, ?, ?)`,
-				customer, last+int64(i)+1, item, 100*int64(len(item))); err != nil {
-				return err
+				customer, r.First+int64(i), item, 100*int64(len(item))); err != nil {
+				return fmt.Errorf("placing order %d of %s: %w", r.First+int64(i), customer, err)
 			}
 		}
-		return store.AddWork(ctx, tx, customer, int64(len(items)))
+		return nil
 	})
 }
 
