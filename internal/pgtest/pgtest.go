@@ -263,3 +263,23 @@ func waitForSessions(t testing.TB, db *bun.DB, what, cond string, arg any, want 
 	}
 	t.Fatalf("timed out waiting for %s", what)
 }
+
+// ExampleURL is NewURL for runnable examples, which have no testing.T: it
+// creates a fresh migrated database on the package's test server and
+// returns its URL and a function that drops it. It panics if it cannot.
+func ExampleURL() (url string, drop func()) {
+	once.Do(func() { setupErr = setup() })
+	if setupErr != nil {
+		panic(fmt.Sprintf("test database: %v", setupErr))
+	}
+	name := "baton_example_" + randomSuffix()
+	createMu.Lock()
+	_, err := admin.Exec("CREATE DATABASE " + quoteIdent(name) + " TEMPLATE " + quoteIdent(template))
+	createMu.Unlock()
+	if err != nil {
+		panic(fmt.Sprintf("creating example database: %v", err))
+	}
+	return withDatabase(name), func() {
+		_, _ = admin.Exec("DROP DATABASE IF EXISTS " + quoteIdent(name) + " WITH (FORCE)")
+	}
+}

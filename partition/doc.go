@@ -1,0 +1,48 @@
+// Package partition is baton's task table: the rows that say which worker
+// owns which partition of work, how much work each has and how far it has
+// got. Producers use it to add work; operators and services use it to see
+// and repair the state of the work; package distributor uses it to claim,
+// renew, fence and advance partitions (its safety argument, in package
+// distributor's documentation, is stated in terms of these statements).
+//
+// # Partitions and work items
+//
+// A partition is one row of baton.tasks, keyed by (kind, partition_key):
+// the kind names the processor the work is for (as a queue name does), the
+// key names the stream of work within it (a contract, a customer, a
+// tenant). A partition's work is a sequence of items numbered 1, 2, 3…
+// that the producer stores in its own tables; the task row holds only two
+// counters: available, the highest item number made available, and
+// position, the number of items processed (the checkpoint). Pending work
+// is available − position. A processor reads items position+1 … available,
+// in order, and commits the new position with its output.
+//
+// # Adding work
+//
+// A Store bound to a kind (NewStore(db, "").Kind("orders")) adds work with
+// AddWork (one partition) or AddWorks (several in one statement), inside
+// the producer's own transaction, so the items and the work counter commit
+// or roll back together; the partition is created on first use. AddWork
+// returns the numbers the new items take (Range): the producer writes its
+// items under them in the same transaction. The statement holds the task
+// row's lock until the transaction ends, so producers of the same partition
+// running at once are numbered one after the other, never the same. The
+// kind's workers are woken by a notification delivered at commit.
+//
+// # Seeing and repairing
+//
+// Status lists the kind's partitions (state, owner, processed, pending,
+// last error) and workers; History and RecentEvents read a partition's
+// history of claims, takeovers, hand-backs, failures and retries (table
+// events), pruned by PruneEvents. Retry re-enables a partition that failed
+// too often (quarantined) or is backing off.
+//
+// # The protocol's statements
+//
+// The other methods (Candidates, Claim, HeartbeatBelow, Fence, Advance,
+// Release, Fail and the group and fair-share statements) are the
+// distributor's. Each names its kind and locks task rows in (kind,
+// partition_key) order, with the lock modes the Store's documentation
+// lists; a producer that writes task rows itself must follow the same
+// rules, and should use AddWork instead.
+package partition
