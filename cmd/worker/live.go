@@ -117,6 +117,9 @@ func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
 			fmt.Fprintf(v.w, "%6.1fs  %s %3d%%  %d/%d priced  %.0f records/s  workers:%s\n",
 				elapsed.Seconds(), bar(s.Totals.Processed, total, 20), pct(s.Totals.Processed, total),
 				s.Totals.Processed, total, v.rate, workerSummary(s))
+			if s.Horizon != nil && s.Horizon.Warning {
+				fmt.Fprintf(v.w, "        WARNING: %s\n", s.Horizon.Reason)
+			}
 		}
 		return
 	}
@@ -134,6 +137,12 @@ func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
 		fmt.Sprintf("workers %d:%s", len(s.Workers), workerSummary(s)),
 		"contracts: "+byState(s.Totals.ByState),
 	)
+	if h := s.Horizon; h != nil {
+		if h.Warning {
+			lines = append(lines, "WARNING: "+h.Reason)
+		}
+		lines = append(lines, horizonLine(h))
+	}
 	parts := append([]partitionJSON(nil), s.Partitions...)
 	sort.SliceStable(parts, func(i, j int) bool {
 		if ri, rj := stateRank(parts[i].State), stateRank(parts[j].State); ri != rj {
@@ -251,6 +260,20 @@ func pad(s string, n int) string {
 func padMiddle(s string, n int) string {
 	s = fitMiddle(s, n)
 	return s + strings.Repeat(" ", max(0, n-utf8.RuneCountInString(s)))
+}
+
+// horizonLine sums up what holds back vacuum in one line.
+func horizonLine(h *horizonJSON) string {
+	oldest := "nothing holds back the xmin horizon"
+	if len(h.Holders) > 0 {
+		x := h.Holders[0]
+		age := "age unknown"
+		if x.AgeMS != nil {
+			age = (time.Duration(*x.AgeMS) * time.Millisecond).Round(time.Second).String()
+		}
+		oldest = fmt.Sprintf("oldest transaction holding the horizon %s: %s", age, x.Describe())
+	}
+	return fmt.Sprintf("vacuum: %d dead row versions; %s", h.DeadRows, oldest)
 }
 
 func (v *liveView) finish() {}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricer"
@@ -35,6 +36,50 @@ type statusJSON struct {
 	Partitions []partitionJSON `json:"partitions"`
 	Workers    []workerJSON    `json:"workers"`
 	Totals     totalsJSON      `json:"totals"`
+	// Horizon is what holds back vacuum (nil only where status is built
+	// without reading it, as in the demo).
+	Horizon *horizonJSON `json:"horizon,omitempty"`
+}
+
+// horizonJSON is the xmin horizon and the dead row versions of the
+// schema's tables (package horizon).
+type horizonJSON struct {
+	// OldestAgeMS is the age of the oldest transaction holding back the
+	// xmin horizon, null when none does (or none has a known age).
+	OldestAgeMS *int64          `json:"oldest_xact_age_ms"`
+	WarnAfterMS int64           `json:"warn_after_ms"`
+	Warning     bool            `json:"warning"`
+	Reason      string          `json:"reason,omitempty"`
+	Holders     []holderJSON    `json:"holders"`
+	Hidden      int             `json:"hidden_sessions"`
+	DeadRows    int64           `json:"dead_rows"`
+	Tables      []horizon.Table `json:"tables"`
+}
+
+type holderJSON struct {
+	horizon.Holder
+	AgeMS *int64 `json:"age_ms"`
+}
+
+func buildHorizon(r horizon.Report) *horizonJSON {
+	h := &horizonJSON{WarnAfterMS: r.WarnAfter.Milliseconds(), Warning: r.Warning, Reason: r.Reason,
+		Holders: []holderJSON{}, Hidden: r.Hidden, DeadRows: r.DeadRows(), Tables: r.Tables}
+	if h.Tables == nil {
+		h.Tables = []horizon.Table{}
+	}
+	for _, x := range r.Holders {
+		j := holderJSON{Holder: x}
+		if x.Since != nil {
+			ms := x.Age.Milliseconds()
+			j.AgeMS = &ms
+		}
+		h.Holders = append(h.Holders, j)
+	}
+	if o := r.Oldest(); o != nil && o.Since != nil {
+		ms := o.Age.Milliseconds()
+		h.OldestAgeMS = &ms
+	}
+	return h
 }
 
 type partitionJSON struct {
@@ -112,8 +157,9 @@ func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerSt
 // inconsistent, with the problem as their error, the contracts whose
 // pricing partition claims more than their stored records. The records are
 // read after the task rows: a load that commits in between only adds
-// records, so it never makes a consistent contract look inconsistent.
-func readStatus(ctx context.Context, db bun.IDB, schemaName string) (statusJSON, error) {
+// records, so it never makes a consistent contract look inconsistent. Then
+// it reads what holds back vacuum, warning past warnAfter.
+func readStatus(ctx context.Context, db bun.IDB, schemaName string, warnAfter time.Duration) (statusJSON, error) {
 	parts, workers, err := pricingStore(db, schemaName).Status(ctx)
 	if err != nil {
 		return statusJSON{}, err
@@ -133,7 +179,13 @@ func readStatus(ctx context.Context, db bun.IDB, schemaName string) (statusJSON,
 			}
 		}
 	}
-	return buildStatus(parts, workers), nil
+	s := buildStatus(parts, workers)
+	hr, err := horizon.Read(ctx, db, schemaName, warnAfter)
+	if err != nil {
+		return statusJSON{}, err
+	}
+	s.Horizon = buildHorizon(hr)
+	return s, nil
 }
 
 // statesHelp documents the states status reports.
@@ -155,7 +207,7 @@ const statesHelp = `States:
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var asJSON, watch bool
-	var every time.Duration
+	var every, warnAfter time.Duration
 	cmd := &cobra.Command{
 		Use:   "status [--json | --watch]",
 		Short: "Show every contract's owner, state and progress, and the live workers",
@@ -168,9 +220,20 @@ retrying").
 Workers and their held counts include only live leases: a worker that
 stopped heartbeating is not counted.
 
+Then what holds back vacuum: the oldest transactions holding back the
+xmin horizon on the server (sessions of any database, replication slots,
+prepared transactions: pid, application, state, the query's first
+characters with its literals hidden) and the dead row versions of baton's
+tables. A transaction older than --horizon-warn-after (or an inactive
+replication slot holding the horizon) prints a WARNING line; in --json,
+horizon.warning is true. While it lasts, the dead row versions of the
+task rows cannot be vacuumed and pricing slows down: end that session, or
+run such reports on a standby.
+
 ` + statesHelp + "\n\n" + exitCodesHelp,
 		Example: `  worker status
   worker status --json | jq '.totals'
+  worker status --json | jq '.horizon.warning'
   worker status --watch --interval 2s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -193,9 +256,9 @@ stopped heartbeating is not counted.
 			}
 			defer db.Close()
 			if watch {
-				return watchStatus(cmd.Context(), g, db, every)
+				return watchStatus(cmd.Context(), g, db, every, warnAfter)
 			}
-			s, err := readStatus(cmd.Context(), db, g.schema)
+			s, err := readStatus(cmd.Context(), db, g.schema, warnAfter)
 			if err != nil {
 				return err
 			}
@@ -211,7 +274,10 @@ stopped heartbeating is not counted.
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (stable field names) for scripts")
 	cmd.Flags().BoolVar(&watch, "watch", false, "refresh a live view until interrupted")
 	cmd.Flags().DurationVar(&every, "interval", time.Second, "refresh interval with --watch")
+	cmd.Flags().DurationVar(&warnAfter, "horizon-warn-after", horizon.WarnAfterDefault,
+		"warn when a transaction has held back the xmin horizon (and so vacuum) this long")
 	positive(cmd.Flags(), "interval")
+	positive(cmd.Flags(), "horizon-warn-after")
 	return cmd
 }
 
@@ -246,12 +312,55 @@ func printStatus(w io.Writer, s statusJSON) {
 		}
 		tw.Flush()
 	}
+	printHorizon(w, s.Horizon)
+}
+
+// printHorizon writes what holds back vacuum: a WARNING line first when
+// the threshold is passed, then the oldest holders and the dead row
+// versions of baton's tables.
+func printHorizon(w io.Writer, h *horizonJSON) {
+	if h == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	if h.Warning {
+		fmt.Fprintf(w, "WARNING: %s. Dead row versions of the task rows cannot be vacuumed meanwhile and pricing slows down: end that session (SELECT pg_terminate_backend(pid)) or run such reports on a standby\n", h.Reason)
+	}
+	if len(h.Holders) == 0 {
+		fmt.Fprintln(w, "xmin horizon: nothing holds it back")
+	} else {
+		fmt.Fprintf(w, "xmin horizon held back by (oldest first; warning after %s):\n", time.Duration(h.WarnAfterMS)*time.Millisecond)
+		for i, x := range h.Holders {
+			if i == 3 {
+				fmt.Fprintf(w, "  … and %d more (status --json lists them)\n", len(h.Holders)-3)
+				break
+			}
+			age := "age unknown"
+			if x.AgeMS != nil {
+				age = "open " + (time.Duration(*x.AgeMS) * time.Millisecond).Round(time.Second).String()
+			}
+			fmt.Fprintf(w, "  %s, %d xids back: %s\n", age, x.XIDAge, x.Describe())
+		}
+	}
+	if h.Hidden > 0 {
+		fmt.Fprintf(w, "  %d sessions of other roles hold it too; grant pg_read_all_stats to see who\n", h.Hidden)
+	}
+	var parts []string
+	for _, t := range h.Tables {
+		if t.Dead > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", t.Name, t.Dead))
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "none")
+	}
+	fmt.Fprintf(w, "dead row versions: %d (%s)\n", h.DeadRows, strings.Join(parts, ", "))
 }
 
 // watchStatus redraws the live view until ctx ends. A failed read keeps the
 // last view on screen under a "database unreachable, retrying" line and
 // tries again at the next tick.
-func watchStatus(ctx context.Context, g *globals, db bun.IDB, every time.Duration) error {
+func watchStatus(ctx context.Context, g *globals, db bun.IDB, every, warnAfter time.Duration) error {
 	view := newLiveView(g.stdout)
 	view.screen = true
 	if view.tty {
@@ -264,7 +373,7 @@ func watchStatus(ctx context.Context, g *globals, db bun.IDB, every time.Duratio
 	var last *statusJSON
 	var downSince time.Time
 	for {
-		s, err := readStatus(ctx, db, g.schema)
+		s, err := readStatus(ctx, db, g.schema, warnAfter)
 		switch {
 		case ctx.Err() != nil:
 			return nil
