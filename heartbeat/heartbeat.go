@@ -323,13 +323,13 @@ func (s *Service) loop(ctx context.Context) {
 		case <-ticker.Chan():
 		case <-s.wake:
 		}
-		s.Beat(ctx)
+		s.beat(ctx)
 	}
 }
 
-// Beat performs one renewal of every tracked lease now. The loop calls it
-// every Interval; tests may call it directly.
-func (s *Service) Beat(ctx context.Context) {
+// beat performs one renewal of every tracked lease now. The loop calls it
+// every Interval.
+func (s *Service) beat(ctx context.Context) {
 	s.mu.Lock()
 	snapshot := make([]*Lease, 0, len(s.leases))
 	leases := make([]partition.Lease, 0, len(s.leases))
