@@ -1,0 +1,210 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+)
+
+// scaleSection renders the scale scenario: stages against the baseline,
+// peak RSS of every process, bytes per record by table and index, and
+// the priced-output layouts.
+func scaleSection(w writer, r *results) {
+	s := r.Scale
+	if s == nil || len(s.Runs) == 0 {
+		return
+	}
+	t, b := s.target(), s.baseline()
+	w("## Scale: %s records end to end\n\n", count(t.Records))
+	w("`worker seed` streams %s records (%d per contract) to a CSV file, `worker load` loads it, %d `worker run --until-done` at default flags price it, "+
+		"`worker export --out -` writes it to the bench (which counts the lines), and pricer.Verify (the independent SQL recomputation) checks it; "+
+		"each a real process, each stage after a CHECKPOINT, in a database of its own.", count(t.Records), s.PerContract, s.Workers)
+	if b != nil {
+		w(" The same stages at %s records in the same run are the baseline of the ratios.", count(b.Records))
+	}
+	w(" Peak RSS is the process's ru_maxrss from wait4.\n\n")
+	if !t.Complete {
+		w("**The %s-record run did not complete**: %s. The figures below are those of the stages it finished.\n\n", count(t.Records), t.Error)
+	}
+	if b != nil {
+		w("| stage | %s records: records/s | %s records: records/s | ratio | goal | met |\n|---|---|---|---|---|---|\n", count(b.Records), count(t.Records))
+	} else {
+		w("| stage | %s records: records/s |\n|---|---|\n", count(t.Records))
+	}
+	for _, name := range scaleStageNames {
+		st, ok := t.stage(name)
+		if b == nil {
+			if ok {
+				w("| %s | %s |\n", name, rate(st.PerSec))
+			}
+			continue
+		}
+		bs, okb := b.stage(name)
+		switch {
+		case ok && okb:
+			ratio := st.PerSec / bs.PerSec
+			goal, met := "≥ 0.8", yesNo(ratio >= scaleRatioGoal)
+			if name == "seed" {
+				goal, met = "—", "" // the generator, not baton
+			}
+			w("| %s | %s | %s | %.2f | %s | %s |\n", name, rate(bs.PerSec), rate(st.PerSec), ratio, goal, met)
+		case okb:
+			w("| %s | %s | not reached | | ≥ 0.8 | **no** |\n", name, rate(bs.PerSec))
+		}
+	}
+	verify := func(r *scaleRun) string {
+		if r.VerifySeconds == 0 {
+			return "not reached"
+		}
+		return fmt.Sprintf("%.1f s (%s)", r.VerifySeconds, map[bool]string{true: "verified", false: "**failed**"}[r.Verified])
+	}
+	w("| verify (pricer.Verify) | %s | %s | | | |\n\n", func() string {
+		if b == nil {
+			return ""
+		}
+		return verify(b)
+	}(), verify(t))
+
+	w("Peak RSS of every process (goal ≤ %d MiB each):\n\n| records | stage | process | peak RSS | CPU s | wall s | met |\n|---|---|---|---|---|---|---|\n", scaleRSSGoal>>20)
+	for _, run := range s.Runs {
+		for _, st := range run.Stages {
+			for _, p := range st.Procs {
+				met := yesNo(p.PeakRSS <= scaleRSSGoal)
+				if st.Name == "seed" {
+					met = "—"
+				}
+				w("| %s | %s | %s | %s | %.1f | %.1f | %s |\n", count(run.Records), st.Name, p.ID, rssMiB(p.PeakRSS), p.CPU, p.Seconds, met)
+			}
+		}
+	}
+	w("\n")
+
+	var measured []*scaleRun
+	for _, run := range s.Runs {
+		if len(run.Tables) > 0 {
+			measured = append(measured, run)
+		}
+	}
+	if len(measured) > 0 {
+		w("Database bytes per record after verification, by table (heap with its maps, TOAST with its index) and index:\n\n| table | part |")
+		for _, run := range measured {
+			w(" %s records |", count(run.Records))
+		}
+		w("\n|---|---|%s\n", repeatCell(len(measured)))
+		var names []string
+		for _, run := range measured {
+			for _, tb := range run.Tables {
+				if !slices.Contains(names, tb.Table) {
+					names = append(names, tb.Table)
+				}
+			}
+		}
+		find := func(run *scaleRun, name string) (tableSize, bool) {
+			for _, tb := range run.Tables {
+				if tb.Table == name {
+					return tb, true
+				}
+			}
+			return tableSize{}, false
+		}
+		for _, name := range names {
+			parts := [][2]string{{"total", ""}, {"heap", ""}, {"toast", ""}}
+			var ixNames []string
+			for _, run := range measured {
+				if tb, ok := find(run, name); ok {
+					for _, ix := range tb.Indexes {
+						if !slices.Contains(ixNames, ix.Name) {
+							ixNames = append(ixNames, ix.Name)
+						}
+					}
+				}
+			}
+			for _, ix := range ixNames {
+				parts = append(parts, [2]string{"index", ix})
+			}
+			for _, part := range parts {
+				label := part[0]
+				if part[1] != "" {
+					label = "index " + part[1]
+				}
+				row := fmt.Sprintf("| %s | %s |", name, label)
+				nonzero := false
+				for _, run := range measured {
+					tb, _ := find(run, name)
+					var v int64
+					switch part[0] {
+					case "total":
+						v = tb.total()
+					case "heap":
+						v = tb.Heap
+					case "toast":
+						v = tb.Toast
+					default:
+						for _, ix := range tb.Indexes {
+							if ix.Name == part[1] {
+								v = ix.Bytes
+							}
+						}
+					}
+					nonzero = nonzero || v >= 8192*2
+					row += fmt.Sprintf(" %s |", bpr(v, run.Records))
+				}
+				// Small tables are shown by their total only.
+				if part[0] == "total" || nonzero {
+					w("%s\n", row)
+				}
+			}
+		}
+		w("| **database** (pg_database_size) | |")
+		for _, run := range measured {
+			w(" **%s** (%s) |", bpr(run.DBBytes, run.Records), gib(run.DBBytes))
+		}
+		w("\n\n")
+	}
+	for _, run := range s.Runs {
+		if run.Disk.FreeBytes > 0 {
+			w("Disk before the %s-record run: %s free, about %s needed (at %.0f bytes per record in the database). ",
+				count(run.Records), gib(run.Disk.FreeBytes), gib(run.Disk.NeededBytes), run.Disk.DBPerRecord)
+		}
+	}
+	w("\n\n")
+	storageSection(w, s.Storage)
+}
+
+func repeatCell(n int) string {
+	out := ""
+	for range n {
+		out += "---|"
+	}
+	return out
+}
+
+// count writes n with thousands separators.
+func count(n int64) string {
+	s := fmt.Sprintf("%d", n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func storageSection(w writer, st *storageResult) {
+	if st == nil || len(st.Layouts) == 0 {
+		return
+	}
+	w("### Priced output: layouts compared (%s records, %d contracts)\n\n", count(st.Records), st.Contracts)
+	w("Each layout is built from the same priced rows in a schema of its own: one binary COPY into the empty table with its key in place (the write), "+
+		"then VACUUM ANALYZE; it is read through a view with priced's per-row shape: as `worker export` reads (every row ordered by contract and seq, COPY TO STDOUT), "+
+		"a sum over every row, and %d contracts one by one in seq order (each read the faster of two). Every view returned the same rows as priced (md5 of the export read). "+
+		"Layouts that take record_id and gross from the records depend on them staying (no pruning of records without their priced output).\n\n", st.Lookups)
+	row := st.Layouts[0]
+	w("| layout | bytes/record | ÷ priced | write s | ÷ priced | export read s | sum s | one contract ms | same rows |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, l := range st.Layouts {
+		w("| `%s`: %s | %.1f (heap %.1f, toast %.1f, index %.1f) | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %s |\n", l.Name, l.Description,
+			l.PerRecord, bytesPerRecord(l.Heap, st.Records), bytesPerRecord(l.Toast, st.Records), bytesPerRecord(l.Index, st.Records),
+			l.PerRecord/row.PerRecord, l.WriteSeconds, l.WriteSeconds/row.WriteSeconds, l.ExportSeconds, l.SumSeconds, l.LookupMs, yesNo(l.Matches))
+	}
+	for _, s := range st.Skipped {
+		w("\nSkipped: %s\n", s)
+	}
+	w("\n")
+}
