@@ -35,6 +35,10 @@ func holdReport(t *testing.T, dsn string) (int, string) {
 	if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid() /* S3cret */ WHERE 'S3cret' <> ''").Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
+	// A transaction id handed out after the snapshot puts its xmin behind.
+	if _, err := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 1}).ExecContext(ctx, "SELECT txid_current()"); err != nil {
+		t.Fatal(err)
+	}
 	return pid, app
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/partition"
@@ -198,6 +199,7 @@ trigger jobs (see "worker ui").`,
 			}
 			if m != nil {
 				m.Watch(d)
+				m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) { return horizon.Read(ctx, db, g.schema, 0) })
 				srv, err := metrics.Listen(r.metricsAddr, m, func(ctx context.Context) error {
 					if err := db.PingContext(ctx); err != nil {
 						return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
