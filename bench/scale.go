@@ -239,6 +239,9 @@ func (e *env) scaleRun(ctx context.Context, r *scaleRun, sr *scaleResult, res *r
 		return err
 	}
 	for _, t := range r.Tables {
+		if t.total() < r.DBBytes/100 {
+			continue
+		}
 		log.Printf("scale: %d records: %s: %s bytes/record (heap %s, toast %s, indexes %s)", r.Records, t.Table,
 			bpr(t.total(), r.Records), bpr(t.Heap, r.Records), bpr(t.Toast, r.Records), bpr(t.IndexBytes(), r.Records))
 	}

@@ -108,8 +108,10 @@ var layouts = []layout{
 	{name: "chunk", description: "self-contained chunks of up to 1,024 records like record_chunks: (contract_id, first_seq, last_seq, claim_version, priced_by, priced_at, record_ids[], gross[], discounts[], nets[]), primary key (contract_id, first_seq), arrays stored out of line uncompressed",
 		table: `CREATE TABLE scale_alt.chunk (contract_id text COLLATE "C" NOT NULL, first_seq bigint NOT NULL, last_seq bigint NOT NULL,
 			claim_version bigint NOT NULL, priced_by text NOT NULL, priced_at timestamptz NOT NULL,
-			record_ids text[] COLLATE "C" STORAGE EXTERNAL NOT NULL, gross bigint[] STORAGE EXTERNAL NOT NULL,
-			discounts bigint[] STORAGE EXTERNAL NOT NULL, nets bigint[] STORAGE EXTERNAL NOT NULL, PRIMARY KEY (contract_id, first_seq))`,
+			record_ids text[] COLLATE "C" NOT NULL, gross bigint[] NOT NULL, discounts bigint[] NOT NULL, nets bigint[] NOT NULL,
+			PRIMARY KEY (contract_id, first_seq));
+			ALTER TABLE scale_alt.chunk ALTER COLUMN record_ids SET STORAGE EXTERNAL, ALTER COLUMN gross SET STORAGE EXTERNAL,
+			                            ALTER COLUMN discounts SET STORAGE EXTERNAL, ALTER COLUMN nets SET STORAGE EXTERNAL`,
 		view: `SELECT c.contract_id, c.first_seq + u.i - 1 AS seq, u.record_id, u.gross_minor, u.discount_minor, u.net_minor
 			FROM scale_alt.chunk c
 			CROSS JOIN LATERAL unnest(c.record_ids, c.gross, c.discounts, c.nets) WITH ORDINALITY AS u (record_id, gross_minor, discount_minor, net_minor, i)`,
@@ -117,7 +119,8 @@ var layouts = []layout{
 			array_agg(record_id ORDER BY seq), array_agg(gross_minor ORDER BY seq), array_agg(discount_minor ORDER BY seq), array_agg(net_minor ORDER BY seq)
 			FROM baton.priced GROUP BY contract_id, (seq - 1) / 1024 ORDER BY 1, 2`},
 	{name: "discounts", description: "one row per record chunk (same first_seq) with only the discounts as an array, stored out of line uncompressed; record_id and gross from the record chunk",
-		table: fmt.Sprintf(discountsTable, "discounts", "STORAGE EXTERNAL"), view: discountsView, source: discountsSource},
+		table: fmt.Sprintf(discountsTable, "discounts", "") + `; ALTER TABLE scale_alt.discounts ALTER COLUMN discounts SET STORAGE EXTERNAL`,
+		view:  discountsView, source: discountsSource},
 	{name: "discounts_pglz", description: "the discount chunks compressed with pglz (PostgreSQL's default)",
 		table: fmt.Sprintf(discountsTable, "discounts_pglz", "COMPRESSION pglz"), view: discountsView, source: discountsSource},
 	{name: "discounts_lz4", description: "the discount chunks compressed with lz4",
