@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // scaleSection renders the scale scenario: stages against the baseline,
@@ -90,12 +91,13 @@ func scaleSection(w writer, r *results) {
 			w(" %s records |", count(run.Records))
 		}
 		w("\n|---|---|%s\n", repeatCell(len(measured)))
+		// Tables of at least 1% of the largest run's database in detail,
+		// the rest in one line.
 		var names []string
-		for _, run := range measured {
-			for _, tb := range run.Tables {
-				if !slices.Contains(names, tb.Table) {
-					names = append(names, tb.Table)
-				}
+		large := measured[len(measured)-1]
+		for _, tb := range large.Tables {
+			if tb.total() >= large.DBBytes/100 {
+				names = append(names, tb.Table)
 			}
 		}
 		find := func(run *scaleRun, name string) (tableSize, bool) {
@@ -154,7 +156,33 @@ func scaleSection(w writer, r *results) {
 				}
 			}
 		}
-		w("| **database** (pg_database_size) | |")
+		w("| other tables of baton (%s) | total |", func() string {
+			var others []string
+			for _, tb := range large.Tables {
+				if !slices.Contains(names, tb.Table) {
+					others = append(others, tb.Table)
+				}
+			}
+			return strings.Join(others, ", ")
+		}())
+		for _, run := range measured {
+			var v int64
+			for _, tb := range run.Tables {
+				if !slices.Contains(names, tb.Table) {
+					v += tb.total()
+				}
+			}
+			w(" %s |", bpr(v, run.Records))
+		}
+		w("\n| outside baton's tables (system catalogs) | total |")
+		for _, run := range measured {
+			v := run.DBBytes
+			for _, tb := range run.Tables {
+				v -= tb.total()
+			}
+			w(" %s |", bpr(v, run.Records))
+		}
+		w("\n| **database** (pg_database_size) | |")
 		for _, run := range measured {
 			w(" **%s** (%s) |", bpr(run.DBBytes, run.Records), gib(run.DBBytes))
 		}
