@@ -14,6 +14,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
@@ -71,6 +72,11 @@ type Config struct {
 	// contract's stored records): the pages show them in state
 	// "inconsistent", an error, never as done. Called at each refresh.
 	Inconsistent func(ctx context.Context) (map[string]string, error)
+	// HorizonWarnAfter is the age of the oldest transaction holding back
+	// the xmin horizon past which the overview's vacuum section is
+	// highlighted as a warning (package horizon). Defaults to
+	// horizon.WarnAfterDefault (10m).
+	HorizonWarnAfter time.Duration
 	// Clock defaults to the real clock.
 	Clock clockwork.Clock
 	// Logger defaults to slog.Default().
@@ -86,6 +92,7 @@ func (c *Config) setDefaults() {
 	c.Nouns = cmp.Or(c.Nouns, c.Noun+"s")
 	c.ItemUnit = cmp.Or(c.ItemUnit, ItemUnitDefault)
 	c.Kind = cmp.Or(c.Kind, partition.DefaultKind)
+	c.HorizonWarnAfter = cmp.Or(c.HorizonWarnAfter, horizon.WarnAfterDefault)
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -113,6 +120,9 @@ func (c Config) validate() error {
 	}
 	if c.Noun != strings.TrimSpace(c.Noun) || c.ItemUnit != strings.TrimSpace(c.ItemUnit) {
 		errs = append(errs, errors.New("console noun and item unit must not start or end with spaces"))
+	}
+	if c.HorizonWarnAfter < 0 {
+		errs = append(errs, fmt.Errorf("console horizon warning threshold %s is negative", c.HorizonWarnAfter))
 	}
 	if c.Refresh < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("console refresh %s is below 100ms", c.Refresh))
