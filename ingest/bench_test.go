@@ -113,7 +113,7 @@ func BenchmarkLoad(b *testing.B) {
 	}
 	ctx := context.Background()
 
-	load := func(records string, direct int64) func(b *testing.B) {
+	load := func(records string, staged bool) func(b *testing.B) {
 		return func(b *testing.B) {
 			b.ReportAllocs()
 			var peak uint64
@@ -124,11 +124,11 @@ func BenchmarkLoad(b *testing.B) {
 				stop := make(chan struct{})
 				p := peakHeap(stop)
 				b.StartTimer()
-				rep := mustLoad(b, db, Options{RecordsPath: records, directMaxBytes: direct})
+				rep := mustLoad(b, db, Options{RecordsPath: records, staged: staged})
 				b.StopTimer()
 				close(stop)
 				peak = max(peak, p.Load())
-				if rep.RecordsAccepted != int64(rows) || rep.DirectCopy != (direct >= 0 && records != redelivery) {
+				if rep.RecordsAccepted != int64(rows) || rep.DirectCopy == staged {
 					b.Fatalf("report = %+v", rep)
 				}
 			}
@@ -136,9 +136,9 @@ func BenchmarkLoad(b *testing.B) {
 			b.ReportMetric(float64(peak)/(1<<20), "peak_heap_MiB")
 		}
 	}
-	b.Run("load", load(records, 0))
-	b.Run("load_staged", load(records, -1))
-	b.Run("load_redelivery", load(redelivery, 0))
+	b.Run("load", load(records, false))
+	b.Run("load_staged", load(records, true))
+	b.Run("load_redelivery", load(redelivery, false))
 
 	b.Run("copy_baseline", func(b *testing.B) {
 		b.ReportAllocs()
@@ -241,17 +241,17 @@ func BenchmarkLoadOneRecordContracts(b *testing.B) {
 	tiers, records := writeBenchFiles(b, b.TempDir(), contracts, contracts)
 	for _, c := range []struct {
 		name   string
-		direct int64
-	}{{"direct", 0}, {"staged", -1}} {
+		staged bool
+	}{{"direct", false}, {"staged", true}} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				db := pgtest.NewDB(b)
 				mustLoad(b, db, Options{TiersPath: tiers})
 				b.StartTimer()
-				rep := mustLoad(b, db, Options{RecordsPath: records, directMaxBytes: c.direct})
+				rep := mustLoad(b, db, Options{RecordsPath: records, staged: c.staged})
 				b.StopTimer()
-				if rep.RecordsAccepted != contracts || rep.DirectCopy != (c.direct >= 0) {
+				if rep.RecordsAccepted != contracts || rep.DirectCopy == c.staged {
 					b.Fatalf("report = %+v", rep)
 				}
 			}

@@ -27,10 +27,6 @@ func TestChunkBoundaries(t *testing.T) {
 			t.Parallel()
 			db := pgtest.NewDB(t)
 			ctx := context.Background()
-			var direct int64
-			if staged {
-				direct = -1
-			}
 			mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers)})
 			c1n := 0 // c1's amounts count its records
 			load := func(name string, c1, c2 int) {
@@ -45,7 +41,7 @@ func TestChunkBoundaries(t *testing.T) {
 						fmt.Fprintf(&b, "c2,%s-%d,%d\n", name, i, i+1)
 					}
 				}
-				rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, name+".csv", b.String()), directMaxBytes: direct})
+				rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, name+".csv", b.String()), staged: staged})
 				if rep.DirectCopy == staged || rep.RecordsAccepted != int64(c1+c2) {
 					t.Fatalf("load %s: report = %+v", name, rep)
 				}
@@ -111,9 +107,9 @@ func TestChunkBoundaries(t *testing.T) {
 }
 
 // A record id stored by an earlier load is found by the direct copy's
-// check against the contract's stored chunks, which hands the load to the
-// staged path: a re-delivery is skipped and counted, another amount is an
-// error naming both loads, as before.
+// check against the contract's stored chunks: a re-delivery is skipped and
+// counted (the direct copy removes it again), another amount hands the
+// load to the staged path, whose error names both loads, as before.
 func TestDirectCopyRepeatsStoredRecord(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
@@ -121,7 +117,7 @@ func TestDirectCopyRepeatsStoredRecord(t *testing.T) {
 	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: first})
 
 	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c2,a,1\nc1,c,7\nc1,b,6\n")})
-	if rep.DirectCopy || rep.RecordsAccepted != 2 || rep.RecordsRedelivered != 1 {
+	if !rep.DirectCopy || rep.RecordsAccepted != 2 || rep.RecordsRedelivered != 1 {
 		t.Fatalf("re-delivery: report = %+v", rep)
 	}
 	path := writeFile(t, "r3.csv", rh+"c1,d,8\nc1,a,9\n")
@@ -141,10 +137,10 @@ func TestDirectCopyRepeatsStoredRecord(t *testing.T) {
 	}
 }
 
-// The stored record ids the direct copy checks against count against its
-// memory budget: when they do not fit, the staged path stores the records
-// (and finds the repeats in SQL).
-func TestDirectCopyStoredIDsOverBudget(t *testing.T) {
+// The stored record ids are read through the filter, not held: with a
+// budget too small for a useful filter, every stored id may be a
+// candidate, and the exact check in SQL still finds only the true repeat.
+func TestDirectCopyStoredIDsSmallBudget(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	var b strings.Builder
@@ -153,21 +149,19 @@ func TestDirectCopyStoredIDsOverBudget(t *testing.T) {
 		fmt.Fprintf(&b, "c1,r%d,1\n", i)
 	}
 	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: writeFile(t, "r1.csv", b.String())})
-	// Room for the row held (about 130 bytes), not for 100 stored ids.
-	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,new,2\n"), directMaxBytes: 400})
-	if rep.DirectCopy || rep.RecordsAccepted != 1 {
-		t.Fatalf("report = %+v, want the staged path and one record stored", rep)
-	}
-	// With room for them, the same kind of file takes the direct copy.
-	rep = mustLoad(t, db, Options{RecordsPath: writeFile(t, "r3.csv", rh+"c1,new2,2\n")})
+	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,new,2\n"), budget: 64 << 10})
 	if !rep.DirectCopy || rep.RecordsAccepted != 1 {
-		t.Fatalf("report = %+v, want the direct copy", rep)
+		t.Fatalf("report = %+v, want the direct copy and one record stored", rep)
 	}
-	rep = mustLoad(t, db, Options{RecordsPath: writeFile(t, "r4.csv", rh+"c1,r7,1\n"), directMaxBytes: 400})
-	if rep.DirectCopy || rep.RecordsAccepted != 0 || rep.RecordsRedelivered != 1 {
-		t.Fatalf("report = %+v, want a re-delivery found on the staged path", rep)
+	rep = mustLoad(t, db, Options{RecordsPath: writeFile(t, "r4.csv", rh+"c1,r7,1\nc1,new2,3\n"), budget: 64 << 10})
+	if !rep.DirectCopy || rep.RecordsAccepted != 1 || rep.RecordsRedelivered != 1 {
+		t.Fatalf("report = %+v, want a re-delivery found by the direct copy", rep)
 	}
 	if c := tableCounts(t, db); c.Records != 102 || c.Available != 102 {
 		t.Fatalf("tables: %+v", c)
+	}
+	want := seqRow{"c1", "new2", 102, 3}
+	if got := storedRecords(t, db); got[len(got)-1] != want {
+		t.Fatalf("last record %+v, want %+v", got[len(got)-1], want)
 	}
 }

@@ -58,8 +58,9 @@ func TestDirectCopy(t *testing.T) {
 	}
 }
 
-// Whenever the direct copy cannot settle a rule, the staged path stores the
-// records, with the same outcome as always.
+// The direct copy settles re-deliveries and rows invalid on their own
+// itself; whenever it cannot settle a rule, the staged path loads the file
+// from its start. Either way the outcome is the same as always.
 func TestDirectCopyFallsBack(t *testing.T) {
 	t.Parallel()
 	const twoRecords = 2 * MaxAmountMinor
@@ -68,8 +69,9 @@ func TestDirectCopyFallsBack(t *testing.T) {
 		first    string // records loaded before, with goodTiers
 		tiers    string // tiers file of the load, if any
 		records  string
-		maxBytes int64 // Options.directMaxBytes
+		budget   int64 // Options.budget
 		maxGross int64
+		staged   bool // the staged path stores the records
 		wantRep  Report // counts only
 		want     []seqRow
 	}{{
@@ -90,6 +92,7 @@ func TestDirectCopyFallsBack(t *testing.T) {
 		want:    []seqRow{{"c1", "r1", 1, 5}, {"c2", "r1", 1, 7}},
 	}, {
 		name:    "unknown contract",
+		staged:  true,
 		records: "c1,r1,5\nc3,r1,7\n",
 		wantRep: Report{RecordsAccepted: 1, RowsRejected: 1},
 		want:    []seqRow{{"c1", "r1", 1, 5}},
@@ -104,29 +107,32 @@ func TestDirectCopyFallsBack(t *testing.T) {
 		first:    "c1,r1,5\n",
 		records:  "c1,r2,6\nc1,r3,6\n",
 		maxGross: twoRecords,
+		staged:   true,
 		wantRep:  Report{RecordsAccepted: 2},
 		want:     []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}, {"c1", "r3", 3, 6}},
 	}, {
 		name:    "unknown contract and a re-delivery",
+		staged:  true,
 		records: "c1,r1,5\nc3,r1,7\nc1,r2,6\nc1,r1,5\n",
 		wantRep: Report{RecordsAccepted: 2, RecordsRedelivered: 1, RowsRejected: 1},
 		want:    []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}},
 	}, {
-		name:     "over the memory budget after an invalid row",
+		name:     "a budget for one record, after an invalid row",
 		records:  "c1,r0,0\nc1,r1,5\nc2,r1,7\nc1,r2,6\n",
-		maxBytes: 2*directRowBytes + 10,
+		budget:   1,
+		staged:   true, // no room to keep the rejected row
 		wantRep:  Report{RecordsAccepted: 3, RowsRejected: 1},
 		want:     []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}, {"c2", "r1", 1, 7}},
 	}, {
-		name:     "over the memory budget",
+		name:     "a budget for one record",
 		records:  "c1,r1,5\nc2,r1,7\nc1,r2,6\n",
-		maxBytes: 2*directRowBytes + 10,
+		budget:   1,
 		wantRep:  Report{RecordsAccepted: 3},
 		want:     []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}, {"c2", "r1", 1, 7}},
 	}, {
 		name:     "turned off",
 		records:  "c1,r1,5\n",
-		maxBytes: -1,
+		staged:   true,
 		wantRep:  Report{RecordsAccepted: 1},
 		want:     []seqRow{{"c1", "r1", 1, 5}},
 	}}
@@ -141,20 +147,18 @@ func TestDirectCopyFallsBack(t *testing.T) {
 				}
 			}
 			opts := Options{RecordsPath: writeFile(t, "r2.csv", rh+c.records), SkipInvalid: true,
-				RejectPath: filepath.Join(t.TempDir(), "rejects.csv"), directMaxBytes: c.maxBytes, maxGross: c.maxGross}
+				RejectPath: filepath.Join(t.TempDir(), "rejects.csv"), budget: c.budget, maxGross: c.maxGross}
+			if c.name == "turned off" {
+				opts.staged = true
+			}
 			if c.tiers != "" {
 				opts.TiersPath = writeFile(t, "t2.csv", c.tiers)
 			}
 			rep := mustLoad(t, db, opts)
 			got := Report{RecordsAccepted: rep.RecordsAccepted, RecordsRedelivered: rep.RecordsRedelivered,
 				RowsRejected: rep.RowsRejected, TierRows: rep.TierRows}
-			if rep.DirectCopy || got != c.wantRep {
-				t.Fatalf("report = %+v, want the staged path and %+v", rep, c.wantRep)
-			}
-			// Within the budget, the staged path stores the accepted
-			// records from memory too.
-			if held := c.maxBytes == 0; rep.heldCopy != held {
-				t.Fatalf("stored from memory: %v, want %v", rep.heldCopy, held)
+			if rep.DirectCopy == c.staged || got != c.wantRep {
+				t.Fatalf("report = %+v (gave way: %q), want staged %v and %+v", rep, rep.gaveWay, c.staged, c.wantRep)
 			}
 			if recs := storedRecords(t, db); !slices.Equal(recs, c.want) {
 				t.Fatalf("records = %+v, want %+v", recs, c.want)
@@ -258,10 +262,8 @@ func TestDirectCopyManyContracts(t *testing.T) {
 	}
 }
 
-// Rows held for the direct copy are staged as they were read when the
-// direct copy gives way: at an invalid row further on (while the file is
-// read) or on a repeated record id (after the file is read). A held row
-// rejected later shows in the reject file as written.
+// A row rejected on its own, or a repeated record id with another amount
+// (the staged path's), shows in the reject file as written.
 func TestDirectCopyHeldRowsStaged(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -293,7 +295,7 @@ func TestDirectCopyHeldRowsStaged(t *testing.T) {
 			records, reject := filepath.Join(dir, "records.csv"), filepath.Join(dir, "reject.csv")
 			writeTo(t, records, rh+c.records)
 			rep := mustLoad(t, db, Options{RecordsPath: records, SkipInvalid: true, RejectPath: reject})
-			if rep.DirectCopy || rep.RowsRejected != int64(len(c.want)) || rep.RecordsAccepted != int64(len(c.stored)) {
+			if rep.RowsRejected != int64(len(c.want)) || rep.RecordsAccepted != int64(len(c.stored)) {
 				t.Fatalf("report = %+v", rep)
 			}
 			got := readCSV(t, reject)

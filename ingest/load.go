@@ -97,13 +97,22 @@ type Options struct {
 	LockTimeout              time.Duration
 	IdleInTransactionTimeout time.Duration
 
+	// MemoryLimit bounds the memory the load takes for the records file
+	// (its records held until their chunks are written, the filter of
+	// record ids, possible repeats and rejected rows kept to the end),
+	// whatever the file's size; see the package documentation. A larger
+	// budget writes fuller chunks and lets fewer record ids be checked
+	// again in SQL. It must be at least 1 MiB. Defaults to
+	// MemoryLimitDefault (128 MiB).
+	MemoryLimit int64
+
 	// maxGross is the limit on a contract's cumulative gross; zero means
 	// math.MaxInt64. Tests lower it.
 	maxGross int64
-	// directMaxBytes bounds the records held for the direct copy; zero
-	// means directMaxBytesDefault, negative turns the direct copy off.
-	// Tests change it.
-	directMaxBytes int64
+	// staged turns the direct copy off. Tests and benchmarks set it.
+	staged bool
+	// budget, if set, is MemoryLimit below its minimum. Tests set it.
+	budget int64
 }
 
 func (o Options) validate() error {
@@ -119,6 +128,8 @@ func (o Options) validate() error {
 		return errors.New("a reject file is only written when skipping invalid rows")
 	case o.MaxListed < 0:
 		return fmt.Errorf("MaxListed is %d, want ≥ 0", o.MaxListed)
+	case o.MemoryLimit != 0 && o.MemoryLimit < minMemoryLimit:
+		return fmt.Errorf("MemoryLimit is %d bytes, want at least %d (1 MiB), or 0 for the default", o.MemoryLimit, minMemoryLimit)
 	case o.StatementTimeout < 0 || o.LockTimeout < 0 || o.IdleInTransactionTimeout < 0:
 		return errors.New("timeouts must not be negative (zero means no limit)")
 	case o.RejectPath != "" && (sameFile(o.RejectPath, o.TiersPath) || sameFile(o.RejectPath, o.RecordsPath)):
@@ -155,7 +166,7 @@ type Report struct {
 	DirectCopy bool
 	Duration   time.Duration
 
-	heldCopy bool // the staged path stored the records with copyAccepted
+	gaveWay string // why the direct copy gave way to the staged path
 }
 
 // Load loads a tiers file, a records file or both in one transaction. See
@@ -176,8 +187,11 @@ func Load(ctx context.Context, db *bun.DB, opts Options) (Report, error) {
 	if opts.maxGross == 0 {
 		opts.maxGross = math.MaxInt64
 	}
-	if opts.directMaxBytes == 0 {
-		opts.directMaxBytes = directMaxBytesDefault
+	if opts.MemoryLimit == 0 {
+		opts.MemoryLimit = MemoryLimitDefault
+	}
+	if opts.budget > 0 {
+		opts.MemoryLimit = opts.budget
 	}
 	l := &loader{opts: opts}
 
@@ -193,13 +207,18 @@ func Load(ctx context.Context, db *bun.DB, opts Options) (Report, error) {
 		}
 	}
 	if opts.RecordsPath != "" {
-		f, err := os.Open(opts.RecordsPath)
+		f, err := l.openRecords()
 		if err != nil {
-			return Report{}, fmt.Errorf("loading records: %w", err)
+			return Report{}, err
 		}
-		defer f.Close()
-		if l.records, err = NewRecordsReader(bufio.NewReaderSize(f, 1<<16), opts.RecordsPath); err != nil {
-			return Report{}, wrapInput("loading records from "+opts.RecordsPath, err)
+		defer func() { l.recordsFile.Close() }()
+		// Only a file that can be read again may take the direct copy:
+		// when it gives way, the staged path reads the file from the
+		// start.
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			l.recordsSize = st.Size()
+		} else {
+			l.opts.staged = true
 		}
 	}
 
@@ -240,13 +259,32 @@ type loader struct {
 	opts           Options
 	tiers          *TiersReader
 	records        *RecordsReader
+	recordsFile    *os.File
+	recordsSize    int64        // the records file's size, if a regular file
+	recordsRead    *countReader // bytes of the records file read
 	rep            Report
 	rowsRead       int64           // input rows read so far, both files
-	direct         *directBuf      // records held for the direct copy
 	staged         map[string]bool // stages reported to Options.Progress
 	repeatsChecked bool            // checkRepeats has run
 	affectedStale  bool            // load_affected needs collecting again
 	committing     bool            // the commit has begun: its outcome is not ErrInterrupted
+}
+
+// openRecords opens the records file (again) and checks its header.
+func (l *loader) openRecords() (*os.File, error) {
+	if l.recordsFile != nil {
+		l.recordsFile.Close()
+	}
+	f, err := os.Open(l.opts.RecordsPath)
+	if err != nil {
+		return nil, fmt.Errorf("loading records: %w", err)
+	}
+	l.recordsFile = f
+	l.recordsRead = &countReader{r: f}
+	if l.records, err = NewRecordsReader(bufio.NewReaderSize(l.recordsRead, 1<<16), l.opts.RecordsPath); err != nil {
+		return nil, wrapInput("loading records from "+l.opts.RecordsPath, err)
+	}
+	return f, nil
 }
 
 // exec runs one step of the load, naming it in any error.
@@ -302,20 +340,8 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	}
 	direct := false
 	if l.records != nil {
-		if err := l.stageRecords(ctx, tx); err != nil {
+		if direct, err = l.loadRecords(ctx, tx); err != nil {
 			return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
-		}
-		direct, err = l.insertDirect(ctx, tx)
-		if err != nil && !errors.Is(err, errDirectRepeat) {
-			return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
-		}
-		if !direct {
-			if err := l.stageHeld(ctx, tx); err != nil {
-				return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
-			}
-			if err := l.validateRecords(ctx, tx); err != nil {
-				return *rep, wrapInput("loading records from "+l.opts.RecordsPath, err)
-			}
 		}
 	}
 	if err := l.countRejected(ctx, tx); err != nil {

@@ -10,57 +10,64 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// stageRecords copies the records file into load_records. While every row
-// read is valid, the rows are held in memory for the direct copy
-// (insertDirect) instead of being staged. At the first invalid row the
-// held rows are staged, and from then on valid rows are both held (for
-// copyAccepted) and staged; if they outgrow their budget, the buffer lets
-// them go (staging those not staged yet) and the rest of the file streams
-// into the staging table only.
-func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
-	var (
-		src  *rowSource
-		held *heldRows // rows given back by the direct buffer, to stage first
-	)
-	seed := maphash.MakeSeed()
-	if l.opts.directMaxBytes > 0 {
-		l.direct = newDirectBuf(l.opts.directMaxBytes, seed)
-	}
-	rows := newReadAhead(l.records, seed)
-	defer rows.close()
-	src = &rowSource{stage: "records", next: func(v []any) (bool, error) {
-		for {
-			if held != nil && held.next(v) {
-				return true, nil
+// loadRecords loads the records file by the direct copy (streamRecords)
+// unless the staged path must: then it stages the file (from its start
+// again if the direct copy gave way) and runs the staged checks. It
+// returns whether the direct copy stored the records.
+func (l *loader) loadRecords(ctx context.Context, tx pgx.Tx) (bool, error) {
+	if !l.opts.staged {
+		var tierRejects bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM load_tiers WHERE err IS NOT NULL)").Scan(&tierRejects); err != nil {
+			return false, fmt.Errorf("checking tier rows: %w", err)
+		}
+		// An all-or-nothing load with rejected tier rows fails: the staged
+		// path lists every problem of the records too.
+		if !tierRejects || l.opts.SkipInvalid {
+			s := newStreamer(l, l.opts.MemoryLimit, l.recordsSize)
+			direct, err := l.streamRecords(ctx, tx, s)
+			s.close()
+			if err != nil || direct {
+				return direct, err
 			}
-			it := rows.next()
-			row, err, raw := it.row, it.err, it.raw
-			if err == io.EOF {
-				return false, nil
+			if ctx.Err() != nil {
+				return false, ctx.Err()
 			}
-			src.read()
-			var le *LineError
-			switch {
-			case err == nil:
-				if b := l.direct; b != nil && !b.off {
-					switch {
-					case !b.add(row, raw, it.hash):
-						held = b.giveUp() // over budget
-					case !b.staged:
-						continue // held only
-					}
-				}
-				v[0], v[1], v[2], v[3], v[4], v[5] = row.Line, row.ContractID, row.RecordID, row.AmountMinor, nullIfEmpty(raw), nil
-			case errors.As(err, &le):
-				if b := l.direct; b != nil && !b.off && !b.staged {
-					held = b.stageAll()
-				}
-				v[0], v[1], v[2], v[3], v[4], v[5] = le.Line, nil, nil, nil, rawRow(le.Row), sanitize(le.Reason)
-			default:
+			l.rep.gaveWay = s.why
+			if _, err := l.openRecords(); err != nil {
 				return false, err
 			}
-			return true, nil
+			l.rowsRead -= s.rowsRead
 		}
+	}
+	if err := l.stageRecords(ctx, tx); err != nil {
+		return false, err
+	}
+	return false, l.validateRecords(ctx, tx)
+}
+
+// stageRecords copies the records file into load_records, one row per
+// input row, valid or not.
+func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
+	var src *rowSource
+	rows := newReadAhead(l.records, maphash.MakeSeed())
+	defer rows.close()
+	src = &rowSource{stage: "records", next: func(v []any) (bool, error) {
+		it := rows.next()
+		row, err, raw := it.row, it.err, it.raw
+		if err == io.EOF {
+			return false, nil
+		}
+		src.read()
+		var le *LineError
+		switch {
+		case err == nil:
+			v[0], v[1], v[2], v[3], v[4], v[5] = row.Line, row.ContractID, row.RecordID, row.AmountMinor, nullIfEmpty(raw), nil
+		case errors.As(err, &le):
+			v[0], v[1], v[2], v[3], v[4], v[5] = le.Line, nil, nil, nil, rawRow(le.Row), sanitize(le.Reason)
+		default:
+			return false, err
+		}
+		return true, nil
 	}}
 	return l.copyIn(ctx, tx, "load_records",
 		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, src, "")
@@ -222,17 +229,8 @@ func (l *loader) insertRecords(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	var n int64
-	var err error
-	if b := l.direct; b != nil && !b.off {
-		n, err = l.copyAccepted(ctx, tx)
-	} else {
-		err = tx.QueryRow(ctx, sqlInsertRecords, rep.LoadID, ChunkSize).Scan(&n)
-		if err != nil {
-			err = fmt.Errorf("storing records: %w", err)
-		}
-	}
-	if err != nil {
-		return err
+	if err := tx.QueryRow(ctx, sqlInsertRecords, rep.LoadID, ChunkSize).Scan(&n); err != nil {
+		return fmt.Errorf("storing records: %w", err)
 	}
 	if n != rep.RecordsAccepted {
 		return fmt.Errorf("storing records: stored %d, want %d", n, rep.RecordsAccepted)
