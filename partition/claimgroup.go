@@ -222,8 +222,12 @@ const claimAdvanceGroupCTEs = `
 			-- count (FairShareLoad) as Claim does, here at the end of the
 			-- transaction, so the worker row is locked only until the
 			-- commit; those released in the same statement leave it.
-			UPDATE {{.Schema}}.workers SET held = held + (SELECT count(*) FROM u WHERE NOT release)
-			WHERE instance_id = $7 AND EXISTS (SELECT 1 FROM u WHERE NOT release)
+			-- An owner without a worker row (one that never heartbeated)
+			-- is registered, as not live, so that its partitions are found
+			-- once their leases end (Store.StaleCandidates).
+			INSERT INTO {{.Schema}}.workers (instance_id, name, kind, expires_at, held)
+			SELECT $7, split_part($7, '#', 1), $11, '-infinity', count(*) FROM u WHERE NOT release HAVING count(*) > 0
+			ON CONFLICT (instance_id) DO UPDATE SET held = workers.held + EXCLUDED.held
 		)`
 
 // claimAdvanceGroupEventsSQL is claimAdvanceGroupSQL recording each

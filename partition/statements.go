@@ -4,30 +4,86 @@ package partition
 // poll, with their values as parameters ($1, $2, ...) so that their text
 // never changes and a direct connection prepares each once (PrepareWhen).
 
-// candidatesSQL reads the head of kind $2's range of the tasks_claimable
-// index: $1 rows at most.
-const candidatesSQL = `
-		SELECT partition_key, version, owner IS NOT NULL
-		FROM {{.Schema}}.tasks
-		WHERE kind = $2 AND available > position AND failed_at IS NULL AND lease_expires_at <= now()
-		ORDER BY lease_expires_at
+// Partitions are claimable in two ways, found through two indexes, so
+// that no index covers a column that a heartbeat or a checkpoint changes
+// (those updates stay heap-only; see the migration tasks_hot):
+//
+//   - unowned rows with pending work, not quarantined, whose
+//     claimable_at (their lease_expires_at: -infinity, or the end of a
+//     back-off) has come: the head of the kind's range of the
+//     tasks_claimable index;
+//   - stale rows: owned by a worker that is not live (its registration
+//     expired, it stopped, or it never registered), with pending work,
+//     not quarantined, whose own lease has ended: the rows of each such
+//     worker, through the tasks_owner index. A live worker's row whose
+//     lease ended is handed back by that worker's next heartbeat
+//     (heartbeatSQL), so it is claimable as an unowned row then.
+//
+// staleRows is the second: kind $K's stale rows, with their leases' ends
+// as "at", up to limit of them per worker (earliest expired first). The
+// workers table holds one row per instance (the fair share reads it whole
+// too); only the instances that are not live are looked up in tasks, each
+// through the tasks_owner index (the lateral subquery with its limit is
+// run once per such instance, never merged into a join that could read
+// tasks whole).
+func staleRows(k, limit string) string {
+	return `
+			SELECT t.partition_key, t.version, t.lease_expires_at AS at
+			FROM {{.Schema}}.workers w
+			CROSS JOIN LATERAL (
+				SELECT t.partition_key, t.version, t.lease_expires_at
+				FROM {{.Schema}}.tasks t
+				WHERE t.owner = w.instance_id AND t.kind = ` + k + `
+				  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
+				ORDER BY t.lease_expires_at
+				LIMIT ` + limit + `
+			) t
+			WHERE NOT (w.expires_at > now() AND w.stopped_at IS NULL)`
+}
+
+// candidatesSQL reads up to $1 claimable rows of kind $2, earliest
+// claimable first: the head of the kind's range of the tasks_claimable
+// index and the stale rows.
+var candidatesSQL = `
+		SELECT partition_key, version, owned FROM (
+			(SELECT partition_key, version, false AS owned, claimable_at AS at
+			 FROM {{.Schema}}.tasks
+			 WHERE kind = $2 AND claimable_at <= now()
+			 ORDER BY claimable_at
+			 LIMIT $1)
+			UNION ALL
+			(SELECT partition_key, version, true, at FROM (` + staleRows("$2", "$1") + `) s
+			 ORDER BY at
+			 LIMIT $1)
+		) c
+		ORDER BY at
 		LIMIT $1`
 
-// staleCandidatesSQL reads kind $2's range of the claimable index from
-// just past the unowned rows: $1 rows at most.
-const staleCandidatesSQL = `
-		SELECT partition_key, version, true
-		FROM {{.Schema}}.tasks
-		WHERE kind = $2 AND available > position AND failed_at IS NULL
-		  AND lease_expires_at > '-infinity' AND lease_expires_at <= now() AND owner IS NOT NULL
-		ORDER BY lease_expires_at
+// staleCandidatesSQL reads up to $1 stale rows of kind $2, earliest
+// expired first.
+var staleCandidatesSQL = `
+		SELECT partition_key, version, true FROM (` + staleRows("$2", "$1") + `) s
+		ORDER BY at
 		LIMIT $1`
 
 // heartbeatSQL renews worker $3 of kind $12 and those of its leases (keys
 // $1, versions $2) with less than $10 microseconds left for $9
 // microseconds; $4–$8 are the worker's name, hostname, pid, mode and
-// wake, $11 how many more partitions it wants.
-const heartbeatSQL = `
+// wake, $11 how many more partitions it wants. It also hands back the
+// worker's rows that it does not list and whose leases have ended (a
+// lease its owner stopped renewing, or a claim it never learnt of),
+// notifying channel $13 with payload $14 when they have pending work.
+var heartbeatSQL = heartbeatCTEs + heartbeatResult
+
+// heartbeatEventsSQL is heartbeatSQL recording each hand-back in the
+// partition's history: released, reason "expired", under the claim's
+// version.
+var heartbeatEventsSQL = heartbeatCTEs + `, e AS (
+			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, detail)
+			SELECT $12, partition_key, '` + EventReleased + `', version - 1, $3, position, 'expired' FROM x
+		)` + heartbeatResult
+
+const heartbeatCTEs = `
 		WITH h AS (
 			-- Still ours as of this statement's snapshot.
 			SELECT t.partition_key, t.version, t.available, t.position, t.lease_expires_at
@@ -70,7 +126,31 @@ const heartbeatSQL = `
 			FROM l
 			WHERE t.kind = $12 AND t.partition_key = l.partition_key
 			RETURNING t.partition_key, t.version, t.available, t.position
-		)
+		), xl AS (
+			-- Rows of this worker that it does not list (it stopped
+			-- processing them, or never learnt of their claim) and whose
+			-- leases have ended: a change of ownership (FOR UPDATE, version
+			-- bumped), as another worker's takeover would have been. Those
+			-- rows are found by others only once this worker is not live.
+			SELECT t.partition_key
+			FROM {{.Schema}}.tasks t
+			WHERE t.owner = $3 AND t.kind = $12 AND t.lease_expires_at <= now()
+			  AND (t.partition_key, t.version) NOT IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+			ORDER BY t.partition_key
+			FOR UPDATE OF t SKIP LOCKED
+		), x AS (
+			UPDATE {{.Schema}}.tasks t
+			SET version = t.version + 1, owner = NULL, heartbeat_at = NULL,
+			    lease_expires_at = '-infinity', updated_at = now()
+			FROM xl
+			WHERE t.kind = $12 AND t.partition_key = xl.partition_key
+			RETURNING t.partition_key, t.version, t.position,
+			          -- Waiting workers are woken at the commit (one
+			          -- notification however many rows).
+			          CASE WHEN t.available > t.position THEN pg_notify($13, $14) END AS notified
+		)`
+
+const heartbeatResult = `
 		SELECT partition_key, version, available, position, false, false, 0::bigint FROM u
 		UNION ALL
 		-- Not renewed, still ours as of this statement's snapshot: with
@@ -84,7 +164,7 @@ const heartbeatSQL = `
 // fairShareSQL reads the fair-share inputs for worker $3 of kind $4 with
 // room for $1 partitions whose leases last $2 microseconds: the kind's
 // workers and partitions only.
-const fairShareSQL = `
+var fairShareSQL = `
 		WITH w AS (
 		  SELECT instance_id, held, wanted, expires_at > now() AND stopped_at IS NULL AS live,
 		         -- Stopped within the last stale-after ($2 microseconds):
@@ -103,18 +183,32 @@ const fairShareSQL = `
 		), leaving AS (
 		  SELECT count(*) AS n FROM {{.Schema}}.tasks
 		  WHERE owner = ANY ((SELECT leaving FROM live)::text[]) AND kind = $4 AND lease_expires_at > now()
+		), cap AS (
+		  SELECT greatest(greatest(n, 1) * $1::bigint - held, $1::bigint + 1) AS n FROM live
 		), claimable AS (
-		  SELECT count(*) AS n FROM (SELECT 1 FROM {{.Schema}}.tasks
-		    WHERE kind = $4 AND available > position AND failed_at IS NULL AND lease_expires_at <= now()
-		    ORDER BY lease_expires_at
-		    LIMIT (SELECT greatest(greatest(n, 1) * $1::bigint - held, $1::bigint + 1) FROM live)) c
+		  -- Unowned and stale, each counted up to the cap.
+		  SELECT count(*) AS n FROM (
+		    (SELECT 1 FROM {{.Schema}}.tasks
+		     WHERE kind = $4 AND claimable_at <= now()
+		     ORDER BY claimable_at
+		     LIMIT (SELECT n FROM cap))
+		    UNION ALL
+		    (SELECT 1 FROM (` + staleRows("$4", "(SELECT n FROM cap)") + `) s
+		     LIMIT (SELECT n FROM cap))) c
 		)
 		SELECT
 		  CASE WHEN live.held + leaving.n + claimable.n > 0
 		       THEN least(greatest(live.n, 1) * $1::bigint, live.held + leaving.n + claimable.n)
-		       -- Pending work, all of it waiting out a back-off.
-		       ELSE coalesce((SELECT 1 FROM {{.Schema}}.tasks WHERE kind = $4 AND available > position AND failed_at IS NULL
-		                      ORDER BY lease_expires_at LIMIT 1), 0) END,
+		       -- Pending work all the same: unowned, waiting out a
+		       -- back-off, or owned under a lease that has not ended (a
+		       -- dead worker's, or one no heartbeat has counted yet).
+		       ELSE coalesce((SELECT 1 FROM {{.Schema}}.tasks WHERE kind = $4 AND claimable_at IS NOT NULL
+		                      ORDER BY claimable_at LIMIT 1),
+		                     (SELECT 1 FROM {{.Schema}}.workers w
+		                      CROSS JOIN LATERAL (SELECT 1 FROM {{.Schema}}.tasks t
+		                        WHERE t.owner = w.instance_id AND t.kind = $4 AND t.available > t.position
+		                          AND t.failed_at IS NULL LIMIT 1) t
+		                      LIMIT 1), 0) END,
 		  live.n,
 		  least(claimable.n, $1::bigint + 1),
 		  live.min_held,

@@ -263,9 +263,10 @@ func split(leases []Lease) (keys []string, versions []int64) {
 }
 
 // Candidates returns up to limit claimable rows of s's kind: with pending
-// work, not quarantined, and unowned or past their lease,
-// earliest-claimable first. It reads only the head of the kind's range of
-// the tasks_claimable index.
+// work, not quarantined, and unowned (with no back-off left) or stale
+// (StaleCandidates), earliest-claimable first. It reads only the head of
+// the kind's range of the tasks_claimable index, and the rows of workers
+// that are not live.
 func (s *Store) Candidates(ctx context.Context, limit int) ([]Candidate, error) {
 	rows, err := s.query(ctx, candidatesSQL, limit, s.kind)
 	if err != nil {
@@ -290,11 +291,17 @@ func scanCandidates(rows *sql.Rows) ([]Candidate, error) {
 	return out, nil
 }
 
-// StaleCandidates is Candidates restricted to rows whose owner's lease
-// expired: the partitions of dead (or cut-off) workers. Workers at their
-// fair share still take these, so a takeover never waits for a rebalance.
-// It reads the kind's range of the claimable index from just past the
-// unowned rows.
+// StaleCandidates is Candidates restricted to stale rows: owned by a
+// worker that is not live (its registration expired, it stopped, or it
+// never registered: see Claim) and past their own lease. These are the
+// partitions of dead (or cut-off) workers. Workers at their fair share
+// still take these, so a takeover never waits for a rebalance. A live
+// worker's row past its lease is not stale: that worker's next heartbeat
+// hands it back (Heartbeat), and it is claimable as an unowned row.
+//
+// No index covers the lease (heartbeats renew it, and they stay heap-only
+// updates): it reads the workers table (one row per instance) and, through
+// the tasks_owner index, the rows of the instances that are not live.
 func (s *Store) StaleCandidates(ctx context.Context, limit int) ([]Candidate, error) {
 	rows, err := s.query(ctx, staleCandidatesSQL, limit, s.kind)
 	if err != nil {
@@ -384,6 +391,14 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 	return s.HeartbeatBelow(ctx, w, ttl, ttl+time.Hour, leases)
 }
 
+// A row of owner's that the heartbeat does not list and whose lease has
+// ended (one the worker stopped renewing, or a claim it never learnt of)
+// is handed back by the same statement: version bumped under FOR UPDATE
+// SKIP LOCKED, claimable at once, waiting workers notified, "released"
+// with reason "expired" in its history. Other workers find a stale row
+// only once its owner is not live (see StaleCandidates), so this is how
+// a live worker's lost lease becomes claimable.
+//
 // HeartbeatBelow is Heartbeat renewing only the leases with less than
 // renewBelow left by the database clock; the others come back with Fresh
 // set and the time they have left, checked but not rewritten. The worker's
@@ -394,9 +409,13 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 // ttl.
 func (s *Store) HeartbeatBelow(ctx context.Context, w Worker, ttl, renewBelow time.Duration, leases []Lease) ([]Renewal, error) {
 	keys, versions := split(leases)
-	rows, err := s.query(ctx, heartbeatSQL,
+	q := heartbeatEventsSQL
+	if s.noEvents {
+		q = heartbeatSQL
+	}
+	rows, err := s.query(ctx, q,
 		keys, versions, w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, WakeListen), micros(ttl),
-		micros(renewBelow), w.Wanted, s.kind)
+		micros(renewBelow), w.Wanted, s.kind, NotifyChannel, NotifyPayload(NotifyReleased, s.kind))
 	if err != nil {
 		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
 	}
@@ -501,8 +520,27 @@ func (s *Store) Inspect(ctx context.Context, owner string, leases []Lease) ([]He
 // worker's next heartbeat. Not inside a caller's transaction: that would
 // keep the worker's row locked, and its heartbeat waiting, until the
 // transaction ends; the next heartbeat counts those.
+//
+// A claim also registers an owner that has no worker row (one that never
+// heartbeated), as not live, so that its partitions are found as stale
+// once their leases end (StaleCandidates). Inside a transaction that
+// insert does nothing to an existing row, and locks none.
 func (s *Store) heldChange(op, rows, owner string) (string, []any) {
-	if _, inTx := s.db.(bun.Tx); inTx {
+	_, inTx := s.db.(bun.Tx)
+	switch {
+	case op == "+" && inTx:
+		return `, wh AS (
+			INSERT INTO {{.Schema}}.workers (instance_id, name, kind, expires_at)
+			SELECT ?, split_part(?, '#', 1), ?, '-infinity' WHERE EXISTS (SELECT 1 FROM ` + rows + `)
+			ON CONFLICT (instance_id) DO NOTHING
+		)`, []any{owner, owner, s.kind}
+	case op == "+":
+		return `, wh AS (
+			INSERT INTO {{.Schema}}.workers (instance_id, name, kind, expires_at, held)
+			SELECT ?, split_part(?, '#', 1), ?, '-infinity', count(*) FROM ` + rows + ` HAVING count(*) > 0
+			ON CONFLICT (instance_id) DO UPDATE SET held = workers.held + EXCLUDED.held
+		)`, []any{owner, owner, s.kind}
+	case inTx:
 		return "", nil
 	}
 	return `, wh AS (
@@ -876,8 +914,11 @@ func (s *Store) StopWorker(ctx context.Context, instanceID string) error {
 		SELECT pg_notify(?, ?) FROM u`), instanceID, NotifyChannel, NotifyPayload(NotifyLeft, s.kind)); err != nil {
 		return fmt.Errorf("marking worker %s stopped: %w", instanceID, err)
 	}
+	// A dead worker's row stays while it owns task rows: they are found
+	// through it (StaleCandidates).
 	if _, err := s.db.ExecContext(ctx, s.sql(`
-		DELETE FROM {{.Schema}}.workers WHERE expires_at < now() - interval '1 day'`)); err != nil {
+		DELETE FROM {{.Schema}}.workers w WHERE expires_at < now() - interval '1 day'
+		  AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.tasks t WHERE t.owner = w.instance_id)`)); err != nil {
 		return fmt.Errorf("forgetting dead workers: %w", err)
 	}
 	return nil
