@@ -35,13 +35,16 @@ func (m CommittedMismatch) String() string {
 // recomputed in SQL numeric arithmetic from the tiers (each net is a
 // difference of cumulative values, so a prefix telescopes). Unlike Verify
 // it holds while pricing is under way. Run it in one snapshot (REPEATABLE READ) so the
-// checkpoints and the output agree.
+// checkpoints and the output agree. Records and priced rows removed by
+// retention count through their sums in pruned_totals (see Verify).
 func VerifyCommitted(ctx context.Context, db bun.IDB, schemaName string) ([]CommittedMismatch, error) {
 	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
 		WITH totals AS (
 			SELECT t.partition_key AS contract_id, t.position,
-			       coalesce(sum(r.amount_minor), 0)::numeric AS g, count(r.seq) AS n
+			       coalesce(sum(r.amount_minor), 0)::numeric + coalesce(max(pt.gross_minor), 0) AS g,
+			       count(r.seq) + coalesce(max(pt.records), 0) AS n
 			FROM {{.Schema}}.tasks t
+			LEFT JOIN {{.Schema}}.pruned_totals pt ON pt.contract_id = t.partition_key
 			LEFT JOIN {{.Schema}}.records r ON r.contract_id = t.partition_key AND r.seq <= t.position
 			WHERE t.kind = '`+Kind+`'
 			GROUP BY t.partition_key, t.position
@@ -64,11 +67,13 @@ func VerifyCommitted(ctx context.Context, db bun.IDB, schemaName string) ([]Comm
 			FROM {{.Schema}}.priced p LEFT JOIN {{.Schema}}.records r ON r.contract_id = p.contract_id AND r.seq = p.seq
 			GROUP BY p.contract_id
 		), cmp AS (
-			SELECT w.contract_id, w.position, w.n, coalesce(g.n, 0) AS priced, coalesce(g.max_seq, 0) AS max_seq,
+			SELECT w.contract_id, w.position, w.n, coalesce(g.n, 0) + coalesce(pt.records, 0) AS priced,
+			       greatest(coalesce(g.max_seq, 0), coalesce(pt.last_seq, 0)) AS max_seq,
 			       coalesce(g.bad, 0) AS bad,
 			       w.q + CASE WHEN w.r > 5000 OR (w.r = 5000 AND mod(w.q, 2) = 1) THEN 1 ELSE 0 END AS want_net,
-			       coalesce(g.net, 0) AS got_net
+			       coalesce(g.net, 0) + coalesce(pt.net_minor, 0) AS got_net
 			FROM want w LEFT JOIN got g ON g.contract_id = w.contract_id
+			LEFT JOIN {{.Schema}}.pruned_totals pt ON pt.contract_id = w.contract_id
 		)
 		SELECT contract_id, position, n, priced, max_seq, bad, want_net::text, got_net::text
 		FROM cmp

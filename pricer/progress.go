@@ -15,11 +15,16 @@ import (
 // leaves out.
 type Progress struct {
 	Contracts int64 // contracts
-	Records   int64 // records stored
-	// Priced is the records the checkpoints of the consistent contracts
-	// cover: the sum of their positions, which is the number of priced
-	// rows when every batch wrote one per record.
+	Records   int64 // records stored (not counting pruned ones)
+	// Priced is the stored records the checkpoints of the consistent
+	// contracts cover: the sum of their positions less their pruned
+	// records, which is the number of priced rows stored when every batch
+	// wrote one per record.
 	Priced int64
+	// Pruned is the records (and priced rows) retention removed
+	// (pruned_totals); a contract's records count them too, so its
+	// checkpoint does not lie beyond them.
+	Pruned int64
 	// Unpriced is the records stored beyond the checkpoints of the
 	// consistent contracts: waiting to be priced.
 	Unpriced int64
@@ -59,12 +64,13 @@ func (i Inconsistent) String() string { return "contract " + i.ContractID + ": "
 // contract's pricing partition (kind Kind; none counts as position and
 // available 0) against its records, whose seqs are dense, so the last
 // stored chunk's last seq is their number. It reads one task row and one
-// index entry per contract, not the records.
+// index entry per contract, not the records. A contract's number of
+// records is its highest seq, stored or pruned.
 func CheckProgress(ctx context.Context, db bun.IDB, schemaName string) (Progress, error) {
 	var p Progress
 	var ids []string
 	var positions, availables, records []int64
-	err := db.QueryRowContext(ctx, schema.SQL(schemaName, progressSQL)).Scan(&p.Contracts, &p.Records, &p.Priced, &p.Unpriced,
+	err := db.QueryRowContext(ctx, schema.SQL(schemaName, progressSQL)).Scan(&p.Contracts, &p.Records, &p.Priced, &p.Unpriced, &p.Pruned,
 		pgdialect.Array(&ids), pgdialect.Array(&positions), pgdialect.Array(&availables), pgdialect.Array(&records))
 	if err != nil {
 		return p, fmt.Errorf("checking pricing progress: %w", err)
@@ -78,9 +84,11 @@ func CheckProgress(ctx context.Context, db bun.IDB, schemaName string) (Progress
 const progressSQL = `
 		WITH c AS (
 			SELECT k.contract_id, coalesce(t.position, 0) AS position, coalesce(t.available, 0) AS available,
-			       coalesce(r.last_seq, 0) AS records
+			       greatest(coalesce(r.last_seq, 0), coalesce(pt.last_seq, 0)) AS records,
+			       coalesce(pt.records, 0) AS pruned
 			FROM {{.Schema}}.contracts k
 			LEFT JOIN {{.Schema}}.tasks t ON t.kind = '` + Kind + `' AND t.partition_key = k.contract_id
+			LEFT JOIN {{.Schema}}.pruned_totals pt ON pt.contract_id = k.contract_id
 			LEFT JOIN LATERAL (
 				SELECT x.last_seq FROM {{.Schema}}.record_chunks x
 				WHERE x.contract_id = k.contract_id
@@ -89,9 +97,10 @@ const progressSQL = `
 		), v AS (
 			SELECT *, position > records OR available > records AS bad FROM c
 		)
-		SELECT count(*), coalesce(sum(records), 0)::bigint,
-		       coalesce(sum(position) FILTER (WHERE NOT bad), 0)::bigint,
+		SELECT count(*), coalesce(sum(records - pruned), 0)::bigint,
+		       coalesce(sum(position - pruned) FILTER (WHERE NOT bad), 0)::bigint,
 		       coalesce(sum(records - position) FILTER (WHERE NOT bad), 0)::bigint,
+		       coalesce(sum(pruned), 0)::bigint,
 		       coalesce(array_agg(contract_id ORDER BY contract_id) FILTER (WHERE bad), '{}'),
 		       coalesce(array_agg(position ORDER BY contract_id) FILTER (WHERE bad), '{}'),
 		       coalesce(array_agg(available ORDER BY contract_id) FILTER (WHERE bad), '{}'),

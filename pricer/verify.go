@@ -39,12 +39,21 @@ type Summary struct {
 // nets, together with exactly-once coverage (one priced row per accepted
 // record, same gross) and gross − discount = net on every row. The pricing
 // tables are those in schema schemaName (empty means schema.Default).
+//
+// Records and priced rows removed by retention (PruneLoads) count through
+// their sums in pruned_totals: a contract's totals are what is stored plus
+// what was pruned, and the row-by-row checks cover what is still stored
+// (pruning checked the removed rows the same way before removing them).
 func Verify(ctx context.Context, db bun.IDB, schemaName string) (Summary, error) {
 	var s Summary
 	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
-		WITH totals AS (
+		WITH stored AS (
 			SELECT contract_id, sum(amount_minor)::numeric AS g, count(*) AS n
 			FROM {{.Schema}}.records GROUP BY contract_id
+		), totals AS (
+			SELECT coalesce(s.contract_id, pt.contract_id) AS contract_id,
+			       coalesce(s.g, 0) + coalesce(pt.gross_minor, 0) AS g, coalesce(s.n, 0) + coalesce(pt.records, 0) AS n
+			FROM stored s FULL JOIN {{.Schema}}.pruned_totals pt ON pt.contract_id = s.contract_id
 		), bands AS (
 			SELECT contract_id, threshold_minor::numeric AS t, discount_bp::numeric AS bp,
 			       lead(threshold_minor::numeric) OVER (PARTITION BY contract_id ORDER BY threshold_minor) AS t_next
@@ -56,13 +65,18 @@ func Verify(ctx context.Context, db bun.IDB, schemaName string) (Summary, error)
 			GROUP BY tt.contract_id, tt.g, tt.n
 		), want AS (
 			SELECT contract_id, g, n, floor(nn / 10000) AS q, nn - 10000 * floor(nn / 10000) AS r FROM n
-		), got AS (
+		), stored_out AS (
 			SELECT p.contract_id, count(*) AS n, sum(p.gross_minor)::numeric AS g, sum(p.net_minor)::numeric AS net,
 			       count(*) FILTER (WHERE r.amount_minor IS DISTINCT FROM p.gross_minor
 			                          OR p.gross_minor - p.discount_minor <> p.net_minor
 			                          OR r.record_id IS DISTINCT FROM p.record_id) AS bad
 			FROM {{.Schema}}.priced p LEFT JOIN {{.Schema}}.records r ON r.contract_id = p.contract_id AND r.seq = p.seq
 			GROUP BY p.contract_id
+		), got AS (
+			SELECT coalesce(o.contract_id, pt.contract_id) AS contract_id,
+			       coalesce(o.n, 0) + coalesce(pt.records, 0) AS n, coalesce(o.g, 0) + coalesce(pt.gross_minor, 0) AS g,
+			       coalesce(o.net, 0) + coalesce(pt.net_minor, 0) AS net, coalesce(o.bad, 0) AS bad
+			FROM stored_out o FULL JOIN {{.Schema}}.pruned_totals pt ON pt.contract_id = o.contract_id
 		)
 		SELECT w.contract_id, w.n, coalesce(g.n, 0), w.g::text, coalesce(g.g, 0)::text,
 		       (w.q + CASE WHEN w.r > 5000 OR (w.r = 5000 AND mod(w.q, 2) = 1) THEN 1 ELSE 0 END)::text,

@@ -37,6 +37,7 @@ func TestHelpSaysWhichCommandsChangeData(t *testing.T) {
 		"export":           file,
 		"status":           readOnly,
 		"retry":            database,
+		"prune":            database,
 		"seed":             both, // files, and the database with --load
 		"demo":             demo,
 		"probe":            readOnly,

@@ -261,6 +261,7 @@ Each command's help says whether it changes the database or writes files;
 		newStatusCmd(g), newRetryCmd(g), newSeedCmd(g), newDemoCmd(g), newProbeCmd(g),
 		newScheduleCmd(g),
 		newUICmd(g),
+		newPruneCmd(g),
 	)
 	// Wrong arguments are usage errors (exit 2) for every command.
 	var walk func(*cobra.Command)

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/pricer"
+)
+
+// pruneJSON is "worker prune --json": stable field names.
+type pruneJSON struct {
+	DryRun bool `json:"dry_run"`
+	// Loads is one entry per load named or found, with its outcome:
+	// pruned, would_prune, skipped, already_pruned, not_found,
+	// interrupted.
+	Loads     []pruneLoadJSON `json:"loads"`
+	Records   int64           `json:"records"` // removed (would be, with --dry-run), with as many priced rows
+	ElapsedMS int64           `json:"elapsed_ms"`
+	// LongestTransactionMS is the longest of the batch transactions.
+	LongestTransactionMS int64 `json:"longest_transaction_ms"`
+	Transactions         int   `json:"transactions"`
+}
+
+type pruneLoadJSON struct {
+	pricer.LoadPrune
+	LongestTransactionMS int64 `json:"longest_transaction_ms"`
+}
+
+func pruneCount(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+func newPruneCmd(g *globals) *cobra.Command {
+	var loads []int64
+	var olderThan time.Duration
+	var batch int
+	var dryRun, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "prune (--load N [N...] | --older-than DURATION) [--dry-run] [--batch-size N] [--json]",
+		Short: "Remove finished loads' records and priced output, in small transactions, while workers run",
+		Long: `prune removes the records of finished loads and their priced output: the
+loads named by --load, or every load that finished more than --older-than
+ago (by the database clock) and is not pruned yet.
+
+Changes the database: deletes the load's record chunks and priced rows in
+transactions of about --batch-size records each, so workers go on pricing
+other contracts meanwhile and no lock is held for long; a contract's
+checkpoint and cumulative totals stay, and what went is summed per contract
+(pruned_totals) so that status, export --complete and verify still add up.
+The loads row stays and records when it was pruned. Only records that are
+priced are removed: a load with records not priced yet is skipped, whole,
+with a message, and nothing of it is removed (exit code 4); a load that
+does not exist is reported (exit code 5); the others are pruned all the
+same. Interrupted (Ctrl-C, a lost connection), whole batches are removed
+and the rest stays: run the same command again to carry on.
+
+--dry-run only reports what would go. The output is one line per load that
+is not pruned, then a summary line; --json prints the same as JSON.
+
+` + exitCodesHelp,
+		Example: `  worker prune --load 3 --dry-run
+  worker prune --load 3 4 5
+  worker prune --older-than 720h --json`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, a := range args {
+				if !cmd.Flags().Changed("load") {
+					return usageError("unexpected argument %q: load ids follow --load", a)
+				}
+				id, err := strconv.ParseInt(a, 10, 64)
+				if err != nil || id < 1 {
+					return usageError("load id %q: must be a positive integer", a)
+				}
+				loads = append(loads, id)
+			}
+			for _, id := range loads {
+				if id < 1 {
+					return usageError("load id %d: must be a positive integer", id)
+				}
+			}
+			switch {
+			case len(loads) == 0 && !cmd.Flags().Changed("older-than"):
+				return usageError("say what to prune: --load N [N...] or --older-than DURATION")
+			case len(loads) > 0 && cmd.Flags().Changed("older-than"):
+				return usageError("--load and --older-than do not go together")
+			}
+			db, err := g.open(cmd.Context(), dbconn.Options{ApplicationName: "baton-prune", MaxOpenConns: 2,
+				LockTimeout: 10 * time.Second, StatementTimeout: 10 * time.Minute, IdleInTransactionTimeout: 10 * time.Second}, true)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			start := time.Now()
+			if len(loads) == 0 {
+				if loads, err = pricer.LoadsOlderThan(cmd.Context(), db, g.schema, olderThan); err != nil {
+					return err
+				}
+			}
+			res, err := pricer.PruneLoads(cmd.Context(), db, pricer.PruneConfig{Schema: g.schema, BatchRecords: batch, DryRun: dryRun,
+				OnBatch: func(load, records int64, took time.Duration) {
+					g.logger.Debug("prune batch", "event", "prune_batch", "load_id", load, "records", records, "took_ms", took.Milliseconds())
+				}}, loads)
+			out := pruneJSON{DryRun: dryRun, Loads: []pruneLoadJSON{}, ElapsedMS: time.Since(start).Milliseconds()}
+			var skipped, missing, interrupted []string
+			for _, lp := range res {
+				out.Loads = append(out.Loads, pruneLoadJSON{LoadPrune: lp, LongestTransactionMS: lp.LongestBatch.Milliseconds()})
+				out.Records += lp.Records
+				out.Transactions += lp.Batches
+				out.LongestTransactionMS = max(out.LongestTransactionMS, lp.LongestBatch.Milliseconds())
+				id := strconv.FormatInt(lp.LoadID, 10)
+				switch lp.Outcome {
+				case pricer.PruneSkipped:
+					skipped = append(skipped, id)
+				case pricer.PruneNotFound:
+					missing = append(missing, id)
+				case pricer.PruneInterrupted:
+					interrupted = append(interrupted, id)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(g.stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(out); err != nil {
+					return err
+				}
+			} else {
+				printPrune(g, out)
+			}
+			switch {
+			case len(missing) > 0:
+				return &exitError{exitNotFound, fmt.Errorf("no such load: %s", strings.Join(missing, ", "))}
+			case len(interrupted) > 0:
+				return &exitError{exitIncomplete, fmt.Errorf("interrupted while pruning load %s: run the same command again to carry on", interrupted[0])}
+			case len(skipped) > 0:
+				return &exitError{exitIncomplete, fmt.Errorf("%s not pruned: not all their records are priced yet",
+					pruneCount(int64(len(skipped)), "load", "loads")+" ("+strings.Join(skipped, ", ")+")")}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Int64SliceVar(&loads, "load", nil, "ids of the loads to prune (repeat, separate with commas, or list them after the flag)")
+	f.DurationVar(&olderThan, "older-than", 0, "prune every load that finished longer ago than this and is not pruned yet (e.g. 720h)")
+	f.IntVar(&batch, "batch-size", pricer.PruneBatchRecordsDefault, "about the most records (with their priced rows) one transaction removes: whole chunks of up to 1,024")
+	f.BoolVar(&dryRun, "dry-run", false, "only report what would be removed")
+	f.BoolVar(&asJSON, "json", false, "print JSON (stable field names) for scripts")
+	positive(f, "older-than", "batch-size")
+	anyValue(f, "load")
+	return cmd
+}
+
+// printPrune writes a line for each load not pruned (skipped, missing,
+// already pruned, interrupted) and a one-line summary.
+func printPrune(g *globals, out pruneJSON) {
+	var done, contracts int64
+	for _, l := range out.Loads {
+		switch l.Outcome {
+		case pricer.PruneDone, pricer.PruneWould:
+			done++
+			contracts += l.Contracts
+		case pricer.PruneSkipped:
+			fmt.Fprintf(g.stdout, "load %d: skipped: %s\n", l.LoadID, strings.TrimPrefix(l.Reason, fmt.Sprintf("load %d: ", l.LoadID)))
+		case pricer.PruneNotFound:
+			fmt.Fprintf(g.stdout, "load %d: not found\n", l.LoadID)
+		case pricer.PruneAlready:
+			fmt.Fprintf(g.stdout, "load %d: already pruned\n", l.LoadID)
+		case pricer.PruneInterrupted:
+			fmt.Fprintf(g.stdout, "load %d: interrupted after %s; run the same command again to carry on\n", l.LoadID, pruneCount(l.Records, "record", "records"))
+		}
+	}
+	elapsed := (time.Duration(out.ElapsedMS) * time.Millisecond).Round(time.Millisecond)
+	if out.DryRun {
+		fmt.Fprintf(g.stdout, "would prune %s: %s and their priced rows, of %s (dry run: nothing removed)\n",
+			pruneCount(done, "load", "loads"), pruneCount(out.Records, "record", "records"), pruneCount(contracts, "contract", "contracts"))
+		return
+	}
+	fmt.Fprintf(g.stdout, "pruned %s: %s and their priced rows, of %s, in %s (%s, the longest %s)\n",
+		pruneCount(done, "load", "loads"), pruneCount(out.Records, "record", "records"), pruneCount(contracts, "contract", "contracts"),
+		elapsed, pruneCount(int64(out.Transactions), "transaction", "transactions"),
+		(time.Duration(out.LongestTransactionMS) * time.Millisecond).String())
+}
