@@ -789,10 +789,12 @@ func TestLeaderAtCapacityMakesRoomForWaitingWork(t *testing.T) {
 }
 
 // When a worker dies while every survivor is at its fair share, the
-// survivors still take its partitions once their leases expire: a takeover
-// never waits for a rebalance (an hour here) or for a survivor below its
-// share. The dead worker stays registered for the whole test, so the
-// survivors' share never grows.
+// survivors still take its partitions once its registration and their
+// leases have ended: a takeover never waits for a rebalance (an hour here)
+// or for a survivor below its share. The dead worker counts as live until
+// the survivors have settled at the share it gave them, and only then does
+// its registration end (its leases ended long before): the share in hand
+// is the one that counted it.
 func TestTakeoverDoesNotWaitForFairShare(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -817,14 +819,25 @@ func TestTakeoverDoesNotWaitForFairShare(t *testing.T) {
 		e.start(cfg, newProc())
 	}
 	// Three live workers (the ghost among them) and nine busy partitions:
-	// a share of 3 each. The ghost's leases expire while x and y are at it.
+	// a share of 3 each. The ghost's leases expire while x and y are at it;
+	// once x and y hold the other six, the ghost's registration ends too
+	// (as a dead worker's does, a lease's length after its last heartbeat).
+	testutil.Eventually(t, 20*time.Second, "x and y holding the six others", func() error {
+		if held := e.heldBy(); held["x"]+held["y"] != 6 {
+			return fmt.Errorf("held %v", held)
+		}
+		return nil
+	})
+	if _, err := e.db.ExecContext(ctx, `UPDATE baton.workers SET expires_at = now() - interval '1 millisecond' WHERE instance_id = 'ghost#0001'`); err != nil {
+		t.Fatal(err)
+	}
 	for _, k := range ghostKeys {
 		c := ev.wait(t, 20*time.Second, "takeover of "+k+" confirmed", func(x distributor.Event) bool {
 			return x.Kind == distributor.EventConfirmed && x.Key == k
 		})
 		t.Logf("%s taken over by %s", k, c.Worker)
 	}
-	// And they keep them: the ghost, registered but holding nothing, wants
+	// And they keep them: the ghost, dead and holding nothing, wants
 	// nothing, so nothing is handed back to it to sit unclaimed. (Between
 	// x and y a hand-back is fair when one started before the other; on a
 	// starved machine a lease may run out and be taken again: the test

@@ -41,6 +41,20 @@
 //	position          work items processed (the checkpoint)
 //	checkpoint        processor state committed with position
 //	attempts, last_error, failed_at   failure bookkeeping
+//	claimable_at      computed by the server: lease_expires_at of an
+//	                  unowned row with pending work, not quarantined;
+//	                  NULL otherwise (the claimable index's key)
+//
+// No index covers a column that a heartbeat (heartbeat_at,
+// lease_expires_at) or a checkpoint (position, checkpoint, traceparent,
+// updated_at) changes, and the table leaves room in its pages (fillfactor
+// 30): those updates are heap-only (HOT), so they add no index entry, and
+// their old versions are pruned page by page. While a long transaction
+// elsewhere holds an old snapshot nothing can be pruned or vacuumed, and
+// every index entry made meanwhile stays, to be walked by every scan that
+// meets it: only changes of ownership (claims, releases, failures) add
+// index entries, and no statement a worker runs at every beat or poll
+// scans entries of other workers' live leases.
 //
 // All times that decide ownership are the database's now(); a worker's
 // clock only ever makes it stop earlier.
@@ -56,10 +70,10 @@
 // departures. The workers table records each worker's kind, and the fair
 // share counts the live workers and the work of the worker's kind only.
 //
-// Claim. A worker reads claimable rows of its kind from the head of a
-// partial index (pending work, not quarantined, lease_expires_at <=
-// now()), shuffles a window of them so that workers polling together
-// spread out, and claims several in one compare-and-set statement: version
+// Claim. A worker reads claimable rows of its kind: unowned ones from the
+// head of the claimable index (claimable_at <= now(): pending work, not
+// quarantined, no back-off left), and stale ones (below), and shuffles a
+// window of them so that workers polling together spread out, and claims several in one compare-and-set statement: version
 // = version + 1 where the row is still of its kind, version is still the
 // value read and the row is still claimable, under FOR UPDATE SKIP LOCKED.
 // A row returned is won; a row not returned went to someone else. The
@@ -75,11 +89,17 @@
 // counted from the head of the claimable index only up to what live
 // workers × MaxPartitions leaves. So the read costs the same with 100,000
 // partitions as with 100, and with 1,000 workers it reads their rows but
-// none of their leases. The share is recomputed
+// none of their leases. A stale row is one whose owner is not live (its
+// registration in the workers table expired, or it stopped) and whose own
+// lease has ended: it is found through its owner, reading the workers
+// table (one row per instance) and, through the owner index, the rows of
+// the instances that are not live, never the leases of live ones. No index
+// covers the lease itself, which heartbeats renew. Every owner has a
+// worker row (a claim registers an owner that never heartbeated, as not
+// live; a dead worker's row is kept while it owns task rows). The share is recomputed
 // every RebalanceInterval, and sooner (at most once a heartbeat) when a
 // notification says work was released, loaded or retried. A worker at its
-// share still polls, for expired leases only (the index range past the
-// unowned rows).
+// share still polls, for stale rows only.
 //
 // Claim with the first batch. A candidate nobody owns (never owned, or
 // released) needs no confirmation, so it is not claimed by that statement
@@ -147,7 +167,14 @@
 // SafetyMargin + 2 × Heartbeat): the others are checked by the same
 // statement, still held or lost, and keep the time they have left, so a
 // held row is written about every third beat with the defaults, while the
-// worker's own row is renewed at every beat. The heartbeat, the claim
+// worker's own row is renewed at every beat. A lease rewrite is a
+// heap-only update (see The task row). The same statement hands back the
+// worker's rows that it does not list and whose leases have ended (a lease
+// it stopped renewing because its local deadline passed, or a claim whose
+// reply it never received): locked FOR UPDATE SKIP LOCKED, version bumped,
+// claimable at once, waiting workers notified, "released" (reason
+// "expired") in the history. Other workers do not look at a live worker's
+// rows, so this is how its lost leases become claimable again. The heartbeat, the claim
 // polls and the fair-share read run at every interval on every worker, so
 // they send their values as parameters and, on a direct connection, are
 // prepared once per connection (through a transaction pooler they are sent
@@ -318,8 +345,11 @@
 //
 // # Takeover time
 //
-// After an owner dies, its lease ends at most StaleAfter after its last
-// renewal (sooner if its last heartbeats only checked it); another worker finds the row within one PollInterval, claims it,
+// After an owner dies, its registration ends StaleAfter after its last
+// heartbeat, and its leases at most StaleAfter after their last renewal
+// (sooner if its last heartbeats only checked them; a claim it made after
+// its last heartbeat, StaleAfter after that claim). Once both have ended
+// another worker finds the row within one PollInterval, claims it,
 // and starts its first batch after Confirm heartbeats. So the first batch
 // by another worker commits within
 //
@@ -332,8 +362,8 @@
 // are claimed beyond the share, up to MaxPartitions, and the share corrects
 // itself afterwards (the dead worker leaves the live count at its next
 // rebalance and surplus is handed back at batch boundaries). A claim round
-// reads those stale rows first, from just past the unowned rows in the
-// claimable index, and claims them before any partition nobody has
+// reads those stale rows first, through the workers that are not live,
+// and claims them before any partition nobody has
 // started, however many of those wait: a survivor busy with fresh work
 // takes a dead worker's partitions at its next claim round, not after the
 // fresh ones. Only when every survivor holds MaxPartitions does the
@@ -349,7 +379,8 @@
 // Claim: at most one claim can commit output for a partition at any time,
 // and committed checkpoints never go backwards or skip.
 //
-//  1. Every change of ownership (claim, release, failure, retry) locks the
+//  1. Every change of ownership (claim, release, failure, retry, and a
+//     heartbeat's hand-back of its own rows past their leases) locks the
 //     row FOR UPDATE and bumps version. Claims are compare-and-set on the
 //     version read, so each version is held by exactly one claim. A release
 //     made by the batch that caught up takes FOR UPDATE inside the batch's
@@ -411,6 +442,19 @@
 //     The same holds for leases a heartbeat checks without rewriting
 //     because they have time left: they are not locked at all, and the
 //     worker's deadline for them comes from their real end.
+//     A heartbeat's hand-back takes only rows of its own worker that the
+//     heartbeat does not list (so no partition loop of that worker holds
+//     them: it stopped at its local deadline, which comes before the
+//     lease's end, or never started) and whose leases have ended, FOR
+//     UPDATE SKIP LOCKED: a row fenced by a batch or being changed by
+//     anyone else is skipped, never waited for, and a row another worker
+//     took over meanwhile no longer matches the owner. It is a release
+//     like any other: any write still in flight under the old version
+//     fails its fence or its compare-and-set. Finding stale rows through
+//     the workers table changes no lock: it only reads, and the claim's
+//     compare-and-set still requires the row's own lease to have ended,
+//     so a live worker's row is never taken from it, whatever its
+//     registration says.
 //     It bounds what a stalled locker can cost: only the leases on rows
 //     it holds, and only if it holds them longer than they have left;
 //     loads run with idle_in_transaction_session_timeout, so the server
