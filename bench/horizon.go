@@ -246,13 +246,14 @@ func (e *env) horizonRun(ctx context.Context, ds *dataset, c horizonConfig, pinn
 	res.addCommand(r.Command)
 	e.checkpoint(ctx)
 	_ = e.resetStatements(ctx)
+	var pinHeld func() bool
 	if pinned {
 		release, held, err := pin(ctx, db)
 		if err != nil {
 			return r, err
 		}
 		defer release()
-		defer func() { r.PinHeld = held() }()
+		pinHeld = held
 	}
 	log.Printf("horizon: %d×%d records, %d workers, --batch-size %d, %s, run %d",
 		ds.Contracts, ds.PerContract, c.workers.v, c.batch.v, label, rep)
@@ -275,6 +276,9 @@ func (e *env) horizonRun(ctx context.Context, ds *dataset, c horizonConfig, pinn
 	werr := waitAll(ps, 30*time.Minute)
 	probe.close()
 	sc.close()
+	if pinHeld != nil {
+		r.PinHeld = pinHeld()
+	}
 	var last time.Time
 	for _, p := range ps {
 		if p.exited.After(last) {

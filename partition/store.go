@@ -154,7 +154,10 @@ const (
 //     FOR UPDATE, which conflicts with a batch's fence (FOR KEY SHARE);
 //   - heartbeats and work-counter updates lock FOR NO KEY UPDATE, which
 //     does not wait for batches in flight; heartbeats SKIP LOCKED rows
-//     rather than wait for a load;
+//     rather than wait for a load; a heartbeat's hand-back of its own
+//     rows past their leases (Heartbeat) is a change of ownership, FOR
+//     UPDATE, and SKIP LOCKED too, so a heartbeat never waits for a task
+//     row;
 //   - statements locking several task rows lock them in (kind,
 //     partition_key) order, so concurrent heartbeats, claims, releases and
 //     loads cannot deadlock. Each of a Store's statements locks rows of its
