@@ -222,8 +222,8 @@ func storageSection(w writer, st *storageResult) {
 	w("### Priced output: layouts compared (%s records, %d contracts)\n\n", count(st.Records), st.Contracts)
 	w("Each layout is built from the same priced rows in a schema of its own: one binary COPY into the empty table with its key in place (the write), "+
 		"then VACUUM ANALYZE; it is read through a view with priced's per-row shape: as `worker export` reads (every row ordered by contract and seq, COPY TO STDOUT), "+
-		"a sum over every row, and %d contracts one by one in seq order (each read the faster of two). Every view returned the same rows as priced (md5 of the export read). "+
-		"Layouts that take record_id and gross from the records depend on them staying (no pruning of records without their priced output).\n\n", st.Lookups)
+		"a sum over every row, and %d contracts one by one in seq order (%d for a layout without a key, where each is a scan of the whole table; each read the faster of two). Every view returned the same rows as priced (md5 of the export read). "+
+		"Layouts that take record_id and gross from the records depend on them staying (no pruning of records without their priced output).\n\n", st.Lookups, min(st.Lookups, noKeyLookups))
 	row := st.Layouts[0]
 	w("| layout | bytes/record | ÷ priced | write s | ÷ priced | export read s | sum s | one contract ms | same rows |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, l := range st.Layouts {
