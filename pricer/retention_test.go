@@ -231,3 +231,30 @@ func TestPruneRefusesOutputThatDoesNotMatch(t *testing.T) {
 		t.Fatalf("%d records left of 976", n)
 	}
 }
+
+// A pruning stopped between batches has removed whole batches only, and
+// pruning the load again carries on to the end.
+func TestPruneInterruptedResumes(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	load := loadRecords(t, db, []string{"a", "b"}, map[string]int{"a": 3000, "b": 3000}, "x")
+	runUntilDone(t, db, distributor.Config{Name: "p", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res, err := pricer.PruneLoads(ctx, db, pricer.PruneConfig{BatchRecords: 1000, OnBatch: func(int64, int64, time.Duration) { cancel() }}, []int64{load})
+	if err != nil || len(res) != 1 || res[0].Outcome != pricer.PruneInterrupted || res[0].Records != 1024 {
+		t.Fatalf("interrupted prune: %+v, %v", res, err)
+	}
+	if n := count(t, db, `SELECT count(*) FROM baton.loads WHERE load_id = ? AND prune_started_at IS NOT NULL AND pruned_at IS NULL AND records_pruned = 1024`, load); n != 1 {
+		t.Fatal("the loads row does not show a pruning under way")
+	}
+	verifyAll(t, db, true)
+	res = prune(t, db, pricer.PruneConfig{BatchRecords: 1000}, load)
+	if res[0].Outcome != pricer.PruneDone || res[0].Records != 6000-1024 {
+		t.Fatalf("resumed prune: %+v", res[0])
+	}
+	if n := count(t, db, `SELECT count(*) FROM baton.priced`) + count(t, db, `SELECT count(*) FROM baton.record_chunks`); n != 0 {
+		t.Fatalf("%d rows left", n)
+	}
+	verifyAll(t, db, true)
+}

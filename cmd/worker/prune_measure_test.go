@@ -1,0 +1,38 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/pgtest"
+)
+
+// The figures the README gives for pruning 1M records: seeds 1,000
+// contracts of 1,000 records, prices them, and prunes the load with the
+// default batch size and a smaller one (on a copy of the data each time).
+// It measures and asserts nothing about time; it runs only with
+// BATON_MEASURE_PRUNE=1 (it takes minutes).
+func TestPruneMeasure1M(t *testing.T) {
+	if os.Getenv("BATON_MEASURE_PRUNE") != "1" {
+		t.Skip("set BATON_MEASURE_PRUNE=1 to measure pruning 1M records")
+	}
+	for _, batch := range []string{"10000", "1000"} {
+		c := cli{t, pgtest.NewURL(t)}
+		start := time.Now()
+		c.mustRun("seed", "--contracts", "1000", "--records-per-contract", "1000", "--dir", t.TempDir(), "--load")
+		t.Logf("seeded and loaded 1M records in %s", time.Since(start).Round(time.Millisecond))
+		start = time.Now()
+		c.mustRun("run", "--until-done", "--heartbeat", "200ms", "--stale-after", "2s")
+		t.Logf("priced them in %s", time.Since(start).Round(time.Millisecond))
+		start = time.Now()
+		out := c.mustRun("prune", "--load", "1", "--batch-size", batch, "--json")
+		var res pruneJSON
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("batch %s: pruned %d records in %d ms (command %s): %d transactions, the longest %d ms",
+			batch, res.Records, res.ElapsedMS, time.Since(start).Round(time.Millisecond), res.Transactions, res.LongestTransactionMS)
+	}
+}
