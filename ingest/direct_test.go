@@ -71,7 +71,7 @@ func TestDirectCopyFallsBack(t *testing.T) {
 		records  string
 		budget   int64 // Options.budget
 		maxGross int64
-		staged   bool // the staged path stores the records
+		staged   bool   // the staged path stores the records
 		wantRep  Report // counts only
 		want     []seqRow
 	}{{
@@ -117,24 +117,24 @@ func TestDirectCopyFallsBack(t *testing.T) {
 		wantRep: Report{RecordsAccepted: 2, RecordsRedelivered: 1, RowsRejected: 1},
 		want:    []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}},
 	}, {
-		name:     "a budget for one record, after an invalid row",
-		records:  "c1,r0,0\nc1,r1,5\nc2,r1,7\nc1,r2,6\n",
-		budget:   1,
-		staged:   true, // no room to keep the rejected row
-		wantRep:  Report{RecordsAccepted: 3, RowsRejected: 1},
-		want:     []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}, {"c2", "r1", 1, 7}},
+		name:    "a budget for one record, after an invalid row",
+		records: "c1,r0,0\nc1,r1,5\nc2,r1,7\nc1,r2,6\n",
+		budget:  1,
+		staged:  true, // no room to keep the rejected row
+		wantRep: Report{RecordsAccepted: 3, RowsRejected: 1},
+		want:    []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}, {"c2", "r1", 1, 7}},
 	}, {
-		name:     "a budget for one record",
-		records:  "c1,r1,5\nc2,r1,7\nc1,r2,6\n",
-		budget:   1,
-		wantRep:  Report{RecordsAccepted: 3},
-		want:     []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}, {"c2", "r1", 1, 7}},
+		name:    "a budget for one record",
+		records: "c1,r1,5\nc2,r1,7\nc1,r2,6\n",
+		budget:  1,
+		wantRep: Report{RecordsAccepted: 3},
+		want:    []seqRow{{"c1", "r1", 1, 5}, {"c1", "r2", 2, 6}, {"c2", "r1", 1, 7}},
 	}, {
-		name:     "turned off",
-		records:  "c1,r1,5\n",
-		staged:   true,
-		wantRep:  Report{RecordsAccepted: 1},
-		want:     []seqRow{{"c1", "r1", 1, 5}},
+		name:    "turned off",
+		records: "c1,r1,5\n",
+		staged:  true,
+		wantRep: Report{RecordsAccepted: 1},
+		want:    []seqRow{{"c1", "r1", 1, 5}},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -85,6 +85,12 @@ type Options struct {
 	// begins (StageValidating, StageInserting, StageUpdating) with the
 	// rows read in all.
 	Progress func(stage string, rows int64)
+	// ReadProgress, if set, is called whenever Progress is called for the
+	// records file's rows, with the bytes of the file read so far and its
+	// size (zero if it is not a regular file), for a rate and the time
+	// left. After the direct copy gives way to the staged path, the file
+	// is read again from the start, and so are the counts.
+	ReadProgress func(rows, bytesRead, size int64)
 
 	// StatementTimeout, LockTimeout and IdleInTransactionTimeout bound the
 	// load's statements, lock waits and pauses between statements, set for
@@ -268,6 +274,16 @@ type loader struct {
 	repeatsChecked bool            // checkRepeats has run
 	affectedStale  bool            // load_affected needs collecting again
 	committing     bool            // the commit has begun: its outcome is not ErrInterrupted
+}
+
+// recordsProgress reports rows of the records file read.
+func (l *loader) recordsProgress(rows int64) {
+	if l.opts.Progress != nil {
+		l.opts.Progress("records", rows)
+	}
+	if l.opts.ReadProgress != nil {
+		l.opts.ReadProgress(rows, l.recordsRead.n.Load(), l.recordsSize)
+	}
 }
 
 // openRecords opens the records file (again) and checks its header.

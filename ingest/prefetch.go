@@ -4,6 +4,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"io"
+	"slices"
 )
 
 // readAhead reads the rows of a records file ahead of the loader, in
@@ -33,6 +34,9 @@ type readItem struct {
 	err  error
 	raw  string
 	hash uint64 // of a valid row's record id
+	// maybeSeen is set when the filter may have held the row's record id
+	// of its contract before it was added.
+	maybeSeen bool
 }
 
 // parsedBatch is what csvFile.next returned for a batch of rows.
@@ -55,7 +59,12 @@ const readAheadBatch = 1024
 // which csvFile.next would return again.
 func final(err error) bool { return err != nil && !isLineError(err) }
 
-func newReadAhead(r *RecordsReader, seed maphash.Seed) *readAhead {
+// With a filter, the checking goroutine also adds each valid row's
+// record id of its contract (recordKey) to it, a batch at a time, and
+// marks those it may have held before (readItem.maybeSeen): the filter's
+// random reads of memory then wait for one another rather than one at a
+// time for the rest of the loader.
+func newReadAhead(r *RecordsReader, seed maphash.Seed, filter *bloom) *readAhead {
 	a := &readAhead{parsed: make(chan *parsedBatch, 4), spare: make(chan *parsedBatch, 8),
 		batches: make(chan []readItem, 4), free: make(chan []readItem, 8),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -90,6 +99,10 @@ func newReadAhead(r *RecordsReader, seed maphash.Seed) *readAhead {
 		}
 	}()
 	go func() { // check
+		var (
+			keys []uint64
+			seen []bool
+		)
 		defer close(a.done)
 		defer func() { <-parsing }()
 		defer close(a.batches)
@@ -116,6 +129,23 @@ func newReadAhead(r *RecordsReader, seed maphash.Seed) *readAhead {
 					}
 				}
 				batch = append(batch, it)
+			}
+			if filter != nil {
+				keys = keys[:0]
+				for i := range batch {
+					if it := &batch[i]; it.err == nil {
+						keys = append(keys, recordKey(maphash.String(seed, it.row.ContractID), it.hash))
+					}
+				}
+				seen = slices.Grow(seen[:0], len(keys))[:len(keys)]
+				filter.addBatch(keys, seen)
+				k := 0
+				for i := range batch {
+					if it := &batch[i]; it.err == nil {
+						it.maybeSeen = seen[k]
+						k++
+					}
+				}
 			}
 			select {
 			case a.spare <- p:

@@ -49,7 +49,7 @@ func (l *loader) loadRecords(ctx context.Context, tx pgx.Tx) (bool, error) {
 // input row, valid or not.
 func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 	var src *rowSource
-	rows := newReadAhead(l.records, maphash.MakeSeed())
+	rows := newReadAhead(l.records, maphash.MakeSeed(), nil)
 	defer rows.close()
 	src = &rowSource{stage: "records", next: func(v []any) (bool, error) {
 		it := rows.next()
@@ -69,6 +69,7 @@ func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 		}
 		return true, nil
 	}}
+	src.progress = func(_ string, rows int64) { l.recordsProgress(rows) }
 	return l.copyIn(ctx, tx, "load_records",
 		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, src, "")
 }

@@ -102,7 +102,9 @@ func (s *rowSource) Err() error             { return s.err }
 // (none if stats is empty).
 func (l *loader) copyIn(ctx context.Context, tx pgx.Tx, table string, cols []string, src *rowSource, stats string) error {
 	src.vals = make([]any, len(cols))
-	src.progress = l.opts.Progress
+	if src.progress == nil {
+		src.progress = l.opts.Progress
+	}
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, src)
 	l.rowsRead += src.n
 	if src.err != nil {

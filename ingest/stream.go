@@ -97,13 +97,18 @@ type streamer struct {
 	segDone      bool  // trailer written: io.EOF once pending is sent
 	chunks       int64 // tuples written
 
-	flushing bool // writing every open chunk of a known contract
+	flushing bool // writing the open chunks of known contracts
+	flushMin int  // of at least this many records
 	flushAt  int  // next contract to flush
-	inputEnd bool // the records file has been read
-	done     bool // the input ended and every record is written
-	rowsRead int64
-	why      string // why the direct copy gave way (errGiveUp)
-	err      error  // ends the COPY: errGiveUp or the input's fatal error
+	// unknownHeld is the memory taken by records of contracts whose base
+	// is not known yet; past unknownMax their bases are read.
+	unknownHeld, unknownMax int64
+	flushAfterRound         int  // what to flush once the bases are read
+	inputEnd                bool // the records file has been read
+	done                    bool // the input ended and every record is written
+	rowsRead                int64
+	why                     string // why the direct copy gave way (errGiveUp)
+	err                     error  // ends the COPY: errGiveUp or the input's fatal error
 }
 
 func newStreamer(l *loader, budget, fileSize int64) *streamer {
@@ -112,8 +117,9 @@ func newStreamer(l *loader, budget, fileSize int64) *streamer {
 	if fileSize > 0 {
 		filter = min(filter, int64(float64(fileSize)*filterBytesPerFileByte))
 	}
-	return &streamer{l: l, rows: newReadAhead(l.records, seed), seed: seed, index: make(map[string]int32),
-		filter: newBloom(filter), heldMax: budget * heldShare / 8, sideMax: budget / sideShare,
+	f := newBloom(filter)
+	return &streamer{l: l, rows: newReadAhead(l.records, seed, f), seed: seed, index: make(map[string]int32),
+		filter: f, heldMax: budget * heldShare / 8, unknownMax: budget * heldShare / 64, sideMax: budget / sideShare,
 		maxRecords: l.opts.maxGross / MaxAmountMinor}
 }
 
@@ -160,10 +166,9 @@ func (s *streamer) fill() {
 		b = append(b, binaryCopyHeader...)
 		s.started = true
 	}
-	progress := s.l.opts.Progress
 	for len(b) < copyEncoderChunk && !s.segDone && s.err == nil {
 		if s.flushing {
-			for s.flushAt < len(s.cs) && (s.cs[s.flushAt].count == 0 || !s.cs[s.flushAt].known) {
+			for s.flushAt < len(s.cs) && (s.cs[s.flushAt].count < s.flushMin || !s.cs[s.flushAt].known) {
 				s.flushAt++
 			}
 			if s.flushAt < len(s.cs) {
@@ -180,19 +185,17 @@ func (s *streamer) fill() {
 		it := s.rows.next()
 		if it.err == io.EOF {
 			s.inputEnd = true
-			if progress != nil {
-				progress("records", s.rowsRead)
-			}
+			s.l.recordsProgress(s.rowsRead)
 			if len(s.unknown) > 0 {
 				b = s.endSegment(b) // read their bases, then flush
 			} else {
-				s.flushing, s.flushAt = true, 0
+				s.flush(1)
 			}
 			continue
 		}
 		s.rowsRead++
-		if progress != nil && s.rowsRead%progressEvery == 0 {
-			progress("records", s.rowsRead)
+		if s.rowsRead%progressEvery == 0 {
+			s.l.recordsProgress(s.rowsRead)
 		}
 		if it.err != nil {
 			var le *LineError
@@ -235,7 +238,7 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 		s.held += int64(len(row.ContractID)) + 128
 	}
 	c := s.cs[ci]
-	if s.filter.addNew(recordKey(c.hash, it.hash)) {
+	if it.maybeSeen {
 		s.cands = append(s.cands, candidate{contract: ci, recordID: row.RecordID})
 		s.addSide(int64(len(row.RecordID)) + 32)
 	}
@@ -246,6 +249,9 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 	c.count++
 	c.n++
 	s.held += c.held() - before
+	if !c.known {
+		s.unknownHeld += c.held() - before
+	}
 	if c.known && c.base+c.n > s.maxRecords {
 		s.giveUp(fmt.Sprintf("contract %s may reach the gross limit", c.id))
 		return b
@@ -253,13 +259,27 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 	if c.known && c.count >= ChunkSize {
 		b = s.emit(b, c)
 	}
-	if s.held > s.heldMax {
-		if len(s.unknown) > 0 {
-			return s.endSegment(b) // read their bases, then flush
-		}
-		s.flushing, s.flushAt = true, 0
+	switch {
+	case s.held > s.heldMax && len(s.unknown) > 0:
+		s.flushAfterRound = 1
+		return s.endSegment(b) // read their bases, then flush
+	case s.held > s.heldMax:
+		s.flush(1)
+	case s.unknownHeld > s.unknownMax:
+		// Read their bases, then write their full chunks. Without this
+		// a file of few contracts would be read to the end, or to the
+		// budget, before the first chunk is written, and the server
+		// would wait meanwhile.
+		s.flushAfterRound = ChunkSize
+		return s.endSegment(b)
 	}
 	return b
+}
+
+// flush starts writing the open chunks of known contracts that hold at
+// least least records.
+func (s *streamer) flush(least int) {
+	s.flushing, s.flushMin, s.flushAt = true, least, 0
 }
 
 // emit writes the open chunk of a contract whose base is known, as tuples
@@ -341,7 +361,7 @@ SELECT c.contract_id, coalesce(t.available, 0)
 			return false, nil
 		}
 	}
-	s.unknown = s.unknown[:0]
+	s.unknown, s.unknownHeld = s.unknown[:0], 0
 	return true, nil
 }
 
@@ -400,7 +420,11 @@ func (l *loader) stream(ctx context.Context, tx pgx.Tx, s *streamer) (bool, erro
 		if ok, err := s.readBases(ctx, tx); err != nil || !ok {
 			return false, err
 		}
-		s.flushing, s.flushAt = true, 0
+		if s.inputEnd {
+			s.flush(1)
+		} else {
+			s.flush(s.flushAfterRound)
+		}
 	}
 	l.rowsRead += s.rowsRead
 	l.stage(StageValidating)
