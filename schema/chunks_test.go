@@ -97,9 +97,9 @@ func TestRecordsMovedIntoChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(applied) != 3 || !strings.Contains(applied[0], "record_chunks") || !strings.Contains(applied[1], "records_insert") ||
+	if len(applied) < 3 || !strings.Contains(applied[0], "record_chunks") || !strings.Contains(applied[1], "records_insert") ||
 		!strings.Contains(applied[2], "records_insert_load_lock") {
-		t.Fatalf("applied %v, want the record_chunks, records_insert and records_insert_load_lock migrations", applied)
+		t.Fatalf("applied %v, want the record_chunks, records_insert and records_insert_load_lock migrations first", applied)
 	}
 	if err := schema.Check(ctx, db, allSets); err != nil {
 		t.Fatal(err)

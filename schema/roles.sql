@@ -12,7 +12,7 @@
 CREATE ROLE baton_worker LOGIN;
 GRANT USAGE ON SCHEMA {{.Schema}} TO baton_worker;
 GRANT SELECT ON {{.Schema}}.core_migrations, {{.Schema}}.pricing_migrations TO baton_worker;
-GRANT SELECT ON {{.Schema}}.contracts, {{.Schema}}.tiers, {{.Schema}}.records, {{.Schema}}.record_chunks TO baton_worker;
+GRANT SELECT ON {{.Schema}}.contracts, {{.Schema}}.tiers, {{.Schema}}.records, {{.Schema}}.record_chunks, {{.Schema}}.pruned_totals TO baton_worker;
 GRANT SELECT ON {{.Schema}}.tasks TO baton_worker;
 GRANT UPDATE (version, owner, claimed_at, heartbeat_at, lease_expires_at, position, checkpoint,
               attempts, last_error, failed_at, updated_at, traceparent)

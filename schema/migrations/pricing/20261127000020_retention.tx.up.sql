@@ -72,7 +72,7 @@ BEGIN
      WHERE c.contract_id = NEW.contract_id ORDER BY c.first_seq DESC LIMIT 1;
     last_stored := greatest(coalesce(last_stored, 0),
                             coalesce((SELECT p.last_seq FROM {{.Schema}}.pruned_totals p WHERE p.contract_id = NEW.contract_id), 0));
-    IF NEW.seq <= last_stored THEN
+    IF NEW.seq BETWEEN 1 AND last_stored THEN
         RAISE EXCEPTION 'records: contract % already had a record with seq % (pruned)', NEW.contract_id, NEW.seq
             USING ERRCODE = 'unique_violation', CONSTRAINT = 'records_pkey';
     END IF;
