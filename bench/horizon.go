@@ -86,6 +86,9 @@ func (h *horizonResult) ratio() float64 {
 		return 0
 	}
 	slices.Sort(rs)
+	if n := len(rs); n%2 == 0 {
+		return (rs[n/2-1] + rs[n/2]) / 2
+	}
 	return rs[len(rs)/2]
 }
 

@@ -42,7 +42,7 @@ func classify(q string) string {
 	}
 	upper := strings.ToUpper(strings.TrimSpace(q))
 	switch {
-	case has("INSERT INTO workers"):
+	case has("INSERT INTO workers", "expires_at = EXCLUDED.expires_at"): // claims register their owner too
 		return "heartbeat"
 	case has("SELECT partition_key, version, owner IS NOT NULL"):
 		return "claim scan (Candidates)"
