@@ -161,16 +161,17 @@ func (e *env) scaleRun(ctx context.Context, r *scaleRun, sr *scaleResult, res *r
 	}
 	defer e.dropDB(context.WithoutCancel(ctx), name)
 	url := e.url(name)
-	run := func(stage, id string, args ...string) (stageProc, error) {
-		return e.runStageProc(ctx, c.timeout, url, logDir, id, nil, res, args...)
+	// run runs one worker command, named by its subcommand.
+	run := func(args ...string) (stageProc, error) {
+		return e.runStageProc(ctx, c.timeout, url, logDir, args[0], nil, res, args...)
 	}
-	if _, err := run("migrate", "migrate", "migrate"); err != nil {
+	if _, err := run("migrate"); err != nil {
 		return err
 	}
 	log.Printf("scale: %d records (%d contracts × %d)", r.Records, r.Contracts, c.perContract)
 
 	// seed: the CSV streamed to a file.
-	p, err := run("seed", "seed", "seed", "--contracts", strconv.Itoa(r.Contracts),
+	p, err := run("seed", "--contracts", strconv.Itoa(r.Contracts),
 		"--records-per-contract", strconv.Itoa(c.perContract), "--seed", strconv.FormatUint(e.cfg.seed, 10), "--dir", dir)
 	if err != nil {
 		return err
@@ -183,7 +184,7 @@ func (e *env) scaleRun(ctx context.Context, r *scaleRun, sr *scaleResult, res *r
 
 	// load
 	e.checkpoint(ctx)
-	if p, err = run("load", "load", "load", "--tiers", tiers, "--records", records); err != nil {
+	if p, err = run("load", "--tiers", tiers, "--records", records); err != nil {
 		return err
 	}
 	r.addStage("load", p.Seconds, []stageProc{p})

@@ -231,6 +231,7 @@ func storageSection(w writer, st *storageResult) {
 			l.PerRecord, bytesPerRecord(l.Heap, st.Records), bytesPerRecord(l.Toast, st.Records), bytesPerRecord(l.Index, st.Records),
 			l.PerRecord/row.PerRecord, l.WriteSeconds, l.WriteSeconds/row.WriteSeconds, l.ExportSeconds, l.SumSeconds, l.LookupMs, yesNo(l.Matches))
 	}
+	w("\nThe plan of each layout's export read (EXPLAIN ANALYZE) is in results.json (`scale.storage.layouts[].export_plan`).\n")
 	for _, s := range st.Skipped {
 		w("\nSkipped: %s\n", s)
 	}

@@ -60,6 +60,8 @@ type layoutResult struct {
 	// Digest is the export read's md5; Matches says it equals priced's.
 	Digest  string `json:"digest"`
 	Matches bool   `json:"matches"`
+	// ExportPlan is EXPLAIN (ANALYZE, BUFFERS) of the export read.
+	ExportPlan string `json:"export_plan"`
 }
 
 func (l layoutResult) total() int64 { return l.Heap + l.Toast + l.Index }
@@ -268,8 +270,7 @@ func (e *env) measureLayout(ctx context.Context, db *bun.DB, conn *sql.Conn, dir
 	r.ExportSeconds, err = best(func() error {
 		h := md5.New()
 		err := dbconn.Raw(conn, func(pc *pgx.Conn) error {
-			_, err := pc.PgConn().CopyTo(ctx, h, `COPY (SELECT contract_id, record_id, gross_minor, discount_minor, net_minor FROM `+
-				view+` ORDER BY contract_id, seq) TO STDOUT`)
+			_, err := pc.PgConn().CopyTo(ctx, h, `COPY (`+exportRead(view)+`) TO STDOUT`)
 			return err
 		})
 		r.Digest = hex.EncodeToString(h.Sum(nil))
@@ -278,6 +279,11 @@ func (e *env) measureLayout(ctx context.Context, db *bun.DB, conn *sql.Conn, dir
 	if err != nil {
 		return r, fmt.Errorf("reading as export does: %w", err)
 	}
+	var plan []string
+	if err := db.NewRaw(`EXPLAIN (ANALYZE, BUFFERS) `+exportRead(view)).Scan(ctx, &plan); err != nil {
+		return r, fmt.Errorf("explaining the export read: %w", err)
+	}
+	r.ExportPlan = strings.Join(plan, "\n")
 	r.SumSeconds, err = best(func() error {
 		var count, net int64
 		return db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(net_minor), 0) FROM `+view).Scan(&count, &net)
@@ -312,4 +318,9 @@ func (e *env) measureLayout(ctx context.Context, db *bun.DB, conn *sql.Conn, dir
 		r.LookupMs = 1000 * lookups / float64(len(sample))
 	}
 	return r, nil
+}
+
+// exportRead is the export's query over a layout's view.
+func exportRead(view string) string {
+	return `SELECT contract_id, record_id, gross_minor, discount_minor, net_minor FROM ` + view + ` ORDER BY contract_id, seq`
 }
