@@ -82,8 +82,8 @@ func TestUpgradedPricingDatabaseStaysClaimableByPricingWorkers(t *testing.T) {
 	ctx := context.Background()
 	migrateBeforeKinds(t, db)
 	st, err := schema.Inspect(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
-	if err != nil || len(st.Pending) != 1 || !strings.Contains(st.Pending[0], kindsMigration[:14]) {
-		t.Fatalf("before the upgrade: pending %v, %v; want the kinds migration alone", st.Pending, err)
+	if err != nil || len(st.Pending) < 1 || !strings.Contains(st.Pending[0], kindsMigration[:14]) {
+		t.Fatalf("before the upgrade: pending %v, %v; want the kinds migration first (later ones follow)", st.Pending, err)
 	}
 	// As that release left it: contracts with records, their task rows
 	// (one priced in part, one held by a live worker), their history, a
@@ -119,8 +119,8 @@ func TestUpgradedPricingDatabaseStaysClaimableByPricingWorkers(t *testing.T) {
 	}
 
 	applied, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
-	if err != nil || len(applied) != 1 {
-		t.Fatalf("upgrade: applied %v, %v; want the kinds migration", applied, err)
+	if err != nil || len(applied) < 1 || !strings.Contains(applied[0], kindsMigration[:14]) {
+		t.Fatalf("upgrade: applied %v, %v; want the kinds migration first", applied, err)
 	}
 	kinds := func(q string) map[string]string {
 		t.Helper()
