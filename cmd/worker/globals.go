@@ -11,12 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/redact"
 	"github.com/batonhq/baton/schema"
 )
@@ -167,14 +166,7 @@ func retryable(err error) bool {
 	if errors.As(err, &ee) {
 		return false
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code[:2] {
-		case "28", "3D": // authentication, unknown database
-			return false
-		}
-	}
-	return true
+	return !dberr.RefusesClient(err) // authentication, unknown database
 }
 
 // schemaConfig is the schema and migration sets the worker command uses:

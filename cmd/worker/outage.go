@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"regexp"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/batonhq/baton/internal/dberr"
 )
 
 // outageRemind is how often a worker repeats that the database is still
@@ -66,7 +62,7 @@ func (o *outageHandler) Handle(ctx context.Context, r slog.Record) error {
 	var event string
 	attrs := make([]slog.Attr, 0, r.NumAttrs())
 	r.Attrs(func(a slog.Attr) bool {
-		if err, ok := a.Value.Any().(error); ok && a.Value.Kind() == slog.KindAny && cause == nil && unreachable(err) {
+		if err, ok := a.Value.Any().(error); ok && a.Value.Kind() == slog.KindAny && cause == nil && dberr.Unreachable(err) {
 			cause = err
 		}
 		if a.Key == "event" {
@@ -148,34 +144,6 @@ func (o *outageHandler) heartbeat(err error) {
 	now := time.Now()
 	_ = o.emit(context.Background(), now, slog.LevelInfo, "database reachable again",
 		"event", "database_reachable", "down_ms", now.Sub(since).Milliseconds(), "suppressed", n)
-}
-
-// unreachable reports errors that mean the database cannot be reached or
-// is not answering, as opposed to refusing a statement.
-func unreachable(err error) bool {
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
-		return true
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) {
-		return true
-	}
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) {
-		return true
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "57P01", "57P02", "57P03": // admin or crash shutdown, cannot connect now
-			return true
-		}
-		return strings.HasPrefix(pe.Code, "08")
-	}
-	// A connection closed under pgx, or a statement that may not have
-	// reached the server.
-	return pgconn.SafeToRetry(err) || errors.Is(err, pgx.ErrTxClosed) || strings.Contains(err.Error(), "conn closed")
 }
 
 func cleanAttrs(attrs []slog.Attr) []slog.Attr {

@@ -1,6 +1,7 @@
 // Package dberr classifies the errors of database statements the way the
-// protocol needs them classified, in one place for every service that
-// writes task rows (distributor, heartbeat):
+// protocol and the worker process need them classified, in one place for
+// every service that writes task rows (distributor, heartbeat) and for the
+// command that runs them:
 //
 //   - UnknownOutcome: the statement may or may not have applied (the
 //     server did not report an error; the connection failed or our side
@@ -9,6 +10,11 @@
 //     timeouts, lock conflicts, a server going away, a checkpoint moved by
 //     a late commit of the same claim), so the work is retried rather than
 //     counted as a failure.
+//   - TooLong: the transaction ran out of time; retried in smaller pieces.
+//   - Unreachable: the database cannot be reached or is not answering, as
+//     opposed to refusing a statement (an outage, reported once).
+//   - RefusesClient: the server refuses this client whatever it waits for
+//     (authentication, an unknown database), so waiting for it is useless.
 package dberr
 
 import (
@@ -17,6 +23,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -72,4 +79,46 @@ func TooLong(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+}
+
+// Unreachable reports errors that mean the database cannot be reached or
+// is not answering (connection refused or lost, timeouts, a server shutting
+// down or starting), as opposed to refusing a statement.
+func Unreachable(err error) bool {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "57P01", "57P02", "57P03": // admin or crash shutdown, cannot connect now
+			return true
+		}
+		return strings.HasPrefix(pe.Code, "08")
+	}
+	// A connection closed under pgx, or a statement that may not have
+	// reached the server.
+	return pgconn.SafeToRetry(err) || errors.Is(err, pgx.ErrTxClosed) || strings.Contains(err.Error(), "conn closed")
+}
+
+// RefusesClient reports errors that no wait cures: the server rejected the
+// client's credentials (class 28) or the database does not exist (3D).
+func RefusesClient(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && len(pe.Code) >= 2 {
+		switch pe.Code[:2] {
+		case "28", "3D":
+			return true
+		}
+	}
+	return false
 }

@@ -49,3 +49,37 @@ func TestClassification(t *testing.T) {
 		})
 	}
 }
+
+// The worker process's two questions: is the database out of reach (an
+// outage, reported once), and does waiting for it make any sense.
+func TestReachability(t *testing.T) {
+	pg := func(code string) error { return fmt.Errorf("connecting: %w", &pgconn.PgError{Code: code}) }
+	for _, tc := range []struct {
+		name                   string
+		err                    error
+		unreachable, refusesMe bool
+	}{
+		{"connection refused", &net.OpError{Op: "dial", Err: errors.New("connection refused")}, true, false},
+		{"EOF", io.EOF, true, false},
+		{"client deadline", fmt.Errorf("heartbeat: %w", context.DeadlineExceeded), true, false},
+		{"shutting down 57P01", pg("57P01"), true, false},
+		{"starting up 57P03", pg("57P03"), true, false},
+		{"connection failure 08006", pg("08006"), true, false},
+		{"pgx conn closed", errors.New("conn closed"), true, false},
+		{"bad password 28P01", pg("28P01"), false, true},
+		{"no such role 28000", pg("28000"), false, true},
+		{"unknown database 3D000", pg("3D000"), false, true},
+		{"statement timeout 57014", pg("57014"), false, false},
+		{"unique violation 23505", pg("23505"), false, false},
+		{"fenced", fmt.Errorf("fencing: %w", partition.ErrFenced), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Unreachable(tc.err); got != tc.unreachable {
+				t.Errorf("Unreachable(%v) = %v, want %v", tc.err, got, tc.unreachable)
+			}
+			if got := RefusesClient(tc.err); got != tc.refusesMe {
+				t.Errorf("RefusesClient(%v) = %v, want %v", tc.err, got, tc.refusesMe)
+			}
+		})
+	}
+}
