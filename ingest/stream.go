@@ -99,7 +99,11 @@ type streamer struct {
 
 	flushing bool // writing the open chunks of known contracts
 	flushMin int  // of at least this many records
-	flushAt  int  // next contract to flush
+	// flushSkip is left open by a flush the budget forced: the contract
+	// being read, whose chunk is likely to fill (a file grouped by
+	// contract then keeps whole chunks).
+	flushSkip *streamContract
+	flushAt   int // next contract to flush
 	// unknownHeld is the memory taken by records of contracts whose base
 	// is not known yet; past unknownMax their bases are read.
 	unknownHeld, unknownMax int64
@@ -168,7 +172,7 @@ func (s *streamer) fill() {
 	}
 	for len(b) < copyEncoderChunk && !s.segDone && s.err == nil {
 		if s.flushing {
-			for s.flushAt < len(s.cs) && (s.cs[s.flushAt].count < s.flushMin || !s.cs[s.flushAt].known) {
+			for s.flushAt < len(s.cs) && (s.cs[s.flushAt].count < s.flushMin || !s.cs[s.flushAt].known || s.cs[s.flushAt] == s.flushSkip) {
 				s.flushAt++
 			}
 			if s.flushAt < len(s.cs) {
@@ -189,7 +193,7 @@ func (s *streamer) fill() {
 			if len(s.unknown) > 0 {
 				b = s.endSegment(b) // read their bases, then flush
 			} else {
-				s.flush(1)
+				s.flush(1, nil)
 			}
 			continue
 		}
@@ -259,27 +263,31 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 	if c.known && c.count >= ChunkSize {
 		b = s.emit(b, c)
 	}
+	var skip *streamContract
+	if c.held() < s.heldMax/2 {
+		skip = c
+	}
 	switch {
 	case s.held > s.heldMax && len(s.unknown) > 0:
-		s.flushAfterRound = 1
+		s.flushAfterRound, s.flushSkip = 1, skip
 		return s.endSegment(b) // read their bases, then flush
 	case s.held > s.heldMax:
-		s.flush(1)
+		s.flush(1, skip)
 	case s.unknownHeld > s.unknownMax:
 		// Read their bases, then write their full chunks. Without this
 		// a file of few contracts would be read to the end, or to the
 		// budget, before the first chunk is written, and the server
 		// would wait meanwhile.
-		s.flushAfterRound = ChunkSize
+		s.flushAfterRound, s.flushSkip = ChunkSize, nil
 		return s.endSegment(b)
 	}
 	return b
 }
 
 // flush starts writing the open chunks of known contracts that hold at
-// least least records.
-func (s *streamer) flush(least int) {
-	s.flushing, s.flushMin, s.flushAt = true, least, 0
+// least least records, but skip's.
+func (s *streamer) flush(least int, skip *streamContract) {
+	s.flushing, s.flushMin, s.flushAt, s.flushSkip = true, least, 0, skip
 }
 
 // emit writes the open chunk of a contract whose base is known, as tuples
@@ -421,9 +429,9 @@ func (l *loader) stream(ctx context.Context, tx pgx.Tx, s *streamer) (bool, erro
 			return false, err
 		}
 		if s.inputEnd {
-			s.flush(1)
+			s.flush(1, nil)
 		} else {
-			s.flush(s.flushAfterRound)
+			s.flush(s.flushAfterRound, s.flushSkip)
 		}
 	}
 	l.rowsRead += s.rowsRead
