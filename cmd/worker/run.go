@@ -199,7 +199,9 @@ trigger jobs (see "worker ui").`,
 			}
 			if m != nil {
 				m.Watch(d)
-				m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) { return horizon.Read(ctx, db, g.schema, 0) })
+				m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
+					return horizon.Read(ctx, db, g.schema, r.console.horizonWarnAfter)
+				})
 				srv, err := metrics.Listen(r.metricsAddr, m, func(ctx context.Context) error {
 					if err := db.PingContext(ctx); err != nil {
 						return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))

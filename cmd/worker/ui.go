@@ -5,11 +5,13 @@ import (
 	"context"
 	"net"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/batonhq/baton/console"
+	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/pricer"
 )
@@ -19,16 +21,21 @@ import (
 type consoleFlags struct {
 	addr  string
 	token string
+	// horizonWarnAfter is the horizon warning threshold (the console's
+	// vacuum section; for worker run, its metrics' too).
+	horizonWarnAfter time.Duration
 }
 
 func (c *consoleFlags) register(f *pflag.FlagSet, addrFlag, tokenFlag, addrDefault, addrHelp string) {
 	f.StringVar(&c.addr, addrFlag, addrDefault, addrHelp)
 	f.StringVar(&c.token, tokenFlag, "", "enable the console's actions (retry, trigger) behind this token, at least 8 characters; read-only without it. Prefer $"+console.TokenEnv+": other users can read a command line (ps)")
+	f.DurationVar(&c.horizonWarnAfter, "horizon-warn-after", horizon.WarnAfterDefault, "warn when a transaction has held back the xmin horizon (and so vacuum) this long")
+	positive(f, "horizon-warn-after")
 }
 
 // config completes the flags from the environment.
 func (c *consoleFlags) config(g *globals) console.Config {
-	return console.Config{Schema: g.schema, Addr: c.addr, Token: cmp.Or(c.token, os.Getenv(console.TokenEnv)), Logger: g.logger, Noun: "contract", Nouns: "contracts", ItemUnit: "records", Kind: pricer.Kind}
+	return console.Config{Schema: g.schema, Addr: c.addr, Token: cmp.Or(c.token, os.Getenv(console.TokenEnv)), Logger: g.logger, Noun: "contract", Nouns: "contracts", ItemUnit: "records", Kind: pricer.Kind, HorizonWarnAfter: c.horizonWarnAfter}
 }
 
 // start serves the console over its own small connection pool, so that
