@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -62,6 +63,7 @@ data, and baton's row is removed from bun_migrations.`,
 
 func newLoadCmd(g *globals) *cobra.Command {
 	var opts ingest.Options
+	var memoryMiB int64
 	cmd := &cobra.Command{
 		Use:   "load [--tiers FILE] [--records FILE] [--skip-invalid --reject-file FILE]",
 		Short: "Validate and load tiers and/or records (all or nothing by default)",
@@ -101,8 +103,11 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 				return err
 			}
 			defer db.Close()
-			p := newProgress(g.stderr, "loading")
+			opts.MemoryLimit = memoryMiB << 20
+			limitHeap(opts.MemoryLimit)
+			p := newLoadProgress(g.stderr, "loading", g.logFormat)
 			opts.Progress = p.update
+			opts.ReadProgress = p.reading
 			opts.Schema = g.schema
 			rep, err := ingest.Load(cmd.Context(), db, opts)
 			if errors.Is(err, ingest.ErrInterrupted) {
@@ -134,8 +139,24 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 	f.DurationVar(&opts.LockTimeout, "lock-timeout", ingest.LockTimeoutDefault, "longest wait for a row lock held by a worker (0: no limit); waiting for another load is not limited")
 	f.DurationVar(&opts.IdleInTransactionTimeout, "idle-timeout", ingest.IdleInTransactionTimeoutDefault, "the server ends a load that pauses this long between statements (stalled, cut off), releasing its locks (0: no limit)")
 	nonNegative(f, "statement-timeout", "lock-timeout", "idle-timeout")
+	f.Int64Var(&memoryMiB, "memory", ingest.MemoryLimitDefault>>20, "MiB the load may take for the records whatever the file's size (at least 1); more writes fuller chunks")
+	positive(f, "memory")
 	return cmd
 }
+
+// limitHeap sets the Go runtime's soft memory limit for a load taking
+// budget bytes for its records (unless GOMEMLIMIT sets one): the budget
+// and room for the rest of the process, so that garbage left by the
+// records written is collected before the process grows much beyond them.
+func limitHeap(budget int64) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(budget + loadHeapOverhead)
+	}
+}
+
+// loadHeapOverhead is the memory a load takes besides its records' budget
+// (read-ahead batches, connection buffers, the runtime).
+const loadHeapOverhead = 64 << 20
 
 // nounCount is n with the noun that goes with it.
 func nounCount(n int64, one, many string) string {

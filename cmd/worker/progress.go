@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/term"
 )
@@ -15,6 +17,8 @@ type progress struct {
 	line  *termLine
 	label string
 	tty   bool
+	start time.Time
+	now   func() time.Time
 }
 
 // newProgress draws on w, which should be the command's standard error
@@ -25,7 +29,68 @@ func newProgress(w io.Writer, label string) *progress {
 	if !ok {
 		line = &termLine{w: w}
 	}
-	return &progress{line: line, label: label, tty: isTerminal(w)}
+	return &progress{line: line, label: label, tty: isTerminal(w), start: time.Now(), now: time.Now}
+}
+
+// newLoadProgress is newProgress for a load, which also stays silent when
+// the logs are JSON: whoever reads them is a program.
+func newLoadProgress(w io.Writer, label, logFormat string) *progress {
+	p := newProgress(w, label)
+	p.tty = showProgress(p.tty, logFormat)
+	return p
+}
+
+// showProgress decides whether a progress line is drawn: only on a
+// terminal, and not among JSON logs.
+func showProgress(terminal bool, logFormat string) bool {
+	return terminal && !strings.EqualFold(logFormat, "json")
+}
+
+// reading draws the progress of reading a records file: rows read, the
+// rate, and with the file's size, the share read and the time left.
+func (p *progress) reading(rows, read, size int64) {
+	if p == nil || !p.tty {
+		return
+	}
+	p.line.draw(readingLine(p.label, rows, read, size, p.now().Sub(p.start)))
+}
+
+// readingLine is the progress line of a file being read: rows read so
+// far, rows/s since the start, and when the size is known the share of
+// the bytes read and the time left at the rate so far.
+func readingLine(label string, rows, read, size int64, elapsed time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: reading records: %s rows", label, thousands(rows))
+	if size > 0 {
+		fmt.Fprintf(&b, " (%d%%)", min(100, read*100/size))
+	}
+	if elapsed < time.Second || rows == 0 {
+		return b.String()
+	}
+	fmt.Fprintf(&b, ", %s rows/s", thousands(int64(float64(rows)/elapsed.Seconds())))
+	if size > 0 && read > 0 && read < size {
+		left := time.Duration(float64(elapsed) * float64(size-read) / float64(read))
+		fmt.Fprintf(&b, ", %s left", left.Round(time.Second))
+	}
+	return b.String()
+}
+
+// thousands writes n with commas between groups of three digits.
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 func (p *progress) update(stage string, rows int64) {
