@@ -319,7 +319,9 @@ func (s *Store) StaleCandidates(ctx context.Context, limit int) ([]Candidate, er
 // The lease runs for ttl from the database's now(). Outside a transaction
 // the same statement raises the claimer's held count in workers (see
 // FairShareLoad); inside one (WithDB(tx)) the claims are counted from the
-// claimer's next heartbeat. Release lowers it alike.
+// claimer's next heartbeat. Release lowers it alike. An owner without a
+// worker row (it never heartbeated) gets one, not live, so that its
+// partitions are found as stale once their leases end.
 func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cands []Candidate) ([]Claimed, error) {
 	if len(cands) == 0 {
 		return nil, nil
