@@ -2,6 +2,11 @@
 // partitions, their ownership history, the worker instances (live,
 // expired or stopped) and the scheduled jobs.
 //
+// The overview also shows what holds back vacuum (package horizon): the
+// oldest transactions holding back the xmin horizon on the server, and the
+// dead row versions of the schema's tables; past Config.HorizonWarnAfter
+// the section is highlighted under a warning banner.
+//
 // The console knows only the generic task tables (tasks, workers, events,
 // jobs). What a partition is and what its work items are called comes
 // from Config (Noun, Nouns, ItemUnit): a pricing deployment calls them

@@ -1,5 +1,9 @@
 // Package metrics exposes a worker's protocol events as Prometheus metrics
 // and serves them over HTTP together with liveness and readiness probes.
+// With WatchHorizon it also exposes, read from the database at scrape
+// time, the age of the oldest transaction holding back the xmin horizon
+// and the dead row versions of baton's tables (package horizon), so that
+// an alert can be written on them.
 package metrics
 
 import (
