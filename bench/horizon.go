@@ -36,6 +36,10 @@ type horizonRun struct {
 	Records int64   `json:"records"`
 	Seconds float64 `json:"seconds"` // first worker started → last exited
 	PerSec  float64 `json:"records_per_s"`
+	// CPU is the server's and the workers' CPU time over the run: the
+	// work the pin costs, which the wall clock of a machine shared with
+	// other work shows only through its noise.
+	CPU cpuUse `json:"cpu"`
 	// Heartbeat and Commit are the workers' own histograms
 	// (baton_heartbeat_seconds, baton_batch_commit_seconds), summed over
 	// the workers: p50 and p99 in ms, interpolated within buckets.
@@ -70,17 +74,35 @@ type horizonResult struct {
 
 // ratio is the median over repetitions of pinned ÷ unpinned records/s.
 func (h *horizonResult) ratio() float64 {
+	return h.medianRatio(func(r horizonRun) float64 { return r.PerSec })
+}
+
+// cpuRatio is the median over repetitions of pinned ÷ unpinned CPU
+// seconds (server and workers); 0 when not measurable.
+func (h *horizonResult) cpuRatio() float64 {
+	for _, r := range h.Runs {
+		if r.CPU.DB < 0 {
+			return 0
+		}
+	}
+	return h.medianRatio(func(r horizonRun) float64 { return r.CPU.DB + r.CPU.Workers })
+}
+
+// medianRatio is the median over repetitions of f(pinned) ÷ f(unpinned).
+func (h *horizonResult) medianRatio(f func(horizonRun) float64) float64 {
 	var pinned, free []float64
 	for _, r := range h.Runs {
 		if r.Pinned {
-			pinned = append(pinned, r.PerSec)
+			pinned = append(pinned, f(r))
 		} else {
-			free = append(free, r.PerSec)
+			free = append(free, f(r))
 		}
 	}
 	var rs []float64
 	for i := range min(len(pinned), len(free)) {
-		rs = append(rs, pinned[i]/free[i])
+		if free[i] > 0 {
+			rs = append(rs, pinned[i]/free[i])
+		}
 	}
 	if len(rs) == 0 {
 		return 0
@@ -114,7 +136,7 @@ func (e *env) runHorizon(ctx context.Context, res *results) error {
 			h.Runs = append(h.Runs, r)
 		}
 	}
-	log.Printf("horizon: pinned ÷ unpinned = %.3f", h.ratio())
+	log.Printf("horizon: pinned ÷ unpinned = %.3f (CPU time: %.3f)", h.ratio(), h.cpuRatio())
 	if c.soak > 0 {
 		s, err := e.runSoak(ctx, c, res)
 		h.Soak = s
@@ -263,6 +285,7 @@ func (e *env) horizonRun(ctx context.Context, ds *dataset, c horizonConfig, pinn
 	logDir := filepath.Join(e.tmp, "logs", fmt.Sprintf("horizon-%s-%d", label, rep))
 	sc := newScraper()
 	probe := startProber(db, 100*time.Millisecond)
+	meter := startCPU(e.cpu)
 	start := time.Now()
 	var ps []*proc
 	for i := 1; i <= c.workers.v; i++ {
@@ -290,6 +313,8 @@ func (e *env) horizonRun(ctx context.Context, ds *dataset, c horizonConfig, pinn
 	}
 	r.Seconds = last.Sub(start).Seconds()
 	r.PerSec = float64(ds.Records) / r.Seconds
+	r.CPU = meter.stop()
+	r.CPU.Workers = workersCPU(ps)
 	if werr != nil {
 		return r, werr
 	}
@@ -314,8 +339,8 @@ func (e *env) horizonRun(ctx context.Context, ds *dataset, c horizonConfig, pinn
 	}
 	r.Verified = len(sum.Mismatches) == 0 && sum.Priced == sum.Records && sum.Records == ds.Records
 	tasks := findTable(r.Tables, "tasks")
-	log.Printf("horizon: %s: %.0f records/s in %.1fs; heartbeat p99 %.1f ms; claim reads p99 %.1f ms; tasks: %d dead, %d of %d updates HOT; verified=%v",
-		label, r.PerSec, r.Seconds, r.HeartbeatP99, r.ClaimRead.P99, tasks.Dead, tasks.HotUpdated, tasks.Updated, r.Verified)
+	log.Printf("horizon: %s: %.0f records/s in %.1fs, CPU %.1fs database + %.1fs workers; heartbeat p99 %.1f ms; claim reads p99 %.1f ms; tasks: %d dead, %d of %d updates HOT; verified=%v",
+		label, r.PerSec, r.Seconds, r.CPU.DB, r.CPU.Workers, r.HeartbeatP99, r.ClaimRead.P99, tasks.Dead, tasks.HotUpdated, tasks.Updated, r.Verified)
 	if !r.Verified {
 		return r, fmt.Errorf("horizon %s: output failed verification: %d mismatching contracts, %d of %d priced",
 			label, len(sum.Mismatches), sum.Priced, sum.Records)
@@ -332,9 +357,13 @@ func horizonSection(w writer, r *results) {
 	w("The same pricing run (%d contracts × %d records, %d workers, `--batch-size %d`) with and without another session holding a REPEATABLE READ snapshot open for the whole run (`BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1 FROM baton.tasks LIMIT 1`, kept open), back to back on fresh copies of the data. While the snapshot is held no row version written after it can be vacuumed or pruned. Latencies: heartbeats and batch commits from the workers' own histograms (interpolated within buckets); claim-round reads (fair share + stale candidates + candidates, as every poll runs them) timed by the bench every 100 ms during the run. Tables after the run from `pg_stat_user_tables`.\n\n",
 		h.Dataset.Contracts, h.Dataset.PerContract, h.Workers, h.Batch)
 	ratio := h.ratio()
-	w("**Throughput pinned ÷ unpinned: %.3f** (goal ≥ 0.9: %s).\n\n", ratio, yesNo(ratio >= 0.9))
-	w("| run | records/s | s | heartbeat p50 / p99 | batch commit p99 | claim reads p50 / p99 | fair-share read p99 | tasks dead versions | tasks HOT updates | tasks heap + indexes | workers dead | events rows |\n")
-	w("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("**Throughput pinned ÷ unpinned: %.3f** (goal ≥ 0.9: %s).", ratio, yesNo(ratio >= 0.9))
+	if c := h.cpuRatio(); c > 0 {
+		w(" CPU time (database + workers) pinned ÷ unpinned: %.3f.", c)
+	}
+	w("\n\n")
+	w("| run | records/s | s | CPU s (database + workers) | heartbeat p50 / p99 | batch commit p99 | claim reads p50 / p99 | fair-share read p99 | tasks dead versions | tasks HOT updates | tasks heap + indexes | workers dead | events rows |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range h.Runs {
 		label := "unpinned"
 		if run.Pinned {
@@ -344,8 +373,12 @@ func horizonSection(w writer, r *results) {
 			}
 		}
 		t, wk, ev := findTable(run.Tables, "tasks"), findTable(run.Tables, "workers"), findTable(run.Tables, "events")
-		w("| %s #%d | %s | %.1f | %s / %s | %s | %s / %s | %s | %d | %d of %d (%s) | %s + %s | %d | %d |\n",
-			label, run.Rep, rate(run.PerSec), run.Seconds, ms1(run.HeartbeatP50), ms1(run.HeartbeatP99), ms1(run.CommitP99),
+		cpu := "—"
+		if run.CPU.DB >= 0 {
+			cpu = fmt.Sprintf("%.1f + %.1f", run.CPU.DB, run.CPU.Workers)
+		}
+		w("| %s #%d | %s | %.1f | %s | %s / %s | %s | %s / %s | %s | %d | %d of %d (%s) | %s + %s | %d | %d |\n",
+			label, run.Rep, rate(run.PerSec), run.Seconds, cpu, ms1(run.HeartbeatP50), ms1(run.HeartbeatP99), ms1(run.CommitP99),
 			ms1(run.ClaimRead.P50), ms1(run.ClaimRead.P99), ms1(run.FairShare.P99),
 			t.Dead, t.HotUpdated, t.Updated, pct(t.hotShare()), mib(t.HeapBytes), mib(t.IndexBytes), wk.Dead, ev.Inserted)
 	}
