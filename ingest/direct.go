@@ -58,9 +58,9 @@ SELECT contract_id, sum(n_new), 0, bool_or(tiers_changed), row_number() OVER (OR
  GROUP BY contract_id`
 
 // ChunkSize is the most records one row of record_chunks holds. A chunk
-// holds consecutive records of one contract from one load; a load cuts
-// each contract's new records into chunks of this size from its first new
-// seq on.
+// holds consecutive records of one contract from one load; a load writes
+// each contract's new records in chunks of this size from its first new
+// seq on, but for the last and those its memory budget wrote early.
 const ChunkSize = 1024
 
 // copyEncoderChunk is about the most COPY data encoded at a time.

@@ -31,10 +31,11 @@
 // own and stream: memory does not depend on the file's size, and a CSV
 // record may not span more than 1 MiB (an unclosed quote otherwise reads
 // the rest of the file as one field). The checks across rows and against
-// the database are done by Load, in SQL. Load reads the records file a few
+// the database are done by Load. Load reads the records file a few
 // batches of rows ahead of the rest of the loader, in two goroutines, one
-// parsing the CSV and one applying the single-row checks, so that both run
-// beside holding or staging the rows.
+// parsing the CSV and one applying the single-row checks (and filling the
+// filter of record ids, see 5), so that both run beside the writing of
+// the rows.
 //
 // # The load transaction
 //
@@ -56,14 +57,14 @@
 //     and leaves no gap; the column's sequence is advanced all the same,
 //     to stay ahead of every id.
 //
-//  3. Each file is parsed and copied (COPY, binary) into a temporary
-//     staging table, one row per input row with its line number (records
-//     held for the direct copy, see 5, only if it gives way); a row
+//  3. The tiers file is parsed and copied (COPY, binary) into a temporary
+//     staging table, one row per input row with its line number; a row
 //     that breaks a rule on its own is staged with its reason. The
-//     cross-row checks are then UPDATEs over the staging tables: duplicate
-//     thresholds, tier counts, comparison with stored tier sets, unknown
-//     contracts, cumulative gross, record ids repeating stored or earlier
-//     ones.
+//     cross-row checks are then UPDATEs over the staging table: duplicate
+//     thresholds, tier counts, comparison with stored tier sets. On the
+//     staged path (5) the records file is staged and checked the same
+//     way: unknown contracts, cumulative gross, record ids repeating
+//     stored or earlier ones.
 //
 //  4. Tiers are applied first: new contracts and their task rows, of
 //     kind pricer.Kind ("pricing"; INSERT ... ON CONFLICT DO NOTHING,
@@ -72,49 +73,72 @@
 //     whole, and so are then the records of its contract unless that
 //     contract existed before.
 //
-//  5. If any row is invalid and SkipInvalid is off, the transaction rolls
-//     back and Load returns an *InvalidInputError. Otherwise the accepted
-//     records are stored with seq = available + their rank in file order,
-//     in chunks (see Storage below). On this staged path record ids that
-//     repeat a stored one or an earlier row of the file are looked for in
-//     SQL before the insert: the staged rows are joined to the stored
-//     records of the contracts they name, and grouped by record id.
+//  5. The records are stored with seq = available + their rank in file
+//     order, in chunks (see Storage below), by the direct copy, which
+//     streams the file into record_chunks, or, when it gives way, by the
+//     staged path. If any row is invalid and SkipInvalid is off, the
+//     transaction rolls back and Load returns an *InvalidInputError.
 //
-//     Usually every record is valid on its own, its contract exists, no
-//     contract comes near the gross limit and no record id repeats; then
-//     the checks of step 3 over the staged records have nothing to find,
-//     and the records take the direct copy instead (Report.DirectCopy).
-//     While the records file is read (inside the staging COPY, so the
-//     session is never idle in between), its rows are held in memory, up
-//     to 256 MiB, instead of being staged; the first invalid row or a
-//     larger file hands them back to the staging table, and the rest of the
-//     file streams there. After the read, one query reads the available of
-//     their contracts (all must exist; none may be able to reach the gross
-//     limit; no tier row may have been rejected); a second reads the stored
-//     record ids of those contracts that have records already (available >
-//     0), and nothing for new ones; only loads store records, and loads are
-//     serialised (step 1), so these stay all the stored ids until commit.
-//     Then one binary COPY under a savepoint
-//     writes the chunks, sorted by (contract_id, seq), with seq = available
-//     + rank in file order as above. While it encodes a contract's chunks
-//     it checks each record id against the contract's stored ids and its
-//     earlier rows; a repeat ends the COPY, which is rolled back to the
-//     savepoint. Whenever the direct copy gives way, the held rows are
-//     staged and the staged path runs as described. From the first invalid
-//     row, or once the direct copy gave way, valid rows are held and staged
-//     alike; if they stay within the budget, the staged path's insert is
-//     the same sorted COPY of the held rows, less those the checks marked
-//     invalid or re-delivered, instead of INSERT ... SELECT.
+//     The direct copy (Report.DirectCopy) runs under a savepoint, as a
+//     few binary COPY statements into record_chunks while the file is
+//     read, so the session is never idle in between, and holds at most
+//     Options.MemoryLimit (128 MiB by default) whatever the file's size.
+//     Each contract's valid records collect in an open chunk, written
+//     into the COPY once it holds ChunkSize records. When the open chunks
+//     take 3/8 of the budget, every open chunk is written as it is
+//     (partial: a chunk holds up to ChunkSize records), except the one of
+//     the contract being read, which is likely to fill; a file grouped by
+//     contract then keeps whole chunks, an interleaved one gets chunks of
+//     about the budget's share per contract. A chunk's seqs need its
+//     contract's available: the contracts a file names are read (one
+//     query, all must exist) between two COPY statements, once records of
+//     contracts not read yet take 3/64 of the budget or before a flush
+//     needs them, and at the end. Only loads raise available, and loads
+//     are serialised (step 1), so this read stays true until commit, and
+//     is checked again under the row locks (step 7).
 //
-//     The check compares 64-bit hashes of the ids (a collision only sends
-//     the load to the staged path, whose check is exact). It costs memory
-//     and a read proportional to the records already stored for the
-//     contracts the file touches: their ids are read in binary and hashed,
-//     8 bytes each against the same budget (beyond it the staged path
-//     checks in SQL). Files that only add new contracts, or few records to
-//     contracts with few, pay almost nothing; a small file that adds to
-//     contracts holding millions of records pays for reading their ids
-//     (1M stored ids took about 0.1 s).
+//     Repeated record ids are found with bounded memory. Every valid
+//     row's (contract, record id) goes into a Bloom filter of half the
+//     budget (less for a small file); a row the filter may have seen is
+//     a candidate, kept with its contract. After the file, the stored
+//     record ids of the contracts that had records (available > 0) are
+//     read in binary and tested against the filter: possible matches are
+//     candidates too. The candidates are then settled exactly in SQL,
+//     reading only the candidates' contracts' chunks that hold the id: a
+//     record id occurring twice in a contract is a re-delivery when its
+//     amount is the first occurrence's, and the direct copy rewrites this
+//     load's chunks of those contracts without the re-delivered records
+//     (renumbered and cut into chunks again). With another amount it is
+//     an error, and the direct copy gives way so that the staged path
+//     reports it with both lines. The filter errs only one way: a record
+//     id it has not seen is never taken for one it has. The more records
+//     per byte of filter, the more candidates: at the default budget none
+//     to speak of at 10M records, some thousands at 30M (see Figures),
+//     each costing a read of its contract's chunks.
+//
+//     With SkipInvalid, rows invalid on their own are kept beside the
+//     stream (within 1/8 of the budget, with the candidates) and staged
+//     after it, for the reject file. The direct copy gives way to the
+//     staged path, rolling back to its savepoint and reading the file
+//     again from its start, on an invalid row without SkipInvalid (the
+//     load fails, and the staged path lists every problem), on rejected
+//     tier rows without SkipInvalid, on an unknown contract, on a repeated
+//     id with another amount, on a contract that comes near the gross
+//     limit (more than limit/MaxAmountMinor records, stored and new), when
+//     candidates and rejected rows outgrow their share of the budget, and
+//     when a seq it writes is already taken (a record inserted through the
+//     records view without raising available). A records file that is not
+//     a regular file (a pipe) cannot be read twice and takes the staged
+//     path at once.
+//
+//     The staged path copies the whole records file into a staging table
+//     and runs the checks of step 3 over it: record ids that repeat a
+//     stored one or an earlier row of the file are looked for by joining
+//     the staged rows to the stored records of the contracts they name,
+//     and grouping by record id; the accepted records are then stored with
+//     one INSERT ... SELECT. Its memory does not depend on the file
+//     either, but it is slow for large files (10M records took 181 s, 55%
+//     of it in that INSERT and 22% in the grouping).
 //
 //  6. With SkipInvalid the reject file is written (to a temporary name,
 //     renamed after commit), and the loads row gets its counts.
@@ -133,9 +157,11 @@
 //
 // Records are stored in record_chunks: one row per chunk of up to
 // ChunkSize (1,024) consecutive records of one contract from one load, with
-// their record ids and amounts as arrays in seq order. A load cuts each
-// contract's new records into chunks from its first new seq on, so a chunk
-// never spans contracts or loads. records is a view with one row per record
+// their record ids and amounts as arrays in seq order. A load writes each
+// contract's new records in chunks of consecutive seqs from its first new
+// seq on, each full (ChunkSize) but the contract's last, except where the
+// direct copy's memory budget wrote a chunk early; a chunk never spans
+// contracts or loads. records is a view with one row per record
 // (contract_id, seq, record_id, amount_minor, load_id) over the chunks, for
 // every reader that speaks SQL; the pricer reads the chunks themselves. An
 // insert into the view becomes a chunk of one record (a trigger that keeps
@@ -188,6 +214,15 @@
 // frozen. Loads are rare and quick to lock, so waiting for one batch is
 // acceptable here, and only here.
 //
+// The direct copy adds nothing to this: it reads available without a row
+// lock under the load lock (step 1), as the staged path does, and the
+// chunks it writes, and rewrites when it removes re-deliveries, are this
+// load's own, invisible to workers until commit.
+//
 // A load that fails at any point rolls back completely: staging tables,
 // contracts, tiers, records, task rows and the loads row.
+//
+// # Figures
+//
+// FIGURES
 package ingest

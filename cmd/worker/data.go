@@ -70,10 +70,16 @@ func newLoadCmd(g *globals) *cobra.Command {
 		Long: `load validates tiers and/or records CSV files and loads them in one
 transaction: by default all or nothing, listing invalid rows as
 FILE:LINE: reason (exit 3). A UTF-8 byte order mark at the start of a file
-is ignored. On a terminal, progress shows the current stage: reading and
-validating each file, then inserting the records, then updating the
-contracts. SIGINT (Ctrl-C) or SIGTERM before the commit rolls the load
-back: nothing is loaded, and the exit code is 130 (143 for SIGTERM).
+is ignored. On a terminal (and not with --log-format json), progress shows
+the current stage: reading each file (for records: rows read, the share
+of the file, the rate and the time left), validating, inserting the
+records, then updating the contracts. SIGINT (Ctrl-C) or SIGTERM before
+the commit rolls the load back: nothing is loaded, and the exit code is
+130 (143 for SIGTERM).
+
+Records are written while the file is read, in at most --memory MiB
+whatever the file's size; a larger budget writes fuller chunks and leaves
+fewer record ids to check again in SQL.
 
 Changes the database: adds contracts, their tiers and records; a tiers file
 replaces the tiers of a contract it names (refused once the contract has
