@@ -362,8 +362,8 @@ func horizonSection(w writer, r *results) {
 		w(" CPU time (database + workers) pinned ÷ unpinned: %.3f.", c)
 	}
 	w("\n\n")
-	w("| run | records/s | s | CPU s (database + workers) | heartbeat p50 / p99 | batch commit p99 | claim reads p50 / p99 | fair-share read p99 | tasks dead versions | tasks HOT updates | tasks heap + indexes | workers dead | events rows |\n")
-	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| run | records/s | s | CPU s (database + workers) | heartbeat p50 / p99 | batch commit p99 | claim reads p50 / p99 | fair-share read p99 | tasks dead versions | tasks HOT updates | tasks heap + indexes | workers dead | autovacuum passes (all tables) | events rows |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range h.Runs {
 		label := "unpinned"
 		if run.Pinned {
@@ -377,10 +377,14 @@ func horizonSection(w writer, r *results) {
 		if run.CPU.DB >= 0 {
 			cpu = fmt.Sprintf("%.1f + %.1f", run.CPU.DB, run.CPU.Workers)
 		}
-		w("| %s #%d | %s | %.1f | %s | %s / %s | %s | %s / %s | %s | %d | %d of %d (%s) | %s + %s | %d | %d |\n",
+		var vacuums int64
+		for _, t := range run.Tables {
+			vacuums += t.Vacuums
+		}
+		w("| %s #%d | %s | %.1f | %s | %s / %s | %s | %s / %s | %s | %d | %d of %d (%s) | %s + %s | %d | %d | %d |\n",
 			label, run.Rep, rate(run.PerSec), run.Seconds, cpu, ms1(run.HeartbeatP50), ms1(run.HeartbeatP99), ms1(run.CommitP99),
 			ms1(run.ClaimRead.P50), ms1(run.ClaimRead.P99), ms1(run.FairShare.P99),
-			t.Dead, t.HotUpdated, t.Updated, pct(t.hotShare()), mib(t.HeapBytes), mib(t.IndexBytes), wk.Dead, ev.Inserted)
+			t.Dead, t.HotUpdated, t.Updated, pct(t.hotShare()), mib(t.HeapBytes), mib(t.IndexBytes), wk.Dead, vacuums, ev.Inserted)
 	}
 	w("\n")
 	// The statements whose cost the pin changed most, per run.

@@ -275,6 +275,9 @@ type tableStats struct {
 	HotUpdated int64  `json:"n_tup_hot_upd"`
 	HeapBytes  int64  `json:"heap_bytes"`
 	IndexBytes int64  `json:"index_bytes"`
+	// Vacuums counts autovacuum passes over the table (they remove
+	// nothing while the horizon is pinned, and come back).
+	Vacuums int64 `json:"autovacuum_count"`
 }
 
 // readTableStats reads the statistics of baton's tables in db (the
@@ -286,7 +289,7 @@ func readTableStats(ctx context.Context, db bun.IDB) ([]tableStats, error) {
 	}
 	rows, err := db.QueryContext(ctx, `
 		SELECT relname, n_live_tup, n_dead_tup, n_tup_ins, n_tup_upd, n_tup_hot_upd,
-		       pg_relation_size(relid), pg_indexes_size(relid)
+		       pg_relation_size(relid), pg_indexes_size(relid), autovacuum_count
 		FROM pg_stat_user_tables WHERE schemaname = 'baton'
 		ORDER BY n_tup_upd + n_tup_ins DESC, relname`)
 	if err != nil {
@@ -296,7 +299,7 @@ func readTableStats(ctx context.Context, db bun.IDB) ([]tableStats, error) {
 	var out []tableStats
 	for rows.Next() {
 		var t tableStats
-		if err := rows.Scan(&t.Table, &t.Live, &t.Dead, &t.Inserted, &t.Updated, &t.HotUpdated, &t.HeapBytes, &t.IndexBytes); err != nil {
+		if err := rows.Scan(&t.Table, &t.Live, &t.Dead, &t.Inserted, &t.Updated, &t.HotUpdated, &t.HeapBytes, &t.IndexBytes, &t.Vacuums); err != nil {
 			return nil, fmt.Errorf("reading table statistics: %w", err)
 		}
 		out = append(out, t)
