@@ -84,7 +84,14 @@ var heartbeatEventsSQL = heartbeatCTEs + `, e AS (
 		)` + heartbeatResult
 
 const heartbeatCTEs = `
-		WITH h AS (
+		WITH o AS MATERIALIZED (
+			-- Every row of this worker as of this statement's snapshot,
+			-- read once through the owner index: counted for held, and
+			-- the unlisted ones past their leases handed back.
+			SELECT partition_key, version, lease_expires_at
+			FROM {{.Schema}}.tasks
+			WHERE owner = $3 AND kind = $12
+		), h AS (
 			-- Still ours as of this statement's snapshot.
 			SELECT t.partition_key, t.version, t.available, t.position, t.lease_expires_at
 			FROM {{.Schema}}.tasks t
@@ -97,7 +104,7 @@ const heartbeatCTEs = `
 			        -- Every lease of this worker, not only those it sent: a
 			        -- claim that committed after the worker listed its
 			        -- leases is counted too.
-			        (SELECT count(*) FROM {{.Schema}}.tasks WHERE owner = $3 AND kind = $12 AND lease_expires_at > now()),
+			        (SELECT count(*) FROM o WHERE lease_expires_at > now()),
 			        $12)
 			ON CONFLICT (instance_id) DO UPDATE
 			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at, wanted = EXCLUDED.wanted,
@@ -133,9 +140,11 @@ const heartbeatCTEs = `
 			-- bumped), as another worker's takeover would have been. Those
 			-- rows are found by others only once this worker is not live.
 			SELECT t.partition_key
-			FROM {{.Schema}}.tasks t
-			WHERE t.owner = $3 AND t.kind = $12 AND t.lease_expires_at <= now()
-			  AND (t.partition_key, t.version) NOT IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+			FROM o
+			JOIN {{.Schema}}.tasks t ON t.kind = $12 AND t.partition_key = o.partition_key
+			WHERE o.lease_expires_at <= now()
+			  AND (o.partition_key, o.version) NOT IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+			  AND t.owner = $3 AND t.version = o.version AND t.lease_expires_at <= now()
 			ORDER BY t.partition_key
 			FOR UPDATE OF t SKIP LOCKED
 		), x AS (
