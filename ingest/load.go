@@ -119,6 +119,9 @@ type Options struct {
 	staged bool
 	// budget, if set, is MemoryLimit below its minimum. Tests set it.
 	budget int64
+	// noKeyLog has the direct copy check its candidates in SQL alone, as
+	// when no temporary file can be made. Tests set it.
+	noKeyLog bool
 }
 
 func (o Options) validate() error {

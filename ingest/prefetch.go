@@ -37,6 +37,7 @@ type readItem struct {
 	// maybeSeen is set when the filter may have held the row's record id
 	// of its contract before it was added.
 	maybeSeen bool
+	key       uint64 // the filter key, with a filter
 }
 
 // parsedBatch is what csvFile.next returned for a batch of rows.
@@ -64,7 +65,9 @@ func final(err error) bool { return err != nil && !isLineError(err) }
 // marks those it may have held before (readItem.maybeSeen): the filter's
 // random reads of memory then wait for one another rather than one at a
 // time for the rest of the loader.
-func newReadAhead(r *RecordsReader, seed maphash.Seed, filter *bloom) *readAhead {
+//
+// With a key log, the keys are appended to it as well.
+func newReadAhead(r *RecordsReader, seed maphash.Seed, filter *bloom, log *keyLog) *readAhead {
 	a := &readAhead{parsed: make(chan *parsedBatch, 4), spare: make(chan *parsedBatch, 8),
 		batches: make(chan []readItem, 4), free: make(chan []readItem, 8),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -139,10 +142,13 @@ func newReadAhead(r *RecordsReader, seed maphash.Seed, filter *bloom) *readAhead
 				}
 				seen = slices.Grow(seen[:0], len(keys))[:len(keys)]
 				filter.addBatch(keys, seen)
+				if log != nil {
+					log.add(keys)
+				}
 				k := 0
 				for i := range batch {
 					if it := &batch[i]; it.err == nil {
-						it.maybeSeen = seen[k]
+						it.maybeSeen, it.key = seen[k], keys[k]
 						k++
 					}
 				}

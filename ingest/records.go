@@ -49,7 +49,7 @@ func (l *loader) loadRecords(ctx context.Context, tx pgx.Tx) (bool, error) {
 // input row, valid or not.
 func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 	var src *rowSource
-	rows := newReadAhead(l.records, maphash.MakeSeed(), nil)
+	rows := newReadAhead(l.records, maphash.MakeSeed(), nil, nil)
 	defer rows.close()
 	src = &rowSource{stage: "records", next: func(v []any) (bool, error) {
 		it := rows.next()

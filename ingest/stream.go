@@ -62,6 +62,8 @@ func (c *streamContract) held() int64 { return int64(cap(c.ids) + 8*cap(c.amount
 // before or stored: the filter says so, SQL checks it exactly.
 type candidate struct {
 	contract int32
+	stored   bool   // a stored record id the file may repeat (else a row of the file)
+	key      uint64 // recordKey
 	recordID string
 }
 
@@ -84,6 +86,7 @@ type streamer struct {
 	cs      []*streamContract
 	unknown []int32 // contracts whose base is not read yet
 	filter  *bloom
+	keys    *keyLog // nil if no temporary file could be made
 
 	held, heldMax int64 // memory of the open chunks, and its limit
 	side, sideMax int64 // memory of cands and rejects, and its limit
@@ -122,12 +125,21 @@ func newStreamer(l *loader, budget, fileSize int64) *streamer {
 		filter = min(filter, int64(float64(fileSize)*filterBytesPerFileByte))
 	}
 	f := newBloom(filter)
-	return &streamer{l: l, rows: newReadAhead(l.records, seed, f), seed: seed, index: make(map[string]int32),
-		filter: f, heldMax: budget * heldShare / 8, unknownMax: budget * heldShare / 64, sideMax: budget / sideShare,
+	keys, err := newKeyLog()
+	if err != nil || l.opts.noKeyLog {
+		keys = nil // candidates are checked in SQL alone
+	}
+	return &streamer{l: l, rows: newReadAhead(l.records, seed, f, keys), seed: seed, index: make(map[string]int32),
+		filter: f, keys: keys, heldMax: budget * heldShare / 8, unknownMax: budget * heldShare / 64, sideMax: budget / sideShare,
 		maxRecords: l.opts.maxGross / MaxAmountMinor}
 }
 
-func (s *streamer) close() { s.rows.close() }
+func (s *streamer) close() {
+	s.rows.close()
+	if s.keys != nil {
+		s.keys.close()
+	}
+}
 
 // giveUp ends the stream: the staged path is to load the file.
 func (s *streamer) giveUp(why string) {
@@ -243,7 +255,7 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 	}
 	c := s.cs[ci]
 	if it.maybeSeen {
-		s.cands = append(s.cands, candidate{contract: ci, recordID: row.RecordID})
+		s.cands = append(s.cands, candidate{contract: ci, key: it.key, recordID: row.RecordID})
 		s.addSide(int64(len(row.RecordID)) + 32)
 	}
 	before := c.held()
@@ -517,8 +529,8 @@ func (s *streamer) probeStored(ctx context.Context, tx pgx.Tx) error {
 		}
 		c := s.cs[ci]
 		err := eachArrayElem(raw[1], func(id []byte) {
-			if s.err == nil && s.filter.has(recordKey(c.hash, maphash.Bytes(s.seed, id))) {
-				s.cands = append(s.cands, candidate{contract: ci, recordID: string(id)})
+			if key := recordKey(c.hash, maphash.Bytes(s.seed, id)); s.err == nil && s.filter.has(key) {
+				s.cands = append(s.cands, candidate{contract: ci, stored: true, key: key, recordID: string(id)})
 				s.addSide(int64(len(id)) + 32)
 			}
 		})
@@ -556,6 +568,20 @@ SELECT k.contract_id, k.record_id, c.first_seq + u.i - 1, u.amount_minor, c.load
 // returned, to be removed. With another amount the load gives way to the
 // staged path, which reports the error with both lines (ok is false).
 func (s *streamer) checkCandidates(ctx context.Context, tx pgx.Tx) (redelivered []redelivery, ok bool, err error) {
+	if s.keys != nil && len(s.cands) > 0 {
+		// Keep the candidates whose key the file holds more than once
+		// (a row of the file) or at all (a stored record id).
+		counts := make(map[uint64]int, len(s.cands))
+		for _, c := range s.cands {
+			counts[c.key] = 0
+		}
+		if err := s.keys.count(counts); err != nil {
+			return nil, false, err
+		}
+		s.cands = slices.DeleteFunc(s.cands, func(c candidate) bool {
+			return c.stored && counts[c.key] == 0 || !c.stored && counts[c.key] < 2
+		})
+	}
 	if len(s.cands) == 0 {
 		return nil, true, nil
 	}
