@@ -84,6 +84,8 @@ type streamer struct {
 	seed    maphash.Seed
 	index   map[string]int32
 	cs      []*streamContract
+	last    int32  // the contract of the last row (files grouped by contract)
+	lastID  string // its id, "" before the first row
 	unknown []int32 // contracts whose base is not read yet
 	filter  *bloom
 	keys    *keyLog // nil if no temporary file could be made
@@ -245,7 +247,10 @@ func (s *streamer) addSide(n int64) {
 // if it is full and its base known.
 func (s *streamer) add(b []byte, it *readItem) []byte {
 	row := &it.row
-	ci, ok := s.index[row.ContractID]
+	ci, ok := s.last, s.lastID == row.ContractID && s.lastID != ""
+	if !ok {
+		ci, ok = s.index[row.ContractID]
+	}
 	if !ok {
 		ci = int32(len(s.cs))
 		s.index[row.ContractID] = ci
@@ -253,6 +258,7 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 		s.unknown = append(s.unknown, ci)
 		s.held += int64(len(row.ContractID)) + 128
 	}
+	s.last, s.lastID = ci, row.ContractID
 	c := s.cs[ci]
 	if it.maybeSeen {
 		s.cands = append(s.cands, candidate{contract: ci, key: it.key, recordID: row.RecordID})
