@@ -84,8 +84,8 @@ type streamer struct {
 	seed    maphash.Seed
 	index   map[string]int32
 	cs      []*streamContract
-	last    int32  // the contract of the last row (files grouped by contract)
-	lastID  string // its id, "" before the first row
+	last    int32   // the contract of the last row (files grouped by contract)
+	lastID  string  // its id, "" before the first row
 	unknown []int32 // contracts whose base is not read yet
 	filter  *bloom
 	keys    *keyLog // nil if no temporary file could be made
