@@ -537,6 +537,30 @@ func TestCumulativeGrossAcrossLoads(t *testing.T) {
 	}
 }
 
+// Records removed by worker prune count towards the cumulative gross as
+// if they were still stored: pruning keeps the contract's totals
+// (pruned_totals), and later records are priced on top of them.
+func TestCumulativeGrossCountsPrunedRecords(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: writeFile(t, "r1.csv", rh+"c1,a,60\n")})
+	// What worker prune leaves of c1's priced load: its totals, no chunks.
+	if _, err := db.ExecContext(context.Background(), `
+		WITH d AS (DELETE FROM baton.record_chunks WHERE contract_id = 'c1')
+		INSERT INTO baton.pruned_totals (contract_id, records, last_seq, gross_minor, discount_minor, net_minor)
+		VALUES ('c1', 1, 1, 60, 0, 60)`); err != nil {
+		t.Fatal(err)
+	}
+	r2 := writeFile(t, "r2.csv", rh+"c1,b,41\n")
+	_, err := Load(context.Background(), db, Options{RecordsPath: r2, maxGross: 100})
+	if err == nil || err.Error() != r2+":2: cumulative gross of contract c1 would exceed 100 (nothing was loaded)" {
+		t.Fatalf("Load = %v, want the gross limit refused counting the pruned 60", err)
+	}
+	if rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r3.csv", rh+"c1,b,40\n"), maxGross: 100}); rep.RecordsAccepted != 1 {
+		t.Fatalf("report = %+v", rep)
+	}
+}
+
 // An unclosed quote must not read the rest of a big file into memory.
 func TestUnclosedQuoteInBigFile(t *testing.T) {
 	t.Parallel()

@@ -188,6 +188,8 @@ const sqlGrossCandidates = `
 INSERT INTO load_gross (contract_id, stored)
 SELECT a.contract_id,
        coalesce((SELECT sum(x.amount_minor) FROM {{.Schema}}.records x WHERE x.contract_id = a.contract_id), 0)
+       -- Records removed by worker prune still count.
+       + coalesce((SELECT p.gross_minor FROM {{.Schema}}.pruned_totals p WHERE p.contract_id = a.contract_id), 0)
   FROM load_affected a LEFT JOIN {{.Schema}}.tasks t ON t.kind = '` + taskKind + `' AND t.partition_key = a.contract_id
  WHERE a.n_new > 0 AND (coalesce(t.available, 0) + a.n_new)::numeric * $2::bigint > $1::bigint`
 
