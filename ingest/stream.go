@@ -190,7 +190,8 @@ func (s *streamer) fill() {
 				s.flushAt++
 			}
 			if s.flushAt < len(s.cs) {
-				b = s.emit(b, s.cs[s.flushAt])
+				b = s.emit(b, s.cs[s.flushAt], s.flushMin == ChunkSize)
+				s.flushAt++
 				continue
 			}
 			s.flushing = false
@@ -279,7 +280,7 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 		return b
 	}
 	if c.known && c.count >= ChunkSize {
-		b = s.emit(b, c)
+		b = s.emit(b, c, true)
 	}
 	var skip *streamContract
 	if c.held() < s.heldMax/2 {
@@ -309,10 +310,11 @@ func (s *streamer) flush(least int, skip *streamContract) {
 }
 
 // emit writes the open chunk of a contract whose base is known, as tuples
-// of up to ChunkSize records, and releases its memory.
-func (s *streamer) emit(b []byte, c *streamContract) []byte {
+// of up to ChunkSize records, and releases its memory; with whole, only
+// full chunks are written and the rest stays open.
+func (s *streamer) emit(b []byte, c *streamContract, whole bool) []byte {
 	ids, amounts := c.ids, c.amounts
-	for len(amounts) > 0 {
+	for len(amounts) >= ChunkSize || !whole && len(amounts) > 0 {
 		k := min(len(amounts), ChunkSize)
 		size := 0
 		for range k {
@@ -332,10 +334,15 @@ func (s *streamer) emit(b []byte, c *streamContract) []byte {
 		}
 		ids, amounts = ids[size:], amounts[k:]
 		c.emitted += int64(k)
+		c.count -= k
 		s.chunks++
 	}
 	s.held -= c.held()
-	c.ids, c.amounts, c.count = nil, nil, 0
+	c.ids, c.amounts = nil, nil
+	if len(amounts) > 0 {
+		c.ids, c.amounts = slices.Clone(ids), slices.Clone(amounts)
+		s.held += c.held()
+	}
 	return b
 }
 

@@ -298,3 +298,35 @@ func TestStreamSkipInvalid(t *testing.T) {
 		}
 	}
 }
+
+// A file grouped by contract keeps whole chunks however the reads of new
+// contracts' bases fall: every chunk of a contract is full but its last.
+func TestStreamGroupedWholeChunks(t *testing.T) {
+	t.Parallel()
+	const contracts, per = 6, 6000
+	db := pgtest.NewDB(t)
+	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", kTiers(contracts))})
+	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r.csv", rh+bigFile("n", contracts, per, true)), budget: 1 << 20})
+	if !rep.DirectCopy || rep.RecordsAccepted != contracts*per {
+		t.Fatalf("report = %+v (gave way: %q)", rep, rep.gaveWay)
+	}
+	checkChunks(t, db)
+	rows, err := db.QueryContext(context.Background(), `SELECT contract_id, array_agg(cardinality(record_ids) ORDER BY first_seq)::text
+		FROM baton.record_chunks GROUP BY contract_id ORDER BY contract_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c, sizes string
+		if err := rows.Scan(&c, &sizes); err != nil {
+			t.Fatal(err)
+		}
+		if sizes != "{1024,1024,1024,1024,1024,880}" {
+			t.Errorf("chunks of %s hold %s records, want {1024,1024,1024,1024,1024,880}", c, sizes)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
