@@ -24,6 +24,7 @@ func (l *loader) loadRecords(ctx context.Context, tx pgx.Tx) (bool, error) {
 		// path lists every problem of the records too.
 		if !tierRejects || l.opts.SkipInvalid {
 			s := newStreamer(l, l.opts.MemoryLimit, l.recordsSize)
+			rowsRead := l.rowsRead
 			direct, err := l.streamRecords(ctx, tx, s)
 			s.close()
 			if err != nil || direct {
@@ -36,7 +37,7 @@ func (l *loader) loadRecords(ctx context.Context, tx pgx.Tx) (bool, error) {
 			if _, err := l.openRecords(); err != nil {
 				return false, err
 			}
-			l.rowsRead -= s.rowsRead
+			l.rowsRead = rowsRead // the file is read again
 		}
 	}
 	if err := l.stageRecords(ctx, tx); err != nil {
