@@ -141,7 +141,7 @@ func newReadAhead(r *RecordsReader, seed maphash.Seed, filter *bloom, log *keyLo
 					}
 				}
 				seen = slices.Grow(seen[:0], len(keys))[:len(keys)]
-				filter.addBatch(keys, seen)
+				_ = filter.addBatch(keys, seen)
 				if log != nil {
 					log.add(keys)
 				}
