@@ -41,6 +41,9 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{RecordsPath: in, SkipInvalid: true, RejectPath: filepath.Join(dir, ".", "in.csv")}, "also an input file"},
 		{Options{TiersPath: in, RecordsPath: in}, "both as the tiers and as the records file"},
 		{Options{RecordsPath: in, MaxListed: -1}, "MaxListed"},
+		{Options{RecordsPath: in, MemoryLimit: 1<<20 - 1}, "MemoryLimit is 1048575 bytes, want at least 1048576 (1 MiB)"},
+		{Options{RecordsPath: in, MemoryLimit: -1}, "MemoryLimit is -1 bytes"},
+		{Options{RecordsPath: in, MemoryLimit: 1 << 20}, ""},
 	} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			err := c.opts.validate()
