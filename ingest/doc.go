@@ -119,7 +119,12 @@
 //     2,000 rows at 30M records), which cost memory until the end (1/8 of
 //     the budget holds about 300,000) and a lookup in the key file's read;
 //     without a temporary file the candidates are all settled in SQL, one
-//     read of their contract's chunks each (15 s for 30M records).
+//     read of their contract's chunks each (15 s for 30M records). This
+//     bounds the size of file the direct copy takes: with the default
+//     budget, about 50M records (short record ids); beyond that the filter
+//     is too full, its candidates outgrow their share, and the staged path
+//     loads the file, in bounded memory but slowly. The limit grows with
+//     MemoryLimit (twice the budget, twice the records).
 //
 //     With SkipInvalid, rows invalid on their own are kept beside the
 //     stream (within 1/8 of the budget, with the candidates) and staged
