@@ -17,21 +17,52 @@ import (
 // check after it is exact. The file takes disk, not memory: 80 MB for
 // 10M records, removed when the load ends.
 type keyLog struct {
-	f   *os.File
-	w   *bufio.Writer
-	buf []byte
+	*tempFile
 	err error // sticky: the log is not to be trusted
 }
 
 func newKeyLog() (*keyLog, error) {
-	f, err := os.CreateTemp("", "baton-load-*.keys")
+	f, err := newTempFile("baton-load-*.keys")
+	if err != nil {
+		return nil, err
+	}
+	return &keyLog{tempFile: f}, nil
+}
+
+// tempFile is a temporary file written through a buffer, then read back.
+type tempFile struct {
+	f   *os.File
+	w   *bufio.Writer
+	buf []byte
+}
+
+func newTempFile(pattern string) (*tempFile, error) {
+	f, err := os.CreateTemp("", pattern)
 	if err != nil {
 		return nil, err
 	}
 	// Gone from the directory at once where the system allows (the open
 	// file stays usable), so that nothing is left behind by a crash.
 	_ = os.Remove(f.Name())
-	return &keyLog{f: f, w: bufio.NewWriterSize(f, 1<<16)}, nil
+	return &tempFile{f: f, w: bufio.NewWriterSize(f, 1<<16)}, nil
+}
+
+// rewind flushes what was written and goes back to the start to read it.
+func (t *tempFile) rewind() error {
+	if err := t.w.Flush(); err != nil {
+		return fmt.Errorf("writing a temporary file: %w", err)
+	}
+	if _, err := t.f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("reading a temporary file back: %w", err)
+	}
+	return nil
+}
+
+// close removes the file.
+func (t *tempFile) close() {
+	name := t.f.Name()
+	t.f.Close()
+	os.Remove(name)
 }
 
 // add appends keys. It runs in the goroutine that fills the filter.
@@ -49,14 +80,11 @@ func (k *keyLog) add(keys []uint64) {
 // count adds to counts[key] the number of times each key of counts was
 // logged. It is called once every key has been added.
 func (k *keyLog) count(counts map[uint64]int) error {
-	if k.err == nil {
-		k.err = k.w.Flush()
-	}
 	if k.err != nil {
 		return fmt.Errorf("writing the record keys to a temporary file: %w", k.err)
 	}
-	if _, err := k.f.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("reading the record keys back: %w", err)
+	if err := k.rewind(); err != nil {
+		return err
 	}
 	r := bufio.NewReaderSize(k.f, 1<<16)
 	var b [8 << 10]byte
@@ -75,11 +103,4 @@ func (k *keyLog) count(counts map[uint64]int) error {
 			return fmt.Errorf("reading the record keys back: %w", err)
 		}
 	}
-}
-
-// close removes the file.
-func (k *keyLog) close() {
-	name := k.f.Name()
-	k.f.Close()
-	os.Remove(name)
 }

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -91,8 +92,10 @@ type streamer struct {
 	keys    *keyLog // nil if no temporary file could be made
 
 	held, heldMax int64 // memory of the open chunks, and its limit
-	side, sideMax int64 // memory of cands and rejects, and its limit
+	side, sideMax int64 // memory of rejects and re-deliveries, with candBytes, and its limit
 	cands         []candidate
+	candBytes     int64     // memory of cands
+	candFile      *tempFile // candidates spilled (nil: none)
 	rejects       []rejectRow
 	maxRecords    int64 // most records (stored and new) of a contract whose gross cannot reach the limit
 
@@ -140,6 +143,9 @@ func (s *streamer) close() {
 	s.rows.close()
 	if s.keys != nil {
 		s.keys.close()
+	}
+	if s.candFile != nil {
+		s.candFile.close()
 	}
 }
 
@@ -239,9 +245,124 @@ func (s *streamer) fill() {
 // addSide counts memory kept until the end of the stream.
 func (s *streamer) addSide(n int64) {
 	s.side += n
-	if s.side > s.sideMax && s.err == nil {
+	if s.side+s.candBytes > s.sideMax && s.err == nil {
 		s.giveUp("too many possible repeats or rejected rows for the memory budget")
 	}
+}
+
+// addCand keeps a candidate. When the candidates outgrow their share of
+// the budget and the record keys are logged, they go to a temporary file
+// (see confirmCandidates).
+func (s *streamer) addCand(c candidate) {
+	s.cands = append(s.cands, c)
+	s.candBytes += int64(len(c.recordID)) + 40
+	if s.side+s.candBytes <= s.sideMax {
+		return
+	}
+	if s.keys == nil || s.spill() != nil {
+		s.giveUp("too many possible repeats for the memory budget")
+	}
+}
+
+// spill moves the candidates held to the candidate file.
+func (s *streamer) spill() error {
+	if s.candFile == nil {
+		f, err := newTempFile("baton-load-*.cands")
+		if err != nil {
+			return err
+		}
+		s.candFile = f
+	}
+	for _, c := range s.cands {
+		s.candFile.buf = binary.LittleEndian.AppendUint64(s.candFile.buf[:0], c.key)
+		s.candFile.buf = binary.LittleEndian.AppendUint32(s.candFile.buf, uint32(c.contract))
+		stored := uint32(0)
+		if c.stored {
+			stored = 1
+		}
+		s.candFile.buf = binary.LittleEndian.AppendUint32(s.candFile.buf, stored<<31|uint32(len(c.recordID)))
+		s.candFile.buf = append(s.candFile.buf, c.recordID...)
+		if _, err := s.candFile.w.Write(s.candFile.buf); err != nil {
+			return err
+		}
+	}
+	s.cands, s.candBytes = nil, 0
+	return nil
+}
+
+// confirmCandidates keeps the candidates whose key the key log holds
+// twice (a row of the file) or at all (a stored id). Candidates spilled
+// to their file are read back in batches of a quarter of the budget (the
+// filter's memory is free by then), each checked by a read of the key
+// log.
+func (s *streamer) confirmCandidates() error {
+	if s.candFile == nil {
+		return s.confirmBatch(&s.cands)
+	}
+	if err := s.spill(); err != nil {
+		return err
+	}
+	if err := s.candFile.rewind(); err != nil {
+		return err
+	}
+	r := bufio.NewReaderSize(s.candFile.f, 1<<16)
+	// The filter is no longer needed: half the budget holds a batch and
+	// its counts.
+	s.filter = nil
+	var confirmed []candidate
+	var head [16]byte
+	for {
+		var batch []candidate
+		var size int64
+		for size < s.l.opts.MemoryLimit/4 {
+			if _, err := io.ReadFull(r, head[:]); err == io.EOF {
+				break
+			} else if err != nil {
+				return fmt.Errorf("reading possible repeats back: %w", err)
+			}
+			n := binary.LittleEndian.Uint32(head[12:])
+			id := make([]byte, n&^(1<<31))
+			if _, err := io.ReadFull(r, id); err != nil {
+				return fmt.Errorf("reading possible repeats back: %w", err)
+			}
+			batch = append(batch, candidate{key: binary.LittleEndian.Uint64(head[:]), contract: int32(binary.LittleEndian.Uint32(head[8:])),
+				stored: n>>31 == 1, recordID: string(id)})
+			size += int64(len(id)) + 40
+		}
+		if len(batch) == 0 {
+			break
+		}
+		if err := s.confirmBatch(&batch); err != nil {
+			return err
+		}
+		confirmed = append(confirmed, batch...)
+		for _, c := range batch {
+			s.addSide(int64(len(c.recordID)) + 40)
+		}
+		if s.err != nil {
+			return nil // too many real repeats for the budget
+		}
+	}
+	s.cands = confirmed
+	return nil
+}
+
+// confirmBatch keeps the candidates of cands that the key log confirms.
+func (s *streamer) confirmBatch(cands *[]candidate) error {
+	if s.keys == nil || len(*cands) == 0 {
+		return nil
+	}
+	counts := make(map[uint64]int, len(*cands))
+	for _, c := range *cands {
+		counts[c.key] = 0
+	}
+	if err := s.keys.count(counts); err != nil {
+		return err
+	}
+	*cands = slices.DeleteFunc(*cands, func(c candidate) bool {
+		return c.stored && counts[c.key] == 0 || !c.stored && counts[c.key] < 2
+	})
+	return nil
 }
 
 // add puts a valid row into its contract's open chunk, writing the chunk
@@ -262,8 +383,7 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 	s.last, s.lastID = ci, row.ContractID
 	c := s.cs[ci]
 	if it.maybeSeen {
-		s.cands = append(s.cands, candidate{contract: ci, key: it.key, recordID: row.RecordID})
-		s.addSide(int64(len(row.RecordID)) + 32)
+		s.addCand(candidate{contract: ci, key: it.key, recordID: row.RecordID})
 	}
 	before := c.held()
 	c.ids = binary.BigEndian.AppendUint32(c.ids, uint32(len(row.RecordID)))
@@ -543,8 +663,7 @@ func (s *streamer) probeStored(ctx context.Context, tx pgx.Tx) error {
 		c := s.cs[ci]
 		err := eachArrayElem(raw[1], func(id []byte) {
 			if key := recordKey(c.hash, maphash.Bytes(s.seed, id)); s.err == nil && s.filter.has(key) {
-				s.cands = append(s.cands, candidate{contract: ci, stored: true, key: key, recordID: string(id)})
-				s.addSide(int64(len(id)) + 32)
+				s.addCand(candidate{contract: ci, stored: true, key: key, recordID: string(id)})
 			}
 		})
 		if err != nil {
@@ -581,19 +700,8 @@ SELECT k.contract_id, k.record_id, c.first_seq + u.i - 1, u.amount_minor, c.load
 // returned, to be removed. With another amount the load gives way to the
 // staged path, which reports the error with both lines (ok is false).
 func (s *streamer) checkCandidates(ctx context.Context, tx pgx.Tx) (redelivered []redelivery, ok bool, err error) {
-	if s.keys != nil && len(s.cands) > 0 {
-		// Keep the candidates whose key the file holds more than once
-		// (a row of the file) or at all (a stored record id).
-		counts := make(map[uint64]int, len(s.cands))
-		for _, c := range s.cands {
-			counts[c.key] = 0
-		}
-		if err := s.keys.count(counts); err != nil {
-			return nil, false, err
-		}
-		s.cands = slices.DeleteFunc(s.cands, func(c candidate) bool {
-			return c.stored && counts[c.key] == 0 || !c.stored && counts[c.key] < 2
-		})
+	if err := s.confirmCandidates(); err != nil || s.err != nil {
+		return nil, false, err
 	}
 	if len(s.cands) == 0 {
 		return nil, true, nil

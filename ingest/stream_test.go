@@ -154,15 +154,26 @@ func TestStreamOverBudget(t *testing.T) {
 // check in SQL, clears them.
 func TestStreamRedeliveryAfterFlush(t *testing.T) {
 	t.Parallel()
-	for _, keyLog := range []bool{true, false} {
-		t.Run(fmt.Sprintf("key_log=%v", keyLog), func(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		budget   int64
+		noKeyLog bool
+	}{
+		{"key log", streamBudget, false},
+		{"SQL alone", streamBudget, true},
+		// A filter of 8 KiB: every row is a candidate, far more than
+		// their 2 KiB share holds; they are spilled to a file and
+		// confirmed a share at a time.
+		{"candidates spilled", 16 << 10, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			testStreamRedeliveryAfterFlush(t, !keyLog)
+			testStreamRedeliveryAfterFlush(t, c.budget, c.noKeyLog)
 		})
 	}
 }
 
-func testStreamRedeliveryAfterFlush(t *testing.T, noKeyLog bool) {
+func testStreamRedeliveryAfterFlush(t *testing.T, budget int64, noKeyLog bool) {
 	const contracts, per = 30, 500
 	db := pgtest.NewDB(t)
 	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", kTiers(contracts)),
@@ -171,7 +182,7 @@ func testStreamRedeliveryAfterFlush(t *testing.T, noKeyLog bool) {
 	lines := strings.SplitAfter(body, "\n")
 	mid := len(lines) / 2
 	file := rh + strings.Join(lines[:mid], "") + "k7,stored,42\n" + strings.Join(lines[mid:], "") + "k3,n0,1\n"
-	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r.csv", file), budget: streamBudget, noKeyLog: noKeyLog})
+	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r.csv", file), budget: budget, noKeyLog: noKeyLog})
 	if !rep.DirectCopy || rep.RecordsAccepted != contracts*per || rep.RecordsRedelivered != 2 {
 		t.Fatalf("report = %+v (gave way: %q)", rep, rep.gaveWay)
 	}
