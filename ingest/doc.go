@@ -104,9 +104,11 @@
 //     the filter may have seen is a candidate. After the file, the stored
 //     record ids of the contracts that had records (available > 0) are
 //     read in binary and tested against the filter: possible matches are
-//     candidates too. One sequential read of the key file keeps the
-//     candidates whose key the file holds twice (a row) or at all (a
-//     stored id); those, normally none, are settled exactly in SQL,
+//     candidates too. The candidates are kept within 1/8 of the budget,
+//     and beyond it written to a second temporary file. One sequential
+//     read of the key file per quarter of the budget's worth of
+//     candidates keeps those whose key the file holds twice (a row) or at
+//     all (a stored id); those, normally none, are settled exactly in SQL,
 //     reading only the chunks of their contracts that hold the id: a
 //     record id occurring twice in a contract is a re-delivery when its
 //     amount is the first occurrence's, and the direct copy rewrites this
@@ -115,16 +117,13 @@
 //     an error, and the direct copy gives way so that the staged path
 //     reports it with both lines. The filter errs only one way: a record
 //     id it has not seen is never taken for one it has. The more records
-//     per byte of filter, the more candidates (at the default budget, 1 in
-//     2,000 rows at 30M records), which cost memory until the end (1/8 of
-//     the budget holds about 300,000) and a lookup in the key file's read;
-//     without a temporary file the candidates are all settled in SQL, one
-//     read of their contract's chunks each (15 s for 30M records). This
-//     bounds the size of file the direct copy takes: with the default
-//     budget, about 50M records (short record ids); beyond that the filter
-//     is too full, its candidates outgrow their share, and the staged path
-//     loads the file, in bounded memory but slowly. The limit grows with
-//     MemoryLimit (twice the budget, twice the records).
+//     per byte of filter, the more candidates: at the default budget 1 in
+//     2,000 rows at 30M records, 1 in 60 at 60M, 1 in 15 at 100M, when
+//     each read of the key file costs about a second per 50M records.
+//     Without temporary files the candidates are all settled in SQL, one
+//     read of their contract's chunks each (15 s for the 15,000 of 30M
+//     records), and the direct copy gives way when they outgrow their
+//     share of the budget.
 //
 //     With SkipInvalid, rows invalid on their own are kept beside the
 //     stream (within 1/8 of the budget, with the candidates) and staged
