@@ -118,8 +118,8 @@
 //     reports it with both lines. The filter errs only one way: a record
 //     id it has not seen is never taken for one it has. The more records
 //     per byte of filter, the more candidates: at the default budget 1 in
-//     2,000 rows at 30M records, 1 in 60 at 60M, 1 in 15 at 100M, when
-//     each read of the key file costs about a second per 50M records.
+//     2,000 rows at 30M records, 1 in 60 at 60M, about 1 in 15 at 100M;
+//     each read of the key file looks up every record's key.
 //     Without temporary files the candidates are all settled in SQL, one
 //     read of their contract's chunks each (15 s for the 15,000 of 30M
 //     records), and the direct copy gives way when they outgrow their
