@@ -290,61 +290,69 @@ func (s *streamer) spill() error {
 	return nil
 }
 
-// confirmCandidates keeps the candidates whose key the key log holds
-// twice (a row of the file) or at all (a stored id). Candidates spilled
-// to their file are read back in batches of a quarter of the budget (the
-// filter's memory is free by then), each checked by a read of the key
-// log.
-func (s *streamer) confirmCandidates() error {
+// confirmed yields the candidates whose key the key log holds twice (a
+// row of the file) or at all (a stored id), a batch at a time: the
+// candidates held, or those spilled to their file, read back in batches
+// of a quarter of the budget (the filter's memory is free by then), each
+// checked by a read of the key log. Without a key log it yields them all.
+// It returns nil at the end.
+type confirmed struct {
+	s    *streamer
+	r    *bufio.Reader // the candidate file, if spilled
+	done bool
+}
+
+func (s *streamer) confirmed() (*confirmed, error) {
+	c := &confirmed{s: s}
 	if s.candFile == nil {
-		return s.confirmBatch(&s.cands)
+		return c, nil
 	}
 	if err := s.spill(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.candFile.rewind(); err != nil {
-		return err
+		return nil, err
 	}
-	r := bufio.NewReaderSize(s.candFile.f, 1<<16)
-	// The filter is no longer needed: half the budget holds a batch and
-	// its counts.
 	s.filter = nil
-	var confirmed []candidate
-	var head [16]byte
-	for {
+	c.r = bufio.NewReaderSize(s.candFile.f, 1<<16)
+	return c, nil
+}
+
+func (c *confirmed) next() ([]candidate, error) {
+	s := c.s
+	for !c.done {
 		var batch []candidate
-		var size int64
-		for size < s.l.opts.MemoryLimit/4 {
-			if _, err := io.ReadFull(r, head[:]); err == io.EOF {
-				break
-			} else if err != nil {
-				return fmt.Errorf("reading possible repeats back: %w", err)
+		if c.r == nil {
+			batch, c.done = s.cands, true
+			s.cands = nil
+		} else {
+			var head [16]byte
+			var size int64
+			for size < s.l.opts.MemoryLimit/4 {
+				if _, err := io.ReadFull(c.r, head[:]); err == io.EOF {
+					c.done = true
+					break
+				} else if err != nil {
+					return nil, fmt.Errorf("reading possible repeats back: %w", err)
+				}
+				n := binary.LittleEndian.Uint32(head[12:])
+				id := make([]byte, n&^(1<<31))
+				if _, err := io.ReadFull(c.r, id); err != nil {
+					return nil, fmt.Errorf("reading possible repeats back: %w", err)
+				}
+				batch = append(batch, candidate{key: binary.LittleEndian.Uint64(head[:]), contract: int32(binary.LittleEndian.Uint32(head[8:])),
+					stored: n>>31 == 1, recordID: string(id)})
+				size += int64(len(id)) + 40
 			}
-			n := binary.LittleEndian.Uint32(head[12:])
-			id := make([]byte, n&^(1<<31))
-			if _, err := io.ReadFull(r, id); err != nil {
-				return fmt.Errorf("reading possible repeats back: %w", err)
-			}
-			batch = append(batch, candidate{key: binary.LittleEndian.Uint64(head[:]), contract: int32(binary.LittleEndian.Uint32(head[8:])),
-				stored: n>>31 == 1, recordID: string(id)})
-			size += int64(len(id)) + 40
-		}
-		if len(batch) == 0 {
-			break
 		}
 		if err := s.confirmBatch(&batch); err != nil {
-			return err
+			return nil, err
 		}
-		confirmed = append(confirmed, batch...)
-		for _, c := range batch {
-			s.addSide(int64(len(c.recordID)) + 40)
-		}
-		if s.err != nil {
-			return nil // too many real repeats for the budget
+		if len(batch) > 0 {
+			return batch, nil
 		}
 	}
-	s.cands = confirmed
-	return nil
+	return nil, nil
 }
 
 // confirmBatch keeps the candidates of cands that the key log confirms.
@@ -700,30 +708,45 @@ SELECT k.contract_id, k.record_id, c.first_seq + u.i - 1, u.amount_minor, c.load
 // returned, to be removed. With another amount the load gives way to the
 // staged path, which reports the error with both lines (ok is false).
 func (s *streamer) checkCandidates(ctx context.Context, tx pgx.Tx) (redelivered []redelivery, ok bool, err error) {
-	if err := s.confirmCandidates(); err != nil || s.err != nil {
-		return nil, false, err
-	}
-	if len(s.cands) == 0 {
+	if len(s.cands) == 0 && s.candFile == nil {
 		return nil, true, nil
 	}
 	if _, err := exec(ctx, tx, "checking possible repeats", `
 CREATE TEMP TABLE load_candidates (contract_id text COLLATE "C" NOT NULL, record_id text COLLATE "C" NOT NULL) ON COMMIT DROP`); err != nil {
 		return nil, false, err
 	}
+	// The candidates are confirmed while they are copied, so that the
+	// session is busy in the COPY rather than idle in the transaction
+	// (past the idle timeout) while the key log is read.
+	batches, err := s.confirmed()
+	if err != nil {
+		return nil, false, err
+	}
 	vals := make([]any, 2)
-	i := 0
+	var (
+		batch []candidate
+		i     int
+		n     int64
+	)
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"load_candidates"}, []string{"contract_id", "record_id"},
 		pgx.CopyFromFunc(func() ([]any, error) {
-			if i == len(s.cands) {
-				return nil, nil
+			for i == len(batch) {
+				b, err := batches.next()
+				if err != nil || b == nil {
+					return nil, err
+				}
+				batch, i = b, 0
 			}
-			vals[0], vals[1] = s.cs[s.cands[i].contract].id, s.cands[i].recordID
+			vals[0], vals[1] = s.cs[batch[i].contract].id, batch[i].recordID
 			i++
+			n++
 			return vals, nil
 		})); err != nil {
 		return nil, false, fmt.Errorf("checking possible repeats: %w", err)
 	}
-	s.cands = nil
+	if n == 0 {
+		return nil, true, nil
+	}
 	if err := analyze(ctx, tx, "load_candidates", "contract_id"); err != nil {
 		return nil, false, err
 	}
