@@ -48,7 +48,7 @@
 // No index covers a column that a heartbeat (heartbeat_at,
 // lease_expires_at) or a checkpoint (position, checkpoint, traceparent,
 // updated_at) changes, and the table leaves room in its pages (fillfactor
-// 30): those updates are heap-only (HOT), so they add no index entry, and
+// 70): those updates are heap-only (HOT), so they add no index entry, and
 // their old versions are pruned page by page. While a long transaction
 // elsewhere holds an old snapshot nothing can be pruned or vacuumed, and
 // every index entry made meanwhile stays, to be walked by every scan that
