@@ -83,13 +83,6 @@ func (h histogram) quantileMs(q float64) float64 {
 	return lower * 1000
 }
 
-func (h histogram) meanMs() float64 {
-	if h.Count <= 0 {
-		return -1
-	}
-	return h.Sum / h.Count * 1000
-}
-
 // scrape is what one read of a worker's /metrics said.
 type scrape struct {
 	Heartbeat histogram
