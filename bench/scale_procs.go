@@ -151,7 +151,7 @@ func (c *lineCounter) Write(p []byte) (int, error) {
 // diskCheck is the free space found before a run and the estimate of
 // what the run needs.
 type diskCheck struct {
-	Path        string  `json:"path"`
+	Path        string  `json:"-"` // the scratch directory, machine-specific
 	FreeBytes   int64   `json:"free_bytes"`
 	NeededBytes int64   `json:"needed_bytes"`
 	DBPerRecord float64 `json:"db_bytes_per_record"`
