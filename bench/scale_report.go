@@ -232,7 +232,9 @@ func storageSection(w writer, st *storageResult) {
 			l.PerRecord/row.PerRecord, l.WriteSeconds, l.WriteSeconds/row.WriteSeconds, l.ExportSeconds, l.SumSeconds, l.LookupMs, yesNo(l.Matches))
 	}
 	storageAdvice(w, st)
-	w("\nThe plan of each layout's export read (EXPLAIN ANALYZE) is in results.json (`scale.storage.layouts[].export_plan`).\n")
+	if st.Layouts[0].ExportPlan != "" {
+		w("\nThe plan of each layout's export read (EXPLAIN ANALYZE) is in results.json (`scale.storage.layouts[].export_plan`).\n")
+	}
 	for _, s := range st.Skipped {
 		w("\nSkipped: %s\n", s)
 	}
