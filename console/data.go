@@ -306,7 +306,8 @@ func (s *source) workers(ctx context.Context) ([]worker, error) {
 	rows, err := s.db.QueryContext(ctx, schema.SQL(s.cfg.Schema, `
 		SELECT w.instance_id, w.name, w.hostname, w.pid, w.mode, w.wake, w.started_at,
 		       (extract(epoch FROM now() - w.heartbeat_at) * 1000)::bigint,
-		       (extract(epoch FROM w.expires_at - now()) * 1000)::bigint,
+		       -- A row written by hand may hold an infinite expiry.
+		       CASE WHEN isfinite(w.expires_at) THEN (extract(epoch FROM w.expires_at - now()) * 1000)::bigint ELSE 0 END,
 		       w.stopped_at,
 		       CASE WHEN w.stopped_at IS NOT NULL THEN 'stopped'
 		            WHEN w.expires_at <= now() THEN 'expired'

@@ -163,12 +163,15 @@ func TestWorkersPageShowsLiveness(t *testing.T) {
 	if err := s.StopWorker(ctx, "stopped#3"); err != nil {
 		t.Fatal(err)
 	}
+	// An owner registered by hand (or by an older release) with an
+	// infinite expiry is listed as expired, not an error of the page.
+	exec(t, db, `INSERT INTO baton.workers (instance_id, name, expires_at) VALUES ('ghost#4', 'ghost', '-infinity')`)
 	base := serve(t, db, console.Config{})
 	code, body := get(t, base+"/workers")
 	if code != http.StatusOK {
 		t.Fatalf("/workers = %d", code)
 	}
-	for id, want := range map[string]string{"live#1": "live", "expired#2": "expired", "stopped#3": "stopped"} {
+	for id, want := range map[string]string{"live#1": "live", "expired#2": "expired", "stopped#3": "stopped", "ghost#4": "expired"} {
 		if !strings.Contains(body, `data-instance="`+id+`"`) {
 			t.Errorf("%s not listed", id)
 			continue

@@ -226,7 +226,7 @@ const claimAdvanceGroupCTEs = `
 			-- is registered, as not live, so that its partitions are found
 			-- once their leases end (Store.StaleCandidates).
 			INSERT INTO {{.Schema}}.workers (instance_id, name, kind, expires_at, held)
-			SELECT $7, split_part($7, '#', 1), $11, '-infinity', count(*) FROM u WHERE NOT release HAVING count(*) > 0
+			SELECT $7, split_part($7, '#', 1), $11, now(), count(*) FROM u WHERE NOT release HAVING count(*) > 0
 			ON CONFLICT (instance_id) DO UPDATE SET held = workers.held + EXCLUDED.held
 		)`
 

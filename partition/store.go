@@ -536,13 +536,13 @@ func (s *Store) heldChange(op, rows, owner string) (string, []any) {
 	case op == "+" && inTx:
 		return `, wh AS (
 			INSERT INTO {{.Schema}}.workers (instance_id, name, kind, expires_at)
-			SELECT ?, split_part(?, '#', 1), ?, '-infinity' WHERE EXISTS (SELECT 1 FROM ` + rows + `)
+			SELECT ?, split_part(?, '#', 1), ?, now() WHERE EXISTS (SELECT 1 FROM ` + rows + `)
 			ON CONFLICT (instance_id) DO NOTHING
 		)`, []any{owner, owner, s.kind}
 	case op == "+":
 		return `, wh AS (
 			INSERT INTO {{.Schema}}.workers (instance_id, name, kind, expires_at, held)
-			SELECT ?, split_part(?, '#', 1), ?, '-infinity', count(*) FROM ` + rows + ` HAVING count(*) > 0
+			SELECT ?, split_part(?, '#', 1), ?, now(), count(*) FROM ` + rows + ` HAVING count(*) > 0
 			ON CONFLICT (instance_id) DO UPDATE SET held = workers.held + EXCLUDED.held
 		)`, []any{owner, owner, s.kind}
 	case inTx:

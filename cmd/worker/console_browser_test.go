@@ -178,19 +178,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Helper()
 		sctx, cancel := step()
 		defer cancel()
-		for attempt := 1; ; attempt++ {
-			_, err := chromedp.Run(sctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(80*time.Second)))
-			// A poll begun while the page's document was being replaced
-			// (a navigation still settling) loses its execution context:
-			// poll again in the new one.
-			if err != nil && strings.Contains(err.Error(), "Cannot find context with specified id") && attempt < 5 {
-				continue
-			}
-			if err != nil {
-				t.Fatalf("waiting for %s: %v", what, err)
-			}
-			return
-		}
+		pollPage(t, sctx, what, js)
 	}
 
 	// The contract table fills: every contract, alpha owning some, the
@@ -275,4 +263,29 @@ func TestConsoleInABrowser(t *testing.T) {
 	wait("the retry in the history", `!!document.querySelector('#history tr.ev-retried')`)
 	shoot("retried.png")
 	t.Logf("screenshots in %s", shots)
+}
+
+// pollPage waits until the JavaScript predicate js holds on the page of
+// ctx's browser tab. An element the page has not rendered yet (the
+// document just replaced by a navigation, a table filled by script) is
+// "not yet", not a failure: the predicate's TypeError on a missing node
+// makes that round of the poll false. A poll begun while the document was
+// being replaced loses its execution context: it polls again in the new
+// one.
+func pollPage(t *testing.T, ctx context.Context, what, js string) {
+	t.Helper()
+	js = `(() => { try { return !!(` + js + `); } catch (e) { if (e instanceof TypeError) { return false; } throw e; } })()`
+	for attempt := 1; ; attempt++ {
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(80*time.Second)))
+		if err != nil && strings.Contains(err.Error(), "Cannot find context with specified id") && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			page, _ := chromedp.Run(pctx, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText.slice(0, 3000) : "")`))
+			cancel()
+			t.Fatalf("waiting for %s: %v\nthe page then:\n%s", what, err, page)
+		}
+		return
+	}
 }

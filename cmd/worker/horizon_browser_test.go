@@ -57,16 +57,7 @@ func TestHorizonConsoleInABrowser(t *testing.T) {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(bctx, 90*time.Second)
 		defer cancel()
-		for attempt := 1; ; attempt++ {
-			_, err := chromedp.Run(sctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(80*time.Second)))
-			if err != nil && strings.Contains(err.Error(), "Cannot find context with specified id") && attempt < 5 {
-				continue
-			}
-			if err != nil {
-				t.Fatalf("waiting for %s: %v", what, err)
-			}
-			return
-		}
+		pollPage(t, sctx, what, js)
 	}
 	sctx, cancel := context.WithTimeout(bctx, 90*time.Second)
 	defer cancel()

@@ -49,7 +49,7 @@ CREATE INDEX tasks_claimable ON {{.Schema}}.tasks (kind, claimable_at) WHERE cla
 -- database, rows written by hand) get one that is not live: their rows
 -- are taken over once their leases end, as before.
 INSERT INTO {{.Schema}}.workers (instance_id, name, kind, expires_at)
-SELECT DISTINCT ON (owner) owner, split_part(owner, '#', 1), kind, '-infinity'
+SELECT DISTINCT ON (owner) owner, split_part(owner, '#', 1), kind, now()
 FROM {{.Schema}}.tasks WHERE owner IS NOT NULL
 ORDER BY owner, kind
 ON CONFLICT (instance_id) DO NOTHING;
