@@ -2,11 +2,9 @@ package partition_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
@@ -16,14 +14,8 @@ import (
 // transactions, numbering its items with the range AddWork returns, and
 // reads the state of the work back.
 func Example() {
-	url, drop := pgtest.ExampleURL() // a database with baton's schema applied
-	defer drop()
-	sqldb, err := sql.Open("pgx", url)
-	if err != nil {
-		panic(err)
-	}
-	db := bun.NewDB(sqldb, pgdialect.New())
-	defer db.Close()
+	db, done := pgtest.ExampleDB() // a database with baton's schema applied
+	defer done()
 	ctx := context.Background()
 	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (customer text, seq bigint, item text, PRIMARY KEY (customer, seq))`); err != nil {
 		panic(err)

@@ -2,12 +2,8 @@ package schedule_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
-
-	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/schedule"
@@ -16,14 +12,8 @@ import (
 // A service registers a job that runs every night at two; an operator
 // asks for a run now, which one scheduler of the farm carries out, once.
 func Example() {
-	url, drop := pgtest.ExampleURL() // a database with baton's schema applied
-	defer drop()
-	sqldb, err := sql.Open("pgx", url)
-	if err != nil {
-		panic(err)
-	}
-	db := bun.NewDB(sqldb, pgdialect.New())
-	defer db.Close()
+	db, done := pgtest.ExampleDB() // a database with baton's schema applied
+	defer done()
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -56,24 +54,7 @@ func consoleURL(t *testing.T, c cli, env ...string) string {
 	t.Helper()
 	cmd := c.command("ui", "--addr", "127.0.0.1:0", "--log-format", "json")
 	cmd.Env = append(cmd.Env, env...)
-	out, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		var e struct{ Msg, URL string }
-		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Msg == "serving the console" {
-			go func() { _, _ = io.Copy(io.Discard, out) }()
-			return strings.TrimSuffix(e.URL, "/")
-		}
-	}
-	t.Fatalf("worker ui exited without serving: %v", sc.Err())
-	return ""
+	return consoleURLOf(t, cmd)
 }
 
 // The console in a real browser over a running system: the contract table

@@ -22,6 +22,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
@@ -262,6 +263,20 @@ func waitForSessions(t testing.TB, db *bun.DB, what, cond string, arg any, want 
 		time.Sleep(10 * time.Millisecond) // pg_stat_activity offers no notification
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// ExampleDB is ExampleURL opened as a plain bun handle (database/sql over
+// pgx, as an embedding service opens it): the database and a function that
+// closes the handle and drops the database.
+func ExampleDB() (db *bun.DB, done func()) {
+	url, drop := ExampleURL()
+	sqldb, err := sql.Open("pgx", url)
+	if err != nil {
+		drop()
+		panic(fmt.Sprintf("opening example database: %v", err))
+	}
+	db = bun.NewDB(sqldb, pgdialect.New())
+	return db, func() { db.Close(); drop() }
 }
 
 // ExampleURL is NewURL for runnable examples, which have no testing.T: it
