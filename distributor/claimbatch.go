@@ -100,6 +100,12 @@ func (d *Distributor) skipLost(cands []partition.Candidate) []partition.Candidat
 // errClaimLost: another worker claimed the candidate first.
 var errClaimLost = partition.ErrClaimLost
 
+// errClaimBusy: the claim's compare-and-set found the fenced row locked by
+// another transaction (a producer adding work, a load: FOR NO KEY UPDATE,
+// which the fence's FOR KEY SHARE lets through) and skipped it. No other
+// worker claimed it: while the fence holds, nobody can change its version.
+var errClaimBusy = errors.New("the fenced row was locked by another transaction at the claim's compare-and-set")
+
 // firstBatch is what a claim's own transaction committed.
 type firstBatch struct {
 	claimed  partition.Claimed
@@ -126,6 +132,15 @@ func (d *Distributor) runClaimBatch(c partition.Candidate) {
 	switch {
 	case err == nil:
 		d.claimedWithBatch(fb, true)
+	case errors.Is(err, errClaimBusy):
+		// Rolled back, still unowned at its version: tried again at the
+		// next poll. Noted as lost, it would be skipped for StaleAfter by
+		// this worker as by every other claimer that lost its fence to
+		// this one, and the partition would wait that long for an owner.
+		unreserve()
+		d.emit(Event{Kind: EventClaimLost, Items: 1})
+		d.log.Debug("claim with its first batch found its row locked by a producer; the partition stays claimable",
+			d.cfg.KeyAttr, c.Key, "error", err)
 	case errors.Is(err, errClaimLost):
 		// Another worker is processing it (or claimed it): skip it for a
 		// while rather than pick it again from the head of the index,
@@ -266,6 +281,9 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 	fb.released = fb.caughtUp && d.cfg.Mode == ModeLock
 	fb.sent = d.cfg.Clock.Now()
 	if err := d.claimAdvanceTraced(ctx, tx, c, l, cp.Position, res.Position, res.State, fb.released); err != nil {
+		if errors.Is(err, errClaimLost) && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %v", errClaimBusy, err)
+		}
 		return fb, false, causeOr(ctx, err)
 	}
 	if err := tx.Commit(); err != nil {

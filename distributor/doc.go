@@ -117,7 +117,13 @@
 // the row is as the candidate read saw it. Rows being claimed this way
 // still read as claimable at the head of the index, so the poll reads past
 // the ones the worker knows of (its own, and those it lost at their fence,
-// skipped while at the same version for a lease's length at most). A processor error is then
+// skipped while at the same version for a lease's length at most). A
+// claim statement that finds its fenced row locked (a producer's FOR NO
+// KEY UPDATE passes the fence's FOR KEY SHARE but not the claim's FOR
+// UPDATE) lost no race: nobody else can claim the row while the fence
+// holds, so the candidate is tried again at the next poll instead of
+// skipped, and the partition does not wait a lease's length for an owner
+// because every claimer lost to the one that met the producer. A processor error is then
 // recorded as for any batch (claimed alone, failed, backed off); a
 // transient error, or a first batch too long for a lease, falls back to a
 // claim of its own whose batches run under heartbeats. A partition still

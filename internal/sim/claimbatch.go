@@ -131,6 +131,12 @@ func (cr *claimRun) claimAdvance() {
 	}
 	cr.w.checkWrite(cr.l, "the claim and checkpoint update")
 	cr.call(&request{kind: reqClaimAdvance, newPos: cr.newPos, release: cr.release}, func(resp response) {
+		if resp.err == errClaimLost {
+			// Past its fence nobody else can claim the row: it was
+			// locked (runClaimBatch's errClaimBusy).
+			cr.finish(errClaimBusy, false)
+			return
+		}
 		if resp.err != errNone {
 			cr.finish(resp.err, false)
 			return
@@ -222,6 +228,8 @@ func (cr *claimRun) finish(err errKind, unknown bool) {
 		case err == errNone:
 			delete(w.claiming, cr.c.key)
 			w.startPartition(claimed{cr.l.leaseID, false, cr.newPos, cr.avail}, cr.sent, cr.epoch)
+		case err == errClaimBusy:
+			done() // still unowned at its version: the next poll tries again
 		case err == errClaimLost:
 			w.lostClaims[cr.c.key] = lostClaim{cr.c.version, w.local()}
 			done()

@@ -35,10 +35,11 @@ const (
 	errProcessor               // the processor failed
 	errCheckpointMoved         // AdvanceCAS: the checkpoint moved since the fence read it
 	errClaimLost               // a claim with its first batch lost its candidate (partition.ErrClaimLost)
+	errClaimBusy               // its compare-and-set found the fenced row locked (distributor's errClaimBusy)
 )
 
 var errNames = []string{"ok", "net", "timeout", "canceled", "abandoned", "fenced", "lock-timeout", "statement-timeout",
-	"shutdown", "idle-timeout", "tx-aborted", "processor", "checkpoint-moved", "claim-lost"}
+	"shutdown", "idle-timeout", "tx-aborted", "processor", "checkpoint-moved", "claim-lost", "claim-busy"}
 
 func (e errKind) String() string { return errNames[e] }
 
