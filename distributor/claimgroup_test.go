@@ -250,8 +250,16 @@ func TestClaimGroupLostAfterProcessingRollsBackAndFallsBack(t *testing.T) {
 	}
 	e.verify()
 	e.wantHistory([]string{"c000", "c002", "c003"}, "claimed@1", "first_batch@1", "released@1")
-	if got := e.history("c001"); len(got) != 3 || got[0] != "claimed@1" {
-		t.Fatalf("c001: history %v; want one claim with its first batch and release", got)
+	// A lone claim whose compare-and-set meets the producer's lock is
+	// tried again at the next poll: if one fenced before the producer
+	// committed and claimed after, it processed the items it read and a
+	// second claim takes the added one. Either way each claim commits its
+	// first batch and release together (e.verify checked every item once).
+	got := e.history("c001")
+	want1 := []string{"claimed@1", "first_batch@1", "released@1"}
+	want2 := append(append([]string{}, want1...), "claimed@3", "first_batch@3", "released@3")
+	if !slices.Equal(got, want1) && !slices.Equal(got, want2) {
+		t.Fatalf("c001: history %v; want %v, or %v", got, want1, want2)
 	}
 	if p.groups.Load() != 1 {
 		t.Fatalf("%d groups processed; want the one that rolled back", p.groups.Load())
