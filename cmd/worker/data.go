@@ -7,11 +7,9 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
@@ -233,7 +231,7 @@ output instead). It only reads the database.`,
 					err = w.Flush()
 				}
 			} else {
-				n, err = exportFile(out, write)
+				n, err = export.ToFile(out, write)
 			}
 			if errors.Is(err, export.ErrIncomplete) {
 				return &exitError{exitIncomplete, fmt.Errorf("%w; nothing was exported (run the workers to completion, see worker status, or export without --complete)", err)}
@@ -256,62 +254,6 @@ output instead). It only reads the database.`,
 	cmd.Flags().StringVar(&out, "out", "", "output file, or - for standard output")
 	cmd.Flags().BoolVar(&complete, "complete", false, "fail (exit 4) instead of exporting while some records are unpriced")
 	return cmd
-}
-
-// exportFile writes the export (write) to a temporary file beside out and
-// renames it into place, so a failed export never leaves a truncated file
-// under the requested name. The file is synced before the rename and the
-// directory after it, so a crash cannot leave an empty or missing file
-// behind a reported success.
-func exportFile(out string, write func(io.Writer) (int64, error)) (int64, error) {
-	dir := filepath.Dir(out)
-	tmp, err := createTemp(dir, ".export-")
-	if err != nil {
-		return 0, fmt.Errorf("exporting to %s: %w", out, err)
-	}
-	defer os.Remove(tmp.Name())
-	w := bufio.NewWriterSize(tmp, 1<<16)
-	n, err := write(w)
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, export.ErrIncomplete) {
-		return 0, err
-	}
-	if err != nil {
-		return 0, fmt.Errorf("exporting to %s: %w", out, err)
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
-		return 0, fmt.Errorf("exporting to %s: %w", out, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		err = d.Sync()
-		d.Close()
-		if err != nil {
-			return n, fmt.Errorf("exporting to %s: syncing its directory: %w", out, err)
-		}
-	}
-	return n, nil
-}
-
-// createTemp creates a new file in dir like os.CreateTemp, but with mode
-// 0666 less the umask, the mode the final file should have.
-func createTemp(dir, prefix string) (*os.File, error) {
-	for range 100 {
-		name := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36))
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
-		if os.IsExist(err) {
-			continue
-		}
-		return f, err
-	}
-	return nil, fmt.Errorf("no free temporary name in %s", dir)
 }
 
 // checkInputFile refuses a missing or unreadable input file before the
