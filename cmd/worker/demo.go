@@ -4,9 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/ingest"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/schema"
@@ -80,25 +77,12 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	}
 	out := g.stdout
 	began := time.Now()
-	cleanup, err := openDemoDatabase(ctx, g, demoPlace{name: "baton_demo", pgDir: o.pgDir, fresh: o.fresh})
+	env, err := startDemo(ctx, g, demoPlace{name: "baton_demo", pgDir: o.pgDir, fresh: o.fresh}, "baton-demo-")
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	db, err := g.open(ctx, dbconn.Options{MaxOpenConns: 4}, false)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if _, err := schema.Migrate(ctx, db, g.schemaConfig()); err != nil {
-		return err
-	}
-
-	dir, err := os.MkdirTemp("", "baton-demo-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+	defer env.close()
+	db, dir := env.db, env.dir
 	so := seed.Options{Contracts: o.contracts, RecordsPerContract: o.records, Seed: o.seed, Prefix: "demo"}
 	tiers, records, err := writeSeed(dir, so, nil)
 	if err != nil {
@@ -117,10 +101,6 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 		rep.RecordsAccepted, o.contracts, rep.Duration.Round(time.Millisecond),
 		loadRate(rep.RecordsAccepted, rep.Duration), pending)
 
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	// Room for the whole fair share, so survivors can take a dead worker's
 	// contracts at once rather than when a slot frees up.
 	maxParts := fmt.Sprint(o.contracts)
@@ -130,18 +110,9 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	var procs []*exec.Cmd
 	exited := make(chan workerExit, o.workers)
 	for i := 1; i <= o.workers; i++ {
-		args := append([]string{"run", "--id", fmt.Sprintf("demo-%d", i), "--until-done", "--log-format", "json"}, timing...)
-		c := exec.CommandContext(ctx, exe, args...)
-		c.Env = append(os.Environ(), "DATABASE_URL="+g.databaseURL, "BATON_SCHEMA="+g.schema)
-		logPath := filepath.Join(dir, fmt.Sprintf("worker-%d.log", i))
-		lf, err := os.Create(logPath)
+		c, err := env.startWorker(ctx, fmt.Sprintf("demo-%d", i), append([]string{"--until-done"}, timing...)...)
 		if err != nil {
 			return err
-		}
-		defer lf.Close()
-		c.Stdout, c.Stderr = lf, lf
-		if err := c.Start(); err != nil {
-			return fmt.Errorf("starting worker %d: %w", i, err)
 		}
 		procs = append(procs, c)
 		go func(i int, c *exec.Cmd) { exited <- workerExit{i, c.Wait()} }(i, c)
@@ -171,7 +142,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 				continue
 			}
 			if x.err != nil {
-				return fmt.Errorf("worker demo-%d failed: %v (log in %s)", x.i, x.err, filepath.Join(dir, fmt.Sprintf("worker-%d.log", x.i)))
+				return fmt.Errorf("worker demo-%d failed: %v (log in %s)", x.i, x.err, env.logPath(fmt.Sprintf("demo-%d", x.i)))
 			}
 			continue
 		case <-tick.C:

@@ -7,13 +7,17 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/schema"
 )
 
 // demoPlace says where a demo runs: name is the database it creates
@@ -126,4 +130,80 @@ func withDatabase(dsn, name string) string {
 		}
 	}
 	return dsn + " dbname=" + name // the last setting of a key wins
+}
+
+// demoEnv is what both demos start from: a database of their own (see
+// openDemoDatabase), migrated and open, a temporary directory for their
+// data and the workers' logs, and this executable to start workers with.
+type demoEnv struct {
+	g    *globals
+	db   *bun.DB
+	dir  string
+	exe  string
+	logs []*os.File
+	stop func()
+}
+
+// startDemo prepares a demo's environment in place p, its temporary
+// directory named after dirPrefix. Close it when the demo ends, after
+// its workers are stopped.
+func startDemo(ctx context.Context, g *globals, p demoPlace, dirPrefix string) (_ *demoEnv, err error) {
+	cleanup, err := openDemoDatabase(ctx, g, p)
+	if err != nil {
+		return nil, err
+	}
+	e := &demoEnv{g: g, stop: cleanup}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	if e.db, err = g.open(ctx, dbconn.Options{MaxOpenConns: 4}, false); err != nil {
+		return nil, err
+	}
+	if _, err := schema.Migrate(ctx, e.db, g.schemaConfig()); err != nil {
+		return nil, err
+	}
+	if e.dir, err = os.MkdirTemp("", dirPrefix); err != nil {
+		return nil, fmt.Errorf("creating the demo's directory: %w", err)
+	}
+	if e.exe, err = os.Executable(); err != nil {
+		return nil, fmt.Errorf("finding this executable to start workers with: %w", err)
+	}
+	return e, nil
+}
+
+// logPath is where worker id's output goes.
+func (e *demoEnv) logPath(id string) string { return filepath.Join(e.dir, id+".log") }
+
+// startWorker starts `worker run --id id --log-format json args...` on
+// the demo's database, its output to logPath(id).
+func (e *demoEnv) startWorker(ctx context.Context, id string, args ...string) (*exec.Cmd, error) {
+	c := exec.CommandContext(ctx, e.exe, append([]string{"run", "--id", id, "--log-format", "json"}, args...)...)
+	c.Env = append(os.Environ(), "DATABASE_URL="+e.g.databaseURL, "BATON_SCHEMA="+e.g.schema)
+	lf, err := os.Create(e.logPath(id))
+	if err != nil {
+		return nil, fmt.Errorf("starting worker %s: %w", id, err)
+	}
+	e.logs = append(e.logs, lf)
+	c.Stdout, c.Stderr = lf, lf
+	if err := c.Start(); err != nil {
+		return nil, fmt.Errorf("starting worker %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// close removes the demo's directory and its database (or stops the
+// private server).
+func (e *demoEnv) close() {
+	for _, f := range e.logs {
+		f.Close()
+	}
+	if e.dir != "" {
+		os.RemoveAll(e.dir)
+	}
+	if e.db != nil {
+		e.db.Close()
+	}
+	e.stop()
 }

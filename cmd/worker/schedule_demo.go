@@ -17,9 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/schedule"
-	"github.com/batonhq/baton/schema"
 )
 
 type scheduleDemoOptions struct {
@@ -69,24 +67,12 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 		return usageError("--workers must be at least 3")
 	}
 	out := g.stdout
-	cleanup, err := openDemoDatabase(ctx, g, demoPlace{name: "baton_schedule_demo", pgDir: o.pgDir, fresh: o.fresh})
+	env, err := startDemo(ctx, g, demoPlace{name: "baton_schedule_demo", pgDir: o.pgDir, fresh: o.fresh}, "baton-schedule-demo-")
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	db, err := g.open(ctx, dbconn.Options{MaxOpenConns: 4}, false)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if _, err := schema.Migrate(ctx, db, g.schemaConfig()); err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "baton-schedule-demo-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+	defer env.close()
+	db, dir := env.db, env.dir
 	tickLog, leadLog := filepath.Join(dir, "tick.log"), filepath.Join(dir, "lead.log")
 	jobs := []schedule.Definition{
 		{Name: "tick", Every: time.Second, Missed: schedule.MissedCatchUp, LockAtMostFor: 5 * time.Second,
@@ -101,25 +87,14 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 		fmt.Fprintf(out, "job %s: %s, mode %s, missed %s\n", d.Name, d.ScheduleString(), cmpStr(string(d.Mode), "lock"), cmpStr(string(d.Missed), "skip"))
 	}
 
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	timing := []string{"--heartbeat", "200ms", "--stale-after", "1s", "--confirm", "2"}
 	fmt.Fprintf(out, "starting %d workers (%s)\n", o.workers, strings.Join(timing, " "))
 	procs := map[string]*exec.Cmd{}
 	for i := 1; i <= o.workers; i++ {
 		id := fmt.Sprintf("sched-%d", i)
-		c := exec.CommandContext(ctx, exe, append([]string{"run", "--id", id, "--log-format", "json"}, timing...)...)
-		c.Env = append(os.Environ(), "DATABASE_URL="+g.databaseURL, "BATON_SCHEMA="+g.schema)
-		lf, err := os.Create(filepath.Join(dir, id+".log"))
+		c, err := env.startWorker(ctx, id, timing...)
 		if err != nil {
 			return err
-		}
-		defer lf.Close()
-		c.Stdout, c.Stderr = lf, lf
-		if err := c.Start(); err != nil {
-			return fmt.Errorf("starting worker %s: %w", id, err)
 		}
 		procs[id] = c
 	}
@@ -189,7 +164,7 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 	}
 	for id, c := range procs {
 		if err := c.Wait(); err != nil && id != killed {
-			return fmt.Errorf("worker %s: %v (log in %s)", id, err, filepath.Join(dir, id+".log"))
+			return fmt.Errorf("worker %s: %v (log in %s)", id, err, env.logPath(id))
 		}
 	}
 	say("workers stopped")
