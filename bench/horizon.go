@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +56,9 @@ type horizonRun struct {
 	FairShare  dist         `json:"fair_share"`
 	Tables     []tableStats `json:"tables"`
 	Statements []stmtKind   `json:"statements,omitempty"`
+	// RawStatements are the statements that took the most time, as
+	// pg_stat_statements has them, with the buffers each call touched.
+	RawStatements []stmtRaw `json:"raw_statements,omitempty"`
 	// PinHeld says the pinning session still held its snapshot at the end
 	// (backend_xmin set), so the horizon was pinned for the whole run.
 	PinHeld  bool   `json:"pin_held,omitempty"`
@@ -333,6 +337,9 @@ func (e *env) horizonRun(ctx context.Context, ds *dataset, c horizonConfig, pinn
 	if st, err := e.statements(ctx, name); err == nil {
 		r.Statements = st
 	}
+	if st, err := e.rawStatements(ctx, name, 20); err == nil {
+		r.RawStatements = st
+	}
 	sum, err := pricer.Verify(ctx, db, "")
 	if err != nil {
 		return r, err
@@ -402,6 +409,14 @@ func horizonSection(w writer, r *results) {
 				break
 			}
 			w("| %s | %d | %.0f | %.3f |\n", s.Kind, s.Calls, s.TotalMs, s.MeanMs())
+		}
+		w("\n</details>\n\n")
+		if len(run.RawStatements) == 0 {
+			continue
+		}
+		w("<details><summary>statements by text, %s #%d (pg_stat_statements, buffers hit or read per call)</summary>\n\n| statement | calls | total ms | mean ms | buffers per call |\n|---|---|---|---|---|\n", label, run.Rep)
+		for _, s := range run.RawStatements {
+			w("| `%s` | %d | %.0f | %.3f | %.1f |\n", strings.ReplaceAll(s.Query, "|", "\\|"), s.Calls, s.TotalMs, s.TotalMs/float64(max(s.Calls, 1)), s.BlocksPerCall())
 		}
 		w("\n</details>\n\n")
 	}

@@ -316,3 +316,66 @@ func (t tableStats) hotShare() float64 {
 	}
 	return float64(t.HotUpdated) / float64(t.Updated)
 }
+
+// stmtRaw is one statement as pg_stat_statements saw it over a run,
+// unclassified: the pin's cost shows as buffers touched per call
+// (shared_blks_hit + shared_blks_read), which the machine's load does not
+// change, as well as time.
+type stmtRaw struct {
+	Query   string  `json:"query"` // the first characters, on one line
+	Calls   int64   `json:"calls"`
+	TotalMs float64 `json:"total_ms"`
+	Rows    int64   `json:"rows"`
+	Blocks  int64   `json:"blocks"` // shared buffers hit or read
+}
+
+// BlocksPerCall is the buffers a call touched on average.
+func (s stmtRaw) BlocksPerCall() float64 {
+	if s.Calls == 0 {
+		return 0
+	}
+	return float64(s.Blocks) / float64(s.Calls)
+}
+
+// rawStatements reads the n statements of database dbname that took the
+// most time, with their buffer counts.
+func (e *env) rawStatements(ctx context.Context, dbname string, n int) ([]stmtRaw, error) {
+	if !e.pgss {
+		return nil, errNoPGSS
+	}
+	rows, err := e.admin.QueryContext(ctx, `
+		SELECT s.query, s.calls, s.total_exec_time, s.rows, s.shared_blks_hit + s.shared_blks_read
+		FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+		WHERE d.datname = $1
+		ORDER BY s.total_exec_time DESC
+		LIMIT $2`, dbname, n)
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
+	}
+	defer rows.Close()
+	var out []stmtRaw
+	for rows.Next() {
+		var s stmtRaw
+		var q string
+		if err := rows.Scan(&q, &s.Calls, &s.TotalMs, &s.Rows, &s.Blocks); err != nil {
+			return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
+		}
+		s.Query = oneLine(stripComments(q), 160)
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// stripComments drops SQL line comments, so that a statement's first
+// characters say what it does.
+func stripComments(q string) string {
+	lines := strings.Split(q, "\n")
+	out := lines[:0]
+	for _, l := range lines {
+		if i := strings.Index(l, "--"); i >= 0 {
+			l = l[:i]
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
