@@ -54,7 +54,13 @@
 // every index entry made meanwhile stays, to be walked by every scan that
 // meets it: only changes of ownership (claims, releases, failures) add
 // index entries, and no statement a worker runs at every beat or poll
-// scans entries of other workers' live leases.
+// scans entries of other workers' live leases. The owner index keeps an
+// entry for every version that named an owner, so under such a snapshot
+// an owner's range in it grows with every claim it makes: statements that
+// know their rows' keys (fence, renewal, release, failure, re-read) read
+// them by the primary key and never through that index, whatever the
+// planner's statistics say; only a heartbeat's look for its own rows it
+// does not list, and the look for a dead worker's rows, use it.
 //
 // All times that decide ownership are the database's now(); a worker's
 // clock only ever makes it stop earlier.

@@ -97,7 +97,7 @@ const heartbeatCTEs = `
 			FROM {{.Schema}}.tasks t
 			JOIN unnest($1::text[], $2::bigint[]) AS h(key, version)
 			  ON t.kind = $12 AND t.partition_key = h.key AND t.version = h.version
-			WHERE t.owner = $3
+			WHERE coalesce(t.owner, '') = $3 -- by key, not through tasks_owner (ownedBy)
 		), w AS (
 			INSERT INTO {{.Schema}}.workers (instance_id, name, hostname, pid, mode, wake, expires_at, wanted, held, kind)
 			VALUES ($3, $4, $5, $6, $7, $8, now() + $9::bigint * interval '1 microsecond', $11::integer,
@@ -122,7 +122,7 @@ const heartbeatCTEs = `
 			FROM {{.Schema}}.tasks t
 			JOIN unnest($1::text[], $2::bigint[]) AS h(key, version)
 			  ON t.kind = $12 AND t.partition_key = h.key AND t.version = h.version
-			WHERE t.owner = $3
+			WHERE coalesce(t.owner, '') = $3 -- by key, not through tasks_owner (ownedBy)
 			  -- Only leases with less than $10 microseconds left.
 			  AND t.lease_expires_at < now() + $10::bigint * interval '1 microsecond'
 			ORDER BY t.partition_key
@@ -144,7 +144,7 @@ const heartbeatCTEs = `
 			JOIN {{.Schema}}.tasks t ON t.kind = $12 AND t.partition_key = o.partition_key
 			WHERE o.lease_expires_at <= now()
 			  AND (o.partition_key, o.version) NOT IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
-			  AND t.owner = $3 AND t.version = o.version AND t.lease_expires_at <= now()
+			  AND coalesce(t.owner, '') = $3 AND t.version = o.version AND t.lease_expires_at <= now()
 			ORDER BY t.partition_key
 			FOR UPDATE OF t SKIP LOCKED
 		), x AS (

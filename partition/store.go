@@ -239,6 +239,20 @@ func (s *Store) WithDB(db bun.IDB) *Store {
 
 func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
 
+// Statements that name their task rows by key check the owner as
+// coalesce(owner, '') = <owner>, never owner = <owner>: the same rows (an
+// owner is never empty), but no plan can read them through tasks_owner
+// instead of the primary key. That index keeps an entry for every version
+// that named an owner, and while another session holds an old snapshot
+// none of them can be removed, so an owner's range in it grows with every
+// claim the owner has made. With statistics taken while few rows were
+// owned (a freshly loaded table), the planner took the small partial index
+// for the cheaper way to one row, and a fence walked its worker's whole
+// history at every batch. Only the statements that look for an owner's
+// rows without knowing their keys (the heartbeat's own rows, a dead
+// worker's stale ones) read tasks_owner.
+func ownedBy(col, owner string) string { return "coalesce(" + col + ", '') = " + owner }
+
 // lockOwnLeases is the subquery that locks an owner's leases, given as
 // the kind, parallel key and version arrays and the owner, in
 // partition_key order with the given lock strength and wait policy
@@ -250,7 +264,7 @@ func lockOwnLeases(strength, wait string) string {
 			FROM {{.Schema}}.tasks t
 			JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
 			  ON t.kind = ? AND t.partition_key = h.key AND t.version = h.version
-			WHERE t.owner = ?
+			WHERE ` + ownedBy("t.owner", "?") + `
 			ORDER BY t.partition_key
 			FOR ` + strength + ` OF t ` + wait + `
 		`
@@ -478,7 +492,7 @@ func (s *Store) renewWaiting(ctx context.Context, owner string, ttl time.Duratio
 	}
 	err = tx.QueryRowContext(ctx, s.sql(`
 		UPDATE {{.Schema}}.tasks SET heartbeat_at = now(), lease_expires_at = now() + ?::interval
-		WHERE kind = ? AND partition_key = ? AND version = ? AND owner = ?
+		WHERE kind = ? AND partition_key = ? AND version = ? AND `+ownedBy("owner", "?")+`
 		RETURNING available, position`), interval(ttl), s.kind, l.Key, l.Version, owner).Scan(&r.Available, &r.Position)
 	if err != nil || tx.Commit() != nil {
 		return r, false
@@ -497,7 +511,7 @@ func (s *Store) Inspect(ctx context.Context, owner string, leases []Lease) ([]He
 		FROM {{.Schema}}.tasks t
 		JOIN unnest(?::text[], ?::bigint[]) AS h(key, version)
 		  ON t.kind = ? AND t.partition_key = h.key AND t.version = h.version
-		WHERE t.owner = ?`),
+		WHERE `+ownedBy("t.owner", "?")),
 		pgdialect.Array(keys), pgdialect.Array(versions), s.kind, owner)
 	if err != nil {
 		return nil, fmt.Errorf("re-reading %d leases: %w", len(leases), err)
@@ -634,7 +648,7 @@ func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l Lease) (Ch
 	err := tx.QueryRowContext(ctx, s.sql(`
 		SELECT position, available, checkpoint, coalesce(traceparent, '')
 		FROM {{.Schema}}.tasks
-		WHERE kind = ? AND partition_key = ? AND version = ? AND owner = ?
+		WHERE kind = ? AND partition_key = ? AND version = ? AND `+ownedBy("owner", "?")+`
 		FOR KEY SHARE`), s.kind, l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state, &cp.Traceparent)
 	if errors.Is(err, sql.ErrNoRows) {
 		return cp, fmt.Errorf("fencing %s: %w", l, ErrFenced)
@@ -722,7 +736,7 @@ func (s *Store) Fail(ctx context.Context, owner string, l Lease, cause string, b
 			-- back-offs; the result is capped by maxBackoff, a bigint.
 			SELECT least(?::numeric * power(2::numeric, least(attempts, 62)), ?::numeric)::bigint AS micros,
 			       attempts + 1 >= ? AS quarantine
-			FROM {{.Schema}}.tasks WHERE kind = ? AND partition_key = ? AND version = ? AND owner = ?
+			FROM {{.Schema}}.tasks WHERE kind = ? AND partition_key = ? AND version = ? AND `+ownedBy("owner", "?")+`
 			FOR UPDATE
 		), u AS (
 			UPDATE {{.Schema}}.tasks t
