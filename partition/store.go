@@ -239,10 +239,11 @@ func (s *Store) WithDB(db bun.IDB) *Store {
 
 func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
 
-// Statements that name their task rows by key check the owner as
-// coalesce(owner, '') = <owner>, never owner = <owner>: the same rows (an
-// owner is never empty), but no plan can read them through tasks_owner
-// instead of the primary key. That index keeps an entry for every version
+// ownedBy is how statements that name their task rows by key check the
+// owner: coalesce of the owner column and the empty string equal to the
+// owner, never owner = <owner>. The same rows (an owner is never empty),
+// but no plan can read them through tasks_owner instead of the primary
+// key. That index keeps an entry for every version
 // that named an owner, and while another session holds an old snapshot
 // none of them can be removed, so an owner's range in it grows with every
 // claim the owner has made. With statistics taken while few rows were
