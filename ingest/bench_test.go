@@ -86,8 +86,9 @@ func peakHeap(stop <-chan struct{}) *atomic.Uint64 {
 // (contracts interleaved) into a database holding their tiers: load takes
 // the direct copy, load_staged the staged path (the direct copy turned
 // off), load_4MiB the direct copy within a memory budget of 4 MiB, far
-// below the file's size (partial chunks, more reads of contracts' bases, a
-// filter of 2 MiB, enough for about 2M rows). load_redelivery loads the
+// below the file's size (partial chunks, more reads of contracts' bases,
+// the record keys past about 58,000 in buckets of a temporary file).
+// load_redelivery loads the
 // same file with its first record repeated at the end: the direct copy
 // finds the repeat after the file and removes it from the contract's
 // chunks. The baselines copy the same file into a plain table of three

@@ -137,9 +137,9 @@ func TestDirectCopyRepeatsStoredRecord(t *testing.T) {
 	}
 }
 
-// The stored record ids are read through the filter, not held: with a
-// budget too small for a useful filter, every stored id may be a
-// candidate, and the exact check in SQL still finds only the true repeat.
+// The stored record ids are read into the key set as keys, not held as
+// ids: with a small budget the key set finds the one true repeat, and the
+// exact check in SQL settles it.
 func TestDirectCopyStoredIDsSmallBudget(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)

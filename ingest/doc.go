@@ -33,9 +33,9 @@
 // the rest of the file as one field). The checks across rows and against
 // the database are done by Load. Load reads the records file a few
 // batches of rows ahead of the rest of the loader, in two goroutines, one
-// parsing the CSV and one applying the single-row checks (and filling the
-// filter of record ids, see 5), so that both run beside the writing of
-// the rows.
+// parsing the CSV and one applying the single-row checks (and hashing
+// each record id into its key, see 5), so that both run beside the
+// writing of the rows.
 //
 // # The load transaction
 //
@@ -97,45 +97,50 @@
 //     are serialised (step 1), so this read stays true until commit, and
 //     is checked again under the row locks (step 7).
 //
-//     Repeated record ids are found with bounded memory. Every valid
-//     row's (contract, record id) goes, as a 64-bit key, into a Bloom
-//     filter of half the budget (less for a small file), and into a
-//     temporary file of 8 bytes per record (removed at the end); a row
-//     the filter may have seen is a candidate. After the file, the stored
-//     record ids of the contracts that had records (available > 0) are
-//     read in binary and tested against the filter: possible matches are
-//     candidates too. The candidates are kept within 1/8 of the budget,
-//     and beyond it written to a second temporary file. One sequential
-//     read of the key file per quarter of the budget's worth of
-//     candidates keeps those whose key the file holds twice (a row) or at
-//     all (a stored id); those, normally none, are settled exactly in SQL,
-//     reading only the chunks of their contracts that hold the id: a
-//     record id occurring twice in a contract is a re-delivery when its
-//     amount is the first occurrence's, and the direct copy rewrites this
-//     load's chunks of those contracts without the re-delivered records
+//     Repeated record ids are found exactly, with bounded memory. Each
+//     valid row's (contract, record id) is hashed to a 64-bit key, which
+//     goes with the row's contract and rank in it (16 bytes) into a key
+//     set. Up to one key per 72 bytes of the budget (1.8M at the
+//     default) they stay in memory; past that they are written to a temporary file (removed
+//     from its folder as soon as it is made, so a crash leaves nothing),
+//     in buckets chosen by the key's high bits: as many buckets as make
+//     each fit in half the budget, from the share of the file read so
+//     far, their write buffers taking a quarter of the budget. After the
+//     file, the stored record ids of the contracts that had records
+//     (available > 0) are read in binary and their keys added too. Each
+//     bucket is then read back alone and grouped by key with a counting
+//     sort on the key's next bits, so that equal keys meet; a bucket that
+//     outgrew half the budget (more stored records than foreseen) is
+//     first split again by the following bits. The cost is linear in the
+//     records, stored and new: 16 bytes each written and read once (1.6 GB
+//     of disk for 100M records, removed at the end) and a few passes over
+//     memory. The rows of a contract whose key another row or a stored
+//     record of it has, normally none, are settled exactly in SQL: their
+//     record ids are taken from the chunks just written (by seq), and only
+//     the chunks of their contracts that hold the id are read. A record id
+//     occurring twice in a contract is a re-delivery when its amount is
+//     the first occurrence's, and the direct copy rewrites this load's
+//     chunks of those contracts without the re-delivered records
 //     (renumbered and cut into chunks again). With another amount it is
 //     an error, and the direct copy gives way so that the staged path
-//     reports it with both lines. The filter errs only one way: a record
-//     id it has not seen is never taken for one it has. The more records
-//     per byte of filter, the more candidates: at the default budget 1 in
-//     2,000 rows at 30M records, 1 in 60 at 60M, about 1 in 15 at 100M;
-//     each read of the key file looks up every record's key.
-//     Without temporary files the candidates are all settled in SQL, one
-//     read of their contract's chunks each (15 s for the 15,000 of 30M
-//     records), and the direct copy gives way when they outgrow their
-//     share of the budget.
+//     reports it with both lines. Two different record ids of a contract
+//     share a key with a chance of about n²/2⁶⁵ for n records of it: such
+//     a pair costs one look in SQL and is no repeat.
 //
 //     With SkipInvalid, rows invalid on their own are kept beside the
-//     stream (within 1/8 of the budget, with the candidates) and staged
-//     after it, for the reject file. The direct copy gives way to the
+//     stream (within 1/8 of the budget, with the re-deliveries to remove)
+//     and staged after it, for the reject file. The direct copy gives way to the
 //     staged path, rolling back to its savepoint and reading the file
 //     again from its start, on an invalid row without SkipInvalid (the
 //     load fails, and the staged path lists every problem), on rejected
 //     tier rows without SkipInvalid, on an unknown contract, on a repeated
 //     id with another amount, on a contract that comes near the gross
 //     limit (more than limit/MaxAmountMinor records, stored and new), when
-//     candidates and rejected rows outgrow their share of the budget, and
-//     when a seq it writes is already taken (a record inserted through the
+//     rejected rows and re-deliveries outgrow their share of the budget,
+//     when the keys need a temporary file and none can be made, when more
+//     records of a contract share one key than half the budget holds (no
+//     bits are left to split them by: only a file repeating one record
+//     that often), and when a seq it writes is already taken (a record inserted through the
 //     records view without raising available). A records file that is not
 //     a regular file (a pipe) cannot be read twice and takes the staged
 //     path at once.

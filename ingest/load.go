@@ -104,11 +104,11 @@ type Options struct {
 	IdleInTransactionTimeout time.Duration
 
 	// MemoryLimit bounds the memory the load takes for the records file
-	// (its records held until their chunks are written, the filter of
-	// record ids, possible repeats and rejected rows kept to the end),
+	// (its records held until their chunks are written, the keys of
+	// record ids, rejected rows and re-deliveries kept to the end),
 	// whatever the file's size; see the package documentation. A larger
-	// budget writes fuller chunks and lets fewer record ids be checked
-	// again in SQL. It must be at least 1 MiB. Defaults to
+	// budget writes fuller chunks and keeps more record keys in memory
+	// rather than in a temporary file. It must be at least 1 MiB. Defaults to
 	// MemoryLimitDefault (128 MiB). Records written leave garbage, which
 	// Go's collector lets grow to about the live heap before collecting
 	// unless a soft limit is set (GOMEMLIMIT, debug.SetMemoryLimit):
@@ -123,9 +123,12 @@ type Options struct {
 	staged bool
 	// budget, if set, is MemoryLimit below its minimum. Tests set it.
 	budget int64
-	// noKeyLog has the direct copy check its candidates in SQL alone, as
-	// when no temporary file can be made. Tests set it.
-	noKeyLog bool
+	// noTempFile has the direct copy's key set fail to make its
+	// temporary file. Tests set it.
+	noTempFile bool
+	// recordKey, if set, gives the 64-bit key of a record id within its
+	// contract instead of its hash. Tests set it, to make keys collide.
+	recordKey func(contractID, recordID string) uint64
 }
 
 func (o Options) validate() error {
@@ -179,7 +182,8 @@ type Report struct {
 	DirectCopy bool
 	Duration   time.Duration
 
-	gaveWay string // why the direct copy gave way to the staged path
+	gaveWay  string // why the direct copy gave way to the staged path
+	keysPeak int64  // most memory the direct copy's key set held (tests)
 }
 
 // Load loads a tiers file, a records file or both in one transaction. See

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"hash/maphash"
 	"io"
-	"slices"
 )
 
 // readAhead reads the rows of a records file ahead of the loader, in
@@ -34,10 +33,7 @@ type readItem struct {
 	err  error
 	raw  string
 	hash uint64 // of a valid row's record id
-	// maybeSeen is set when the filter may have held the row's record id
-	// of its contract before it was added.
-	maybeSeen bool
-	key       uint64 // the filter key, with a filter
+	key  uint64 // of a valid row's record id within its contract, when keys are made
 }
 
 // parsedBatch is what csvFile.next returned for a batch of rows.
@@ -60,14 +56,9 @@ const readAheadBatch = 1024
 // which csvFile.next would return again.
 func final(err error) bool { return err != nil && !isLineError(err) }
 
-// With a filter, the checking goroutine also adds each valid row's
-// record id of its contract (recordKey) to it, a batch at a time, and
-// marks those it may have held before (readItem.maybeSeen): the filter's
-// random reads of memory then wait for one another rather than one at a
-// time for the rest of the loader.
-//
-// With a key log, the keys are appended to it as well.
-func newReadAhead(r *RecordsReader, seed maphash.Seed, filter *bloom, log *keyLog) *readAhead {
+// With a key function, the checking goroutine also gives each valid row
+// its key (readItem.key).
+func newReadAhead(r *RecordsReader, seed maphash.Seed, key func(contractID, recordID string, recordHash uint64) uint64) *readAhead {
 	a := &readAhead{parsed: make(chan *parsedBatch, 4), spare: make(chan *parsedBatch, 8),
 		batches: make(chan []readItem, 4), free: make(chan []readItem, 8),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -102,10 +93,6 @@ func newReadAhead(r *RecordsReader, seed maphash.Seed, filter *bloom, log *keyLo
 		}
 	}()
 	go func() { // check
-		var (
-			keys []uint64
-			seen []bool
-		)
 		defer close(a.done)
 		defer func() { <-parsing }()
 		defer close(a.batches)
@@ -127,31 +114,14 @@ func newReadAhead(r *RecordsReader, seed maphash.Seed, filter *bloom, log *keyLo
 					// Hashed here, while the id is in the cache, for the
 					// direct copy's check for repeats.
 					it.hash = maphash.String(seed, row.RecordID)
+					if key != nil {
+						it.key = key(row.ContractID, row.RecordID, it.hash)
+					}
 					if !canonicalInt(fields[2]) {
 						it.raw = rawRow(fields)
 					}
 				}
 				batch = append(batch, it)
-			}
-			if filter != nil {
-				keys = keys[:0]
-				for i := range batch {
-					if it := &batch[i]; it.err == nil {
-						keys = append(keys, recordKey(maphash.String(seed, it.row.ContractID), it.hash))
-					}
-				}
-				seen = slices.Grow(seen[:0], len(keys))[:len(keys)]
-				_ = filter.addBatch(keys, seen)
-				if log != nil {
-					log.add(keys)
-				}
-				k := 0
-				for i := range batch {
-					if it := &batch[i]; it.err == nil {
-						it.maybeSeen, it.key = seen[k], keys[k]
-						k++
-					}
-				}
 			}
 			select {
 			case a.spare <- p:

@@ -28,7 +28,7 @@ func TestReadAheadInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed := maphash.MakeSeed()
-	a := newReadAhead(r, seed, nil, nil)
+	a := newReadAhead(r, seed, nil)
 	defer a.close()
 	for i := range n {
 		it := a.next()
@@ -64,7 +64,7 @@ func TestReadAheadFatalAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newReadAhead(r, maphash.MakeSeed(), nil, nil)
+	a := newReadAhead(r, maphash.MakeSeed(), nil)
 	if it := a.next(); it.err != nil {
 		t.Fatalf("first row: %v", it.err)
 	}
@@ -83,7 +83,7 @@ func TestReadAheadFatalAndClose(t *testing.T) {
 	if r, err = NewRecordsReader(strings.NewReader(b.String()), "r.csv"); err != nil {
 		t.Fatal(err)
 	}
-	a = newReadAhead(r, maphash.MakeSeed(), nil, nil)
+	a = newReadAhead(r, maphash.MakeSeed(), nil)
 	a.next()
 	a.close() // with the reader blocked on a full channel
 }

@@ -27,6 +27,7 @@ func (l *loader) loadRecords(ctx context.Context, tx pgx.Tx) (bool, error) {
 			rowsRead := l.rowsRead
 			direct, err := l.streamRecords(ctx, tx, s)
 			s.close()
+			l.rep.keysPeak = s.keys.peak
 			if err != nil || direct {
 				return direct, err
 			}
@@ -50,7 +51,7 @@ func (l *loader) loadRecords(ctx context.Context, tx pgx.Tx) (bool, error) {
 // input row, valid or not.
 func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 	var src *rowSource
-	rows := newReadAhead(l.records, maphash.MakeSeed(), nil, nil)
+	rows := newReadAhead(l.records, maphash.MakeSeed(), nil)
 	defer rows.close()
 	src = &rowSource{stage: "records", next: func(v []any) (bool, error) {
 		it := rows.next()

@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -24,19 +23,14 @@ const MemoryLimitDefault = 128 << 20
 // minMemoryLimit is the least Options.MemoryLimit allowed.
 const minMemoryLimit = 1 << 20
 
-// How the stream divides its memory budget: the filter of record ids, the
-// records held in open chunks, and the rest (possible repeats, rejected
-// rows and re-deliveries to remove, kept until the stream ends).
+// How the stream divides its memory budget: the records held in open
+// chunks, the rest kept until the stream ends (rejected rows,
+// re-deliveries to remove), and the keys of the records (keySet: a
+// quarter while the file is read, half once it has been).
 const (
-	filterShare = 2 // 1/2 of the budget
-	heldShare   = 3 // 3/8
-	sideShare   = 8 // 1/8
+	heldShare = 3 // 3/8 of the budget
+	sideShare = 8 // 1/8
 )
-
-// filterBytesPerFileByte sizes the filter for a file of known size: a
-// records row takes at least 6 bytes, and 32 bits of filter per row are
-// plenty, so a small file gets a small filter.
-const filterBytesPerFileByte = 4.0 / 6
 
 // errGiveUp ends the stream's COPY when the staged path must load the file
 // instead (streamer.why says why).
@@ -59,15 +53,6 @@ type streamContract struct {
 // held is the memory the open chunk takes.
 func (c *streamContract) held() int64 { return int64(cap(c.ids) + 8*cap(c.amounts)) }
 
-// candidate is a record id of a contract that may repeat one streamed
-// before or stored: the filter says so, SQL checks it exactly.
-type candidate struct {
-	contract int32
-	stored   bool   // a stored record id the file may repeat (else a row of the file)
-	key      uint64 // recordKey
-	recordID string
-}
-
 // rejectRow is an invalid row kept, with SkipInvalid, for the staging
 // table (and so the reject file).
 type rejectRow struct {
@@ -88,14 +73,10 @@ type streamer struct {
 	last    int32   // the contract of the last row (files grouped by contract)
 	lastID  string  // its id, "" before the first row
 	unknown []int32 // contracts whose base is not read yet
-	filter  *bloom
-	keys    *keyLog // nil if no temporary file could be made
+	keys    *keySet // every valid row's key, and the stored records' of the contracts named
 
 	held, heldMax int64 // memory of the open chunks, and its limit
-	side, sideMax int64 // memory of rejects and re-deliveries, with candBytes, and its limit
-	cands         []candidate
-	candBytes     int64     // memory of cands
-	candFile      *tempFile // candidates spilled (nil: none)
+	side, sideMax int64 // memory of rejects and re-deliveries, and its limit
 	rejects       []rejectRow
 	maxRecords    int64 // most records (stored and new) of a contract whose gross cannot reach the limit
 
@@ -124,28 +105,48 @@ type streamer struct {
 }
 
 func newStreamer(l *loader, budget, fileSize int64) *streamer {
-	seed := maphash.MakeSeed()
-	filter := budget / filterShare
-	if fileSize > 0 {
-		filter = min(filter, int64(float64(fileSize)*filterBytesPerFileByte))
-	}
-	f := newBloom(filter)
-	keys, err := newKeyLog()
-	if err != nil || l.opts.noKeyLog {
-		keys = nil // candidates are checked in SQL alone
-	}
-	return &streamer{l: l, rows: newReadAhead(l.records, seed, f, keys), seed: seed, index: make(map[string]int32),
-		filter: f, keys: keys, heldMax: budget * heldShare / 8, unknownMax: budget * heldShare / 64, sideMax: budget / sideShare,
+	s := &streamer{l: l, seed: maphash.MakeSeed(), index: make(map[string]int32),
+		heldMax: budget * heldShare / 8, unknownMax: budget * heldShare / 64, sideMax: budget / sideShare,
 		maxRecords: l.opts.maxGross / MaxAmountMinor}
+	// The keys expected in all, from those of the file read so far: the
+	// keys of stored records, added after the file, are not foreseen
+	// (a bucket they make too large for memory is split again).
+	s.keys = newKeySet(budget, func(n int64) int64 {
+		read := l.recordsRead.n.Load()
+		if s.inputEnd || read <= 0 || fileSize <= read {
+			return 2 * n
+		}
+		return int64(float64(n) * float64(fileSize) / float64(read))
+	})
+	s.keys.noFile = l.opts.noTempFile
+	key := func(contractID, _ string, recordHash uint64) uint64 {
+		return recordKey(maphash.String(s.seed, contractID), recordHash)
+	}
+	if l.opts.recordKey != nil {
+		key = func(contractID, recordID string, _ uint64) uint64 { return l.opts.recordKey(contractID, recordID) }
+	}
+	s.rows = newReadAhead(l.records, s.seed, key)
+	return s
 }
 
 func (s *streamer) close() {
 	s.rows.close()
-	if s.keys != nil {
-		s.keys.close()
+	s.keys.close()
+}
+
+// storedKey is the key of a stored record id of contract c.
+func (s *streamer) storedKey(c *streamContract, id []byte) uint64 {
+	if s.l.opts.recordKey != nil {
+		return s.l.opts.recordKey(c.id, string(id))
 	}
-	if s.candFile != nil {
-		s.candFile.close()
+	return recordKey(c.hash, maphash.Bytes(s.seed, id))
+}
+
+// addKey adds a record's key to the key set; the direct copy gives way if
+// the set cannot hold it (no temporary file).
+func (s *streamer) addKey(e keyEntry) {
+	if s.keys.add(e); s.keys.err != nil && s.err == nil {
+		s.giveUp(s.keys.err.Error())
 	}
 }
 
@@ -245,132 +246,9 @@ func (s *streamer) fill() {
 // addSide counts memory kept until the end of the stream.
 func (s *streamer) addSide(n int64) {
 	s.side += n
-	if s.side+s.candBytes > s.sideMax && s.err == nil {
-		s.giveUp("too many possible repeats or rejected rows for the memory budget")
+	if s.side > s.sideMax && s.err == nil {
+		s.giveUp("too many rejected rows or re-deliveries for the memory budget")
 	}
-}
-
-// addCand keeps a candidate. When the candidates outgrow their share of
-// the budget and the record keys are logged, they go to a temporary file
-// (see confirmCandidates).
-func (s *streamer) addCand(c candidate) {
-	s.cands = append(s.cands, c)
-	s.candBytes += int64(len(c.recordID)) + 40
-	if s.side+s.candBytes <= s.sideMax {
-		return
-	}
-	if s.keys == nil || s.spill() != nil {
-		s.giveUp("too many possible repeats for the memory budget")
-	}
-}
-
-// spill moves the candidates held to the candidate file.
-func (s *streamer) spill() error {
-	if s.candFile == nil {
-		f, err := newTempFile("baton-load-*.cands")
-		if err != nil {
-			return err
-		}
-		s.candFile = f
-	}
-	for _, c := range s.cands {
-		s.candFile.buf = binary.LittleEndian.AppendUint64(s.candFile.buf[:0], c.key)
-		s.candFile.buf = binary.LittleEndian.AppendUint32(s.candFile.buf, uint32(c.contract))
-		stored := uint32(0)
-		if c.stored {
-			stored = 1
-		}
-		s.candFile.buf = binary.LittleEndian.AppendUint32(s.candFile.buf, stored<<31|uint32(len(c.recordID)))
-		s.candFile.buf = append(s.candFile.buf, c.recordID...)
-		if _, err := s.candFile.w.Write(s.candFile.buf); err != nil {
-			return err
-		}
-	}
-	s.cands, s.candBytes = nil, 0
-	return nil
-}
-
-// confirmed yields the candidates whose key the key log holds twice (a
-// row of the file) or at all (a stored id), a batch at a time: the
-// candidates held, or those spilled to their file, read back in batches
-// of a quarter of the budget (the filter's memory is free by then), each
-// checked by a read of the key log. Without a key log it yields them all.
-// It returns nil at the end.
-type confirmed struct {
-	s    *streamer
-	r    *bufio.Reader // the candidate file, if spilled
-	done bool
-}
-
-func (s *streamer) confirmed() (*confirmed, error) {
-	c := &confirmed{s: s}
-	if s.candFile == nil {
-		return c, nil
-	}
-	if err := s.spill(); err != nil {
-		return nil, err
-	}
-	if err := s.candFile.rewind(); err != nil {
-		return nil, err
-	}
-	s.filter = nil
-	c.r = bufio.NewReaderSize(s.candFile.f, 1<<16)
-	return c, nil
-}
-
-func (c *confirmed) next() ([]candidate, error) {
-	s := c.s
-	for !c.done {
-		var batch []candidate
-		if c.r == nil {
-			batch, c.done = s.cands, true
-			s.cands = nil
-		} else {
-			var head [16]byte
-			var size int64
-			for size < s.l.opts.MemoryLimit/4 {
-				if _, err := io.ReadFull(c.r, head[:]); err == io.EOF {
-					c.done = true
-					break
-				} else if err != nil {
-					return nil, fmt.Errorf("reading possible repeats back: %w", err)
-				}
-				n := binary.LittleEndian.Uint32(head[12:])
-				id := make([]byte, n&^(1<<31))
-				if _, err := io.ReadFull(c.r, id); err != nil {
-					return nil, fmt.Errorf("reading possible repeats back: %w", err)
-				}
-				batch = append(batch, candidate{key: binary.LittleEndian.Uint64(head[:]), contract: int32(binary.LittleEndian.Uint32(head[8:])),
-					stored: n>>31 == 1, recordID: string(id)})
-				size += int64(len(id)) + 40
-			}
-		}
-		if err := s.confirmBatch(&batch); err != nil {
-			return nil, err
-		}
-		if len(batch) > 0 {
-			return batch, nil
-		}
-	}
-	return nil, nil
-}
-
-// confirmBatch keeps the candidates of cands that the key log confirms.
-func (s *streamer) confirmBatch(cands *[]candidate) error {
-	if s.keys == nil || len(*cands) == 0 {
-		return nil
-	}
-	counts := make(map[uint64]int, len(*cands))
-	for _, c := range *cands {
-		counts[c.key] = 0
-	}
-	if err := s.keys.count(counts); err != nil {
-		return err
-	}
-	*cands = slices.DeleteFunc(*cands, func(c candidate) bool {
-		return c.stored && counts[c.key] == 0 || !c.stored && counts[c.key] < 2
-	})
-	return nil
 }
 
 // add puts a valid row into its contract's open chunk, writing the chunk
@@ -390,9 +268,11 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 	}
 	s.last, s.lastID = ci, row.ContractID
 	c := s.cs[ci]
-	if it.maybeSeen {
-		s.addCand(candidate{contract: ci, key: it.key, recordID: row.RecordID})
+	if c.n >= storedPos {
+		s.giveUp(fmt.Sprintf("contract %s has too many records", c.id)) // more than the gross limit allows anyway
+		return b
 	}
+	s.addKey(keyEntry{key: it.key, contract: uint32(ci), pos: uint32(c.n)})
 	before := c.held()
 	c.ids = binary.BigEndian.AppendUint32(c.ids, uint32(len(row.RecordID)))
 	c.ids = append(c.ids, row.RecordID...)
@@ -592,7 +472,7 @@ func (l *loader) stream(ctx context.Context, tx pgx.Tx, s *streamer) (bool, erro
 	if err := s.probeStored(ctx, tx); err != nil || s.err != nil {
 		return false, err
 	}
-	redelivered, ok, err := s.checkCandidates(ctx, tx)
+	redelivered, ok, err := s.checkRepeats(ctx, tx)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -642,10 +522,10 @@ func (l *loader) stream(ctx context.Context, tx pgx.Tx, s *streamer) (bool, erro
 	return true, nil
 }
 
-// probeStored looks for record ids of the file among the stored ones of
-// the contracts that have records already: their ids are read (in binary)
-// and tested against the filter; those it may hold become candidates.
-// Its cost follows the records stored for the contracts the file touches.
+// probeStored adds to the key set the keys of the stored records of the
+// contracts the file names that have records already: their ids are read
+// (in binary), hashed and added, not held. Its cost follows the records
+// stored for the contracts the file touches.
 func (s *streamer) probeStored(ctx context.Context, tx pgx.Tx) error {
 	var withRecords []string
 	for _, c := range s.cs {
@@ -670,12 +550,13 @@ func (s *streamer) probeStored(ctx context.Context, tx pgx.Tx) error {
 		}
 		c := s.cs[ci]
 		err := eachArrayElem(raw[1], func(id []byte) {
-			if key := recordKey(c.hash, maphash.Bytes(s.seed, id)); s.err == nil && s.filter.has(key) {
-				s.addCand(candidate{contract: ci, stored: true, key: key, recordID: string(id)})
-			}
+			s.addKey(keyEntry{key: s.storedKey(c, id), contract: uint32(ci), pos: storedPos})
 		})
 		if err != nil {
 			return fmt.Errorf("reading stored record ids of contract %s: %w", raw[0], err)
+		}
+		if s.err != nil {
+			return nil
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -691,6 +572,16 @@ type redelivery struct {
 	seq      int64
 }
 
+// sqlCandidateIDs takes the record ids of the rows whose key repeats, from
+// the chunks this load wrote (by their seqs, each in the one chunk that
+// holds it).
+const sqlCandidateIDs = `
+INSERT INTO load_candidates (contract_id, record_id)
+SELECT DISTINCT k.contract_id, c.record_ids[k.seq - c.first_seq + 1]
+  FROM load_candidate_seqs k
+  JOIN {{.Schema}}.record_chunks c ON c.contract_id = k.contract_id AND c.first_seq BETWEEN k.seq - $1::bigint + 1 AND k.seq
+ WHERE k.seq <= c.last_seq`
+
 // sqlCandidateRecords finds every record, stored or of this load, whose id
 // is a candidate of its contract. A chunk is unnested only if it holds the
 // id; only the chunks of the candidates' contracts are read.
@@ -702,57 +593,72 @@ SELECT k.contract_id, k.record_id, c.first_seq + u.i - 1, u.amount_minor, c.load
  WHERE u.record_id = k.record_id
  ORDER BY 1, 2, 3`
 
-// checkCandidates settles the candidates exactly, in SQL. A record id
-// that occurs more than once in its contract (stored, or earlier in the
-// file) is a re-delivery if its amount is the first occurrence's: it is
-// returned, to be removed. With another amount the load gives way to the
-// staged path, which reports the error with both lines (ok is false).
-func (s *streamer) checkCandidates(ctx context.Context, tx pgx.Tx) (redelivered []redelivery, ok bool, err error) {
-	if len(s.cands) == 0 && s.candFile == nil {
-		return nil, true, nil
-	}
-	if _, err := exec(ctx, tx, "checking possible repeats", `
+// checkRepeats finds the record ids that occur more than once in their
+// contract (stored, or earlier in the file): the key set yields the rows
+// whose key repeats, and SQL settles them exactly (a 64-bit key may be
+// shared by two record ids). A repeat is a re-delivery if its amount is
+// the first occurrence's: it is returned, to be removed. With another
+// amount the load gives way to the staged path, which reports the error
+// with both lines (ok is false).
+func (s *streamer) checkRepeats(ctx context.Context, tx pgx.Tx) (redelivered []redelivery, ok bool, err error) {
+	if _, err := exec(ctx, tx, "checking repeated record ids", `
+CREATE TEMP TABLE load_candidate_seqs (contract_id text COLLATE "C" NOT NULL, seq bigint NOT NULL) ON COMMIT DROP;
 CREATE TEMP TABLE load_candidates (contract_id text COLLATE "C" NOT NULL, record_id text COLLATE "C" NOT NULL) ON COMMIT DROP`); err != nil {
 		return nil, false, err
 	}
-	// The candidates are confirmed while they are copied, so that the
+	// The keys are grouped while the rows found are copied, so that the
 	// session is busy in the COPY rather than idle in the transaction
-	// (past the idle timeout) while the key log is read.
-	batches, err := s.confirmed()
+	// (past the idle timeout) while the key set's buckets are read.
+	found, err := s.keys.repeats()
 	if err != nil {
-		return nil, false, err
+		s.giveUp(err.Error())
+		return nil, false, nil
 	}
 	vals := make([]any, 2)
 	var (
-		batch []candidate
+		batch []keyEntry
 		i     int
 		n     int64
 	)
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"load_candidates"}, []string{"contract_id", "record_id"},
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"load_candidate_seqs"}, []string{"contract_id", "seq"},
 		pgx.CopyFromFunc(func() ([]any, error) {
 			for i == len(batch) {
-				b, err := batches.next()
-				if err != nil || b == nil {
-					return nil, err
+				b, err := found.next()
+				if err != nil {
+					s.giveUp(err.Error())
+					return nil, errGiveUp
+				}
+				if b == nil {
+					return nil, nil
 				}
 				batch, i = b, 0
 			}
-			vals[0], vals[1] = s.cs[batch[i].contract].id, batch[i].recordID
+			c := s.cs[batch[i].contract]
+			vals[0], vals[1] = c.id, c.base+int64(batch[i].pos)+1
 			i++
 			n++
 			return vals, nil
-		})); err != nil {
-		return nil, false, fmt.Errorf("checking possible repeats: %w", err)
-	}
-	if n == 0 {
+		}))
+	switch {
+	case errors.Is(s.err, errGiveUp):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("checking repeated record ids: %w", err)
+	case n == 0:
 		return nil, true, nil
+	}
+	if err := analyze(ctx, tx, "load_candidate_seqs", "contract_id"); err != nil {
+		return nil, false, err
+	}
+	if _, err := exec(ctx, tx, "checking repeated record ids", sqlCandidateIDs, ChunkSize); err != nil {
+		return nil, false, err
 	}
 	if err := analyze(ctx, tx, "load_candidates", "contract_id"); err != nil {
 		return nil, false, err
 	}
 	rows, err := tx.Query(ctx, sqlCandidateRecords)
 	if err != nil {
-		return nil, false, fmt.Errorf("checking possible repeats: %w", err)
+		return nil, false, fmt.Errorf("checking repeated record ids: %w", err)
 	}
 	var (
 		contract, id           string
@@ -779,7 +685,7 @@ CREATE TEMP TABLE load_candidates (contract_id text COLLATE "C" NOT NULL, record
 		return nil
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("checking possible repeats: %w", err)
+		return nil, false, fmt.Errorf("checking repeated record ids: %w", err)
 	}
 	if otherAmount {
 		s.giveUp("a record id repeated with another amount")

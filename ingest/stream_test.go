@@ -149,31 +149,31 @@ func TestStreamOverBudget(t *testing.T) {
 // Re-deliveries found only after the budget forced chunks out (a record of
 // the file repeated at its end, a stored record repeated in its middle)
 // are skipped and counted: the direct copy removes them from the chunks it
-// wrote, and the records after them move up. The filter, far too small
-// for the file, suspects hundreds of rows; the key log, or without it the
-// check in SQL, clears them.
+// wrote, and the records after them move up. The record keys fit in
+// memory, or are written in buckets to a temporary file (and split again
+// when a bucket outgrows the budget); without that file the direct copy
+// gives way and the staged path finds the same.
 func TestStreamRedeliveryAfterFlush(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name     string
-		budget   int64
-		noKeyLog bool
+		name       string
+		budget     int64
+		noTempFile bool
+		direct     bool
 	}{
-		{"key log", streamBudget, false},
-		{"SQL alone", streamBudget, true},
-		// A filter of 8 KiB: every row is a candidate, far more than
-		// their 2 KiB share holds; they are spilled to a file and
-		// confirmed a share at a time.
-		{"candidates spilled", 16 << 10, false},
+		{"keys in memory", 2 << 20, false, true},
+		{"keys in buckets", streamBudget, false, true},
+		{"keys in buckets split again", 16 << 10, false, true},
+		{"no temporary file", streamBudget, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			testStreamRedeliveryAfterFlush(t, c.budget, c.noKeyLog)
+			testStreamRedeliveryAfterFlush(t, c.budget, c.noTempFile, c.direct)
 		})
 	}
 }
 
-func testStreamRedeliveryAfterFlush(t *testing.T, budget int64, noKeyLog bool) {
+func testStreamRedeliveryAfterFlush(t *testing.T, budget int64, noTempFile, direct bool) {
 	const contracts, per = 30, 500
 	db := pgtest.NewDB(t)
 	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", kTiers(contracts)),
@@ -182,9 +182,12 @@ func testStreamRedeliveryAfterFlush(t *testing.T, budget int64, noKeyLog bool) {
 	lines := strings.SplitAfter(body, "\n")
 	mid := len(lines) / 2
 	file := rh + strings.Join(lines[:mid], "") + "k7,stored,42\n" + strings.Join(lines[mid:], "") + "k3,n0,1\n"
-	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r.csv", file), budget: budget, noKeyLog: noKeyLog})
-	if !rep.DirectCopy || rep.RecordsAccepted != contracts*per || rep.RecordsRedelivered != 2 {
+	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r.csv", file), budget: budget, noTempFile: noTempFile})
+	if rep.DirectCopy != direct || rep.RecordsAccepted != contracts*per || rep.RecordsRedelivered != 2 {
 		t.Fatalf("report = %+v (gave way: %q)", rep, rep.gaveWay)
+	}
+	if direct && rep.keysPeak > budget*13/16 {
+		t.Fatalf("the key set held %d bytes, more than 13/16 of the budget of %d", rep.keysPeak, budget)
 	}
 	checkChunks(t, db)
 	got := map[string][]string{}
@@ -339,5 +342,73 @@ func TestStreamGroupedWholeChunks(t *testing.T) {
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Two different record ids of a contract whose 64-bit keys are equal are
+// no repeat: the exact check in SQL tells them apart, in the file and
+// against a stored record, and both are stored. A true repeat among them
+// is still found. Records of one key past the budget's reach make the
+// direct copy give way, and the staged path stores the same.
+func TestStreamKeyCollision(t *testing.T) {
+	t.Parallel()
+	collide := func(contractID, recordID string) uint64 {
+		if strings.HasPrefix(recordID, "x") {
+			return 7 // every "x..." record id of every contract
+		}
+		return uint64(len(contractID))<<32 | uint64(len(recordID)) ^ 0x9e3779b97f4a7c15*uint64(recordID[len(recordID)-1])
+	}
+	db := pgtest.NewDB(t)
+	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", kTiers(3)), RecordsPath: writeFile(t, "r0.csv", rh+"k1,xstored,5\n")})
+	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r1.csv", rh+"k1,xa,1\nk2,xa,1\nk1,xb,2\nk0,plain,3\n"), recordKey: collide})
+	if !rep.DirectCopy || rep.RecordsAccepted != 4 || rep.RecordsRedelivered != 0 {
+		t.Fatalf("colliding keys: report = %+v (gave way: %q)", rep, rep.gaveWay)
+	}
+	rep = mustLoad(t, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"k1,xc,1\nk1,xa,1\nk1,xstored,5\nk2,xd,4\n"), recordKey: collide})
+	if !rep.DirectCopy || rep.RecordsAccepted != 2 || rep.RecordsRedelivered != 2 {
+		t.Fatalf("colliding keys with repeats: report = %+v (gave way: %q)", rep, rep.gaveWay)
+	}
+	var ids []string
+	for _, r := range storedRecords(t, db) {
+		ids = append(ids, fmt.Sprintf("%s/%d/%s", r.Contract, r.Seq, r.RecordID))
+	}
+	want := []string{"k0/1/plain", "k1/1/xstored", "k1/2/xa", "k1/3/xb", "k1/4/xc", "k2/1/xa", "k2/2/xd"}
+	if !slices.Equal(ids, want) {
+		t.Fatalf("records %v, want %v", ids, want)
+	}
+	// Thousands of different ids of one key, more than a bucket of the
+	// budget holds: no bits of the key split them.
+	var b strings.Builder
+	b.WriteString(rh)
+	for i := range 5000 {
+		fmt.Fprintf(&b, "k2,x%d,1\n", i)
+	}
+	rep = mustLoad(t, db, Options{RecordsPath: writeFile(t, "r3.csv", b.String()), recordKey: collide, budget: streamBudget})
+	if rep.DirectCopy || rep.RecordsAccepted != 5000 || rep.RecordsRedelivered != 0 {
+		t.Fatalf("one key for all: report = %+v (gave way: %q)", rep, rep.gaveWay)
+	}
+}
+
+// A file whose keys take several times the memory budget is loaded by the
+// direct copy with the key set within its share of the budget, and a
+// record repeated from an earlier load at the file's end, and one of its
+// own first rows repeated at its end, are both found.
+func TestStreamKeysOverBudget(t *testing.T) {
+	t.Parallel()
+	const contracts, per = 50, 1000 // 50,000 keys, 800 KB of them
+	db := pgtest.NewDB(t)
+	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", kTiers(contracts)), RecordsPath: writeFile(t, "r0.csv", rh+bigFile("old", contracts, 20, false))})
+	file := rh + bigFile("n", contracts, per, false) + "k3,n0,1\nk11,old19,20\n"
+	const budget = 128 << 10
+	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r.csv", file), budget: budget})
+	if !rep.DirectCopy || rep.RecordsAccepted != contracts*per || rep.RecordsRedelivered != 2 {
+		t.Fatalf("report = %+v (gave way: %q)", rep, rep.gaveWay)
+	}
+	if rep.keysPeak > budget*13/16 || rep.keysPeak < budget/8 {
+		t.Fatalf("the key set held %d bytes of a budget of %d", rep.keysPeak, budget)
+	}
+	checkChunks(t, db)
+	if c := tableCounts(t, db); c.Records != contracts*(per+20) || c.Available != c.Records {
+		t.Fatalf("tables: %+v", c)
 	}
 }
