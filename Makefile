@@ -8,12 +8,15 @@ demo:
 	$(GO) run ./cmd/worker demo
 
 # Tests start their own throwaway PostgreSQL unless TEST_DATABASE_URL is set.
-# The fault-injection suite runs verbosely so its seeds and summary show.
+# e2e/ is a module of its own (the browser and fault-injection tests; their
+# tools stay out of the library's module). Its fault-injection suite runs
+# verbosely so its seeds and summary show.
 test:
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/faults$$')
-	$(GO) test -count=1 -v ./faults
+	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race ./heartbeat ./distributor ./partition
 	cd bench && $(GO) test -count=1 ./...
+	cd e2e && $(GO) test -count=1 $$($(GO) list ./... | grep -v '/faults$$')
+	cd e2e && $(GO) test -count=1 -v ./faults
 
 # The fault soak: 1,000 process, network and database faults on real workers,
 # soak clients and scheduled jobs (about 7 minutes on 2 cores), then the
@@ -21,10 +24,11 @@ test:
 # count, BATON_SEED=<seed> replays a run's schedule of faults. make test runs
 # a 40-fault slice of it.
 soak:
-	BATON_SOAK=1 $(GO) test -count=1 -v -timeout 40m -run '^TestSoak$$' ./faults
+	cd e2e && BATON_SOAK=1 $(GO) test -count=1 -v -timeout 40m -run '^TestSoak$$' ./faults
 
 test-race:
 	$(GO) test -count=1 -race ./...
+	cd e2e && $(GO) test -count=1 -race ./...
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
@@ -32,6 +36,7 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd examples && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	cd e2e && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/worker ./cmd/worker

@@ -176,7 +176,7 @@ func (s *soak) logFault(kind, targetKind, target string, start, end time.Time) {
 // injected and checked.
 //
 // Without -soak or BATON_SOAK=1 it runs a short slice (40 faults), as part of
-// every "go test ./faults"; "make soak" runs 1,000. BATON_SOAK_FAULTS=N sets
+// every "go test ./faults" in e2e/; "make soak" runs 1,000. BATON_SOAK_FAULTS=N sets
 // the count either way, and BATON_SEED replays a run's schedule of faults.
 func TestSoak(t *testing.T) {
 	cfg := soakSettings(t)
@@ -279,11 +279,11 @@ func startSoakServer(t *testing.T) (*pglocal.Server, string) {
 	return srv, srv.URL("baton")
 }
 
-// buildSoakClient builds the soak client (faults/internal/soakclient).
+// buildSoakClient builds the soak client (e2e/faults/internal/soakclient).
 func buildSoakClient(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "soakclient")
-	build := exec.Command("go", "build", "-o", bin, "github.com/batonhq/baton/faults/internal/soakclient")
+	build := exec.Command("go", "build", "-o", bin, "github.com/batonhq/baton/e2e/faults/internal/soakclient")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the soak client: %v\n%s", err, out)
 	}
@@ -1066,7 +1066,7 @@ func (s *soak) takeoverTimes() []time.Duration {
 func (s *soak) report(results []checkResult, phases string, wall time.Duration) {
 	t := s.t
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nsoak summary (seed %d; replay: BATON_SEED=%d BATON_SOAK_FAULTS=%d%s go test ./faults -run '^TestSoak$' -v)\n",
+	fmt.Fprintf(&b, "\nsoak summary (seed %d; replay in e2e/: BATON_SEED=%d BATON_SOAK_FAULTS=%d%s go test ./faults -run '^TestSoak$' -v)\n",
 		s.seed, s.seed, s.cfg.faults, map[bool]string{true: " BATON_SOAK=1", false: ""}[s.cfg.full])
 	fmt.Fprintf(&b, "wall time %s (%s); %d workers and %d soak clients, each behind its own proxy; up to %d faults at once, database restarts beside them\n\n",
 		wall.Round(time.Second), phases, s.cfg.workers, s.cfg.clients, s.cfg.injectors)

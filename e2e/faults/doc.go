@@ -8,10 +8,13 @@
 // SQL verification): every accepted record priced exactly once with exactly
 // the right amounts, no worker exiting non-zero unless it was killed.
 //
-// A short randomized run is part of every "go test ./..."; its seed is
-// printed, and BATON_SEED=<seed> replays it. "go test ./faults -long"
-// (or BATON_FAULTS_LONG=1) runs larger data, more faults and several
-// schedules per scenario for soak use. The suite prints a summary: schedules
+// It lives in the e2e module (e2e/go.mod), beside the library's module, so
+// that Toxiproxy and its dependencies stay out of the library's
+// requirements. A short randomized run is part of every "go test ./..." in
+// e2e/ (and so of "make test"); its seed is printed, and BATON_SEED=<seed>
+// replays it. "go test ./faults -long" in e2e/ (or BATON_FAULTS_LONG=1)
+// runs larger data, more faults and several schedules per scenario for soak
+// use. The suite prints a summary: schedules
 // run, faults injected, records checked, discrepancies, takeover time
 // percentiles.
 package faults
