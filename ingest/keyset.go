@@ -366,7 +366,9 @@ func (r *repeats) group(es []keyEntry, used int) {
 		r.tmp = r.tmp[:0]
 		return
 	}
-	b := min(bits.Len(uint(len(es)))-1, 64-used)
+	// About four entries a group: the counts stay small (more of them in
+	// the caches), and a group is quick to look through.
+	b := min(max(0, bits.Len(uint(len(es)))-3), 64-used)
 	if cap(r.tmp) < len(es) {
 		n := max(len(es), cap(es))
 		r.s.hold(int64(n-cap(r.tmp)) * keyEntrySize)
@@ -408,6 +410,21 @@ func (r *repeats) scan() {
 		return
 	}
 	grp := r.tmp[i:j]
+	if len(grp) <= 16 {
+		// Each row whose key and contract another entry of the group has.
+		for a, e := range grp {
+			if e.stored() {
+				continue
+			}
+			for z, f := range grp {
+				if z != a && f.key == e.key && f.contract == e.contract {
+					r.out = append(r.out, e)
+					break
+				}
+			}
+		}
+		return
+	}
 	slices.SortFunc(grp, func(x, y keyEntry) int {
 		return cmp.Or(cmp.Compare(x.key, y.key), cmp.Compare(x.contract, y.contract))
 	})
