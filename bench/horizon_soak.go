@@ -6,7 +6,9 @@ import (
 	"log"
 	"math/rand/v2"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,6 +30,11 @@ type soakWindow struct {
 	TasksBytes   int64   `json:"tasks_bytes"`     // heap + indexes
 	WorkersDead  int64   `json:"workers_dead"`
 	WorkersBytes int64   `json:"workers_bytes"`
+	// Statements are the statements that took the most time in the
+	// window (pg_stat_statements, differences from the window before),
+	// with the buffers each call touched: what grows while the horizon
+	// stays pinned.
+	Statements []stmtRaw `json:"statements,omitempty"`
 }
 
 // soakResult is a long run at a steady load with the horizon pinned
@@ -106,6 +113,8 @@ func (e *env) runSoak(ctx context.Context, c horizonConfig, res *results) (*soak
 	}()
 	defer func() { stopProducer(); <-prodDone }()
 
+	_ = e.resetStatements(ctx)
+	var prevStmts []stmtRaw
 	start := time.Now()
 	var prevPriced int64
 	var prevMetrics scrape
@@ -144,6 +153,10 @@ func (e *env) runSoak(ctx context.Context, c horizonConfig, res *results) (*soak
 			HeartbeatP99: hb.quantileMs(0.99), CommitP99: cm.quantileMs(0.99), ClaimReadP99: rd.P99, ClaimReadP50: rd.P50,
 			TasksDead: tasks.Dead, TasksHot: tasks.hotShare(), TasksBytes: tasks.HeapBytes + tasks.IndexBytes,
 			WorkersDead: workers.Dead, WorkersBytes: workers.HeapBytes + workers.IndexBytes}
+		if st, err := e.rawStatements(ctx, name, 60); err == nil {
+			w.Statements = topStatementsSince(st, prevStmts, 8)
+			prevStmts = st
+		}
 		s.Windows = append(s.Windows, w)
 		log.Printf("horizon soak: %4.0fs: %.0f records/s, backlog %d, heartbeat p99 %.1f ms, claim reads p99 %.1f ms, tasks %d dead (%s HOT, %s), workers %d dead",
 			w.AtS, w.PerSec, w.Backlog, w.HeartbeatP99, w.ClaimReadP99, w.TasksDead, pct(w.TasksHot), mib(w.TasksBytes), w.WorkersDead)
@@ -191,4 +204,33 @@ func soakSection(w writer, s *soakResult) {
 			x.TasksDead, pct(x.TasksHot), mib(x.TasksBytes), x.WorkersDead, mib(x.WorkersBytes))
 	}
 	w("\n")
+	for _, x := range s.Windows {
+		if len(x.Statements) == 0 {
+			continue
+		}
+		w("<details><summary>statements in the window to %.0f s (pg_stat_statements, buffers hit or read per call)</summary>\n\n| statement | calls | total ms | mean ms | buffers per call |\n|---|---|---|---|---|\n", x.AtS)
+		for _, st := range x.Statements {
+			w("| `%s` | %d | %.0f | %.3f | %.1f |\n", strings.ReplaceAll(st.Query, "|", "\\|"), st.Calls, st.TotalMs, st.TotalMs/float64(max(st.Calls, 1)), st.BlocksPerCall())
+		}
+		w("\n</details>\n\n")
+	}
+}
+
+// topStatementsSince is the n statements of cur that took the most time
+// since prev (the same statements read earlier; matched by their text).
+func topStatementsSince(cur, prev []stmtRaw, n int) []stmtRaw {
+	before := make(map[string]stmtRaw, len(prev))
+	for _, p := range prev {
+		before[p.Query] = p
+	}
+	out := make([]stmtRaw, 0, len(cur))
+	for _, c := range cur {
+		p := before[c.Query]
+		d := stmtRaw{Query: c.Query, Calls: c.Calls - p.Calls, TotalMs: c.TotalMs - p.TotalMs, Rows: c.Rows - p.Rows, Blocks: c.Blocks - p.Blocks}
+		if d.Calls > 0 {
+			out = append(out, d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].TotalMs > out[j].TotalMs })
+	return out[:min(n, len(out))]
 }
