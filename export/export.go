@@ -16,6 +16,18 @@
 // character and the numbers are never empty). In particular leading or
 // trailing spaces and backslashes are not quoted.
 //
+// The rows are read through priced's primary key, which is their order,
+// never sorted: a sort of every priced row spills to disk once the table
+// outgrows work_mem, and at 10^8 rows (tens of GB) reading the table and
+// sorting it takes several times as long as reading it in key order. The
+// planner, which assumes a heap fetch per index entry costs a random page
+// read, chooses the sort once the table is large and its physical order
+// looks uncorrelated with the key; but priced's rows are written a batch
+// at a time, each batch consecutive rows of one contract in seq order, so
+// an index scan reads the heap in runs of a batch, not a page per row.
+// The export's transaction turns the planner's sort and sequential scan
+// off (SET LOCAL) so that the key order is used at any size.
+//
 // WriteComplete writes the same, but only when pricing is complete: every
 // stored record priced, and no contract whose checkpoint (or work) lies
 // beyond its records, which would mean records skipped, not priced.
@@ -42,11 +54,16 @@ import (
 const Header = "contract_id,record_id,gross_minor,discount_minor,net_minor"
 
 // The column names produce Header through COPY's HEADER option.
-const copySQL = `COPY (
-    SELECT contract_id, record_id, gross_minor, discount_minor, net_minor
+const (
+	selectSQL = `SELECT contract_id, record_id, gross_minor, discount_minor, net_minor
       FROM {{.Schema}}.priced
-     ORDER BY contract_id COLLATE "C", seq
-) TO STDOUT WITH (FORMAT csv, HEADER true)`
+     ORDER BY contract_id COLLATE "C", seq`
+	copySQL = `COPY (` + selectSQL + `) TO STDOUT WITH (FORMAT csv, HEADER true)`
+)
+
+// keyOrder makes the rest of the current transaction read priced in key
+// order (see the package comment).
+var keyOrder = []string{`SET LOCAL enable_sort = off`, `SET LOCAL enable_seqscan = off`}
 
 // Write writes every priced record of the pricing tables in schema
 // schemaName (empty means schema.Default) to w as CSV and returns the
@@ -57,11 +74,25 @@ func Write(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (row
 		return 0, fmt.Errorf("exporting priced records: acquiring a database connection: %w", err)
 	}
 	defer conn.Close()
-	return copyOut(ctx, conn, schemaName, w)
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("exporting priced records: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if rows, err = copyOut(ctx, conn, tx, schemaName, w); err != nil {
+		return 0, err
+	}
+	return rows, tx.Commit()
 }
 
-// copyOut streams the priced records over conn to w.
-func copyOut(ctx context.Context, conn bun.Conn, schemaName string, w io.Writer) (rows int64, err error) {
+// copyOut streams the priced records over conn, in its transaction tx, to
+// w.
+func copyOut(ctx context.Context, conn bun.Conn, tx bun.Tx, schemaName string, w io.Writer) (rows int64, err error) {
+	for _, q := range keyOrder {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return 0, fmt.Errorf("exporting priced records: %w", err)
+		}
+	}
 	bw := bufio.NewWriterSize(w, 1<<16)
 	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		tag, err := pc.PgConn().CopyTo(ctx, bw, schema.SQL(schemaName, copySQL))
@@ -134,7 +165,7 @@ func WriteComplete(ctx context.Context, db *bun.DB, schemaName string, w io.Writ
 	if !p.Complete() {
 		return 0, &IncompleteError{Progress: p}
 	}
-	if rows, err = copyOut(ctx, conn, schemaName, w); err != nil {
+	if rows, err = copyOut(ctx, conn, tx, schemaName, w); err != nil {
 		return 0, err
 	}
 	if rows != p.Priced {
