@@ -184,6 +184,8 @@ type Report struct {
 
 	gaveWay  string // why the direct copy gave way to the staged path
 	keysPeak int64  // most memory the direct copy's key set held (tests)
+	spilled  int64  // bytes of records the direct copy wrote to its spill files (tests)
+	heldPeak int64  // most memory the direct copy's open chunks held (tests)
 }
 
 // Load loads a tiers file, a records file or both in one transaction. See

@@ -34,6 +34,10 @@ type readItem struct {
 	raw  string
 	hash uint64 // of a valid row's record id
 	key  uint64 // of a valid row's record id within its contract, when keys are made
+	// contract is the ordinal of a valid row's contract among the
+	// contracts of the valid rows, in order of first appearance, when
+	// keys are made.
+	contract int32
 }
 
 // parsedBatch is what csvFile.next returned for a batch of rows.
@@ -57,8 +61,8 @@ const readAheadBatch = 1024
 func final(err error) bool { return err != nil && !isLineError(err) }
 
 // With a key function, the checking goroutine also gives each valid row
-// its key (readItem.key).
-func newReadAhead(r *RecordsReader, seed maphash.Seed, key func(contractID, recordID string, recordHash uint64) uint64) *readAhead {
+// its key and contract ordinal (readItem.key, readItem.contract).
+func newReadAhead(r *RecordsReader, seed maphash.Seed, key func(contractID, recordID string, recordHash uint64) (uint64, int32)) *readAhead {
 	a := &readAhead{parsed: make(chan *parsedBatch, 4), spare: make(chan *parsedBatch, 8),
 		batches: make(chan []readItem, 4), free: make(chan []readItem, 8),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -115,7 +119,7 @@ func newReadAhead(r *RecordsReader, seed maphash.Seed, key func(contractID, reco
 					// direct copy's check for repeats.
 					it.hash = maphash.String(seed, row.RecordID)
 					if key != nil {
-						it.key = key(row.ContractID, row.RecordID, it.hash)
+						it.key, it.contract = key(row.ContractID, row.RecordID, it.hash)
 					}
 					if !canonicalInt(fields[2]) {
 						it.raw = rawRow(fields)

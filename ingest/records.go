@@ -28,6 +28,10 @@ func (l *loader) loadRecords(ctx context.Context, tx pgx.Tx) (bool, error) {
 			direct, err := l.streamRecords(ctx, tx, s)
 			s.close()
 			l.rep.keysPeak = s.keys.peak
+			l.rep.heldPeak = s.heldPeak
+			if s.spill != nil {
+				l.rep.spilled = s.spill.bytes
+			}
 			if err != nil || direct {
 				return direct, err
 			}

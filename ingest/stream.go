@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"io"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -24,11 +25,12 @@ const MemoryLimitDefault = 128 << 20
 const minMemoryLimit = 1 << 20
 
 // How the stream divides its memory budget: the records held in open
-// chunks, the rest kept until the stream ends (rejected rows,
-// re-deliveries to remove), and the keys of the records (keySet: a
-// quarter while the file is read, half once it has been).
+// chunks (half), the rest kept until the stream ends (rejected rows,
+// re-deliveries to remove: an eighth), the keys of the records (keySet: a
+// quarter while the file is read, half once it has been) and the write
+// buffers of the spill files (chunkSpill: a sixteenth).
 const (
-	heldShare = 3 // 3/8 of the budget
+	heldShare = 4 // 4/8 of the budget
 	sideShare = 8 // 1/8
 )
 
@@ -48,6 +50,9 @@ type streamContract struct {
 	ids     []byte // the open chunk's record ids, as binary array elements
 	amounts []int64
 	count   int // records in the open chunk
+	// spilled: records of the contract wait in the spill files, so all
+	// its later ones go there too (seqs follow the file's order).
+	spilled bool
 }
 
 // held is the memory the open chunk takes.
@@ -70,12 +75,11 @@ type streamer struct {
 	seed    maphash.Seed
 	index   map[string]int32
 	cs      []*streamContract
-	last    int32   // the contract of the last row (files grouped by contract)
-	lastID  string  // its id, "" before the first row
 	unknown []int32 // contracts whose base is not read yet
 	keys    *keySet // every valid row's key, and the stored records' of the contracts named
 
 	held, heldMax int64 // memory of the open chunks, and its limit
+	heldPeak      int64 // the most held (tests)
 	side, sideMax int64 // memory of rejects and re-deliveries, and its limit
 	rejects       []rejectRow
 	maxRecords    int64 // most records (stored and new) of a contract whose gross cannot reach the limit
@@ -100,14 +104,23 @@ type streamer struct {
 	inputEnd                bool // the records file has been read
 	done                    bool // the input ended and every record is written
 	rowsRead                int64
-	why                     string // why the direct copy gave way (errGiveUp)
-	err                     error  // ends the COPY: errGiveUp or the input's fatal error
+	// spill holds the open chunks that did not fit, read back into
+	// whole chunks after the file (nil until needed); noSpill: no
+	// temporary file could be made, so open chunks are written early
+	// (partial) instead.
+	spill       *chunkSpill
+	noSpill     bool
+	readingBack bool
+	partDone    bool // the spill file being read back has been read
+	budget      int64
+	why         string // why the direct copy gave way (errGiveUp)
+	err         error  // ends the COPY: errGiveUp or the input's fatal error
 }
 
 func newStreamer(l *loader, budget, fileSize int64) *streamer {
 	s := &streamer{l: l, seed: maphash.MakeSeed(), index: make(map[string]int32),
 		heldMax: budget * heldShare / 8, unknownMax: budget * heldShare / 64, sideMax: budget / sideShare,
-		maxRecords: l.opts.maxGross / MaxAmountMinor}
+		maxRecords: l.opts.maxGross / MaxAmountMinor, budget: budget}
 	// The keys expected in all, from those of the file read so far: the
 	// keys of stored records, added after the file, are not foreseen
 	// (a bucket they make too large for memory is split again).
@@ -119,11 +132,24 @@ func newStreamer(l *loader, budget, fileSize int64) *streamer {
 		return int64(float64(n) * float64(fileSize) / float64(read))
 	})
 	s.keys.noFile = l.opts.noTempFile
-	key := func(contractID, _ string, recordHash uint64) uint64 {
-		return recordKey(maphash.String(s.seed, contractID), recordHash)
+	// The reading goroutine numbers the contracts (in order of first
+	// appearance, as add meets them) and hashes each once, so that the
+	// goroutine writing the chunks looks up no contract id.
+	type contractOrd struct {
+		n    int32
+		hash uint64
 	}
-	if l.opts.recordKey != nil {
-		key = func(contractID, recordID string, _ uint64) uint64 { return l.opts.recordKey(contractID, recordID) }
+	ords := make(map[string]contractOrd)
+	key := func(contractID, recordID string, recordHash uint64) (uint64, int32) {
+		o, ok := ords[contractID]
+		if !ok {
+			o = contractOrd{int32(len(ords)), maphash.String(s.seed, contractID)}
+			ords[strings.Clone(contractID)] = o
+		}
+		if l.opts.recordKey != nil {
+			return l.opts.recordKey(contractID, recordID), o.n
+		}
+		return recordKey(o.hash, recordHash), o.n
 	}
 	s.rows = newReadAhead(l.records, s.seed, key)
 	return s
@@ -132,6 +158,9 @@ func newStreamer(l *loader, budget, fileSize int64) *streamer {
 func (s *streamer) close() {
 	s.rows.close()
 	s.keys.close()
+	if s.spill != nil {
+		s.spill.close()
+	}
 }
 
 // storedKey is the key of a stored record id of contract c.
@@ -197,15 +226,32 @@ func (s *streamer) fill() {
 				s.flushAt++
 			}
 			if s.flushAt < len(s.cs) {
-				b = s.emit(b, s.cs[s.flushAt], s.flushMin == ChunkSize)
+				if c := s.cs[s.flushAt]; c.spilled && !s.readingBack {
+					s.spillChunk(c)
+				} else {
+					b = s.emit(b, c, s.flushMin == ChunkSize)
+				}
 				s.flushAt++
 				continue
 			}
 			s.flushing = false
 			if s.inputEnd {
+				if s.readingBack && !s.partDone {
+					continue // written early, amid a spill file
+				}
+				if s.spill != nil && s.nextPart() {
+					continue
+				}
+				if s.err != nil {
+					break
+				}
 				s.done = true
 				b = s.endSegment(b)
 			}
+			continue
+		}
+		if s.readingBack {
+			b = s.readBack(b)
 			continue
 		}
 		it := s.rows.next()
@@ -255,18 +301,17 @@ func (s *streamer) addSide(n int64) {
 // if it is full and its base known.
 func (s *streamer) add(b []byte, it *readItem) []byte {
 	row := &it.row
-	ci, ok := s.last, s.lastID == row.ContractID && s.lastID != ""
-	if !ok {
-		ci, ok = s.index[row.ContractID]
-	}
-	if !ok {
-		ci = int32(len(s.cs))
+	ci := it.contract
+	switch {
+	case int(ci) == len(s.cs):
 		s.index[row.ContractID] = ci
 		s.cs = append(s.cs, &streamContract{id: row.ContractID, hash: maphash.String(s.seed, row.ContractID)})
 		s.unknown = append(s.unknown, ci)
 		s.held += int64(len(row.ContractID)) + 128
+	case ci < 0 || int(ci) > len(s.cs) || s.cs[ci].id != row.ContractID:
+		s.err = fmt.Errorf("internal error: contract %s numbered %d", row.ContractID, ci)
+		return b
 	}
-	s.last, s.lastID = ci, row.ContractID
 	c := s.cs[ci]
 	if c.n >= storedPos {
 		s.giveUp(fmt.Sprintf("contract %s has too many records", c.id)) // more than the gross limit allows anyway
@@ -280,6 +325,7 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 	c.count++
 	c.n++
 	s.held += c.held() - before
+	s.heldPeak = max(s.heldPeak, s.held)
 	if !c.known {
 		s.unknownHeld += c.held() - before
 	}
@@ -287,7 +333,10 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 		s.giveUp(fmt.Sprintf("contract %s may reach the gross limit", c.id))
 		return b
 	}
-	if c.known && c.count >= ChunkSize {
+	switch {
+	case c.spilled && c.count >= ChunkSize:
+		s.spillChunk(c)
+	case c.known && c.count >= ChunkSize:
 		b = s.emit(b, c, true)
 	}
 	var skip *streamContract
@@ -295,6 +344,8 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 		skip = c
 	}
 	switch {
+	case s.held > s.heldMax && s.canSpill():
+		s.spillAll(skip)
 	case s.held > s.heldMax && len(s.unknown) > 0:
 		s.flushAfterRound, s.flushSkip = 1, skip
 		return s.endSegment(b) // read their bases, then flush
@@ -307,6 +358,97 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 		// would wait meanwhile.
 		s.flushAfterRound, s.flushSkip = ChunkSize, nil
 		return s.endSegment(b)
+	}
+	return b
+}
+
+// canSpill makes the spill files if they are not made yet; false if
+// they cannot be.
+func (s *streamer) canSpill() bool {
+	if s.spill != nil {
+		return true
+	}
+	if s.noSpill {
+		return false
+	}
+	sp, err := newChunkSpill(s.budget, s.l.opts.noTempFile)
+	if err != nil {
+		s.noSpill = true
+		return false
+	}
+	s.spill = sp
+	return true
+}
+
+// spillAll moves every open chunk but skip's to the spill files.
+func (s *streamer) spillAll(skip *streamContract) {
+	for _, c := range s.cs {
+		if c.count > 0 && c != skip {
+			s.spillChunk(c)
+			if s.err != nil {
+				return
+			}
+		}
+	}
+}
+
+// spillChunk moves a contract's open chunk to the spill files.
+func (s *streamer) spillChunk(c *streamContract) {
+	if c.count == 0 {
+		return
+	}
+	if err := s.spill.write(c.hash, s.index[c.id], c.count, c.ids, c.amounts); err != nil {
+		s.err = fmt.Errorf("writing a temporary file of records: %w", err)
+		return
+	}
+	h := c.held()
+	s.held -= h
+	if !c.known {
+		s.unknownHeld = max(0, s.unknownHeld-h)
+	}
+	c.ids, c.amounts, c.count, c.spilled = nil, nil, 0, true
+}
+
+// nextPart starts reading back the next spill file, true if there is
+// one.
+func (s *streamer) nextPart() bool {
+	more, err := s.spill.nextPart()
+	if err != nil {
+		s.err = fmt.Errorf("reading a temporary file of records: %w", err)
+		return false
+	}
+	s.readingBack, s.partDone = more, false
+	return more
+}
+
+// readBack adds the next block of the spill file being read to its
+// contract's open chunk, writing the chunk once full; at the file's end
+// every open chunk (of that file's contracts) is written.
+func (s *streamer) readBack(b []byte) []byte {
+	cur, err := s.spill.readBlock(s.cs)
+	if err == io.EOF {
+		s.partDone = true
+		s.flush(1, nil)
+		return b
+	}
+	if err != nil {
+		s.err = fmt.Errorf("reading a temporary file of records: %w", err)
+		return b
+	}
+	before := cur.held()
+	err = s.spill.append(cur)
+	s.held += cur.held() - before
+	s.heldPeak = max(s.heldPeak, s.held)
+	if err != nil {
+		s.err = fmt.Errorf("reading a temporary file of records: %w", err)
+		return b
+	}
+	if cur.count >= ChunkSize {
+		b = s.emit(b, cur, true)
+	}
+	if s.held > s.heldMax {
+		// The file's contracts do not fit: write their chunks as they are.
+		s.flush(1, nil)
 	}
 	return b
 }

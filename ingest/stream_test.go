@@ -412,3 +412,75 @@ func TestStreamKeysOverBudget(t *testing.T) {
 		t.Fatalf("tables: %+v", c)
 	}
 }
+
+// Many contracts interleaved in a file many times the smallest memory
+// budget still get whole chunks: the open chunks that do not fit go to
+// the spill files and are read back after the file, each contract's
+// records in file order. Every chunk is full but each contract's last,
+// the records view gives every record its seq (after the stored ones) and
+// amount, and the open chunks stayed within their share of the budget.
+func TestStreamInterleavedWholeChunks(t *testing.T) {
+	t.Parallel()
+	const contracts, per = 48, 2100 // 100,800 records, about 1.5 MB
+	db := pgtest.NewDB(t)
+	// Some contracts have records already.
+	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", kTiers(contracts)),
+		RecordsPath: writeFile(t, "r0.csv", rh+bigFile("old", contracts/4, 3, false))})
+	const budget = 1 << 20
+	rep := mustLoad(t, db, Options{RecordsPath: writeFile(t, "r.csv", rh+bigFile("n", contracts, per, false)), MemoryLimit: budget})
+	if !rep.DirectCopy || rep.RecordsAccepted != contracts*per || rep.RecordsRedelivered != 0 {
+		t.Fatalf("report = %+v (gave way: %q)", rep, rep.gaveWay)
+	}
+	if rep.spilled == 0 {
+		t.Fatal("nothing was spilled: the file fits in the budget, make it larger")
+	}
+	if rep.heldPeak > budget*heldShare/8+64<<10 {
+		t.Fatalf("open chunks held %d bytes, more than their share of %d", rep.heldPeak, budget*heldShare/8)
+	}
+	checkChunks(t, db)
+	rows, err := db.QueryContext(context.Background(), `SELECT contract_id, array_agg(cardinality(record_ids) ORDER BY first_seq)::text
+		FROM baton.record_chunks WHERE load_id = ? GROUP BY contract_id ORDER BY contract_id`, rep.LoadID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var c, sizes string
+		if err := rows.Scan(&c, &sizes); err != nil {
+			t.Fatal(err)
+		}
+		if n++; sizes != "{1024,1024,52}" {
+			t.Errorf("chunks of %s hold %s records, want {1024,1024,52}", c, sizes)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != contracts {
+		t.Fatalf("chunks of %d contracts, want %d", n, contracts)
+	}
+	got := storedRecords(t, db)
+	if len(got) != contracts*per+contracts/4*3 {
+		t.Fatalf("%d records", len(got))
+	}
+	for _, r := range got {
+		var c, i int
+		fmt.Sscanf(r.Contract, "k%d", &c)
+		if strings.HasPrefix(r.RecordID, "old") {
+			fmt.Sscanf(r.RecordID, "old%d", &i)
+			if r.Seq != int64(i+1) || r.Amount != int64(i+1) {
+				t.Fatalf("record %+v", r)
+			}
+			continue
+		}
+		fmt.Sscanf(r.RecordID, "n%d", &i)
+		want := int64(i + 1)
+		if c < contracts/4 {
+			want += 3
+		}
+		if r.Seq != want || r.Amount != int64(i+1) {
+			t.Fatalf("record %+v, want seq %d", r, want)
+		}
+	}
+}
