@@ -94,6 +94,28 @@ func (s *chunkSpill) write(hash uint64, ci int32, count int, ids []byte, amounts
 	return err
 }
 
+// writeRow appends a block of one record of contract ci to the file of
+// hash.
+func (s *chunkSpill) writeRow(hash uint64, ci int32, id string, amount int64) error {
+	w := s.writers[hash%uint64(len(s.writers))]
+	n := 12 + 4 + len(id) + 8
+	if w.Available() < n {
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	b := w.AvailableBuffer()
+	b = binary.LittleEndian.AppendUint32(b, uint32(ci))
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	b = binary.LittleEndian.AppendUint32(b, uint32(4+len(id)))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(id)))
+	b = append(b, id...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(amount))
+	s.bytes += int64(n)
+	_, err := w.Write(b)
+	return err
+}
+
 // nextPart starts reading back the next file; false when all have been.
 func (s *chunkSpill) nextPart() (bool, error) {
 	if s.part < 0 {

@@ -318,6 +318,19 @@ func (s *streamer) add(b []byte, it *readItem) []byte {
 		return b
 	}
 	s.addKey(keyEntry{key: it.key, contract: uint32(ci), pos: uint32(c.n)})
+	if c.spilled && c.count == 0 {
+		// Its records go to the spill file as they come, without an
+		// open chunk: once contracts spill they are many, and writing
+		// a row takes less than keeping it.
+		c.n++
+		if err := s.spill.writeRow(c.hash, ci, row.RecordID, row.AmountMinor); err != nil {
+			s.err = fmt.Errorf("writing a temporary file of records: %w", err)
+		}
+		if c.known && c.base+c.n > s.maxRecords {
+			s.giveUp(fmt.Sprintf("contract %s may reach the gross limit", c.id))
+		}
+		return b
+	}
 	before := c.held()
 	c.ids = binary.BigEndian.AppendUint32(c.ids, uint32(len(row.RecordID)))
 	c.ids = append(c.ids, row.RecordID...)
