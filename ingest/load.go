@@ -106,9 +106,10 @@ type Options struct {
 	// MemoryLimit bounds the memory the load takes for the records file
 	// (its records held until their chunks are written, the keys of
 	// record ids, rejected rows and re-deliveries kept to the end),
-	// whatever the file's size; see the package documentation. A larger
-	// budget writes fuller chunks and keeps more record keys in memory
-	// rather than in a temporary file. It must be at least 1 MiB. Defaults to
+	// whatever the file's size; see the package documentation. Chunks
+	// are whole whatever the budget: a larger one keeps more records and
+	// record keys in memory rather than in temporary files, and reads
+	// the records' files back in larger parts. It must be at least 1 MiB. Defaults to
 	// MemoryLimitDefault (128 MiB). Records written leave garbage, which
 	// Go's collector lets grow to about the live heap before collecting
 	// unless a soft limit is set (GOMEMLIMIT, debug.SetMemoryLimit):

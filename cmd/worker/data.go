@@ -76,8 +76,11 @@ the commit rolls the load back: nothing is loaded, and the exit code is
 130 (143 for SIGTERM).
 
 Records are written while the file is read, in at most --memory MiB
-whatever the file's size; a larger budget writes fuller chunks and leaves
-fewer record ids to check again in SQL.
+whatever the file's size, in whole chunks however the file interleaves
+its contracts: what does not fit waits in temporary files (removed as
+soon as they are made) until the file has been read. A larger budget
+writes less to those files (a file whose records fit writes none) and
+reads them back in fewer, larger parts.
 
 Changes the database: adds contracts, their tiers and records; a tiers file
 replaces the tiers of a contract it names (refused once the contract has
@@ -143,7 +146,7 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 	f.DurationVar(&opts.LockTimeout, "lock-timeout", ingest.LockTimeoutDefault, "longest wait for a row lock held by a worker (0: no limit); waiting for another load is not limited")
 	f.DurationVar(&opts.IdleInTransactionTimeout, "idle-timeout", ingest.IdleInTransactionTimeoutDefault, "the server ends a load that pauses this long between statements (stalled, cut off), releasing its locks (0: no limit)")
 	nonNegative(f, "statement-timeout", "lock-timeout", "idle-timeout")
-	f.Int64Var(&memoryMiB, "memory", ingest.MemoryLimitDefault>>20, "MiB the load may take for the records whatever the file's size (at least 1); more writes fuller chunks")
+	f.Int64Var(&memoryMiB, "memory", ingest.MemoryLimitDefault>>20, "MiB the load may take for the records whatever the file's size (at least 1); more writes less to temporary files")
 	positive(f, "memory")
 	return cmd
 }
