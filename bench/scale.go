@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/pricer"
+	"github.com/uptrace/bun"
 )
 
 // The scale scenario runs baton's commands end to end on a month of
@@ -35,8 +37,12 @@ type scaleResult struct {
 	PerContract int `json:"records_per_contract"`
 	Workers     int `json:"workers"`
 	// Runs are the baseline first, then the large run (as far as it got).
-	Runs    []*scaleRun    `json:"runs"`
-	Storage *storageResult `json:"storage,omitempty"`
+	Runs []*scaleRun `json:"runs"`
+	// BaselineAfter is the second baseline: each of its stages ran right
+	// after the large run's. A stage's baseline rate is the mean of the
+	// two.
+	BaselineAfter *scaleRun      `json:"baseline_after,omitempty"`
+	Storage       *storageResult `json:"storage,omitempty"`
 }
 
 // scaleRun is one size, end to end.
@@ -84,6 +90,28 @@ func (s *scaleResult) baseline() *scaleRun {
 	return s.Runs[0]
 }
 
+// baselineRate is stage name's baseline records/s: the mean of the
+// baselines that ran it (before and after the large run's).
+func (s *scaleResult) baselineRate(name string) (mean float64, rates []float64, ok bool) {
+	b := s.baseline()
+	if b == nil {
+		return 0, nil, false
+	}
+	for _, r := range []*scaleRun{b, s.BaselineAfter} {
+		if r == nil {
+			continue
+		}
+		if st, ok := r.stage(name); ok && st.PerSec > 0 {
+			rates = append(rates, st.PerSec)
+			mean += st.PerSec
+		}
+	}
+	if len(rates) == 0 {
+		return 0, nil, false
+	}
+	return mean / float64(len(rates)), rates, true
+}
+
 // target is the large run, once it has begun.
 func (s *scaleResult) target() *scaleRun {
 	if s == nil || len(s.Runs) == 0 {
@@ -101,7 +129,13 @@ const (
 	scaleRSSGoal   = 256 << 20 // peak RSS of any worker process
 )
 
-// runScale runs the baseline and the large size end to end.
+// runScale runs the baseline and the large size end to end, stage by
+// stage: each stage runs on the baseline, then on the large size, then on
+// a second baseline, so that the baseline a stage's ratio is taken
+// against ran just before and just after it, on the machine as it was
+// then (on a machine shared with other work, a baseline measured once at
+// the start of a run that lasts most of an hour says more about that
+// moment than about the loader).
 func (e *env) runScale(ctx context.Context, res *results) error {
 	c := e.cfg.scale
 	if err := c.validate(); err != nil {
@@ -109,34 +143,85 @@ func (e *env) runScale(ctx context.Context, res *results) error {
 	}
 	sr := &scaleResult{PerContract: c.perContract, Workers: scaleWorkers}
 	res.Scale = sr
-	sizes := []int64{c.records}
-	if c.baseline > 0 && c.baseline != c.records {
-		sizes = []int64{c.baseline, c.records}
-	}
 	// Before anything is written: the large run's estimate at the
 	// default bytes per record.
 	if _, err := e.checkDisk(c.records, 0, 0); err != nil {
 		return err
 	}
-	for i, n := range sizes {
-		r := &scaleRun{Records: n, Contracts: int(n / int64(c.perContract))}
-		var err error
-		if i == 0 {
-			r.Disk, err = e.checkDisk(n, 0, 0)
-		} else {
-			// With the bytes per record the baseline measured.
-			b := sr.Runs[0]
-			r.Disk, err = e.checkDisk(n, bytesPerRecord(b.DBBytes, b.Records), bytesPerRecord(b.CSVBytes, b.Records))
+	newRun := func(n int64) *scaleRun { return &scaleRun{Records: n, Contracts: int(n / int64(c.perContract))} }
+	var ps []*scalePipeline
+	defer func() {
+		for _, p := range ps {
+			p.close(context.WithoutCancel(ctx))
 		}
-		if err != nil {
+	}()
+	open := func(r *scaleRun, label string) (*scalePipeline, error) {
+		p, err := e.openScalePipeline(ctx, r, label, res)
+		if p != nil {
+			ps = append(ps, p)
+		}
+		return p, err
+	}
+	var before, after, large *scalePipeline
+	var err error
+	if c.baseline > 0 && c.baseline != c.records {
+		b := newRun(c.baseline)
+		if b.Disk, err = e.checkDisk(b.Records, 0, 0); err != nil {
 			return err
 		}
-		sr.Runs = append(sr.Runs, r)
-		if err := e.scaleRun(ctx, r, sr, res); err != nil {
-			r.Error = err.Error()
-			return fmt.Errorf("%d records: %w", n, err)
+		sr.Runs = append(sr.Runs, b)
+		if before, err = open(b, strconv.FormatInt(b.Records, 10)); err != nil {
+			return err
 		}
-		r.Complete = true
+		a := newRun(c.baseline)
+		sr.BaselineAfter = a
+		if after, err = open(a, strconv.FormatInt(a.Records, 10)+"-after"); err != nil {
+			return err
+		}
+	}
+	target := newRun(c.records)
+	sr.Runs = append(sr.Runs, target)
+	// With the bytes per record of the baseline, once it has measured
+	// them (after its seed), the disk is checked again before the large
+	// run writes.
+	if large, err = open(target, strconv.FormatInt(target.Records, 10)); err != nil {
+		return err
+	}
+	order := []*scalePipeline{large}
+	if before != nil {
+		order = []*scalePipeline{before, large, after}
+	}
+	steps := []struct {
+		name string
+		fn   func(*scalePipeline) error
+	}{
+		{"seed", (*scalePipeline).seed},
+		{"load", (*scalePipeline).load},
+		{"run", (*scalePipeline).run},
+		{"export", (*scalePipeline).export},
+		{"verify", (*scalePipeline).verify},
+	}
+	for _, st := range steps {
+		for _, p := range order {
+			if p == large && st.name == "seed" && before != nil {
+				b := before.r
+				if target.Disk, err = e.checkDisk(target.Records, bytesPerRecord(b.DBBytes, b.Records), bytesPerRecord(b.CSVBytes, b.Records)); err != nil {
+					target.Error = err.Error()
+					return err
+				}
+			}
+			if err := st.fn(p); err != nil {
+				p.r.Error = err.Error()
+				return fmt.Errorf("%d records: %s: %w", p.r.Records, st.name, err)
+			}
+		}
+	}
+	for _, p := range order {
+		if err := p.measure(sr); err != nil {
+			p.r.Error = err.Error()
+			return fmt.Errorf("%d records: %w", p.r.Records, err)
+		}
+		p.r.Complete = true
 	}
 	return nil
 }
@@ -144,87 +229,130 @@ func (e *env) runScale(ctx context.Context, res *results) error {
 // scaleWorkers is the number of `worker run` processes.
 const scaleWorkers = 2
 
-// scaleRun seeds, loads, prices, exports and verifies r.Records records in
-// a database of their own, then measures and drops it.
-func (e *env) scaleRun(ctx context.Context, r *scaleRun, sr *scaleResult, res *results) (err error) {
-	c := e.cfg.scale
-	label := strconv.FormatInt(r.Records, 10)
-	dir := filepath.Join(e.tmp, "scale-"+label)
-	logDir := filepath.Join(e.tmp, "logs", "scale-"+label)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	defer os.RemoveAll(dir)
-	name := "bench_scale_" + label + "_" + randomSuffix()
-	if err := e.createDB(ctx, name, ""); err != nil {
-		return err
-	}
-	defer e.dropDB(context.WithoutCancel(ctx), name)
-	url := e.url(name)
-	// run runs one worker command, named by its subcommand.
-	run := func(args ...string) (stageProc, error) {
-		return e.runStageProc(ctx, c.timeout, url, logDir, args[0], nil, res, args...)
-	}
-	if _, err := run("migrate"); err != nil {
-		return err
-	}
-	log.Printf("scale: %d records (%d contracts × %d)", r.Records, r.Contracts, c.perContract)
+// scalePipeline is one size's database, files and stages.
+type scalePipeline struct {
+	e       *env
+	ctx     context.Context
+	res     *results
+	r       *scaleRun
+	dir     string
+	logDir  string
+	name    string
+	url     string
+	tiers   string
+	records string
+	db      *bun.DB
+}
 
-	// seed: the CSV streamed to a file.
-	p, err := run("seed", "--contracts", strconv.Itoa(r.Contracts),
-		"--records-per-contract", strconv.Itoa(c.perContract), "--seed", strconv.FormatUint(e.cfg.seed, 10), "--dir", dir)
+// openScalePipeline creates r's database (migrated) and directory.
+func (e *env) openScalePipeline(ctx context.Context, r *scaleRun, label string, res *results) (*scalePipeline, error) {
+	p := &scalePipeline{e: e, ctx: ctx, res: res, r: r,
+		dir:    filepath.Join(e.tmp, "scale-"+label),
+		logDir: filepath.Join(e.tmp, "logs", "scale-"+label),
+		name:   "bench_scale_" + strings.ReplaceAll(label, "-", "_") + "_" + randomSuffix()}
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", p.dir, err)
+	}
+	if err := e.createDB(ctx, p.name, ""); err != nil {
+		os.RemoveAll(p.dir)
+		return nil, err
+	}
+	p.url = e.url(p.name)
+	p.tiers, p.records = filepath.Join(p.dir, "tiers.csv"), filepath.Join(p.dir, "records.csv")
+	if _, err := p.proc("migrate"); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// close drops the database and removes the files.
+func (p *scalePipeline) close(ctx context.Context) {
+	if p.db != nil {
+		p.db.Close()
+	}
+	p.e.dropDB(ctx, p.name)
+	os.RemoveAll(p.dir)
+}
+
+// proc runs one worker command, named by its subcommand.
+func (p *scalePipeline) proc(args ...string) (stageProc, error) {
+	return p.e.runStageProc(p.ctx, p.e.cfg.scale.timeout, p.url, p.logDir, args[0], nil, p.res, args...)
+}
+
+// seed streams the CSV to a file.
+func (p *scalePipeline) seed() error {
+	c := p.e.cfg.scale
+	log.Printf("scale: %d records (%d contracts × %d)", p.r.Records, p.r.Contracts, c.perContract)
+	sp, err := p.proc("seed", "--contracts", strconv.Itoa(p.r.Contracts),
+		"--records-per-contract", strconv.Itoa(c.perContract), "--seed", strconv.FormatUint(p.e.cfg.seed, 10), "--dir", p.dir)
 	if err != nil {
 		return err
 	}
-	r.addStage("seed", p.Seconds, []stageProc{p})
-	tiers, records := filepath.Join(dir, "tiers.csv"), filepath.Join(dir, "records.csv")
-	if st, err := os.Stat(records); err == nil {
-		r.CSVBytes = st.Size()
+	p.r.addStage("seed", sp.Seconds, []stageProc{sp})
+	if st, err := os.Stat(p.records); err == nil {
+		p.r.CSVBytes = st.Size()
 	}
+	return nil
+}
 
-	// load
-	e.checkpoint(ctx)
-	if p, err = run("load", "--tiers", tiers, "--records", records); err != nil {
+// load loads the file, then removes it.
+func (p *scalePipeline) load() error {
+	p.e.checkpoint(p.ctx)
+	sp, err := p.proc("load", "--tiers", p.tiers, "--records", p.records)
+	if err != nil {
 		return err
 	}
-	r.addStage("load", p.Seconds, []stageProc{p})
-	if err := os.Remove(records); err != nil {
-		log.Printf("scale: removing %s: %v", records, err)
+	p.r.addStage("load", sp.Seconds, []stageProc{sp})
+	if err := os.Remove(p.records); err != nil {
+		log.Printf("scale: removing %s: %v", p.records, err)
 	}
+	return nil
+}
 
-	// run: two workers at default flags until every contract is done.
-	e.checkpoint(ctx)
+// run prices with two workers at default flags until every contract is
+// done.
+func (p *scalePipeline) run() error {
+	p.e.checkpoint(p.ctx)
 	var args [][]string
 	for i := 1; i <= scaleWorkers; i++ {
 		args = append(args, []string{"run", "--id", "w" + strconv.Itoa(i), "--log-format", "json", "--until-done"})
 	}
-	ps, secs, err := e.runStageProcs(ctx, c.timeout, url, logDir, res, args)
+	ps, secs, err := p.e.runStageProcs(p.ctx, p.e.cfg.scale.timeout, p.url, p.logDir, p.res, args)
 	if err != nil {
 		return err
 	}
-	r.addStage("run", secs, ps)
+	p.r.addStage("run", secs, ps)
+	return nil
+}
 
-	// export, to the bench: lines counted, bytes thrown away.
-	e.checkpoint(ctx)
+// export writes to the bench: lines counted, bytes thrown away.
+func (p *scalePipeline) export() error {
+	p.e.checkpoint(p.ctx)
 	var out lineCounter
-	if p, err = e.runStageProc(ctx, c.timeout, url, logDir, "export", &out, res, "export", "--out", "-"); err != nil {
-		return err
-	}
-	r.addStage("export", p.Seconds, []stageProc{p})
-	r.ExportLines = max(0, out.lines-1) // the header
-	if r.ExportLines != r.Records {
-		return fmt.Errorf("worker export wrote %d records, want %d", r.ExportLines, r.Records)
-	}
-
-	db, err := dbconn.Open(url, dbconn.Options{MaxOpenConns: 4, ApplicationName: "bench-scale"})
+	sp, err := p.e.runStageProc(p.ctx, p.e.cfg.scale.timeout, p.url, p.logDir, "export", &out, p.res, "export", "--out", "-")
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	e.checkpoint(ctx)
+	p.r.addStage("export", sp.Seconds, []stageProc{sp})
+	p.r.ExportLines = max(0, out.lines-1) // the header
+	if p.r.ExportLines != p.r.Records {
+		return fmt.Errorf("worker export wrote %d records, want %d", p.r.ExportLines, p.r.Records)
+	}
+	return nil
+}
+
+// verify runs pricer.Verify, the independent SQL recomputation.
+func (p *scalePipeline) verify() error {
+	db, err := dbconn.Open(p.url, dbconn.Options{MaxOpenConns: 4, ApplicationName: "bench-scale"})
+	if err != nil {
+		return err
+	}
+	p.db = db
+	r := p.r
+	p.e.checkpoint(p.ctx)
 	log.Printf("scale: %d records: verifying (pricer.Verify)", r.Records)
 	t0 := time.Now()
-	sum, err := pricer.Verify(ctx, db, "")
+	sum, err := pricer.Verify(p.ctx, db, "")
 	if err != nil {
 		return fmt.Errorf("verifying %d records: %w", r.Records, err)
 	}
@@ -236,7 +364,15 @@ func (e *env) scaleRun(ctx context.Context, r *scaleRun, sr *scaleResult, res *r
 	if !r.Verified {
 		return fmt.Errorf("output failed verification: %d mismatching contracts, %d of %d priced", r.Mismatches, sum.Priced, r.Records)
 	}
-	if r.Tables, r.DBBytes, err = tableSizes(ctx, db, "baton"); err != nil {
+	return nil
+}
+
+// measure takes the database's bytes by table and, for the run of
+// -scale-storage-records, compares the priced-output layouts.
+func (p *scalePipeline) measure(sr *scaleResult) error {
+	r, c := p.r, p.e.cfg.scale
+	var err error
+	if r.Tables, r.DBBytes, err = tableSizes(p.ctx, p.db, "baton"); err != nil {
 		return err
 	}
 	for _, t := range r.Tables {
@@ -248,7 +384,7 @@ func (e *env) scaleRun(ctx context.Context, r *scaleRun, sr *scaleResult, res *r
 	}
 	log.Printf("scale: %d records: database %s bytes/record", r.Records, bpr(r.DBBytes, r.Records))
 	if c.storageRecords == r.Records && sr.Storage == nil {
-		st, err := e.measureStorage(ctx, db, r.Records, c.lookups)
+		st, err := p.e.measureStorage(p.ctx, p.db, r.Records, c.lookups)
 		if st != nil {
 			sr.Storage = st
 		}

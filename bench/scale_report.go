@@ -21,13 +21,21 @@ func scaleSection(w writer, r *results) {
 		"each a real process, each stage after a CHECKPOINT, in a database of its own.", count(t.Records), s.PerContract, s.Workers)
 	if b != nil {
 		w(" The same stages at %s records in the same run are the baseline of the ratios.", count(b.Records))
+		if s.BaselineAfter != nil {
+			w(" Stage by stage: each stage ran on a %s-record baseline, then on the %s records, then on a second baseline, so that a stage's baseline "+
+				"(the mean of the two, both shown) ran on the machine as it was just before and just after it.", count(b.Records), count(t.Records))
+		}
 	}
 	w(" Peak RSS is the process's ru_maxrss from wait4.\n\n")
 	if !t.Complete {
 		w("**The %s-record run did not complete**: %s. The figures below are those of the stages it finished.\n\n", count(t.Records), t.Error)
 	}
 	if b != nil {
-		w("| stage | %s records: records/s | %s records: records/s | ratio | goal | met |\n|---|---|---|---|---|---|\n", count(b.Records), count(t.Records))
+		before := ""
+		if s.BaselineAfter != nil {
+			before = " (before / after)"
+		}
+		w("| stage | %s records: records/s%s | %s records: records/s | ratio | goal | met |\n|---|---|---|---|---|---|\n", count(b.Records), before, count(t.Records))
 	} else {
 		w("| stage | %s records: records/s |\n|---|---|\n", count(t.Records))
 	}
@@ -39,17 +47,25 @@ func scaleSection(w writer, r *results) {
 			}
 			continue
 		}
-		bs, okb := b.stage(name)
+		bRate, bRates, okb := s.baselineRate(name)
+		bCell := rate(bRate)
+		if len(bRates) > 1 {
+			var parts []string
+			for _, v := range bRates {
+				parts = append(parts, rate(v))
+			}
+			bCell += " (" + strings.Join(parts, " / ") + ")"
+		}
 		switch {
 		case ok && okb:
-			ratio := st.PerSec / bs.PerSec
+			ratio := st.PerSec / bRate
 			goal, met := "≥ 0.8", yesNo(ratio >= scaleRatioGoal)
 			if name == "seed" {
 				goal, met = "—", "" // the generator, not baton
 			}
-			w("| %s | %s | %s | %.2f | %s | %s |\n", name, rate(bs.PerSec), rate(st.PerSec), ratio, goal, met)
+			w("| %s | %s | %s | %.2f | %s | %s |\n", name, bCell, rate(st.PerSec), ratio, goal, met)
 		case okb:
-			w("| %s | %s | not reached | | ≥ 0.8 | **no** |\n", name, rate(bs.PerSec))
+			w("| %s | %s | not reached | | ≥ 0.8 | **no** |\n", name, bCell)
 		}
 	}
 	verify := func(r *scaleRun) string {
@@ -66,14 +82,22 @@ func scaleSection(w writer, r *results) {
 	}(), verify(t))
 
 	w("Peak RSS of every process (goal ≤ %d MiB each):\n\n| records | stage | process | peak RSS | CPU s | wall s | met |\n|---|---|---|---|---|---|---|\n", scaleRSSGoal>>20)
-	for _, run := range s.Runs {
+	all := s.Runs
+	if s.BaselineAfter != nil {
+		all = append(slices.Clone(s.Runs), s.BaselineAfter)
+	}
+	for _, run := range all {
 		for _, st := range run.Stages {
 			for _, p := range st.Procs {
 				met := yesNo(p.PeakRSS <= scaleRSSGoal)
 				if st.Name == "seed" {
 					met = "—"
 				}
-				w("| %s | %s | %s | %s | %.1f | %.1f | %s |\n", count(run.Records), st.Name, p.ID, rssMiB(p.PeakRSS), p.CPU, p.Seconds, met)
+				label := count(run.Records)
+				if run == s.BaselineAfter {
+					label += " (second baseline)"
+				}
+				w("| %s | %s | %s | %s | %.1f | %.1f | %s |\n", label, st.Name, p.ID, rssMiB(p.PeakRSS), p.CPU, p.Seconds, met)
 			}
 		}
 	}
