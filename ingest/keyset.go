@@ -173,6 +173,7 @@ func (s *keySet) spill() {
 	f, err := os.CreateTemp("", "baton-load-*.keys")
 	if err == nil && s.noFile {
 		f.Close()
+		os.Remove(f.Name())
 		err = errors.New("no temporary file (test)")
 	}
 	if err != nil {
