@@ -98,8 +98,8 @@
 //     into open chunks (it holds about 1/256 of the contracts), which are
 //     written as whole chunks, and the file is closed, freeing its disk.
 //     So chunks are whole however the file interleaves its contracts, at
-//     the cost of writing and reading once about 30 bytes a record
-//     spilled (3 GB for 100M records of 100,000 interleaved contracts).
+//     the cost of writing and reading once about 26 bytes a record
+//     spilled (2.6 GB for 100M records of 100,000 interleaved contracts).
 //     Written early instead, as they were before, 100,000 interleaved
 //     contracts made chunks of about 16 records (20M records made 1.2M
 //     chunks, whose rows took the server 29 s of a 33 s load). Only when
@@ -289,8 +289,35 @@
 //
 // The filter had sent 100M records to the staged path (50,029 records/s,
 // 209 MiB); they now stay on the direct copy, and grouping the keys of
-// 10M records takes about 1 s. What slows the larger files is their
-// 100,000 contracts interleaved: the open chunks' 3/8 of the budget holds
-// about 16 records per contract, so chunks average 16 records (20M
-// records made 1.2M chunks), against hundreds for 10,000 contracts.
+// 10M records takes about 1 s. What slowed the larger files was their
+// 100,000 contracts interleaved: the open chunks' 3/8 of the budget held
+// about 16 records per contract, so chunks averaged 16 records (20M
+// records made 1.2M chunks, against hundreds of records a chunk for
+// 10,000 contracts), and the server's COPY of those rows took 29 s of a
+// 33 s load. The arrays are stored uncompressed, so compression cost
+// nothing there.
+//
+// With the spill files (whole chunks whatever the interleaving; same
+// setup, while a long benchmark ran on the machine, load average 2.8 to
+// 10, each load and its \copy back to back; psql itself varied from
+// 0.47M to 1.5M records/s with the load):
+//
+//	records                 load records/s  peak RSS  chunks   psql \copy records/s  load ÷ psql
+//	1M                            1,001,714   116 MiB    1,000           1,308,401         0.77
+//	1M                              875,969   104 MiB    1,000           1,477,985         0.59
+//	10M                             804,988   199 MiB   10,000           1,198,130         0.67
+//	20M (100,000 contracts)         760,428   198 MiB  100,000           1,458,541         0.52
+//	100M (100,000 contracts)        780,526   200 MiB  100,000           1,519,458         0.51
+//
+// 100M ran at 0.83 of the 1M rate (the two 1M runs' mean, 938,842) and
+// 0.78 to 0.89 of each. Later runs, as the machine got busier, gave 1M
+// at 424,882 to 646,384 (0.58 to 0.91 of psql), 10M at 467,661 to
+// 797,563 (0.55 to 0.61) and 20M at 342,283 to 637,403 (0.43 to 0.44). The load of an interleaved file is now in three
+// parts: reading the file while the records go to the spill files (the
+// client's CPU: parsing, checks, keys; the server waits), about half the
+// time; reading the spill files back while the server takes the chunks
+// (about 26 bytes a record spilled: 0.5 GB for 20M); then the key set's
+// grouping and the task rows of 100,000 contracts (4 s in the producer's
+// INSERT). A file grouped by contract, or whose records fit the budget,
+// writes no spill file.
 package ingest
