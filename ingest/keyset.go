@@ -170,17 +170,11 @@ func (s *keySet) bucketBits(n int64, used int) int {
 // spill moves the entries held in memory to buckets in a temporary file,
 // removed from its folder at once (nothing is left behind by a crash).
 func (s *keySet) spill() {
-	f, err := os.CreateTemp("", "baton-load-*.keys")
-	if err == nil && s.noFile {
-		f.Close()
-		os.Remove(f.Name())
-		err = errors.New("no temporary file (test)")
-	}
+	f, err := unlinkedTemp("baton-load-*.keys", s.noFile)
 	if err != nil {
 		s.err = fmt.Errorf("no temporary file for the record keys: %w", err)
 		return
 	}
-	_ = os.Remove(f.Name())
 	s.file = f
 	s.bits = s.bucketBits(s.estimate(int64(len(s.mem))), 0)
 	s.buckets = s.newBuckets(s.bits, 0)
@@ -191,12 +185,10 @@ func (s *keySet) spill() {
 	s.mem = nil
 }
 
-// close removes the temporary file.
+// close closes (and so deletes) the temporary file.
 func (s *keySet) close() {
 	if s.file != nil {
-		name := s.file.Name()
 		s.file.Close()
-		os.Remove(name)
 		s.file = nil
 	}
 }

@@ -52,17 +52,11 @@ func newChunkSpill(budget int64, noFile bool) (*chunkSpill, error) {
 	n := int(min(spillMaxFiles, max(spillMinFiles, mem/size)))
 	s := &chunkSpill{part: -1}
 	for range n {
-		f, err := os.CreateTemp("", "baton-load-*.chunks")
-		if err == nil && noFile {
-			f.Close()
-			os.Remove(f.Name())
-			err = errors.New("no temporary file (test)")
-		}
+		f, err := unlinkedTemp("baton-load-*.chunks", noFile)
 		if err != nil {
 			s.close()
 			return nil, err
 		}
-		_ = os.Remove(f.Name())
 		s.files = append(s.files, f)
 		s.writers = append(s.writers, bufio.NewWriterSize(f, int(size)))
 	}
@@ -170,7 +164,7 @@ func (s *chunkSpill) readBlock(cs []*streamContract) (*streamContract, error) {
 // c's open chunk.
 func (s *chunkSpill) append(c *streamContract) error {
 	n := len(c.ids)
-	c.ids = growBytes(c.ids, s.idsLen)
+	c.ids = slices.Grow(c.ids, s.idsLen)[:n+s.idsLen]
 	if _, err := io.ReadFull(s.reader, c.ids[n:]); err != nil {
 		return fmt.Errorf("spill file cut short: %w", err)
 	}
@@ -184,16 +178,6 @@ func (s *chunkSpill) append(c *streamContract) error {
 	}
 	c.count += s.count
 	return nil
-}
-
-// growBytes extends b by n bytes.
-func growBytes(b []byte, n int) []byte {
-	if cap(b)-len(b) < n {
-		nb := make([]byte, len(b), max(2*cap(b), len(b)+n))
-		copy(nb, b)
-		b = nb
-	}
-	return b[:len(b)+n]
 }
 
 // close closes (and so deletes) the files.

@@ -243,10 +243,10 @@ func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.
 // owner: coalesce of the owner column and the empty string equal to the
 // owner, never owner = <owner>. The same rows (an owner is never empty),
 // but no plan can read them through tasks_owner instead of the primary
-// key. That index keeps an entry for every version
-// that named an owner, and while another session holds an old snapshot
-// none of them can be removed, so an owner's range in it grows with every
-// claim the owner has made. With statistics taken while few rows were
+// key. That index keeps an entry for every version that named an owner,
+// and while another session holds an old snapshot none of them can be
+// removed, so an owner's range in it grows with every claim the owner has
+// made. With statistics taken while few rows were
 // owned (a freshly loaded table), the planner took the small partial index
 // for the cheaper way to one row, and a fence walked its worker's whole
 // history at every batch. Only the statements that look for an owner's
