@@ -121,23 +121,7 @@ func TestStreamOverBudget(t *testing.T) {
 				t.Fatalf("%d chunks (grouped: %v)", chunks, grouped)
 			}
 			for _, r := range storedRecords(t, db) {
-				var c, i int
-				fmt.Sscanf(r.Contract, "k%d", &c)
-				if strings.HasPrefix(r.RecordID, "old") {
-					fmt.Sscanf(r.RecordID, "old%d", &i)
-					if r.Seq != int64(i+1) {
-						t.Fatalf("record %+v", r)
-					}
-					continue
-				}
-				fmt.Sscanf(r.RecordID, "n%d", &i)
-				want := int64(i + 1)
-				if c < contracts/4 {
-					want += 3
-				}
-				if r.Seq != want || r.Amount != int64(i+1) {
-					t.Fatalf("record %+v, want seq %d", r, want)
-				}
+				checkOldAndNew(t, r, contracts)
 			}
 			if c := tableCounts(t, db); c.Records != contracts*per+contracts/4*3 || c.Available != c.Records {
 				t.Fatalf("tables: %+v", c)
@@ -465,22 +449,31 @@ func TestStreamInterleavedWholeChunks(t *testing.T) {
 		t.Fatalf("%d records", len(got))
 	}
 	for _, r := range got {
-		var c, i int
-		fmt.Sscanf(r.Contract, "k%d", &c)
-		if strings.HasPrefix(r.RecordID, "old") {
-			fmt.Sscanf(r.RecordID, "old%d", &i)
-			if r.Seq != int64(i+1) || r.Amount != int64(i+1) {
-				t.Fatalf("record %+v", r)
-			}
-			continue
+		checkOldAndNew(t, r, contracts)
+	}
+}
+
+// checkOldAndNew checks a record of the files bigFile("old", contracts/4,
+// 3, ...) then bigFile("n", contracts, ...) loaded in that order: old
+// records first in their contract, the new ones after them, each with its
+// amount.
+func checkOldAndNew(t *testing.T, r seqRow, contracts int) {
+	t.Helper()
+	var c, i int
+	fmt.Sscanf(r.Contract, "k%d", &c)
+	if strings.HasPrefix(r.RecordID, "old") {
+		fmt.Sscanf(r.RecordID, "old%d", &i)
+		if r.Seq != int64(i+1) || r.Amount != int64(i+1) {
+			t.Fatalf("record %+v", r)
 		}
-		fmt.Sscanf(r.RecordID, "n%d", &i)
-		want := int64(i + 1)
-		if c < contracts/4 {
-			want += 3
-		}
-		if r.Seq != want || r.Amount != int64(i+1) {
-			t.Fatalf("record %+v, want seq %d", r, want)
-		}
+		return
+	}
+	fmt.Sscanf(r.RecordID, "n%d", &i)
+	want := int64(i + 1)
+	if c < contracts/4 {
+		want += 3
+	}
+	if r.Seq != want || r.Amount != int64(i+1) {
+		t.Fatalf("record %+v, want seq %d", r, want)
 	}
 }
