@@ -261,11 +261,17 @@ func TestClaimGroupLostAfterProcessingRollsBackAndFallsBack(t *testing.T) {
 	if !slices.Equal(got, want1) && !slices.Equal(got, want2) {
 		t.Fatalf("c001: history %v; want %v, or %v", got, want1, want2)
 	}
-	if p.groups.Load() != 1 {
-		t.Fatalf("%d groups processed; want the one that rolled back", p.groups.Load())
+	// The first group had every partition and rolled back. A later poll
+	// may group again partitions whose lone claims did not commit (c001's
+	// while the producer held its row, or one that failed on a busy
+	// machine), and such a group rolls back too while c001 is held; no
+	// group as large as the first committed.
+	sizes := p.groupSizes()
+	if len(sizes) == 0 || sizes[0] != 4 {
+		t.Fatalf("groups processed of sizes %v; want the first of all 4 partitions", sizes)
 	}
-	if g := e.largestGroup(); g != 1 {
-		t.Fatalf("largest committed group %d; want 1 (the group rolled back, its members claimed alone)", g)
+	if g := e.largestGroup(); g >= sizes[0] {
+		t.Fatalf("largest committed group %d; want fewer than the first group's %d (it rolled back, its members claimed alone)", g, sizes[0])
 	}
 }
 
