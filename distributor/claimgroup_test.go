@@ -19,7 +19,6 @@ import (
 // as proc.Process would alone, in the group's transaction.
 type groupProc struct {
 	*proc
-	groups      atomic.Int64 // groups processed without error
 	mu          sync.Mutex
 	sizes       []int
 	beforeGroup func(ctx context.Context, g *distributor.Group) error
@@ -47,7 +46,6 @@ func (p *groupProc) ProcessGroup(ctx context.Context, g *distributor.Group) ([]d
 		}
 		out[i] = res
 	}
-	p.groups.Add(1)
 	return out, nil
 }
 
