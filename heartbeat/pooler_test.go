@@ -28,8 +28,11 @@ import (
 // lease through a pooler (see stoppedBeat) instead of running the tests.
 const stoppedBeatEnv = "BATON_TEST_STOPPED_BEAT"
 
-// idleLimit is the idle_in_transaction_session_timeout of that worker.
-const idleLimit = 5 * time.Second
+// idleLimit is the idle_in_transaction_session_timeout of that worker:
+// also how long the test has to see its transaction idle before the
+// server ends it, long enough for a poll on a busy machine under the race
+// detector (5 s was missed there).
+const idleLimit = 15 * time.Second
 
 // startBouncer starts PgBouncer in transaction pooling mode in front of the
 // test server and returns the URL of dsn's database through it.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -25,7 +26,7 @@ var ErrNoPgBouncer = errors.New(`pgbouncer not found; install it, for example:
 type Bouncer struct {
 	port int
 	dir  string
-	out  bytes.Buffer // start-up errors, before the log file is open
+	out  syncBuffer // start-up errors, before the log file is open
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -155,4 +156,23 @@ func (b *Bouncer) Stop() {
 		<-b.done
 	}
 	os.RemoveAll(b.dir)
+}
+
+// syncBuffer is a bytes.Buffer that the process's output copier writes
+// while a failed test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
