@@ -104,8 +104,11 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 	if err := worker.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- worker.Wait() }()
+	// exited is closed once the worker has exited, with its error in
+	// waitErr: both the checks below and the clean-up wait for it.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = worker.Wait(); close(exited) }()
 	defer func() {
 		_ = worker.Process.Kill()
 		<-exited
@@ -119,8 +122,8 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 	session := func(cond string) func() error {
 		return func() error {
 			select {
-			case err := <-exited:
-				t.Fatalf("the worker exited early: %v\n%s", err, out.String())
+			case <-exited:
+				t.Fatalf("the worker exited early: %v\n%s", waitErr, out.String())
 			default:
 			}
 			var n int
@@ -186,8 +189,9 @@ func stoppedBeat() int {
 	}
 	defer db.Close()
 	// A lease long enough that the heartbeat waits for the row for
-	// seconds (a quarter of it, at most half of the renewal's time).
-	const ttl = time.Minute
+	// 30 s (a quarter of it), longer than the test takes to see it
+	// waiting on a busy machine.
+	const ttl = 2 * time.Minute
 	svc, err := heartbeat.New(storeRenewer{partition.NewStore(db, ""), ttl}, heartbeat.Config{
 		Interval: time.Second, StaleAfter: ttl, Logger: quiet(),
 	})
