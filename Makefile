@@ -54,8 +54,8 @@ bench-report:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzPrice -fuzztime 60s ./pricing
-	$(GO) test -run '^$$' -fuzz FuzzReadRecords -fuzztime 60s ./ingest
-	$(GO) test -run '^$$' -fuzz FuzzReadTiers -fuzztime 60s ./ingest
+	$(GO) test -run '^$$' -fuzz FuzzReadRecords -fuzztime 60s ./pricing/ingest
+	$(GO) test -run '^$$' -fuzz FuzzReadTiers -fuzztime 60s ./pricing/ingest
 
 clean:
 	rm -rf bin

@@ -15,9 +15,9 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/pglocal"
-	"github.com/batonhq/baton/seed"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/seed"
 )
 
 // dataset is a seeded data set loaded into a template database.

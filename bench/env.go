@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonhq/baton/pricing/pricingschema"
+
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/uptrace/bun"
 
@@ -244,7 +246,7 @@ func (e *env) template(ctx context.Context, name string, fill func(ctx context.C
 		return "", err
 	}
 	defer db.Close()
-	if _, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}); err != nil {
+	if _, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}}); err != nil {
 		return "", fmt.Errorf("migrating %s: %w", full, err)
 	}
 	if fill != nil {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // victim is a worker frozen (SIGSTOP) while the contracts it holds are

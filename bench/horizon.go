@@ -17,7 +17,7 @@ import (
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // The horizon scenario: the same pricing run with and without another

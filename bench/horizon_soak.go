@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // soakWindow is one sampling window of the soak.

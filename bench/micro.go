@@ -48,7 +48,7 @@ func (e *env) runMicro(ctx context.Context, res *results) error {
 	}{
 		{"bench", ".", e.cfg.benchtime, nil},
 		{"", "./pricing", pricingTime, nil},
-		{"", "./ingest", "1x", []string{"BATON_BENCH_ROWS=" + rows}},
+		{"", "./pricing/ingest", "1x", []string{"BATON_BENCH_ROWS=" + rows}},
 	}
 	start := time.Now()
 	for _, r := range runs {

@@ -25,7 +25,7 @@ import (
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/dbconn"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // Where baton misses its throughput goal, the report explains why with

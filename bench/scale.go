@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/dbconn"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/uptrace/bun"
 )
 

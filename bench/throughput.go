@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // runResult is one end-to-end pricing run: a fresh copy of the data set

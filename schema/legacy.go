@@ -17,26 +17,46 @@ import (
 const legacyMigration = "20261122000001"
 
 // legacyTables are the tables those releases created, with columns that
-// identify them as baton's, and the set whose first migration creates them
-// now.
+// identify them as baton's, and the name of the set whose first migration
+// creates them now (those releases were the pricing worker's, whose set is
+// pricingschema.Set).
 var legacyTables = []struct {
 	name    string
-	set     *Set
+	set     string
 	columns []string
 }{
-	{"tasks", Core, []string{"partition_key", "version", "owner", "lease_expires_at", "available", "position", "checkpoint", "failed_at"}},
-	{"workers", Core, []string{"instance_id", "name", "heartbeat_at", "expires_at", "stopped_at"}},
-	{"contracts", Pricing, []string{"contract_id", "created_at"}},
-	{"tiers", Pricing, []string{"contract_id", "threshold_minor", "discount_bp"}},
-	{"loads", Pricing, []string{"load_id", "tiers_file", "records_file", "records_accepted"}},
-	{"records", Pricing, []string{"contract_id", "seq", "record_id", "amount_minor", "load_id"}},
-	{"priced", Pricing, []string{"contract_id", "seq", "record_id", "gross_minor", "discount_minor", "net_minor", "claim_version", "priced_by"}},
+	{"tasks", "core", []string{"partition_key", "version", "owner", "lease_expires_at", "available", "position", "checkpoint", "failed_at"}},
+	{"workers", "core", []string{"instance_id", "name", "heartbeat_at", "expires_at", "stopped_at"}},
+	{"contracts", "pricing", []string{"contract_id", "created_at"}},
+	{"tiers", "pricing", []string{"contract_id", "threshold_minor", "discount_bp"}},
+	{"loads", "pricing", []string{"load_id", "tiers_file", "records_file", "records_accepted"}},
+	{"records", "pricing", []string{"contract_id", "seq", "record_id", "amount_minor", "load_id"}},
+	{"priced", "pricing", []string{"contract_id", "seq", "record_id", "gross_minor", "discount_minor", "net_minor", "claim_version", "priced_by"}},
+}
+
+// legacySets returns, in order, the sets among sets whose first migration
+// creates the legacy tables, or an error naming a set the upgrade needs but
+// sets lacks: moving part of an earlier release's tables would strand the
+// rest.
+func legacySets(sets []*Set) ([]*Set, error) {
+	var out []*Set
+	for _, t := range legacyTables {
+		if len(out) > 0 && out[len(out)-1].name == t.set {
+			continue
+		}
+		i := slices.IndexFunc(sets, func(s *Set) bool { return s.name == t.set })
+		if i < 0 {
+			return nil, fmt.Errorf("upgrading the database of an earlier release: its tables include the %s set's (%s); migrate with that set as well", t.set, t.name)
+		}
+		out = append(out, sets[i])
+	}
+	return out, nil
 }
 
 // upgradeLegacy moves a database created by a release without its own
 // schema into target (see Migrate) and returns what it did, or nothing if
 // the database is not such a one. Callers hold the migration lock.
-func upgradeLegacy(ctx context.Context, db *bun.DB, target string) ([]string, error) {
+func upgradeLegacy(ctx context.Context, db *bun.DB, target string, sets []*Set) ([]string, error) {
 	// Already upgraded, or created with a schema: nothing to adopt.
 	var done sql.NullString
 	if err := db.QueryRowContext(ctx, "SELECT to_regclass(?)::text", Core.table(target)).Scan(&done); err != nil {
@@ -64,6 +84,10 @@ func upgradeLegacy(ctx context.Context, db *bun.DB, target string) ([]string, er
 	}
 	if !recorded {
 		return nil, nil // a host's bun_migrations, not baton's
+	}
+	adopting, err := legacySets(sets)
+	if err != nil {
+		return nil, err
 	}
 	for i, t := range legacyTables {
 		missing, err := missingColumns(ctx, db, from, t.name, t.columns)
@@ -95,7 +119,7 @@ func upgradeLegacy(ctx context.Context, db *bun.DB, target string) ([]string, er
 			return nil, fmt.Errorf("moving %s.%s into schema %s: %w", Ident(from), t.name, Ident(target), err)
 		}
 	}
-	for _, set := range []*Set{Core, Pricing} {
+	for _, set := range adopting {
 		if _, err := tx.NewCreateTable().Model((*migrate.Migration)(nil)).ModelTableExpr(set.table(target)).
 			IfNotExists().Exec(ctx); err != nil {
 			return nil, fmt.Errorf("creating the %s migration table: %w", set.name, err)

@@ -6,8 +6,9 @@
 //
 // Migrations come in sets, each recorded in its own migrations table inside
 // baton's schema: Core holds the distributor's tables (task rows, workers)
-// and is all an embedding service needs; Pricing holds the pricing
-// application's tables and is applied on top by the worker command. A host's
+// and is all an embedding service needs; a workload built on baton brings
+// its own set (NewSet), applied after Core — the pricing workload's is
+// pricingschema.Set, which the worker command applies on top. A host's
 // own migrations table (bun_migrations or any other) is never read or
 // written, except to upgrade a database created before baton had a schema
 // of its own (see Migrate).
@@ -40,9 +41,6 @@ import (
 
 //go:embed migrations/core/*.sql
 var coreFiles embed.FS
-
-//go:embed migrations/pricing/*.sql
-var pricingFiles embed.FS
 
 // advisoryLockKey identifies baton's migration lock among advisory locks
 // ("baton-mg" as a 64-bit integer).
@@ -77,14 +75,23 @@ func (s *Set) table(schemaName string) string {
 	return Ident(schemaName) + "." + s.name + "_migrations"
 }
 
-var (
-	// Core is the distributor's own tables: task rows and workers. An
-	// embedding service applies it alone.
-	Core = &Set{name: "core", files: coreFiles, dir: "migrations/core"}
-	// Pricing is the pricing application's tables (contracts, tiers,
-	// loads, records, priced), applied on top of Core by "worker migrate".
-	Pricing = &Set{name: "pricing", files: pricingFiles, dir: "migrations/pricing"}
-)
+// Core is the distributor's own tables: task rows and workers. An
+// embedding service applies it alone, or before its own sets.
+var Core = &Set{name: "core", files: coreFiles, dir: "migrations/core"}
+
+// NewSet returns the migration set called name, whose migrations are the
+// files at the root of files, named as bun's migrate package reads them
+// (20261122000001_init.tx.up.sql). The set is recorded in
+// <schema>.<name>_migrations; its SQL names baton's objects with
+// {{.Schema}}. name must be a plain lower-case identifier and not "core".
+// A workload registers its tables this way and passes its set, after Core,
+// in Config.Sets.
+func NewSet(name string, files fs.FS) *Set {
+	if err := Validate(name); err != nil || name == "" || name == Core.name || strings.ToLower(name) != name {
+		panic(fmt.Sprintf("schema.NewSet: invalid set name %q", name))
+	}
+	return &Set{name: name, files: files, dir: "."}
+}
 
 // Config says which sets to apply, or check, in which schema.
 type Config struct {
@@ -174,7 +181,7 @@ func Migrate(ctx context.Context, db *bun.DB, cfg Config) ([]string, error) {
 	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+Ident(cfg.Schema)); err != nil {
 		return nil, fmt.Errorf("creating schema %s: %w", Ident(cfg.Schema), err)
 	}
-	upgraded, err := upgradeLegacy(ctx, db, cfg.Schema)
+	upgraded, err := upgradeLegacy(ctx, db, cfg.Schema, cfg.Sets)
 	if err != nil {
 		return nil, err
 	}

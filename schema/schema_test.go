@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/batonhq/baton/pricing/pricingschema"
+
 	"golang.org/x/sync/errgroup"
 
 	"github.com/batonhq/baton/internal/dbconn"
@@ -17,7 +19,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestCheckRefusesUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t, pgtest.NewEmptyURL(t), dbconn.Options{})
-	err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
+	err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	if !errors.Is(err, schema.ErrOutdated) {
 		t.Fatalf("Check on empty database = %v, want ErrOutdated", err)
 	}
@@ -35,7 +37,7 @@ func TestConcurrentMigrateAppliesOnce(t *testing.T) {
 		db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 2})
 		g.Go(func() error {
 			var err error
-			applied[i], err = schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
+			applied[i], err = schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 			return err
 		})
 	}
@@ -47,14 +49,14 @@ func TestConcurrentMigrateAppliesOnce(t *testing.T) {
 		total += len(a)
 	}
 	db := pgtest.Open(t, dsn, dbconn.Options{})
-	st, err := schema.Inspect(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
+	st, err := schema.Inspect(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if total != len(st.Applied) || len(st.Applied) == 0 {
 		t.Fatalf("migrations applied %d times in total, want each of %d once", total, len(st.Applied))
 	}
-	if err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}); err != nil {
+	if err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}}); err != nil {
 		t.Fatalf("Check after migrate: %v", err)
 	}
 	var n2 int
@@ -72,7 +74,7 @@ func TestCheckRefusesNewerSchema(t *testing.T) {
 	if _, err := db.Exec("INSERT INTO baton.core_migrations (name, group_id, migrated_at) VALUES ('99990101000000', 99, now())"); err != nil {
 		t.Fatal(err)
 	}
-	if err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}); !errors.Is(err, schema.ErrTooNew) {
+	if err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}}); !errors.Is(err, schema.ErrTooNew) {
 		t.Fatalf("Check = %v, want ErrTooNew", err)
 	}
 }

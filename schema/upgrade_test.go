@@ -12,15 +12,17 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/batonhq/baton/pricing/pricingschema"
+
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/migrate"
 
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/export"
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/export"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -54,7 +56,7 @@ func migrateLegacy(t *testing.T, db *bun.DB) {
 
 var quiet = slog.New(slog.DiscardHandler)
 
-var allSets = schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}
+var allSets = schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}}
 
 type pricedRow struct {
 	Contract, Record, PricedBy string
@@ -269,5 +271,23 @@ func TestLegacyLayoutIncompleteIsRefused(t *testing.T) {
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'tasks'`).Scan(&n); err != nil || n != 1 {
 		t.Errorf("public.tasks moved after a refusal: %d, %v", n, err)
+	}
+}
+
+// Upgrading an earlier release's database needs every set its tables
+// belong to: migrating it with Core alone (as an embedding service would)
+// is refused, naming the missing set, and moves nothing.
+func TestLegacyLayoutNeedsEverySet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.Open(t, pgtest.NewEmptyURL(t), dbconn.Options{})
+	migrateLegacy(t, db)
+	_, err := schema.Migrate(ctx, db, schema.Config{})
+	if err == nil || !strings.Contains(err.Error(), "pricing set") {
+		t.Fatalf("Migrate with Core alone = %v, want a refusal naming the pricing set", err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('tasks', 'priced')`).Scan(&n); err != nil || n != 2 {
+		t.Errorf("public tables moved after a refusal: %d left, %v", n, err)
 	}
 }

@@ -15,13 +15,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/batonhq/baton/export"
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/export"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/pricing/seed"
 	"github.com/batonhq/baton/schema"
-	"github.com/batonhq/baton/seed"
 )
 
 func newMigrateCmd(g *globals) *cobra.Command {

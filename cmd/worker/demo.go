@@ -12,11 +12,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/pricing/seed"
 	"github.com/batonhq/baton/schema"
-	"github.com/batonhq/baton/seed"
 )
 
 type demoOptions struct {

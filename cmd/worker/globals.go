@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonhq/baton/pricing/pricingschema"
+
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
@@ -172,7 +174,7 @@ func retryable(err error) bool {
 // schemaConfig is the schema and migration sets the worker command uses:
 // the distributor's core set and the pricing set.
 func (g *globals) schemaConfig() schema.Config {
-	return schema.Config{Schema: g.schema, Sets: []*schema.Set{schema.Core, schema.Pricing}}
+	return schema.Config{Schema: g.schema, Sets: []*schema.Set{schema.Core, pricingschema.Set}}
 }
 
 // sql qualifies q's table names (schema.Placeholder) with the schema.

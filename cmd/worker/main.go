@@ -22,9 +22,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/redact"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/schedule"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // worker prune removes a priced load while worker processes price another

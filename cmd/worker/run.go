@@ -17,7 +17,7 @@ import (
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schema"
 )
 

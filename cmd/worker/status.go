@@ -15,7 +15,7 @@ import (
 	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // pricingStore is the store of the pricing partitions (kind pricer.Kind),

@@ -13,7 +13,7 @@ import (
 	"github.com/batonhq/baton/console"
 	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/dbconn"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // consoleFlags configure the operator console, served by "worker ui" or,

@@ -16,7 +16,7 @@ import (
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // findChromium returns the headless browser to drive, skipping the test

@@ -14,7 +14,7 @@ import (
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schedule"
 )
 

@@ -17,13 +17,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/pricing/pricingschema"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/pricing/seed"
 	"github.com/batonhq/baton/schema"
-	"github.com/batonhq/baton/seed"
 )
 
 // pafCluster is a pg_auto_failover formation on this machine: a monitor, and
@@ -687,7 +689,7 @@ func TestAutoFailoverUnderHAManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = schema.Migrate(t.Context(), db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
+	_, err = schema.Migrate(t.Context(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	db.Close()
 	if err != nil {
 		t.Fatal(err)

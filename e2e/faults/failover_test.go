@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/pricing/pricingschema"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/batonhq/baton/internal/dbconn"
@@ -59,7 +61,7 @@ func startPair(t *testing.T, synchronous bool) *pair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
+	_, err = schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	db.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
-	"github.com/batonhq/baton/seed"
+	"github.com/batonhq/baton/pricing/seed"
 )
 
 // Scenario sizes: short for every CI run, larger with -long.

@@ -22,14 +22,14 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/export"
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
-	"github.com/batonhq/baton/pricer"
 	"github.com/batonhq/baton/pricing"
-	"github.com/batonhq/baton/seed"
+	"github.com/batonhq/baton/pricing/export"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/pricing/seed"
 )
 
 var long = flag.Bool("long", false, "soak mode: more data, more faults, several schedules per scenario")

@@ -18,7 +18,7 @@ import (
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
-	"github.com/batonhq/baton/seed"
+	"github.com/batonhq/baton/pricing/seed"
 )
 
 // bouncer starts a PgBouncer in transaction mode in front of the test

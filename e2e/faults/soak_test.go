@@ -24,6 +24,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/batonhq/baton/pricing/pricingschema"
+
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/jackc/pgx/v5"
 
@@ -271,7 +273,7 @@ func startSoakServer(t *testing.T) (*pglocal.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
+	_, err = schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	db.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -29,28 +29,38 @@ const root = "../.."
 // listFile is the reviewed list.
 var listFile = filepath.Join(root, "api", "public.txt")
 
-// The public packages: every directory of the module with Go code, but
-// internal ones, commands, and the nested modules of tools, examples and
-// tests.
+// The public packages: every directory of the module with Go code, at any
+// depth, but internal ones, commands, test data and the nested modules of
+// tools, examples and tests. Names are slash-separated paths from the top
+// ("pricing/ingest").
 func publicPackages(t *testing.T) []string {
 	t.Helper()
-	entries, err := os.ReadDir(root)
+	var pkgs []string
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() || path == root {
+			return nil
+		}
+		name := d.Name()
+		if strings.HasPrefix(name, ".") || name == "internal" || name == "cmd" || name == "testdata" {
+			return filepath.SkipDir
+		}
+		if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+			return filepath.SkipDir // a module of its own
+		}
+		if files, _ := filepath.Glob(filepath.Join(path, "*.go")); len(files) > 0 {
+			rel, err := filepath.Rel(root, path)
+			if err != nil {
+				return err
+			}
+			pkgs = append(pkgs, filepath.ToSlash(rel))
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var pkgs []string
-	for _, e := range entries {
-		name := e.Name()
-		if !e.IsDir() || strings.HasPrefix(name, ".") || name == "internal" || name == "cmd" || name == "testdata" {
-			continue
-		}
-		dir := filepath.Join(root, name)
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			continue // a module of its own
-		}
-		if files, _ := filepath.Glob(filepath.Join(dir, "*.go")); len(files) > 0 {
-			pkgs = append(pkgs, name)
-		}
 	}
 	return pkgs
 }

@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/export"
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/export"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // The embedding example's output, whatever database it runs in.

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/pricing/pricingschema"
+
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -117,7 +119,7 @@ func setup() error {
 		return err
 	}
 	defer db.Close()
-	if _, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}); err != nil {
+	if _, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}}); err != nil {
 		return fmt.Errorf("migrating template database: %w", err)
 	}
 	return nil

@@ -46,7 +46,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/dbconn"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schema"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // dumpOutcome is every priced row and every checkpoint, as text, for

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/batonhq/baton/export"
+	"github.com/batonhq/baton/pricing/export"
 )
 
 // A failed write leaves the file that was there untouched and no

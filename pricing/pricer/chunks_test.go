@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/pgtest"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // A contract loaded in several loads, its records in several chunks each,

@@ -22,7 +22,7 @@ import (
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
-	"github.com/batonhq/baton/seed"
+	"github.com/batonhq/baton/pricing/seed"
 )
 
 // benchRows and benchContracts size the benchmark input; override the rows

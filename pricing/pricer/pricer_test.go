@@ -16,18 +16,18 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/export"
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/export"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // The tests leave no goroutine behind (the server is torn down first).
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
 
-const vectors = "../testdata/vectors/"
+const vectors = "../../testdata/vectors/"
 
 func loadVectors(t *testing.T, db *bun.DB) {
 	t.Helper()

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/batonhq/baton/export"
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/export"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // WriteComplete writes nothing while a record is unpriced or a contract's

@@ -5,8 +5,8 @@ import (
 	"io"
 	"testing"
 
-	"github.com/batonhq/baton/ingest"
-	"github.com/batonhq/baton/seed"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/seed"
 )
 
 func generate(t *testing.T, o seed.Options) (tiers, records []byte) {

@@ -14,10 +14,10 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/export"
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/pgtest"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/export"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // loadRecords loads n records (amounts varying with the seq) for each

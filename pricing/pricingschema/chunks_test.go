@@ -1,4 +1,4 @@
-package schema_test
+package pricingschema_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/pricing/pricingschema"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -38,7 +39,7 @@ func TestRecordsMovedIntoChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The pricing set as it was before record_chunks: its first migration.
-	init, err := os.ReadFile("migrations/pricing/20261122000001_init.tx.up.sql")
+	init, err := os.ReadFile("migrations/20261122000001_init.tx.up.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestRecordsMovedIntoChunks(t *testing.T) {
 		}
 	})
 
-	applied, err := schema.Migrate(ctx, db, allSets)
+	applied, err := schema.Migrate(ctx, db, schema.Config{Sets: pricingschema.Sets()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestRecordsMovedIntoChunks(t *testing.T) {
 		!strings.Contains(applied[2], "records_insert_load_lock") {
 		t.Fatalf("applied %v, want the record_chunks, records_insert and records_insert_load_lock migrations first", applied)
 	}
-	if err := schema.Check(ctx, db, allSets); err != nil {
+	if err := schema.Check(ctx, db, schema.Config{Sets: pricingschema.Sets()}); err != nil {
 		t.Fatal(err)
 	}
 

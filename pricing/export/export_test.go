@@ -9,8 +9,8 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/export"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/pricing/export"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

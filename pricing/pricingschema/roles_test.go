@@ -1,4 +1,4 @@
-package schema_test
+package pricingschema_test
 
 import (
 	"context"
@@ -10,16 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/pricing/pricingschema"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/ingest"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/leader"
 	"github.com/batonhq/baton/lock"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schedule"
 	"github.com/batonhq/baton/schema"
 )
@@ -36,7 +38,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	suffix := strings.ToLower(strings.TrimPrefix(dsn[strings.LastIndex(dsn, "/")+1:], "baton_test_"))
 	suffix = suffix[:strings.Index(suffix, "?")]
 	worker, loader := "baton_worker_"+suffix, "baton_loader_"+suffix
-	sql := strings.NewReplacer("baton_worker", worker, "baton_loader", loader).Replace(schema.SQL("", schema.RolesSQL))
+	sql := strings.NewReplacer("baton_worker", worker, "baton_loader", loader).Replace(schema.SQL("", pricingschema.RolesSQL))
 	if _, err := admin.ExecContext(ctx, sql); err != nil {
 		t.Fatalf("running roles.sql: %v", err)
 	}
@@ -56,12 +58,12 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	}
 	ldb := pgtest.Open(t, as(loader), dbconn.Options{})
 	if _, err := ingest.Load(ctx, ldb, ingest.Options{
-		TiersPath: "../testdata/vectors/tiers.csv", RecordsPath: "../testdata/vectors/records.csv",
+		TiersPath: "../../testdata/vectors/tiers.csv", RecordsPath: "../../testdata/vectors/records.csv",
 	}); err != nil {
 		t.Fatalf("load as %s: %v", loader, err)
 	}
 	wdb := pgtest.Open(t, as(worker), dbconn.Options{MaxOpenConns: 12})
-	if err := schema.Check(ctx, wdb, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}}); err != nil {
+	if err := schema.Check(ctx, wdb, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}}); err != nil {
 		t.Fatalf("schema check as %s: %v", worker, err)
 	}
 	d, err := distributor.New(wdb, pricer.New(""), distributor.Config{
@@ -147,3 +149,5 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		}
 	}
 }
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -11,8 +11,8 @@ import (
 )
 
 const (
-	vectorTiers   = "../testdata/vectors/tiers.csv"
-	vectorRecords = "../testdata/vectors/records.csv"
+	vectorTiers   = "../../testdata/vectors/tiers.csv"
+	vectorRecords = "../../testdata/vectors/records.csv"
 )
 
 func TestLoadGoldenVectors(t *testing.T) {

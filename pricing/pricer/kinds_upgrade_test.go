@@ -12,6 +12,8 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/batonhq/baton/pricing/pricingschema"
+
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/migrate"
 
@@ -19,7 +21,7 @@ import (
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricer"
+	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -35,8 +37,11 @@ func migrateBeforeKinds(t *testing.T, db *bun.DB) {
 	if _, err := db.ExecContext(ctx, `CREATE SCHEMA baton`); err != nil {
 		t.Fatal(err)
 	}
-	for _, set := range []string{"core", "pricing"} {
-		dir := filepath.Join("..", "schema", "migrations", set)
+	for _, sd := range [][2]string{
+		{"core", filepath.Join("..", "..", "schema", "migrations", "core")},
+		{"pricing", filepath.Join("..", "pricingschema", "migrations")},
+	} {
+		set, dir := sd[0], sd[1]
 		files := fstest.MapFS{}
 		entries, err := os.ReadDir(dir)
 		if err != nil {
@@ -81,7 +86,7 @@ func TestUpgradedPricingDatabaseStaysClaimableByPricingWorkers(t *testing.T) {
 	db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 4})
 	ctx := context.Background()
 	migrateBeforeKinds(t, db)
-	st, err := schema.Inspect(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
+	st, err := schema.Inspect(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	if err != nil || len(st.Pending) < 1 || !strings.Contains(st.Pending[0], kindsMigration[:14]) {
 		t.Fatalf("before the upgrade: pending %v, %v; want the kinds migration first (later ones follow)", st.Pending, err)
 	}
@@ -118,7 +123,7 @@ func TestUpgradedPricingDatabaseStaysClaimableByPricingWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	applied, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, schema.Pricing}})
+	applied, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	if err != nil || len(applied) < 1 || !strings.Contains(applied[0], kindsMigration[:14]) {
 		t.Fatalf("upgrade: applied %v, %v; want the kinds migration first", applied, err)
 	}
