@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5"
@@ -17,7 +19,7 @@ import (
 // connection ran it and its notifications would go astray. It connects
 // once to find out.
 func (d *Distributor) listenHandle(ctx context.Context) (*bun.DB, error) {
-	if err := d.db.PingContext(ctx); err != nil {
+	if err := d.ping(ctx, d.db); err != nil {
 		return nil, fmt.Errorf("connecting worker %s: %w", d.worker.InstanceID, err)
 	}
 	if d.cfg.PollOnly {
@@ -31,13 +33,34 @@ func (d *Distributor) listenHandle(ctx context.Context) (*bun.DB, error) {
 		}
 		return d.db, nil
 	}
-	if err := d.cfg.ListenDB.PingContext(ctx); err != nil {
+	if err := d.ping(ctx, d.cfg.ListenDB); err != nil {
 		return nil, fmt.Errorf("connecting the listen connection of worker %s: %w", d.worker.InstanceID, err)
 	}
 	if dbconn.Pooled(d.cfg.ListenDB) {
 		return nil, errors.New("the listen connection goes through a transaction pooler: LISTEN needs a direct session connection to PostgreSQL")
 	}
 	return d.cfg.ListenDB, nil
+}
+
+// ping connects to db, again while the database cannot be reached (a
+// connection reset, a server restarting or failing over) until ctx ends:
+// Start's bound. Any other error (a refused password, say) is returned at
+// once.
+func (d *Distributor) ping(ctx context.Context, db *bun.DB) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := db.PingContext(ctx)
+		if err == nil || !dberr.Unreachable(err) || ctx.Err() != nil {
+			return err
+		}
+		d.log.Debug("connecting: database not reachable yet; trying again", "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-d.cfg.Clock.After(wait):
+		}
+		wait = min(2*wait, max(d.cfg.PollInterval, 50*time.Millisecond))
+	}
 }
 
 // listen wakes the claim loop (and leader partitions) on notifications.
