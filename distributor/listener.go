@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
@@ -129,6 +129,11 @@ func (d *Distributor) notified(payload string) {
 	reason, kind := partition.ParsePayload(payload)
 	if kind != "" && kind != d.cfg.Kind {
 		return
+	}
+	if since, ok := partition.PayloadSince(payload); ok {
+		// A producer's partitions became claimable then, maybe long
+		// before its commit: read the claimable rows from there.
+		d.store.LowerFloor(since)
 	}
 	switch reason {
 	case partition.NotifyLeft:

@@ -17,6 +17,16 @@ func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
 		return nil, err
 	}
 	if d.cfg.UntilDone && d.heldCount() == 0 && load.Busy == 0 {
+		// The load reads claimable rows from the store's floor; whether
+		// anything is pending is answered exactly before stopping.
+		pending, err := d.store.PendingWork(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if pending {
+			d.applyShare(load)
+			return nil, nil
+		}
 		quarantined, err := d.store.QuarantinedCount(ctx)
 		if err != nil {
 			return nil, err
