@@ -66,11 +66,17 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	cfg.Logger = g.logger
 	cfg.Schema = g.schema
 	if g.outage != nil {
-		prev := cfg.OnHeartbeat
+		prevBeat, prevEvent := cfg.OnHeartbeat, cfg.OnEvent
 		cfg.OnHeartbeat = func(err error, latency time.Duration, renewed int) {
-			g.outage.heartbeat(err)
-			if prev != nil {
-				prev(err, latency, renewed)
+			g.outage.heartbeatHook(err)
+			if prevBeat != nil {
+				prevBeat(err, latency, renewed)
+			}
+		}
+		cfg.OnEvent = func(e distributor.Event) {
+			g.outage.eventHook(e)
+			if prevEvent != nil {
+				prevEvent(e)
 			}
 		}
 	}
