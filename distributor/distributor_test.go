@@ -197,7 +197,7 @@ func TestTakeoverAfterStaleConfirmResumeAndFence(t *testing.T) {
 	}
 	var kinds []string
 	for i := len(hist) - 1; i >= 0; i-- {
-		kinds = append(kinds, hist[i].Kind)
+		kinds = append(kinds, string(hist[i].Kind))
 	}
 	if want := []string{"claimed", "takeover", "first_batch", "released"}; !slices.Equal(kinds, want) {
 		t.Fatalf("history of k = %v, want %v", kinds, want)

@@ -85,7 +85,7 @@ var heartbeatSQL = heartbeatCTEs + heartbeatResult
 // version.
 var heartbeatEventsSQL = heartbeatCTEs + `, e AS (
 			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, detail)
-			SELECT $12, partition_key, '` + EventReleased + `', version - 1, $3, position, 'expired' FROM x
+			SELECT $12, partition_key, '` + string(EventReleased) + `', version - 1, $3, position, 'expired' FROM x
 		)` + heartbeatResult
 
 const heartbeatCTEs = `
