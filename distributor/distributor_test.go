@@ -802,7 +802,7 @@ func TestTakeoverDoesNotWaitForFairShare(t *testing.T) {
 	e.addWork(1_000_000, all...)
 	ctx := context.Background()
 	dead := partition.NewStore(e.db, "")
-	if _, err := dead.Heartbeat(ctx, partition.Worker{InstanceID: "ghost#0001", Name: "ghost"}, time.Hour, nil); err != nil {
+	if _, err := dead.HeartbeatBelow(ctx, partition.Worker{InstanceID: "ghost#0001", Name: "ghost"}, time.Hour, time.Hour+time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	var ghostKeys []string

@@ -344,7 +344,10 @@
 //     a lost race or a failure there.
 //   - claimgroup.go: several of those in one transaction (Claim in
 //     groups), and the fall-back to each on its own.
-//   - share.go: the fair share (planShare, a pure function) and hand-back.
+//   - share.go: the fair share and hand-back. The decisions themselves
+//     (the share, what to hand back, which candidates to claim, the
+//     renewal threshold, confirmation, back-off) are pure functions in
+//     internal/decide, which the simulator (internal/sim) calls too.
 //   - listener.go: LISTEN on a direct or pooled connection.
 //   - renewer.go: Heartbeat over a connection reserved for it.
 //   - partition_loop.go: one held partition: Confirm, then batches until

@@ -467,9 +467,10 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 	return won, nil
 }
 
-// Heartbeat renews the worker row and every lease still held by owner, in
-// one statement, extending each lease to now() + ttl. It returns the leases
-// still held; a lease missing from the result is lost.
+// HeartbeatBelow renews the worker row and the leases still held by
+// owner with less than renewBelow left by the database clock, in one
+// statement, extending each to now() + ttl. It returns the leases still
+// held; a lease missing from the result is lost.
 //
 // A row another transaction has locked (a load adding work holds it until
 // it commits) is skipped rather than waited for, so one busy row never
@@ -477,10 +478,7 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 // lock at most ttl/4 and half of what is left of ctx. If the lock is still
 // held, the lease comes back with Locked set and the time it has left, to
 // be renewed by a later heartbeat.
-func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
-	return s.HeartbeatBelow(ctx, w, ttl, ttl+time.Hour, leases)
-}
-
+//
 // A row of owner's that the heartbeat does not list and whose lease has
 // ended (one the worker stopped renewing, or a claim it never learnt of)
 // is handed back by the same statement: version bumped under FOR UPDATE
@@ -489,8 +487,7 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 // only once its owner is not live (see StaleCandidates), so this is how
 // a live worker's lost lease becomes claimable.
 //
-// HeartbeatBelow is Heartbeat renewing only the leases with less than
-// renewBelow left by the database clock; the others come back with Fresh
+// The leases with renewBelow or more left come back with Fresh
 // set and the time they have left, checked but not rewritten. The worker's
 // row is renewed every time. A lease's row is then rewritten about once
 // every ttl − renewBelow instead of at every heartbeat: with renewBelow
@@ -897,7 +894,8 @@ type Load struct {
 	Busy int
 	// LiveWorkers counts worker instances whose heartbeat has not expired.
 	LiveWorkers int
-	// Quarantined counts partitions marked failed.
+	// Quarantined counts partitions marked failed; FairShareLoad leaves
+	// it 0 (see QuarantinedCount).
 	Quarantined int
 	// Unclaimed counts partitions with pending work that could be claimed
 	// right now.
@@ -907,32 +905,6 @@ type Load struct {
 	// Wanted is how many more partitions the other live workers want, as
 	// their last heartbeats said (Worker.Wanted); FairShareLoad only.
 	Wanted int
-}
-
-// ClusterLoad reads the fair-share inputs of s's kind: its partitions
-// and its live workers.
-func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
-	var l Load
-	err := s.db.QueryRowContext(ctx, s.sql(`
-		SELECT
-		  (SELECT count(*) FROM {{.Schema}}.tasks
-		    WHERE kind = ?0 AND failed_at IS NULL AND available > position)
-		+ (SELECT count(*) FROM {{.Schema}}.tasks
-		    WHERE kind = ?0 AND owner IS NOT NULL AND lease_expires_at > now() AND available <= position),
-		  (SELECT count(*) FROM {{.Schema}}.workers WHERE kind = ?0 AND expires_at > now() AND stopped_at IS NULL),
-		  (SELECT count(*) FROM {{.Schema}}.tasks WHERE kind = ?0 AND failed_at IS NOT NULL),
-		  (SELECT count(*) FROM {{.Schema}}.tasks
-		    WHERE kind = ?0 AND available > position AND failed_at IS NULL AND lease_expires_at <= now()),
-		  coalesce((SELECT min(n) FROM (
-		    SELECT count(t.partition_key) AS n
-		    FROM {{.Schema}}.workers w
-		    LEFT JOIN {{.Schema}}.tasks t ON t.kind = w.kind AND t.owner = w.instance_id AND t.lease_expires_at > now()
-		    WHERE w.kind = ?0 AND w.expires_at > now() AND w.stopped_at IS NULL
-		    GROUP BY w.instance_id) h), 0)`), s.kind).Scan(&l.Busy, &l.LiveWorkers, &l.Quarantined, &l.Unclaimed, &l.MinHeld)
-	if err != nil {
-		return l, fmt.Errorf("reading cluster load: %w", err)
-	}
-	return l, nil
 }
 
 // FairShareLoad reads what worker self, with room for maxPartitions, needs for
