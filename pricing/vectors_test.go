@@ -12,9 +12,9 @@ import (
 
 // The golden vectors shared with the rest of the project.
 const (
-	tiersCSV    = "../../testdata/vectors/tiers.csv"
-	recordsCSV  = "../../testdata/vectors/records.csv"
-	expectedCSV = "../../testdata/vectors/expected.csv"
+	tiersCSV    = "../testdata/vectors/tiers.csv"
+	recordsCSV  = "../testdata/vectors/records.csv"
+	expectedCSV = "../testdata/vectors/expected.csv"
 )
 
 type vectorRecord struct {
