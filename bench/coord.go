@@ -16,8 +16,8 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
 )
 

@@ -21,7 +21,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/schema"
 )

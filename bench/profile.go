@@ -23,8 +23,8 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/pricing/pricer"
 )
 

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/uptrace/bun"
 )

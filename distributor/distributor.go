@@ -12,11 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/uptrace/bun"
 )
 
 // ErrIncomplete is returned by Run in until-done mode when it finished but
@@ -28,7 +28,7 @@ var errAbandoned = errors.New("batch abandoned at shutdown")
 
 // Distributor claims partitions and runs a Processor on them.
 type Distributor struct {
-	db    *bun.DB
+	db    *dbconn.DB
 	store *partition.Store
 	proc  Processor
 	cfg   Config
@@ -37,6 +37,9 @@ type Distributor struct {
 	worker partition.Worker
 	hb     *heartbeat.Service
 	hbConn *pinnedConn
+	// ownListen is the listen handle the distributor opened from
+	// db.ListenURL, closed when it stops.
+	ownListen *dbconn.DB
 
 	mu   sync.Mutex
 	held map[string]*held
@@ -106,18 +109,22 @@ type held struct {
 // New returns a distributor over db running p. db's pool should allow
 // cfg.PoolSize() connections.
 //
-// db must be opened with pgx's database/sql driver
+// db comes from dbconn.Open, or from dbconn.Wrap for a handle the
+// application opened itself, which says whether it goes through a
+// transaction pooler (then the worker never LISTENs nor prepares
+// statements through it) and which timeouts its transactions carry. Its
+// driver must be pgx's database/sql driver
 // (github.com/jackc/pgx/v5/stdlib: sql.Open("pgx", url) or stdlib.OpenDB),
 // which batches (Batch.Raw) and LISTEN need; New rejects any other driver
 // rather than lose wake-ups silently.
-func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
+func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 	if db == nil {
-		return nil, errors.New("distributor.New: db is nil: pass a *bun.DB over pgx's stdlib driver (bun.NewDB(sql.Open(\"pgx\", url), pgdialect.New()))")
+		return nil, errors.New("distributor.New: db is nil: pass a handle from dbconn.Open, or wrap one opened with pgx's stdlib driver with dbconn.Wrap")
 	}
 	if p == nil {
 		return nil, errors.New("distributor.New: the Processor is nil: pass one (a type with a Process method, or a ProcessorFunc)")
 	}
-	for _, h := range []*bun.DB{db, cfg.ListenDB} {
+	for _, h := range []*dbconn.DB{db, cfg.ListenDB} {
 		if h == nil {
 			continue
 		}
@@ -177,7 +184,7 @@ func (d *Distributor) InstanceID() string { return d.worker.InstanceID }
 // returns once registered, or with an error when the database does not
 // answer within StaleAfter (at least 10s) or before ctx ends. Cancelling
 // ctx stops the distributor gracefully, as Stop does.
-func (d *Distributor) Start(ctx context.Context) error {
+func (d *Distributor) Start(ctx context.Context) (err error) {
 	if !d.started.CompareAndSwap(false, true) {
 		return errors.New("distributor already started")
 	}
@@ -194,6 +201,11 @@ func (d *Distributor) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil && d.ownListen != nil {
+			_ = d.ownListen.Close()
+		}
+	}()
 	d.worker.Wake = partition.WakePoll
 	if listenDB != nil {
 		d.worker.Wake = partition.WakeListen
@@ -314,6 +326,9 @@ func (d *Distributor) finish(err error) {
 		d.hb.Stop()
 		d.hbConn.close()
 		d.baseStop()
+		if d.ownListen != nil {
+			_ = d.ownListen.Close()
+		}
 		d.log.Info("worker stopped", "event", "stopped")
 		close(d.done)
 	})

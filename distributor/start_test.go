@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 )
@@ -37,7 +37,7 @@ func TestRegistrationSurvivesALostConnection(t *testing.T) {
 	ev := newEvents()
 	cfg := fastConfig("w", ev)
 	cfg.StaleAfter = 30 * time.Second // the start's bound: far beyond this test
-	db := pgtest.Open(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
+	db := pgtest.OpenDB(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
 	d, err := distributor.New(db, newProc(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestRegistrationSurvivesALostConnection(t *testing.T) {
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- d.Run(ctx) }()
-	pgtest.WaitForLockWait(t, e.db, "workers (instance_id")
+	pgtest.WaitForLockWait(t, e.db.DB, "workers (instance_id")
 	if _, err := e.db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, 'workers (instance_id') > 0`); err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestStopWhileRegisteringIsGraceful(t *testing.T) {
 	defer release()
 	cfg := fastConfig("w", newEvents())
 	cfg.StaleAfter = 30 * time.Second
-	db := pgtest.Open(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
+	db := pgtest.OpenDB(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
 	d, err := distributor.New(db, newProc(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestStopWhileRegisteringIsGraceful(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- d.Run(ctx) }()
-	pgtest.WaitForLockWait(t, e.db, "workers (instance_id")
+	pgtest.WaitForLockWait(t, e.db.DB, "workers (instance_id")
 	cancel()
 	select {
 	case err := <-ran:

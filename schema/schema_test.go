@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/schema"
 )
@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestCheckRefusesUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
-	db := pgtest.Open(t, pgtest.NewEmptyURL(t), dbconn.Options{})
+	db := pgtest.OpenDB(t, pgtest.NewEmptyURL(t), dbconn.Options{})
 	err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	if !errors.Is(err, schema.ErrOutdated) {
 		t.Fatalf("Check on empty database = %v, want ErrOutdated", err)
@@ -34,7 +34,7 @@ func TestConcurrentMigrateAppliesOnce(t *testing.T) {
 	applied := make([][]string, n)
 	g, ctx := errgroup.WithContext(context.Background())
 	for i := range n {
-		db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 2})
+		db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 2})
 		g.Go(func() error {
 			var err error
 			applied[i], err = schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
@@ -48,7 +48,7 @@ func TestConcurrentMigrateAppliesOnce(t *testing.T) {
 	for _, a := range applied {
 		total += len(a)
 	}
-	db := pgtest.Open(t, dsn, dbconn.Options{})
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{})
 	st, err := schema.Inspect(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestConcurrentMigrateAppliesOnce(t *testing.T) {
 
 func TestCheckRefusesNewerSchema(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	if _, err := db.Exec("INSERT INTO baton.core_migrations (name, group_id, migrated_at) VALUES ('99990101000000', 99, now())"); err != nil {
 		t.Fatal(err)
 	}

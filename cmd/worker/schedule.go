@@ -13,10 +13,9 @@ import (
 
 	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
-	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/schedule"
 )
@@ -37,7 +36,7 @@ func newScheduleCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func (g *globals) openForSchedule(ctx context.Context) (*bun.DB, error) {
+func (g *globals) openForSchedule(ctx context.Context) (*dbconn.DB, error) {
 	return g.open(ctx, dbconn.Options{ApplicationName: "baton-schedule", MaxOpenConns: 2}, true)
 }
 
@@ -304,7 +303,7 @@ func jobConns(enabled bool) int {
 // id and lease settings, until stop is called (a graceful stop: runs in
 // progress get the shutdown timeout to finish). m, if set, counts runs
 // and gets the built-in verify job's mismatch count.
-func startJobs(ctx context.Context, db *bun.DB, logger *slog.Logger, cfg distributor.Config, instanceID string,
+func startJobs(ctx context.Context, db *dbconn.DB, logger *slog.Logger, cfg distributor.Config, instanceID string,
 	m *metrics.Metrics) (stop func() error, err error) {
 	var onVerify func(int)
 	var onRun func(string, string, time.Duration)

@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/batonhq/baton/console"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/pricing/pricer"
 )
 
@@ -63,7 +63,7 @@ func (c *consoleFlags) start(ctx context.Context, g *globals) (func(), error) {
 		}
 		return bad, nil
 	}
-	srv, err := console.New(db, cfg)
+	srv, err := console.New(db.DB, cfg)
 	if err != nil {
 		db.Close()
 		return nil, usageError("%v", err)

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
 )
@@ -26,11 +26,11 @@ var opts = dbconn.Options{StatementTimeout: 7 * time.Second, LockTimeout: 3 * ti
 func settings(t *testing.T, dsn string) (pooled bool, got string) {
 	t.Helper()
 	ctx := context.Background()
-	db := pgtest.Open(t, dsn, opts)
+	db := pgtest.OpenDB(t, dsn, opts)
 	if err := dbconn.Ping(ctx, db, dsn); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := dbconn.BeginTx(ctx, db, nil)
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func settings(t *testing.T, dsn string) (pooled bool, got string) {
 		current_setting('lock_timeout') || ' ' || current_setting('idle_in_transaction_session_timeout')`).Scan(&got); err != nil {
 		t.Fatal(err)
 	}
-	return dbconn.Pooled(db), got
+	return db.Pooled(), got
 }
 
 // Directly, the timeouts are session settings; through a transaction
@@ -100,11 +100,11 @@ func TestEveryTransactionThroughAPoolerHasTheTimeouts(t *testing.T) {
 	}
 	defer b.Stop()
 	u, _ := url.Parse(dsn)
-	db := pgtest.Open(t, b.URL(strings.TrimPrefix(u.Path, "/")), opts)
+	db := pgtest.OpenDB(t, b.URL(strings.TrimPrefix(u.Path, "/")), opts)
 	if err := dbconn.Ping(ctx, db, dsn); err != nil {
 		t.Fatal(err)
 	}
-	if !dbconn.Pooled(db) {
+	if !db.Pooled() {
 		t.Fatal("not in pooled mode behind PgBouncer")
 	}
 	const query = `SELECT current_setting('statement_timeout') || ' ' || current_setting('lock_timeout') || ' ' ||
@@ -147,11 +147,11 @@ func TestEveryTransactionThroughAPoolerHasTheTimeouts(t *testing.T) {
 	}
 	check("db.RunInTx, repeatable read, read only", got, "7s 3s 5s repeatable read on")
 
-	tx, err = dbconn.BeginTx(ctx, db, &sql.TxOptions{Isolation: sql.LevelSerializable})
+	tx, err = db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
 	if err != nil {
 		t.Fatal(err)
 	}
-	check("dbconn.BeginTx, serializable", read(tx), "7s 3s 5s serializable off")
+	check("DB.BeginTx, serializable", read(tx), "7s 3s 5s serializable off")
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
