@@ -347,7 +347,7 @@ func (p *scalePipeline) verify() error {
 	if err != nil {
 		return err
 	}
-	p.db = db
+	p.db = db.DB
 	r := p.r
 	p.e.checkpoint(p.ctx)
 	log.Printf("scale: %d records: verifying (pricer.Verify)", r.Records)
