@@ -2,8 +2,18 @@ package schema_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"net/url"
+	"os"
+	"strings"
+
 	"testing"
+
+	"github.com/batonhq/baton/internal/pglocal"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/pricing/pricingschema"
 
@@ -76,5 +86,52 @@ func TestCheckRefusesNewerSchema(t *testing.T) {
 	}
 	if err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}}); !errors.Is(err, schema.ErrTooNew) {
 		t.Fatalf("Check = %v, want ErrTooNew", err)
+	}
+}
+
+// Migrating holds a session advisory lock, which a transaction pooler
+// would take on one server session and release on another: Migrate refuses
+// a handle that goes through one, found by dbconn.Open (behind PgBouncer)
+// or described to dbconn.Wrap, and applies nothing.
+func TestMigrateRefusesAPooledHandle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.NewEmptyURL(t)
+	sqldb, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := bun.NewDB(sqldb, pgdialect.New())
+	defer plain.Close()
+	wrapped, err := dbconn.Wrap(ctx, plain, dbconn.Access{Pooled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schema.Migrate(ctx, wrapped, schema.Config{}); !errors.Is(err, schema.ErrPooled) {
+		t.Fatalf("Migrate over a handle described as pooled = %v, want ErrPooled", err)
+	}
+
+	b, err := pglocal.StartBouncer(ctx, pgtest.Server(t))
+	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
+		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := pgtest.OpenDB(t, b.URL(strings.TrimPrefix(u.Path, "/")), dbconn.Options{})
+	if _, err := schema.Migrate(ctx, opened, schema.Config{}); !errors.Is(err, schema.ErrPooled) {
+		t.Fatalf("Migrate over an opened handle behind PgBouncer = %v, want ErrPooled", err)
+	}
+	var exists bool
+	if err := plain.QueryRowContext(ctx, "SELECT to_regclass('baton.tasks') IS NOT NULL").Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	if exists {
+		t.Error("a refused migration created baton's tables")
 	}
 }

@@ -186,7 +186,7 @@ func run() error {
 // through a pooler, over a connection of its own to direct.
 func migrate(ctx context.Context, db *dbconn.DB, direct string) error {
 	if direct != "" {
-		mdb, err := dbconn.Open(direct, dbconn.Options{ApplicationName: "shipper-migrate", MaxOpenConns: 1})
+		mdb, err := dbconn.Open(direct, dbconn.Options{ApplicationName: "shipper-migrate", MaxOpenConns: 2})
 		if err != nil {
 			return err
 		}
