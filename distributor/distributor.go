@@ -184,10 +184,19 @@ func (d *Distributor) InstanceID() string { return d.worker.InstanceID }
 // returns once registered, or with an error when the database does not
 // answer within StaleAfter (at least 10s) or before ctx ends. Cancelling
 // ctx stops the distributor gracefully, as Stop does.
-func (d *Distributor) Start(ctx context.Context) (err error) {
+func (d *Distributor) Start(ctx context.Context) error {
 	if !d.started.CompareAndSwap(false, true) {
 		return errors.New("distributor already started")
 	}
+	err := d.register(ctx)
+	if err != nil && d.ownListen != nil {
+		_ = d.ownListen.Close()
+	}
+	return err
+}
+
+// register is Start once the distributor is marked started.
+func (d *Distributor) register(ctx context.Context) error {
 	// Register (one heartbeat with nothing held) so that others count this
 	// worker in their fair share before it claims anything.
 	// This also opens the heartbeat's pinned connection before any batch
@@ -201,11 +210,6 @@ func (d *Distributor) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil && d.ownListen != nil {
-			_ = d.ownListen.Close()
-		}
-	}()
 	d.worker.Wake = partition.WakePoll
 	if listenDB != nil {
 		d.worker.Wake = partition.WakeListen
