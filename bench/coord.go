@@ -416,7 +416,7 @@ func (e *env) heldSeries(ctx context.Context, dbname string, simDB *dbconn.DB) (
 		var lat []time.Duration
 		for range h.Beats {
 			t0 := time.Now()
-			renewed, err := store.Heartbeat(ctx, w, ttl, leases)
+			renewed, err := store.HeartbeatBelow(ctx, w, ttl, ttl+time.Hour, leases)
 			if err != nil {
 				return nil, err
 			}

@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -201,7 +202,12 @@ func (e *env) runScale(ctx context.Context, res *results) error {
 		{"export", (*scalePipeline).export},
 		{"verify", (*scalePipeline).verify},
 	}
-	for _, st := range steps {
+	last := slices.Index(scaleSteps, c.until)
+	for i, st := range steps {
+		if i > last {
+			log.Printf("scale: %s and later stages skipped (-scale-until %s)", st.name, c.until)
+			break
+		}
 		for _, p := range order {
 			if p == large && st.name == "seed" && before != nil {
 				b := before.r
@@ -383,7 +389,7 @@ func (p *scalePipeline) measure(sr *scaleResult) error {
 			bpr(t.total(), r.Records), bpr(t.Heap, r.Records), bpr(t.Toast, r.Records), bpr(t.IndexBytes(), r.Records))
 	}
 	log.Printf("scale: %d records: database %s bytes/record", r.Records, bpr(r.DBBytes, r.Records))
-	if c.storageRecords == r.Records && sr.Storage == nil {
+	if c.storageRecords == r.Records && sr.Storage == nil && slices.Index(scaleSteps, c.until) >= slices.Index(scaleSteps, "run") {
 		st, err := p.e.measureStorage(p.ctx, p.db, r.Records, c.lookups)
 		if st != nil {
 			sr.Storage = st
@@ -436,18 +442,26 @@ type scaleConfig struct {
 	storageRecords int64
 	// lookups is the contracts read one by one per layout. Defaults to 100.
 	lookups int
+	// until is the last stage run (seed, load, run, export or verify), so
+	// that one stage can be measured at size without the rest. Defaults
+	// to verify: all of them.
+	until string
 }
 
 func (c *scaleConfig) flags(fs *flag.FlagSet) {
 	*c = scaleConfig{records: 100_000_000, perContract: 1000, baseline: 1_000_000, timeout: 4 * time.Hour,
-		storageRecords: 1_000_000, lookups: 100}
+		storageRecords: 1_000_000, lookups: 100, until: "verify"}
 	fs.Int64Var(&c.records, "scale-records", c.records, "scale: records of the large run (needs about 300 bytes of disk per record)")
 	fs.IntVar(&c.perContract, "scale-records-per-contract", c.perContract, "scale: records per contract")
 	fs.Int64Var(&c.baseline, "scale-baseline", c.baseline, "scale: records of the baseline run the large one is compared with (0: none)")
 	fs.DurationVar(&c.timeout, "scale-stage-timeout", c.timeout, "scale: longest a stage (seed, load, run, export) may take")
 	fs.Int64Var(&c.storageRecords, "scale-storage-records", c.storageRecords, "scale: compare priced-output layouts on the output of the run of this size (0: not at all)")
 	fs.IntVar(&c.lookups, "scale-lookups", c.lookups, "scale: contracts read one at a time per priced-output layout")
+	fs.StringVar(&c.until, "scale-until", c.until, "scale: last stage to run (seed, load, run, export, verify): measure one stage at size without the rest")
 }
+
+// scaleSteps are the stages in order, verify last.
+var scaleSteps = []string{"seed", "load", "run", "export", "verify"}
 
 // validate rejects sizes the scenario cannot run.
 func (c scaleConfig) validate() error {
@@ -470,6 +484,9 @@ func (c scaleConfig) validate() error {
 	}
 	if c.storageRecords != 0 && c.storageRecords != c.records && c.storageRecords != c.baseline {
 		errs = append(errs, fmt.Errorf("-scale-storage-records %d: want the size of one of the runs (%d or %d) or 0", c.storageRecords, c.baseline, c.records))
+	}
+	if !slices.Contains(scaleSteps, c.until) {
+		errs = append(errs, fmt.Errorf("-scale-until %q: want one of %s", c.until, strings.Join(scaleSteps, ", ")))
 	}
 	if c.timeout <= 0 || c.lookups < 1 {
 		errs = append(errs, fmt.Errorf("-scale-stage-timeout and -scale-lookups must be positive"))

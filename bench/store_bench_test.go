@@ -73,7 +73,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 			leases := claimN(b, store, w, n)
 			ctx := context.Background()
 			for b.Loop() {
-				renewed, err := store.Heartbeat(ctx, w, time.Hour, leases)
+				renewed, err := store.HeartbeatBelow(ctx, w, time.Hour, time.Hour+time.Hour, leases)
 				if err != nil {
 					b.Fatal(err)
 				}

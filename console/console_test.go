@@ -33,7 +33,7 @@ func newConsole(t *testing.T, tok string) (*httptest.Server, *partition.Store, f
 		t.Fatal(err)
 	}
 	s := partition.NewStore(db, "")
-	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w1#aa", Name: "w1", Mode: "lock"}, time.Minute, nil); err != nil {
+	if _, err := s.HeartbeatBelow(ctx, partition.Worker{InstanceID: "w1#aa", Name: "w1", Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	if won, err := s.Claim(ctx, "w1#aa", time.Minute, []partition.Candidate{{Key: "c-held"}}); err != nil || len(won) != 1 {

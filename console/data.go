@@ -347,7 +347,7 @@ func (s *source) workers(ctx context.Context) ([]worker, error) {
 // its reason is one the distributor gives in normal operation; a first
 // batch is shown on its takeover's row.
 var (
-	notableKinds = []string{partition.EventTakeover, partition.EventFenced, partition.EventLost,
+	notableKinds = []partition.EventKind{partition.EventTakeover, partition.EventFenced, partition.EventLost,
 		partition.EventFailed, partition.EventQuarantined, partition.EventRetried}
 	normalReleases = []string{"", "caught_up", "rebalance", "shutdown"}
 )

@@ -155,7 +155,7 @@ func TestWorkersPageShowsLiveness(t *testing.T) {
 	ctx := context.Background()
 	s := partition.NewStore(db, "")
 	for _, id := range []string{"live#1", "expired#2", "stopped#3"} {
-		if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: id, Name: partition.InstanceName(id), Mode: "lock"}, time.Minute, nil); err != nil {
+		if _, err := s.HeartbeatBelow(ctx, partition.Worker{InstanceID: id, Name: partition.InstanceName(id), Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -196,7 +196,7 @@ func TestOwnerHeartbeatIsTheWorkersOwn(t *testing.T) {
 	ctx := context.Background()
 	exec(t, db, `INSERT INTO baton.tasks (partition_key, available, position) VALUES ('k', 10, 2)`)
 	s := partition.NewStore(db, "")
-	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w", Mode: "lock"}, time.Minute, nil); err != nil {
+	if _, err := s.HeartbeatBelow(ctx, partition.Worker{InstanceID: "w#1", Name: "w", Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	if won, err := s.Claim(ctx, "w#1", time.Minute, []partition.Candidate{{Key: "k"}}); err != nil || len(won) != 1 {
@@ -236,7 +236,7 @@ func TestDefaultNounsAreGeneric(t *testing.T) {
 	ctx := context.Background()
 	exec(t, db, `INSERT INTO baton.tasks (partition_key, available, position) VALUES ('p-1', 10, 2), ('p-2', 4, 4)`)
 	s := partition.NewStore(db, "")
-	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w", Mode: "lock"}, time.Minute, nil); err != nil {
+	if _, err := s.HeartbeatBelow(ctx, partition.Worker{InstanceID: "w#1", Name: "w", Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	if won, err := s.Claim(ctx, "w#1", time.Minute, []partition.Candidate{{Key: "p-1"}}); err != nil || len(won) != 1 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/internal/decide"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -100,7 +101,7 @@ func (d *Distributor) claimLoop() {
 		// poll: the work it was looking for is still waiting.
 		var retry <-chan time.Time
 		if roundErr != nil {
-			delay := min(backoff(d.cfg.Backoff, d.cfg.MaxBackoff, failures), d.cfg.PollInterval)
+			delay := decide.ClaimRetryDelay(d.cfg.Backoff, d.cfg.MaxBackoff, d.cfg.PollInterval, failures)
 			failures++
 			d.emit(Event{Kind: EventClaimRoundFailed, Err: roundErr, Attempts: failures})
 			d.log.Warn("claim round failed", "event", string(EventClaimRoundFailed), "error", roundErr,
@@ -139,15 +140,6 @@ func (d *Distributor) rebalanceInterval() time.Duration {
 	return d.cfg.RebalanceInterval
 }
 
-// backoff is base doubled per earlier failure, capped at limit.
-func backoff(base, limit time.Duration, failures int) time.Duration {
-	d := base
-	for ; failures > 0 && d < limit; failures-- {
-		d *= 2
-	}
-	return min(d, limit)
-}
-
 type finished struct{ err error }
 
 // claim tries to fill the worker up to its share, and takes partitions of
@@ -172,11 +164,11 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	// rows sort first in the claimable index (-infinity), so with many of
 	// them waiting the stale ones would never reach a window read from its
 	// head: they are read from just past the unowned rows.
-	cands, err := d.store.StaleCandidates(ctx, 4*room+8)
+	cands, err := d.store.StaleCandidates(ctx, decide.StaleReadLimit(room))
 	if err != nil {
 		return started, err
 	}
-	if want > 0 && len(cands) < room {
+	if decide.ReadHead(want, len(cands), room) {
 		// Rows being claimed with their first batch still read as
 		// claimable at the head of the index: read past those this worker
 		// knows of (its own, and those it lost to others), which it skips,
@@ -186,7 +178,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 		d.mu.Lock()
 		inFlight := len(d.claiming) + len(d.lostClaims)
 		d.mu.Unlock()
-		head, err := d.store.Candidates(ctx, 4*want+8+inFlight+2*d.cfg.MaxPartitions)
+		head, err := d.store.Candidates(ctx, decide.HeadReadLimit(want, inFlight, d.cfg.MaxPartitions))
 		if err != nil {
 			return started, err
 		}
@@ -227,18 +219,10 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	// Shuffled so that workers polling together spread out, the stale
 	// ones still ahead of the unowned ones (pickClaims takes them first).
 	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	slices.SortStableFunc(cands, func(a, b partition.Candidate) int {
-		switch {
-		case a.Owned == b.Owned:
-			return 0
-		case a.Owned:
-			return -1
-		}
-		return 1
-	})
+	decide.StaleFirst(cands, candOwned)
 	for round := 0; round < 2 && room > 0 && len(cands) > 0; round++ {
 		var try []partition.Candidate
-		try, cands = pickClaims(cands, want, room)
+		try, cands = decide.PickClaims(cands, candOwned, want, room)
 		if len(try) == 0 {
 			break
 		}
@@ -305,25 +289,8 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	return started, nil
 }
 
-// pickClaims chooses the candidates to claim in one statement: a dead
-// worker's partitions (Owned) up to room, unowned ones up to want within
-// room. It returns the choice and the candidates left for another round.
-func pickClaims(cands []partition.Candidate, want, room int) (try, rest []partition.Candidate) {
-	for _, c := range cands {
-		switch {
-		case len(try) >= room:
-			rest = append(rest, c)
-		case c.Owned:
-			try = append(try, c)
-		case want > 0:
-			try = append(try, c)
-			want--
-		default:
-			rest = append(rest, c)
-		}
-	}
-	return try, rest
-}
+// candOwned reports whether a candidate is a dead worker's partition.
+func candOwned(c partition.Candidate) bool { return c.Owned }
 
 // wanted is how many more partitions the share allows (want) and
 // MaxPartitions allows (room), and whether the share was computed when
@@ -332,17 +299,12 @@ func pickClaims(cands []partition.Candidate, want, room int) (try, rest []partit
 func (d *Distributor) wanted() (want, room int, idle bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	handingBack := false
 	for _, h := range d.held {
-		if h.handBack.Load() {
-			return 0, 0, d.shareIdle
-		}
+		handingBack = handingBack || h.handBack.Load()
 	}
-	n := d.occupied()
-	room = d.cfg.MaxPartitions - n
-	if d.overflow {
-		return room, room, d.shareIdle // nobody else wants the waiting work
-	}
-	return min(min(d.share, d.cfg.MaxPartitions)-n, room), room, d.shareIdle
+	want, room = decide.Wanted(d.share, d.cfg.MaxPartitions, d.occupied(), d.overflow, handingBack)
+	return want, room, d.shareIdle
 }
 
 // wantedMore is how many more partitions the share allows this worker,

@@ -280,16 +280,3 @@ func (c Config) ConnectionLimits() (statement, lock, idleInTx time.Duration) {
 	c.setDefaults()
 	return c.StaleAfter / 2, c.StaleAfter / 4, c.StaleAfter / 2
 }
-
-// renewBelow is the lease time left below which a heartbeat rewrites a
-// lease; one with more left is checked but not rewritten, which spares most
-// heartbeats a write of every held row (and, the row being in the claimable
-// index while it has work, an index entry). It is StaleAfter − 2 × Heartbeat,
-// so a lease is rewritten about every third beat and has at least that
-// much left after any successful heartbeat, but never less than
-// SafetyMargin + 2 × Heartbeat, so that the local deadline always lies two
-// beats beyond a successful one: with tight timings every lease is renewed
-// at every beat, as before.
-func (c Config) renewBelow() time.Duration {
-	return max(c.StaleAfter-2*c.Heartbeat, c.SafetyMargin+2*c.Heartbeat)
-}

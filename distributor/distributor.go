@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/internal/decide"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -229,7 +230,7 @@ func (d *Distributor) register(ctx context.Context) error {
 		select {
 		case <-rctx.Done():
 			return fmt.Errorf("registering worker %s: %w", d.worker.InstanceID, causeOr(rctx, err))
-		case <-d.cfg.Clock.After(backoff(d.cfg.Backoff, d.cfg.Heartbeat, failures)):
+		case <-d.cfg.Clock.After(decide.Backoff(d.cfg.Backoff, d.cfg.Heartbeat, failures)):
 		}
 	}
 	if err := d.hb.Start(d.base); err != nil {

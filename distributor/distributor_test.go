@@ -197,7 +197,7 @@ func TestTakeoverAfterStaleConfirmResumeAndFence(t *testing.T) {
 	}
 	var kinds []string
 	for i := len(hist) - 1; i >= 0; i-- {
-		kinds = append(kinds, hist[i].Kind)
+		kinds = append(kinds, string(hist[i].Kind))
 	}
 	if want := []string{"claimed", "takeover", "first_batch", "released"}; !slices.Equal(kinds, want) {
 		t.Fatalf("history of k = %v, want %v", kinds, want)
@@ -802,7 +802,7 @@ func TestTakeoverDoesNotWaitForFairShare(t *testing.T) {
 	e.addWork(1_000_000, all...)
 	ctx := context.Background()
 	dead := partition.NewStore(e.db, "")
-	if _, err := dead.Heartbeat(ctx, partition.Worker{InstanceID: "ghost#0001", Name: "ghost"}, time.Hour, nil); err != nil {
+	if _, err := dead.HeartbeatBelow(ctx, partition.Worker{InstanceID: "ghost#0001", Name: "ghost"}, time.Hour, time.Hour+time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	var ghostKeys []string

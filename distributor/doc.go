@@ -38,8 +38,11 @@
 //	version           bumped by every change of ownership
 //	owner             worker instance (name#suffix) or NULL
 //	heartbeat_at      last renewal, database clock
-//	lease_expires_at  when the row may be claimed: -infinity when unowned,
-//	                  heartbeat_at + the owner's stale_after while owned
+//	lease_expires_at  when the row may be claimed: while unowned, the time
+//	                  it became claimable (set by the server's trigger
+//	                  tasks_claimable_since, whoever wrote the row) or
+//	                  the end of a back-off; heartbeat_at + the owner's
+//	                  stale_after while owned
 //	available         work items produced (high-water mark)
 //	position          work items processed (the checkpoint)
 //	checkpoint        processor state committed with position
@@ -63,7 +66,21 @@
 // know their rows' keys (fence, renewal, release, failure, re-read) read
 // them by the primary key and never through that index, whatever the
 // planner's statistics say; only a heartbeat's look for its own rows it
-// does not list, and the look for a dead worker's rows, use it.
+// does not list, and the look for a dead worker's rows, use it. The
+// claimable index gains an entry whenever a row becomes claimable, and
+// the entry dies when the row is claimed; since a row's key is the time
+// it became claimable and the earliest are claimed first, the dead
+// entries lie below the live ones, and a worker reads the index from a
+// floor (partition.FloorMargin below the earliest claimable row its last
+// read found) instead of from the start: a read walks the entries of the
+// last moments' claims, not all those a held snapshot keeps. The floor
+// only chooses where a read starts; nothing about ownership depends on
+// it (a claim is a compare-and-set on the row, whatever read found it). A
+// row it passes over (one made claimable by a transaction that committed
+// more than FloorMargin later) is found when the producer's notification,
+// which says when, lowers the floor, or at the next read from the start
+// (one read in 256); an until-done run looks for pending work from the
+// start before it says all work is done.
 //
 // All times that decide ownership are the database's now(); a worker's
 // clock only ever makes it stop earlier.
@@ -81,7 +98,8 @@
 //
 // Claim. A worker reads claimable rows of its kind: unowned ones from the
 // head of the claimable index (claimable_at <= now(): pending work, not
-// quarantined, no back-off left), and stale ones (below), and shuffles a
+// quarantined, no back-off left; from the worker's floor, above), earliest
+// claimable first, and stale ones (below), and shuffles a
 // window of them so that workers polling together spread out, and claims several in one compare-and-set statement: version
 // = version + 1 where the row is still of its kind, version is still the
 // value read and the row is still claimable, under FOR UPDATE SKIP LOCKED.
@@ -330,7 +348,10 @@
 //     a lost race or a failure there.
 //   - claimgroup.go: several of those in one transaction (Claim in
 //     groups), and the fall-back to each on its own.
-//   - share.go: the fair share (planShare, a pure function) and hand-back.
+//   - share.go: the fair share and hand-back. The decisions themselves
+//     (the share, what to hand back, which candidates to claim, the
+//     renewal threshold, confirmation, back-off) are pure functions in
+//     internal/decide, which the simulator (internal/sim) calls too.
 //   - listener.go: LISTEN on a direct or pooled connection.
 //   - renewer.go: Heartbeat over a connection reserved for it.
 //   - partition_loop.go: one held partition: Confirm, then batches until

@@ -6,26 +6,29 @@ import (
 	"github.com/batonhq/baton/partition"
 )
 
-// EventKind names a protocol event. The names are stable: they are also
-// the "event" attribute of the corresponding log lines.
-type EventKind string
+// EventKind names a protocol event. It is partition.EventKind, the one
+// vocabulary of baton's events: the history recorded in the events table
+// and the runtime events passed to Config.OnEvent share it. The names are
+// stable: they are also the "event" attribute of the corresponding log
+// lines.
+type EventKind = partition.EventKind
 
 // Protocol events.
 const (
-	EventClaimed     EventKind = "claimed"     // a claim compare-and-set was won
-	EventClaimLost   EventKind = "claim_lost"  // claim attempts lost to other workers (Items counts them)
-	EventConfirmed   EventKind = "confirmed"   // a takeover survived Confirm heartbeats
-	EventCheckpoint  EventKind = "checkpoint"  // a batch committed (Items, Position, Duration)
-	EventReleased    EventKind = "released"    // handed back (Reason: caught_up, rebalance, shutdown)
-	EventLost        EventKind = "lost"        // ownership lost, lease expired locally, or left to expire because releasing failed (Err)
-	EventFenced      EventKind = "fenced"      // a commit was rejected by the fence
-	EventFailed      EventKind = "failed"      // a batch failed; the partition backs off (Attempts, Err)
-	EventQuarantined EventKind = "quarantined" // a partition failed MaxAttempts times
+	EventClaimed     EventKind = partition.EventClaimed     // a claim compare-and-set was won (Takeover: of an expired lease)
+	EventClaimLost   EventKind = partition.EventClaimLost   // claim attempts lost to other workers (Items counts them)
+	EventConfirmed   EventKind = partition.EventConfirmed   // a takeover survived Confirm heartbeats
+	EventCheckpoint  EventKind = partition.EventCheckpoint  // a batch committed (Items, Position, Duration)
+	EventReleased    EventKind = partition.EventReleased    // handed back (Reason: caught_up, rebalance, shutdown)
+	EventLost        EventKind = partition.EventLost        // ownership lost, lease expired locally, or left to expire because releasing failed (Err)
+	EventFenced      EventKind = partition.EventFenced      // a commit was rejected by the fence
+	EventFailed      EventKind = partition.EventFailed      // a batch failed; the partition backs off (Attempts, Err)
+	EventQuarantined EventKind = partition.EventQuarantined // a partition failed MaxAttempts times (Attempts, Err)
 
 	// EventClaimRoundFailed: a claim round (cluster load, candidates,
 	// claim) failed and is retried after a back-off (Err; Attempts counts
 	// consecutive failures).
-	EventClaimRoundFailed EventKind = "claim_round_failed"
+	EventClaimRoundFailed EventKind = partition.EventClaimRoundFailed
 )
 
 // Event is one protocol event, passed to Config.OnEvent.
@@ -47,13 +50,13 @@ type Event struct {
 // reportClaim emits and logs a won claim.
 func (d *Distributor) reportClaim(c partition.Claimed) {
 	d.emit(Event{Kind: EventClaimed, Key: c.Key, Version: c.Version, Takeover: c.Takeover, Position: c.Position})
-	d.log.Info("claimed partition", "event", "claimed", d.cfg.KeyAttr, c.Key, "version", c.Version,
+	d.log.Info("claimed partition", "event", string(EventClaimed), d.cfg.KeyAttr, c.Key, "version", c.Version,
 		"takeover", c.Takeover, "position", c.Position, "pending", c.Available-c.Position)
 }
 
 // reportCheckpoint emits and logs a committed batch.
 func (d *Distributor) reportCheckpoint(l partition.Lease, items, position int64, elapsed time.Duration) {
 	d.emit(Event{Kind: EventCheckpoint, Key: l.Key, Version: l.Version, Items: int(items), Position: position, Duration: elapsed})
-	d.log.Debug("checkpoint committed", "event", "checkpoint", d.cfg.KeyAttr, l.Key, "version", l.Version,
+	d.log.Debug("checkpoint committed", "event", string(EventCheckpoint), d.cfg.KeyAttr, l.Key, "version", l.Version,
 		"position", position, "items", items, "elapsed_ms", elapsed.Milliseconds())
 }

@@ -24,7 +24,7 @@ func newStore(db *dbconn.DB, cfg Config) *partition.Store {
 // record writes an event no protocol statement carries (a fence rejection,
 // a lost lease). It is best effort and bounded: the history is for
 // operators, and a worker cut off from the database must not wait on it.
-func (d *Distributor) record(kind string, l partition.Lease, cause error) {
+func (d *Distributor) record(kind EventKind, l partition.Lease, cause error) {
 	ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/4)
 	defer cancel()
 	detail := ""

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5"
 )
@@ -17,7 +19,7 @@ import (
 // whichever server connection ran it and its notifications would go
 // astray. It connects once to find out.
 func (d *Distributor) listenHandle(ctx context.Context) (*dbconn.DB, error) {
-	if err := d.db.PingContext(ctx); err != nil {
+	if err := d.ping(ctx, d.db); err != nil {
 		return nil, fmt.Errorf("connecting worker %s: %w", d.worker.InstanceID, err)
 	}
 	if d.cfg.PollOnly {
@@ -30,11 +32,7 @@ func (d *Distributor) listenHandle(ctx context.Context) (*dbconn.DB, error) {
 		if err != nil {
 			return nil, fmt.Errorf("opening the listen connection of worker %s: %w", d.worker.InstanceID, err)
 		}
-		if err := dbconn.Ping(ctx, db, url); err != nil {
-			_ = db.Close()
-			return nil, fmt.Errorf("connecting the listen connection of worker %s: %w", d.worker.InstanceID, err)
-		}
-		d.ownListen, ldb = db, db
+		d.ownListen, ldb = db, db // closed by Start if it fails, else at the stop
 	}
 	if ldb == nil {
 		if d.db.Pooled() {
@@ -44,13 +42,34 @@ func (d *Distributor) listenHandle(ctx context.Context) (*dbconn.DB, error) {
 		}
 		return d.db, nil
 	}
-	if err := ldb.PingContext(ctx); err != nil {
+	if err := d.ping(ctx, ldb); err != nil {
 		return nil, fmt.Errorf("connecting the listen connection of worker %s: %w", d.worker.InstanceID, err)
 	}
 	if ldb.Pooled() {
 		return nil, errors.New("the listen connection goes through a transaction pooler: LISTEN needs a direct session connection to PostgreSQL")
 	}
 	return ldb, nil
+}
+
+// ping connects to db, again while the database cannot be reached (a
+// connection reset, a server restarting or failing over) until ctx ends:
+// Start's bound. Any other error (a refused password, say) is returned at
+// once.
+func (d *Distributor) ping(ctx context.Context, db *dbconn.DB) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := db.PingContext(ctx)
+		if err == nil || !dberr.Unreachable(err) || ctx.Err() != nil {
+			return err
+		}
+		d.log.Debug("connecting: database not reachable yet; trying again", "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-d.cfg.Clock.After(wait):
+		}
+		wait = min(2*wait, max(d.cfg.PollInterval, 50*time.Millisecond))
+	}
 }
 
 // listen wakes the claim loop (and leader partitions) on notifications.
@@ -119,6 +138,11 @@ func (d *Distributor) notified(payload string) {
 	reason, kind := partition.ParsePayload(payload)
 	if kind != "" && kind != d.cfg.Kind {
 		return
+	}
+	if since, ok := partition.PayloadSince(payload); ok {
+		// A producer's partitions became claimable then, maybe long
+		// before its commit: read the claimable rows from there.
+		d.store.LowerFloor(since)
 	}
 	switch reason {
 	case partition.NotifyLeft:

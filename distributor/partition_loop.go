@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/internal/decide"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -110,7 +111,7 @@ func (d *Distributor) runPartition(h *held) {
 			d.log.Info("batch too long for one transaction; retrying with fewer items", d.cfg.KeyAttr, l.Key,
 				"version", l.Version, "items", h.tried, "batch_limit", limit, "error", err)
 			continue
-		case dberr.Transient(err) && transient < d.cfg.MaxAttempts:
+		case dberr.Transient(err) && decide.RetryTransient(transient, d.cfg.MaxAttempts):
 			transient++
 			d.log.Warn("batch failed with a transient error; retrying while the lease holds",
 				d.cfg.KeyAttr, l.Key, "version", l.Version, "error", err, "attempt", transient)

@@ -75,7 +75,7 @@ func (d *Distributor) fail(h *held, cause error) {
 	}
 	d.emit(Event{Kind: kind, Key: l.Key, Version: l.Version, Err: cause, Attempts: r.Attempts})
 	if r.Quarantined {
-		d.log.Error("partition quarantined after repeated failures", "event", "failed", d.cfg.KeyAttr, l.Key,
+		d.log.Error("partition quarantined after repeated failures", "event", string(EventQuarantined), d.cfg.KeyAttr, l.Key,
 			"version", l.Version, "attempts", r.Attempts, "error", cause)
 		return
 	}

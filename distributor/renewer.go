@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/internal/decide"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -86,4 +87,17 @@ func (p *pinnedConn) close() {
 		_ = p.conn.Close()
 		p.conn = nil
 	}
+}
+
+// renewBelow is the lease time left below which a heartbeat rewrites a
+// lease; one with more left is checked but not rewritten, which spares most
+// heartbeats a write of every held row (and, the row being in the claimable
+// index while it has work, an index entry). It is StaleAfter − 2 × Heartbeat,
+// so a lease is rewritten about every third beat and has at least that
+// much left after any successful heartbeat, but never less than
+// SafetyMargin + 2 × Heartbeat, so that the local deadline always lies two
+// beats beyond a successful one: with tight timings every lease is renewed
+// at every beat, as before (decide.RenewBelow).
+func (c Config) renewBelow() time.Duration {
+	return decide.RenewBelow(c.StaleAfter, c.Heartbeat, c.SafetyMargin)
 }

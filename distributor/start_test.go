@@ -2,6 +2,10 @@ package distributor_test
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,4 +96,70 @@ func TestStopWhileRegisteringIsGraceful(t *testing.T) {
 	case <-time.After(testutil.WaitTimeout(20 * time.Second)):
 		t.Fatal("Run did not return after its context ended")
 	}
+}
+
+// resettingFront listens on a local port and relays connections to the
+// server at target, except that it closes the first n at once, as a
+// network reset or a restarting server would. It returns dsn with its
+// address instead of the server's.
+func resettingFront(t *testing.T, dsn string, n int) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var refused atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if refused.Add(1) <= int64(n) {
+				_ = c.Close()
+				continue
+			}
+			go func() {
+				defer c.Close()
+				s, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+				_, _ = io.Copy(c, s)
+			}()
+		}
+	}()
+	u.Host = ln.Addr().String()
+	return u.String()
+}
+
+// A worker whose first connections are reset (a restart or a network
+// fault as it starts) connects again within Start's bound instead of
+// failing: the fault suite saw a worker exit so.
+func TestStartSurvivesResetConnections(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(5, "p")
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.StaleAfter = 30 * time.Second // the start's bound: far beyond this test
+	db := pgtest.OpenDB(t, resettingFront(t, e.dsn, 6), dbconn.Options{MaxOpenConns: 8})
+	d, err := distributor.New(db, newProc(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatalf("Start = %v; want a worker that connected again", err)
+	}
+	defer d.Stop()
+	ev.wait(t, 20*time.Second, "the partition processed", kind(distributor.EventReleased))
+	e.verify()
 }

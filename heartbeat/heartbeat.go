@@ -43,6 +43,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/internal/decide"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -263,7 +264,7 @@ func (s *Service) endLocked(l *Lease, cause error) {
 
 // extendLocked moves the local deadline to sent + remaining − margin.
 func (s *Service) extendLocked(l *Lease, sent time.Time, remaining time.Duration) {
-	at := sent.Add(remaining - s.cfg.SafetyMargin)
+	at := sent.Add(decide.DeadlineIn(remaining, s.cfg.SafetyMargin))
 	wait := at.Sub(s.cfg.Clock.Now())
 	if l.deadline != nil {
 		l.deadline.timer.Stop()
@@ -425,11 +426,7 @@ func (s *Service) beat(ctx context.Context) {
 		}
 		// A fresh lease was checked, not rewritten: its deadline follows
 		// what it has left, never a renewal that did not happen.
-		remaining := s.cfg.StaleAfter
-		if r.Fresh {
-			remaining = r.Remaining
-		}
-		s.renewedLocked(l, sent, remaining)
+		s.renewedLocked(l, sent, decide.LeaseLeft(r, s.cfg.StaleAfter))
 		if r.Available > r.Position {
 			select {
 			case l.work <- struct{}{}:
@@ -472,7 +469,7 @@ func (s *Service) renewedLocked(l *Lease, sent time.Time, remaining time.Duratio
 		return
 	}
 	l.streak++
-	if l.streak >= s.cfg.Confirm && !isClosed(l.confirmed) {
+	if decide.Confirmed(l.streak, s.cfg.Confirm) && !isClosed(l.confirmed) {
 		close(l.confirmed)
 	}
 }

@@ -296,7 +296,7 @@ type lossyRenewer struct {
 }
 
 func (r *lossyRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
-	if _, err := r.store.Heartbeat(ctx, r.worker, 10*time.Second, leases); err != nil {
+	if _, err := r.store.HeartbeatBelow(ctx, r.worker, 10*time.Second, 10*time.Second+time.Hour, leases); err != nil {
 		return nil, err
 	}
 	r.applied++

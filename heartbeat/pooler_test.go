@@ -211,7 +211,7 @@ type storeRenewer struct {
 }
 
 func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
-	return r.s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, r.ttl, leases)
+	return r.s.HeartbeatBelow(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, r.ttl, r.ttl+time.Hour, leases)
 }
 
 func (r storeRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {

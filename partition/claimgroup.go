@@ -235,11 +235,11 @@ const claimAdvanceGroupCTEs = `
 // released, released with reason $13, all under the claim's version.
 const claimAdvanceGroupEventsSQL = claimAdvanceGroupCTEs + `, e AS (
 			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, items, detail)
-			SELECT $11, partition_key, '` + EventClaimed + `', version, $7, from_pos, NULL::bigint, NULL FROM u
+			SELECT $11, partition_key, '` + string(EventClaimed) + `', version, $7, from_pos, NULL::bigint, NULL FROM u
 			UNION ALL
-			SELECT $11, partition_key, '` + EventFirstBatch + `', version, $7, position, position - from_pos, NULL FROM u
+			SELECT $11, partition_key, '` + string(EventFirstBatch) + `', version, $7, position, position - from_pos, NULL FROM u
 			UNION ALL
-			SELECT $11, partition_key, '` + EventReleased + `', version, $7, position, NULL::bigint, nullif($13, '') FROM u WHERE release
+			SELECT $11, partition_key, '` + string(EventReleased) + `', version, $7, position, NULL::bigint, nullif($13, '') FROM u WHERE release
 		)
 		SELECT count(*) FROM u CROSS JOIN n`
 

@@ -3,6 +3,7 @@ package partition_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/uptrace/bun"
 
@@ -60,6 +61,12 @@ func (h *pgHarness) OfKind(kind string) storetest.Store {
 	return &pgHarness{t: h.t, db: h.db, s: h.s.Kind(kind)}
 }
 
+func (h *pgHarness) AgeLease(key string, left time.Duration) {
+	h.exec(`UPDATE baton.tasks SET lease_expires_at = now() + ? * interval '1 microsecond'
+		WHERE kind = ? AND partition_key = ? AND lease_expires_at > now() AND lease_expires_at < 'infinity'`,
+		left.Microseconds(), partition.DefaultKind, key)
+}
+
 func (h *pgHarness) ExpireWorker(owner string) {
 	h.exec(`UPDATE baton.workers SET expires_at = now() - interval '1 millisecond' WHERE instance_id = ?`, owner)
 }
@@ -76,9 +83,9 @@ func (h *pgHarness) Claim(ctx context.Context, owner string, cands []partition.C
 	return h.s.Claim(ctx, owner, storetest.TTL, cands)
 }
 
-func (h *pgHarness) Heartbeat(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error) {
-	w := partition.Worker{InstanceID: owner, Name: owner, Hostname: "test", PID: 1, Mode: "lock"}
-	return h.s.Heartbeat(ctx, w, storetest.TTL, leases)
+func (h *pgHarness) HeartbeatBelow(ctx context.Context, owner string, wanted int, leases []partition.Lease) ([]partition.Renewal, error) {
+	w := partition.Worker{InstanceID: owner, Name: owner, Hostname: "test", PID: 1, Mode: "lock", Wanted: wanted}
+	return h.s.HeartbeatBelow(ctx, w, storetest.TTL, storetest.RenewBelow, leases)
 }
 
 func (h *pgHarness) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error) {
@@ -86,7 +93,7 @@ func (h *pgHarness) Inspect(ctx context.Context, owner string, leases []partitio
 }
 
 func (h *pgHarness) Release(ctx context.Context, owner string, leases []partition.Lease) ([]string, error) {
-	return h.s.Release(ctx, owner, leases)
+	return h.s.ReleaseFor(ctx, owner, "rebalance", leases)
 }
 
 func (h *pgHarness) Fail(ctx context.Context, owner string, l partition.Lease, cause string, maxAttempts int) (partition.FailResult, error) {
@@ -99,8 +106,16 @@ func (h *pgHarness) Progress(ctx context.Context, key string) (int64, int64, err
 	return h.s.Progress(ctx, key)
 }
 
-func (h *pgHarness) ClusterLoad(ctx context.Context) (partition.Load, error) {
-	return h.s.ClusterLoad(ctx)
+func (h *pgHarness) FairShareLoad(ctx context.Context, self string) (partition.Load, error) {
+	return h.s.FairShareLoad(ctx, self, storetest.MaxPartitions, storetest.TTL)
+}
+
+func (h *pgHarness) QuarantinedCount(ctx context.Context) (int, error) {
+	return h.s.QuarantinedCount(ctx)
+}
+
+func (h *pgHarness) PendingWork(ctx context.Context) (bool, error) {
+	return h.s.PendingWork(ctx)
 }
 
 func (h *pgHarness) StopWorker(ctx context.Context, owner string) error {
@@ -161,3 +176,34 @@ func (b *pgClaimBatch) ClaimAdvance(ctx context.Context, from, to int64, release
 func (b *pgClaimBatch) Commit(context.Context) error { return b.tx.Commit() }
 
 func (b *pgClaimBatch) Rollback() { _ = b.tx.Rollback() }
+
+func (h *pgHarness) BeginGroup(ctx context.Context, owner string, cands []partition.Candidate, limit int) (storetest.GroupBatch, []partition.Fenced, error) {
+	tx, err := h.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	fenced, err := h.s.FenceUnownedGroup(ctx, tx, cands, limit)
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, nil, err
+	}
+	return &pgGroup{s: h.s, tx: tx, owner: owner}, fenced, nil
+}
+
+type pgGroup struct {
+	s     *partition.Store
+	tx    bun.Tx
+	owner string
+}
+
+func (g *pgGroup) ClaimAdvanceGroup(ctx context.Context, steps []storetest.GroupStep) ([]partition.Lease, error) {
+	cs := make([]partition.ClaimStep, len(steps))
+	for i, st := range steps {
+		cs[i] = partition.ClaimStep{Candidate: st.Candidate, From: st.From, Position: st.To, Release: st.Release}
+	}
+	return g.s.ClaimAdvanceGroup(ctx, g.tx, g.owner, storetest.TTL, cs, "caught_up")
+}
+
+func (g *pgGroup) Commit(context.Context) error { return g.tx.Commit() }
+
+func (g *pgGroup) Rollback() { _ = g.tx.Rollback() }

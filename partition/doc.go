@@ -27,7 +27,14 @@
 // items under them in the same transaction. The statement holds the task
 // row's lock until the transaction ends, so producers of the same partition
 // running at once are numbered one after the other, never the same. The
-// kind's workers are woken by a notification delivered at commit.
+// kind's workers are woken by a notification delivered at commit, which
+// also says when the statement ran: workers read claimable partitions from
+// a floor that moves with time (see FloorMargin), and a partition made
+// claimable long before its transaction commits is found from that time.
+// Where no notification reaches the workers (through a transaction pooler
+// without a listen connection, or for task rows written by hand-written
+// SQL in a transaction that stays open past FloorMargin), such a partition
+// waits for a worker's next read from the start, one in 256.
 //
 // # Seeing and repairing
 //

@@ -10,18 +10,47 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Event kinds recorded in the events table. The names are stable.
+// EventKind names an event in a partition's life. It is the one
+// vocabulary of baton's events: the kinds of the history recorded in the
+// events table (Event.Kind), of the distributor's runtime events
+// (distributor.Event, whose EventKind is this type), and the "event"
+// attribute of the corresponding log lines. The names are stable: they are
+// stored, and operators' queries and alerts match them.
+type EventKind string
+
+// Event kinds recorded in the events table; all but takeover, first_batch
+// and retried are also distributor events (whose claimed covers takeovers:
+// see distributor.Event.Takeover).
 const (
-	EventClaimed     = "claimed"     // an unowned partition was claimed
-	EventTakeover    = "takeover"    // a partition whose owner's lease had expired was claimed
-	EventFirstBatch  = "first_batch" // the first batch of a claim committed (TakeoverMS after a takeover)
-	EventReleased    = "released"    // handed back (Detail: the reason)
-	EventFenced      = "fenced"      // a commit was rejected by the fence: the claim was no longer current
-	EventLost        = "lost"        // the owner stopped processing: lease lost or expired locally (Detail)
-	EventFailed      = "failed"      // a batch failed; back-off (Attempts, Detail: the error)
-	EventQuarantined = "quarantined" // failed MaxAttempts times (Attempts, Detail)
-	EventRetried     = "retried"     // an operator re-enabled the partition
+	EventClaimed     EventKind = "claimed"     // an unowned partition was claimed
+	EventTakeover    EventKind = "takeover"    // a partition whose owner's lease had expired was claimed
+	EventFirstBatch  EventKind = "first_batch" // the first batch of a claim committed (TakeoverMS after a takeover)
+	EventReleased    EventKind = "released"    // handed back (Detail: the reason)
+	EventFenced      EventKind = "fenced"      // a commit was rejected by the fence: the claim was no longer current
+	EventLost        EventKind = "lost"        // the owner stopped processing: lease lost or expired locally (Detail)
+	EventFailed      EventKind = "failed"      // a batch failed; back-off (Attempts, Detail: the error)
+	EventQuarantined EventKind = "quarantined" // failed MaxAttempts times (Attempts, Detail)
+	EventRetried     EventKind = "retried"     // an operator re-enabled the partition
 )
+
+// Event kinds of the distributor's runtime events only, never recorded.
+const (
+	EventClaimLost        EventKind = "claim_lost"         // claim attempts lost to other workers
+	EventConfirmed        EventKind = "confirmed"          // a takeover survived its confirmation heartbeats
+	EventCheckpoint       EventKind = "checkpoint"         // a batch committed
+	EventClaimRoundFailed EventKind = "claim_round_failed" // a claim round failed and is retried after a back-off
+)
+
+// Recorded reports whether events of kind k are written to the events
+// table.
+func (k EventKind) Recorded() bool {
+	switch k {
+	case EventClaimed, EventTakeover, EventFirstBatch, EventReleased, EventFenced, EventLost,
+		EventFailed, EventQuarantined, EventRetried:
+		return true
+	}
+	return false
+}
 
 // ListenApplicationName prefixes the application_name of a worker's
 // notification connection, followed by its instance id, so operators (and
@@ -44,7 +73,7 @@ type Event struct {
 	ID           int64          // increasing with insertion
 	At           time.Time      // database clock
 	Key          string         // the partition
-	Kind         string         // one of the Event… constants
+	Kind         EventKind      // one of the Event… constants
 	Version      int64          // the claim the event belongs to
 	Worker       string         // instance id; "" for an operator's action
 	PrevOwner    string         // takeover: the owner whose lease expired
@@ -98,7 +127,7 @@ func (s *Store) RecordFirstBatch(ctx context.Context, tx bun.Tx, owner string, l
 
 // Record writes an event that no protocol statement carries: a fence
 // rejection (its transaction rolled back) or a lost lease.
-func (s *Store) Record(ctx context.Context, owner, kind string, l Lease, detail string) error {
+func (s *Store) Record(ctx context.Context, owner string, kind EventKind, l Lease, detail string) error {
 	if s.noEvents {
 		return nil
 	}
@@ -134,7 +163,7 @@ func (s *Store) History(ctx context.Context, key string, limit int) ([]Event, er
 
 // RecentEvents returns up to limit events of s's kind's partitions of the
 // last since, newest first, optionally of the given event kinds only.
-func (s *Store) RecentEvents(ctx context.Context, since time.Duration, limit int, kinds ...string) ([]Event, error) {
+func (s *Store) RecentEvents(ctx context.Context, since time.Duration, limit int, kinds ...EventKind) ([]Event, error) {
 	if len(kinds) == 0 {
 		return s.readEvents(ctx, `WHERE at > now() - ?::interval AND task_kind = ? ORDER BY event_id DESC LIMIT ?`,
 			interval(since), s.kind, limit)

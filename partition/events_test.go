@@ -88,7 +88,10 @@ func TestHistoryIsWrittenByTheProtocolStatements(t *testing.T) {
 	slices.Reverse(h)
 	var kinds []string
 	for _, e := range h {
-		kinds = append(kinds, e.Kind+"@"+e.Worker)
+		kinds = append(kinds, string(e.Kind)+"@"+e.Worker)
+		if !e.Kind.Recorded() {
+			t.Errorf("kind %q is in the table but not Recorded", e.Kind)
+		}
 	}
 	want := []string{"claimed@a#1", "released@a#1", "claimed@b#1", "takeover@c#1", "first_batch@c#1",
 		"failed@c#1", "claimed@d#1", "quarantined@d#1", "retried@", "fenced@b#1"}
@@ -149,5 +152,25 @@ func TestHistoryIsWrittenByTheProtocolStatements(t *testing.T) {
 	}
 	if n, err := s.PruneEvents(ctx, time.Hour, 1000); err != nil || n != 3 {
 		t.Fatalf("pruned %d (%v); want the 3 older than an hour", n, err)
+	}
+}
+
+// The runtime-only kinds are never recorded, and the names of the kinds
+// stored in the table are the stable ones.
+func TestEventKindNames(t *testing.T) {
+	for k, name := range map[partition.EventKind]string{
+		partition.EventClaimed: "claimed", partition.EventTakeover: "takeover", partition.EventFirstBatch: "first_batch",
+		partition.EventReleased: "released", partition.EventFenced: "fenced", partition.EventLost: "lost",
+		partition.EventFailed: "failed", partition.EventQuarantined: "quarantined", partition.EventRetried: "retried",
+	} {
+		if string(k) != name || !k.Recorded() {
+			t.Errorf("%q: want the recorded kind %q", k, name)
+		}
+	}
+	for _, k := range []partition.EventKind{partition.EventClaimLost, partition.EventConfirmed,
+		partition.EventCheckpoint, partition.EventClaimRoundFailed, "unknown"} {
+		if k.Recorded() {
+			t.Errorf("%q is Recorded", k)
+		}
 	}
 }

@@ -1,6 +1,12 @@
 package partition
 
-import "github.com/batonhq/baton/schema"
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/batonhq/baton/schema"
+)
 
 // StatementSQL is the text of a coordination statement as sent, over the
 // default schema, for tests that explain its plans.
@@ -10,4 +16,53 @@ func StatementSQL(name string) string {
 		"Heartbeat": heartbeatSQL, "FairShareLoad": fairShareSQL,
 	}[name]
 	return schema.SQL(schema.Default, q)
+}
+
+// SetFloorMargin sets s's FloorMargin, for tests that cannot wait ten
+// seconds for a floor to pass a row.
+func SetFloorMargin(s *Store, d time.Duration) {
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	s.floor.margin = d
+}
+
+// FloorArg is the floor s's reads of the claimable rows start from now,
+// as passed to the statements ("-infinity": from the beginning).
+func FloorArg(s *Store) string { return s.floor.current() }
+
+// FullReadEvery is how often a Store reads the claimable rows from the
+// beginning all the same.
+const FullReadEvery = fullReadEvery
+
+// Heartbeat is HeartbeatBelow rewriting every lease listed, for tests that
+// do not care about the threshold (the workers pass one, and the
+// conformance suite runs theirs).
+func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
+	return s.HeartbeatBelow(ctx, w, ttl, ttl+time.Hour, leases)
+}
+
+// ClusterLoad counts exactly, reading every row, what FairShareLoad
+// bounds: the fair-share inputs of s's kind, for tests that compare the two.
+func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
+	var l Load
+	err := s.db.QueryRowContext(ctx, s.sql(`
+		SELECT
+		  (SELECT count(*) FROM {{.Schema}}.tasks
+		    WHERE kind = ?0 AND failed_at IS NULL AND available > position)
+		+ (SELECT count(*) FROM {{.Schema}}.tasks
+		    WHERE kind = ?0 AND owner IS NOT NULL AND lease_expires_at > now() AND available <= position),
+		  (SELECT count(*) FROM {{.Schema}}.workers WHERE kind = ?0 AND expires_at > now() AND stopped_at IS NULL),
+		  (SELECT count(*) FROM {{.Schema}}.tasks WHERE kind = ?0 AND failed_at IS NOT NULL),
+		  (SELECT count(*) FROM {{.Schema}}.tasks
+		    WHERE kind = ?0 AND available > position AND failed_at IS NULL AND lease_expires_at <= now()),
+		  coalesce((SELECT min(n) FROM (
+		    SELECT count(t.partition_key) AS n
+		    FROM {{.Schema}}.workers w
+		    LEFT JOIN {{.Schema}}.tasks t ON t.kind = w.kind AND t.owner = w.instance_id AND t.lease_expires_at > now()
+		    WHERE w.kind = ?0 AND w.expires_at > now() AND w.stopped_at IS NULL
+		    GROUP BY w.instance_id) h), 0)`), s.kind).Scan(&l.Busy, &l.LiveWorkers, &l.Quarantined, &l.Unclaimed, &l.MinHeld)
+	if err != nil {
+		return l, fmt.Errorf("reading cluster load: %w", err)
+	}
+	return l, nil
 }

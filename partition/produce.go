@@ -188,7 +188,8 @@ func (s *Store) addWorkSQL(kind, keys, ns, channel, payload string) string {
 			SET available = t.available + EXCLUDED.available, updated_at = now()
 			RETURNING t.partition_key, t.available
 		), n AS (
-			SELECT pg_notify(` + channel + `, ` + payload + `) FROM (SELECT 1 FROM a LIMIT 1) x
+			SELECT pg_notify(` + channel + `, ` + payload + ` || ' ' || (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+			FROM (SELECT 1 FROM a LIMIT 1) x
 		)
 		SELECT partition_key, available FROM a WHERE (SELECT count(*) FROM n) >= 0`)
 }

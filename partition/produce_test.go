@@ -83,8 +83,23 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != partition.NotifyPayload(partition.NotifyWork, partition.DefaultKind) {
-		t.Fatalf("notification after commit = %q, want work", got)
+	payload := next()
+	if reason, kind := partition.ParsePayload(payload); reason != partition.NotifyWork || kind != partition.DefaultKind {
+		t.Fatalf("notification after commit = %q, want work of the default kind", payload)
+	}
+	// It says when the producer's statement made the partition claimable
+	// (before the commit, when the transaction ran): what a worker's floor
+	// is lowered to.
+	since, ok := partition.PayloadSince(payload)
+	if !ok {
+		t.Fatalf("notification after commit = %q, without the time the work was added", payload)
+	}
+	var at time.Time
+	if err := db.QueryRow(`SELECT claimable_at FROM baton.tasks WHERE partition_key = 'a'`).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	if d := since.Sub(at); d < -time.Second || d > time.Second {
+		t.Fatalf("notification says claimable since %v, the row since %v", since, at)
 	}
 	rows, _, err := s.Status(ctx)
 	if err != nil {
@@ -102,7 +117,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if _, err := s.AddWork(ctx, db, "a", 4); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != partition.NotifyPayload(partition.NotifyWork, partition.DefaultKind) {
+	if got := next(); !strings.HasPrefix(got, partition.NotifyPayload(partition.NotifyWork, partition.DefaultKind)+" ") {
 		t.Fatalf("notification = %q, want work", got)
 	}
 	var avail int64

@@ -9,9 +9,11 @@ package partition
 // (those updates stay heap-only; see the migration tasks_hot):
 //
 //   - unowned rows with pending work, not quarantined, whose
-//     claimable_at (their lease_expires_at: -infinity, or the end of a
-//     back-off) has come: the head of the kind's range of the
-//     tasks_claimable index;
+//     claimable_at (their lease_expires_at: the time they became
+//     claimable, or the end of a back-off) has come: the head of the
+//     kind's range of the tasks_claimable index, read from the store's
+//     floor (see claimFloor) so that the entries of rows claimed since,
+//     which a long-held snapshot keeps from being removed, are not walked;
 //   - stale rows: owned by a worker that is not live (its registration
 //     expired, it stopped, or it never registered), with pending work,
 //     not quarantined, whose own lease has ended: the rows of each such
@@ -43,12 +45,15 @@ func staleRows(k, limit string) string {
 
 // candidatesSQL reads up to $1 claimable rows of kind $2, earliest
 // claimable first: the head of the kind's range of the tasks_claimable
-// index and the stale rows.
+// index from floor $3, and the stale rows; with each, when it became
+// claimable (or its lease ended) and the statement's time, in seconds
+// since the Unix epoch (-Infinity for a row made claimable by hand with
+// lease_expires_at '-infinity').
 var candidatesSQL = `
-		SELECT partition_key, version, owned FROM (
+		SELECT partition_key, version, owned, extract(epoch FROM at)::float8, extract(epoch FROM now())::float8 FROM (
 			(SELECT partition_key, version, false AS owned, claimable_at AS at
 			 FROM {{.Schema}}.tasks
-			 WHERE kind = $2 AND claimable_at <= now()
+			 WHERE kind = $2 AND claimable_at >= $3::timestamptz AND claimable_at <= now()
 			 ORDER BY claimable_at
 			 LIMIT $1)
 			UNION ALL
@@ -80,7 +85,7 @@ var heartbeatSQL = heartbeatCTEs + heartbeatResult
 // version.
 var heartbeatEventsSQL = heartbeatCTEs + `, e AS (
 			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, detail)
-			SELECT $12, partition_key, '` + EventReleased + `', version - 1, $3, position, 'expired' FROM x
+			SELECT $12, partition_key, '` + string(EventReleased) + `', version - 1, $3, position, 'expired' FROM x
 		)` + heartbeatResult
 
 const heartbeatCTEs = `
@@ -198,7 +203,7 @@ var fairShareSQL = `
 		  -- Unowned and stale, each counted up to the cap.
 		  SELECT count(*) AS n FROM (
 		    (SELECT 1 FROM {{.Schema}}.tasks
-		     WHERE kind = $4 AND claimable_at <= now()
+		     WHERE kind = $4 AND claimable_at >= $5::timestamptz AND claimable_at <= now()
 		     ORDER BY claimable_at
 		     LIMIT (SELECT n FROM cap))
 		    UNION ALL
@@ -211,7 +216,7 @@ var fairShareSQL = `
 		       -- Pending work all the same: unowned, waiting out a
 		       -- back-off, or owned under a lease that has not ended (a
 		       -- dead worker's, or one no heartbeat has counted yet).
-		       ELSE coalesce((SELECT 1 FROM {{.Schema}}.tasks WHERE kind = $4 AND claimable_at IS NOT NULL
+		       ELSE coalesce((SELECT 1 FROM {{.Schema}}.tasks WHERE kind = $4 AND claimable_at >= $5::timestamptz
 		                      ORDER BY claimable_at LIMIT 1),
 		                     (SELECT 1 FROM {{.Schema}}.workers w
 		                      CROSS JOIN LATERAL (SELECT 1 FROM {{.Schema}}.tasks t

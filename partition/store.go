@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -40,15 +42,35 @@ const (
 // NotifyPayload is the payload of a notification of reason (NotifyWork,
 // NotifyReleased, NotifyRetry, NotifyLeft) about partitions of kind: the
 // reason, a space and the kind. Workers ignore notifications about other
-// kinds.
+// kinds. Producers (AddWorks) append a space and the time, in
+// microseconds since the Unix epoch on the database's clock, at which
+// their statement made partitions claimable (PayloadSince): their
+// transaction may commit long after, and a worker that hears it reads the
+// claimable rows from that time on (Store.LowerFloor).
 func NotifyPayload(reason, kind string) string { return reason + " " + kind }
 
 // ParsePayload splits a notification's payload into its reason and kind;
 // kind is "" for a payload without one (sent by hand, say), which
 // concerns every kind.
 func ParsePayload(payload string) (reason, kind string) {
-	reason, kind, _ = strings.Cut(payload, " ")
+	reason, rest, _ := strings.Cut(payload, " ")
+	kind, _, _ = strings.Cut(rest, " ")
 	return reason, kind
+}
+
+// PayloadSince is the time a producer's notification says its partitions
+// became claimable, if it says one.
+func PayloadSince(payload string) (time.Time, bool) {
+	_, rest, _ := strings.Cut(payload, " ")
+	_, since, ok := strings.Cut(rest, " ")
+	if !ok {
+		return time.Time{}, false
+	}
+	us, err := strconv.ParseInt(since, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(us), true
 }
 
 // ErrFenced is returned when a write is attempted under a claim that is no
@@ -173,6 +195,7 @@ type Store struct {
 	kind     string
 	noEvents bool
 	direct   func() bool // see PrepareWhen
+	floor    *claimFloor // where reads of the claimable rows start (floor.go)
 }
 
 // NewStore returns a Store over db (a *bun.DB, a connection or a
@@ -181,7 +204,7 @@ type Store struct {
 // its tables with that schema, so the session's search_path does not
 // matter. Kind binds it to another kind.
 func NewStore(db bun.IDB, schemaName string) *Store {
-	return &Store{db: db, schema: cmp.Or(schemaName, schema.Default), kind: DefaultKind}
+	return &Store{db: db, schema: cmp.Or(schemaName, schema.Default), kind: DefaultKind, floor: newClaimFloor()}
 }
 
 // DefaultKind is the kind of a Store, and of a distributor's Config, that
@@ -220,6 +243,7 @@ func ValidateKind(kind string) error {
 func (s *Store) Kind(kind string) *Store {
 	c := *s
 	c.kind = cmp.Or(kind, DefaultKind)
+	c.floor = newClaimFloor()
 	return &c
 }
 
@@ -283,14 +307,60 @@ func split(leases []Lease) (keys []string, versions []int64) {
 // Candidates returns up to limit claimable rows of s's kind: with pending
 // work, not quarantined, and unowned (with no back-off left) or stale
 // (StaleCandidates), earliest-claimable first. It reads only the head of
-// the kind's range of the tasks_claimable index, and the rows of workers
-// that are not live.
+// the kind's range of the tasks_claimable index, from s's floor (see
+// FloorMargin), and the rows of workers that are not live.
 func (s *Store) Candidates(ctx context.Context, limit int) ([]Candidate, error) {
-	rows, err := s.query(ctx, candidatesSQL, limit, s.kind)
+	rows, err := s.query(ctx, candidatesSQL, limit, s.kind, s.floor.arg())
 	if err != nil {
 		return nil, fmt.Errorf("reading claim candidates: %w", err)
 	}
-	return scanCandidates(rows)
+	defer rows.Close()
+	var (
+		out      []Candidate
+		earliest = math.NaN() // none
+		now      float64
+	)
+	for rows.Next() {
+		var (
+			c  Candidate
+			at float64
+		)
+		if err := rows.Scan(&c.Key, &c.Version, &c.Owned, &at, &now); err != nil {
+			return nil, fmt.Errorf("reading claim candidates: %w", err)
+		}
+		if !c.Owned && math.IsNaN(earliest) {
+			earliest = at
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading claim candidates: %w", err)
+	}
+	s.floor.saw(earliest, now, len(out) < limit)
+	return out, nil
+}
+
+// LowerFloor has s's next reads of the claimable rows start no later than
+// FloorMargin before since: partitions became claimable then, in a
+// transaction that committed since (a producer's notification says when:
+// PayloadSince).
+func (s *Store) LowerFloor(since time.Time) { s.floor.lower(since) }
+
+// PendingWork reports whether any partition of s's kind has pending work
+// that is not quarantined, owned or not. It reads from the beginning of
+// the tasks_claimable index, so it walks every entry a held snapshot
+// keeps there: call it rarely (before deciding all work is done).
+func (s *Store) PendingWork(ctx context.Context) (bool, error) {
+	var pending bool
+	if err := s.db.QueryRowContext(ctx, s.sql(`
+		SELECT EXISTS (SELECT 1 FROM {{.Schema}}.tasks WHERE kind = ? AND claimable_at IS NOT NULL)
+		    OR EXISTS (SELECT 1 FROM {{.Schema}}.workers w
+		               CROSS JOIN LATERAL (SELECT 1 FROM {{.Schema}}.tasks t
+		                 WHERE t.owner = w.instance_id AND t.kind = ? AND t.available > t.position
+		                   AND t.failed_at IS NULL LIMIT 1) t)`), s.kind, s.kind).Scan(&pending); err != nil {
+		return false, fmt.Errorf("looking for pending work: %w", err)
+	}
+	return pending, nil
 }
 
 func scanCandidates(rows *sql.Rows) ([]Candidate, error) {
@@ -397,9 +467,10 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 	return won, nil
 }
 
-// Heartbeat renews the worker row and every lease still held by owner, in
-// one statement, extending each lease to now() + ttl. It returns the leases
-// still held; a lease missing from the result is lost.
+// HeartbeatBelow renews the worker row and the leases still held by
+// owner with less than renewBelow left by the database clock, in one
+// statement, extending each to now() + ttl. It returns the leases still
+// held; a lease missing from the result is lost.
 //
 // A row another transaction has locked (a load adding work holds it until
 // it commits) is skipped rather than waited for, so one busy row never
@@ -407,10 +478,7 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 // lock at most ttl/4 and half of what is left of ctx. If the lock is still
 // held, the lease comes back with Locked set and the time it has left, to
 // be renewed by a later heartbeat.
-func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
-	return s.HeartbeatBelow(ctx, w, ttl, ttl+time.Hour, leases)
-}
-
+//
 // A row of owner's that the heartbeat does not list and whose lease has
 // ended (one the worker stopped renewing, or a claim it never learnt of)
 // is handed back by the same statement: version bumped under FOR UPDATE
@@ -419,8 +487,7 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 // only once its owner is not live (see StaleCandidates), so this is how
 // a live worker's lost lease becomes claimable.
 //
-// HeartbeatBelow is Heartbeat renewing only the leases with less than
-// renewBelow left by the database clock; the others come back with Fresh
+// The leases with renewBelow or more left come back with Fresh
 // set and the time they have left, checked but not rewritten. The worker's
 // row is renewed every time. A lease's row is then rewritten about once
 // every ttl − renewBelow instead of at every heartbeat: with renewBelow
@@ -827,7 +894,8 @@ type Load struct {
 	Busy int
 	// LiveWorkers counts worker instances whose heartbeat has not expired.
 	LiveWorkers int
-	// Quarantined counts partitions marked failed.
+	// Quarantined counts partitions marked failed; FairShareLoad leaves
+	// it 0 (see QuarantinedCount).
 	Quarantined int
 	// Unclaimed counts partitions with pending work that could be claimed
 	// right now.
@@ -837,32 +905,6 @@ type Load struct {
 	// Wanted is how many more partitions the other live workers want, as
 	// their last heartbeats said (Worker.Wanted); FairShareLoad only.
 	Wanted int
-}
-
-// ClusterLoad reads the fair-share inputs of s's kind: its partitions
-// and its live workers.
-func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
-	var l Load
-	err := s.db.QueryRowContext(ctx, s.sql(`
-		SELECT
-		  (SELECT count(*) FROM {{.Schema}}.tasks
-		    WHERE kind = ?0 AND failed_at IS NULL AND available > position)
-		+ (SELECT count(*) FROM {{.Schema}}.tasks
-		    WHERE kind = ?0 AND owner IS NOT NULL AND lease_expires_at > now() AND available <= position),
-		  (SELECT count(*) FROM {{.Schema}}.workers WHERE kind = ?0 AND expires_at > now() AND stopped_at IS NULL),
-		  (SELECT count(*) FROM {{.Schema}}.tasks WHERE kind = ?0 AND failed_at IS NOT NULL),
-		  (SELECT count(*) FROM {{.Schema}}.tasks
-		    WHERE kind = ?0 AND available > position AND failed_at IS NULL AND lease_expires_at <= now()),
-		  coalesce((SELECT min(n) FROM (
-		    SELECT count(t.partition_key) AS n
-		    FROM {{.Schema}}.workers w
-		    LEFT JOIN {{.Schema}}.tasks t ON t.kind = w.kind AND t.owner = w.instance_id AND t.lease_expires_at > now()
-		    WHERE w.kind = ?0 AND w.expires_at > now() AND w.stopped_at IS NULL
-		    GROUP BY w.instance_id) h), 0)`), s.kind).Scan(&l.Busy, &l.LiveWorkers, &l.Quarantined, &l.Unclaimed, &l.MinHeld)
-	if err != nil {
-		return l, fmt.Errorf("reading cluster load: %w", err)
-	}
-	return l, nil
 }
 
 // FairShareLoad reads what worker self, with room for maxPartitions, needs for
@@ -885,6 +927,10 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 //     except that Busy is never 0 while any partition has pending work;
 //   - Unclaimed is the claimable count, capped at maxPartitions + 1 (it is
 //     compared with 0 and with a count of held partitions);
+//   - the claimable rows are read from s's floor (see FloorMargin), as
+//     Candidates reads them: a partition made claimable by a transaction
+//     that committed long after (and that no notification announced) is
+//     counted once a full read has found it. PendingWork answers exactly;
 //   - Wanted sums what the live workers other than self want (their
 //     heartbeats write Worker.Wanted);
 //   - Quarantined is not counted (0): no index answers it, and only the
@@ -894,7 +940,7 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 // work is done needs.
 func (s *Store) FairShareLoad(ctx context.Context, self string, maxPartitions int, staleAfter time.Duration) (Load, error) {
 	var l Load
-	rows, err := s.query(ctx, fairShareSQL, maxPartitions, micros(staleAfter), self, s.kind)
+	rows, err := s.query(ctx, fairShareSQL, maxPartitions, micros(staleAfter), self, s.kind, s.floor.current())
 	if err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}

@@ -63,9 +63,11 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		read func(context.Context, int) ([]partition.Candidate, error)
+		args []any // after the limit and the kind
 	}{
-		{"Candidates", s.Candidates},
-		{"StaleCandidates", s.StaleCandidates},
+		{"Candidates", s.Candidates, []any{"-infinity"}},
+		{"Candidates", s.Candidates, []any{"2026-11-26T00:00:00Z"}}, // from a floor
+		{"StaleCandidates", s.StaleCandidates, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cands, err := tc.read(ctx, 40)
@@ -79,7 +81,7 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 					t.Fatalf("%s read %v, a partition of another kind", tc.name, c)
 				}
 			}
-			for _, plan := range explainPrepared(t, db, partition.StatementSQL(tc.name), 40, partition.DefaultKind) {
+			for _, plan := range explainPrepared(t, db, partition.StatementSQL(tc.name), append([]any{40, partition.DefaultKind}, tc.args...)...) {
 				// Unowned rows from the claimable index, stale ones through
 				// the dead workers' rows (workers is read whole: one row
 				// per instance).
@@ -457,7 +459,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 		t.Fatalf("w#1 wanting 3: FairShareLoad for w#1 = %+v, %v; want Wanted 0 (its own)", l, err)
 	}
 	for _, plan := range explainPrepared(t, db, partition.StatementSQL("FairShareLoad"), 4, int64(time.Hour/time.Microsecond), "w#2",
-		partition.DefaultKind) {
+		partition.DefaultKind, "-infinity") {
 		// Every plan node over tasks: no sequential scan, and together they
 		// read a few caps' worth of rows, not the table.
 		var rows float64

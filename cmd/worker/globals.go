@@ -157,17 +157,16 @@ func (g *globals) openWaiting(ctx context.Context, opts dbconn.Options, wait tim
 	}
 }
 
-// retryable reports whether waiting may cure err: the server is down,
-// starting, or unreachable, rather than refusing this client.
+// retryable reports whether waiting may cure err (dberr.WorthWaiting).
+// open marks what the flags got wrong (a malformed URL, a schema mismatch)
+// as usage errors, which no wait cures, except an outdated schema: a
+// migration may be running beside this start.
 func retryable(err error) bool {
-	if errors.Is(err, schema.ErrOutdated) {
-		return true // a migration may be running beside this start
-	}
 	var ee *exitError
-	if errors.As(err, &ee) {
+	if errors.As(err, &ee) && !errors.Is(err, schema.ErrOutdated) {
 		return false
 	}
-	return !dberr.RefusesClient(err) // authentication, unknown database
+	return dberr.WorthWaiting(err)
 }
 
 // schemaConfig is the schema and migration sets the worker command uses:

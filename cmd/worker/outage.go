@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/dberr"
 )
 
@@ -17,12 +19,16 @@ import (
 const outageRemind = 30 * time.Second
 
 // outageHandler turns a database outage into one line per worker instead of
-// a line per contract and retry: the first warning or error caused by an
-// unreachable database logs "database unreachable" at WARN (repeated every
+// a line per contract and retry. An outage begins with the first of: a
+// failed heartbeat or a lease that expired locally, reported as typed
+// values through the distributor's hooks (heartbeatHook, eventHook), or a
+// warning or error logged with an error that dberr.Unreachable
+// recognises. It logs "database unreachable" at WARN (repeated every
 // outageRemind while it lasts); until a heartbeat succeeds again, the
-// warnings and errors that follow from the outage (failed statements,
-// partitions lost or left to expire) are logged at DEBUG only. What needs a
-// human (a quarantined partition, a failure unrelated to connectivity)
+// warnings and errors that follow from the outage (the heartbeat's own
+// failure, errors of an unreachable database, and the events lost, failed
+// and fenced it causes per partition) are logged at DEBUG only. What needs
+// a human (a quarantined partition, a failure unrelated to connectivity)
 // keeps its level. It also drops pgx's note of the refused TLS attempt that
 // sslmode=prefer makes before connecting without TLS.
 type outageHandler struct {
@@ -31,15 +37,17 @@ type outageHandler struct {
 }
 
 type outageState struct {
+	now        func() time.Time // the clock of the hooks' lines
 	mu         sync.Mutex
 	down       bool
 	since      time.Time
 	lastWarn   time.Time
 	suppressed int
+	beatErr    error // the failure the heartbeat reported last: its own log line follows
 }
 
 func newOutageHandler(h slog.Handler) *outageHandler {
-	return &outageHandler{h: h, s: &outageState{}}
+	return &outageHandler{h: h, s: &outageState{now: time.Now}}
 }
 
 func (o *outageHandler) Enabled(ctx context.Context, l slog.Level) bool {
@@ -55,15 +63,21 @@ func (o *outageHandler) WithGroup(name string) slog.Handler {
 }
 
 // consequences are the events an outage causes per partition.
-var consequences = map[string]bool{"lost": true, "failed": true, "fenced": true}
+var consequences = map[string]bool{
+	string(distributor.EventLost): true, string(distributor.EventFailed): true, string(distributor.EventFenced): true,
+}
 
 func (o *outageHandler) Handle(ctx context.Context, r slog.Record) error {
 	var cause error
+	var errs []error
 	var event string
 	attrs := make([]slog.Attr, 0, r.NumAttrs())
 	r.Attrs(func(a slog.Attr) bool {
-		if err, ok := a.Value.Any().(error); ok && a.Value.Kind() == slog.KindAny && cause == nil && dberr.Unreachable(err) {
-			cause = err
+		if err, ok := a.Value.Any().(error); ok && a.Value.Kind() == slog.KindAny {
+			errs = append(errs, err)
+			if cause == nil && dberr.Unreachable(err) {
+				cause = err
+			}
 		}
 		if a.Key == "event" {
 			event = a.Value.String()
@@ -71,45 +85,78 @@ func (o *outageHandler) Handle(ctx context.Context, r slog.Record) error {
 		attrs = append(attrs, a)
 		return true
 	})
-	if cause == nil && r.Level >= slog.LevelWarn && (strings.HasPrefix(r.Message, "heartbeat ") ||
-		event == "lost" && strings.Contains(r.Message, "lease expired locally")) {
-		// Heartbeats failing, and leases ending for want of one, mean the
-		// database is out of reach whatever the error says.
-		cause = errors.New(r.Message)
-	}
-	quarantined := strings.Contains(r.Message, "quarantined")
-	if r.Level >= slog.LevelWarn && !quarantined {
-		o.s.mu.Lock()
-		switch {
-		case cause != nil && !o.s.down:
-			o.s.down, o.s.since, o.s.lastWarn, o.s.suppressed = true, r.Time, r.Time, 0
-			o.s.mu.Unlock()
-			if err := o.emit(ctx, r.Time, slog.LevelWarn, "database unreachable, retrying (until it is back, what follows from it is logged at debug)",
-				"event", "database_unreachable", "error", cleanError(cause.Error())); err != nil {
+	if r.Level >= slog.LevelWarn && event != string(distributor.EventQuarantined) {
+		began, err := o.begin(ctx, r.Time, cause)
+		if began {
+			if err != nil {
 				return err
 			}
 			return o.demoted(ctx, r, attrs)
-		case o.s.down && (cause != nil || consequences[event]):
-			o.s.suppressed++
-			remind := r.Time.Sub(o.s.lastWarn) >= outageRemind
-			if remind {
-				o.s.lastWarn = r.Time
-			}
-			since, n := o.s.since, o.s.suppressed
-			o.s.mu.Unlock()
-			if remind {
-				if err := o.emit(ctx, r.Time, slog.LevelWarn, "database still unreachable, retrying",
-					"event", "database_unreachable", "down_ms", r.Time.Sub(since).Milliseconds(), "suppressed", n); err != nil {
-					return err
-				}
+		}
+		if o.follows(cause, event, errs) {
+			if err := o.suppress(ctx, r.Time); err != nil {
+				return err
 			}
 			return o.demoted(ctx, r, attrs)
 		}
-		o.s.mu.Unlock()
 	}
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
 	out.AddAttrs(cleanAttrs(attrs)...)
 	return o.h.Handle(ctx, out)
+}
+
+// begin starts an outage at t caused by cause, unless cause is nil or an
+// outage is under way, and reports whether it did.
+func (o *outageHandler) begin(ctx context.Context, t time.Time, cause error) (bool, error) {
+	if cause == nil {
+		return false, nil
+	}
+	o.s.mu.Lock()
+	if o.s.down {
+		o.s.mu.Unlock()
+		return false, nil
+	}
+	o.s.down, o.s.since, o.s.lastWarn, o.s.suppressed = true, t, t, 0
+	o.s.mu.Unlock()
+	return true, o.emit(ctx, t, slog.LevelWarn, "database unreachable, retrying (until it is back, what follows from it is logged at debug)",
+		"event", "database_unreachable", "error", cleanError(cause.Error()))
+}
+
+// follows reports whether a warning with these attributes follows from the
+// outage under way.
+func (o *outageHandler) follows(cause error, event string, errs []error) bool {
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	if !o.s.down {
+		return false
+	}
+	if cause != nil || consequences[event] {
+		return true
+	}
+	for _, err := range errs {
+		if o.s.beatErr != nil && errors.Is(err, o.s.beatErr) {
+			return true
+		}
+	}
+	return false
+}
+
+// suppress counts a line demoted at t and repeats that the database is
+// still unreachable when outageRemind has passed since it last said so.
+func (o *outageHandler) suppress(ctx context.Context, t time.Time) error {
+	o.s.mu.Lock()
+	o.s.suppressed++
+	remind := t.Sub(o.s.lastWarn) >= outageRemind
+	if remind {
+		o.s.lastWarn = t
+	}
+	since, n := o.s.since, o.s.suppressed
+	o.s.mu.Unlock()
+	if !remind {
+		return nil
+	}
+	return o.emit(ctx, t, slog.LevelWarn, "database still unreachable, retrying",
+		"event", "database_unreachable", "down_ms", t.Sub(since).Milliseconds(), "suppressed", n)
 }
 
 // demoted passes r on at DEBUG.
@@ -128,12 +175,24 @@ func (o *outageHandler) emit(ctx context.Context, t time.Time, l slog.Level, msg
 	return o.h.Handle(ctx, r)
 }
 
-// heartbeat ends an outage at the first successful heartbeat.
-func (o *outageHandler) heartbeat(err error) {
+// heartbeatHook is the distributor's OnHeartbeat hook: a failed heartbeat
+// begins an outage (the heartbeat logs its failure after the hook returns,
+// and that line is demoted), the first successful one ends it. A heartbeat
+// cut short because the worker is stopping says nothing of the database.
+func (o *outageHandler) heartbeatHook(err error) {
+	now := o.s.now()
 	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return
+		}
+		o.s.mu.Lock()
+		o.s.beatErr = err
+		o.s.mu.Unlock()
+		_, _ = o.begin(context.Background(), now, err)
 		return
 	}
 	o.s.mu.Lock()
+	o.s.beatErr = nil
 	if !o.s.down {
 		o.s.mu.Unlock()
 		return
@@ -141,9 +200,16 @@ func (o *outageHandler) heartbeat(err error) {
 	since, n := o.s.since, o.s.suppressed
 	o.s.down = false
 	o.s.mu.Unlock()
-	now := time.Now()
 	_ = o.emit(context.Background(), now, slog.LevelInfo, "database reachable again",
 		"event", "database_reachable", "down_ms", now.Sub(since).Milliseconds(), "suppressed", n)
+}
+
+// eventHook is the distributor's OnEvent hook: a lease that expired
+// locally, for want of a successful heartbeat, begins an outage.
+func (o *outageHandler) eventHook(e distributor.Event) {
+	if e.Kind == distributor.EventLost && errors.Is(e.Err, heartbeat.ErrLeaseExpired) {
+		_, _ = o.begin(context.Background(), o.s.now(), e.Err)
+	}
 }
 
 func cleanAttrs(attrs []slog.Attr) []slog.Attr {

@@ -14,11 +14,11 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schema"
+	"github.com/batonhq/baton/workerproc"
 )
 
 // runFlags are the flags of "worker run", shared with the demo's workers.
@@ -66,11 +66,17 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	cfg.Logger = g.logger
 	cfg.Schema = g.schema
 	if g.outage != nil {
-		prev := cfg.OnHeartbeat
+		prevBeat, prevEvent := cfg.OnHeartbeat, cfg.OnEvent
 		cfg.OnHeartbeat = func(err error, latency time.Duration, renewed int) {
-			g.outage.heartbeat(err)
-			if prev != nil {
-				prev(err, latency, renewed)
+			g.outage.heartbeatHook(err)
+			if prevBeat != nil {
+				prevBeat(err, latency, renewed)
+			}
+		}
+		cfg.OnEvent = func(e distributor.Event) {
+			g.outage.eventHook(e)
+			if prevEvent != nil {
+				prevEvent(e)
 			}
 		}
 	}
@@ -155,94 +161,82 @@ trigger jobs (see "worker ui").`,
   worker run --until-done --max-partitions 4
   worker run --id pricer-a --metrics-addr 0.0.0.0:9090 --log-format json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := r.config(g)
-			if err != nil {
-				return err
-			}
-			stopTracing, err := startTracing(cmd.Context(), g)
-			if err != nil {
-				return err
-			}
-			defer stopTracing()
-			stmt, lock, idle := cfg.ConnectionLimits()
-			db, err := g.openWaiting(cmd.Context(), dbconn.Options{
-				ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,
-				IdleInTransactionTimeout: idle, MaxOpenConns: cfg.PoolSize() + 1 + jobConns(r.jobs),
-			}, r.waitForDB)
-			if err != nil {
-				if cmd.Context().Err() != nil {
-					return nil // stopped while waiting for the database: nothing held, a graceful stop
-				}
-				return err
-			}
-			defer db.Close()
-			if r.listenURL == "" {
-				r.listenURL = os.Getenv("BATON_LISTEN_DATABASE_URL")
-			}
-			if r.listenURL != "" {
-				ldb, err := dbconn.Open(r.listenURL, dbconn.Options{ApplicationName: "baton-listen", MaxOpenConns: 2})
-				if err != nil {
-					return &exitError{exitUsage, fmt.Errorf("--listen-database-url: %w", err)}
-				}
-				defer ldb.Close()
-				cfg.ListenDB = ldb
-			}
-			var m *metrics.Metrics
-			if r.metricsAddr != "" {
-				m = metrics.New()
-				m.Instrument(&cfg)
-			}
-			d, err := distributor.New(db, pricer.New(g.schema), cfg)
-			if err != nil {
-				return usageError("%v", err)
-			}
-			if m != nil {
-				m.Watch(d)
-				m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
-					return horizon.Read(ctx, db, g.schema, r.console.horizonWarnAfter)
-				})
-				srv, err := metrics.Listen(r.metricsAddr, m, func(ctx context.Context) error {
-					if err := db.PingContext(ctx); err != nil {
-						return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
-					}
-					return schema.Check(ctx, db, g.schemaConfig())
-				}, g.logger)
-				if err != nil {
-					return usageError("%v", err)
-				}
-				srv.Start()
-				defer srv.Stop()
-				g.logger.Info("serving metrics", "addr", srv.Addr())
-			}
-			if r.console.addr != "" {
-				stopConsole, err := r.console.start(cmd.Context(), g)
-				if err != nil {
-					return err
-				}
-				defer stopConsole()
-			}
-			stopJobs := func() error { return nil }
-			if r.jobs {
-				if stopJobs, err = startJobs(cmd.Context(), db, g.logger, cfg, d.InstanceID(), m); err != nil {
-					return err
-				}
-			}
-			start := time.Now()
-			err = d.Run(cmd.Context())
-			if jerr := stopJobs(); err == nil {
-				err = jerr
-			}
-			if errors.Is(err, distributor.ErrIncomplete) {
-				return incomplete(err)
-			}
-			if err != nil {
-				return fmt.Errorf("worker %s: %w", d.InstanceID(), err)
-			}
-			g.logger.Info("worker exiting", "worker", d.InstanceID(), "elapsed_ms", time.Since(start).Milliseconds())
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return r.run(cmd.Context(), g) },
 	}
 	r.register(cmd)
 	return cmd
+}
+
+// run is "worker run": the flags become a workerproc.Config, which runs
+// the distributor with the pricing processor, its jobs, metrics, console
+// and tracing.
+func (r *runFlags) run(ctx context.Context, g *globals) error {
+	cfg, err := r.config(g)
+	if err != nil {
+		return err
+	}
+	stmt, lock, idle := cfg.ConnectionLimits()
+	db, err := g.openWaiting(ctx, dbconn.Options{
+		ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,
+		IdleInTransactionTimeout: idle, MaxOpenConns: cfg.PoolSize() + 1 + jobConns(r.jobs),
+	}, r.waitForDB)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for the database: nothing held, a graceful stop
+		}
+		return err
+	}
+	defer db.Close()
+	if r.listenURL == "" {
+		r.listenURL = os.Getenv("BATON_LISTEN_DATABASE_URL")
+	}
+	if r.listenURL != "" {
+		ldb, err := dbconn.Open(r.listenURL, dbconn.Options{ApplicationName: "baton-listen", MaxOpenConns: 2})
+		if err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--listen-database-url: %w", err)}
+		}
+		defer ldb.Close()
+		cfg.ListenDB = ldb
+	}
+	pc := workerproc.Config{
+		DB: db, Processor: pricer.New(g.schema), Distributor: cfg, MetricsAddr: r.metricsAddr,
+		HorizonWarnAfter: r.console.horizonWarnAfter, TracingService: "baton-worker", Logger: g.logger,
+		Ready: func(ctx context.Context) error {
+			if err := db.PingContext(ctx); err != nil {
+				return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
+			}
+			return schema.Check(ctx, db, g.schemaConfig())
+		},
+	}
+	if r.metricsAddr != "" {
+		pc.Metrics = metrics.New()
+	}
+	if r.console.addr != "" {
+		ccfg, cdb, err := r.console.open(ctx, g)
+		if err != nil {
+			return err
+		}
+		defer cdb.Close()
+		pc.Console, pc.ConsoleDB = &ccfg, cdb
+	}
+	if r.jobs {
+		pc.Jobs = resolveJob(db, g.schema, g.logger, pc.Metrics)
+	}
+	p, err := workerproc.New(pc)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	start := time.Now()
+	err = p.Run(ctx)
+	var se *workerproc.StartError
+	switch {
+	case errors.As(err, &se):
+		return &exitError{exitUsage, err}
+	case errors.Is(err, distributor.ErrIncomplete):
+		return incomplete(err)
+	case err != nil:
+		return fmt.Errorf("worker %s: %w", p.InstanceID(), err)
+	}
+	g.logger.Info("worker exiting", "worker", p.InstanceID(), "elapsed_ms", time.Since(start).Milliseconds())
+	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/schedule"
 )
@@ -299,49 +297,22 @@ func jobConns(enabled bool) int {
 	return 0
 }
 
-// startJobs runs due jobs beside the distributor, under the same instance
-// id and lease settings, until stop is called (a graceful stop: runs in
-// progress get the shutdown timeout to finish). m, if set, counts runs
-// and gets the built-in verify job's mismatch count.
-func startJobs(ctx context.Context, db *dbconn.DB, logger *slog.Logger, cfg distributor.Config, instanceID string,
-	m *metrics.Metrics) (stop func() error, err error) {
+// resolveJob resolves the jobs a worker runs beside the distributor: a
+// command, or the built-in verify job. m, if set, gets the verify job's
+// mismatch count.
+func resolveJob(db *dbconn.DB, schemaName string, logger *slog.Logger, m *metrics.Metrics) func(schedule.Definition) (schedule.RunFunc, bool) {
 	var onVerify func(int)
-	var onRun func(string, string, time.Duration)
 	if m != nil {
-		onVerify, onRun = m.SetVerifyMismatches, m.OnJobRun
+		onVerify = m.SetVerifyMismatches
 	}
-	s, err := schedule.New(db, schedule.Config{
-		OnRun:  onRun,
-		Schema: cfg.Schema, InstanceID: instanceID, Heartbeat: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
-		PollInterval: cfg.Heartbeat, ShutdownTimeout: cfg.ShutdownTimeout, Logger: logger,
-		Resolve: func(d schedule.Definition) (schedule.RunFunc, bool) {
-			switch {
-			case len(d.Command) > 0:
-				return schedule.Command(d.Command, 0, logger), true
-			case d.Builtin == verifyBuiltin:
-				return verifyJob(db, cfg.Schema, logger, onVerify), true
-			default:
-				return nil, false // a built-in this binary does not know
-			}
-		},
-	})
-	if err != nil {
-		return nil, usageError("%v", err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var runErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		runErr = s.Run(ctx)
-	}()
-	var once sync.Once
-	return func() error {
-		once.Do(func() { cancel(); wg.Wait() })
-		if runErr != nil && !errors.Is(runErr, context.Canceled) {
-			return fmt.Errorf("running scheduled jobs: %w", runErr)
+	return func(d schedule.Definition) (schedule.RunFunc, bool) {
+		switch {
+		case len(d.Command) > 0:
+			return schedule.Command(d.Command, 0, logger), true
+		case d.Builtin == verifyBuiltin:
+			return verifyJob(db, schemaName, logger, onVerify), true
+		default:
+			return nil, false // a built-in this binary does not know
 		}
-		return nil
-	}, nil
+	}
 }

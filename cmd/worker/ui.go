@@ -3,17 +3,18 @@ package main
 import (
 	"cmp"
 	"context"
-	"net"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/console"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/workerproc"
 )
 
 // consoleFlags configure the operator console, served by "worker ui" or,
@@ -38,17 +39,17 @@ func (c *consoleFlags) config(g *globals) console.Config {
 	return console.Config{Schema: g.schema, Addr: c.addr, Token: cmp.Or(c.token, os.Getenv(console.TokenEnv)), Logger: g.logger, Noun: "contract", Nouns: "contracts", ItemUnit: "records", Kind: pricer.Kind, HorizonWarnAfter: c.horizonWarnAfter}
 }
 
-// start serves the console over its own small connection pool, so that
-// viewers never take connections the worker needs. It returns a stop
-// function.
-func (c *consoleFlags) start(ctx context.Context, g *globals) (func(), error) {
+// open completes the console's configuration and opens its own small
+// connection pool, so that viewers never take connections the worker
+// needs; the caller closes it.
+func (c *consoleFlags) open(ctx context.Context, g *globals) (console.Config, *bun.DB, error) {
 	cfg := c.config(g)
 	if err := cfg.Validate(); err != nil {
-		return nil, usageError("%v", err)
+		return cfg, nil, usageError("%v", err)
 	}
 	db, err := g.open(ctx, dbconn.Options{ApplicationName: "baton-console", MaxOpenConns: 3}, true)
 	if err != nil {
-		return nil, err
+		return cfg, nil, err
 	}
 	// A contract whose checkpoint lies beyond its stored records is shown
 	// as an error, as status shows it, never as done.
@@ -63,19 +64,7 @@ func (c *consoleFlags) start(ctx context.Context, g *globals) (func(), error) {
 		}
 		return bad, nil
 	}
-	srv, err := console.New(db.DB, cfg)
-	if err != nil {
-		db.Close()
-		return nil, usageError("%v", err)
-	}
-	srv.Start()
-	host, _, _ := net.SplitHostPort(srv.Addr())
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		g.logger.Warn("the console listens beyond this machine: anyone who can reach it can read the contracts' state",
-			"addr", srv.Addr())
-	}
-	g.logger.Info("serving the console", "url", "http://"+srv.Addr()+"/", "actions", srv.ActionsEnabled())
-	return func() { srv.Stop(); db.Close() }, nil
+	return cfg, db.DB, nil
 }
 
 func newUICmd(g *globals) *cobra.Command {
@@ -96,13 +85,17 @@ never printed.`,
   ` + console.TokenEnv + `="$(openssl rand -hex 16)" worker ui --addr 0.0.0.0:8080`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			stop, err := c.start(cmd.Context(), g)
+			cfg, db, err := c.open(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
+			defer db.Close()
+			srv := workerproc.Console(db, cfg, g.logger)
+			if err := srv.Start(cmd.Context()); err != nil {
+				return usageError("%v", err)
+			}
 			<-cmd.Context().Done()
-			stop()
-			return nil
+			return srv.Stop(context.WithoutCancel(cmd.Context()))
 		},
 	}
 	c.register(cmd.Flags(), "addr", "ui-token", console.AddrDefault, "listen address (loopback by default)")

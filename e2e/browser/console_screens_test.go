@@ -122,8 +122,8 @@ func TestConsoleLayoutFits(t *testing.T) {
 	store := partition.NewStore(db, "").Kind(pricer.Kind)
 	const w3 = "pricing-worker-eu-west-1c-0be4#5d2c6e0f1a93"
 	for _, id := range []string{w1, w2, w3} {
-		if _, err := store.Heartbeat(ctx, partition.Worker{InstanceID: id, Name: partition.InstanceName(id),
-			Hostname: "ip-10-20-" + id[len(id)-4:] + ".eu-west-1.compute.internal", PID: 4242, Mode: "lock"}, time.Minute, nil); err != nil {
+		if _, err := store.HeartbeatBelow(ctx, partition.Worker{InstanceID: id, Name: partition.InstanceName(id),
+			Hostname: "ip-10-20-" + id[len(id)-4:] + ".eu-west-1.compute.internal", PID: 4242, Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

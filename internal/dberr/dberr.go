@@ -15,6 +15,9 @@
 //     opposed to refusing a statement (an outage, reported once).
 //   - RefusesClient: the server refuses this client whatever it waits for
 //     (authentication, an unknown database), so waiting for it is useless.
+//   - WorthWaiting: whether a process that cannot start for err should
+//     wait and try again (the database is down, starting, or being
+//     migrated) or give up at once.
 package dberr
 
 import (
@@ -29,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/schema"
 )
 
 // UnknownOutcome reports whether err leaves it open whether the statement
@@ -83,8 +87,14 @@ func TooLong(err error) bool {
 
 // Unreachable reports errors that mean the database cannot be reached or
 // is not answering (connection refused or lost, timeouts, a server shutting
-// down or starting), as opposed to refusing a statement.
+// down or starting), as opposed to refusing a statement. A server that
+// answered a connection by refusing the client (RefusesClient) was
+// reached; a statement abandoned because its context was cancelled says
+// nothing about the database.
 func Unreachable(err error) bool {
+	if err == nil || RefusesClient(err) || errors.Is(err, context.Canceled) {
+		return false
+	}
 	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
 		return true
@@ -121,4 +131,23 @@ func RefusesClient(err error) bool {
 		}
 	}
 	return false
+}
+
+// WorthWaiting reports whether waiting may cure err, an error opening the
+// database and checking its schema: the server is down, starting or
+// unreachable, or a migration running beside this start has not finished
+// (schema.ErrOutdated), rather than the server refusing this client
+// (RefusesClient) or the schema being newer than this binary
+// (schema.ErrTooNew), which no wait changes. A cancelled context is not
+// worth waiting for either: whoever cancelled it is no longer waiting.
+func WorthWaiting(err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, schema.ErrOutdated):
+		return true
+	case errors.Is(err, schema.ErrTooNew), errors.Is(err, context.Canceled):
+		return false
+	}
+	return !RefusesClient(err)
 }

@@ -2,8 +2,11 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,7 +67,8 @@ type modelHarness struct {
 func newModelHarness(cfg Config) *modelHarness {
 	cfg.Workers, cfg.Partitions = 1, 1
 	cfg.StaleAfter = storetest.TTL
-	cfg.Heartbeat = storetest.TTL / 10
+	cfg.Heartbeat = storetest.HeartbeatInterval
+	cfg.SafetyMargin = storetest.SafetyMargin
 	cfg.Backoff, cfg.MaxBackoff = storetest.Backoff, storetest.MaxBackoff
 	cfg.setDefaults()
 	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0)), latStart: map[int]latencyStart{}}
@@ -155,6 +159,12 @@ func (h *modelHarness) ExpireLease(key string) {
 	}
 }
 
+func (h *modelHarness) AgeLease(key string, left time.Duration) {
+	if r := h.s.st.rows[h.keys[key]]; r.leaseExp > h.s.now && r.leaseExp != posInf {
+		r.leaseExp = h.s.now + left
+	}
+}
+
 func (h *modelHarness) ExpireWorker(owner string) {
 	if wr := h.s.st.workerRows[h.owner(owner)]; wr != nil {
 		wr.expires = h.s.now - time.Millisecond
@@ -193,11 +203,12 @@ func (h *modelHarness) Claim(_ context.Context, owner string, cands []partition.
 	return out, asError(r.err)
 }
 
-func (h *modelHarness) Heartbeat(_ context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error) {
-	r := h.do(&request{kind: reqHeartbeat, owner: h.owner(owner), leases: h.leases(leases)})
+func (h *modelHarness) HeartbeatBelow(_ context.Context, owner string, wanted int, leases []partition.Lease) ([]partition.Renewal, error) {
+	r := h.do(&request{kind: reqHeartbeat, owner: h.owner(owner), leases: h.leases(leases), wanted: wanted, renewBelow: storetest.RenewBelow})
 	var out []partition.Renewal
 	for _, x := range r.renewals {
-		out = append(out, partition.Renewal{Lease: h.plain(x.leaseID), Available: x.available, Position: x.position})
+		out = append(out, partition.Renewal{Lease: h.plain(x.leaseID), Available: x.available, Position: x.position,
+			Fresh: x.fresh, Remaining: x.remaining})
 	}
 	return out, asError(r.err)
 }
@@ -260,10 +271,23 @@ func (h *modelHarness) Progress(_ context.Context, key string) (int64, int64, er
 	return r.version, r.position, asError(r.err)
 }
 
-func (h *modelHarness) ClusterLoad(context.Context) (partition.Load, error) {
-	r := h.do(&request{kind: reqClusterLoad})
-	l := r.load
-	return partition.Load{Busy: l.busy, LiveWorkers: l.live, Quarantined: l.quarantined, Unclaimed: l.unclaimed, MinHeld: l.minHeld}, asError(r.err)
+func (h *modelHarness) FairShareLoad(_ context.Context, self string) (partition.Load, error) {
+	id := 0 // nobody
+	if self != "" {
+		id = h.owner(self)
+	}
+	r := h.do(&request{kind: reqFairShareLoad, owner: id, maxPartitions: storetest.MaxPartitions})
+	return r.load, asError(r.err)
+}
+
+func (h *modelHarness) QuarantinedCount(context.Context) (int, error) {
+	r := h.do(&request{kind: reqQuarantinedCount})
+	return r.count, asError(r.err)
+}
+
+func (h *modelHarness) PendingWork(context.Context) (bool, error) {
+	r := h.do(&request{kind: reqPendingWork})
+	return r.count > 0, asError(r.err)
 }
 
 func (h *modelHarness) StopWorker(_ context.Context, owner string) error {
@@ -342,4 +366,69 @@ func (b *modelClaimBatch) ClaimAdvance(_ context.Context, from, to int64, releas
 		}
 	}
 	return b.lease, asError(b.h.call(b.c, &request{kind: reqClaimAdvance, newPos: to, release: release}).err)
+}
+
+// BeginGroup fences the candidates in key order, each in a claim
+// transaction of its own, up to limit: the model has no multi-row claim
+// transaction. Its group statements do to each member what the lone ones
+// do (partition.Store's lone statements are groups of one), and the
+// harness runs them back to back with nothing in between, so the suite
+// sees them as one statement; the members commit (or roll back) together.
+func (h *modelHarness) BeginGroup(ctx context.Context, owner string, cands []partition.Candidate, limit int) (storetest.GroupBatch, []partition.Fenced, error) {
+	sorted := slices.Clone(cands)
+	slices.SortFunc(sorted, func(a, b partition.Candidate) int { return strings.Compare(a.Key, b.Key) })
+	g := &modelGroup{members: map[string]storetest.ClaimBatch{}}
+	var fenced []partition.Fenced
+	for _, c := range sorted {
+		if limit > 0 && len(fenced) >= limit {
+			break
+		}
+		b, cp, err := h.BeginClaim(ctx, owner, c)
+		if errors.Is(err, partition.ErrClaimLost) {
+			continue // passed over
+		}
+		if err != nil {
+			g.Rollback()
+			return nil, nil, err
+		}
+		g.members[c.Key] = b
+		g.order = append(g.order, c.Key)
+		fenced = append(fenced, partition.Fenced{Candidate: c, Checkpoint: cp})
+	}
+	return g, fenced, nil
+}
+
+type modelGroup struct {
+	members map[string]storetest.ClaimBatch
+	order   []string
+}
+
+func (g *modelGroup) ClaimAdvanceGroup(ctx context.Context, steps []storetest.GroupStep) ([]partition.Lease, error) {
+	var out []partition.Lease
+	for _, st := range steps {
+		b, ok := g.members[st.Candidate.Key]
+		if !ok {
+			return nil, partition.ErrClaimLost
+		}
+		l, err := b.ClaimAdvance(ctx, st.From, st.To, st.Release)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func (g *modelGroup) Commit(ctx context.Context) error {
+	var errs []error
+	for _, k := range g.order {
+		errs = append(errs, g.members[k].Commit(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func (g *modelGroup) Rollback() {
+	for _, k := range g.order {
+		g.members[k].Rollback()
+	}
 }

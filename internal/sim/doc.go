@@ -14,7 +14,12 @@
 // # What is modelled
 //
 // The database. Task rows (version, owner, lease_expires_at by the database
-// clock, available, position, attempts, quarantine) and the workers table.
+// clock, available, position, attempts, quarantine) and the workers table
+// (registration, stop mark, and the held and wanted counts the fair share
+// reads). A row is stale only when its lease has ended and its owner is not
+// live (decide.Stale); a live worker's row past its lease is handed back
+// by that worker's next heartbeat, which also rewrites only the leases
+// below the renewal threshold and returns the others fresh.
 // Statements are those of partition.Store, with their row locks and
 // PostgreSQL's conflict table: the fence takes FOR KEY SHARE, which
 // conflicts only with FOR UPDATE; claims, releases, failures and operator
@@ -51,11 +56,19 @@
 // after the batch in flight, ShutdownTimeout, abandon). Work arrives from
 // producers; an operator re-enables quarantined partitions.
 //
-// The algorithm, step by step as the real code does it: registration; the
-// claim loop (cluster load and fair share every RebalanceInterval, hand-back
-// of surplus partitions, and of a leader's idle partitions while work it has
-// no room for waits, candidates from the head of the claimable index,
-// shuffled, claimed in at most two compare-and-set rounds, a claim whose
+// The algorithm, step by step as the real code does it, making every
+// decision through the functions the real code calls (internal/decide:
+// the fair share and hand-back, what a worker wants, which candidates it
+// picks and how many it reads, the renewal threshold and the time a lease
+// has left, the local deadline, confirmation, back-off and quarantine, the
+// transient-retry limit): registration; the
+// claim loop (the fair-share load, FairShareLoad's, every RebalanceInterval
+// or StaleAfter/2 with room, hand-back
+// of surplus partitions to workers that want them, and of a leader's idle
+// partitions while work it has no room for waits, work beyond the share
+// once nobody else has wanted it for a lease's length, stale candidates
+// first, then the head of the claimable index,
+// shuffled with the stale ones ahead, claimed in at most two compare-and-set rounds, a claim whose
 // outcome is unknown resolved by re-reading and adopting what it won, a
 // failed round retried after a back-off, woken by polls and notifications; after a notification of
 // work added or retried a worker with room recomputes its share, at most
@@ -122,7 +135,11 @@
 // Claims in groups (distributor.Config.ClaimGroup) are modelled as lone
 // claims with their first batches (whose statements are a group of one in
 // partition.Store, held to the model by the ClaimWithBatch cases of the
-// conformance suite). A group's transaction does to each
+// conformance suite; its ClaimGroup cases run the group statements on
+// PostgreSQL and, on the model, as lone fences and claims run back to
+// back in key order and committed together). The model's heartbeat waits
+// for a locked row, as the store's retry of a skipped row does, rather than
+// reporting it Locked. A group's transaction does to each
 // member's row exactly what a lone claim's does (the same predicates and
 // lock modes, taken in key order by statements that never wait), so every
 // interleaving with another transaction that a member sees is one a lone

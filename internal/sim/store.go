@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/batonhq/baton/internal/decide"
+	"github.com/batonhq/baton/partition"
 )
 
 // Sentinels for lease_expires_at.
@@ -102,15 +105,15 @@ type claimed struct {
 type renewal struct {
 	leaseID
 	available, position int64
+	// fresh: checked, not rewritten (more than renewBelow left); remaining
+	// is then what it has left.
+	fresh     bool
+	remaining time.Duration
 }
 
 type heldLease struct {
 	leaseID
 	remaining time.Duration
-}
-
-type clusterLoad struct {
-	busy, live, quarantined, unclaimed, minHeld int
 }
 
 type reqKind uint8
@@ -124,7 +127,9 @@ const (
 	reqRelease
 	reqFail
 	reqProgress
-	reqClusterLoad
+	reqFairShareLoad
+	reqQuarantinedCount
+	reqPendingWork
 	reqStopWorker
 	reqBeginFence
 	reqWrite
@@ -137,8 +142,8 @@ const (
 	reqClaimAdvance
 )
 
-var reqNames = []string{"heartbeat", "inspect", "candidates", "stale-candidates", "claim", "release", "fail", "progress", "load",
-	"stop-worker", "begin+fence", "write", "advance", "commit", "close", "produce", "retry",
+var reqNames = []string{"heartbeat", "inspect", "candidates", "stale-candidates", "claim", "release", "fail", "progress", "fair-share-load",
+	"quarantined-count", "stop-worker", "begin+fence", "write", "advance", "commit", "close", "produce", "retry",
 	"begin+fence-unowned", "claim+advance"}
 
 func (k reqKind) String() string { return reqNames[k] }
@@ -157,6 +162,12 @@ type request struct {
 	attempts int // Fail: max attempts
 	cand     candidate
 	release  bool // ClaimAdvance: release in the same statement
+	// Heartbeat: leases with less than renewBelow left are rewritten; how
+	// many more partitions the worker wants (partition.Worker.Wanted).
+	renewBelow time.Duration
+	wanted     int
+	// FairShareLoad: the reader's room (maxPartitions).
+	maxPartitions int
 }
 
 type response struct {
@@ -170,7 +181,8 @@ type response struct {
 	cands     []candidate
 	won       []claimed
 	released  bool // Release, Fail: the lease was current; Retry: the row changed
-	load      clusterLoad
+	load      partition.Load
+	count     int // QuarantinedCount
 	// Fail: what the failure did.
 	attempts    int
 	quarantined bool
@@ -216,9 +228,57 @@ type row struct {
 	commits []commitRec
 }
 
+// workerRow is a row of the workers table: registration, stop mark, and
+// what the worker's heartbeats (and its claims and releases outside a
+// transaction) wrote for the fair share.
 type workerRow struct {
-	expires time.Duration
-	stopped bool
+	expires   time.Duration
+	stopped   bool
+	stoppedAt time.Duration
+	held      int
+	wanted    int
+}
+
+// left is how long a lease or registration ending at exp has left at now,
+// saturating at the infinities.
+func left(exp, now time.Duration) time.Duration {
+	switch exp {
+	case negInf:
+		return negInf
+	case posInf:
+		return posInf
+	}
+	return exp - now
+}
+
+// claimable is decide.Claimable on a row: pending, not quarantined, its
+// lease (or back-off) over.
+func claimable(r *row, now time.Duration) bool {
+	return decide.Claimable(r.available > r.position, r.failed, left(r.leaseExp, now))
+}
+
+// live is decide.Live on owner's worker row; an owner without one (never
+// registered) is not live.
+func (st *store) live(owner int, now time.Duration) bool {
+	wr := st.workerRows[owner]
+	return wr != nil && decide.Live(left(wr.expires, now), wr.stopped)
+}
+
+// stale is decide.Stale: an owned, claimable row whose owner is not live.
+func (st *store) stale(r *row, now time.Duration) bool {
+	return r.owner != 0 && decide.Stale(claimable(r, now), st.live(r.owner, now))
+}
+
+// registerOwner is a claim's insert of a worker row for an owner that has
+// none (never heartbeated): not live, so that its rows are found stale
+// once their leases end.
+func (st *store) registerOwner(owner int, now time.Duration) *workerRow {
+	wr := st.workerRows[owner]
+	if wr == nil {
+		wr = &workerRow{expires: now}
+		st.workerRows[owner] = wr
+	}
+	return wr
 }
 
 // txn is a transaction: an explicit one (a batch) or the implicit one of
@@ -634,30 +694,76 @@ func (st *store) exec(x *stmt) {
 
 	switch req.kind {
 	case reqHeartbeat:
+		// partition.Store.HeartbeatBelow: the worker's row, the listed
+		// leases still ours (those with less than renewBelow left rewritten
+		// under FOR NO KEY UPDATE, waited for as renewWaiting does; the
+		// others returned fresh with what they have left), and the hand-back
+		// of the worker's unlisted rows past their leases (FOR UPDATE SKIP
+		// LOCKED).
 		wr := st.workerRows[req.owner]
-		var rows []*row
-		for _, l := range sortedLeases(req.leases) {
-			if r := st.rows[l.key]; r.version == l.version && r.owner == req.owner {
-				rows = append(rows, r)
+		listed := map[leaseID]bool{}
+		for _, l := range req.leases {
+			listed[l] = true
+		}
+		heldNow := 0
+		var back []*row
+		for _, r := range st.rows {
+			if r.owner != req.owner {
+				continue
 			}
+			if left(r.leaseExp, x.start) > 0 {
+				heldNow++
+			}
+			if decide.HandBack(listed[leaseID{r.key, r.version}], left(r.leaseExp, x.start)) && !st.lockedByOthers(t, r) {
+				st.addLock(t, r, lockUpdate)
+				back = append(back, r)
+			}
+		}
+		var rows []*row
+		var fresh []renewal
+		for _, l := range sortedLeases(req.leases) {
+			r := st.rows[l.key]
+			if r.version != l.version || r.owner != req.owner {
+				continue
+			}
+			if rem := left(r.leaseExp, x.start); !decide.Rewrite(rem, req.renewBelow) {
+				fresh = append(fresh, renewal{leaseID: l, available: r.available, position: r.position, fresh: true, remaining: max(0, rem)})
+				continue
+			}
+			rows = append(rows, r)
 		}
 		var renewed []*row
 		var lockNext func(i int)
 		lockNext = func(i int) {
 			if i == len(rows) {
 				st.commit(x, func() response {
-					if wr == nil {
-						st.workerRows[req.owner] = &workerRow{expires: x.start + s.cfg.StaleAfter}
-					} else if !wr.stopped {
-						wr.expires = x.start + s.cfg.StaleAfter
+					switch {
+					case wr == nil:
+						st.workerRows[req.owner] = &workerRow{expires: x.start + s.cfg.StaleAfter, held: heldNow, wanted: req.wanted}
+					case !wr.stopped:
+						wr.expires, wr.held, wr.wanted = x.start+s.cfg.StaleAfter, heldNow, req.wanted
 					}
-					out := make([]renewal, 0, len(renewed))
+					out := make([]renewal, 0, len(renewed)+len(fresh))
 					for _, r := range renewed {
 						r.heartbeatAt = x.start
 						r.leaseExp = x.start + s.cfg.StaleAfter
-						out = append(out, renewal{leaseID{r.key, r.version}, r.available, r.position})
+						out = append(out, renewal{leaseID: leaseID{r.key, r.version}, available: r.available, position: r.position})
 					}
-					return response{renewals: out}
+					notify := false
+					for _, r := range back {
+						if r.owner != req.owner || left(r.leaseExp, x.start) > 0 {
+							continue
+						}
+						st.setVersion(r, r.version+1, fmt.Sprintf("hand-back by w%d's heartbeat", req.owner))
+						r.owner, r.heartbeatAt, r.leaseExp = 0, 0, negInf
+						s.res.Releases++
+						s.tracef("store: p%d handed back by w%d's heartbeat (lease ended, not listed), now v%d", r.key, req.owner, r.version)
+						notify = notify || r.available > r.position
+					}
+					if notify {
+						st.notify(notifyReleased)
+					}
+					return response{renewals: append(out, fresh...)}
 				})
 				return
 			}
@@ -683,12 +789,14 @@ func (st *store) exec(x *stmt) {
 		st.done(x, response{held: out})
 
 	case reqCandidates, reqStaleCandidates:
-		// StaleCandidates: only rows whose owner's lease expired.
-		stale := req.kind == reqStaleCandidates
+		// Candidates: unowned claimable rows (the claimable index) and
+		// stale ones (decide.Stale: the owner is not live); StaleCandidates
+		// the stale ones only. A live owner's row past its lease is
+		// neither: its owner's next heartbeat hands it back.
+		staleOnly := req.kind == reqStaleCandidates
 		var rows []*row
 		for _, r := range st.rows {
-			if r.available > r.position && !r.failed && r.leaseExp <= x.start &&
-				(!stale || r.leaseExp > negInf && r.owner != 0) {
+			if st.stale(r, x.start) || !staleOnly && r.owner == 0 && claimable(r, x.start) {
 				rows = append(rows, r)
 			}
 		}
@@ -717,7 +825,7 @@ func (st *store) exec(x *stmt) {
 		for _, c := range cands {
 			r := st.rows[c.key]
 			if mut&MutClaimNoCAS == 0 {
-				if r.version != c.version || r.available <= r.position || r.failed || r.leaseExp > x.start {
+				if r.version != c.version || !claimable(r, x.start) {
 					continue
 				}
 			}
@@ -747,6 +855,11 @@ func (st *store) exec(x *stmt) {
 				s.tracef("store: p%d claimed by w%d at v%d (takeover=%v) position=%d available=%d", r.key, req.owner, r.version, wn.c.owned, r.position, r.available)
 				out = append(out, claimed{leaseID{r.key, r.version}, wn.c.owned, r.position, r.available})
 			}
+			if len(out) > 0 {
+				// Outside a transaction the claim raises the claimer's
+				// held count (registering an owner that has no row).
+				st.registerOwner(req.owner, x.start).held += len(out)
+			}
 			return response{won: out}
 		})
 
@@ -765,6 +878,9 @@ func (st *store) exec(x *stmt) {
 				if req.kind == reqRelease {
 					st.setVersion(r, r.version+1, fmt.Sprintf("release by w%d", req.owner))
 					r.owner, r.heartbeatAt, r.leaseExp = 0, 0, negInf
+					if wr := st.workerRows[req.owner]; wr != nil {
+						wr.held = max(0, wr.held-1)
+					}
 					s.res.Releases++
 					s.tracef("store: p%d released by w%d, now v%d", r.key, req.owner, r.version)
 					if r.available > r.position {
@@ -772,11 +888,8 @@ func (st *store) exec(x *stmt) {
 					}
 					return response{released: true}
 				}
-				backoff := s.cfg.MaxBackoff
-				if r.attempts < 20 {
-					backoff = min(s.cfg.Backoff<<r.attempts, s.cfg.MaxBackoff)
-				}
-				quarantine := r.attempts+1 >= req.attempts
+				backoff := decide.Backoff(s.cfg.Backoff, s.cfg.MaxBackoff, r.attempts)
+				quarantine := decide.Quarantine(r.attempts+1, req.attempts)
 				r.attempts++
 				st.setVersion(r, r.version+1, fmt.Sprintf("failure by w%d", req.owner))
 				r.owner, r.heartbeatAt = 0, 0
@@ -800,46 +913,31 @@ func (st *store) exec(x *stmt) {
 		r := st.rows[req.key]
 		st.done(x, response{version: r.version, position: r.position})
 
-	case reqClusterLoad:
-		var l clusterLoad
-		held := map[int]int{}
-		for id, wr := range st.workerRows {
-			if wr.expires > x.start && !wr.stopped {
-				l.live++
-				held[id] = 0
-			}
-		}
+	case reqFairShareLoad:
+		st.done(x, response{load: st.fairShareLoad(req.owner, req.maxPartitions, x.start)})
+
+	case reqQuarantinedCount:
+		n := 0
 		for _, r := range st.rows {
-			switch {
-			case !r.failed && r.available > r.position:
-				l.busy++
-			case r.owner != 0 && r.leaseExp > x.start && r.available <= r.position:
-				l.busy++
-			}
 			if r.failed {
-				l.quarantined++
-			}
-			if r.available > r.position && !r.failed && r.leaseExp <= x.start {
-				l.unclaimed++
-			}
-			if r.owner != 0 && r.leaseExp > x.start {
-				if _, ok := held[r.owner]; ok {
-					held[r.owner]++
-				}
+				n++
 			}
 		}
-		first := true
-		for _, n := range held {
-			if first || n < l.minHeld {
-				l.minHeld, first = n, false
+		st.done(x, response{count: n})
+
+	case reqPendingWork:
+		n := 0
+		for _, r := range st.rows {
+			if !r.failed && r.available > r.position {
+				n++
 			}
 		}
-		st.done(x, response{load: l})
+		st.done(x, response{count: n})
 
 	case reqStopWorker:
 		st.commit(x, func() response {
 			if wr := st.workerRows[req.owner]; wr != nil {
-				wr.stopped, wr.expires = true, x.start
+				wr.stopped, wr.expires, wr.stoppedAt = true, x.start, x.start
 				st.notify(notifyLeft)
 			}
 			return response{}
@@ -869,8 +967,7 @@ func (st *store) exec(x *stmt) {
 		// candidate's version, FOR KEY SHARE SKIP LOCKED, and the
 		// transaction-scoped advisory lock, not waited for.
 		r := st.rows[t.lease.key]
-		claimable := r.available > r.position && !r.failed && r.leaseExp <= x.start
-		if !claimable || r.owner != 0 || (mut&MutClaimNoCAS == 0 && r.version != t.cand.version) {
+		if !claimable(r, x.start) || r.owner != 0 || (mut&MutClaimNoCAS == 0 && r.version != t.cand.version) {
 			s.tracef("store: txn%d fence of unowned %s by w%d finds %s", t.id, t.cand.leaseID, req.owner, st.describe(r))
 			st.done(x, response{err: errClaimLost})
 			return
@@ -899,13 +996,12 @@ func (st *store) exec(x *stmt) {
 		// UPDATE SKIP LOCKED, the checkpoint compare-and-set, and the
 		// release when asked; applied at commit (applyCommit).
 		r := st.rows[t.lease.key]
-		claimable := r.available > r.position && !r.failed && r.leaseExp <= x.start
 		if !st.canLock(t, r, lockUpdate) {
 			s.tracef("store: txn%d claim of %s skips a row locked by another transaction", t.id, t.lease)
 			st.done(x, response{err: errClaimLost})
 			return
 		}
-		if !claimable || (mut&MutClaimNoCAS == 0 && (r.version != t.cand.version || r.owner != 0)) || r.position != t.readPos {
+		if !claimable(r, x.start) || (mut&MutClaimNoCAS == 0 && (r.version != t.cand.version || r.owner != 0)) || r.position != t.readPos {
 			s.tracef("store: txn%d claim of %s finds %s", t.id, t.lease, st.describe(r))
 			st.done(x, response{err: errClaimLost})
 			return
@@ -1061,6 +1157,7 @@ func (st *store) applyCommit(t *txn) {
 			return
 		}
 		st.setVersion(r, t.lease.version, fmt.Sprintf("claim with first batch by w%d", t.owner))
+		st.registerOwner(t.owner, t.claimAt) // counted by its next heartbeat
 		r.owner, r.heartbeatAt, r.leaseExp = t.owner, t.claimAt, t.claimAt+s.cfg.StaleAfter
 		s.res.Claims++
 		s.res.ClaimsWithBatch++
@@ -1121,4 +1218,57 @@ func (st *store) applyCommit(t *txn) {
 			st.notify(notifyReleased)
 		}
 	}
+}
+
+// fairShareLoad is partition.Store.FairShareLoad for worker self with
+// room for maxPartitions: live workers and the partitions they hold (as
+// their heartbeats, claims and releases wrote them), the leases of workers
+// that stopped within a lease's length, and the claimable rows (unowned
+// and stale), each counted up to a cap.
+func (st *store) fairShareLoad(self, maxPartitions int, now time.Duration) partition.Load {
+	var l partition.Load
+	held, first := 0, true
+	leaving := map[int]bool{}
+	for id, wr := range st.workerRows {
+		if decide.Live(left(wr.expires, now), wr.stopped) {
+			l.LiveWorkers++
+			held += wr.held
+			if first || wr.held < l.MinHeld {
+				l.MinHeld, first = wr.held, false
+			}
+			if id != self {
+				l.Wanted += wr.wanted
+			}
+		}
+		if wr.stopped && wr.stoppedAt > now-st.s.cfg.StaleAfter {
+			leaving[id] = true
+		}
+	}
+	leavingLeases, unowned, stale, pending := 0, 0, 0, false
+	for _, r := range st.rows {
+		if leaving[r.owner] && left(r.leaseExp, now) > 0 {
+			leavingLeases++
+		}
+		switch {
+		case r.owner == 0 && claimable(r, now):
+			unowned++
+		case st.stale(r, now):
+			stale++
+		}
+		// Pending work all the same: unowned (maybe backing off), or owned
+		// by a worker with a row.
+		if r.available > r.position && !r.failed && (r.owner == 0 || st.workerRows[r.owner] != nil) {
+			pending = true
+		}
+	}
+	capN := max(max(l.LiveWorkers, 1)*maxPartitions-held, maxPartitions+1)
+	claimableN := min(unowned, capN) + min(stale, capN)
+	switch total := held + leavingLeases + claimableN; {
+	case total > 0:
+		l.Busy = min(max(l.LiveWorkers, 1)*maxPartitions, total)
+	case pending:
+		l.Busy = 1
+	}
+	l.Unclaimed = min(claimableN, maxPartitions+1)
+	return l
 }

@@ -3,6 +3,9 @@ package sim
 import (
 	"slices"
 	"time"
+
+	"github.com/batonhq/baton/internal/decide"
+	"github.com/batonhq/baton/partition"
 )
 
 type wstate uint8
@@ -67,6 +70,9 @@ type worker struct {
 	lostClaims    map[int]lostClaim // candidates lost at their fence (distributor's skipLost)
 	share         int
 	shareIdle     bool // the share was computed when there was no work
+	overflow      bool // work nobody else wants may be claimed beyond the share
+	overflowSince time.Duration
+	overflowOn    bool // overflowSince is set
 	clWaiting     bool
 	clTick        bool
 	clWake        bool
@@ -488,7 +494,7 @@ func (w *worker) track(id leaseID, sent time.Duration, epoch int, needConfirm bo
 // extend is extendLocked: the local deadline becomes sent + remaining −
 // margin.
 func (w *worker) extend(l *lease, sent, remaining time.Duration, epoch int) {
-	at := sent + remaining - w.s.margin
+	at := sent + decide.DeadlineIn(remaining, w.s.margin)
 	l.deadline = at
 	l.renewEpoch = epoch
 	l.timerGen++
@@ -510,7 +516,7 @@ func (w *worker) renewed(l *lease, sent, remaining time.Duration, epoch int) {
 		return
 	}
 	l.streak++
-	if l.streak >= w.s.cfg.Confirm && !l.confirmed {
+	if decide.Confirmed(l.streak, w.s.cfg.Confirm) && !l.confirmed {
 		l.confirmed = true
 		if l.h != nil {
 			l.h.kick()
@@ -564,7 +570,10 @@ func (w *worker) beat() {
 	}
 	c := w.hbConn
 	w.tracef("heartbeat of %d leases on conn %d", len(ids), c.id)
-	w.hbRPC = w.call(c, &request{kind: reqHeartbeat, owner: w.id, leases: ids}, timeout, nil, func(resp response) {
+	want, _ := w.wanted()
+	req := &request{kind: reqHeartbeat, owner: w.id, leases: ids, wanted: max(0, want),
+		renewBelow: decide.RenewBelow(s.cfg.StaleAfter, s.cfg.Heartbeat, s.margin)}
+	w.hbRPC = w.call(c, req, timeout, nil, func(resp response) {
 		w.hbRPC = nil
 		if w.hbStopped {
 			return
@@ -622,7 +631,9 @@ func (w *worker) beat() {
 				l.end("ownership lost: heartbeat found it owned by another claim")
 				continue
 			}
-			w.renewed(l, sent, s.cfg.StaleAfter, epoch)
+			// A fresh lease was checked, not rewritten: its deadline
+			// follows what it has left.
+			w.renewed(l, sent, decide.LeaseLeft(partition.Renewal{Fresh: r.fresh, Remaining: r.remaining}, s.cfg.StaleAfter), epoch)
 			if r.available > r.position && !l.ended {
 				l.work = true
 				if l.h != nil {
@@ -661,7 +672,7 @@ func (w *worker) start() {
 	c := w.hbConn
 	// Register: one heartbeat with nothing held. If it fails, Start
 	// returns the error and the process exits.
-	w.call(c, &request{kind: reqHeartbeat, owner: w.id}, 0, nil, func(resp response) {
+	w.call(c, &request{kind: reqHeartbeat, owner: w.id, renewBelow: decide.RenewBelow(s.cfg.StaleAfter, s.cfg.Heartbeat, s.margin)}, 0, nil, func(resp response) {
 		if resp.err != errNone {
 			w.tracef("registration failed: %s", resp.err)
 			w.exit()
@@ -769,14 +780,11 @@ func (w *worker) claimWait() {
 	}
 	if w.roundErr {
 		cfg := w.s.cfg
-		delay := cfg.MaxBackoff
-		if w.roundFailures < 20 {
-			delay = min(cfg.Backoff<<w.roundFailures, cfg.MaxBackoff)
-		}
+		delay := decide.ClaimRetryDelay(cfg.Backoff, cfg.MaxBackoff, cfg.PollInterval, w.roundFailures)
 		w.roundErr = false
 		w.roundFailures++
 		gen := w.selGen
-		w.after(min(delay, cfg.PollInterval), func() {
+		w.after(delay, func() {
 			if w.selGen == gen {
 				w.clRetry = true
 				w.claimPoll()
@@ -830,11 +838,11 @@ func (w *worker) claimLoop() {
 		}
 		w.claim()
 	}
-	if w.rebalanced && now-w.lastRebalance < s.cfg.RebalanceInterval && !recompute {
+	if w.rebalanced && now-w.lastRebalance < w.rebalanceInterval() && !recompute {
 		next()
 		return
 	}
-	w.clRPC = w.poolCall(&request{kind: reqClusterLoad}, 0, nil, func(resp response) {
+	w.clRPC = w.poolCall(w.loadRequest(), 0, nil, func(resp response) {
 		w.clRPC = nil
 		if resp.err == errNone || w.stopping {
 			w.lastRebalance, w.rebalanced = now, true
@@ -851,49 +859,69 @@ func (w *worker) claimLoop() {
 	})
 }
 
-func (w *worker) rebalance(load clusterLoad) {
+// rebalanceInterval is Distributor.rebalanceInterval: a worker with room
+// reads the load at least every StaleAfter/2.
+func (w *worker) rebalanceInterval() time.Duration {
 	cfg := w.s.cfg
-	share := cfg.MaxPartitions
-	if load.live > 1 {
-		share = min(share, max(1, (load.busy+load.live-1)/load.live))
+	if w.overflowOn || len(w.held)+len(w.claiming) < cfg.MaxPartitions {
+		return min(cfg.RebalanceInterval, cfg.StaleAfter/2)
 	}
-	w.share = share
-	w.shareIdle = load.busy == 0
+	return cfg.RebalanceInterval
+}
+
+// loadRequest is the distributor's FairShareLoad read.
+func (w *worker) loadRequest() *request {
+	return &request{kind: reqFairShareLoad, owner: w.id, maxPartitions: w.s.cfg.MaxPartitions}
+}
+
+// rebalance is Distributor.applyShare: the share from decide.PlanShare,
+// hand-back of the newest surplus claims and of a leader's idle
+// partitions, and work beyond the share once nobody else has wanted it
+// for a lease's length.
+func (w *worker) rebalance(load partition.Load) {
+	cfg := w.s.cfg
 	var keep []*heldPart
+	idle := 0
 	for _, h := range w.heldSorted() {
 		if !h.handBack {
 			keep = append(keep, h)
-		}
-	}
-	surplus := len(keep) - share
-	if surplus > 0 && load.unclaimed == 0 && load.minHeld < share {
-		// sortByClaimedDesc: newest claims first (stable).
-		for i := 1; i < len(keep); i++ {
-			for j := i; j > 0 && keep[j].claimedAt > keep[j-1].claimedAt; j-- {
-				keep[j], keep[j-1] = keep[j-1], keep[j]
+			if h.state == hpLeaderWait {
+				idle++
 			}
 		}
-		for _, h := range keep[:surplus] {
-			h.handBack = true
-			h.nudge = true
-			h.kick()
+	}
+	p := decide.PlanShare(load, len(keep), idle, cfg.Mode == ModeLeader, cfg.MaxPartitions)
+	w.share = p.Share
+	w.shareIdle = load.Busy == 0
+	now := w.local()
+	switch {
+	case !p.Overflow:
+		w.overflowOn = false
+	case !w.overflowOn:
+		w.overflowOn, w.overflowSince = true, now
+	}
+	w.overflow = w.overflowOn && decide.OverflowAllowed(p.Overflow, now-w.overflowSince, cfg.StaleAfter)
+	handBack := func(h *heldPart) {
+		h.handBack = true
+		h.nudge = true
+		h.kick()
+	}
+	if p.HandBack > 0 {
+		decide.NewestDur(keep, func(h *heldPart) time.Duration { return h.claimedAt })
+		for _, h := range keep[:p.HandBack] {
+			handBack(h)
 		}
-		w.tracef("above fair share %d: handing back %d", share, surplus)
-	} else if cfg.Mode == ModeLeader && load.unclaimed > 0 && len(keep) >= min(share, cfg.MaxPartitions) {
-		// A leader at capacity hands idle (caught-up) partitions back so
-		// that waiting work it has no room for gets claimed.
+		w.tracef("above fair share %d: handing back %d", p.Share, p.HandBack)
+	}
+	if p.HandBackIdle > 0 {
 		n := 0
 		for _, h := range keep {
-			if n < load.unclaimed && h.state == hpLeaderWait {
-				h.handBack = true
-				h.nudge = true
-				h.kick()
+			if n < p.HandBackIdle && h.state == hpLeaderWait {
+				handBack(h)
 				n++
 			}
 		}
-		if n > 0 {
-			w.tracef("leader at capacity with %d unclaimed: handing back %d idle", load.unclaimed, n)
-		}
+		w.tracef("leader at capacity with %d unclaimed: handing back %d idle", load.Unclaimed, n)
 	}
 }
 
@@ -901,7 +929,6 @@ func (w *worker) rebalance(load clusterLoad) {
 // claimable index, or, at the share, dead workers' partitions (stale
 // candidates) up to MaxPartitions.
 func (w *worker) claim() {
-	s := w.s
 	if w.stopping {
 		w.claimLoopDone()
 		return
@@ -911,75 +938,91 @@ func (w *worker) claim() {
 		w.claimWait()
 		return
 	}
-	req := &request{kind: reqCandidates, limit: 4*want + 8 + len(w.claiming) + len(w.lostClaims)}
-	if want <= 0 {
-		req = &request{kind: reqStaleCandidates, limit: 4*room + 8}
-	}
+	// A dead worker's partitions first (stale candidates), then, when
+	// the share wants more and they do not fill the room, the head of the
+	// claimable index.
 	idle := w.shareIdle
-	w.clRPC = w.poolCall(req, 0, nil, func(resp response) {
-		if resp.err != errNone || len(resp.cands) == 0 {
-			w.roundErr = w.roundErr || resp.err != errNone
+	w.clRPC = w.poolCall(&request{kind: reqStaleCandidates, limit: decide.StaleReadLimit(room)}, 0, nil, func(resp response) {
+		if resp.err != errNone {
+			w.roundErr = true
 			w.claimWait()
 			return
 		}
-		// Candidates this worker is claiming with their first batch still
-		// read as claimable: left alone.
-		cands := slices.DeleteFunc(resp.cands, func(c candidate) bool { return w.claiming[c.key] != nil })
-		cands = w.skipLost(cands)
-		round := func() {
-			s.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-			w.claimRound(0, cands, want, room)
-		}
-		if !idle || want <= 0 {
-			round()
+		stale := resp.cands
+		if !decide.ReadHead(want, len(stale), room) {
+			w.claimCands(stale, want, room, idle)
 			return
 		}
-		// The share was computed with no work in sight: recompute it
-		// before claiming.
-		w.clRPC = w.poolCall(&request{kind: reqClusterLoad}, 0, nil, func(resp response) {
+		inFlight := len(w.claiming) + len(w.lostClaims)
+		w.clRPC = w.poolCall(&request{kind: reqCandidates, limit: decide.HeadReadLimit(want, inFlight, w.s.cfg.MaxPartitions)}, 0, nil, func(resp response) {
 			if resp.err != errNone {
 				w.roundErr = true
 				w.claimWait()
 				return
 			}
-			w.rebalance(resp.load)
-			if want, room = w.wanted(); room <= 0 {
-				w.claimWait()
-				return
+			seen := map[int]bool{}
+			for _, c := range stale {
+				seen[c.key] = true
 			}
-			round()
+			cands := stale
+			for _, c := range resp.cands {
+				if !seen[c.key] {
+					cands = append(cands, c)
+				}
+			}
+			w.claimCands(cands, want, room, idle)
 		})
 	})
 }
 
-// wanted is Distributor.wanted: how many more partitions the share
-// allows, and MaxPartitions; none while handing back.
-func (w *worker) wanted() (want, room int) {
-	for _, h := range w.held {
-		if h.handBack {
-			return 0, 0
-		}
+// claimCands is the rest of Distributor.claim once candidates are read.
+func (w *worker) claimCands(cands []candidate, want, room int, idle bool) {
+	s := w.s
+	if len(cands) == 0 {
+		w.claimWait()
+		return
 	}
-	n := len(w.held) + len(w.claiming)
-	room = w.s.cfg.MaxPartitions - n
-	return min(w.share, w.s.cfg.MaxPartitions) - n, room
+	// Candidates this worker is claiming with their first batch still
+	// read as claimable: left alone.
+	cands = slices.DeleteFunc(cands, func(c candidate) bool { return w.claiming[c.key] != nil })
+	cands = w.skipLost(cands)
+	round := func() {
+		s.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		decide.StaleFirst(cands, candOwned)
+		w.claimRound(0, cands, want, room)
+	}
+	if !idle || want <= 0 {
+		round()
+		return
+	}
+	// The share was computed with no work in sight: recompute it before
+	// claiming.
+	w.clRPC = w.poolCall(w.loadRequest(), 0, nil, func(resp response) {
+		if resp.err != errNone {
+			w.roundErr = true
+			w.claimWait()
+			return
+		}
+		w.rebalance(resp.load)
+		if want, room = w.wanted(); room <= 0 {
+			w.claimWait()
+			return
+		}
+		round()
+	})
 }
 
-// pickClaims is distributor.pickClaims: every owned (stale) candidate
-// while there is room, unowned ones while the share wants more.
-func pickClaims(cands []candidate, want, room int) (try, rest []candidate) {
-	for i, c := range cands {
-		take := len(try) < room && (c.owned || want > 0)
-		if !take {
-			rest = append(rest, cands[i])
-			continue
-		}
-		if !c.owned {
-			want--
-		}
-		try = append(try, c)
+func candOwned(c candidate) bool { return c.owned }
+
+// wanted is Distributor.wanted (decide.Wanted): how many more
+// partitions the share allows, and MaxPartitions; none while handing
+// back.
+func (w *worker) wanted() (want, room int) {
+	handingBack := false
+	for _, h := range w.held {
+		handingBack = handingBack || h.handBack
 	}
-	return try, rest
+	return decide.Wanted(w.share, w.s.cfg.MaxPartitions, len(w.held)+len(w.claiming), w.overflow, handingBack)
 }
 
 func (w *worker) claimRound(round int, cands []candidate, want, room int) {
@@ -987,7 +1030,7 @@ func (w *worker) claimRound(round int, cands []candidate, want, room int) {
 		w.claimWait()
 		return
 	}
-	try, rest := pickClaims(cands, want, room)
+	try, rest := decide.PickClaims(cands, candOwned, want, room)
 	if w.s.cfg.ClaimWithBatch {
 		// Unowned candidates are claimed each with its first batch;
 		// takeovers together, to be confirmed.
@@ -1261,7 +1304,7 @@ func (h *heldPart) afterBatch(items int64, caughtUp bool, err errKind) {
 	case err == errAbandoned:
 		h.release("shutdown")
 		return
-	case err.transient() && h.transient < s.cfg.MaxAttempts:
+	case err.transient() && decide.RetryTransient(h.transient, s.cfg.MaxAttempts):
 		h.transient++
 		w.tracef("batch of %s failed (%s), retrying", h.l.leaseID, err)
 		h.state = hpRetryWait

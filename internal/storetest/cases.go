@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/batonhq/baton/partition"
 )
@@ -30,8 +31,14 @@ func Cases() []Case {
 		{"Fail/FencedByVersion", failFenced},
 		{"Retry/ReenablesFailedPartitions", retry},
 		{"Progress/VersionAndPosition", progress},
-		{"ClusterLoad/CountsBusyLiveUnclaimedQuarantined", clusterLoad},
-		{"ClusterLoad/MinHeldByLiveWorkers", clusterLoadMinHeld},
+		{"FairShareLoad/CountsHeldClaimableAndLiveWorkers", fairShareLoad},
+		{"FairShareLoad/MinHeldLeavingAndWanted", fairShareMinHeld},
+		{"StaleCandidates/NotWhileTheOwnerIsLive", staleOwnerLive},
+		{"Heartbeat/RewritesOnlyLeasesBelowTheThreshold", heartbeatThreshold},
+		{"Heartbeat/HandsBackItsUnlistedRowsPastTheirLeases", heartbeatHandBack},
+		{"ClaimGroup/FencesUpToTheLimitAndClaimsEveryMember", groupClaims},
+		{"ClaimGroup/PassesOverACandidateFencedElsewhere", groupPassesOver},
+		{"ClaimGroup/RolledBackChangesNothing", groupRollback},
 		{"StopWorker/LeavesTheLiveCountForGood", stopWorker},
 		{"Produce/CaughtUpPartitionBecomesClaimable", produce},
 		{"ClaimWithBatch/ClaimCheckpointAndReleaseCommitTogether", claimBatchReleases},
@@ -39,6 +46,7 @@ func Cases() []Case {
 		{"ClaimWithBatch/FenceExcludesOtherClaims", claimBatchFenceExcludes},
 		{"ClaimWithBatch/LostToACommittedClaim", claimBatchLost},
 		{"ClaimWithBatch/RolledBackChangesNothing", claimBatchRollback},
+		{"PendingWork/OwnedUnownedBackingOffNotQuarantined", pendingWork},
 		{kindCasePrefix + "CandidatesOfTheStoresKindOnly", kindCandidates},
 		{kindCasePrefix + "ClaimWinsOnlyTheStoresKind", kindClaim},
 	}
@@ -113,8 +121,8 @@ func (c *C) claimOne(h Harness, owner, key string) partition.Claimed {
 }
 
 func (c *C) load(h Harness) partition.Load {
-	l, err := h.ClusterLoad(c.Ctx)
-	c.must(err, "ClusterLoad")
+	l, err := h.FairShareLoad(c.Ctx, "")
+	c.must(err, "FairShareLoad")
 	return l
 }
 
@@ -274,7 +282,7 @@ func claimTakeover(c *C, h Harness) {
 		c.Fatalf("takeover claim won %+v; want a, Takeover, version above %d", won, old.Version)
 	}
 	// The old owner's lease is gone: it renews nothing and fences nothing.
-	rs, err := h.Heartbeat(c.Ctx, "w1", []partition.Lease{old.Lease})
+	rs, err := h.HeartbeatBelow(c.Ctx, "w1", 0, []partition.Lease{old.Lease})
 	c.must(err, "Heartbeat")
 	if len(rs) != 0 {
 		c.Errorf("the old owner renewed %v after the takeover", rs)
@@ -293,7 +301,7 @@ func heartbeatRenews(c *C, h Harness) {
 	other := c.claimOne(h, "w2", "c")
 	h.ExpireLease("b") // expired but not taken over: still w1's
 	stale := partition.Lease{Key: "a", Version: a.Version - 1}
-	rs, err := h.Heartbeat(c.Ctx, "w1", []partition.Lease{a.Lease, b.Lease, other.Lease, stale})
+	rs, err := h.HeartbeatBelow(c.Ctx, "w1", 0, []partition.Lease{a.Lease, b.Lease, other.Lease, stale})
 	c.must(err, "Heartbeat")
 	got := map[string]partition.Renewal{}
 	for _, r := range rs {
@@ -313,11 +321,11 @@ func heartbeatRegisters(c *C, h Harness) {
 	if n := c.load(h).LiveWorkers; n != 0 {
 		c.Fatalf("live workers in an empty store: %d", n)
 	}
-	_, err := h.Heartbeat(c.Ctx, "w1", nil)
+	_, err := h.HeartbeatBelow(c.Ctx, "w1", 0, nil)
 	c.must(err, "Heartbeat w1")
-	_, err = h.Heartbeat(c.Ctx, "w2", nil)
+	_, err = h.HeartbeatBelow(c.Ctx, "w2", 0, nil)
 	c.must(err, "Heartbeat w2")
-	_, err = h.Heartbeat(c.Ctx, "w1", nil)
+	_, err = h.HeartbeatBelow(c.Ctx, "w1", 0, nil)
 	c.must(err, "second Heartbeat w1")
 	if n := c.load(h).LiveWorkers; n != 2 {
 		c.Errorf("live workers after heartbeats of w1, w2, w1: %d, want 2", n)
@@ -326,7 +334,7 @@ func heartbeatRegisters(c *C, h Harness) {
 	if n := c.load(h).LiveWorkers; n != 1 {
 		c.Errorf("live workers after w2's registration expired: %d, want 1", n)
 	}
-	_, err = h.Heartbeat(c.Ctx, "w2", nil)
+	_, err = h.HeartbeatBelow(c.Ctx, "w2", 0, nil)
 	c.must(err, "Heartbeat w2 again")
 	if n := c.load(h).LiveWorkers; n != 2 {
 		c.Errorf("live workers after w2 heartbeats again: %d, want 2", n)
@@ -499,8 +507,8 @@ func fail(c *C, h Harness) {
 	}
 	h.ExpireLease("a") // no effect on a quarantined row
 	c.wantKeys("candidates of a quarantined partition", candKeys(c.candidates(h, 10)), nil)
-	if q := c.load(h).Quarantined; q != 1 {
-		c.Errorf("quarantined in the load: %d, want 1", q)
+	if q, err := h.QuarantinedCount(c.Ctx); err != nil || q != 1 {
+		c.Errorf("QuarantinedCount = %d, %v; want 1", q, err)
 	}
 }
 
@@ -578,16 +586,16 @@ func progress(c *C, h Harness) {
 	}
 }
 
-func clusterLoad(c *C, h Harness) {
+func fairShareLoad(c *C, h Harness) {
 	h.AddPartition("pending", 5)
 	h.AddPartition("held", 5)
 	h.AddPartition("heldDone", 2)
 	h.AddPartition("idle", 0)
 	h.AddPartition("quarantined", 5)
 	h.AddPartition("backingOff", 5)
-	_, err := h.Heartbeat(c.Ctx, "w1", nil)
+	_, err := h.HeartbeatBelow(c.Ctx, "w1", 0, nil)
 	c.must(err, "Heartbeat")
-	c.claimOne(h, "w1", "held")
+	held := c.claimOne(h, "w1", "held")
 	d := c.claimOne(h, "w1", "heldDone")
 	b, _, err := h.Begin(c.Ctx, "w1", d.Lease)
 	c.must(err, "Begin")
@@ -601,22 +609,32 @@ func clusterLoad(c *C, h Harness) {
 	if _, err := h.Fail(c.Ctx, "w1", bo.Lease, "boom", 5); err != nil {
 		c.Fatalf("Fail: %v", err)
 	}
+	// The heartbeat counts what w1 holds: held and heldDone.
+	_, err = h.HeartbeatBelow(c.Ctx, "w1", 0, []partition.Lease{held.Lease, d.Lease})
+	c.must(err, "Heartbeat")
 	got := c.load(h)
-	// Busy: pending, held, heldDone (held under a live lease), backingOff
-	// (pending); not idle, not quarantined. Unclaimed: pending only.
-	want := partition.Load{Busy: 4, LiveWorkers: 1, Quarantined: 1, Unclaimed: 1, MinHeld: 2}
+	// Busy: held, heldDone (held under a live lease), pending
+	// (claimable); not idle, not quarantined, not backingOff (not
+	// claimable yet). Unclaimed: pending only. Quarantined is not counted.
+	want := partition.Load{Busy: 3, LiveWorkers: 1, Unclaimed: 1, MinHeld: 2}
 	if got != want {
-		c.Errorf("ClusterLoad = %+v, want %+v", got, want)
+		c.Errorf("FairShareLoad = %+v, want %+v", got, want)
 	}
-	// heldDone's lease expires: it is caught up, so no longer busy.
+	if n, err := h.QuarantinedCount(c.Ctx); err != nil || n != 1 {
+		c.Errorf("QuarantinedCount = %d, %v; want 1", n, err)
+	}
+	// heldDone's lease ends and w1's heartbeat no longer lists it: handed
+	// back, caught up, so no longer busy.
 	h.ExpireLease("heldDone")
-	want.Busy, want.MinHeld = 3, 1
+	_, err = h.HeartbeatBelow(c.Ctx, "w1", 0, []partition.Lease{held.Lease})
+	c.must(err, "Heartbeat")
+	want.Busy, want.MinHeld = 2, 1
 	if got := c.load(h); got != want {
-		c.Errorf("ClusterLoad after a caught-up lease expired = %+v, want %+v", got, want)
+		c.Errorf("FairShareLoad after a caught-up lease was handed back = %+v, want %+v", got, want)
 	}
 }
 
-func clusterLoadMinHeld(c *C, h Harness) {
+func fairShareMinHeld(c *C, h Harness) {
 	for _, k := range []string{"a", "b", "c"} {
 		h.AddPartition(k, 5)
 	}
@@ -624,28 +642,198 @@ func clusterLoadMinHeld(c *C, h Harness) {
 		c.Errorf("MinHeld with no workers: %d", m)
 	}
 	for _, w := range []string{"w1", "w2", "w3"} {
-		_, err := h.Heartbeat(c.Ctx, w, nil)
+		_, err := h.HeartbeatBelow(c.Ctx, w, 0, nil)
 		c.must(err, "Heartbeat")
 	}
 	c.claimOne(h, "w1", "a")
 	c.claimOne(h, "w1", "b")
-	c.claimOne(h, "w2", "c")
-	if m := c.load(h).MinHeld; m != 0 {
-		c.Errorf("MinHeld with w3 holding nothing: %d, want 0", m)
+	cc := c.claimOne(h, "w2", "c")
+	if l := c.load(h); l.MinHeld != 0 || l.Busy != 3 || l.LiveWorkers != 3 {
+		c.Errorf("FairShareLoad with w3 holding nothing = %+v, want MinHeld 0, Busy 3, 3 live", l)
 	}
 	c.must(h.StopWorker(c.Ctx, "w3"), "StopWorker")
 	if m := c.load(h).MinHeld; m != 1 {
 		c.Errorf("MinHeld once w3 stopped: %d, want 1 (w2)", m)
 	}
-	h.ExpireLease("c") // w2's lease ended: it holds nothing live
-	if m := c.load(h).MinHeld; m != 0 {
-		c.Errorf("MinHeld once w2's lease expired: %d, want 0", m)
+	// w2 says it wants 3 more: counted for the others, not for itself.
+	_, err := h.HeartbeatBelow(c.Ctx, "w2", 3, []partition.Lease{cc.Lease})
+	c.must(err, "Heartbeat")
+	if l, err := h.FairShareLoad(c.Ctx, "w1"); err != nil || l.Wanted != 3 {
+		c.Errorf("FairShareLoad for w1 = %+v, %v; want Wanted 3 (w2's)", l, err)
 	}
+	if l, err := h.FairShareLoad(c.Ctx, "w2"); err != nil || l.Wanted != 0 {
+		c.Errorf("FairShareLoad for w2 = %+v, %v; want Wanted 0", l, err)
+	}
+	// w1 stops holding a and b: its live leases still count as busy
+	// (leaving), not as held by a live worker.
+	c.must(h.StopWorker(c.Ctx, "w1"), "StopWorker")
+	if l := c.load(h); l.LiveWorkers != 1 || l.Busy != 3 || l.MinHeld != 1 {
+		c.Errorf("FairShareLoad once w1 stopped holding two = %+v, want 1 live, Busy 3, MinHeld 1", l)
+	}
+	// w2's lease ended and its heartbeat does not list it: handed back,
+	// claimable.
+	h.ExpireLease("c")
+	_, err = h.HeartbeatBelow(c.Ctx, "w2", 0, nil)
+	c.must(err, "Heartbeat")
+	if l := c.load(h); l.MinHeld != 0 || l.Unclaimed != 1 {
+		c.Errorf("FairShareLoad once w2's lease was handed back = %+v, want MinHeld 0, Unclaimed 1", l)
+	}
+}
+
+// A row past its lease whose owner is live is not stale: only its owner's
+// heartbeat hands it back. Once the owner's registration ends it is.
+func staleOwnerLive(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	_, err := h.HeartbeatBelow(c.Ctx, "w1", 0, nil)
+	c.must(err, "Heartbeat")
+	a := c.claimOne(h, "w1", "a")
+	h.ExpireLease("a")
+	st, err := h.StaleCandidates(c.Ctx, 10)
+	c.must(err, "StaleCandidates")
+	c.wantKeys("stale candidates while the owner is live", candKeys(st), nil)
+	c.wantKeys("candidates while the owner is live", candKeys(c.candidates(h, 10)), nil)
+	h.ExpireWorker("w1")
+	st, err = h.StaleCandidates(c.Ctx, 10)
+	c.must(err, "StaleCandidates")
+	c.wantKeys("stale candidates once the owner's registration ended", candKeys(st), []string{"a"})
+	if len(st) == 1 && (!st[0].Owned || st[0].Version != a.Version) {
+		c.Errorf("stale candidate %+v; want owned, at v%d", st[0], a.Version)
+	}
+}
+
+// The heartbeat rewrites a lease only when it has less than RenewBelow
+// left; the others come back Fresh with what they have left.
+func heartbeatThreshold(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 5)
+	a := c.claimOne(h, "w1", "a")
+	b := c.claimOne(h, "w1", "b")
+	h.AgeLease("b", RenewBelow-time.Second)
+	rs, err := h.HeartbeatBelow(c.Ctx, "w1", 0, []partition.Lease{a.Lease, b.Lease})
+	c.must(err, "Heartbeat")
+	got := map[string]partition.Renewal{}
+	for _, r := range rs {
+		got[r.Key] = r
+	}
+	if r, ok := got["a"]; !ok || !r.Fresh || r.Remaining < RenewBelow || r.Remaining > TTL {
+		c.Errorf("renewal of a fresh lease: %+v; want Fresh with between %s and %s left", r, RenewBelow, TTL)
+	}
+	if r, ok := got["b"]; !ok || r.Fresh || r.Locked {
+		c.Errorf("renewal of a lease below the threshold: %+v; want rewritten", r)
+	}
+	held, err := h.Inspect(c.Ctx, "w1", []partition.Lease{b.Lease})
+	c.must(err, "Inspect")
+	if len(held) != 1 || held[0].Remaining < RenewBelow {
+		c.Errorf("b after its rewrite: %+v; want more than %s left", held, RenewBelow)
+	}
+}
+
+// A heartbeat hands back the worker's rows it does not list whose leases
+// have ended, and keeps those it does not list with time left.
+func heartbeatHandBack(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 5)
+	h.AddPartition("c", 5)
+	a := c.claimOne(h, "w1", "a")
+	b := c.claimOne(h, "w1", "b")
+	cc := c.claimOne(h, "w1", "c")
+	h.ExpireLease("a")
+	_, err := h.HeartbeatBelow(c.Ctx, "w1", 0, []partition.Lease{b.Lease})
+	c.must(err, "Heartbeat")
+	c.wantProgress(h, "a", a.Version+1, 0)
+	c.wantProgress(h, "c", cc.Version, 0)
+	cs := c.candidates(h, 10)
+	c.wantKeys("candidates after the hand-back", candKeys(cs), []string{"a"})
+	if len(cs) == 1 && cs[0].Owned {
+		c.Errorf("handed-back candidate %+v; want unowned", cs[0])
+	}
+}
+
+func (c *C) beginGroup(h Harness, owner string, cands []partition.Candidate, limit int) (GroupBatch, []partition.Fenced) {
+	g, fenced, err := h.BeginGroup(c.Ctx, owner, cands, limit)
+	c.must(err, "BeginGroup")
+	return g, fenced
+}
+
+func fencedKeys(fs []partition.Fenced) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Key)
+	}
+	return out
+}
+
+func groupClaims(c *C, h Harness) {
+	for _, k := range []string{"d", "c", "b", "a"} {
+		h.AddPartition(k, 3)
+	}
+	g, fenced := c.beginGroup(h, "w1", c.candidates(h, 10), 3)
+	c.wantKeys("fenced", fencedKeys(fenced), []string{"a", "b", "c"})
+	if len(fenced) != 3 {
+		c.Fatalf("fenced %d, want 3", len(fenced))
+	}
+	var steps []GroupStep
+	for i, f := range fenced {
+		if f.Checkpoint.Position != 0 || f.Checkpoint.Available != 3 {
+			c.Errorf("%s fenced with checkpoint %+v; want position 0 of 3", f.Key, f.Checkpoint)
+		}
+		to := int64(3)
+		if i == 1 {
+			to = 1
+		}
+		steps = append(steps, GroupStep{Candidate: f.Candidate, From: 0, To: to, Release: to == 3})
+	}
+	leases, err := g.ClaimAdvanceGroup(c.Ctx, steps)
+	c.must(err, "ClaimAdvanceGroup")
+	c.must(g.Commit(c.Ctx), "Commit")
+	if len(leases) != 3 {
+		c.Fatalf("leases %v, want 3", leases)
+	}
+	c.wantProgress(h, "a", fenced[0].Version+2, 3) // claimed and released
+	c.wantProgress(h, "b", fenced[1].Version+1, 1) // claimed and kept
+	c.wantProgress(h, "c", fenced[2].Version+2, 3)
+	c.wantProgress(h, "d", 0, 0)
+	if held, err := h.Inspect(c.Ctx, "w1", []partition.Lease{leases[1]}); err != nil || len(held) != 1 {
+		c.Errorf("b after the group: %+v, %v; want held by w1", held, err)
+	}
+}
+
+func groupPassesOver(c *C, h Harness) {
+	h.AddPartition("a", 2)
+	h.AddPartition("b", 2)
+	cands := c.candidates(h, 10)
+	var ca partition.Candidate
+	for _, x := range cands {
+		if x.Key == "a" {
+			ca = x
+		}
+	}
+	lone, _ := c.beginClaim(h, "w2", ca)
+	defer lone.Rollback()
+	g, fenced := c.beginGroup(h, "w1", cands, 0)
+	defer g.Rollback()
+	c.wantKeys("fenced while a is fenced by another claim", fencedKeys(fenced), []string{"b"})
+}
+
+func groupRollback(c *C, h Harness) {
+	h.AddPartition("a", 2)
+	h.AddPartition("b", 2)
+	g, fenced := c.beginGroup(h, "w1", c.candidates(h, 10), 0)
+	var steps []GroupStep
+	for _, f := range fenced {
+		steps = append(steps, GroupStep{Candidate: f.Candidate, From: 0, To: 2, Release: true})
+	}
+	_, err := g.ClaimAdvanceGroup(c.Ctx, steps)
+	c.must(err, "ClaimAdvanceGroup")
+	g.Rollback()
+	c.wantProgress(h, "a", 0, 0)
+	c.wantProgress(h, "b", 0, 0)
+	c.wantKeys("candidates after the rollback", candKeys(c.candidates(h, 10)), []string{"a", "b"})
 }
 
 func stopWorker(c *C, h Harness) {
 	for _, w := range []string{"w1", "w2"} {
-		_, err := h.Heartbeat(c.Ctx, w, nil)
+		_, err := h.HeartbeatBelow(c.Ctx, w, 0, nil)
 		c.must(err, "Heartbeat")
 	}
 	c.must(h.StopWorker(c.Ctx, "w1"), "StopWorker")
@@ -654,7 +842,7 @@ func stopWorker(c *C, h Harness) {
 	}
 	// A late heartbeat (sent before the stop, applied after it) does not
 	// bring the worker back.
-	_, err := h.Heartbeat(c.Ctx, "w1", nil)
+	_, err := h.HeartbeatBelow(c.Ctx, "w1", 0, nil)
 	c.must(err, "late Heartbeat")
 	if n := c.load(h).LiveWorkers; n != 1 {
 		c.Errorf("live workers after a late heartbeat of the stopped w1: %d, want 1", n)
@@ -899,4 +1087,36 @@ func kindClaim(c *C, h Harness) {
 	oc, err := other.Candidates(c.Ctx, 10)
 	c.must(err, "the other kind's Candidates")
 	c.wantKeys("the other kind's candidates after the store's claims", candKeys(oc), []string{"c"})
+}
+
+// PendingWork is exact: any partition with work left counts, unowned,
+// owned or backing off, and neither a caught-up nor a quarantined one does.
+func pendingWork(c *C, h Harness) {
+	want := func(what string, pending bool) {
+		if got, err := h.PendingWork(c.Ctx); err != nil || got != pending {
+			c.Errorf("PendingWork %s = %v, %v; want %v", what, got, err, pending)
+		}
+	}
+	want("with no partitions", false)
+	h.AddPartition("a", 2)
+	want("with an unowned partition with work", true)
+	a := c.claimOne(h, "w1", "a")
+	want("with an owned partition with work", true)
+	b, _, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin")
+	c.must(b.Advance(c.Ctx, 0, 2), "Advance")
+	c.must(b.Commit(c.Ctx), "Commit")
+	want("with its partition caught up", false)
+	h.AddPartition("q", 1)
+	q := c.claimOne(h, "w1", "q")
+	if _, err := h.Fail(c.Ctx, "w1", q.Lease, "boom", 2); err != nil {
+		c.Fatalf("Fail: %v", err)
+	}
+	want("with a partition backing off", true)
+	h.ExpireLease("q") // the back-off is over
+	q = c.claimOne(h, "w1", "q")
+	if r, err := h.Fail(c.Ctx, "w1", q.Lease, "boom", 2); err != nil || !r.Quarantined {
+		c.Fatalf("Fail = %+v, %v; want quarantined", r, err)
+	}
+	want("with a quarantined partition only", false)
 }

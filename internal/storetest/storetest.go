@@ -28,32 +28,54 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/decide"
 	"github.com/batonhq/baton/partition"
 )
 
 // The suite's durations. Implementations use them for every lease,
-// registration and failure back-off.
+// registration and failure back-off, and heartbeats rewrite only the
+// leases with less than RenewBelow left: the threshold the distributor
+// passes (decide.RenewBelow) for a lease of TTL renewed every
+// HeartbeatInterval with the default safety margin.
 const (
-	TTL        = time.Minute
-	Backoff    = time.Second
-	MaxBackoff = 4 * time.Second
+	TTL               = time.Minute
+	HeartbeatInterval = TTL / 10
+	SafetyMargin      = TTL / 5
+	Backoff           = time.Second
+	MaxBackoff        = 4 * time.Second
+	// MaxPartitions is the room FairShareLoad is read with.
+	MaxPartitions = 4
 )
 
-// Store is the store's contract: partition.Store's operations, with the
-// lease duration and back-offs fixed to the suite's.
+// RenewBelow is the heartbeat's rewrite threshold in the suite.
+var RenewBelow = decide.RenewBelow(TTL, HeartbeatInterval, SafetyMargin)
+
+// Store is the store's contract: the partition.Store statements that
+// production code runs (package distributor; TestSuiteCoversProduction in
+// package partition checks the list), with the lease duration, thresholds
+// and back-offs fixed to the suite's.
 type Store interface {
 	Candidates(ctx context.Context, limit int) ([]partition.Candidate, error)
 	StaleCandidates(ctx context.Context, limit int) ([]partition.Candidate, error)
 	Claim(ctx context.Context, owner string, cands []partition.Candidate) ([]partition.Claimed, error)
-	// Heartbeat registers (or renews) owner's worker row and renews its
-	// leases.
-	Heartbeat(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error)
+	// HeartbeatBelow registers (or renews) owner's worker row, saying it
+	// wants wanted more partitions, rewrites its listed leases with less
+	// than RenewBelow left, returns the others Fresh, and hands back its
+	// unlisted rows past their leases (partition.Store.HeartbeatBelow).
+	HeartbeatBelow(ctx context.Context, owner string, wanted int, leases []partition.Lease) ([]partition.Renewal, error)
 	Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error)
+	// Release is partition.Store.ReleaseFor.
 	Release(ctx context.Context, owner string, leases []partition.Lease) ([]string, error)
 	Fail(ctx context.Context, owner string, l partition.Lease, cause string, maxAttempts int) (partition.FailResult, error)
 	Retry(ctx context.Context, key string) (bool, error)
 	Progress(ctx context.Context, key string) (version, position int64, err error)
-	ClusterLoad(ctx context.Context) (partition.Load, error)
+	// FairShareLoad is partition.Store.FairShareLoad for worker self with
+	// room for MaxPartitions and leases of TTL.
+	FairShareLoad(ctx context.Context, self string) (partition.Load, error)
+	QuarantinedCount(ctx context.Context) (int, error)
+	// PendingWork is partition.Store.PendingWork: whether any partition
+	// has work left that is not quarantined.
+	PendingWork(ctx context.Context) (bool, error)
 	StopWorker(ctx context.Context, owner string) error
 	// Begin opens a batch's transaction and fences l for owner in it.
 	Begin(ctx context.Context, owner string, l partition.Lease) (Batch, partition.Checkpoint, error)
@@ -61,6 +83,30 @@ type Store interface {
 	// with its first batch and fences the candidate in it
 	// (partition.Store.FenceUnowned).
 	BeginClaim(ctx context.Context, owner string, cand partition.Candidate) (ClaimBatch, partition.Checkpoint, error)
+	// BeginGroup opens the transaction of a group of such claims and
+	// fences up to limit of the candidates in it
+	// (partition.Store.FenceUnownedGroup), returning those fenced.
+	BeginGroup(ctx context.Context, owner string, cands []partition.Candidate, limit int) (GroupBatch, []partition.Fenced, error)
+}
+
+// GroupStep is one member of a group's claim: its first batch writes
+// items From+1 … To, and Release releases it again.
+type GroupStep struct {
+	Candidate partition.Candidate
+	From, To  int64
+	Release   bool
+}
+
+// GroupBatch is the transaction of a group of claims made with their
+// first batches, fenced.
+type GroupBatch interface {
+	// ClaimAdvanceGroup writes every step's items, then claims every
+	// member, moves its checkpoint and releases those asked, all or
+	// nothing (partition.Store.ClaimAdvanceGroup); it returns the
+	// members' leases, or partition.ErrClaimLost.
+	ClaimAdvanceGroup(ctx context.Context, steps []GroupStep) ([]partition.Lease, error)
+	Commit(ctx context.Context) error
+	Rollback()
 }
 
 // ClaimBatch is the transaction of a claim made with its first batch,
@@ -95,6 +141,9 @@ type Fixture interface {
 	ExpireLease(key string)
 	// ExpireWorker makes owner's registration end in the past.
 	ExpireWorker(owner string)
+	// AgeLease makes the partition's lease end in left from now (a
+	// running lease only).
+	AgeLease(key string, left time.Duration)
 }
 
 // Harness is one implementation under test.

@@ -1,0 +1,250 @@
+// Package decide holds the pure decisions of the work-distribution
+// protocol: how many partitions a worker holds and hands back (the fair
+// share), which candidates it tries to claim, when a row counts as stale
+// and a takeover as confirmed, how long a heartbeat leaves a lease alone,
+// and how long a failure backs off. Package distributor and package
+// heartbeat make these decisions through it, and so does the simulator
+// (internal/sim), so the model checks the rules the workers run rather
+// than a copy of them.
+//
+// Every function here is a function of its arguments alone: no clock, no
+// database, no state. Times are durations (what is left, how long
+// something has lasted), so a caller on the real clock and one on a
+// virtual clock pass the same values.
+package decide
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/batonhq/baton/partition"
+)
+
+// Share is a fair-share decision: the share, and what to claim or hand
+// back.
+type Share struct {
+	// Share is how many partitions the worker may hold: ceil(busy / live
+	// workers), at least 1, at most MaxPartitions.
+	Share int
+	// Claim is how many more unowned partitions the share allows.
+	Claim int
+	// HandBack is how many of the newest claims to hand back because the
+	// worker holds more than its share and someone else will take them.
+	HandBack int
+	// HandBackIdle is how many caught-up partitions a leader at capacity
+	// hands back so that waiting work nobody has room for can be claimed.
+	HandBackIdle int
+	// Overflow: work is unclaimed and no other live worker wants more, so
+	// it may be claimed beyond the share, up to MaxPartitions, once this
+	// has lasted a lease's length (OverflowAllowed).
+	Overflow bool
+}
+
+// PlanShare decides the fair share from the load read by
+// partition.Store.FairShareLoad and the worker's held partitions (not
+// counting those already being handed back; idle of them caught up and
+// waiting for work, in leader mode).
+func PlanShare(load partition.Load, held, idle int, leader bool, maxPartitions int) Share {
+	p := Share{Share: maxPartitions}
+	if load.LiveWorkers > 1 {
+		p.Share = min(p.Share, max(1, (load.Busy+load.LiveWorkers-1)/load.LiveWorkers))
+	}
+	p.Claim = max(0, p.Share-held)
+	// Hand back only what another worker will take: there is nothing
+	// unclaimed left for it, and it said (its heartbeat's Wanted) that it
+	// wants more. A live worker that cannot take more (at its own
+	// MaxPartitions, or not claiming at all) wants nothing, so nothing is
+	// handed back to sit unclaimed. Otherwise keep them and avoid needless
+	// handoffs.
+	if surplus := held - p.Share; surplus > 0 && load.Unclaimed == 0 && load.Wanted > 0 {
+		p.HandBack = min(surplus, load.Wanted)
+		return p
+	}
+	// Work waiting that no other worker wants: it must not wait for a
+	// worker that will never take it.
+	p.Overflow = load.Unclaimed > 0 && load.Wanted == 0 && held < maxPartitions
+	// A leader at capacity must not sit on caught-up partitions while
+	// claimable work waits that nobody has room for.
+	if leader && load.Unclaimed > 0 && held >= p.Share {
+		p.HandBackIdle = min(idle, load.Unclaimed)
+	}
+	return p
+}
+
+// OverflowAllowed reports whether work may be claimed beyond the share:
+// the share's Overflow has held for lasted, and only once that is a
+// lease's length (staleAfter) does it count. A live worker below its
+// share says so by a heartbeat within that time, however starved its
+// machine, and takes the work first.
+func OverflowAllowed(overflow bool, lasted, staleAfter time.Duration) bool {
+	return overflow && lasted >= staleAfter
+}
+
+// Wanted is how many more partitions a worker occupying occupied (held
+// and being claimed) asks for: want within its share, room within
+// MaxPartitions. With overflow allowed it wants all its room. While it is
+// handing partitions back it wants none: claiming then would churn.
+func Wanted(share, maxPartitions, occupied int, overflow, handingBack bool) (want, room int) {
+	if handingBack {
+		return 0, 0
+	}
+	room = maxPartitions - occupied
+	if overflow {
+		return room, room
+	}
+	return min(min(share, maxPartitions)-occupied, room), room
+}
+
+// StaleReadLimit is how many stale candidates a claim round reads, for
+// room partitions.
+func StaleReadLimit(room int) int { return 4*room + 8 }
+
+// ReadHead reports whether a claim round that read stale stale candidates
+// also reads the head of the claimable index: when it wants unowned
+// partitions and the stale ones do not fill its room.
+func ReadHead(want, stale, room int) bool { return want > 0 && stale < room }
+
+// HeadReadLimit is how many candidates a claim round reads from the head
+// of the claimable index: four times what it wants and some, plus those
+// it knows to be in flight there (its own claims with their first batch
+// and those it lost to others, which it skips), widened by twice
+// MaxPartitions so that picks spread beyond rows another worker is
+// claiming.
+func HeadReadLimit(want, inFlight, maxPartitions int) int {
+	return 4*want + 8 + inFlight + 2*maxPartitions
+}
+
+// StaleFirst orders shuffled candidates stably so that a dead worker's
+// partitions (owned) come before unowned ones: their work has started and
+// was interrupted, and PickClaims takes them first.
+func StaleFirst[C any](cands []C, owned func(C) bool) {
+	slices.SortStableFunc(cands, func(a, b C) int {
+		switch oa, ob := owned(a), owned(b); {
+		case oa == ob:
+			return 0
+		case oa:
+			return -1
+		}
+		return 1
+	})
+}
+
+// PickClaims chooses the candidates to claim in one round: a dead
+// worker's partitions (owned) up to room, whatever the share, unowned ones
+// up to want within room. It returns the choice and the candidates left
+// for another round.
+func PickClaims[C any](cands []C, owned func(C) bool, want, room int) (try, rest []C) {
+	for _, c := range cands {
+		switch {
+		case len(try) >= room:
+			rest = append(rest, c)
+		case owned(c):
+			try = append(try, c)
+		case want > 0:
+			try = append(try, c)
+			want--
+		default:
+			rest = append(rest, c)
+		}
+	}
+	return try, rest
+}
+
+// Live reports whether a worker counts as live: its registration has
+// time left and it has not stopped.
+func Live(registrationLeft time.Duration, stopped bool) bool {
+	return registrationLeft > 0 && !stopped
+}
+
+// Claimable reports whether a row may be claimed at all: it has pending
+// work, is not quarantined, and its lease (or back-off) has ended.
+// Claim's compare-and-set requires this and nothing about the owner.
+func Claimable(pending, quarantined bool, leaseLeft time.Duration) bool {
+	return pending && !quarantined && leaseLeft <= 0
+}
+
+// Stale reports whether another worker may take an owned row over: it is
+// claimable (Claimable) and its owner is not live. A row whose lease
+// ended while its owner is live is not stale: that owner's next heartbeat
+// hands it back (HandBack), and it is then claimable as an unowned row.
+func Stale(claimable, ownerLive bool) bool { return claimable && !ownerLive }
+
+// HandBack reports whether a heartbeat hands back one of its own worker's
+// rows: one it does not list (no partition loop of the worker holds it)
+// whose lease has ended.
+func HandBack(listed bool, leaseLeft time.Duration) bool { return !listed && leaseLeft <= 0 }
+
+// RenewBelow is the lease time left below which a heartbeat rewrites a
+// lease; one with more left is checked but not rewritten. It is
+// staleAfter − 2 × heartbeat, so a lease is rewritten about every third
+// beat and has at least that much left after any successful heartbeat, but
+// never less than safetyMargin + 2 × heartbeat, so that the local deadline
+// always lies two beats beyond a successful one.
+func RenewBelow(staleAfter, heartbeat, safetyMargin time.Duration) time.Duration {
+	return max(staleAfter-2*heartbeat, safetyMargin+2*heartbeat)
+}
+
+// Rewrite reports whether a heartbeat with threshold renewBelow rewrites a
+// lease with left to run; otherwise the lease comes back Fresh.
+func Rewrite(left, renewBelow time.Duration) bool { return left < renewBelow }
+
+// LeaseLeft is how long a lease has left by the database clock after a
+// renewal r by a heartbeat whose rewrites last ttl: ttl if it rewrote the
+// lease, what the database reported if it only checked it (Fresh) or
+// could not lock it (Locked).
+func LeaseLeft(r partition.Renewal, ttl time.Duration) time.Duration {
+	if r.Fresh || r.Locked {
+		return r.Remaining
+	}
+	return ttl
+}
+
+// DeadlineIn is how long after sending a successful renewal the local
+// deadline of a lease with left to run falls: left minus the safety
+// margin. Zero or less means it has passed.
+func DeadlineIn(left, safetyMargin time.Duration) time.Duration { return left - safetyMargin }
+
+// Confirmed reports whether a takeover that has survived streak
+// consecutive successful heartbeats may be processed.
+func Confirmed(streak, confirm int) bool { return streak >= confirm }
+
+// Backoff is base doubled per earlier failure, capped at limit: the delay
+// before a failed claim round is retried (failures: consecutive failed
+// rounds before this one) and a failed partition's back-off (failures: its
+// attempts before this failure; partition.Store.Fail computes the same in
+// SQL).
+func Backoff(base, limit time.Duration, failures int) time.Duration {
+	d := base
+	for ; failures > 0 && d < limit; failures-- {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// ClaimRetryDelay is how long a failed claim round waits before the next:
+// its Backoff, at most a poll interval (the work it was looking for is
+// still waiting).
+func ClaimRetryDelay(base, limit, poll time.Duration, failures int) time.Duration {
+	return min(Backoff(base, limit, failures), poll)
+}
+
+// Quarantine reports whether a failure that brings a partition's failed
+// attempts to attempts quarantines it.
+func Quarantine(attempts, maxAttempts int) bool { return attempts >= maxAttempts }
+
+// RetryTransient reports whether a batch that failed with a transient
+// error, after retries such retries already, is retried under the same
+// lease rather than recorded as a failure.
+func RetryTransient(retries, maxAttempts int) bool { return retries < maxAttempts }
+
+// Newest orders held partitions for hand-back, newest claim first: they
+// have the least progress to lose.
+func Newest[H any, T interface{ Compare(T) int }](held []H, claimedAt func(H) T) {
+	slices.SortStableFunc(held, func(a, b H) int { return claimedAt(b).Compare(claimedAt(a)) })
+}
+
+// NewestDur is Newest for claim times kept as durations (a virtual clock).
+func NewestDur[H any](held []H, claimedAt func(H) time.Duration) {
+	slices.SortStableFunc(held, func(a, b H) int { return cmp.Compare(claimedAt(b), claimedAt(a)) })
+}

@@ -1,0 +1,263 @@
+package decide
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/partition"
+)
+
+func TestPlanShare(t *testing.T) {
+	load := func(busy, live, unclaimed, wanted int) partition.Load {
+		return partition.Load{Busy: busy, LiveWorkers: live, Unclaimed: unclaimed, Wanted: wanted}
+	}
+	for _, tc := range []struct {
+		name       string
+		load       partition.Load
+		held, idle int
+		leader     bool
+		max        int
+		want       Share
+	}{
+		{"alone takes up to MaxPartitions", load(20, 1, 20, 0), 0, 0, false, 8, Share{Share: 8, Claim: 8, Overflow: true}},
+		{"no work still allows one", load(0, 3, 0, 0), 0, 0, false, 8, Share{Share: 1, Claim: 1}},
+		{"ceil of busy over live", load(10, 3, 10, 4), 1, 0, false, 8, Share{Share: 4, Claim: 3}},
+		{"capped by MaxPartitions", load(100, 2, 50, 8), 0, 0, false, 8, Share{Share: 8, Claim: 8}},
+		{"surplus handed back to a worker that wants it", load(12, 3, 0, 2), 6, 0, false, 12, Share{Share: 4, HandBack: 2}},
+		{"no more handed back than is wanted", load(12, 3, 0, 1), 6, 0, false, 12, Share{Share: 4, HandBack: 1}},
+		{"surplus kept while work is unclaimed", load(12, 3, 2, 2), 6, 0, false, 12, Share{Share: 4}},
+		{"surplus kept when nobody wants more", load(12, 3, 0, 0), 6, 0, false, 12, Share{Share: 4}},
+		{"unclaimed work nobody wants may be taken beyond the share", load(30, 3, 9, 0), 10, 0, false, 30, Share{Share: 10, Overflow: true}},
+		{"never beyond MaxPartitions", load(30, 3, 9, 0), 30, 0, false, 30, Share{Share: 10}},
+		{"leader at capacity frees idle partitions for waiting work", load(9, 3, 2, 0), 3, 3, true, 3, Share{Share: 3, HandBackIdle: 2}},
+		{"leader below capacity frees nothing", load(9, 3, 2, 1), 2, 2, true, 8, Share{Share: 3, Claim: 1}},
+		{"lock mode frees no idle partitions", load(9, 3, 2, 0), 3, 3, false, 3, Share{Share: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := PlanShare(tc.load, tc.held, tc.idle, tc.leader, tc.max); got != tc.want {
+				t.Fatalf("PlanShare = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWanted(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		share, max, occupied  int
+		overflow, handingBack bool
+		want, room            int
+	}{
+		{"below the share", 4, 8, 1, false, false, 3, 7},
+		{"at the share: room for a dead worker's only", 4, 8, 4, false, false, 0, 4},
+		{"above the share", 2, 8, 5, false, false, -3, 3},
+		{"share above MaxPartitions", 12, 8, 2, false, false, 6, 6},
+		{"overflow wants all its room", 2, 8, 2, true, false, 6, 6},
+		{"handing back wants nothing", 4, 8, 1, true, true, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, room := Wanted(tc.share, tc.max, tc.occupied, tc.overflow, tc.handingBack)
+			if want != tc.want || room != tc.room {
+				t.Fatalf("Wanted = %d, %d; want %d, %d", want, room, tc.want, tc.room)
+			}
+		})
+	}
+}
+
+func TestOverflowAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		overflow bool
+		lasted   time.Duration
+		want     bool
+	}{
+		{false, time.Hour, false},
+		{true, 9 * time.Second, false},
+		{true, 10 * time.Second, true},
+	} {
+		if got := OverflowAllowed(tc.overflow, tc.lasted, 10*time.Second); got != tc.want {
+			t.Errorf("OverflowAllowed(%v, %s) = %v, want %v", tc.overflow, tc.lasted, got, tc.want)
+		}
+	}
+}
+
+type cand struct {
+	key   string
+	owned bool
+}
+
+func owned(c cand) bool { return c.owned }
+
+func keys(cs []cand) (out []string) {
+	for _, c := range cs {
+		out = append(out, c.key)
+	}
+	return out
+}
+
+func TestPickClaims(t *testing.T) {
+	u := func(k string) cand { return cand{key: k} }
+	o := func(k string) cand { return cand{key: k, owned: true} }
+	for _, tc := range []struct {
+		name       string
+		cands      []cand
+		want, room int
+		try, rest  []string
+	}{
+		{"below share takes unowned up to want", []cand{u("a"), u("b"), u("c")}, 2, 5, []string{"a", "b"}, []string{"c"}},
+		{"at share takes only a dead worker's", []cand{u("a"), o("b"), u("c"), o("d")}, 0, 5, []string{"b", "d"}, []string{"a", "c"}},
+		{"dead worker's beyond want, within room", []cand{o("a"), o("b"), u("c")}, 1, 3, []string{"a", "b", "c"}, nil},
+		{"room caps everything", []cand{o("a"), o("b"), u("c")}, 1, 2, []string{"a", "b"}, []string{"c"}},
+		{"no room", []cand{o("a")}, 0, 0, nil, []string{"a"}},
+		{"negative want (above the share) takes no unowned", []cand{u("a"), o("b")}, -2, 3, []string{"b"}, []string{"a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			try, rest := PickClaims(tc.cands, owned, tc.want, tc.room)
+			if !slices.Equal(keys(try), tc.try) || !slices.Equal(keys(rest), tc.rest) {
+				t.Fatalf("PickClaims = %v, %v; want %v, %v", keys(try), keys(rest), tc.try, tc.rest)
+			}
+		})
+	}
+}
+
+func TestStaleFirst(t *testing.T) {
+	cs := []cand{{"a", false}, {"b", true}, {"c", false}, {"d", true}}
+	StaleFirst(cs, owned)
+	if got := keys(cs); !slices.Equal(got, []string{"b", "d", "a", "c"}) {
+		t.Fatalf("StaleFirst = %v, want the owned ones first, each group in its order", got)
+	}
+}
+
+func TestReadLimits(t *testing.T) {
+	if got := StaleReadLimit(3); got != 20 {
+		t.Errorf("StaleReadLimit(3) = %d, want 20", got)
+	}
+	if got := HeadReadLimit(2, 5, 8); got != 4*2+8+5+16 {
+		t.Errorf("HeadReadLimit = %d", got)
+	}
+	for _, tc := range []struct {
+		want, stale, room int
+		read              bool
+	}{{1, 0, 3, true}, {0, 0, 3, false}, {2, 3, 3, false}, {2, 2, 3, true}} {
+		if got := ReadHead(tc.want, tc.stale, tc.room); got != tc.read {
+			t.Errorf("ReadHead(%d, %d, %d) = %v, want %v", tc.want, tc.stale, tc.room, got, tc.read)
+		}
+	}
+}
+
+// The staleness rule: a row past its lease is stale only if its owner is
+// not live; a live owner hands it back itself.
+func TestStaleness(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		pending, quarantined bool
+		leaseLeft            time.Duration
+		regLeft              time.Duration
+		stopped              bool
+		claimable, stale     bool
+	}{
+		{"lease running", true, false, time.Second, -time.Second, false, false, false},
+		{"lease ended, owner live", true, false, 0, time.Second, false, true, false},
+		{"lease ended, registration expired", true, false, -time.Millisecond, -time.Millisecond, false, true, true},
+		{"lease ended, owner stopped", true, false, -time.Second, time.Second, true, true, true},
+		{"no pending work", false, false, -time.Second, -time.Second, false, false, false},
+		{"quarantined", true, true, -time.Second, -time.Second, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Claimable(tc.pending, tc.quarantined, tc.leaseLeft)
+			if c != tc.claimable {
+				t.Fatalf("Claimable = %v, want %v", c, tc.claimable)
+			}
+			if s := Stale(c, Live(tc.regLeft, tc.stopped)); s != tc.stale {
+				t.Fatalf("Stale = %v, want %v", s, tc.stale)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		listed bool
+		left   time.Duration
+		want   bool
+	}{{false, 0, true}, {false, -time.Second, true}, {false, time.Millisecond, false}, {true, -time.Second, false}} {
+		if got := HandBack(tc.listed, tc.left); got != tc.want {
+			t.Errorf("HandBack(%v, %s) = %v, want %v", tc.listed, tc.left, got, tc.want)
+		}
+	}
+}
+
+func TestRenewal(t *testing.T) {
+	for _, tc := range []struct {
+		stale, hb, margin, want time.Duration
+	}{
+		{10 * time.Second, time.Second, 2 * time.Second, 8 * time.Second},
+		// Tight timings: never below margin + 2 beats, so every beat renews.
+		{time.Second, 300 * time.Millisecond, 200 * time.Millisecond, 800 * time.Millisecond},
+	} {
+		if got := RenewBelow(tc.stale, tc.hb, tc.margin); got != tc.want {
+			t.Errorf("RenewBelow(%s, %s, %s) = %s, want %s", tc.stale, tc.hb, tc.margin, got, tc.want)
+		}
+	}
+	if !Rewrite(7*time.Second, 8*time.Second) || Rewrite(8*time.Second, 8*time.Second) {
+		t.Error("Rewrite: a lease is rewritten exactly when it has less than the threshold left")
+	}
+	ttl := 10 * time.Second
+	for _, tc := range []struct {
+		r    partition.Renewal
+		want time.Duration
+	}{
+		{partition.Renewal{Remaining: 3 * time.Second}, ttl},
+		{partition.Renewal{Fresh: true, Remaining: 9 * time.Second}, 9 * time.Second},
+		{partition.Renewal{Locked: true, Remaining: 2 * time.Second}, 2 * time.Second},
+	} {
+		if got := LeaseLeft(tc.r, ttl); got != tc.want {
+			t.Errorf("LeaseLeft(%+v) = %s, want %s", tc.r, got, tc.want)
+		}
+	}
+	if got := DeadlineIn(10*time.Second, 2*time.Second); got != 8*time.Second {
+		t.Errorf("DeadlineIn = %s", got)
+	}
+	if Confirmed(2, 3) || !Confirmed(3, 3) {
+		t.Error("Confirmed: a takeover is confirmed at exactly Confirm consecutive beats")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		failures int
+		want     time.Duration
+	}{{0, time.Second}, {1, 2 * time.Second}, {2, 4 * time.Second}, {3, 5 * time.Second}, {200, 5 * time.Second}} {
+		if got := Backoff(time.Second, 5*time.Second, tc.failures); got != tc.want {
+			t.Errorf("Backoff after %d failures = %s, want %s", tc.failures, got, tc.want)
+		}
+	}
+	if got := ClaimRetryDelay(time.Second, time.Minute, 3*time.Second, 4); got != 3*time.Second {
+		t.Errorf("ClaimRetryDelay = %s, want the poll interval", got)
+	}
+	if Quarantine(2, 3) || !Quarantine(3, 3) {
+		t.Error("Quarantine: at exactly MaxAttempts")
+	}
+	if !RetryTransient(2, 3) || RetryTransient(3, 3) {
+		t.Error("RetryTransient: below MaxAttempts retries")
+	}
+}
+
+func TestNewest(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	type h struct {
+		k  string
+		at time.Time
+	}
+	hs := []h{{"a", t0}, {"b", t0.Add(2 * time.Second)}, {"c", t0.Add(time.Second)}}
+	Newest(hs, func(x h) time.Time { return x.at })
+	if hs[0].k != "b" || hs[1].k != "c" || hs[2].k != "a" {
+		t.Fatalf("Newest = %v", hs)
+	}
+	type v struct {
+		k  string
+		at time.Duration
+	}
+	vs := []v{{"a", 1}, {"b", 3}, {"c", 2}}
+	NewestDur(vs, func(x v) time.Duration { return x.at })
+	if vs[0].k != "b" || vs[1].k != "c" || vs[2].k != "a" {
+		t.Fatalf("NewestDur = %v", vs)
+	}
+}
