@@ -16,8 +16,8 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -226,10 +226,10 @@ type sim struct {
 	held      atomic.Int64
 }
 
-func newSim(db *bun.DB, interval time.Duration) *sim {
+func newSim(db *dbconn.DB, interval time.Duration) *sim {
 	// As the distributor's store: coordination statements prepared on
 	// direct connections.
-	store := partition.NewStore(db, "").PrepareWhen(func() bool { return dbconn.Direct(db) })
+	store := partition.NewStore(db, "").PrepareWhen(db.Direct)
 	return &sim{store: store, ttl: 10 * interval, interval: interval,
 		lat: map[string][]time.Duration{}, calls: map[string]int64{}}
 }
@@ -319,7 +319,7 @@ func (s *sim) worker(ctx context.Context, i int, phase time.Duration) {
 
 // coordCell runs W simulated workers, lets them settle, and measures a
 // window.
-func (e *env) coordCell(ctx context.Context, dbname string, simDB *bun.DB, workers, parts int, state string) (coordCell, error) {
+func (e *env) coordCell(ctx context.Context, dbname string, simDB *dbconn.DB, workers, parts int, state string) (coordCell, error) {
 	cfg := e.cfg
 	cell := coordCell{Workers: workers, Partitions: parts, State: state}
 	s := newSim(simDB, cfg.coordInterval)
@@ -388,7 +388,7 @@ func (e *env) coordCell(ctx context.Context, dbname string, simDB *bun.DB, worke
 
 // heldSeries times the heartbeat of one worker holding 1 … 1000
 // partitions, and counts its statements.
-func (e *env) heldSeries(ctx context.Context, dbname string, simDB *bun.DB) ([]heldLatency, error) {
+func (e *env) heldSeries(ctx context.Context, dbname string, simDB *dbconn.DB) ([]heldLatency, error) {
 	store := partition.NewStore(simDB, "")
 	var out []heldLatency
 	for _, n := range e.cfg.coordHeld {
@@ -446,7 +446,7 @@ func (e *env) heldSeries(ctx context.Context, dbname string, simDB *bun.DB) ([]h
 // (Candidates of 4×batch+8, shuffle, one Claim compare-and-set, a second
 // one for those lost) and release them at once in one statement, as fast
 // as they can.
-func (e *env) claimLoop(ctx context.Context, dbname string, simDB *bun.DB, k, parts, batch int) (claimCell, error) {
+func (e *env) claimLoop(ctx context.Context, dbname string, simDB *dbconn.DB, k, parts, batch int) (claimCell, error) {
 	cl := claimCell{Claimers: k, Partitions: parts, Batch: batch}
 	store := partition.NewStore(simDB, "")
 	ttl := 10 * e.cfg.coordInterval

@@ -21,7 +21,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/schema"
 )
@@ -250,7 +250,7 @@ func (e *env) template(ctx context.Context, name string, fill func(ctx context.C
 		return "", fmt.Errorf("migrating %s: %w", full, err)
 	}
 	if fill != nil {
-		if err := fill(ctx, db); err != nil {
+		if err := fill(ctx, db.DB); err != nil {
 			return "", fmt.Errorf("filling template %s: %w", full, err)
 		}
 	}
@@ -271,7 +271,7 @@ func (e *env) fresh(ctx context.Context, template, label string) (string, *bun.D
 	if err != nil {
 		return "", nil, err
 	}
-	return name, db, nil
+	return name, db.DB, nil
 }
 
 // checkpoint flushes dirty buffers so that a measurement does not pay for

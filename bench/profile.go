@@ -23,8 +23,8 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/pricing/pricer"
 )
 
@@ -204,7 +204,7 @@ func trimPprof(s string) string {
 
 // openMode opens the database like dbconn.Open does for a worker, but with
 // the given pgx query mode (-1: dbconn.Open itself).
-func openMode(url string, mode pgx.QueryExecMode, conns int) (*bun.DB, error) {
+func openMode(ctx context.Context, url string, mode pgx.QueryExecMode, conns int) (*dbconn.DB, error) {
 	cfg := distributor.Config{}
 	stmt, lock, idle := cfg.ConnectionLimits()
 	opts := dbconn.Options{ApplicationName: "bench-inprocess", StatementTimeout: stmt, LockTimeout: lock,
@@ -225,7 +225,9 @@ func openMode(url string, mode pgx.QueryExecMode, conns int) (*bun.DB, error) {
 	sqldb := stdlib.OpenDB(*pc)
 	sqldb.SetMaxOpenConns(conns)
 	sqldb.SetMaxIdleConns(conns)
-	return bun.NewDB(sqldb, pgdialect.New()), nil
+	// Direct, with the timeouts as session settings: nothing to set per
+	// transaction.
+	return dbconn.Wrap(ctx, bun.NewDB(sqldb, pgdialect.New()), dbconn.Access{})
 }
 
 // inProcess prices a fresh copy of ds with n distributors in this process.
@@ -237,7 +239,7 @@ func (e *env) inProcess(ctx context.Context, ds *dataset, name string, mode pgx.
 	}
 	defer func() { db.Close(); e.dropDB(ctx, dbname) }()
 	var ds2 []*distributor.Distributor
-	var dbs []*bun.DB
+	var dbs []*dbconn.DB
 	defer func() {
 		for _, d := range dbs {
 			d.Close()
@@ -245,7 +247,7 @@ func (e *env) inProcess(ctx context.Context, ds *dataset, name string, mode pgx.
 	}()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range n {
-		wdb, err := openMode(e.url(dbname), mode, distributor.MaxPartitionsDefault+4)
+		wdb, err := openMode(ctx, e.url(dbname), mode, distributor.MaxPartitionsDefault+4)
 		if err != nil {
 			return r, err
 		}

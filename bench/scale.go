@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/uptrace/bun"
 )
@@ -353,7 +353,7 @@ func (p *scalePipeline) verify() error {
 	if err != nil {
 		return err
 	}
-	p.db = db
+	p.db = db.DB
 	r := p.r
 	p.e.checkpoint(p.ctx)
 	log.Printf("scale: %d records: verifying (pricer.Verify)", r.Records)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/console"
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 )

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/console"
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 

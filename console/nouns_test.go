@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton/console"
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 

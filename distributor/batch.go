@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 	"go.opentelemetry.io/otel/attribute"
@@ -40,7 +39,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 		return 0, false, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	if err := dbconn.SetLocalTimeouts(ctx, d.db, tx); err != nil {
+	if err := d.db.SetLocalTimeouts(ctx, tx); err != nil {
 		return 0, false, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
 	}
 	cp, err := d.store.Fence(ctx, tx, d.worker.InstanceID, l.Lease)

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 	"github.com/uptrace/bun"
@@ -249,7 +248,7 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 		return fb, false, fmt.Errorf("beginning claim of %s with its first batch: %w", c.Key, causeOr(ctx, err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	if err := dbconn.SetLocalTimeouts(ctx, d.db, tx); err != nil {
+	if err := d.db.SetLocalTimeouts(ctx, tx); err != nil {
 		return fb, false, fmt.Errorf("beginning claim of %s with its first batch: %w", c.Key, causeOr(ctx, err))
 	}
 	cp, err := d.store.FenceUnowned(ctx, tx, c)

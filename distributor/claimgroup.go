@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 	"github.com/uptrace/bun"
@@ -236,7 +235,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 		return out, fmt.Errorf("beginning claim of %d partitions with their first batches: %w", len(cands), causeOr(ctx, err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	if err := dbconn.SetLocalTimeouts(ctx, d.db, tx); err != nil {
+	if err := d.db.SetLocalTimeouts(ctx, tx); err != nil {
 		return out, fmt.Errorf("beginning claim of %d partitions with their first batches: %w", len(cands), causeOr(ctx, err))
 	}
 	tried := slices.SortedFunc(slices.Values(slices.Concat(cands, spares)), func(a, b partition.Candidate) int {
@@ -278,7 +277,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 	ctx, span := tracer.Start(ctx, "baton.claim_group", trace.WithAttributes(
 		attribute.String("baton.worker", d.worker.InstanceID), attribute.Int("baton.group", len(fenced))))
 	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Batches: make([]*Batch, len(fenced)),
-		Prepare: dbconn.Direct(d.db)}
+		Prepare: d.db.Direct()}
 	spans := make([]trace.Span, len(fenced))
 	traces := make([]string, len(fenced))
 	pending := make([]int64, len(fenced))

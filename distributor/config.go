@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
@@ -148,9 +148,11 @@ type Config struct {
 	Logger *slog.Logger
 	// ListenDB, if set, is a handle on a direct (session) connection to the
 	// same database, used only to LISTEN for new work. Without it the
-	// worker listens over its main handle, unless that goes through a
-	// transaction pooler (dbconn.Pooled): then it polls every PollInterval.
-	ListenDB *bun.DB
+	// worker listens on a connection to the main handle's ListenURL
+	// (dbconn.Options.ListenURL, dbconn.Access.ListenURL) if it has one,
+	// else over its main handle, unless that goes through a transaction
+	// pooler (dbconn.DB.Pooled): then it polls every PollInterval.
+	ListenDB *dbconn.DB
 	// PollOnly never listens: the worker looks for work every PollInterval
 	// only. For engines without LISTEN/NOTIFY (docs/engines.md).
 	PollOnly bool

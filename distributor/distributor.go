@@ -12,12 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/decide"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/uptrace/bun"
 )
 
 // ErrIncomplete is returned by Run in until-done mode when it finished but
@@ -29,7 +29,7 @@ var errAbandoned = errors.New("batch abandoned at shutdown")
 
 // Distributor claims partitions and runs a Processor on them.
 type Distributor struct {
-	db    *bun.DB
+	db    *dbconn.DB
 	store *partition.Store
 	proc  Processor
 	cfg   Config
@@ -38,6 +38,9 @@ type Distributor struct {
 	worker partition.Worker
 	hb     *heartbeat.Service
 	hbConn *pinnedConn
+	// ownListen is the listen handle the distributor opened from
+	// db.ListenURL, closed when it stops.
+	ownListen *dbconn.DB
 
 	mu   sync.Mutex
 	held map[string]*held
@@ -107,18 +110,22 @@ type held struct {
 // New returns a distributor over db running p. db's pool should allow
 // cfg.PoolSize() connections.
 //
-// db must be opened with pgx's database/sql driver
+// db comes from dbconn.Open, or from dbconn.Wrap for a handle the
+// application opened itself, which says whether it goes through a
+// transaction pooler (then the worker never LISTENs nor prepares
+// statements through it) and which timeouts its transactions carry. Its
+// driver must be pgx's database/sql driver
 // (github.com/jackc/pgx/v5/stdlib: sql.Open("pgx", url) or stdlib.OpenDB),
 // which batches (Batch.Raw) and LISTEN need; New rejects any other driver
 // rather than lose wake-ups silently.
-func New(db *bun.DB, p Processor, cfg Config) (*Distributor, error) {
+func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 	if db == nil {
-		return nil, errors.New("distributor.New: db is nil: pass a *bun.DB over pgx's stdlib driver (bun.NewDB(sql.Open(\"pgx\", url), pgdialect.New()))")
+		return nil, errors.New("distributor.New: db is nil: pass a handle from dbconn.Open, or wrap one opened with pgx's stdlib driver with dbconn.Wrap")
 	}
 	if p == nil {
 		return nil, errors.New("distributor.New: the Processor is nil: pass one (a type with a Process method, or a ProcessorFunc)")
 	}
-	for _, h := range []*bun.DB{db, cfg.ListenDB} {
+	for _, h := range []*dbconn.DB{db, cfg.ListenDB} {
 		if h == nil {
 			continue
 		}
@@ -182,6 +189,15 @@ func (d *Distributor) Start(ctx context.Context) error {
 	if !d.started.CompareAndSwap(false, true) {
 		return errors.New("distributor already started")
 	}
+	err := d.register(ctx)
+	if err != nil && d.ownListen != nil {
+		_ = d.ownListen.Close()
+	}
+	return err
+}
+
+// register is Start once the distributor is marked started.
+func (d *Distributor) register(ctx context.Context) error {
 	// Register (one heartbeat with nothing held) so that others count this
 	// worker in their fair share before it claims anything.
 	// This also opens the heartbeat's pinned connection before any batch
@@ -315,6 +331,9 @@ func (d *Distributor) finish(err error) {
 		d.hb.Stop()
 		d.hbConn.close()
 		d.baseStop()
+		if d.ownListen != nil {
+			_ = d.ownListen.Close()
+		}
 		d.log.Info("worker stopped", "event", "stopped")
 		close(d.done)
 	})

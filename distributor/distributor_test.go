@@ -14,8 +14,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
@@ -411,7 +411,7 @@ func TestFailedClaimRoundIsRetried(t *testing.T) {
 	cfg.PollInterval = time.Hour // no poll can rescue it
 	e.start(cfg, newProc())
 	// Once listening, the worker has looked for work once and found none.
-	pgtest.WaitForStatement(t, e.db, "LISTEN ")
+	pgtest.WaitForStatement(t, e.db.DB, "LISTEN ")
 
 	ctx := context.Background()
 	tx, err := e.db.BeginTx(ctx, nil)
@@ -460,7 +460,7 @@ func TestStartFailsWhenRegistrationBlocks(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, `LOCK TABLE baton.tasks IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
-	db := pgtest.Open(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
+	db := pgtest.OpenDB(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
 	d, err := distributor.New(db, newProc(), fastConfig("w", newEvents()))
 	if err != nil {
 		t.Fatal(err)

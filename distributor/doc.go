@@ -17,7 +17,10 @@
 // of its own kind only, so one processor can never claim, advance or add
 // to another's work.
 //
-// Embedding: apply the core migrations (schema.Migrate), add work inside
+// Embedding: open the database with dbconn.Open, or describe a handle you
+// opened with dbconn.Wrap (pooled or direct, a direct ListenURL, the
+// timeouts of baton's transactions), apply the core migrations
+// (schema.Migrate, over a direct handle), add work inside
 // your own transactions with partition.Store.AddWork on a store of your
 // kind (it locks the task row in the protocol's order, returns the numbers
 // the new items take, and notifies the workers at commit), implement
@@ -297,7 +300,8 @@
 // partition ends. A round that fails is retried after the Backoff schedule
 // rather than left to the next poll. Notifications need a session
 // connection: a worker whose handle goes through a transaction pooler
-// listens on Config.ListenDB if given and otherwise only polls, as it does
+// (dbconn.DB.Pooled) listens on Config.ListenDB or the handle's ListenURL
+// if given and otherwise only polls, as it does
 // with PollOnly; the workers table records which (wake: listen or poll).
 // Nothing else depends on session state: every statement and transaction
 // stands alone, so the pooler may run each on another server session.

@@ -7,8 +7,8 @@ import (
 	"os"
 	"os/signal"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 )
 
 // A service embeds the distributor with its own processor. Output is

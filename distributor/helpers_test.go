@@ -11,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/uptrace/bun"
-
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
@@ -27,13 +25,13 @@ import (
 type env struct {
 	t   *testing.T
 	dsn string
-	db  *bun.DB
+	db  *dbconn.DB
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dsn := pgtest.NewURL(t)
-	db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 20})
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 20})
 	if _, err := db.Exec(`CREATE TABLE test_output (
 		key text NOT NULL, n bigint NOT NULL, owner text NOT NULL, version bigint NOT NULL,
 		PRIMARY KEY (key, n))`); err != nil {
@@ -251,7 +249,7 @@ func fastConfig(name string, ev *events) distributor.Config {
 
 func (e *env) start(cfg distributor.Config, p distributor.Processor) *distributor.Distributor {
 	e.t.Helper()
-	db := pgtest.Open(e.t, e.dsn, dbconn.Options{MaxOpenConns: cfg.MaxPartitions + 4 + 8})
+	db := pgtest.OpenDB(e.t, e.dsn, dbconn.Options{MaxOpenConns: cfg.MaxPartitions + 4 + 8})
 	d, err := distributor.New(db, p, cfg)
 	if err != nil {
 		e.t.Fatal(err)
@@ -274,9 +272,9 @@ func waitDone(t *testing.T, d *distributor.Distributor, timeout time.Duration) e
 	}
 }
 
-func openNamed(t *testing.T, dsn, app string, conns int) *bun.DB {
+func openNamed(t *testing.T, dsn, app string, conns int) *dbconn.DB {
 	t.Helper()
-	return pgtest.Open(t, dsn, dbconn.Options{ApplicationName: app, MaxOpenConns: conns})
+	return pgtest.OpenDB(t, dsn, dbconn.Options{ApplicationName: app, MaxOpenConns: conns})
 }
 
 // heldBy returns how many partitions each worker name holds, leaving out

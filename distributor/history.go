@@ -4,19 +4,17 @@ import (
 	"context"
 	"time"
 
-	"github.com/uptrace/bun"
-
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/partition"
 )
 
 // pruneInterval is how often a worker prunes the events table.
 const pruneInterval = time.Minute
 
-func newStore(db *bun.DB, cfg Config) *partition.Store {
+func newStore(db *dbconn.DB, cfg Config) *partition.Store {
 	// The coordination statements are prepared on direct connections only:
 	// a transaction pooler may run each on another server session.
-	s := partition.NewStore(db, cfg.Schema).Kind(cfg.Kind).PrepareWhen(func() bool { return dbconn.Direct(db) })
+	s := partition.NewStore(db, cfg.Schema).Kind(cfg.Kind).PrepareWhen(db.Direct)
 	if cfg.DisableEvents {
 		return s.WithoutEvents()
 	}

@@ -80,7 +80,7 @@ func TestLateCommitOfOwnClaimIsAMovedCheckpoint(t *testing.T) {
 	// The worker's batch writes the same keys and queues behind the late
 	// transaction; then the late commit lands.
 	close(proceed)
-	pgtest.WaitForLockWait(t, e.db, "INSERT INTO test_output")
+	pgtest.WaitForLockWait(t, e.db.DB, "INSERT INTO test_output")
 	if err := late.Commit(); err != nil {
 		t.Fatal(err)
 	}

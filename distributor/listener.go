@@ -6,47 +6,56 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5"
-	"github.com/uptrace/bun"
 )
 
-// listenHandle returns the handle to LISTEN on: Config.ListenDB, or the
-// main handle, or nil (poll only) when the main handle goes through a
-// transaction pooler, where a LISTEN would be tied to whichever server
-// connection ran it and its notifications would go astray. It connects
-// once to find out.
-func (d *Distributor) listenHandle(ctx context.Context) (*bun.DB, error) {
+// listenHandle returns the handle to LISTEN on: Config.ListenDB, or a
+// handle it opens on the main handle's ListenURL, or the main handle, or
+// nil (poll only) when the main handle goes through a transaction pooler
+// and no direct connection was given, where a LISTEN would be tied to
+// whichever server connection ran it and its notifications would go
+// astray. It connects once to find out.
+func (d *Distributor) listenHandle(ctx context.Context) (*dbconn.DB, error) {
 	if err := d.ping(ctx, d.db); err != nil {
 		return nil, fmt.Errorf("connecting worker %s: %w", d.worker.InstanceID, err)
 	}
 	if d.cfg.PollOnly {
 		return nil, nil
 	}
-	if d.cfg.ListenDB == nil {
-		if dbconn.Pooled(d.db) {
+	ldb := d.cfg.ListenDB
+	if ldb == nil && d.db.ListenURL() != "" {
+		url := d.db.ListenURL()
+		db, err := dbconn.Open(url, dbconn.Options{ApplicationName: "baton-listen", MaxOpenConns: 2})
+		if err != nil {
+			return nil, fmt.Errorf("opening the listen connection of worker %s: %w", d.worker.InstanceID, err)
+		}
+		d.ownListen, ldb = db, db // closed by Start if it fails, else at the stop
+	}
+	if ldb == nil {
+		if d.db.Pooled() {
 			d.log.Info("the database connection goes through a transaction pooler: polling for work every interval (give a direct listen connection to be woken at once)",
 				"poll_interval", d.cfg.PollInterval)
 			return nil, nil
 		}
 		return d.db, nil
 	}
-	if err := d.ping(ctx, d.cfg.ListenDB); err != nil {
+	if err := d.ping(ctx, ldb); err != nil {
 		return nil, fmt.Errorf("connecting the listen connection of worker %s: %w", d.worker.InstanceID, err)
 	}
-	if dbconn.Pooled(d.cfg.ListenDB) {
+	if ldb.Pooled() {
 		return nil, errors.New("the listen connection goes through a transaction pooler: LISTEN needs a direct session connection to PostgreSQL")
 	}
-	return d.cfg.ListenDB, nil
+	return ldb, nil
 }
 
 // ping connects to db, again while the database cannot be reached (a
 // connection reset, a server restarting or failing over) until ctx ends:
 // Start's bound. Any other error (a refused password, say) is returned at
 // once.
-func (d *Distributor) ping(ctx context.Context, db *bun.DB) error {
+func (d *Distributor) ping(ctx context.Context, db *dbconn.DB) error {
 	wait := 50 * time.Millisecond
 	for {
 		err := db.PingContext(ctx)
@@ -65,7 +74,7 @@ func (d *Distributor) ping(ctx context.Context, db *bun.DB) error {
 
 // listen wakes the claim loop (and leader partitions) on notifications.
 // Polling remains the fallback when the listening connection is down.
-func (d *Distributor) listen(ctx context.Context, db *bun.DB) {
+func (d *Distributor) listen(ctx context.Context, db *dbconn.DB) {
 	for ctx.Err() == nil {
 		err := d.listenOnce(ctx, db)
 		if ctx.Err() != nil {
@@ -80,7 +89,7 @@ func (d *Distributor) listen(ctx context.Context, db *bun.DB) {
 	}
 }
 
-func (d *Distributor) listenOnce(ctx context.Context, db *bun.DB) error {
+func (d *Distributor) listenOnce(ctx context.Context, db *dbconn.DB) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
 )
@@ -34,12 +35,17 @@ func TestNewRejectsWhatCannotWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := bun.NewDB(sqldb, pgdialect.New())
-	t.Cleanup(func() { other.Close() })
-	good := pgtest.NewDB(t)
+	otherBun := bun.NewDB(sqldb, pgdialect.New())
+	t.Cleanup(func() { otherBun.Close() })
+	// Described as pooled, it is not checked by connecting.
+	other, err := dbconn.Wrap(context.Background(), otherBun, dbconn.Access{Pooled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	for _, c := range []struct {
 		name string
-		db   *bun.DB
+		db   *dbconn.DB
 		p    distributor.Processor
 		cfg  distributor.Config
 		want string

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"

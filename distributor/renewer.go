@@ -9,6 +9,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/decide"
 	"github.com/batonhq/baton/partition"
@@ -46,7 +47,7 @@ func (r renewer) Inspect(ctx context.Context, leases []partition.Lease) ([]parti
 // pinnedConn is one connection kept for a single purpose, replaced after
 // any failure that may have left it broken.
 type pinnedConn struct {
-	db   *bun.DB
+	db   *dbconn.DB
 	mu   sync.Mutex
 	conn *bun.Conn
 }

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
 )
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
 // the re-read and adopted; a candidate someone else won is not.
 func TestResolveClaimsAdoptsOnlyWhatThisWorkerWon(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('mine', 5), ('theirs', 5)`); err != nil {
 		t.Fatal(err)

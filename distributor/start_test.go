@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 )
@@ -41,7 +41,7 @@ func TestRegistrationSurvivesALostConnection(t *testing.T) {
 	ev := newEvents()
 	cfg := fastConfig("w", ev)
 	cfg.StaleAfter = 30 * time.Second // the start's bound: far beyond this test
-	db := pgtest.Open(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
+	db := pgtest.OpenDB(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
 	d, err := distributor.New(db, newProc(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func TestRegistrationSurvivesALostConnection(t *testing.T) {
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- d.Run(ctx) }()
-	pgtest.WaitForLockWait(t, e.db, "workers (instance_id")
+	pgtest.WaitForLockWait(t, e.db.DB, "workers (instance_id")
 	if _, err := e.db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, 'workers (instance_id') > 0`); err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func TestStopWhileRegisteringIsGraceful(t *testing.T) {
 	defer release()
 	cfg := fastConfig("w", newEvents())
 	cfg.StaleAfter = 30 * time.Second
-	db := pgtest.Open(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
+	db := pgtest.OpenDB(t, e.dsn, dbconn.Options{MaxOpenConns: 8})
 	d, err := distributor.New(db, newProc(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestStopWhileRegisteringIsGraceful(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- d.Run(ctx) }()
-	pgtest.WaitForLockWait(t, e.db, "workers (instance_id")
+	pgtest.WaitForLockWait(t, e.db.DB, "workers (instance_id")
 	cancel()
 	select {
 	case err := <-ran:
@@ -151,7 +151,7 @@ func TestStartSurvivesResetConnections(t *testing.T) {
 	ev := newEvents()
 	cfg := fastConfig("w", ev)
 	cfg.StaleAfter = 30 * time.Second // the start's bound: far beyond this test
-	db := pgtest.Open(t, resettingFront(t, e.dsn, 6), dbconn.Options{MaxOpenConns: 8})
+	db := pgtest.OpenDB(t, resettingFront(t, e.dsn, 6), dbconn.Options{MaxOpenConns: 8})
 	d, err := distributor.New(db, newProc(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -76,6 +76,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/leaserow"
 	"github.com/batonhq/baton/partition"
@@ -160,8 +161,9 @@ type Elector struct {
 	hb  *heartbeat.Service
 }
 
-// New returns an elector; cfg is validated.
-func New(db bun.IDB, cfg Config) (*Elector, error) {
+// New returns an elector over db (from dbconn.Open or dbconn.Wrap); cfg
+// is validated.
+func New(db *dbconn.DB, cfg Config) (*Elector, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("invalid elector config: %w", err)

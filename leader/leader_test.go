@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun"
 	"go.uber.org/goleak"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
@@ -21,7 +22,7 @@ import (
 // The tests leave no goroutine behind (the server is torn down first).
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
 
-func newElector(t *testing.T, db bun.IDB, id string) *Elector {
+func newElector(t *testing.T, db *dbconn.DB, id string) *Elector {
 	t.Helper()
 	e, err := New(db, Config{InstanceID: id, Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second,
 		Confirm: 2, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -51,7 +52,7 @@ func campaign(e *Elector, ctx context.Context, name string) chan result {
 // lease, and its Done closes.
 func TestCampaignResignAndTakeover(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
 	a, b, c := newElector(t, db, "a#1"), newElector(t, db, "b#1"), newElector(t, db, "c#1")
 
@@ -115,7 +116,7 @@ func TestCampaignResignAndTakeover(t *testing.T) {
 // Campaign returns when its context ends.
 func TestCampaignCancelled(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	a, b := newElector(t, db, "a#1"), newElector(t, db, "b#1")
 	if _, err := a.Campaign(context.Background(), "x"); err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func backdate(t *testing.T, db bun.IDB, name string) {
 // last leader's Check is open, even once that leader's lease has run out.
 func TestFencedWritesOfTwoLeadersDoNotOverlap(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
 	if _, err := db.ExecContext(ctx, `CREATE TABLE fenced_writes (leader text NOT NULL, token bigint NOT NULL)`); err != nil {
 		t.Fatal(err)
@@ -271,7 +272,7 @@ func TestFencedWritesOfTwoLeadersDoNotOverlap(t *testing.T) {
 // pass Check once it has run out.
 func TestCheckAfterLeaseRanOutInOpenTransaction(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
 	a := newElector(t, db, "a#1")
 	la, err := a.Campaign(ctx, "billing")
@@ -308,7 +309,7 @@ func TestCheckAfterLeaseRanOutInOpenTransaction(t *testing.T) {
 // leader's renewals go on; then the next candidate is elected at once.
 func TestResignWaitsForCheckedTransaction(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
 	a, b := newElector(t, db, "a#1"), newElector(t, db, "b#1")
 	la, err := a.Campaign(ctx, "billing")
@@ -325,7 +326,7 @@ func TestResignWaitsForCheckedTransaction(t *testing.T) {
 	}
 	resigned := make(chan error, 1)
 	go func() { resigned <- la.Resign(ctx) }()
-	pgtest.WaitForLockWait(t, db, "owner = NULL")
+	pgtest.WaitForLockWait(t, db.DB, "owner = NULL")
 	select {
 	case err := <-resigned:
 		t.Fatalf("resigned (%v) while a checked transaction is open", err)
@@ -372,7 +373,7 @@ func TestResignWaitsForCheckedTransaction(t *testing.T) {
 // wins each round, with the next token.
 func TestConcurrentCandidatesOneWinner(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
 	const candidates = 6
 	var electors []*Elector

@@ -15,7 +15,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -70,7 +70,7 @@ func childMain(mode string) error {
 			go func() {
 				defer wg.Done()
 				for range each {
-					if err := increment(ctx, db, method); err != nil {
+					if err := increment(ctx, db.DB, method); err != nil {
 						errs <- err
 						return
 					}

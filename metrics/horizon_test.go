@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 )

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/dbconn"
 )
 
 // PrepareWhen returns a copy of s whose coordination statements (Heartbeat,
@@ -20,7 +22,7 @@ import (
 // each time, which is what a transaction pooler needs: a named prepared
 // statement lives in one server session, and a pooler hands each
 // transaction whichever session is free. direct must report true only for
-// a handle whose connections reach PostgreSQL itself (dbconn.Direct).
+// a handle whose connections reach PostgreSQL itself (dbconn.DB.Direct).
 //
 // Either way these statements send their values as parameters, not
 // formatted into the text, so the statement text never changes.
@@ -43,6 +45,8 @@ func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, er
 	switch db := s.db.(type) {
 	case *bun.DB:
 		raw = db.DB
+	case *dbconn.DB:
+		raw = db.DB.DB
 	case bun.Conn:
 		raw = db.Conn
 	case bun.Tx:
@@ -50,7 +54,7 @@ func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, er
 	case *bun.Tx:
 		raw = db.Tx
 	default:
-		return nil, fmt.Errorf("unsupported database handle %T: want a *bun.DB, bun.Conn or bun.Tx", s.db)
+		return nil, fmt.Errorf("unsupported database handle %T: want a *dbconn.DB, *bun.DB, bun.Conn or bun.Tx", s.db)
 	}
 	if s.direct != nil && s.direct() {
 		args = append([]any{pgx.QueryExecModeCacheStatement}, args...)

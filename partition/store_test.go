@@ -14,7 +14,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"go.uber.org/goleak"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
 )

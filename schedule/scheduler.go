@@ -14,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/leaserow"
 	"github.com/batonhq/baton/partition"
@@ -156,7 +157,7 @@ func (r *Run) Check(ctx context.Context, tx bun.Tx) error {
 // Scheduler runs due jobs: registered ones and, through Config.Resolve,
 // stored ones. Start it with Run.
 type Scheduler struct {
-	db    *bun.DB
+	db    *dbconn.DB
 	cfg   Config
 	store *store
 	hb    *heartbeat.Service
@@ -175,8 +176,9 @@ type heldJob struct {
 	cancel  context.CancelCauseFunc
 }
 
-// New returns a scheduler; cfg is validated.
-func New(db *bun.DB, cfg Config) (*Scheduler, error) {
+// New returns a scheduler over db (from dbconn.Open or dbconn.Wrap, whose
+// transactions carry its timeouts); cfg is validated.
+func New(db *dbconn.DB, cfg Config) (*Scheduler, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("invalid scheduler config: %w", err)

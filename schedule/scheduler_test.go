@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 	"go.uber.org/goleak"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
@@ -41,7 +42,7 @@ func testConfig(id string, off time.Duration) Config {
 	}
 }
 
-func createRunLog(t *testing.T, db *bun.DB) {
+func createRunLog(t *testing.T, db *dbconn.DB) {
 	t.Helper()
 	if _, err := db.Exec(`CREATE TABLE run_log (job text, slot timestamptz, worker text, fence bigint,
 		takeover boolean, at timestamptz DEFAULT clock_timestamp())`); err != nil {
@@ -50,7 +51,7 @@ func createRunLog(t *testing.T, db *bun.DB) {
 }
 
 // logRun records the run in run_log behind the run's fence.
-func logRun(db *bun.DB) RunFunc {
+func logRun(db *dbconn.DB) RunFunc {
 	return func(ctx context.Context, r *Run) error {
 		return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 			if err := r.Check(ctx, tx); err != nil {
@@ -70,7 +71,7 @@ type logged struct {
 	Takeover bool
 }
 
-func runLog(t *testing.T, db *bun.DB, job string) []logged {
+func runLog(t *testing.T, db *dbconn.DB, job string) []logged {
 	t.Helper()
 	rows, err := db.Query(`SELECT slot, worker, fence, takeover FROM run_log WHERE job = ? ORDER BY at`, job)
 	if err != nil {
@@ -90,7 +91,7 @@ func runLog(t *testing.T, db *bun.DB, job string) []logged {
 
 // startSchedulers runs one scheduler per config, each with job registered,
 // and returns a function that stops them all and waits.
-func startSchedulers(t *testing.T, db *bun.DB, job Job, cfgs ...Config) (stop func()) {
+func startSchedulers(t *testing.T, db *dbconn.DB, job Job, cfgs ...Config) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -116,7 +117,7 @@ func startSchedulers(t *testing.T, db *bun.DB, job Job, cfgs ...Config) (stop fu
 	return stop
 }
 
-func waitRuns(t *testing.T, db *bun.DB, job string, n int64) {
+func waitRuns(t *testing.T, db *dbconn.DB, job string, n int64) {
 	t.Helper()
 	testutil.Eventually(t, 60*time.Second, fmt.Sprintf("%d runs of job %s", n, job), func() error {
 		var runs int64
@@ -134,7 +135,7 @@ func waitRuns(t *testing.T, db *bun.DB, job string, n int64) {
 // exactly once, in order: slots come from the database clock.
 func TestSkewedWorkerClocksRunOneRunPerSlot(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	createRunLog(t, db)
 	job := Job{Definition: Definition{Name: "tick", Every: 200 * time.Millisecond, Missed: MissedCatchUp}, Run: logRun(db)}
 	// Started at different moments, with clocks minutes apart.
@@ -170,7 +171,7 @@ func TestSkewedWorkerClocksRunOneRunPerSlot(t *testing.T) {
 // A skip job that missed many slots runs only the latest due one.
 func TestSkipRunsTheLatestDueSlotOnce(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	createRunLog(t, db)
 	ctx := context.Background()
 	if err := Add(ctx, db, "", Definition{Name: "daily", Every: time.Minute}); err != nil {
@@ -209,7 +210,7 @@ func TestSkipRunsTheLatestDueSlotOnce(t *testing.T) {
 // has expired, and the same slot runs again under a higher fence.
 func TestStuckRunningJobIsRecoveredByLeaseExpiry(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	createRunLog(t, db)
 	ctx := context.Background()
 	def := Definition{Name: "stuck", Every: time.Hour, Missed: MissedCatchUp}
@@ -290,7 +291,7 @@ func TestTakenOverRunIsFenced(t *testing.T) {
 // A run that reaches lock-at-most-for is cancelled and recorded as failed.
 func TestLockAtMostForStopsTheRun(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	hung := make(chan error, 1)
 	job := Job{Definition: Definition{Name: "hang", Every: time.Hour, LockAtMostFor: 300 * time.Millisecond},
 		Run: func(ctx context.Context, r *Run) error {
@@ -322,7 +323,7 @@ func TestLockAtMostForStopsTheRun(t *testing.T) {
 // released after each.
 func TestModesLeaderKeepsLockReleases(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	createRunLog(t, db)
 	leader := Job{Definition: Definition{Name: "lead", Every: 200 * time.Millisecond, Mode: ModeLeader}, Run: logRun(db)}
 	lock := Job{Definition: Definition{Name: "lock", Every: 200 * time.Millisecond, Mode: ModeLock}, Run: logRun(db)}
@@ -371,7 +372,7 @@ func TestModesLeaderKeepsLockReleases(t *testing.T) {
 // Trigger runs a job once now, beside its schedule.
 func TestTriggerRunsOnce(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	createRunLog(t, db)
 	job := Job{Definition: Definition{Name: "nightly", Cron: "0 3 * * *"}, Run: logRun(db)}
 	ctx := context.Background()
@@ -409,7 +410,7 @@ func TestTriggerRunsOnce(t *testing.T) {
 // completion is not recorded.
 func TestLostLeaseCancelsTheRun(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	started := make(chan struct{})
 	cause := make(chan error, 1)
 	job := Job{Definition: Definition{Name: "long", Every: time.Hour},

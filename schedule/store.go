@@ -172,11 +172,11 @@ func utcPtr(t sql.NullTime) *time.Time {
 	return &u
 }
 
-// runInTx runs fn in a transaction on db. On a handle from dbconn.Open the
-// transaction carries the handle's statement, lock and idle-in-transaction
-// limits, through a transaction pooler too (its BEGIN sets them), so a
-// worker stalled between a claim's statements cannot keep a job's row
-// locked.
+// runInTx runs fn in a transaction on db. On a *dbconn.DB the transaction
+// carries the handle's statement, lock and idle-in-transaction limits,
+// through a transaction pooler too (set with its BEGIN, or by SET LOCAL on
+// a wrapped handle), so a worker stalled between a claim's statements
+// cannot keep a job's row locked.
 func runInTx(ctx context.Context, db bun.IDB, fn func(tx bun.Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

@@ -36,7 +36,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/migrate"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 )
 
 //go:embed migrations/core/*.sql
@@ -157,7 +157,11 @@ func (s *Set) migrator(db *bun.DB, schemaName string) (*migrate.Migrator, error)
 // recognised only by baton's migration name in bun_migrations together
 // with a tasks table of baton's columns, so a host's own tables and
 // migrations are never mistaken for baton's.
-func Migrate(ctx context.Context, db *bun.DB, cfg Config) ([]string, error) {
+//
+// db must reach PostgreSQL directly: the lock is a session advisory lock.
+// A handle that goes through a transaction pooler (db.Pooled: found by
+// dbconn.Open, or described to dbconn.Wrap) is refused with ErrPooled.
+func Migrate(ctx context.Context, db *dbconn.DB, cfg Config) ([]string, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -167,7 +171,7 @@ func Migrate(ctx context.Context, db *bun.DB, cfg Config) ([]string, error) {
 		return nil, fmt.Errorf("acquiring connection for migration lock: %w", err)
 	}
 	defer conn.Close()
-	if dbconn.Pooled(db) {
+	if db.Pooled() {
 		return nil, ErrPooled
 	}
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(?)", advisoryLockKey); err != nil {
@@ -181,13 +185,13 @@ func Migrate(ctx context.Context, db *bun.DB, cfg Config) ([]string, error) {
 	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+Ident(cfg.Schema)); err != nil {
 		return nil, fmt.Errorf("creating schema %s: %w", Ident(cfg.Schema), err)
 	}
-	upgraded, err := upgradeLegacy(ctx, db, cfg.Schema, cfg.Sets)
+	upgraded, err := upgradeLegacy(ctx, db.DB, cfg.Schema, cfg.Sets)
 	if err != nil {
 		return nil, err
 	}
 	applied := upgraded
 	for _, set := range cfg.Sets {
-		m, err := set.migrator(db, cfg.Schema)
+		m, err := set.migrator(db.DB, cfg.Schema)
 		if err != nil {
 			return nil, err
 		}
@@ -217,14 +221,14 @@ type Status struct {
 func (s Status) Current() bool { return len(s.Pending) == 0 && len(s.Unknown) == 0 }
 
 // Inspect reads the status of cfg's sets without changing anything.
-func Inspect(ctx context.Context, db *bun.DB, cfg Config) (Status, error) {
+func Inspect(ctx context.Context, db *dbconn.DB, cfg Config) (Status, error) {
 	var st Status
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return st, err
 	}
 	for _, set := range cfg.Sets {
-		if err := set.inspect(ctx, db, cfg.Schema, &st); err != nil {
+		if err := set.inspect(ctx, db.DB, cfg.Schema, &st); err != nil {
 			return st, err
 		}
 	}
@@ -273,7 +277,7 @@ func (s *Set) inspect(ctx context.Context, db *bun.DB, schemaName string, st *St
 
 // Check returns nil when cfg's sets are current, and otherwise an error
 // wrapping ErrOutdated or ErrTooNew that tells the operator what to do.
-func Check(ctx context.Context, db *bun.DB, cfg Config) error {
+func Check(ctx context.Context, db *dbconn.DB, cfg Config) error {
 	st, err := Inspect(ctx, db, cfg)
 	if err != nil {
 		return err

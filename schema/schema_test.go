@@ -2,14 +2,24 @@ package schema_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"net/url"
+	"os"
+	"strings"
+
 	"testing"
+
+	"github.com/batonhq/baton/internal/pglocal"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/pricing/pricingschema"
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/schema"
 )
@@ -18,7 +28,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestCheckRefusesUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
-	db := pgtest.Open(t, pgtest.NewEmptyURL(t), dbconn.Options{})
+	db := pgtest.OpenDB(t, pgtest.NewEmptyURL(t), dbconn.Options{})
 	err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	if !errors.Is(err, schema.ErrOutdated) {
 		t.Fatalf("Check on empty database = %v, want ErrOutdated", err)
@@ -34,7 +44,7 @@ func TestConcurrentMigrateAppliesOnce(t *testing.T) {
 	applied := make([][]string, n)
 	g, ctx := errgroup.WithContext(context.Background())
 	for i := range n {
-		db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 2})
+		db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 2})
 		g.Go(func() error {
 			var err error
 			applied[i], err = schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
@@ -48,7 +58,7 @@ func TestConcurrentMigrateAppliesOnce(t *testing.T) {
 	for _, a := range applied {
 		total += len(a)
 	}
-	db := pgtest.Open(t, dsn, dbconn.Options{})
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{})
 	st, err := schema.Inspect(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	if err != nil {
 		t.Fatal(err)
@@ -70,11 +80,58 @@ func TestConcurrentMigrateAppliesOnce(t *testing.T) {
 
 func TestCheckRefusesNewerSchema(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	if _, err := db.Exec("INSERT INTO baton.core_migrations (name, group_id, migrated_at) VALUES ('99990101000000', 99, now())"); err != nil {
 		t.Fatal(err)
 	}
 	if err := schema.Check(context.Background(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}}); !errors.Is(err, schema.ErrTooNew) {
 		t.Fatalf("Check = %v, want ErrTooNew", err)
+	}
+}
+
+// Migrating holds a session advisory lock, which a transaction pooler
+// would take on one server session and release on another: Migrate refuses
+// a handle that goes through one, found by dbconn.Open (behind PgBouncer)
+// or described to dbconn.Wrap, and applies nothing.
+func TestMigrateRefusesAPooledHandle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.NewEmptyURL(t)
+	sqldb, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := bun.NewDB(sqldb, pgdialect.New())
+	defer plain.Close()
+	wrapped, err := dbconn.Wrap(ctx, plain, dbconn.Access{Pooled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schema.Migrate(ctx, wrapped, schema.Config{}); !errors.Is(err, schema.ErrPooled) {
+		t.Fatalf("Migrate over a handle described as pooled = %v, want ErrPooled", err)
+	}
+
+	b, err := pglocal.StartBouncer(ctx, pgtest.Server(t))
+	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
+		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := pgtest.OpenDB(t, b.URL(strings.TrimPrefix(u.Path, "/")), dbconn.Options{})
+	if _, err := schema.Migrate(ctx, opened, schema.Config{}); !errors.Is(err, schema.ErrPooled) {
+		t.Fatalf("Migrate over an opened handle behind PgBouncer = %v, want ErrPooled", err)
+	}
+	var exists bool
+	if err := plain.QueryRowContext(ctx, "SELECT to_regclass('baton.tasks') IS NOT NULL").Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	if exists {
+		t.Error("a refused migration created baton's tables")
 	}
 }

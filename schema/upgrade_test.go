@@ -17,8 +17,8 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/migrate"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
@@ -94,7 +94,7 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn := pgtest.NewEmptyURL(t)
-	db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 12})
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 12})
 
 	// Load and price part of the vectors with today's code in a scratch
 	// schema, then lay the data out as the earlier release had it: its
@@ -105,7 +105,7 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 	if _, err := schema.Migrate(ctx, db, scratch); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ingest.Load(ctx, db, ingest.Options{Schema: "scratch",
+	if _, err := ingest.Load(ctx, db.DB, ingest.Options{Schema: "scratch",
 		TiersPath: "../testdata/vectors/tiers.csv", RecordsPath: "../testdata/vectors/records.csv"}); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	migrateLegacy(t, db)
+	migrateLegacy(t, db.DB)
 	for _, tb := range []string{"contracts", "tiers", "loads", "records", "priced", "tasks", "workers"} {
 		if _, err := db.Exec(`DO $$ DECLARE cols text; BEGIN
 			SELECT string_agg(quote_ident(column_name), ', ' ORDER BY ordinal_position) INTO cols
@@ -141,7 +141,7 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	before := pricedRows(t, db, "public.priced")
+	before := pricedRows(t, db.DB, "public.priced")
 	var total int
 	if err := db.QueryRow(`SELECT count(*) FROM public.records`).Scan(&total); err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if _, err := export.Write(ctx, db, "", &out); err != nil {
+	if _, err := export.Write(ctx, db.DB, "", &out); err != nil {
 		t.Fatal(err)
 	}
 	want, err := os.ReadFile("../testdata/vectors/expected.csv")
@@ -207,7 +207,7 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 	if !bytes.Equal(out.Bytes(), want) {
 		t.Errorf("export after upgrade differs from the golden vectors (%d bytes, want %d)", out.Len(), len(want))
 	}
-	after := pricedRows(t, db, "baton.priced")
+	after := pricedRows(t, db.DB, "baton.priced")
 	if len(after) != total {
 		t.Errorf("%d records priced after the upgrade, want %d", len(after), total)
 	}
@@ -223,14 +223,14 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 func TestLegacyNameAloneIsNotAnUpgrade(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.Open(t, pgtest.NewEmptyURL(t), dbconn.Options{})
+	db := pgtest.OpenDB(t, pgtest.NewEmptyURL(t), dbconn.Options{})
 	ms := migrate.NewMigrations()
 	if err := ms.Discover(fstest.MapFS{
 		"20261122000001_tasks.up.sql": {Data: []byte(`CREATE TABLE tasks (id serial PRIMARY KEY, title text); INSERT INTO tasks (title) VALUES ('mine');`)},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	host := migrate.NewMigrator(db, ms)
+	host := migrate.NewMigrator(db.DB, ms)
 	if err := host.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -259,8 +259,8 @@ func TestLegacyNameAloneIsNotAnUpgrade(t *testing.T) {
 func TestLegacyLayoutIncompleteIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.Open(t, pgtest.NewEmptyURL(t), dbconn.Options{})
-	migrateLegacy(t, db)
+	db := pgtest.OpenDB(t, pgtest.NewEmptyURL(t), dbconn.Options{})
+	migrateLegacy(t, db.DB)
 	if _, err := db.Exec(`DROP TABLE public.priced`); err != nil {
 		t.Fatal(err)
 	}
@@ -280,8 +280,8 @@ func TestLegacyLayoutIncompleteIsRefused(t *testing.T) {
 func TestLegacyLayoutNeedsEverySet(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.Open(t, pgtest.NewEmptyURL(t), dbconn.Options{})
-	migrateLegacy(t, db)
+	db := pgtest.OpenDB(t, pgtest.NewEmptyURL(t), dbconn.Options{})
+	migrateLegacy(t, db.DB)
 	_, err := schema.Migrate(ctx, db, schema.Config{})
 	if err == nil || !strings.Contains(err.Error(), "pricing set") {
 		t.Fatalf("Migrate with Core alone = %v, want a refusal naming the pricing set", err)

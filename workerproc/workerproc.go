@@ -23,6 +23,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/console"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/tracing"
@@ -39,7 +40,7 @@ const StopGrace = 15 * time.Second
 // Config is a worker process.
 type Config struct {
 	// DB is the worker's connection pool. Required; Run does not close it.
-	DB *bun.DB
+	DB *dbconn.DB
 	// Processor processes the partitions. Required.
 	Processor distributor.Processor
 	// Distributor configures the worker loop, with its own defaults.
@@ -155,7 +156,7 @@ func New(cfg Config) (*Process, error) {
 		m := cfg.Metrics
 		m.Watch(d)
 		m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
-			return horizon.Read(ctx, cfg.DB, schemaName, cfg.HorizonWarnAfter)
+			return horizon.Read(ctx, cfg.DB.DB, schemaName, cfg.HorizonWarnAfter)
 		})
 		if cfg.MetricsAddr != "" {
 			p.group.Add("metrics", MetricsServer(cfg.MetricsAddr, m, cfg.Ready, cfg.Logger))

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
@@ -47,7 +48,7 @@ var skipAll = distributor.ProcessorFunc(func(_ context.Context, b *distributor.B
 
 func config(t *testing.T, logs *lockedBuffer) workerproc.Config {
 	return workerproc.Config{
-		DB: pgtest.NewDB(t), Processor: skipAll,
+		DB: pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{}), Processor: skipAll,
 		Distributor: distributor.Config{Kind: "wp", UntilDone: true, Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second},
 		Logger:      slog.New(slog.NewTextHandler(logs, nil)),
 	}

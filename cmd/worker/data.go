@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
@@ -116,7 +116,7 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			opts.Progress = p.update
 			opts.ReadProgress = p.reading
 			opts.Schema = g.schema
-			rep, err := ingest.Load(cmd.Context(), db, opts)
+			rep, err := ingest.Load(cmd.Context(), db.DB, opts)
 			if errors.Is(err, ingest.ErrInterrupted) {
 				p.end()
 				return &exitError{interruptedCode(cmd.Context()), err}
@@ -219,11 +219,11 @@ output instead). It only reads the database.`,
 				return err
 			}
 			defer db.Close()
-			write := func(w io.Writer) (int64, error) { return export.Write(cmd.Context(), db, g.schema, w) }
+			write := func(w io.Writer) (int64, error) { return export.Write(cmd.Context(), db.DB, g.schema, w) }
 			var progress pricer.Progress
 			if complete {
 				// One snapshot: checked complete, then written.
-				write = func(w io.Writer) (int64, error) { return export.WriteComplete(cmd.Context(), db, g.schema, w) }
+				write = func(w io.Writer) (int64, error) { return export.WriteComplete(cmd.Context(), db.DB, g.schema, w) }
 			} else if progress, err = pricer.CheckProgress(cmd.Context(), db, g.schema); err != nil {
 				return err
 			}
@@ -356,7 +356,7 @@ records.`,
 			}
 			defer db.Close()
 			p := newProgress(g.stderr, "loading")
-			rep, err := ingest.Load(cmd.Context(), db, ingest.Options{Schema: g.schema, TiersPath: tiers, RecordsPath: records, Progress: p.update})
+			rep, err := ingest.Load(cmd.Context(), db.DB, ingest.Options{Schema: g.schema, TiersPath: tiers, RecordsPath: records, Progress: p.update})
 			if errors.Is(err, ingest.ErrInterrupted) {
 				p.end()
 				return &exitError{interruptedCode(cmd.Context()), err}

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/pricer"
@@ -88,7 +88,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	rep, err := ingest.Load(ctx, db, ingest.Options{Schema: g.schema, TiersPath: tiers, RecordsPath: records})
+	rep, err := ingest.Load(ctx, db.DB, ingest.Options{Schema: g.schema, TiersPath: tiers, RecordsPath: records})
 	if err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ type takeovers struct {
 // heartbeat that renewed the lease (the takeover's prev_heartbeat_at) to
 // the first batch's commit, by the database clock, the time the console
 // shows too.
-func (t *takeovers) read(ctx context.Context, db *bun.DB, schemaName, owner string) error {
+func (t *takeovers) read(ctx context.Context, db *dbconn.DB, schemaName, owner string) error {
 	var minMS, maxMS int64
 	var firstKey, firstBy sql.NullString
 	err := db.QueryRowContext(ctx, schema.SQL(schemaName, `
@@ -278,7 +278,7 @@ func keysOf(m map[string]int64) string {
 	return strings.Join(ks, ", ")
 }
 
-func demoSummary(ctx context.Context, g *globals, db *bun.DB, o demoOptions, total int64, elapsed time.Duration,
+func demoSummary(ctx context.Context, g *globals, db *dbconn.DB, o demoOptions, total int64, elapsed time.Duration,
 	killed int, tk takeovers, wall time.Duration) error {
 	out := g.stdout
 	sum, err := pricer.Verify(ctx, db, g.schema)

@@ -14,9 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -137,7 +136,7 @@ func withDatabase(dsn, name string) string {
 // data and the workers' logs, and this executable to start workers with.
 type demoEnv struct {
 	g    *globals
-	db   *bun.DB
+	db   *dbconn.DB
 	dir  string
 	exe  string
 	logs []*os.File

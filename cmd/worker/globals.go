@@ -14,9 +14,8 @@ import (
 	"github.com/batonhq/baton/pricing/pricingschema"
 
 	"github.com/spf13/cobra"
-	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/redact"
 	"github.com/batonhq/baton/schema"
@@ -82,7 +81,7 @@ var errNoDatabase = errors.New("no database: set DATABASE_URL or pass --database
 
 // open connects to the database and, unless migrating, refuses a schema
 // that does not match this binary.
-func (g *globals) open(ctx context.Context, opts dbconn.Options, checkSchema bool) (*bun.DB, error) {
+func (g *globals) open(ctx context.Context, opts dbconn.Options, checkSchema bool) (*dbconn.DB, error) {
 	if g.databaseURL == "" {
 		return nil, &exitError{exitUsage, errNoDatabase}
 	}
@@ -114,7 +113,7 @@ func (g *globals) open(ctx context.Context, opts dbconn.Options, checkSchema boo
 // schema does not exist at all: a mistyped --schema, or a database never
 // migrated. It stays an outdated schema for errors.Is (exit 2, and run
 // waits for it as for a migration under way).
-func (g *globals) missingSchema(ctx context.Context, db *bun.DB, err error) error {
+func (g *globals) missingSchema(ctx context.Context, db *dbconn.DB, err error) error {
 	var exists bool
 	if qerr := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = ?)", g.schema).Scan(&exists); qerr != nil || exists {
 		return err
@@ -129,7 +128,7 @@ func (g *globals) missingSchema(ctx context.Context, db *bun.DB, err error) erro
 // retries with back-off (1s doubling to 15s) for up to wait, saying so once.
 // Errors no retry can fix (bad URL, authentication, an unknown database, a
 // schema mismatch) fail at once.
-func (g *globals) openWaiting(ctx context.Context, opts dbconn.Options, wait time.Duration) (*bun.DB, error) {
+func (g *globals) openWaiting(ctx context.Context, opts dbconn.Options, wait time.Duration) (*dbconn.DB, error) {
 	deadline := time.Now().Add(wait)
 	delay := time.Second
 	warned := false

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 

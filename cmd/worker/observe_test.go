@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 

@@ -12,9 +12,8 @@ import (
 
 	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
-	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/schedule"
 )
@@ -35,7 +34,7 @@ func newScheduleCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func (g *globals) openForSchedule(ctx context.Context) (*bun.DB, error) {
+func (g *globals) openForSchedule(ctx context.Context) (*dbconn.DB, error) {
 	return g.open(ctx, dbconn.Options{ApplicationName: "baton-schedule", MaxOpenConns: 2}, true)
 }
 
@@ -301,7 +300,7 @@ func jobConns(enabled bool) int {
 // resolveJob resolves the jobs a worker runs beside the distributor: a
 // command, or the built-in verify job. m, if set, gets the verify job's
 // mismatch count.
-func resolveJob(db *bun.DB, schemaName string, logger *slog.Logger, m *metrics.Metrics) func(schedule.Definition) (schedule.RunFunc, bool) {
+func resolveJob(db *dbconn.DB, schemaName string, logger *slog.Logger, m *metrics.Metrics) func(schedule.Definition) (schedule.RunFunc, bool) {
 	var onVerify func(int)
 	if m != nil {
 		onVerify = m.SetVerifyMismatches

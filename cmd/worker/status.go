@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
 )
@@ -240,10 +240,10 @@ run such reports on a standby.
 			if watch && asJSON {
 				return usageError("--watch and --json do not go together")
 			}
-			open := func() (*bun.DB, error) { return g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true) }
+			open := func() (*dbconn.DB, error) { return g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true) }
 			if watch {
 				// A live view outlasts outages, one at start included.
-				open = func() (*bun.DB, error) {
+				open = func() (*dbconn.DB, error) {
 					return g.openWaiting(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, 24*time.Hour)
 				}
 			}

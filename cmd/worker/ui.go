@@ -11,8 +11,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/console"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/workerproc"
 )
@@ -64,7 +64,7 @@ func (c *consoleFlags) open(ctx context.Context, g *globals) (console.Config, *b
 		}
 		return bad, nil
 	}
-	return cfg, db, nil
+	return cfg, db.DB, nil
 }
 
 func newUICmd(g *globals) *cobra.Command {

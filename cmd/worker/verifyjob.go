@@ -9,6 +9,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schedule"
 )
@@ -25,7 +26,7 @@ const verifyBuiltin = "verify"
 // mismatches, if there is any. The worker's statement timeout does not
 // apply (a check of a large database takes a while); the run's
 // lock-at-most-for bounds it.
-func verifyJob(db *bun.DB, schemaName string, logger *slog.Logger, onResult func(mismatches int)) schedule.RunFunc {
+func verifyJob(db *dbconn.DB, schemaName string, logger *slog.Logger, onResult func(mismatches int)) schedule.RunFunc {
 	return func(ctx context.Context, r *schedule.Run) error {
 		var found []pricer.CommittedMismatch
 		err := db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true},

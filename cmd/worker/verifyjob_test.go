@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/schedule"
 )
@@ -22,7 +22,7 @@ func TestVerifyJobReportsMismatches(t *testing.T) {
 	c := cli{t, pgtest.NewURL(t)}
 	c.mustRun("load", "--tiers", vectors+"tiers.csv", "--records", vectors+"records.csv")
 	c.mustRun("run", "--until-done", "--jobs=false", "--heartbeat", "100ms", "--stale-after", "1s")
-	db := pgtest.Open(t, c.dsn, dbconn.Options{})
+	db := pgtest.OpenDB(t, c.dsn, dbconn.Options{})
 	ctx := context.Background()
 	var logs bytes.Buffer
 	logger := newTestLogger(&logs)
@@ -75,7 +75,7 @@ func TestVerifyJobReportsMismatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Process.Kill() })
-	waitFor(t, "the verify run", func() bool { n, _ := jobRuns(t, db, "verify"); return n >= 1 })
+	waitFor(t, "the verify run", func() bool { n, _ := jobRuns(t, db.DB, "verify"); return n >= 1 })
 	_ = w.Process.Signal(syscall.SIGTERM)
 	if err := w.Wait(); err != nil {
 		t.Fatalf("worker: %v\n%s", err, wlog.String())

@@ -15,7 +15,18 @@
 // after contracts, perhaps "acme" too) without ever claiming, advancing or
 // adding to theirs, nor they to its.
 //
+// It opens its database handle itself, with database/sql, as services do,
+// and tells baton how that handle reaches PostgreSQL with dbconn.Wrap:
+// directly, or through a transaction pooler such as PgBouncer. Through a
+// pooler it sets DIRECT_DATABASE_URL to the server itself: baton then
+// migrates over a direct connection of its own, LISTENs there for new
+// work, and never prepares statements nor relies on session state through
+// the pooler; the timeouts of baton's transactions are set in each of
+// them. A DATABASE_URL that reaches a pooler without DIRECT_DATABASE_URL
+// is refused with an error that says so, rather than run half-working.
+//
 //	DATABASE_URL=postgres://... go run ./embed
+//	DATABASE_URL=postgres://...@pgbouncer:6432/... DIRECT_DATABASE_URL=postgres://...@db:5432/... go run ./embed
 package main
 
 import (
@@ -30,11 +41,12 @@ import (
 	"syscall"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx": baton listens through it
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx": baton listens and batches through it
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
@@ -84,17 +96,33 @@ func run() error {
 		UntilDone:  true, // a batch job: stop once every order is shipped
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
+	// Set when DATABASE_URL goes through a transaction pooler: the server
+	// itself, for migrations and LISTEN.
+	direct := os.Getenv("DIRECT_DATABASE_URL")
+
 	sqldb, err := sql.Open("pgx", url)
 	if err != nil {
 		return err
 	}
 	sqldb.SetMaxOpenConns(cfg.PoolSize())
-	db := bun.NewDB(sqldb, pgdialect.New())
-	defer db.Close()
+	bdb := bun.NewDB(sqldb, pgdialect.New())
+	defer bdb.Close()
+	// What baton must know of the handle. The limits keep a stalled
+	// worker from holding row locks; a handle baton did not open gets them
+	// in each of baton's transactions.
+	stmt, lock, idle := cfg.ConnectionLimits()
+	db, err := dbconn.Wrap(ctx, bdb, dbconn.Access{
+		Pooled: direct != "", ListenURL: direct,
+		StatementTimeout: stmt, LockTimeout: lock, IdleInTransactionTimeout: idle,
+	})
+	if err != nil {
+		return err
+	}
 
 	// baton's core tables go into their own schema ("baton"); the
-	// service's tables stay where they are.
-	if _, err := schema.Migrate(ctx, db, schema.Config{}); err != nil {
+	// service's tables stay where they are. Migrating holds a session
+	// lock, so it needs a direct connection.
+	if err := migrate(ctx, db, direct); err != nil {
 		return fmt.Errorf("migrating baton: %w", err)
 	}
 	if _, err := db.ExecContext(ctx, serviceSchema); err != nil {
@@ -154,6 +182,21 @@ func run() error {
 	return nil
 }
 
+// migrate applies baton's core migrations over db, or, when db goes
+// through a pooler, over a connection of its own to direct.
+func migrate(ctx context.Context, db *dbconn.DB, direct string) error {
+	if direct != "" {
+		mdb, err := dbconn.Open(direct, dbconn.Options{ApplicationName: "shipper-migrate", MaxOpenConns: 2})
+		if err != nil {
+			return err
+		}
+		defer mdb.Close()
+		db = mdb
+	}
+	_, err := schema.Migrate(ctx, db, schema.Config{})
+	return err
+}
+
 // placeOrders appends items to customer's orders in one transaction of
 // the service's own, and makes them work for the shipper in the same
 // transaction. AddWork numbers the items: it returns the seqs they take,
@@ -161,7 +204,7 @@ func run() error {
 // task row until the transaction ends, so orders placed at the same time
 // for the same customer by other goroutines or processes are numbered
 // after these, never the same.
-func placeOrders(ctx context.Context, db *bun.DB, store *partition.Store, customer string, items []string) error {
+func placeOrders(ctx context.Context, db *dbconn.DB, store *partition.Store, customer string, items []string) error {
 	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		r, err := store.AddWork(ctx, tx, customer, int64(len(items)))
 		if err != nil {

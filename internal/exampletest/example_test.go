@@ -6,12 +6,18 @@ package exampletest
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -71,5 +77,77 @@ func TestExamplesImportOnlyPublicPackages(t *testing.T) {
 	}
 	if baton == 0 {
 		t.Fatal("the examples import nothing of baton's")
+	}
+}
+
+// The embedding example runs through PgBouncer in transaction pooling
+// mode: it describes its own handle as pooled, migrates and listens over
+// DIRECT_DATABASE_URL, and ships everything. Without DIRECT_DATABASE_URL
+// the handle is described as direct, and the example stops with the error
+// that says how to describe it, having done nothing.
+func TestEmbedExampleThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, err := pglocal.StartBouncer(ctx, pgtest.Server(t))
+	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
+		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pgbouncer log:\n%s", b.Log())
+		}
+		b.Stop()
+	})
+	dsn := pgtest.NewEmptyURL(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	via := b.URL(strings.TrimPrefix(u.Path, "/"))
+	bin := buildEmbed(t)
+
+	run := exec.Command(bin)
+	run.Env = append(os.Environ(), "DATABASE_URL="+via, "DIRECT_DATABASE_URL=")
+	var stdout, stderr bytes.Buffer
+	run.Stdout, run.Stderr = &stdout, &stderr
+	if err := run.Run(); err == nil {
+		t.Fatalf("the example ran through PgBouncer described as direct:\n%s%s", stdout.String(), stderr.String())
+	}
+	if msg := stderr.String(); !strings.Contains(msg, "reaches PostgreSQL through a connection pooler") || !strings.Contains(msg, "Pooled: true") {
+		t.Errorf("error of a pooled handle described as direct:\n%s\nwant it to name the pooler and Access{Pooled: true}", msg)
+	}
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 2})
+	var migrated bool
+	if err := db.QueryRowContext(ctx, "SELECT to_regclass('baton.tasks') IS NOT NULL").Scan(&migrated); err != nil {
+		t.Fatal(err)
+	}
+	if migrated {
+		t.Error("the refused run migrated the database")
+	}
+
+	// Bounded, so that a run that hangs fails the test with its output.
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	run = exec.CommandContext(rctx, bin)
+	run.Env = append(os.Environ(), "DATABASE_URL="+via, "DIRECT_DATABASE_URL="+dsn)
+	stdout.Reset()
+	stderr.Reset()
+	run.Stdout, run.Stderr = &stdout, &stderr
+	if err := run.Run(); err != nil {
+		t.Fatalf("running the example through PgBouncer: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	if stdout.String() != embedOutput {
+		t.Errorf("example output:\n%s\nwant:\n%s\nstderr:\n%s", stdout.String(), embedOutput, stderr.String())
+	}
+	// Its worker listened over the direct connection, not the pooler.
+	var wake string
+	if err := db.QueryRowContext(ctx, "SELECT string_agg(wake, ',') FROM baton.workers WHERE name = 'shipper'").Scan(&wake); err != nil {
+		t.Fatal(err)
+	}
+	if wake != "listen" {
+		t.Errorf("the worker's wake-up: %q, want listen (over DIRECT_DATABASE_URL)", wake)
 	}
 }

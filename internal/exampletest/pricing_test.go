@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/pricing/export"
@@ -101,7 +101,7 @@ func runPricers(ctx context.Context, t *testing.T, dsn string, n int) error {
 			Name: fmt.Sprintf("pricer-%d", i+1), Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second,
 			BatchSize: 250, UntilDone: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		}
-		db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: cfg.PoolSize()})
+		db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: cfg.PoolSize()})
 		d, err := distributor.New(db, pricer.New(""), cfg)
 		if err != nil {
 			return err

@@ -26,7 +26,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/schema"
 )
@@ -201,8 +201,16 @@ func NewDB(t testing.TB) *bun.DB {
 	return Open(t, NewURL(t), dbconn.Options{})
 }
 
-// Open opens dsn with opts and closes it when the test ends.
+// Open opens dsn with opts and closes it when the test ends, as a bun
+// handle (see OpenDB).
 func Open(t testing.TB, dsn string, opts dbconn.Options) *bun.DB {
+	t.Helper()
+	return OpenDB(t, dsn, opts).DB
+}
+
+// OpenDB opens dsn with opts and closes it when the test ends, as the
+// handle the distributor, schedule, leader and schema take.
+func OpenDB(t testing.TB, dsn string, opts dbconn.Options) *dbconn.DB {
 	t.Helper()
 	db, err := dbconn.Open(dsn, opts)
 	if err != nil {
@@ -268,16 +276,23 @@ func waitForSessions(t testing.TB, db *bun.DB, what, cond string, arg any, want 
 }
 
 // ExampleDB is ExampleURL opened as a plain bun handle (database/sql over
-// pgx, as an embedding service opens it): the database and a function that
-// closes the handle and drops the database.
-func ExampleDB() (db *bun.DB, done func()) {
+// pgx, as an embedding service opens it) and described to baton as direct
+// with dbconn.Wrap: the database and a function that closes the handle and
+// drops the database.
+func ExampleDB() (db *dbconn.DB, done func()) {
 	url, drop := ExampleURL()
 	sqldb, err := sql.Open("pgx", url)
 	if err != nil {
 		drop()
 		panic(fmt.Sprintf("opening example database: %v", err))
 	}
-	db = bun.NewDB(sqldb, pgdialect.New())
+	bdb := bun.NewDB(sqldb, pgdialect.New())
+	db, err = dbconn.Wrap(context.Background(), bdb, dbconn.Access{})
+	if err != nil {
+		bdb.Close()
+		drop()
+		panic(fmt.Sprintf("describing example database: %v", err))
+	}
 	return db, func() { db.Close(); drop() }
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/pricing/ingest"
@@ -22,7 +23,7 @@ import (
 // boundaries: every record once, in seq order, with its own id and amount.
 func TestChunkedContractAcrossLoads(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
@@ -47,7 +48,7 @@ func TestChunkedContractAcrossLoads(t *testing.T) {
 		if i == 0 {
 			opts.TiersPath = tiers
 		}
-		if _, err := ingest.Load(context.Background(), db, opts); err != nil {
+		if _, err := ingest.Load(context.Background(), db.DB, opts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -75,7 +76,7 @@ func TestChunkedContractAcrossLoads(t *testing.T) {
 	if i != int64(n) {
 		t.Fatalf("%d records of k priced, want %d", i, n)
 	}
-	if s := verifyClean(t, db); s.Priced != s.Records || s.Records != int64(n+n/10) {
+	if s := verifyClean(t, db.DB); s.Priced != s.Records || s.Records != int64(n+n/10) {
 		t.Fatalf("verify: %+v, want %d records priced", s, n+n/10)
 	}
 }
@@ -85,7 +86,7 @@ func TestChunkedContractAcrossLoads(t *testing.T) {
 // it after the gap is priced.
 func TestMissingChunkIsCorrupt(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	dir := t.TempDir()
 	tiers := filepath.Join(dir, "t.csv")
 	if err := os.WriteFile(tiers, []byte(ingest.TiersHeader+"\nk,0,0\n"), 0o644); err != nil {
@@ -100,7 +101,7 @@ func TestMissingChunkIsCorrupt(t *testing.T) {
 		if i == 0 {
 			opts.TiersPath = tiers
 		}
-		if _, err := ingest.Load(context.Background(), db, opts); err != nil {
+		if _, err := ingest.Load(context.Background(), db.DB, opts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -131,8 +132,8 @@ func TestMissingChunkIsCorrupt(t *testing.T) {
 // view.
 func TestVerifyReportsPricedRowsWithoutRecords(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
-	loadVectors(t, db)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
+	loadVectors(t, db.DB)
 	runUntilDone(t, db, distributor.Config{Name: "orphans", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
 	var gone int
 	if err := db.QueryRow(`WITH d AS (

@@ -13,6 +13,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/pricing/pricer"
@@ -70,13 +71,13 @@ func TestGroupPricingEqualsSinglePricing(t *testing.T) {
 		t.Run(fmt.Sprintf("batch%d", batch), func(t *testing.T) {
 			t.Parallel()
 			run := func(group int) (*bun.DB, []string) {
-				db := pgtest.NewDB(t)
-				loadVectors(t, db)
+				db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
+				loadVectors(t, db.DB)
 				runUntilDone(t, db, distributor.Config{Name: fmt.Sprintf("g%d", group), Heartbeat: 100 * time.Millisecond,
 					StaleAfter: 2 * time.Second, BatchSize: batch, ClaimGroup: group, MaxPartitions: 16})
-				assertGolden(t, exportBytes(t, db))
-				verifyClean(t, db)
-				return db, dumpOutcome(t, db)
+				assertGolden(t, exportBytes(t, db.DB))
+				verifyClean(t, db.DB)
+				return db.DB, dumpOutcome(t, db.DB)
 			}
 			gdb, grouped := run(16)
 			sdb, single := run(1)
@@ -103,8 +104,8 @@ func TestGroupPricingEqualsSinglePricing(t *testing.T) {
 // as failed (and quarantined) and the others are priced once.
 func TestGroupWithABadContractPricesTheOthers(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
-	loadVectors(t, db)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
+	loadVectors(t, db.DB)
 	// Break one contract's tiers behind the loader's back.
 	if _, err := db.Exec(`DELETE FROM baton.tiers WHERE contract_id = 'implicit-zero-tier'`); err != nil {
 		t.Fatal(err)

@@ -17,8 +17,8 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/migrate"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
@@ -83,9 +83,9 @@ func migrateBeforeKinds(t *testing.T, db *bun.DB) {
 func TestUpgradedPricingDatabaseStaysClaimableByPricingWorkers(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewEmptyURL(t)
-	db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 4})
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 4})
 	ctx := context.Background()
-	migrateBeforeKinds(t, db)
+	migrateBeforeKinds(t, db.DB)
 	st, err := schema.Inspect(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	if err != nil || len(st.Pending) < 1 || !strings.Contains(st.Pending[0], kindsMigration[:14]) {
 		t.Fatalf("before the upgrade: pending %v, %v; want the kinds migration first (later ones follow)", st.Pending, err)
@@ -164,7 +164,7 @@ func TestUpgradedPricingDatabaseStaysClaimableByPricingWorkers(t *testing.T) {
 	for i := range errs {
 		cfg := distributor.Config{Name: "new", Heartbeat: 50 * time.Millisecond, StaleAfter: time.Second, Confirm: 1,
 			UntilDone: true, BatchSize: 7, Logger: slog.New(slog.DiscardHandler)}
-		wdb := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: cfg.PoolSize()})
+		wdb := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: cfg.PoolSize()})
 		d, err := distributor.New(wdb, pricer.New(""), cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 	"github.com/uptrace/bun"
 	"go.uber.org/goleak"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/pricing/export"
@@ -38,7 +38,7 @@ func loadVectors(t *testing.T, db *bun.DB) {
 	}
 }
 
-func runUntilDone(t *testing.T, db *bun.DB, cfg distributor.Config) {
+func runUntilDone(t *testing.T, db *dbconn.DB, cfg distributor.Config) {
 	t.Helper()
 	cfg.UntilDone = true
 	if cfg.Logger == nil {
@@ -95,11 +95,11 @@ func verifyClean(t *testing.T, db *bun.DB) pricer.Summary {
 
 func TestGoldenVectorsEndToEnd(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
-	loadVectors(t, db)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
+	loadVectors(t, db.DB)
 	runUntilDone(t, db, distributor.Config{Name: "golden", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
-	assertGolden(t, exportBytes(t, db))
-	s := verifyClean(t, db)
+	assertGolden(t, exportBytes(t, db.DB))
+	s := verifyClean(t, db.DB)
 	if s.Records != 3544 || s.Priced != 3544 {
 		t.Fatalf("verified %d records, %d priced; want 3544", s.Records, s.Priced)
 	}
@@ -117,8 +117,8 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 	t.Logf("seed %d (PRICER_SEED=%d to replay)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	dsn := pgtest.NewURL(t)
-	db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 16})
-	loadVectors(t, db)
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 16})
+	loadVectors(t, db.DB)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("TEST_LOG") != "" {
 		quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -170,8 +170,8 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	assertGolden(t, exportBytes(t, db))
-	verifyClean(t, db)
+	assertGolden(t, exportBytes(t, db.DB))
+	verifyClean(t, db.DB)
 
 	// The stored checkpoint carries the exact cumulative totals.
 	var state []byte
@@ -191,8 +191,8 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 // smuggled in behind the loader's back) quarantines only its contract.
 func TestPricingErrorQuarantinesOnlyThatContract(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
-	loadVectors(t, db)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
+	loadVectors(t, db.DB)
 	if _, err := db.Exec(`UPDATE baton.tasks SET checkpoint = '{"cum_gross": 9223372036854775000}', position = 0 WHERE partition_key = 'no-discount'`); err != nil {
 		t.Fatal(err)
 	}

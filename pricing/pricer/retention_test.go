@@ -13,6 +13,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/pricing/export"
@@ -99,17 +100,17 @@ func prune(t *testing.T, db *bun.DB, cfg pricer.PruneConfig, ids ...int64) []pri
 // pricing agree with, including for a contract whose every record went.
 func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
 	cfg := distributor.Config{Name: "p", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, BatchSize: 700}
-	load1 := loadRecords(t, db, []string{"a", "b"}, map[string]int{"a": 3000, "b": 2500}, "l1")
-	load2 := loadRecords(t, db, []string{"c"}, map[string]int{"a": 1000, "c": 1500}, "l2")
+	load1 := loadRecords(t, db.DB, []string{"a", "b"}, map[string]int{"a": 3000, "b": 2500}, "l1")
+	load2 := loadRecords(t, db.DB, []string{"c"}, map[string]int{"a": 1000, "c": 1500}, "l2")
 	runUntilDone(t, db, cfg)
-	load3 := loadRecords(t, db, nil, map[string]int{"b": 800}, "l3")
+	load3 := loadRecords(t, db.DB, nil, map[string]int{"b": 800}, "l3")
 	chunks3 := count(t, db, `SELECT count(*) FROM baton.record_chunks WHERE load_id = ?`, load3)
 
 	// Load 3 is not priced: skipped, nothing of it removed.
-	res := prune(t, db, pricer.PruneConfig{BatchRecords: 1000}, load3)
+	res := prune(t, db.DB, pricer.PruneConfig{BatchRecords: 1000}, load3)
 	if res[0].Outcome != pricer.PruneSkipped || res[0].Unpriced != 800 || !strings.Contains(res[0].Reason, "800 of its 800 records are not priced yet") {
 		t.Fatalf("load 3: %+v", res[0])
 	}
@@ -118,7 +119,7 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 	}
 
 	// A dry run counts and removes nothing.
-	res = prune(t, db, pricer.PruneConfig{DryRun: true}, load1)
+	res = prune(t, db.DB, pricer.PruneConfig{DryRun: true}, load1)
 	if res[0].Outcome != pricer.PruneWould || res[0].Records != 5500 || res[0].Contracts != 2 {
 		t.Fatalf("dry run: %+v", res[0])
 	}
@@ -126,7 +127,7 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 		t.Fatalf("dry run removed records: %d left", n)
 	}
 
-	res = prune(t, db, pricer.PruneConfig{BatchRecords: 1000}, load1, load3, 99)
+	res = prune(t, db.DB, pricer.PruneConfig{BatchRecords: 1000}, load1, load3, 99)
 	if res[0].Outcome != pricer.PruneDone || res[0].Records != 5500 || res[0].Batches < 5 {
 		t.Fatalf("load 1: %+v", res[0])
 	}
@@ -145,10 +146,10 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 	if n := count(t, db, `SELECT count(*) FROM baton.loads WHERE load_id = ? AND pruned_at IS NOT NULL AND records_pruned = 5500`, load1); n != 1 {
 		t.Fatal("load 1's row does not say it was pruned")
 	}
-	if again := prune(t, db, pricer.PruneConfig{}, load1); again[0].Outcome != pricer.PruneAlready {
+	if again := prune(t, db.DB, pricer.PruneConfig{}, load1); again[0].Outcome != pricer.PruneAlready {
 		t.Fatalf("load 1 again: %+v", again[0])
 	}
-	verifyAll(t, db, false)
+	verifyAll(t, db.DB, false)
 	p, err := pricer.CheckProgress(ctx, db, "")
 	if err != nil {
 		t.Fatal(err)
@@ -160,21 +161,21 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 	// Pricing load 3 carries on from b's checkpoint (its first 2500
 	// records gone), and the nets still add up.
 	runUntilDone(t, db, cfg)
-	verifyAll(t, db, true)
+	verifyAll(t, db.DB, true)
 	if n := count(t, db, `SELECT min(seq) FROM baton.priced WHERE contract_id = 'b'`); n != 2501 {
 		t.Fatalf("b's first priced seq %d, want 2501", n)
 	}
 
 	// c's only load goes: the contract keeps its count, a later load
 	// numbers on after it, and export --complete agrees.
-	res = prune(t, db, pricer.PruneConfig{BatchRecords: 300}, load2)
+	res = prune(t, db.DB, pricer.PruneConfig{BatchRecords: 300}, load2)
 	if res[0].Outcome != pricer.PruneDone || res[0].Records != 2500 {
 		t.Fatalf("load 2: %+v", res[0])
 	}
 	if n := count(t, db, `SELECT count(*) FROM baton.record_chunks WHERE contract_id = 'c'`); n != 0 {
 		t.Fatalf("c has %d chunks left", n)
 	}
-	load4 := loadRecords(t, db, nil, map[string]int{"c": 10}, "l4")
+	load4 := loadRecords(t, db.DB, nil, map[string]int{"c": 10}, "l4")
 	if n := count(t, db, `SELECT min(seq) FROM baton.records WHERE load_id = ?`, load4); n != 1501 {
 		t.Fatalf("c's next load starts at seq %d, want 1501", n)
 	}
@@ -182,7 +183,7 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 		t.Fatalf("inserting a pruned seq through the view: %v", err)
 	}
 	runUntilDone(t, db, cfg)
-	verifyAll(t, db, true)
+	verifyAll(t, db.DB, true)
 	p, err = pricer.CheckProgress(ctx, db, "")
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +192,7 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 		t.Fatalf("progress: %+v", p)
 	}
 	var buf strings.Builder
-	rows, err := export.WriteComplete(ctx, db, "", &buf)
+	rows, err := export.WriteComplete(ctx, db.DB, "", &buf)
 	if err != nil || rows != 810 {
 		t.Fatalf("export --complete after pruning: %d rows, %v", rows, err)
 	}
@@ -201,9 +202,9 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 // match) is rolled back: nothing of it is removed.
 func TestPruneRefusesOutputThatDoesNotMatch(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
-	load := loadRecords(t, db, []string{"a"}, map[string]int{"a": 2000}, "x")
+	load := loadRecords(t, db.DB, []string{"a"}, map[string]int{"a": 2000}, "x")
 	runUntilDone(t, db, distributor.Config{Name: "p", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
 	if _, err := db.ExecContext(ctx, `DELETE FROM baton.priced WHERE contract_id = 'a' AND seq = 10`); err != nil {
 		t.Fatal(err)
@@ -236,8 +237,8 @@ func TestPruneRefusesOutputThatDoesNotMatch(t *testing.T) {
 // pruning the load again carries on to the end.
 func TestPruneInterruptedResumes(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
-	load := loadRecords(t, db, []string{"a", "b"}, map[string]int{"a": 3000, "b": 3000}, "x")
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
+	load := loadRecords(t, db.DB, []string{"a", "b"}, map[string]int{"a": 3000, "b": 3000}, "x")
 	runUntilDone(t, db, distributor.Config{Name: "p", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -248,13 +249,13 @@ func TestPruneInterruptedResumes(t *testing.T) {
 	if n := count(t, db, `SELECT count(*) FROM baton.loads WHERE load_id = ? AND prune_started_at IS NOT NULL AND pruned_at IS NULL AND records_pruned = 1024`, load); n != 1 {
 		t.Fatal("the loads row does not show a pruning under way")
 	}
-	verifyAll(t, db, true)
-	res = prune(t, db, pricer.PruneConfig{BatchRecords: 1000}, load)
+	verifyAll(t, db.DB, true)
+	res = prune(t, db.DB, pricer.PruneConfig{BatchRecords: 1000}, load)
 	if res[0].Outcome != pricer.PruneDone || res[0].Records != 6000-1024 {
 		t.Fatalf("resumed prune: %+v", res[0])
 	}
 	if n := count(t, db, `SELECT count(*) FROM baton.priced`) + count(t, db, `SELECT count(*) FROM baton.record_chunks`); n != 0 {
 		t.Fatalf("%d rows left", n)
 	}
-	verifyAll(t, db, true)
+	verifyAll(t, db.DB, true)
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/uptrace/bun/migrate"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/pricing/pricingschema"
 	"github.com/batonhq/baton/schema"
@@ -34,7 +34,7 @@ func TestRecordsMovedIntoChunks(t *testing.T) {
 	pgtest.Server(t) // creating roles needs our own server, not a shared one
 	ctx := context.Background()
 	dsn := pgtest.NewEmptyURL(t)
-	db := pgtest.Open(t, dsn, dbconn.Options{})
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{})
 	if _, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core}}); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestRecordsMovedIntoChunks(t *testing.T) {
 	if err := ms.Discover(fstest.MapFS{"20261122000001_init.tx.up.sql": {Data: init}}); err != nil {
 		t.Fatal(err)
 	}
-	m := migrate.NewMigrator(db, ms, migrate.WithTableName(`"baton".pricing_migrations`),
+	m := migrate.NewMigrator(db.DB, ms, migrate.WithTableName(`"baton".pricing_migrations`),
 		migrate.WithLocksTableName(`"baton".pricing_migration_locks`),
 		migrate.WithTemplateData(struct{ Schema string }{`"baton"`}), migrate.WithMarkAppliedOnSuccess(true))
 	if err := m.Init(ctx); err != nil {

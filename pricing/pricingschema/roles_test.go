@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/internal/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/leader"
 	"github.com/batonhq/baton/lock"
@@ -56,13 +56,13 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		u.User = url.User(role)
 		return u.String()
 	}
-	ldb := pgtest.Open(t, as(loader), dbconn.Options{})
-	if _, err := ingest.Load(ctx, ldb, ingest.Options{
+	ldb := pgtest.OpenDB(t, as(loader), dbconn.Options{})
+	if _, err := ingest.Load(ctx, ldb.DB, ingest.Options{
 		TiersPath: "../../testdata/vectors/tiers.csv", RecordsPath: "../../testdata/vectors/records.csv",
 	}); err != nil {
 		t.Fatalf("load as %s: %v", loader, err)
 	}
-	wdb := pgtest.Open(t, as(worker), dbconn.Options{MaxOpenConns: 12})
+	wdb := pgtest.OpenDB(t, as(worker), dbconn.Options{MaxOpenConns: 12})
 	if err := schema.Check(ctx, wdb, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}}); err != nil {
 		t.Fatalf("schema check as %s: %v", worker, err)
 	}

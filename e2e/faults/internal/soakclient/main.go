@@ -34,7 +34,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/internal/dbconn"
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/leader"
 	"github.com/batonhq/baton/lock"
 )
@@ -112,7 +112,7 @@ func runClient(args []string) error {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); lead(ctx, db, o, instance, log) }()
-	go func() { defer wg.Done(); lockLoop(ctx, db, o, instance, log) }()
+	go func() { defer wg.Done(); lockLoop(ctx, db.DB, o, instance, log) }()
 	wg.Wait()
 	log.Info("soak client stopping", "event", "stopped")
 	return nil
@@ -123,7 +123,7 @@ func runClient(args []string) error {
 // (seq, token, owner). The register's row lock orders the writes by
 // commit, so seq is commit order; the checker verifies that tokens never
 // go down in it.
-func lead(ctx context.Context, db *bun.DB, o clientOptions, instance string, log *slog.Logger) {
+func lead(ctx context.Context, db *dbconn.DB, o clientOptions, instance string, log *slog.Logger) {
 	e, err := leader.New(db, leader.Config{InstanceID: instance, Heartbeat: o.heartbeat, StaleAfter: o.staleAfter,
 		Confirm: o.confirm, Logger: log})
 	if err != nil {
@@ -141,7 +141,7 @@ func lead(ctx context.Context, db *bun.DB, o clientOptions, instance string, log
 			continue // ctx ended, or Campaign logged the failure and retries
 		}
 		log.Info("leading", "event", "leading", "token", l.Token)
-		leadTerm(ctx, db, o, instance, l, log)
+		leadTerm(ctx, db.DB, o, instance, l, log)
 	}
 }
 
