@@ -18,12 +18,13 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
 // Scenario 3: what coordination costs the database. Simulated workers are
 // goroutines, each with its own worker identity, running the real
-// partition.Store statements on the distributor's schedule: the batched
+// taskstore.Store statements on the distributor's schedule: the batched
 // heartbeat every interval, the claim poll (Candidates, then Claim) when
 // below the fair share, and the fair-share read (FairShareLoad) every fifth
 // interval. They process nothing: this is the cost of coordination alone.
@@ -216,7 +217,7 @@ func resetTasks(ctx context.Context, db *bun.DB, pending bool) error {
 
 // sim records client-side latencies while recording is on.
 type sim struct {
-	store     *partition.Store
+	store     *taskstore.Store
 	ttl       time.Duration
 	interval  time.Duration
 	recording atomic.Bool
@@ -229,7 +230,7 @@ type sim struct {
 func newSim(db *dbconn.DB, interval time.Duration) *sim {
 	// As the distributor's store: coordination statements prepared on
 	// direct connections.
-	store := partition.NewStore(db, "").PrepareWhen(db.Direct)
+	store := taskstore.NewStore(db, "").PrepareWhen(db.Direct)
 	return &sim{store: store, ttl: 10 * interval, interval: interval,
 		lat: map[string][]time.Duration{}, calls: map[string]int64{}}
 }
@@ -255,7 +256,7 @@ func instanceSuffix() string {
 
 // worker runs one simulated worker's coordination loop.
 func (s *sim) worker(ctx context.Context, i int, phase time.Duration) {
-	w := partition.Worker{InstanceID: fmt.Sprintf("sim-%d%s%s", i, partition.InstanceSeparator, instanceSuffix()),
+	w := taskstore.Worker{InstanceID: fmt.Sprintf("sim-%d%s%s", i, partition.InstanceSeparator, instanceSuffix()),
 		Name: fmt.Sprintf("sim-%d", i), Hostname: "bench", PID: os.Getpid(), Mode: string(distributor.ModeLock)}
 	select {
 	case <-ctx.Done():
@@ -282,7 +283,7 @@ func (s *sim) worker(ctx context.Context, i int, phase time.Duration) {
 			}
 		}
 		if n%5 == 0 {
-			var load partition.Load
+			var load taskstore.Load
 			if s.timed("cluster load", func() (err error) { load, err = s.store.FairShareLoad(ctx, w.InstanceID, 8, s.ttl); return err }) == nil {
 				share = distributor.MaxPartitionsDefault
 				if load.LiveWorkers > 1 {
@@ -291,13 +292,13 @@ func (s *sim) worker(ctx context.Context, i int, phase time.Duration) {
 			}
 		}
 		if want := min(share, distributor.MaxPartitionsDefault) - len(held); want > 0 {
-			var cands []partition.Candidate
+			var cands []taskstore.Candidate
 			if s.timed("claim scan", func() (err error) { cands, err = s.store.Candidates(ctx, 4*want+8); return err }) == nil {
 				mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 				for round := 0; round < 2 && want > 0 && len(cands) > 0; round++ {
 					try := cands[:min(want, len(cands))]
 					cands = cands[len(try):]
-					var won []partition.Claimed
+					var won []taskstore.Claimed
 					if s.timed("claim", func() (err error) { won, err = s.store.Claim(ctx, w.InstanceID, s.ttl, try); return err }) != nil {
 						break
 					}
@@ -389,10 +390,10 @@ func (e *env) coordCell(ctx context.Context, dbname string, simDB *dbconn.DB, wo
 // heldSeries times the heartbeat of one worker holding 1 … 1000
 // partitions, and counts its statements.
 func (e *env) heldSeries(ctx context.Context, dbname string, simDB *dbconn.DB) ([]heldLatency, error) {
-	store := partition.NewStore(simDB, "")
+	store := taskstore.NewStore(simDB, "")
 	var out []heldLatency
 	for _, n := range e.cfg.coordHeld {
-		w := partition.Worker{InstanceID: fmt.Sprintf("held-%d#%s", n, instanceSuffix()), Name: fmt.Sprintf("held-%d", n), Mode: "lock"}
+		w := taskstore.Worker{InstanceID: fmt.Sprintf("held-%d#%s", n, instanceSuffix()), Name: fmt.Sprintf("held-%d", n), Mode: "lock"}
 		ttl := 10 * e.cfg.coordInterval
 		var leases []partition.Lease
 		for len(leases) < n {
@@ -448,7 +449,7 @@ func (e *env) heldSeries(ctx context.Context, dbname string, simDB *dbconn.DB) (
 // as they can.
 func (e *env) claimLoop(ctx context.Context, dbname string, simDB *dbconn.DB, k, parts, batch int) (claimCell, error) {
 	cl := claimCell{Claimers: k, Partitions: parts, Batch: batch}
-	store := partition.NewStore(simDB, "")
+	store := taskstore.NewStore(simDB, "")
 	ttl := 10 * e.cfg.coordInterval
 	var claims, lost atomic.Int64
 	var mu sync.Mutex

@@ -16,7 +16,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/pricing/pricer"
 )
 
@@ -198,7 +198,7 @@ type prober struct {
 
 func startProber(db *bun.DB, every time.Duration) *prober {
 	p := &prober{stop: make(chan struct{}), done: make(chan struct{})}
-	store := partition.NewStore(db, "").Kind(pricer.Kind)
+	store := taskstore.NewStore(db, "").Kind(pricer.Kind)
 	go func() {
 		defer close(p.done)
 		t := time.NewTicker(every)

@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // pendingTasks creates n task rows with pending work.
-func pendingTasks(tb testing.TB, n int) (*bun.DB, *partition.Store) {
+func pendingTasks(tb testing.TB, n int) (*bun.DB, *taskstore.Store) {
 	tb.Helper()
 	db := pgtest.NewDB(tb)
 	ctx := context.Background()
@@ -32,15 +33,15 @@ func pendingTasks(tb testing.TB, n int) (*bun.DB, *partition.Store) {
 	if _, err := db.ExecContext(ctx, `VACUUM ANALYZE baton.tasks`); err != nil {
 		tb.Fatal(err)
 	}
-	return db, partition.NewStore(db, "")
+	return db, taskstore.NewStore(db, "")
 }
 
-func benchWorker(name string) partition.Worker {
-	return partition.Worker{InstanceID: name + partition.InstanceSeparator + instanceSuffix(), Name: name, Hostname: "bench", Mode: "lock"}
+func benchWorker(name string) taskstore.Worker {
+	return taskstore.Worker{InstanceID: name + partition.InstanceSeparator + instanceSuffix(), Name: name, Hostname: "bench", Mode: "lock"}
 }
 
 // claimN claims n partitions for w.
-func claimN(tb testing.TB, store *partition.Store, w partition.Worker, n int) []partition.Lease {
+func claimN(tb testing.TB, store *taskstore.Store, w taskstore.Worker, n int) []partition.Lease {
 	tb.Helper()
 	ctx := context.Background()
 	var leases []partition.Lease

@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/console"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schedule"
 )
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 const token = "s3cret-token"
 
 // fixture: three contracts, one held by a worker, one quarantined, one done.
-func newConsole(t *testing.T, tok string) (*httptest.Server, *partition.Store, func(string) int64) {
+func newConsole(t *testing.T, tok string) (*httptest.Server, *taskstore.Store, func(string) int64) {
 	t.Helper()
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
@@ -32,14 +33,14 @@ func newConsole(t *testing.T, tok string) (*httptest.Server, *partition.Store, f
 		('c-held', 10, 2), ('c-poison', 5, 1), ('c-done', 3, 3)`); err != nil {
 		t.Fatal(err)
 	}
-	s := partition.NewStore(db, "")
-	if _, err := s.HeartbeatBelow(ctx, partition.Worker{InstanceID: "w1#aa", Name: "w1", Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
+	s := taskstore.NewStore(db, "")
+	if _, err := s.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: "w1#aa", Name: "w1", Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
-	if won, err := s.Claim(ctx, "w1#aa", time.Minute, []partition.Candidate{{Key: "c-held"}}); err != nil || len(won) != 1 {
+	if won, err := s.Claim(ctx, "w1#aa", time.Minute, []taskstore.Candidate{{Key: "c-held"}}); err != nil || len(won) != 1 {
 		t.Fatalf("claim: %v %v", won, err)
 	}
-	won, err := s.Claim(ctx, "w1#aa", time.Minute, []partition.Candidate{{Key: "c-poison"}})
+	won, err := s.Claim(ctx, "w1#aa", time.Minute, []taskstore.Candidate{{Key: "c-poison"}})
 	if err != nil || len(won) != 1 {
 		t.Fatalf("claim: %v %v", won, err)
 	}
@@ -56,7 +57,7 @@ func newConsole(t *testing.T, tok string) (*httptest.Server, *partition.Store, f
 	h := httptest.NewServer(srv.Handler())
 	t.Cleanup(h.Close)
 	version := func(key string) int64 {
-		v, _, err := s.Progress(ctx, key)
+		v, _, err := s.Admin().Progress(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +217,7 @@ func TestRetryNeedsTheToken(t *testing.T) {
 	if version("c-poison") != before+1 {
 		t.Fatal("retry with the token did not re-enable the contract")
 	}
-	hist, err := s.History(context.Background(), "c-poison", 1)
+	hist, err := s.Admin().History(context.Background(), "c-poison", 1)
 	if err != nil || len(hist) != 1 || hist[0].Kind != partition.EventRetried || hist[0].Detail != "console" {
 		t.Fatalf("latest event %+v %v; want retried by the console", hist, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/console"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -153,9 +154,9 @@ func TestWorkersPageShowsLiveness(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
+	s := taskstore.NewStore(db, "")
 	for _, id := range []string{"live#1", "expired#2", "stopped#3"} {
-		if _, err := s.HeartbeatBelow(ctx, partition.Worker{InstanceID: id, Name: partition.InstanceName(id), Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
+		if _, err := s.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: id, Name: partition.InstanceName(id), Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -195,11 +196,11 @@ func TestOwnerHeartbeatIsTheWorkersOwn(t *testing.T) {
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
 	exec(t, db, `INSERT INTO baton.tasks (partition_key, available, position) VALUES ('k', 10, 2)`)
-	s := partition.NewStore(db, "")
-	if _, err := s.HeartbeatBelow(ctx, partition.Worker{InstanceID: "w#1", Name: "w", Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
+	s := taskstore.NewStore(db, "")
+	if _, err := s.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w", Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
-	if won, err := s.Claim(ctx, "w#1", time.Minute, []partition.Candidate{{Key: "k"}}); err != nil || len(won) != 1 {
+	if won, err := s.Claim(ctx, "w#1", time.Minute, []taskstore.Candidate{{Key: "k"}}); err != nil || len(won) != 1 {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	exec(t, db, `UPDATE baton.tasks SET heartbeat_at = now() - interval '40 s'`)
@@ -235,11 +236,11 @@ func TestDefaultNounsAreGeneric(t *testing.T) {
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
 	exec(t, db, `INSERT INTO baton.tasks (partition_key, available, position) VALUES ('p-1', 10, 2), ('p-2', 4, 4)`)
-	s := partition.NewStore(db, "")
-	if _, err := s.HeartbeatBelow(ctx, partition.Worker{InstanceID: "w#1", Name: "w", Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
+	s := taskstore.NewStore(db, "")
+	if _, err := s.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w", Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
-	if won, err := s.Claim(ctx, "w#1", time.Minute, []partition.Candidate{{Key: "p-1"}}); err != nil || len(won) != 1 {
+	if won, err := s.Claim(ctx, "w#1", time.Minute, []taskstore.Candidate{{Key: "p-1"}}); err != nil || len(won) != 1 {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	base := serve(t, db, console.Config{})

@@ -130,7 +130,7 @@ func (d *Distributor) movedOr(ctx context.Context, l partition.Lease, from int64
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
 	defer cancel()
-	v, pos, rerr := d.store.Progress(rctx, l.Key)
+	v, pos, rerr := d.admin.Progress(rctx, l.Key)
 	if rerr != nil || v != l.Version || pos == from {
 		return err
 	}
@@ -148,7 +148,7 @@ func (d *Distributor) resolveCommit(l partition.Lease, position int64, released 
 	defer cancel()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		v, pos, err := d.store.Progress(ctx, l.Key)
+		v, pos, err := d.admin.Progress(ctx, l.Key)
 		if err == nil {
 			switch {
 			case released && v == l.Version+1:

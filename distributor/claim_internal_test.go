@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/jonboulle/clockwork"
-
-	"github.com/batonhq/baton/partition"
 )
 
 // A candidate lost to another worker's claim transaction is skipped while
@@ -20,13 +19,13 @@ func TestSkipLostCandidates(t *testing.T) {
 		"b": {version: 5, at: clock.Now()},
 		"c": {version: 1, at: clock.Now()},
 	}}
-	keysOf := func(cs []partition.Candidate) (out []string) {
+	keysOf := func(cs []taskstore.Candidate) (out []string) {
 		for _, c := range cs {
 			out = append(out, c.Key)
 		}
 		return out
 	}
-	got := d.skipLost([]partition.Candidate{{Key: "a", Version: 3}, {Key: "b", Version: 7}, {Key: "d", Version: 1}})
+	got := d.skipLost([]taskstore.Candidate{{Key: "a", Version: 3}, {Key: "b", Version: 7}, {Key: "d", Version: 1}})
 	if k := keysOf(got); !slices.Equal(k, []string{"b", "d"}) {
 		t.Fatalf("kept %v, want b (moved on) and d (never lost)", k)
 	}
@@ -34,7 +33,7 @@ func TestSkipLostCandidates(t *testing.T) {
 		t.Fatalf("remembered %v, want only a", d.lostClaims)
 	}
 	clock.Advance(10 * time.Second)
-	if k := keysOf(d.skipLost([]partition.Candidate{{Key: "a", Version: 3}})); !slices.Equal(k, []string{"a"}) {
+	if k := keysOf(d.skipLost([]taskstore.Candidate{{Key: "a", Version: 3}})); !slices.Equal(k, []string{"a"}) {
 		t.Fatalf("after a lease's length kept %v, want a again", k)
 	}
 }

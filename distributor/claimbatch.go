@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
@@ -25,7 +26,7 @@ import (
 
 // claimFresh reserves room for an unowned candidate and claims it together
 // with its first batch in the background.
-func (d *Distributor) claimFresh(c partition.Candidate) {
+func (d *Distributor) claimFresh(c taskstore.Candidate) {
 	d.mu.Lock()
 	d.claiming[c.Key] = struct{}{}
 	d.mu.Unlock()
@@ -43,7 +44,7 @@ type lostClaim struct {
 // while (skipLost), except those lost to this worker's own dying
 // transaction (d.dying), which are tried again at the next poll. It
 // reports how many were lost to other workers. Called with d.mu.
-func (d *Distributor) noteLost(cands []partition.Candidate) int {
+func (d *Distributor) noteLost(cands []taskstore.Candidate) int {
 	now := d.cfg.Clock.Now()
 	n := 0
 	for _, c := range cands {
@@ -65,7 +66,7 @@ func (d *Distributor) noteLost(cands []partition.Candidate) int {
 // timeout at the latest, StaleAfter/2 as ConnectionLimits recommends, or
 // the lease's length if the embedder set none lower), a fence finding
 // their rows locked is not another worker's doing.
-func (d *Distributor) markDying(cands []partition.Candidate) {
+func (d *Distributor) markDying(cands []taskstore.Candidate) {
 	until := d.cfg.Clock.Now().Add(d.cfg.StaleAfter)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -81,10 +82,10 @@ func (d *Distributor) markDying(cands []partition.Candidate) {
 
 // skipLost drops the candidates recently lost at the same version, and
 // forgets lost candidates no longer read or moved on. Called with d.mu.
-func (d *Distributor) skipLost(cands []partition.Candidate) []partition.Candidate {
+func (d *Distributor) skipLost(cands []taskstore.Candidate) []taskstore.Candidate {
 	now := d.cfg.Clock.Now()
 	keep := make(map[string]lostClaim, len(d.lostClaims))
-	out := slices.DeleteFunc(cands, func(c partition.Candidate) bool {
+	out := slices.DeleteFunc(cands, func(c taskstore.Candidate) bool {
 		l, ok := d.lostClaims[c.Key]
 		if !ok || l.version != c.Version || now.Sub(l.at) >= d.cfg.StaleAfter {
 			return false
@@ -97,7 +98,7 @@ func (d *Distributor) skipLost(cands []partition.Candidate) []partition.Candidat
 }
 
 // errClaimLost: another worker claimed the candidate first.
-var errClaimLost = partition.ErrClaimLost
+var errClaimLost = taskstore.ErrClaimLost
 
 // errClaimBusy: the claim's compare-and-set found the fenced row locked by
 // another transaction (a producer adding work, a load: FOR NO KEY UPDATE,
@@ -107,7 +108,7 @@ var errClaimBusy = errors.New("the fenced row was locked by another transaction 
 
 // firstBatch is what a claim's own transaction committed.
 type firstBatch struct {
-	claimed  partition.Claimed
+	claimed  taskstore.Claimed
 	items    int64
 	position int64
 	caughtUp bool
@@ -120,7 +121,7 @@ type firstBatch struct {
 	sent time.Time
 }
 
-func (d *Distributor) runClaimBatch(c partition.Candidate) {
+func (d *Distributor) runClaimBatch(c taskstore.Candidate) {
 	defer d.wg.Done()
 	fb, claimed, err := d.claimBatch(c)
 	unreserve := func() {
@@ -147,7 +148,7 @@ func (d *Distributor) runClaimBatch(c partition.Candidate) {
 		// to this worker's own dying transaction instead, it is tried
 		// again at the next poll.
 		d.mu.Lock()
-		others := d.noteLost([]partition.Candidate{c})
+		others := d.noteLost([]taskstore.Candidate{c})
 		d.mu.Unlock()
 		if others > 0 {
 			d.emit(Event{Kind: EventClaimLost, Items: 1})
@@ -168,7 +169,7 @@ func (d *Distributor) runClaimBatch(c partition.Candidate) {
 		// under heartbeats, which renew the lease while a batch runs, and
 		// with fewer items each (sizing.go).
 		if errors.Is(err, context.DeadlineExceeded) {
-			d.markDying([]partition.Candidate{c})
+			d.markDying([]taskstore.Candidate{c})
 		}
 		limit, _ := d.size.batchTooLong(fb.tried, fb.elapsed)
 		d.log.Info("first batch too long for one transaction; claiming the partition on its own with smaller batches",
@@ -192,13 +193,13 @@ func (d *Distributor) runClaimBatch(c partition.Candidate) {
 // claimAlone claims c with a committed claim of its own after its combined
 // transaction rolled back, and runs it as a claimed partition; with cause
 // set, that run records the failure first.
-func (d *Distributor) claimAlone(c partition.Candidate, cause error, unreserve func()) {
+func (d *Distributor) claimAlone(c taskstore.Candidate, cause error, unreserve func()) {
 	ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
 	defer cancel()
 	sent := d.cfg.Clock.Now()
-	won, err := d.claimTraced(ctx, []partition.Candidate{c})
+	won, err := d.claimTraced(ctx, []taskstore.Candidate{c})
 	if err != nil && dberr.UnknownOutcome(err) {
-		won, err = d.resolveClaims([]partition.Candidate{c})
+		won, err = d.resolveClaims([]taskstore.Candidate{c})
 	}
 	if err != nil || len(won) == 0 {
 		unreserve()
@@ -222,7 +223,7 @@ func (d *Distributor) claimAlone(c partition.Candidate, cause error, unreserve f
 // claimBatch runs the claim's transaction: claim, first batch, and in lock
 // mode the release when caught up. claimed reports that the commit was sent
 // and its outcome is unknown.
-func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed bool, err error) {
+func (d *Distributor) claimBatch(c taskstore.Candidate) (fb firstBatch, claimed bool, err error) {
 	// A first batch may take no longer than a lease less the safety
 	// margin, as any batch's local deadline allows; one that would is
 	// rolled back and claimed on its own, to run under heartbeats.
@@ -300,7 +301,7 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 		}
 		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, l.Key, "version", l.Version)
 	}
-	fb.claimed = partition.Claimed{Lease: l, Position: cp.Position, Available: cp.Available}
+	fb.claimed = taskstore.Claimed{Lease: l, Position: cp.Position, Available: cp.Available}
 	fb.items = res.Position - cp.Position
 	fb.position = res.Position
 	fb.elapsed = d.cfg.Clock.Since(start)
@@ -312,7 +313,7 @@ func (d *Distributor) claimBatch(c partition.Candidate) (fb firstBatch, claimed 
 // when it releases, a "baton.release" span over the same statement.
 // The statement runs in ctx, the batch's span's, whose trace context the
 // checkpoint stores.
-func (d *Distributor) claimAdvanceTraced(ctx context.Context, tx bun.Tx, c partition.Candidate, l partition.Lease,
+func (d *Distributor) claimAdvanceTraced(ctx context.Context, tx bun.Tx, c taskstore.Candidate, l partition.Lease,
 	from, position int64, state []byte, release bool) error {
 	sctx, span := tracer.Start(ctx, "baton.claim", trace.WithAttributes(attribute.Int("baton.candidates", 1),
 		attribute.String("baton.worker", d.worker.InstanceID), attribute.Bool("baton.with_batch", true)))

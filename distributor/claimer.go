@@ -10,6 +10,7 @@ import (
 
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/decide"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -213,7 +214,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	// A candidate this worker is claiming already (its claim commits with
 	// its first batch) still reads as claimable: leave it alone.
 	d.mu.Lock()
-	cands = slices.DeleteFunc(cands, func(c partition.Candidate) bool { _, ok := d.claiming[c.Key]; return ok })
+	cands = slices.DeleteFunc(cands, func(c taskstore.Candidate) bool { _, ok := d.claiming[c.Key]; return ok })
 	cands = d.skipLost(cands)
 	d.mu.Unlock()
 	// Shuffled so that workers polling together spread out, the stale
@@ -221,7 +222,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	decide.StaleFirst(cands, candOwned)
 	for round := 0; round < 2 && room > 0 && len(cands) > 0; round++ {
-		var try []partition.Candidate
+		var try []taskstore.Candidate
 		try, cands = decide.PickClaims(cands, candOwned, want, room)
 		if len(try) == 0 {
 			break
@@ -230,8 +231,8 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 		// first batch, several in one when the processor can group them
 		// (claimFreshAll); a lost one wakes the loop for another round.
 		// Takeovers are claimed together here, to be confirmed.
-		var fresh []partition.Candidate
-		try = slices.DeleteFunc(try, func(c partition.Candidate) bool {
+		var fresh []taskstore.Candidate
+		try = slices.DeleteFunc(try, func(c taskstore.Candidate) bool {
 			if c.Owned {
 				return false
 			}
@@ -242,9 +243,9 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 		})
 		// Spares: more unowned candidates than there is room for, which a
 		// group fences in place of members it loses to other workers.
-		var spares []partition.Candidate
+		var spares []taskstore.Candidate
 		if len(fresh) > 1 {
-			cands = slices.DeleteFunc(cands, func(c partition.Candidate) bool {
+			cands = slices.DeleteFunc(cands, func(c taskstore.Candidate) bool {
 				if c.Owned || len(spares) > len(fresh)/2 {
 					return false
 				}
@@ -290,7 +291,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 }
 
 // candOwned reports whether a candidate is a dead worker's partition.
-func candOwned(c partition.Candidate) bool { return c.Owned }
+func candOwned(c taskstore.Candidate) bool { return c.Owned }
 
 // wanted is how many more partitions the share allows (want) and
 // MaxPartitions allows (room), and whether the share was computed when
@@ -308,7 +309,7 @@ func (d *Distributor) wanted() (want, room int, idle bool) {
 }
 
 // wantedMore is how many more partitions the share allows this worker,
-// published by its heartbeats (partition.Worker.Wanted) so that the others
+// published by its heartbeats (taskstore.Worker.Wanted) so that the others
 // hand surplus back only to a worker that will take it.
 func (d *Distributor) wantedMore() int {
 	want, _, _ := d.wanted()
@@ -317,7 +318,7 @@ func (d *Distributor) wantedMore() int {
 
 // resolveClaims finds which of the candidates a claim whose outcome is
 // unknown actually won: those now at the next version under this owner.
-func (d *Distributor) resolveClaims(cands []partition.Candidate) ([]partition.Claimed, error) {
+func (d *Distributor) resolveClaims(cands []taskstore.Candidate) ([]taskstore.Claimed, error) {
 	ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
 	defer cancel()
 	next := make([]partition.Lease, len(cands))
@@ -330,9 +331,9 @@ func (d *Distributor) resolveClaims(cands []partition.Candidate) ([]partition.Cl
 	if err != nil {
 		return nil, err
 	}
-	out := make([]partition.Claimed, len(held))
+	out := make([]taskstore.Claimed, len(held))
 	for i, h := range held {
-		out[i] = partition.Claimed{Lease: h.Lease, Takeover: owned[h.Key]}
+		out[i] = taskstore.Claimed{Lease: h.Lease, Takeover: owned[h.Key]}
 	}
 	return out, nil
 }

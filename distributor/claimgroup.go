@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
@@ -30,7 +31,7 @@ import (
 // each in its own transaction otherwise. spares are more candidates, shared
 // out among the groups, that a group fences in place of members it loses
 // at its fence (up to its size, never more).
-func (d *Distributor) claimFreshAll(cands, spares []partition.Candidate) {
+func (d *Distributor) claimFreshAll(cands, spares []taskstore.Candidate) {
 	gp, ok := d.proc.(GroupProcessor)
 	if !ok || d.cfg.ClaimGroup < 2 || len(cands) < 2 {
 		for _, c := range cands {
@@ -75,11 +76,11 @@ func (d *Distributor) claimFreshAll(cands, spares []partition.Candidate) {
 // groupOutcome is what a group's transaction did.
 type groupOutcome struct {
 	// lost are the candidates lost at the fence, left out of the group.
-	lost []partition.Candidate
+	lost []taskstore.Candidate
 	// untried are spares the fence did not need.
-	untried []partition.Candidate
+	untried []taskstore.Candidate
 	// members are the candidates fenced, in the group's order.
-	members []partition.Candidate
+	members []taskstore.Candidate
 	// committed are the members' first batches, once committed.
 	committed []firstBatch
 	// items is the most items the members' first batches were allowed
@@ -95,10 +96,10 @@ type groupOutcome struct {
 // claimFreshAll) and what follows it: the members committed are reported
 // and released or held on; those lost at the fence are skipped for a
 // while; after a rollback each member is claimed on its own.
-func (d *Distributor) runClaimGroup(gp GroupProcessor, cands, spares []partition.Candidate) {
+func (d *Distributor) runClaimGroup(gp GroupProcessor, cands, spares []taskstore.Candidate) {
 	defer d.wg.Done()
 	out, err := d.claimGroup(gp, cands, spares)
-	unreserve := func(cs []partition.Candidate) {
+	unreserve := func(cs []taskstore.Candidate) {
 		d.mu.Lock()
 		for _, c := range cs {
 			delete(d.claiming, c.Key)
@@ -144,7 +145,7 @@ func (d *Distributor) runClaimGroup(gp GroupProcessor, cands, spares []partition
 			"partitions", len(out.members), "error", err)
 	case d.isLeaving() || context.Cause(d.abandon) != nil:
 		unreserve(out.members) // rolled back: nothing held, nothing to hand back
-	case !errors.Is(err, partition.ErrClaimLost) && dberr.TooLong(err):
+	case !errors.Is(err, taskstore.ErrClaimLost) && dberr.TooLong(err):
 		// Rolled back: the group took longer than the statement timeout
 		// or a lease allows. Groups take fewer items from now on, and
 		// each member is claimed with its first batch on its own (a
@@ -163,7 +164,7 @@ func (d *Distributor) runClaimGroup(gp GroupProcessor, cands, spares []partition
 			d.wg.Add(1)
 			go d.runClaimBatch(c)
 		}
-	case !errors.Is(err, partition.ErrClaimLost) &&
+	case !errors.Is(err, taskstore.ErrClaimLost) &&
 		(dberr.Transient(err) || errors.Is(err, partition.ErrCheckpointMoved)):
 		// Rolled back, every member claimable as before.
 		unreserve(out.members)
@@ -213,7 +214,7 @@ func (d *Distributor) claimedWithBatch(fb firstBatch, unreserve bool) {
 // claimGroup runs a group's transaction: fence (cands, and spares in place
 // of those lost), the processor's group, claim and checkpoints of every
 // member (and in lock mode the release of those caught up), commit.
-func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Candidate) (out groupOutcome, err error) {
+func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []taskstore.Candidate) (out groupOutcome, err error) {
 	// The group may take no longer than a lease less the safety margin,
 	// as a lone first batch (claimBatch).
 	ctx, cancel := context.WithTimeoutCause(d.base, d.cfg.StaleAfter-d.cfg.SafetyMargin, context.DeadlineExceeded)
@@ -238,7 +239,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 	if err := d.db.SetLocalTimeouts(ctx, tx); err != nil {
 		return out, fmt.Errorf("beginning claim of %d partitions with their first batches: %w", len(cands), causeOr(ctx, err))
 	}
-	tried := slices.SortedFunc(slices.Values(slices.Concat(cands, spares)), func(a, b partition.Candidate) int {
+	tried := slices.SortedFunc(slices.Values(slices.Concat(cands, spares)), func(a, b taskstore.Candidate) int {
 		return strings.Compare(a.Key, b.Key)
 	})
 	fenced, err := d.store.FenceUnownedGroup(ctx, tx, tried, len(cands))
@@ -250,7 +251,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 	// the last it fenced were not tried (when it stopped at the limit).
 	if len(fenced) == len(cands) {
 		last := fenced[len(fenced)-1].Key
-		i, _ := slices.BinarySearchFunc(tried, last, func(c partition.Candidate, k string) int { return strings.Compare(c.Key, k) })
+		i, _ := slices.BinarySearchFunc(tried, last, func(c taskstore.Candidate, k string) int { return strings.Compare(c.Key, k) })
 		tried, out.untried = tried[:i+1], tried[i+1:]
 	} else {
 		out.untried = nil
@@ -259,7 +260,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 	for _, f := range fenced {
 		in[f.Key] = true
 	}
-	out.members = make([]partition.Candidate, 0, len(fenced))
+	out.members = make([]taskstore.Candidate, 0, len(fenced))
 	for _, c := range tried {
 		if in[c.Key] {
 			out.members = append(out.members, c)
@@ -295,7 +296,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 		g.Batches[i] = &Batch{Kind: d.cfg.Kind, Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp, Limit: limits[i]}
 		out.items += limits[i]
 	}
-	var steps []partition.ClaimStep
+	var steps []taskstore.ClaimStep
 	defer func() {
 		for i, bspan := range spans {
 			var n int64
@@ -314,7 +315,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 	if err != nil {
 		return out, causeOr(ctx, err)
 	}
-	steps = make([]partition.ClaimStep, len(fenced))
+	steps = make([]taskstore.ClaimStep, len(fenced))
 	for i, f := range fenced {
 		b, res := g.Batches[i], results[i]
 		cp := b.Checkpoint
@@ -323,7 +324,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 				b.Lease, res.Position, cp.Position, cp.Available)
 		}
 		items += res.Position - cp.Position
-		steps[i] = partition.ClaimStep{Candidate: f.Candidate, From: cp.Position, Position: res.Position,
+		steps[i] = taskstore.ClaimStep{Candidate: f.Candidate, From: cp.Position, Position: res.Position,
 			State: res.State, Release: res.Position >= cp.Available && d.cfg.Mode == ModeLock, Traceparent: traces[i]}
 	}
 	sent := d.cfg.Clock.Now()
@@ -356,7 +357,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []partition.Ca
 	for i, st := range steps {
 		b := g.Batches[i]
 		out.committed[i] = firstBatch{
-			claimed:  partition.Claimed{Lease: b.Lease, Position: st.From, Available: b.Checkpoint.Available},
+			claimed:  taskstore.Claimed{Lease: b.Lease, Position: st.From, Available: b.Checkpoint.Available},
 			items:    st.Position - st.From,
 			position: st.Position,
 			caughtUp: st.Position >= b.Checkpoint.Available,
@@ -390,7 +391,7 @@ func (d *Distributor) processGroup(ctx context.Context, gp GroupProcessor, g *Gr
 // claimAdvanceGroupTraced is Store.ClaimAdvanceGroup in a "baton.claim"
 // span, in ctx, the group's span's, whose trace context every member's
 // checkpoint stores.
-func (d *Distributor) claimAdvanceGroupTraced(ctx context.Context, tx bun.Tx, steps []partition.ClaimStep) error {
+func (d *Distributor) claimAdvanceGroupTraced(ctx context.Context, tx bun.Tx, steps []taskstore.ClaimStep) error {
 	released := 0
 	for _, st := range steps {
 		if st.Release {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/uptrace/bun"
 )
@@ -61,13 +62,13 @@ func (p *groupProc) groupSizes() []int {
 // ends before the test's workers are stopped).
 func (e *env) fenceElsewhere(key string) bun.Tx {
 	e.t.Helper()
-	s := partition.NewStore(e.db, "")
+	s := taskstore.NewStore(e.db, "")
 	ctx := context.Background()
 	cands, err := s.Candidates(ctx, 10)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	i := slices.IndexFunc(cands, func(c partition.Candidate) bool { return c.Key == key })
+	i := slices.IndexFunc(cands, func(c taskstore.Candidate) bool { return c.Key == key })
 	if i < 0 {
 		e.t.Fatalf("candidates %v lack %s", cands, key)
 	}

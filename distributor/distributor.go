@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/decide"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -30,12 +31,13 @@ var errAbandoned = errors.New("batch abandoned at shutdown")
 // Distributor claims partitions and runs a Processor on them.
 type Distributor struct {
 	db    *dbconn.DB
-	store *partition.Store
+	store *taskstore.Store // the protocol's statements
+	admin *partition.Store // re-reads of progress (Progress)
 	proc  Processor
 	cfg   Config
 	log   *slog.Logger
 
-	worker partition.Worker
+	worker taskstore.Worker
 	hb     *heartbeat.Service
 	hbConn *pinnedConn
 	// ownListen is the listen handle the distributor opened from
@@ -148,12 +150,12 @@ func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 	host, _ := os.Hostname()
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
-	w := partition.Worker{
+	w := taskstore.Worker{
 		InstanceID: cfg.Name + partition.InstanceSeparator + hex.EncodeToString(suffix[:]),
 		Name:       cfg.Name, Hostname: host, PID: os.Getpid(), Mode: string(cfg.Mode),
 	}
 	d := &Distributor{
-		db: db, store: newStore(db, cfg), proc: p, cfg: cfg,
+		db: db, store: newStore(db, cfg), admin: partition.NewStore(db, cfg.Schema).Kind(cfg.Kind), proc: p, cfg: cfg,
 		log:    cfg.Logger.With("worker", w.InstanceID),
 		worker: w, held: map[string]*held{}, claiming: map[string]struct{}{}, lostClaims: map[string]lostClaim{},
 		dying: map[string]time.Time{}, size: newSizer(cfg.BatchSize, cfg.ClaimGroupItems, cfg.StaleAfter/2),

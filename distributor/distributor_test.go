@@ -17,6 +17,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
 )
@@ -53,7 +54,7 @@ func TestClaimRaceExactlyOneWins(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.addWork(1, "contested")
-	store := partition.NewStore(e.db, "")
+	store := taskstore.NewStore(e.db, "")
 	cands, err := store.Candidates(context.Background(), 10)
 	if err != nil || len(cands) != 1 {
 		t.Fatalf("candidates = %v, %v; want one", cands, err)
@@ -92,19 +93,19 @@ func TestClaimRaceExactlyOneWins(t *testing.T) {
 // worker that crashes or freezes at a chosen moment.
 type ghost struct {
 	e     *env
-	store *partition.Store
+	store *taskstore.Store
 	id    string
 	lease partition.Lease
 }
 
 func claimAsGhost(t *testing.T, e *env, key string, ttl time.Duration) *ghost {
 	t.Helper()
-	g := &ghost{e: e, store: partition.NewStore(e.db, ""), id: "ghost#0001"}
+	g := &ghost{e: e, store: taskstore.NewStore(e.db, ""), id: "ghost#0001"}
 	cands, err := g.store.Candidates(context.Background(), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mine []partition.Candidate
+	var mine []taskstore.Candidate
 	for _, c := range cands {
 		if c.Key == key {
 			mine = append(mine, c)
@@ -569,8 +570,8 @@ func TestPoisonPartitionQuarantinedAndRetryRevives(t *testing.T) {
 	if !errors.Is(err, distributor.ErrIncomplete) {
 		t.Fatalf("until-done with a poison partition = %v, want ErrIncomplete", err)
 	}
-	store := partition.NewStore(e.db, "")
-	parts, _, err := store.Status(context.Background())
+	store := taskstore.NewStore(e.db, "")
+	parts, _, err := store.Admin().Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -591,10 +592,10 @@ func TestPoisonPartitionQuarantinedAndRetryRevives(t *testing.T) {
 	}
 
 	poisoned.Store(false)
-	if changed, err := store.Retry(context.Background(), "bad"); err != nil || !changed {
+	if changed, err := store.Admin().Retry(context.Background(), "bad"); err != nil || !changed {
 		t.Fatalf("retry = %v, %v", changed, err)
 	}
-	if _, err := store.Retry(context.Background(), "nope"); !errors.Is(err, partition.ErrNotFound) {
+	if _, err := store.Admin().Retry(context.Background(), "nope"); !errors.Is(err, partition.ErrNotFound) {
 		t.Fatalf("retry of unknown partition = %v, want ErrNotFound", err)
 	}
 	d2 := e.start(cfg, p)
@@ -733,7 +734,7 @@ func TestOwnerFrozenMidTransactionCannotBlockOrCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	cp, err := partition.NewStore(gdb, "").Fence(ctx, tx, g.id, g.lease)
+	cp, err := taskstore.NewStore(gdb, "").Fence(ctx, tx, g.id, g.lease)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -752,7 +753,7 @@ func TestOwnerFrozenMidTransactionCannotBlockOrCommit(t *testing.T) {
 	// The ghost resumes and finishes its batch.
 	res, perr := newProc().Process(ctx, &distributor.Batch{Lease: g.lease, Owner: g.id, Tx: tx, Checkpoint: cp, Limit: 10})
 	if perr == nil {
-		perr = partition.NewStore(gdb, "").Advance(ctx, tx, g.lease, cp.Position, res.Position, res.State)
+		perr = taskstore.NewStore(gdb, "").Advance(ctx, tx, g.lease, cp.Position, res.Position, res.State)
 	}
 	if perr == nil {
 		perr = tx.Commit()
@@ -801,8 +802,8 @@ func TestTakeoverDoesNotWaitForFairShare(t *testing.T) {
 	all := keys("s", 9)
 	e.addWork(1_000_000, all...)
 	ctx := context.Background()
-	dead := partition.NewStore(e.db, "")
-	if _, err := dead.HeartbeatBelow(ctx, partition.Worker{InstanceID: "ghost#0001", Name: "ghost"}, time.Hour, time.Hour+time.Hour, nil); err != nil {
+	dead := taskstore.NewStore(e.db, "")
+	if _, err := dead.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: "ghost#0001", Name: "ghost"}, time.Hour, time.Hour+time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	var ghostKeys []string

@@ -71,7 +71,7 @@
 // the entry dies when the row is claimed; since a row's key is the time
 // it became claimable and the earliest are claimed first, the dead
 // entries lie below the live ones, and a worker reads the index from a
-// floor (partition.FloorMargin below the earliest claimable row its last
+// floor (taskstore.FloorMargin below the earliest claimable row its last
 // read found) instead of from the start: a read walks the entries of the
 // last moments' claims, not all those a held snapshot keeps. The floor
 // only chooses where a read starts; nothing about ownership depends on

@@ -3,6 +3,7 @@ package distributor
 import (
 	"time"
 
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -48,7 +49,7 @@ type Event struct {
 }
 
 // reportClaim emits and logs a won claim.
-func (d *Distributor) reportClaim(c partition.Claimed) {
+func (d *Distributor) reportClaim(c taskstore.Claimed) {
 	d.emit(Event{Kind: EventClaimed, Key: c.Key, Version: c.Version, Takeover: c.Takeover, Position: c.Position})
 	d.log.Info("claimed partition", "event", string(EventClaimed), d.cfg.KeyAttr, c.Key, "version", c.Version,
 		"takeover", c.Takeover, "position", c.Position, "pending", c.Available-c.Position)

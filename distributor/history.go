@@ -5,16 +5,17 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
 // pruneInterval is how often a worker prunes the events table.
 const pruneInterval = time.Minute
 
-func newStore(db *dbconn.DB, cfg Config) *partition.Store {
+func newStore(db *dbconn.DB, cfg Config) *taskstore.Store {
 	// The coordination statements are prepared on direct connections only:
 	// a transaction pooler may run each on another server session.
-	s := partition.NewStore(db, cfg.Schema).Kind(cfg.Kind).PrepareWhen(db.Direct)
+	s := taskstore.NewStore(db, cfg.Schema).Kind(cfg.Kind).PrepareWhen(db.Direct)
 	if cfg.DisableEvents {
 		return s.WithoutEvents()
 	}

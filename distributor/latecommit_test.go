@@ -8,8 +8,8 @@ import (
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/internal/testutil"
-	"github.com/batonhq/baton/partition"
 )
 
 // A batch whose earlier attempt's commit lands after the retry started is a
@@ -60,7 +60,7 @@ func TestLateCommitOfOwnClaimIsAMovedCheckpoint(t *testing.T) {
 		t.Fatal("no batch started")
 	}
 	// The late attempt: same owner, same claim, fenced at 10 too.
-	store := partition.NewStore(e.db, "")
+	store := taskstore.NewStore(e.db, "")
 	late, err := e.db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -7,10 +7,11 @@ import (
 
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/decide"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
-func (d *Distributor) start(c partition.Claimed, sent time.Time) {
+func (d *Distributor) start(c taskstore.Claimed, sent time.Time) {
 	d.startHeld(c, sent, false, nil, false)
 }
 
@@ -19,7 +20,7 @@ func (d *Distributor) start(c partition.Claimed, sent time.Time) {
 // that first batch to record before anything else; reserved says the room
 // it takes was reserved by claimFresh, which this hands over to the held
 // partition in the same step.
-func (d *Distributor) startHeld(c partition.Claimed, sent time.Time, started bool, failWith error, reserved bool) {
+func (d *Distributor) startHeld(c taskstore.Claimed, sent time.Time, started bool, failWith error, reserved bool) {
 	h := &held{takeover: c.Takeover, claimedAt: sent, prevBeat: c.PrevHeartbeat, nudge: make(chan struct{}, 1),
 		started: started, failWith: failWith}
 	h.lease = d.hb.Track(d.base, c.Lease, sent, c.Takeover)

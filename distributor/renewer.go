@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/decide"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -20,10 +21,10 @@ import (
 // over the pool, since the pinned connection is suspect after a failure.
 type renewer struct {
 	conn   *pinnedConn
-	store  *partition.Store
-	worker *partition.Worker // its Wake is set once, in Start, before any renewal
+	store  *taskstore.Store
+	worker *taskstore.Worker // its Wake is set once, in Start, before any renewal
 	// wanted is how many more partitions the worker wants, published with
-	// each renewal (partition.Worker.Wanted).
+	// each renewal (taskstore.Worker.Wanted).
 	wanted func() int
 	ttl    time.Duration
 	// renewBelow: leases with more left are checked, not rewritten.

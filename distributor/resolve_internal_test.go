@@ -9,7 +9,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
-	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/internal/taskstore"
 )
 
 // The tests leave no goroutine behind (the server is torn down first).
@@ -28,7 +28,7 @@ func TestResolveClaimsAdoptsOnlyWhatThisWorkerWon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := partition.NewStore(db, "")
+	store := taskstore.NewStore(db, "")
 	cands, err := store.Candidates(ctx, 10)
 	if err != nil || len(cands) != 2 {
 		t.Fatalf("candidates %v, %v", cands, err)
@@ -39,7 +39,7 @@ func TestResolveClaimsAdoptsOnlyWhatThisWorkerWon(t *testing.T) {
 			owner = "other#1"
 		}
 		// The claims apply; this worker never hears back.
-		if _, err := store.Claim(ctx, owner, time.Minute, []partition.Candidate{c}); err != nil {
+		if _, err := store.Claim(ctx, owner, time.Minute, []taskstore.Candidate{c}); err != nil {
 			t.Fatal(err)
 		}
 	}

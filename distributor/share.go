@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/decide"
-	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/internal/taskstore"
 )
 
 // rebalance recomputes the fair share, asks surplus partitions to be handed
@@ -43,7 +43,7 @@ func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
 
 // applyShare sets the fair share from load and asks surplus partitions to
 // be handed back.
-func (d *Distributor) applyShare(load partition.Load) {
+func (d *Distributor) applyShare(load taskstore.Load) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var keep []*held

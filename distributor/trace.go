@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -55,7 +56,7 @@ func traceparentOf(ctx context.Context) string {
 }
 
 // claimTraced is Store.Claim in a "baton.claim" span.
-func (d *Distributor) claimTraced(ctx context.Context, try []partition.Candidate) ([]partition.Claimed, error) {
+func (d *Distributor) claimTraced(ctx context.Context, try []taskstore.Candidate) ([]taskstore.Claimed, error) {
 	ctx, span := tracer.Start(ctx, "baton.claim", trace.WithAttributes(attribute.Int("baton.candidates", len(try)),
 		attribute.String("baton.worker", d.worker.InstanceID)))
 	won, err := d.store.Claim(ctx, d.worker.InstanceID, d.cfg.StaleAfter, try)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
 )
@@ -237,12 +238,12 @@ func TestLocalDeadlineStopsCutOffWorker(t *testing.T) {
 func TestUnknownOutcomeHeartbeatIsResolvedByReRead(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
-	store := partition.NewStore(db, "")
+	store := taskstore.NewStore(db, "")
 	ctx := context.Background()
 	if _, err := db.Exec(`INSERT INTO baton.tasks (partition_key, available) VALUES ('k', 10)`); err != nil {
 		t.Fatal(err)
 	}
-	w := partition.Worker{InstanceID: "w#1", Name: "w"}
+	w := taskstore.Worker{InstanceID: "w#1", Name: "w"}
 	cands, err := store.Candidates(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -290,8 +291,8 @@ func TestUnknownOutcomeHeartbeatIsResolvedByReRead(t *testing.T) {
 
 // lossyRenewer applies every renewal and then reports a lost connection.
 type lossyRenewer struct {
-	store   *partition.Store
-	worker  partition.Worker
+	store   *taskstore.Store
+	worker  taskstore.Worker
 	applied int
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
 )
@@ -71,7 +72,7 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 	dsn := pgtest.NewURL(t)
 	via := startBouncer(t, dsn)
 	db := pgtest.Open(t, dsn, dbconn.Options{})
-	store := partition.NewStore(db, "")
+	store := taskstore.NewStore(db, "")
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('a', 5)`); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +193,7 @@ func stoppedBeat() int {
 	// 30 s (a quarter of it), longer than the test takes to see it
 	// waiting on a busy machine.
 	const ttl = 2 * time.Minute
-	svc, err := heartbeat.New(storeRenewer{partition.NewStore(db, ""), ttl}, heartbeat.Config{
+	svc, err := heartbeat.New(storeRenewer{taskstore.NewStore(db, ""), ttl}, heartbeat.Config{
 		Interval: time.Second, StaleAfter: ttl, Logger: quiet(),
 	})
 	if err != nil {
@@ -204,14 +205,14 @@ func stoppedBeat() int {
 	return 0
 }
 
-// storeRenewer renews a worker's partitions with a partition.Store.
+// storeRenewer renews a worker's partitions with a taskstore.Store.
 type storeRenewer struct {
-	s   *partition.Store
+	s   *taskstore.Store
 	ttl time.Duration
 }
 
 func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
-	return r.s.HeartbeatBelow(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, r.ttl, r.ttl+time.Hour, leases)
+	return r.s.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, r.ttl, r.ttl+time.Hour, leases)
 }
 
 func (r storeRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -44,6 +45,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 		return n.Payload
 	}
 	s := partition.NewStore(db, "")
+	ws := taskstore.NewStore(db, "") // the workers' statements
 	if _, err := db.ExecContext(ctx, `CREATE TABLE public.orders (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
@@ -71,10 +73,10 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if _, err := s.AddWorks(ctx, tx, []partition.Work{{Key: "b", N: 2}, {Key: "a", N: 1}, {Key: "b", N: 3}}); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.Candidates(ctx, 10); err != nil || len(c) != 0 {
+	if c, err := ws.Candidates(ctx, 10); err != nil || len(c) != 0 {
 		t.Fatalf("candidates before the producer commits: %v, %v; want none", c, err)
 	}
-	if err := s.Notify(ctx, "marker"); err != nil {
+	if err := ws.Notify(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
 	if got := next(); got != partition.NotifyPayload("marker", partition.DefaultKind) {
@@ -140,10 +142,11 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
 	s := partition.NewStore(db, "")
+	ws := taskstore.NewStore(db, "")
 	if _, err := s.AddWork(ctx, db, "k", 5); err != nil {
 		t.Fatal(err)
 	}
-	won, err := s.Claim(ctx, "w#1", time.Minute, []partition.Candidate{{Key: "k", Version: 0}})
+	won, err := ws.Claim(ctx, "w#1", time.Minute, []taskstore.Candidate{{Key: "k", Version: 0}})
 	if err != nil || len(won) != 1 {
 		t.Fatalf("claim: %v %v", won, err)
 	}
@@ -152,7 +155,7 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = batch.Rollback() }()
-	cp, err := s.Fence(ctx, batch, "w#1", won[0].Lease)
+	cp, err := ws.Fence(ctx, batch, "w#1", won[0].Lease)
 	if err != nil || cp.Available != 5 {
 		t.Fatalf("fence: %+v %v", cp, err)
 	}
@@ -161,7 +164,7 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 	if _, err := s.AddWork(actx, db, "k", 2); err != nil {
 		t.Fatalf("adding work while a batch holds the fence: %v", err)
 	}
-	if err := s.Advance(ctx, batch, won[0].Lease, 0, 5, nil); err != nil {
+	if err := ws.Advance(ctx, batch, won[0].Lease, 0, 5, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := batch.Commit(); err != nil {

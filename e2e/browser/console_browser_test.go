@@ -15,7 +15,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
-	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/pricing/pricer"
 )
 
@@ -77,8 +77,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	if err := db.QueryRow(`SELECT max(partition_key) FROM baton.tasks`).Scan(&poison); err != nil {
 		t.Fatal(err)
 	}
-	store := partition.NewStore(db, "").Kind(pricer.Kind)
-	won, err := store.Claim(ctx, "probe#0001", time.Minute, []partition.Candidate{{Key: poison}})
+	store := taskstore.NewStore(db, "").Kind(pricer.Kind)
+	won, err := store.Claim(ctx, "probe#0001", time.Minute, []taskstore.Candidate{{Key: poison}})
 	if err != nil || len(won) != 1 {
 		t.Fatalf("claiming %s: %v %v", poison, won, err)
 	}

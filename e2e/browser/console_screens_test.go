@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schedule"
@@ -119,10 +120,10 @@ func TestConsoleLayoutFits(t *testing.T) {
 	}
 	// Workers: w2 live and holding a third contract, w1 expired (it was
 	// killed), a third stopped.
-	store := partition.NewStore(db, "").Kind(pricer.Kind)
+	store := taskstore.NewStore(db, "").Kind(pricer.Kind)
 	const w3 = "pricing-worker-eu-west-1c-0be4#5d2c6e0f1a93"
 	for _, id := range []string{w1, w2, w3} {
-		if _, err := store.HeartbeatBelow(ctx, partition.Worker{InstanceID: id, Name: partition.InstanceName(id),
+		if _, err := store.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: id, Name: partition.InstanceName(id),
 			Hostname: "ip-10-20-" + id[len(id)-4:] + ".eu-west-1.compute.internal", PID: 4242, Mode: "lock"}, time.Minute, time.Minute+time.Hour, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +138,7 @@ func TestConsoleLayoutFits(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (kind, partition_key, available, position) VALUES ('pricing', 'CTR-2026-000419', 5000, 1200)`); err != nil {
 		t.Fatal(err)
 	}
-	if won, err := store.Claim(ctx, w2, time.Minute, []partition.Candidate{{Key: "CTR-2026-000419"}}); err != nil || len(won) != 1 {
+	if won, err := store.Claim(ctx, w2, time.Minute, []taskstore.Candidate{{Key: "CTR-2026-000419"}}); err != nil || len(won) != 1 {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	// A job whose last run failed with a long error.

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -45,7 +46,7 @@ type Share struct {
 // partition.Store.FairShareLoad and the worker's held partitions (not
 // counting those already being handed back; idle of them caught up and
 // waiting for work, in leader mode).
-func PlanShare(load partition.Load, held, idle int, leader bool, maxPartitions int) Share {
+func PlanShare(load taskstore.Load, held, idle int, leader bool, maxPartitions int) Share {
 	p := Share{Share: maxPartitions}
 	if load.LiveWorkers > 1 {
 		p.Share = min(p.Share, max(1, (load.Busy+load.LiveWorkers-1)/load.LiveWorkers))

@@ -5,16 +5,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
 func TestPlanShare(t *testing.T) {
-	load := func(busy, live, unclaimed, wanted int) partition.Load {
-		return partition.Load{Busy: busy, LiveWorkers: live, Unclaimed: unclaimed, Wanted: wanted}
+	load := func(busy, live, unclaimed, wanted int) taskstore.Load {
+		return taskstore.Load{Busy: busy, LiveWorkers: live, Unclaimed: unclaimed, Wanted: wanted}
 	}
 	for _, tc := range []struct {
 		name       string
-		load       partition.Load
+		load       taskstore.Load
 		held, idle int
 		leader     bool
 		max        int

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/storetest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -138,7 +139,7 @@ func asError(e errKind) error {
 	case errCheckpointMoved:
 		return partition.ErrCheckpointMoved
 	case errClaimLost:
-		return partition.ErrClaimLost
+		return taskstore.ErrClaimLost
 	}
 	return fmt.Errorf("model store: %s", e)
 }
@@ -171,24 +172,24 @@ func (h *modelHarness) ExpireWorker(owner string) {
 	}
 }
 
-func (h *modelHarness) candidates(kind reqKind, limit int) ([]partition.Candidate, error) {
+func (h *modelHarness) candidates(kind reqKind, limit int) ([]taskstore.Candidate, error) {
 	r := h.do(&request{kind: kind, limit: limit})
-	var out []partition.Candidate
+	var out []taskstore.Candidate
 	for _, c := range r.cands {
-		out = append(out, partition.Candidate{Key: h.names[c.key], Version: c.version, Owned: c.owned})
+		out = append(out, taskstore.Candidate{Key: h.names[c.key], Version: c.version, Owned: c.owned})
 	}
 	return out, asError(r.err)
 }
 
-func (h *modelHarness) Candidates(_ context.Context, limit int) ([]partition.Candidate, error) {
+func (h *modelHarness) Candidates(_ context.Context, limit int) ([]taskstore.Candidate, error) {
 	return h.candidates(reqCandidates, limit)
 }
 
-func (h *modelHarness) StaleCandidates(_ context.Context, limit int) ([]partition.Candidate, error) {
+func (h *modelHarness) StaleCandidates(_ context.Context, limit int) ([]taskstore.Candidate, error) {
 	return h.candidates(reqStaleCandidates, limit)
 }
 
-func (h *modelHarness) Claim(_ context.Context, owner string, cands []partition.Candidate) ([]partition.Claimed, error) {
+func (h *modelHarness) Claim(_ context.Context, owner string, cands []taskstore.Candidate) ([]taskstore.Claimed, error) {
 	var cs []candidate
 	for _, c := range cands {
 		if k, ok := h.keys[c.Key]; ok {
@@ -196,9 +197,9 @@ func (h *modelHarness) Claim(_ context.Context, owner string, cands []partition.
 		}
 	}
 	r := h.do(&request{kind: reqClaim, owner: h.owner(owner), cands: cs})
-	var out []partition.Claimed
+	var out []taskstore.Claimed
 	for _, c := range r.won {
-		out = append(out, partition.Claimed{Lease: h.plain(c.leaseID), Takeover: c.takeover, Position: c.position, Available: c.available})
+		out = append(out, taskstore.Claimed{Lease: h.plain(c.leaseID), Takeover: c.takeover, Position: c.position, Available: c.available})
 	}
 	return out, asError(r.err)
 }
@@ -238,19 +239,19 @@ func (h *modelHarness) Release(_ context.Context, owner string, leases []partiti
 	return out, nil
 }
 
-func (h *modelHarness) Fail(_ context.Context, owner string, l partition.Lease, _ string, maxAttempts int) (partition.FailResult, error) {
+func (h *modelHarness) Fail(_ context.Context, owner string, l partition.Lease, _ string, maxAttempts int) (taskstore.FailResult, error) {
 	id, ok := h.lease(l)
 	if !ok {
-		return partition.FailResult{}, partition.ErrFenced
+		return taskstore.FailResult{}, partition.ErrFenced
 	}
 	r := h.do(&request{kind: reqFail, owner: h.owner(owner), lease: id, attempts: maxAttempts})
 	if err := asError(r.err); err != nil {
-		return partition.FailResult{}, err
+		return taskstore.FailResult{}, err
 	}
 	if !r.released {
-		return partition.FailResult{}, partition.ErrFenced
+		return taskstore.FailResult{}, partition.ErrFenced
 	}
-	return partition.FailResult{Attempts: r.attempts, Quarantined: r.quarantined, RetryAfter: r.retryAfter}, nil
+	return taskstore.FailResult{Attempts: r.attempts, Quarantined: r.quarantined, RetryAfter: r.retryAfter}, nil
 }
 
 func (h *modelHarness) Retry(_ context.Context, key string) (bool, error) {
@@ -271,7 +272,7 @@ func (h *modelHarness) Progress(_ context.Context, key string) (int64, int64, er
 	return r.version, r.position, asError(r.err)
 }
 
-func (h *modelHarness) FairShareLoad(_ context.Context, self string) (partition.Load, error) {
+func (h *modelHarness) FairShareLoad(_ context.Context, self string) (taskstore.Load, error) {
 	id := 0 // nobody
 	if self != "" {
 		id = h.owner(self)
@@ -337,10 +338,10 @@ func (b *modelBatch) Rollback() {
 	}
 }
 
-func (h *modelHarness) BeginClaim(_ context.Context, owner string, cand partition.Candidate) (storetest.ClaimBatch, partition.Checkpoint, error) {
+func (h *modelHarness) BeginClaim(_ context.Context, owner string, cand taskstore.Candidate) (storetest.ClaimBatch, partition.Checkpoint, error) {
 	k, ok := h.keys[cand.Key]
 	if !ok {
-		return nil, partition.Checkpoint{}, partition.ErrClaimLost
+		return nil, partition.Checkpoint{}, taskstore.ErrClaimLost
 	}
 	c := h.s.newConn(nil)
 	cd := candidate{leaseID{k, cand.Version}, cand.Owned}
@@ -374,17 +375,17 @@ func (b *modelClaimBatch) ClaimAdvance(_ context.Context, from, to int64, releas
 // do (partition.Store's lone statements are groups of one), and the
 // harness runs them back to back with nothing in between, so the suite
 // sees them as one statement; the members commit (or roll back) together.
-func (h *modelHarness) BeginGroup(ctx context.Context, owner string, cands []partition.Candidate, limit int) (storetest.GroupBatch, []partition.Fenced, error) {
+func (h *modelHarness) BeginGroup(ctx context.Context, owner string, cands []taskstore.Candidate, limit int) (storetest.GroupBatch, []taskstore.Fenced, error) {
 	sorted := slices.Clone(cands)
-	slices.SortFunc(sorted, func(a, b partition.Candidate) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(sorted, func(a, b taskstore.Candidate) int { return strings.Compare(a.Key, b.Key) })
 	g := &modelGroup{members: map[string]storetest.ClaimBatch{}}
-	var fenced []partition.Fenced
+	var fenced []taskstore.Fenced
 	for _, c := range sorted {
 		if limit > 0 && len(fenced) >= limit {
 			break
 		}
 		b, cp, err := h.BeginClaim(ctx, owner, c)
-		if errors.Is(err, partition.ErrClaimLost) {
+		if errors.Is(err, taskstore.ErrClaimLost) {
 			continue // passed over
 		}
 		if err != nil {
@@ -393,7 +394,7 @@ func (h *modelHarness) BeginGroup(ctx context.Context, owner string, cands []par
 		}
 		g.members[c.Key] = b
 		g.order = append(g.order, c.Key)
-		fenced = append(fenced, partition.Fenced{Candidate: c, Checkpoint: cp})
+		fenced = append(fenced, taskstore.Fenced{Candidate: c, Checkpoint: cp})
 	}
 	return g, fenced, nil
 }
@@ -408,7 +409,7 @@ func (g *modelGroup) ClaimAdvanceGroup(ctx context.Context, steps []storetest.Gr
 	for _, st := range steps {
 		b, ok := g.members[st.Candidate.Key]
 		if !ok {
-			return nil, partition.ErrClaimLost
+			return nil, taskstore.ErrClaimLost
 		}
 		l, err := b.ClaimAdvance(ctx, st.From, st.To, st.Release)
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/decide"
-	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/internal/taskstore"
 )
 
 // Sentinels for lease_expires_at.
@@ -37,7 +37,7 @@ const (
 	errTxAborted               // SQLSTATE 25P02: statement in an aborted transaction
 	errProcessor               // the processor failed
 	errCheckpointMoved         // AdvanceCAS: the checkpoint moved since the fence read it
-	errClaimLost               // a claim with its first batch lost its candidate (partition.ErrClaimLost)
+	errClaimLost               // a claim with its first batch lost its candidate (taskstore.ErrClaimLost)
 	errClaimBusy               // its compare-and-set found the fenced row locked (distributor's errClaimBusy)
 )
 
@@ -163,7 +163,7 @@ type request struct {
 	cand     candidate
 	release  bool // ClaimAdvance: release in the same statement
 	// Heartbeat: leases with less than renewBelow left are rewritten; how
-	// many more partitions the worker wants (partition.Worker.Wanted).
+	// many more partitions the worker wants (taskstore.Worker.Wanted).
 	renewBelow time.Duration
 	wanted     int
 	// FairShareLoad: the reader's room (maxPartitions).
@@ -181,7 +181,7 @@ type response struct {
 	cands     []candidate
 	won       []claimed
 	released  bool // Release, Fail: the lease was current; Retry: the row changed
-	load      partition.Load
+	load      taskstore.Load
 	count     int // QuarantinedCount
 	// Fail: what the failure did.
 	attempts    int
@@ -1225,8 +1225,8 @@ func (st *store) applyCommit(t *txn) {
 // their heartbeats, claims and releases wrote them), the leases of workers
 // that stopped within a lease's length, and the claimable rows (unowned
 // and stale), each counted up to a cap.
-func (st *store) fairShareLoad(self, maxPartitions int, now time.Duration) partition.Load {
-	var l partition.Load
+func (st *store) fairShareLoad(self, maxPartitions int, now time.Duration) taskstore.Load {
+	var l taskstore.Load
 	held, first := 0, true
 	leaving := map[int]bool{}
 	for id, wr := range st.workerRows {

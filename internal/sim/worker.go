@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/decide"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -878,7 +879,7 @@ func (w *worker) loadRequest() *request {
 // hand-back of the newest surplus claims and of a leader's idle
 // partitions, and work beyond the share once nobody else has wanted it
 // for a lease's length.
-func (w *worker) rebalance(load partition.Load) {
+func (w *worker) rebalance(load taskstore.Load) {
 	cfg := w.s.cfg
 	var keep []*heldPart
 	idle := 0

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -60,7 +61,7 @@ func (c *C) must(err error, what string) {
 	}
 }
 
-func candKeys(cs []partition.Candidate) []string {
+func candKeys(cs []taskstore.Candidate) []string {
 	out := make([]string, len(cs))
 	for i, x := range cs {
 		out[i] = x.Key
@@ -69,7 +70,7 @@ func candKeys(cs []partition.Candidate) []string {
 	return out
 }
 
-func claimedKeys(cs []partition.Claimed) []string {
+func claimedKeys(cs []taskstore.Claimed) []string {
 	out := make([]string, len(cs))
 	for i, x := range cs {
 		out[i] = x.Key
@@ -96,7 +97,7 @@ func (c *C) wantKeys(what string, got, want []string) {
 	}
 }
 
-func (c *C) candidates(h Harness, limit int) []partition.Candidate {
+func (c *C) candidates(h Harness, limit int) []taskstore.Candidate {
 	cs, err := h.Candidates(c.Ctx, limit)
 	c.must(err, "Candidates")
 	return cs
@@ -104,12 +105,12 @@ func (c *C) candidates(h Harness, limit int) []partition.Candidate {
 
 // claimOne claims key for owner from a fresh candidate read and fails the
 // case unless it is won.
-func (c *C) claimOne(h Harness, owner, key string) partition.Claimed {
+func (c *C) claimOne(h Harness, owner, key string) taskstore.Claimed {
 	for _, x := range c.candidates(h, 100) {
 		if x.Key != key {
 			continue
 		}
-		won, err := h.Claim(c.Ctx, owner, []partition.Candidate{x})
+		won, err := h.Claim(c.Ctx, owner, []taskstore.Candidate{x})
 		c.must(err, "Claim")
 		if len(won) != 1 || won[0].Key != key {
 			c.Fatalf("claim of %s by %s won %v", key, owner, won)
@@ -117,10 +118,10 @@ func (c *C) claimOne(h Harness, owner, key string) partition.Claimed {
 		return won[0]
 	}
 	c.Fatalf("%s is not a candidate", key)
-	return partition.Claimed{}
+	return taskstore.Claimed{}
 }
 
-func (c *C) load(h Harness) partition.Load {
+func (c *C) load(h Harness) taskstore.Load {
 	l, err := h.FairShareLoad(c.Ctx, "")
 	c.must(err, "FairShareLoad")
 	return l
@@ -193,7 +194,7 @@ func claimCompareAndSet(c *C, h Harness) {
 	// A candidate whose row no longer has work is not won either.
 	h.AddPartition("c", 1)
 	cc := c.candidates(h, 10)
-	var forC []partition.Candidate
+	var forC []taskstore.Candidate
 	for _, x := range cc {
 		if x.Key == "c" {
 			forC = append(forC, x)
@@ -616,7 +617,7 @@ func fairShareLoad(c *C, h Harness) {
 	// Busy: held, heldDone (held under a live lease), pending
 	// (claimable); not idle, not quarantined, not backingOff (not
 	// claimable yet). Unclaimed: pending only. Quarantined is not counted.
-	want := partition.Load{Busy: 3, LiveWorkers: 1, Unclaimed: 1, MinHeld: 2}
+	want := taskstore.Load{Busy: 3, LiveWorkers: 1, Unclaimed: 1, MinHeld: 2}
 	if got != want {
 		c.Errorf("FairShareLoad = %+v, want %+v", got, want)
 	}
@@ -749,13 +750,13 @@ func heartbeatHandBack(c *C, h Harness) {
 	}
 }
 
-func (c *C) beginGroup(h Harness, owner string, cands []partition.Candidate, limit int) (GroupBatch, []partition.Fenced) {
+func (c *C) beginGroup(h Harness, owner string, cands []taskstore.Candidate, limit int) (GroupBatch, []taskstore.Fenced) {
 	g, fenced, err := h.BeginGroup(c.Ctx, owner, cands, limit)
 	c.must(err, "BeginGroup")
 	return g, fenced
 }
 
-func fencedKeys(fs []partition.Fenced) []string {
+func fencedKeys(fs []taskstore.Fenced) []string {
 	var out []string
 	for _, f := range fs {
 		out = append(out, f.Key)
@@ -802,7 +803,7 @@ func groupPassesOver(c *C, h Harness) {
 	h.AddPartition("a", 2)
 	h.AddPartition("b", 2)
 	cands := c.candidates(h, 10)
-	var ca partition.Candidate
+	var ca taskstore.Candidate
 	for _, x := range cands {
 		if x.Key == "a" {
 			ca = x
@@ -873,7 +874,7 @@ func produce(c *C, h Harness) {
 
 // ---- claims made with their first batch ----------------------------------
 
-func (c *C) beginClaim(h Harness, owner string, cand partition.Candidate) (ClaimBatch, partition.Checkpoint) {
+func (c *C) beginClaim(h Harness, owner string, cand taskstore.Candidate) (ClaimBatch, partition.Checkpoint) {
 	b, cp, err := h.BeginClaim(c.Ctx, owner, cand)
 	c.must(err, "BeginClaim by "+owner)
 	return b, cp
@@ -930,7 +931,7 @@ func claimBatchFenceExcludes(c *C, h Harness) {
 	cs := c.candidates(h, 10)
 	b, _ := c.beginClaim(h, "w1", cs[0])
 	defer b.Rollback()
-	if b2, _, err := h.BeginClaim(c.Ctx, "w2", cs[0]); !errors.Is(err, partition.ErrClaimLost) {
+	if b2, _, err := h.BeginClaim(c.Ctx, "w2", cs[0]); !errors.Is(err, taskstore.ErrClaimLost) {
 		if b2 != nil {
 			b2.Rollback()
 		}
@@ -951,7 +952,7 @@ func claimBatchLost(c *C, h Harness) {
 	won, err := h.Claim(c.Ctx, "w2", cs)
 	c.must(err, "Claim")
 	c.wantKeys("won", claimedKeys(won), []string{"a"})
-	if b, _, err := h.BeginClaim(c.Ctx, "w1", cs[0]); !errors.Is(err, partition.ErrClaimLost) {
+	if b, _, err := h.BeginClaim(c.Ctx, "w1", cs[0]); !errors.Is(err, taskstore.ErrClaimLost) {
 		if b != nil {
 			b.Rollback()
 		}
@@ -959,8 +960,8 @@ func claimBatchLost(c *C, h Harness) {
 	}
 	// Nor at the new version: the row is owned, a takeover, never claimed
 	// this way.
-	next := partition.Candidate{Key: "a", Version: won[0].Version}
-	if b, _, err := h.BeginClaim(c.Ctx, "w1", next); !errors.Is(err, partition.ErrClaimLost) {
+	next := taskstore.Candidate{Key: "a", Version: won[0].Version}
+	if b, _, err := h.BeginClaim(c.Ctx, "w1", next); !errors.Is(err, taskstore.ErrClaimLost) {
 		if b != nil {
 			b.Rollback()
 		}
@@ -1015,7 +1016,7 @@ func kindCandidates(c *C, h Harness) {
 	c.claimOne(h, "w1", "dead")
 	for _, x := range oc {
 		if x.Key == "dead" {
-			won, err := other.Claim(c.Ctx, "o1", []partition.Candidate{x})
+			won, err := other.Claim(c.Ctx, "o1", []taskstore.Candidate{x})
 			c.must(err, "the other kind's Claim")
 			c.wantKeys("won by the other kind", claimedKeys(won), []string{"dead"})
 		}
@@ -1044,7 +1045,7 @@ func kindCandidates(c *C, h Harness) {
 	ost, err = other.StaleCandidates(c.Ctx, 10)
 	c.must(err, "the other kind's StaleCandidates")
 	c.wantKeys("the other kind's stale candidates after the store's takeover", candKeys(ost), []string{"dead"})
-	c.wantKeys("the other kind's candidates", candKeys(func() []partition.Candidate {
+	c.wantKeys("the other kind's candidates", candKeys(func() []taskstore.Candidate {
 		cs, err := other.Candidates(c.Ctx, 10)
 		c.must(err, "the other kind's Candidates")
 		return cs

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/decide"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -55,9 +56,9 @@ var RenewBelow = decide.RenewBelow(TTL, HeartbeatInterval, SafetyMargin)
 // package partition checks the list), with the lease duration, thresholds
 // and back-offs fixed to the suite's.
 type Store interface {
-	Candidates(ctx context.Context, limit int) ([]partition.Candidate, error)
-	StaleCandidates(ctx context.Context, limit int) ([]partition.Candidate, error)
-	Claim(ctx context.Context, owner string, cands []partition.Candidate) ([]partition.Claimed, error)
+	Candidates(ctx context.Context, limit int) ([]taskstore.Candidate, error)
+	StaleCandidates(ctx context.Context, limit int) ([]taskstore.Candidate, error)
+	Claim(ctx context.Context, owner string, cands []taskstore.Candidate) ([]taskstore.Claimed, error)
 	// HeartbeatBelow registers (or renews) owner's worker row, saying it
 	// wants wanted more partitions, rewrites its listed leases with less
 	// than RenewBelow left, returns the others Fresh, and hands back its
@@ -66,12 +67,12 @@ type Store interface {
 	Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error)
 	// Release is partition.Store.ReleaseFor.
 	Release(ctx context.Context, owner string, leases []partition.Lease) ([]string, error)
-	Fail(ctx context.Context, owner string, l partition.Lease, cause string, maxAttempts int) (partition.FailResult, error)
+	Fail(ctx context.Context, owner string, l partition.Lease, cause string, maxAttempts int) (taskstore.FailResult, error)
 	Retry(ctx context.Context, key string) (bool, error)
 	Progress(ctx context.Context, key string) (version, position int64, err error)
 	// FairShareLoad is partition.Store.FairShareLoad for worker self with
 	// room for MaxPartitions and leases of TTL.
-	FairShareLoad(ctx context.Context, self string) (partition.Load, error)
+	FairShareLoad(ctx context.Context, self string) (taskstore.Load, error)
 	QuarantinedCount(ctx context.Context) (int, error)
 	// PendingWork is partition.Store.PendingWork: whether any partition
 	// has work left that is not quarantined.
@@ -82,17 +83,17 @@ type Store interface {
 	// BeginClaim opens the transaction of an unowned candidate's claim
 	// with its first batch and fences the candidate in it
 	// (partition.Store.FenceUnowned).
-	BeginClaim(ctx context.Context, owner string, cand partition.Candidate) (ClaimBatch, partition.Checkpoint, error)
+	BeginClaim(ctx context.Context, owner string, cand taskstore.Candidate) (ClaimBatch, partition.Checkpoint, error)
 	// BeginGroup opens the transaction of a group of such claims and
 	// fences up to limit of the candidates in it
 	// (partition.Store.FenceUnownedGroup), returning those fenced.
-	BeginGroup(ctx context.Context, owner string, cands []partition.Candidate, limit int) (GroupBatch, []partition.Fenced, error)
+	BeginGroup(ctx context.Context, owner string, cands []taskstore.Candidate, limit int) (GroupBatch, []taskstore.Fenced, error)
 }
 
 // GroupStep is one member of a group's claim: its first batch writes
 // items From+1 … To, and Release releases it again.
 type GroupStep struct {
-	Candidate partition.Candidate
+	Candidate taskstore.Candidate
 	From, To  int64
 	Release   bool
 }
@@ -103,7 +104,7 @@ type GroupBatch interface {
 	// ClaimAdvanceGroup writes every step's items, then claims every
 	// member, moves its checkpoint and releases those asked, all or
 	// nothing (partition.Store.ClaimAdvanceGroup); it returns the
-	// members' leases, or partition.ErrClaimLost.
+	// members' leases, or taskstore.ErrClaimLost.
 	ClaimAdvanceGroup(ctx context.Context, steps []GroupStep) ([]partition.Lease, error)
 	Commit(ctx context.Context) error
 	Rollback()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
 )
@@ -20,12 +21,12 @@ import (
 func claimOne(t *testing.T, db *bun.DB, owner, key string) partition.Lease {
 	t.Helper()
 	ctx := context.Background()
-	store := partition.NewStore(db, "").Kind(pricer.Kind)
+	store := taskstore.NewStore(db, "").Kind(pricer.Kind)
 	var version int64
 	if err := db.QueryRow(`SELECT version FROM baton.tasks WHERE partition_key = ?`, key).Scan(&version); err != nil {
 		t.Fatal(err)
 	}
-	won, err := store.Claim(ctx, owner, time.Minute, []partition.Candidate{{Key: key, Version: version}})
+	won, err := store.Claim(ctx, owner, time.Minute, []taskstore.Candidate{{Key: key, Version: version}})
 	if err != nil || len(won) != 1 {
 		t.Fatalf("claiming %s: %v (won %d)", key, err, len(won))
 	}
@@ -60,7 +61,7 @@ func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
 func pricedRowsCommitWithTheBatch(t *testing.T, db *bun.DB, key string, limit int) {
 	ctx := context.Background()
 	lease := claimOne(t, db, "w#1", key)
-	store := partition.NewStore(db, "").Kind(pricer.Kind)
+	store := taskstore.NewStore(db, "").Kind(pricer.Kind)
 
 	process := func(commit bool) (distributor.Result, error) {
 		conn, err := db.Conn(ctx)
@@ -118,7 +119,7 @@ func TestBatchWithoutConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	cp, err := partition.NewStore(db, "").Kind(pricer.Kind).Fence(ctx, tx, "w#1", lease)
+	cp, err := taskstore.NewStore(db, "").Kind(pricer.Kind).Fence(ctx, tx, "w#1", lease)
 	if err != nil {
 		t.Fatal(err)
 	}

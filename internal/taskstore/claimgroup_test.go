@@ -1,4 +1,4 @@
-package partition_test
+package taskstore_test
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
 // groupDB is claimBatchDB with partitions a, b, c, d of one item each (and
 // k from claimBatchDB), and their candidates by key.
-func groupDB(t *testing.T) (*bun.DB, *partition.Store, map[string]partition.Candidate) {
+func groupDB(t *testing.T) (*bun.DB, *taskstore.Store, map[string]taskstore.Candidate) {
 	t.Helper()
 	db, s := claimBatchDB(t)
 	if _, err := db.Exec(`INSERT INTO baton.tasks (partition_key, available) VALUES ('a', 1), ('b', 1), ('c', 1), ('d', 2)`); err != nil {
@@ -24,22 +25,22 @@ func groupDB(t *testing.T) (*bun.DB, *partition.Store, map[string]partition.Cand
 	if err != nil {
 		t.Fatal(err)
 	}
-	byKey := map[string]partition.Candidate{}
+	byKey := map[string]taskstore.Candidate{}
 	for _, c := range cands {
 		byKey[c.Key] = c
 	}
 	return db, s, byKey
 }
 
-func pick(byKey map[string]partition.Candidate, keys ...string) []partition.Candidate {
-	out := make([]partition.Candidate, len(keys))
+func pick(byKey map[string]taskstore.Candidate, keys ...string) []taskstore.Candidate {
+	out := make([]taskstore.Candidate, len(keys))
 	for i, k := range keys {
 		out[i] = byKey[k]
 	}
 	return out
 }
 
-func fencedKeys(fs []partition.Fenced) []string {
+func fencedKeys(fs []taskstore.Fenced) []string {
 	out := make([]string, len(fs))
 	for i, f := range fs {
 		out[i] = f.Key
@@ -56,7 +57,7 @@ func TestClaimGroupFencesInKeyOrderAndClaimsAllTogether(t *testing.T) {
 	t.Parallel()
 	db, s, byKey := groupDB(t)
 	ctx := context.Background()
-	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, nil); err != nil {
+	if _, err := s.Heartbeat(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	other := beginTx(t, db)
@@ -79,7 +80,7 @@ func TestClaimGroupFencesInKeyOrderAndClaimsAllTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	steps := []partition.ClaimStep{
+	steps := []taskstore.ClaimStep{
 		{Candidate: fenced[0].Candidate, From: 0, Position: 1, Release: true},
 		{Candidate: fenced[1].Candidate, From: 0, Position: 1, Release: true},
 		{Candidate: fenced[2].Candidate, From: 0, Position: 1, State: []byte(`{"n": 1}`)}, // d: one of two items
@@ -133,20 +134,20 @@ func TestClaimGroupIsAllOrNothing(t *testing.T) {
 	if err != nil || len(fenced) != 3 {
 		t.Fatalf("fence = %v, %v; want all three", fencedKeys(fenced), err)
 	}
-	var steps []partition.ClaimStep
+	var steps []taskstore.ClaimStep
 	for _, f := range fenced {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO claim_output VALUES (?, 1)`, f.Key); err != nil {
 			t.Fatal(err)
 		}
-		steps = append(steps, partition.ClaimStep{Candidate: f.Candidate, From: 0, Position: 1, Release: true})
+		steps = append(steps, taskstore.ClaimStep{Candidate: f.Candidate, From: 0, Position: 1, Release: true})
 	}
 	// A producer adding work to b, its transaction still open: its row lock
 	// does not conflict with the fence, but the claim skips the row.
 	producer := beginTx(t, db)
-	if _, err := s.AddWorks(ctx, producer, []partition.Work{{Key: "b", N: 1}}); err != nil {
+	if _, err := s.Admin().AddWorks(ctx, producer, []partition.Work{{Key: "b", N: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ClaimAdvanceGroup(ctx, tx, "w#1", time.Minute, steps, "caught_up"); !errors.Is(err, partition.ErrClaimLost) {
+	if _, err := s.ClaimAdvanceGroup(ctx, tx, "w#1", time.Minute, steps, "caught_up"); !errors.Is(err, taskstore.ErrClaimLost) {
 		t.Fatalf("claim of a group with a member locked by a producer = %v; want ErrClaimLost", err)
 	}
 	if err := tx.Rollback(); err != nil {

@@ -1,4 +1,4 @@
-package partition_test
+package taskstore_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -22,7 +23,7 @@ func TestClaimableSinceIsTheServersTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewDB(t)
-	s := partition.NewStore(db, "")
+	s := taskstore.NewStore(db, "")
 	at := func(key string) time.Time {
 		t.Helper()
 		var at *time.Time
@@ -51,7 +52,7 @@ func TestClaimableSinceIsTheServersTime(t *testing.T) {
 	}
 
 	t0 := now()
-	if _, err := s.AddWork(ctx, db, "a", 3); err != nil {
+	if _, err := s.Admin().AddWork(ctx, db, "a", 3); err != nil {
 		t.Fatal(err)
 	}
 	within("inserted by a producer", "a", t0)
@@ -76,7 +77,7 @@ func TestClaimableSinceIsTheServersTime(t *testing.T) {
 
 	// More work for a row already claimable keeps its place in line.
 	before := at("a")
-	if _, err := s.AddWork(ctx, db, "a", 1); err != nil {
+	if _, err := s.Admin().AddWork(ctx, db, "a", 1); err != nil {
 		t.Fatal(err)
 	}
 	if got := at("a"); !got.Equal(before) {
@@ -115,7 +116,7 @@ func TestClaimableSinceIsTheServersTime(t *testing.T) {
 		}
 	}
 	t4 := now()
-	if changed, err := s.Retry(ctx, "a"); err != nil || !changed {
+	if changed, err := s.Admin().Retry(ctx, "a"); err != nil || !changed {
 		t.Fatalf("Retry = %v, %v", changed, err)
 	}
 	within("retried during its back-off", "a", t4)
@@ -134,8 +135,8 @@ func TestFlooredReadsSkipWhatAHeldSnapshotKeeps(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewDB(t)
-	s := partition.NewStore(db, "")
-	partition.SetFloorMargin(s, time.Millisecond)
+	s := taskstore.NewStore(db, "")
+	taskstore.SetFloorMargin(s, time.Millisecond)
 
 	report, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -154,7 +155,7 @@ func TestFlooredReadsSkipWhatAHeldSnapshotKeeps(t *testing.T) {
 	for i := range partitions {
 		work = append(work, partition.Work{Key: fmt.Sprintf("p%03d", i), N: 1_000_000})
 	}
-	if _, err := s.AddWorks(ctx, db, work); err != nil {
+	if _, err := s.Admin().AddWorks(ctx, db, work); err != nil {
 		t.Fatal(err)
 	}
 	// Every row claimed and released, again and again, as workers would:
@@ -172,7 +173,7 @@ func TestFlooredReadsSkipWhatAHeldSnapshotKeeps(t *testing.T) {
 	if err != nil || len(first) != 10 {
 		t.Fatalf("Candidates = %v, %v", first, err)
 	}
-	floor := partition.FloorArg(s)
+	floor := taskstore.FloorArg(s)
 	if floor == "-infinity" {
 		t.Fatal("no floor after a read that found claimable rows")
 	}
@@ -198,9 +199,9 @@ func TestRowsBelowTheFloorAreFound(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewDB(t)
-	s := partition.NewStore(db, "")
-	partition.SetFloorMargin(s, 0) // the floor passes a row made claimable a moment before
-	if _, err := s.AddWork(ctx, db, "early", 1); err != nil {
+	s := taskstore.NewStore(db, "")
+	taskstore.SetFloorMargin(s, 0) // the floor passes a row made claimable a moment before
+	if _, err := s.Admin().AddWork(ctx, db, "early", 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -210,7 +211,7 @@ func TestRowsBelowTheFloorAreFound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.AddWork(ctx, tx, key, 1); err != nil {
+		if _, err := s.Admin().AddWork(ctx, tx, key, 1); err != nil {
 			t.Fatal(err)
 		}
 		var since time.Time
@@ -239,7 +240,7 @@ func TestRowsBelowTheFloorAreFound(t *testing.T) {
 			}
 		default:
 			reads := 1
-			for ; reads <= partition.FullReadEvery; reads++ {
+			for ; reads <= taskstore.FullReadEvery; reads++ {
 				c, err := s.Candidates(ctx, 10)
 				if err != nil {
 					t.Fatal(err)
@@ -248,8 +249,8 @@ func TestRowsBelowTheFloorAreFound(t *testing.T) {
 					break
 				}
 			}
-			if reads > partition.FullReadEvery {
-				t.Fatalf("%s not found in %d reads", key, partition.FullReadEvery)
+			if reads > taskstore.FullReadEvery {
+				t.Fatalf("%s not found in %d reads", key, taskstore.FullReadEvery)
 			}
 		}
 		if _, err := db.Exec(`UPDATE baton.tasks SET position = available WHERE partition_key = ?`, key); err != nil {
@@ -258,7 +259,7 @@ func TestRowsBelowTheFloorAreFound(t *testing.T) {
 	}
 }
 
-func keysOf(cs []partition.Candidate) []string {
+func keysOf(cs []taskstore.Candidate) []string {
 	var keys []string
 	for _, c := range cs {
 		keys = append(keys, c.Key)
@@ -272,7 +273,7 @@ func keysOf(cs []partition.Candidate) []string {
 func readCost(t *testing.T, db *bun.DB, limit int, floor string) int {
 	t.Helper()
 	var out string
-	if err := db.DB.QueryRow(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+partition.StatementSQL("Candidates"),
+	if err := db.DB.QueryRow(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+taskstore.StatementSQL("Candidates"),
 		limit, partition.DefaultKind, floor).Scan(&out); err != nil {
 		t.Fatal(err)
 	}

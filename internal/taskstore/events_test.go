@@ -1,4 +1,4 @@
-package partition_test
+package taskstore_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -21,26 +22,26 @@ func TestHistoryIsWrittenByTheProtocolStatements(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('k', 10)`); err != nil {
 		t.Fatal(err)
 	}
-	s := partition.NewStore(db, "")
-	claim := func(owner string, c partition.Candidate) partition.Claimed {
+	s := taskstore.NewStore(db, "")
+	claim := func(owner string, c taskstore.Candidate) taskstore.Claimed {
 		t.Helper()
-		won, err := s.Claim(ctx, owner, time.Minute, []partition.Candidate{c})
+		won, err := s.Claim(ctx, owner, time.Minute, []taskstore.Candidate{c})
 		if err != nil || len(won) != 1 {
 			t.Fatalf("claim by %s: %v %v", owner, won, err)
 		}
 		return won[0]
 	}
-	a := claim("a#1", partition.Candidate{Key: "k", Version: 0})
+	a := claim("a#1", taskstore.Candidate{Key: "k", Version: 0})
 	if _, err := s.Release(ctx, "a#1", []partition.Lease{a.Lease}); err != nil {
 		t.Fatal(err)
 	}
-	b := claim("b#1", partition.Candidate{Key: "k", Version: 2})
+	b := claim("b#1", taskstore.Candidate{Key: "k", Version: 2})
 	// b dies: its lease expires five seconds after its last heartbeat.
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET heartbeat_at = now() - interval '5 seconds',
 		lease_expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
-	c := claim("c#1", partition.Candidate{Key: "k", Version: b.Version, Owned: true})
+	c := claim("c#1", taskstore.Candidate{Key: "k", Version: b.Version, Owned: true})
 	if !c.Takeover || c.PrevHeartbeat.IsZero() {
 		t.Fatalf("takeover claim %+v: want Takeover and the old owner's heartbeat", c)
 	}
@@ -70,18 +71,18 @@ func TestHistoryIsWrittenByTheProtocolStatements(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET lease_expires_at = '-infinity'`); err != nil {
 		t.Fatal(err)
 	}
-	d := claim("d#1", partition.Candidate{Key: "k", Version: c.Version + 1})
+	d := claim("d#1", taskstore.Candidate{Key: "k", Version: c.Version + 1})
 	if r, err := s.Fail(ctx, "d#1", d.Lease, "bad row again", time.Millisecond, time.Millisecond, 2); err != nil || !r.Quarantined {
 		t.Fatalf("second failure: %+v %v; want quarantined", r, err)
 	}
-	if ok, err := s.RetryBy(ctx, "k", "console"); err != nil || !ok {
+	if ok, err := s.Admin().RetryBy(ctx, "k", "console"); err != nil || !ok {
 		t.Fatalf("retry: %v %v", ok, err)
 	}
 	if err := s.Record(ctx, "b#1", partition.EventFenced, b.Lease, "fenced"); err != nil {
 		t.Fatal(err)
 	}
 
-	h, err := s.History(ctx, "k", 100)
+	h, err := s.Admin().History(ctx, "k", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,25 +118,25 @@ func TestHistoryIsWrittenByTheProtocolStatements(t *testing.T) {
 	if h[8].Detail != "console" {
 		t.Fatalf("retry event %+v: want actor console", h[8])
 	}
-	st, err := s.Takeovers(ctx, time.Hour)
+	st, err := s.Admin().Takeovers(ctx, time.Hour)
 	if err != nil || st.Count != 1 || st.P50 != *h[4].TakeoverTime {
 		t.Fatalf("takeover stats %+v %v; want one of %v", st, err, *h[4].TakeoverTime)
 	}
 
 	// A store without events writes none.
 	quiet := s.WithoutEvents()
-	v, _, err := s.Progress(ctx, "k")
+	v, _, err := s.Admin().Progress(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	won, err := quiet.Claim(ctx, "e#1", time.Minute, []partition.Candidate{{Key: "k", Version: v}})
+	won, err := quiet.Claim(ctx, "e#1", time.Minute, []taskstore.Candidate{{Key: "k", Version: v}})
 	if err != nil || len(won) != 1 {
 		t.Fatalf("quiet claim: %v %v", won, err)
 	}
 	if rel, err := quiet.ReleaseFor(ctx, "e#1", "caught_up", []partition.Lease{won[0].Lease}); err != nil || len(rel) != 1 {
 		t.Fatalf("quiet release: %v %v", rel, err)
 	}
-	if after, err := s.History(ctx, "k", 100); err != nil || len(after) != len(h) {
+	if after, err := s.Admin().History(ctx, "k", 100); err != nil || len(after) != len(h) {
 		t.Fatalf("history has %d events after a store without events claimed and released; want %d (%v)", len(after), len(h), err)
 	}
 
@@ -143,7 +144,7 @@ func TestHistoryIsWrittenByTheProtocolStatements(t *testing.T) {
 	if n, err := s.PruneEvents(ctx, time.Hour, 3); err != nil || n != int64(len(h)-3) {
 		t.Fatalf("pruned %d (%v); want %d", n, err, len(h)-3)
 	}
-	if after, err := s.History(ctx, "k", 100); err != nil || len(after) != 3 || after[0].Kind != partition.EventFenced {
+	if after, err := s.Admin().History(ctx, "k", 100); err != nil || len(after) != 3 || after[0].Kind != partition.EventFenced {
 		t.Fatalf("after pruning: %+v %v", after, err)
 	}
 	// And by age.

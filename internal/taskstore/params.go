@@ -1,4 +1,4 @@
-package partition
+package taskstore
 
 import (
 	"context"
@@ -74,3 +74,7 @@ func (s *Store) queryTx(ctx context.Context, tx bun.Tx, q string, args ...any) (
 	}
 	return tx.Tx.QueryContext(ctx, s.sql(q), args...)
 }
+
+// interval is d as a PostgreSQL interval literal, for a ?::interval
+// parameter.
+func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }

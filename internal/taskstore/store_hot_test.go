@@ -1,4 +1,4 @@
-package partition_test
+package taskstore_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -45,8 +46,8 @@ func heapOnlyUpdates(t *testing.T, pinned bool) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	s := partition.NewStore(conn, "")
-	w := partition.Worker{InstanceID: "w#1", Name: "w"}
+	s := taskstore.NewStore(conn, "")
+	w := taskstore.Worker{InstanceID: "w#1", Name: "w"}
 	if _, err := s.Heartbeat(ctx, w, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package partition
+package taskstore
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonhq/baton/partition"
 	"github.com/uptrace/bun"
 )
 
@@ -24,7 +25,7 @@ import (
 // read under the fence.
 type Fenced struct {
 	Candidate
-	Checkpoint Checkpoint
+	Checkpoint partition.Checkpoint
 }
 
 // FenceUnownedGroup is FenceUnowned for several candidates in one
@@ -99,7 +100,7 @@ type ClaimStep struct {
 // roll back, with every member's output. reason is recorded with the
 // releases.
 func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, ttl time.Duration,
-	steps []ClaimStep, reason string) ([]Lease, error) {
+	steps []ClaimStep, reason string) ([]partition.Lease, error) {
 	n := len(steps)
 	if n == 0 {
 		return nil, nil
@@ -111,7 +112,7 @@ func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, 
 	states := make([]string, n)
 	releases := make([]bool, n)
 	traces := make([]string, n)
-	leases := make([]Lease, n)
+	leases := make([]partition.Lease, n)
 	trace := traceparent(ctx)
 	for i, st := range steps {
 		keys[i], versions[i] = st.Candidate.Key, st.Candidate.Version
@@ -124,11 +125,11 @@ func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, 
 		if traces[i] == "" {
 			traces[i] = trace
 		}
-		leases[i] = Lease{Key: st.Candidate.Key, Version: st.Candidate.Version + 1}
+		leases[i] = partition.Lease{Key: st.Candidate.Key, Version: st.Candidate.Version + 1}
 	}
 	q := claimAdvanceGroupSQL
-	args := []any{keys, versions, froms, positions, states, releases, owner, micros(ttl), traces, NotifyChannel,
-		s.kind, NotifyPayload(NotifyReleased, s.kind)}
+	args := []any{keys, versions, froms, positions, states, releases, owner, micros(ttl), traces, partition.NotifyChannel,
+		s.kind, partition.NotifyPayload(partition.NotifyReleased, s.kind)}
 	if !s.noEvents {
 		q, args = claimAdvanceGroupEventsSQL, append(args, reason)
 	}
@@ -148,7 +149,7 @@ func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, 
 
 // groupName names a group's leases in errors: for a group of one, the
 // lease and its checkpoint's move.
-func groupName(steps []ClaimStep, leases []Lease) string {
+func groupName(steps []ClaimStep, leases []partition.Lease) string {
 	if len(leases) == 1 {
 		return fmt.Sprintf("%s (checkpoint %d to %d)", leases[0], steps[0].From, steps[0].Position)
 	}
@@ -235,11 +236,11 @@ const claimAdvanceGroupCTEs = `
 // released, released with reason $13, all under the claim's version.
 const claimAdvanceGroupEventsSQL = claimAdvanceGroupCTEs + `, e AS (
 			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, items, detail)
-			SELECT $11, partition_key, '` + string(EventClaimed) + `', version, $7, from_pos, NULL::bigint, NULL FROM u
+			SELECT $11, partition_key, '` + string(partition.EventClaimed) + `', version, $7, from_pos, NULL::bigint, NULL FROM u
 			UNION ALL
-			SELECT $11, partition_key, '` + string(EventFirstBatch) + `', version, $7, position, position - from_pos, NULL FROM u
+			SELECT $11, partition_key, '` + string(partition.EventFirstBatch) + `', version, $7, position, position - from_pos, NULL FROM u
 			UNION ALL
-			SELECT $11, partition_key, '` + string(EventReleased) + `', version, $7, position, NULL::bigint, nullif($13, '') FROM u WHERE release
+			SELECT $11, partition_key, '` + string(partition.EventReleased) + `', version, $7, position, NULL::bigint, nullif($13, '') FROM u WHERE release
 		)
 		SELECT count(*) FROM u CROSS JOIN n`
 

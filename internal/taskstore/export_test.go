@@ -1,10 +1,11 @@
-package partition
+package taskstore
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -37,7 +38,7 @@ const FullReadEvery = fullReadEvery
 // Heartbeat is HeartbeatBelow rewriting every lease listed, for tests that
 // do not care about the threshold (the workers pass one, and the
 // conformance suite runs theirs).
-func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []Lease) ([]Renewal, error) {
+func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []partition.Lease) ([]partition.Renewal, error) {
 	return s.HeartbeatBelow(ctx, w, ttl, ttl+time.Hour, leases)
 }
 

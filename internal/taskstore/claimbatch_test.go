@@ -1,4 +1,4 @@
-package partition_test
+package taskstore_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -39,7 +40,7 @@ func readTaskRow(t *testing.T, db bun.IDB, key string) taskRow {
 	return r
 }
 
-func claimBatchDB(t *testing.T) (*bun.DB, *partition.Store) {
+func claimBatchDB(t *testing.T) (*bun.DB, *taskstore.Store) {
 	t.Helper()
 	db := pgtest.NewDB(t)
 	if _, err := db.Exec(`CREATE TABLE claim_output (key text, n bigint, PRIMARY KEY (key, n))`); err != nil {
@@ -48,10 +49,10 @@ func claimBatchDB(t *testing.T) (*bun.DB, *partition.Store) {
 	if _, err := db.Exec(`INSERT INTO baton.tasks (partition_key, available) VALUES ('k', 1)`); err != nil {
 		t.Fatal(err)
 	}
-	return db, partition.NewStore(db, "")
+	return db, taskstore.NewStore(db, "")
 }
 
-func candidate(t *testing.T, s *partition.Store) partition.Candidate {
+func candidate(t *testing.T, s *taskstore.Store) taskstore.Candidate {
 	t.Helper()
 	cands, err := s.Candidates(context.Background(), 10)
 	if err != nil || len(cands) != 1 {
@@ -62,7 +63,7 @@ func candidate(t *testing.T, s *partition.Store) partition.Candidate {
 
 // fenceAndWrite begins a claim's transaction: the fence on the unowned row
 // and the batch's output.
-func fenceAndWrite(t *testing.T, db *bun.DB, s *partition.Store, c partition.Candidate) (bun.Tx, partition.Checkpoint) {
+func fenceAndWrite(t *testing.T, db *bun.DB, s *taskstore.Store, c taskstore.Candidate) (bun.Tx, partition.Checkpoint) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := db.BeginTx(ctx, nil)
@@ -129,7 +130,7 @@ func TestClaimAdvanceWithoutReleaseKeepsTheLease(t *testing.T) {
 	t.Parallel()
 	db, s := claimBatchDB(t)
 	ctx := context.Background()
-	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, nil); err != nil {
+	if _, err := s.Heartbeat(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	c := candidate(t, s)
@@ -200,7 +201,7 @@ func TestClaimTransactionRaces(t *testing.T) {
 		db, s := claimBatchDB(t)
 		c := candidate(t, s)
 		tx, _ := fenceAndWrite(t, db, s, c)
-		won, err := s.Claim(ctx, "other#1", time.Minute, []partition.Candidate{c})
+		won, err := s.Claim(ctx, "other#1", time.Minute, []taskstore.Candidate{c})
 		if err != nil || len(won) != 0 {
 			t.Fatalf("claim of a fenced row = %v, %v; want lost", won, err)
 		}
@@ -225,7 +226,7 @@ func TestClaimTransactionRaces(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = txB.Rollback() }()
-		if _, err := s.FenceUnowned(ctx, txB, c); !errors.Is(err, partition.ErrClaimLost) {
+		if _, err := s.FenceUnowned(ctx, txB, c); !errors.Is(err, taskstore.ErrClaimLost) {
 			t.Fatalf("second fence = %v, want ErrClaimLost", err)
 		}
 		if _, err := s.ClaimAdvance(ctx, txA, "a#1", time.Minute, c, 0, 1, nil, true, "caught_up"); err != nil {
@@ -253,7 +254,7 @@ func TestClaimTransactionRaces(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = s.ClaimAdvance(ctx, txA, "a#1", time.Minute, c, 0, 1, nil, true, "caught_up")
-		if !errors.Is(err, partition.ErrClaimLost) {
+		if !errors.Is(err, taskstore.ErrClaimLost) {
 			t.Fatalf("claim while another transaction fences the row = %v, want ErrClaimLost", err)
 		}
 		if err := txA.Rollback(); err != nil {
@@ -281,7 +282,7 @@ func TestClaimTransactionRaces(t *testing.T) {
 		t.Parallel()
 		db, s := claimBatchDB(t)
 		c := candidate(t, s)
-		if won, err := s.Claim(ctx, "other#1", time.Minute, []partition.Candidate{c}); err != nil || len(won) != 1 {
+		if won, err := s.Claim(ctx, "other#1", time.Minute, []taskstore.Candidate{c}); err != nil || len(won) != 1 {
 			t.Fatalf("claim = %v, %v", won, err)
 		}
 		tx, err := db.BeginTx(ctx, nil)
@@ -289,12 +290,12 @@ func TestClaimTransactionRaces(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback() }()
-		if _, err := s.FenceUnowned(ctx, tx, c); !errors.Is(err, partition.ErrClaimLost) {
+		if _, err := s.FenceUnowned(ctx, tx, c); !errors.Is(err, taskstore.ErrClaimLost) {
 			t.Fatalf("fence of a claimed row = %v, want ErrClaimLost", err)
 		}
 		// Even when the candidate is re-read at the new version: it has an
 		// owner, so it is a takeover, never claimed this way.
-		if _, err := s.FenceUnowned(ctx, tx, partition.Candidate{Key: c.Key, Version: c.Version + 1}); !errors.Is(err, partition.ErrClaimLost) {
+		if _, err := s.FenceUnowned(ctx, tx, taskstore.Candidate{Key: c.Key, Version: c.Version + 1}); !errors.Is(err, taskstore.ErrClaimLost) {
 			t.Fatalf("fence of an owned row = %v, want ErrClaimLost", err)
 		}
 	})

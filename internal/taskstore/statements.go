@@ -1,4 +1,6 @@
-package partition
+package taskstore
+
+import "github.com/batonhq/baton/partition"
 
 // The coordination statements every worker runs at every heartbeat and
 // poll, with their values as parameters ($1, $2, ...) so that their text
@@ -85,7 +87,7 @@ var heartbeatSQL = heartbeatCTEs + heartbeatResult
 // version.
 var heartbeatEventsSQL = heartbeatCTEs + `, e AS (
 			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, detail)
-			SELECT $12, partition_key, '` + string(EventReleased) + `', version - 1, $3, position, 'expired' FROM x
+			SELECT $12, partition_key, '` + string(partition.EventReleased) + `', version - 1, $3, position, 'expired' FROM x
 		)` + heartbeatResult
 
 const heartbeatCTEs = `

@@ -1,4 +1,4 @@
-package partition_test
+package taskstore_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -32,8 +33,8 @@ func TestKeyedStatementsDoNotReadTheOwnerIndex(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `ANALYZE baton.tasks`); err != nil {
 		t.Fatal(err)
 	}
-	s := partition.NewStore(db, "")
-	w := partition.Worker{InstanceID: "w#1", Name: "w"}
+	s := taskstore.NewStore(db, "")
+	w := taskstore.Worker{InstanceID: "w#1", Name: "w"}
 	if _, err := s.Heartbeat(ctx, w, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package partition
+package taskstore
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/batonhq/baton/partition"
 	"github.com/uptrace/bun"
 )
 
@@ -42,13 +43,13 @@ const claimLockClass = 0x62746e31
 // workers racing for one partition do not both process it, only for one to
 // lose at ClaimAdvance. Safety does not rest on it (two keys sharing a hash
 // only exclude each other): ClaimAdvance's compare-and-set decides.
-func (s *Store) FenceUnowned(ctx context.Context, tx bun.Tx, c Candidate) (Checkpoint, error) {
+func (s *Store) FenceUnowned(ctx context.Context, tx bun.Tx, c Candidate) (partition.Checkpoint, error) {
 	fenced, err := s.FenceUnownedGroup(ctx, tx, []Candidate{c}, 1)
 	if err != nil {
-		return Checkpoint{}, err
+		return partition.Checkpoint{}, err
 	}
 	if len(fenced) == 0 {
-		return Checkpoint{}, fmt.Errorf("fencing %s@v%d for its claim: %w", c.Key, c.Version, ErrClaimLost)
+		return partition.Checkpoint{}, fmt.Errorf("fencing %s@v%d for its claim: %w", c.Key, c.Version, ErrClaimLost)
 	}
 	return fenced[0].Checkpoint, nil
 }
@@ -73,7 +74,7 @@ func (s *Store) FenceUnowned(ctx context.Context, tx bun.Tx, c Candidate) (Check
 // fences the row too, or the row moved): tx must then roll back, with its
 // output. Everything commits together or not at all.
 func (s *Store) ClaimAdvance(ctx context.Context, tx bun.Tx, owner string, ttl time.Duration, c Candidate,
-	from, position int64, state json.RawMessage, release bool, reason string) (Lease, error) {
+	from, position int64, state json.RawMessage, release bool, reason string) (partition.Lease, error) {
 	leases, err := s.ClaimAdvanceGroup(ctx, tx, owner, ttl,
 		[]ClaimStep{{Candidate: c, From: from, Position: position, State: state, Release: release}}, reason)
 	return leases[0], err

@@ -1,4 +1,4 @@
-package partition_test
+package taskstore_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/storetest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -17,16 +18,16 @@ func TestStoreContract(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		db := pgtest.NewDB(t)
-		return &pgHarness{t: t, db: db, s: partition.NewStore(db, "")}
+		return &pgHarness{t: t, db: db, s: taskstore.NewStore(db, "")}
 	})
 }
 
-// pgHarness runs the contract against partition.Store; its fixtures
+// pgHarness runs the contract against taskstore.Store; its fixtures
 // write the rows directly, back-dating leases instead of waiting.
 type pgHarness struct {
 	t  *testing.T
 	db *bun.DB
-	s  *partition.Store
+	s  *taskstore.Store
 }
 
 func (h *pgHarness) exec(query string, args ...any) {
@@ -71,20 +72,20 @@ func (h *pgHarness) ExpireWorker(owner string) {
 	h.exec(`UPDATE baton.workers SET expires_at = now() - interval '1 millisecond' WHERE instance_id = ?`, owner)
 }
 
-func (h *pgHarness) Candidates(ctx context.Context, limit int) ([]partition.Candidate, error) {
+func (h *pgHarness) Candidates(ctx context.Context, limit int) ([]taskstore.Candidate, error) {
 	return h.s.Candidates(ctx, limit)
 }
 
-func (h *pgHarness) StaleCandidates(ctx context.Context, limit int) ([]partition.Candidate, error) {
+func (h *pgHarness) StaleCandidates(ctx context.Context, limit int) ([]taskstore.Candidate, error) {
 	return h.s.StaleCandidates(ctx, limit)
 }
 
-func (h *pgHarness) Claim(ctx context.Context, owner string, cands []partition.Candidate) ([]partition.Claimed, error) {
+func (h *pgHarness) Claim(ctx context.Context, owner string, cands []taskstore.Candidate) ([]taskstore.Claimed, error) {
 	return h.s.Claim(ctx, owner, storetest.TTL, cands)
 }
 
 func (h *pgHarness) HeartbeatBelow(ctx context.Context, owner string, wanted int, leases []partition.Lease) ([]partition.Renewal, error) {
-	w := partition.Worker{InstanceID: owner, Name: owner, Hostname: "test", PID: 1, Mode: "lock", Wanted: wanted}
+	w := taskstore.Worker{InstanceID: owner, Name: owner, Hostname: "test", PID: 1, Mode: "lock", Wanted: wanted}
 	return h.s.HeartbeatBelow(ctx, w, storetest.TTL, storetest.RenewBelow, leases)
 }
 
@@ -96,17 +97,17 @@ func (h *pgHarness) Release(ctx context.Context, owner string, leases []partitio
 	return h.s.ReleaseFor(ctx, owner, "rebalance", leases)
 }
 
-func (h *pgHarness) Fail(ctx context.Context, owner string, l partition.Lease, cause string, maxAttempts int) (partition.FailResult, error) {
+func (h *pgHarness) Fail(ctx context.Context, owner string, l partition.Lease, cause string, maxAttempts int) (taskstore.FailResult, error) {
 	return h.s.Fail(ctx, owner, l, cause, storetest.Backoff, storetest.MaxBackoff, maxAttempts)
 }
 
-func (h *pgHarness) Retry(ctx context.Context, key string) (bool, error) { return h.s.Retry(ctx, key) }
+func (h *pgHarness) Retry(ctx context.Context, key string) (bool, error) { return h.s.Admin().Retry(ctx, key) }
 
 func (h *pgHarness) Progress(ctx context.Context, key string) (int64, int64, error) {
-	return h.s.Progress(ctx, key)
+	return h.s.Admin().Progress(ctx, key)
 }
 
-func (h *pgHarness) FairShareLoad(ctx context.Context, self string) (partition.Load, error) {
+func (h *pgHarness) FairShareLoad(ctx context.Context, self string) (taskstore.Load, error) {
 	return h.s.FairShareLoad(ctx, self, storetest.MaxPartitions, storetest.TTL)
 }
 
@@ -136,7 +137,7 @@ func (h *pgHarness) Begin(ctx context.Context, owner string, l partition.Lease) 
 }
 
 type pgBatch struct {
-	s  *partition.Store
+	s  *taskstore.Store
 	tx bun.Tx
 	l  partition.Lease
 }
@@ -149,7 +150,7 @@ func (b *pgBatch) Commit(context.Context) error { return b.tx.Commit() }
 
 func (b *pgBatch) Rollback() { _ = b.tx.Rollback() }
 
-func (h *pgHarness) BeginClaim(ctx context.Context, owner string, c partition.Candidate) (storetest.ClaimBatch, partition.Checkpoint, error) {
+func (h *pgHarness) BeginClaim(ctx context.Context, owner string, c taskstore.Candidate) (storetest.ClaimBatch, partition.Checkpoint, error) {
 	tx, err := h.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, partition.Checkpoint{}, err
@@ -163,9 +164,9 @@ func (h *pgHarness) BeginClaim(ctx context.Context, owner string, c partition.Ca
 }
 
 type pgClaimBatch struct {
-	s     *partition.Store
+	s     *taskstore.Store
 	tx    bun.Tx
-	c     partition.Candidate
+	c     taskstore.Candidate
 	owner string
 }
 
@@ -177,7 +178,7 @@ func (b *pgClaimBatch) Commit(context.Context) error { return b.tx.Commit() }
 
 func (b *pgClaimBatch) Rollback() { _ = b.tx.Rollback() }
 
-func (h *pgHarness) BeginGroup(ctx context.Context, owner string, cands []partition.Candidate, limit int) (storetest.GroupBatch, []partition.Fenced, error) {
+func (h *pgHarness) BeginGroup(ctx context.Context, owner string, cands []taskstore.Candidate, limit int) (storetest.GroupBatch, []taskstore.Fenced, error) {
 	tx, err := h.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, nil, err
@@ -191,15 +192,15 @@ func (h *pgHarness) BeginGroup(ctx context.Context, owner string, cands []partit
 }
 
 type pgGroup struct {
-	s     *partition.Store
+	s     *taskstore.Store
 	tx    bun.Tx
 	owner string
 }
 
 func (g *pgGroup) ClaimAdvanceGroup(ctx context.Context, steps []storetest.GroupStep) ([]partition.Lease, error) {
-	cs := make([]partition.ClaimStep, len(steps))
+	cs := make([]taskstore.ClaimStep, len(steps))
 	for i, st := range steps {
-		cs[i] = partition.ClaimStep{Candidate: st.Candidate, From: st.From, Position: st.To, Release: st.Release}
+		cs[i] = taskstore.ClaimStep{Candidate: st.Candidate, From: st.From, Position: st.To, Release: st.Release}
 	}
 	return g.s.ClaimAdvanceGroup(ctx, g.tx, g.owner, storetest.TTL, cs, "caught_up")
 }

@@ -1,4 +1,4 @@
-package partition_test
+package taskstore_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -59,10 +60,10 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `ANALYZE baton.tasks, baton.workers`); err != nil {
 		t.Fatal(err)
 	}
-	s := partition.NewStore(db, "")
+	s := taskstore.NewStore(db, "")
 	for _, tc := range []struct {
 		name string
-		read func(context.Context, int) ([]partition.Candidate, error)
+		read func(context.Context, int) ([]taskstore.Candidate, error)
 		args []any // after the limit and the kind
 	}{
 		{"Candidates", s.Candidates, []any{"-infinity"}},
@@ -81,7 +82,7 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 					t.Fatalf("%s read %v, a partition of another kind", tc.name, c)
 				}
 			}
-			for _, plan := range explainPrepared(t, db, partition.StatementSQL(tc.name), append([]any{40, partition.DefaultKind}, tc.args...)...) {
+			for _, plan := range explainPrepared(t, db, taskstore.StatementSQL(tc.name), append([]any{40, partition.DefaultKind}, tc.args...)...) {
 				// Unowned rows from the claimable index, stale ones through
 				// the dead workers' rows (workers is read whole: one row
 				// per instance).
@@ -168,7 +169,7 @@ func TestHeartbeatRenewsOnlyCurrentLeases(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
+	s := taskstore.NewStore(db, "")
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available)
 		SELECT 'k' || i, 5 FROM generate_series(1, 300) i`); err != nil {
 		t.Fatal(err)
@@ -189,7 +190,7 @@ func TestHeartbeatRenewsOnlyCurrentLeases(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET version = version + 1, owner = 'w#2' WHERE partition_key = 'k7'`); err != nil {
 		t.Fatal(err)
 	}
-	ren, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, leases)
+	ren, err := s.Heartbeat(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, leases)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestAdvanceIsACompareAndSetOnPosition(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
+	s := taskstore.NewStore(db, "")
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('k', 100)`); err != nil {
 		t.Fatal(err)
 	}
@@ -325,10 +326,10 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 		VALUES ('done', 5, 2), ('pending', 5, 2)`); err != nil {
 		t.Fatal(err)
 	}
-	s := partition.NewStore(db, "")
+	s := taskstore.NewStore(db, "")
 	claim := func(key string) partition.Lease {
 		t.Helper()
-		won, err := s.Claim(ctx, "w#1", time.Minute, []partition.Candidate{{Key: key, Version: 0}})
+		won, err := s.Claim(ctx, "w#1", time.Minute, []taskstore.Candidate{{Key: key, Version: 0}})
 		if err != nil || len(won) != 1 {
 			t.Fatalf("claiming %s: %v %v", key, won, err)
 		}
@@ -379,15 +380,15 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
+	s := taskstore.NewStore(db, "")
 	for _, w := range []string{"w#1", "w#2"} {
-		if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: w, Name: "w"}, time.Hour, nil); err != nil {
+		if _, err := s.Heartbeat(ctx, taskstore.Worker{InstanceID: w, Name: "w"}, time.Hour, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Nothing at all: exact zeros.
 	l, err := s.FairShareLoad(ctx, "w#2", 4, time.Hour)
-	if err != nil || l != (partition.Load{LiveWorkers: 2}) {
+	if err != nil || l != (taskstore.Load{LiveWorkers: 2}) {
 		t.Fatalf("empty: FairShareLoad = %+v, %v", l, err)
 	}
 	// A few: exactly ClusterLoad's figures, Quarantined aside. w#1 holds
@@ -405,7 +406,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 		t.Fatalf("before w#1's heartbeat: FairShareLoad = %+v, %v; want Busy 1 (a), MinHeld 0", l, err)
 	}
 	leases := []partition.Lease{{Key: "b"}, {Key: "c"}, {Key: "d"}}
-	if rs, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Hour, leases); err != nil || len(rs) != 3 {
+	if rs, err := s.Heartbeat(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, time.Hour, leases); err != nil || len(rs) != 3 {
 		t.Fatalf("w#1's heartbeat: %v, %v", rs, err)
 	}
 	want, err := s.ClusterLoad(ctx)
@@ -440,7 +441,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	}
 	// The count is of the leases still held: a lease that is not (x) is
 	// not counted.
-	if rs, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#2", Name: "w"}, time.Hour,
+	if rs, err := s.Heartbeat(ctx, taskstore.Worker{InstanceID: "w#2", Name: "w"}, time.Hour,
 		[]partition.Lease{{Key: "p1"}, {Key: "p2"}, {Key: "p3"}, {Key: "x"}}); err != nil || len(rs) != 3 {
 		t.Fatalf("w#2's heartbeat: %v, %v", rs, err)
 	}
@@ -449,7 +450,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	}
 	// What the others want, as their heartbeats said; a worker's own
 	// wish is not counted for it.
-	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w", Wanted: 3}, time.Hour, nil); err != nil {
+	if _, err := s.Heartbeat(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w", Wanted: 3}, time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	if l, err = s.FairShareLoad(ctx, "w#2", 4, time.Hour); err != nil || l.Wanted != 3 {
@@ -458,7 +459,7 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	if l, err = s.FairShareLoad(ctx, "w#1", 4, time.Hour); err != nil || l.Wanted != 0 {
 		t.Fatalf("w#1 wanting 3: FairShareLoad for w#1 = %+v, %v; want Wanted 0 (its own)", l, err)
 	}
-	for _, plan := range explainPrepared(t, db, partition.StatementSQL("FairShareLoad"), 4, int64(time.Hour/time.Microsecond), "w#2",
+	for _, plan := range explainPrepared(t, db, taskstore.StatementSQL("FairShareLoad"), 4, int64(time.Hour/time.Microsecond), "w#2",
 		partition.DefaultKind, "-infinity") {
 		// Every plan node over tasks: no sequential scan, and together they
 		// read a few caps' worth of rows, not the table.
@@ -484,8 +485,8 @@ func TestFairShareLoadCountsBackoffAsBusyOnlyWhenNothingElseIs(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
-	if _, err := s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Hour, nil); err != nil {
+	s := taskstore.NewStore(db, "")
+	if _, err := s.Heartbeat(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, `
@@ -493,13 +494,13 @@ func TestFairShareLoadCountsBackoffAsBusyOnlyWhenNothingElseIs(t *testing.T) {
 		VALUES ('a', 5, 0, now() + interval '1 hour', 1), ('b', 5, 0, now() + interval '1 hour', 1)`); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l != (partition.Load{Busy: 1, LiveWorkers: 1}) {
+	if l, err := s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l != (taskstore.Load{Busy: 1, LiveWorkers: 1}) {
 		t.Fatalf("only back-off: FairShareLoad = %+v, %v; want Busy 1, LiveWorkers 1", l, err)
 	}
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET position = 5`); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l != (partition.Load{LiveWorkers: 1}) {
+	if l, err := s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l != (taskstore.Load{LiveWorkers: 1}) {
 		t.Fatalf("all done: FairShareLoad = %+v, %v; want zeros", l, err)
 	}
 }
@@ -522,7 +523,7 @@ func TestHeartbeatIsIndexDriven(t *testing.T) {
 	}
 	keys := []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"}
 	versions := make([]int64, len(keys))
-	for _, plan := range explainPrepared(t, db, partition.StatementSQL("Heartbeat"),
+	for _, plan := range explainPrepared(t, db, taskstore.StatementSQL("Heartbeat"),
 		pgdialect.Array(keys), pgdialect.Array(versions), "w#1", "w", "", 0, "lock", "listen", int64(time.Hour/time.Microsecond), int64(2*time.Hour/time.Microsecond), 0,
 		partition.DefaultKind, partition.NotifyChannel, partition.NotifyPayload(partition.NotifyReleased, partition.DefaultKind)) {
 		walkPlan(t, plan, func(n map[string]any) {
@@ -545,8 +546,8 @@ func TestClaimCountsHeldPartitionsOutsideTransactions(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
-	w := partition.Worker{InstanceID: "w#1", Name: "w"}
+	s := taskstore.NewStore(db, "")
+	w := taskstore.Worker{InstanceID: "w#1", Name: "w"}
 	if _, err := s.Heartbeat(ctx, w, time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -620,9 +621,9 @@ func TestFairShareLoadCountsAStoppedWorkersLeasesUntilReleased(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
-	x, z := partition.Worker{InstanceID: "x#1", Name: "x"}, partition.Worker{InstanceID: "z#1", Name: "z"}
-	for _, w := range []partition.Worker{x, z} {
+	s := taskstore.NewStore(db, "")
+	x, z := taskstore.Worker{InstanceID: "x#1", Name: "x"}, taskstore.Worker{InstanceID: "z#1", Name: "z"}
+	for _, w := range []taskstore.Worker{x, z} {
 		if _, err := s.Heartbeat(ctx, w, time.Hour, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -646,7 +647,7 @@ func TestFairShareLoadCountsAStoppedWorkersLeasesUntilReleased(t *testing.T) {
 	if err := s.StopWorker(ctx, z.InstanceID); err != nil {
 		t.Fatal(err)
 	}
-	want := partition.Load{Busy: 4, LiveWorkers: 1, MinHeld: 2}
+	want := taskstore.Load{Busy: 4, LiveWorkers: 1, MinHeld: 2}
 	if l, err := s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l != want {
 		t.Fatalf("z stopped, holding 2: FairShareLoad = %+v, %v; want %+v", l, err, want)
 	}
@@ -667,8 +668,8 @@ func TestHeartbeatBelowRewritesOnlyLeasesRunningOut(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
-	w := partition.Worker{InstanceID: "w#1", Name: "w"}
+	s := taskstore.NewStore(db, "")
+	w := taskstore.Worker{InstanceID: "w#1", Name: "w"}
 	if _, err := s.Heartbeat(ctx, w, time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}

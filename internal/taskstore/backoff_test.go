@@ -1,4 +1,4 @@
-package partition_test
+package taskstore_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -15,7 +16,7 @@ func TestFailBackoffDoesNotOverflow(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
+	s := taskstore.NewStore(db, "")
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('k', 1)`); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package partition_test
+package taskstore_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -17,7 +18,7 @@ func TestHeartbeatSkipsRowsLockedByOthers(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
+	s := taskstore.NewStore(db, "")
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('a', 5), ('b', 5), ('c', 5)`); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestHeartbeatSkipsRowsLockedByOthers(t *testing.T) {
 	// heartbeat waits for this row at most half of what is left.
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	ren, err := s.Heartbeat(hctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, leases)
+	ren, err := s.Heartbeat(hctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, leases)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestHeartbeatSkipsRowsLockedByOthers(t *testing.T) {
 		t.Fatalf("the skipped lease moved from %s to %s", before, after)
 	}
 	// Once the lock is gone, the next heartbeat renews it.
-	ren, err = s.Heartbeat(ctx, partition.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, leases)
+	ren, err = s.Heartbeat(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, leases)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +99,8 @@ func TestHeartbeatHandsBackItsRowsPastTheirLeases(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
-	w := partition.Worker{InstanceID: "w#1", Name: "w"}
+	s := taskstore.NewStore(db, "")
+	w := taskstore.Worker{InstanceID: "w#1", Name: "w"}
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('listed', 5), ('dropped', 5), ('fresh', 5), ('done', 5)`); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestHeartbeatHandsBackItsRowsPastTheirLeases(t *testing.T) {
 	if err != nil || len(cands) != 1 || cands[0].Key != "dropped" || cands[0].Owned {
 		t.Fatalf("candidates after the hand-back: %v, %v; want dropped, unowned", cands, err)
 	}
-	h, err := s.History(ctx, "dropped", 1)
+	h, err := s.Admin().History(ctx, "dropped", 1)
 	if err != nil || len(h) != 1 || h[0].Kind != partition.EventReleased || h[0].Detail != "expired" || h[0].Version != lease["dropped"].Version {
 		t.Fatalf("dropped's last event: %+v, %v; want released (expired) under the claim's version", h, err)
 	}

@@ -1,4 +1,4 @@
-package partition_test
+package taskstore_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -19,12 +20,12 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	pricing := partition.NewStore(db, "").Kind("pricing")
-	orders := partition.NewStore(db, "").Kind("orders")
-	if _, err := pricing.AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 5}, {Key: "globex", N: 2}}); err != nil {
+	pricing := taskstore.NewStore(db, "").Kind("pricing")
+	orders := taskstore.NewStore(db, "").Kind("orders")
+	if _, err := pricing.Admin().AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 5}, {Key: "globex", N: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := orders.AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 3}, {Key: "initech", N: 1}}); err != nil {
+	if _, err := orders.Admin().AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 3}, {Key: "initech", N: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	available := func(kind, key string) (avail, pos int64) {
@@ -42,7 +43,7 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 		t.Fatalf("orders acme available = %d, want 3", a)
 	}
 
-	keys := func(cs []partition.Candidate) string {
+	keys := func(cs []taskstore.Candidate) string {
 		var out []string
 		for _, c := range cs {
 			out = append(out, c.Key)
@@ -59,8 +60,8 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 	}
 	// The same key at the same version: a claim of the orders' store wins
 	// its own row only.
-	acme := partition.Candidate{Key: "acme", Version: 0}
-	won, err := orders.Claim(ctx, "o#1", time.Minute, []partition.Candidate{acme, {Key: "globex"}})
+	acme := taskstore.Candidate{Key: "acme", Version: 0}
+	won, err := orders.Claim(ctx, "o#1", time.Minute, []taskstore.Candidate{acme, {Key: "globex"}})
 	if err != nil || len(won) != 1 || won[0].Key != "acme" || won[0].Available != 3 {
 		t.Fatalf("orders' claim = %+v, %v; want its own acme (3 items) only, not pricing's globex", won, err)
 	}
@@ -68,7 +69,7 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 	if c, err := pricing.Candidates(ctx, 10); err != nil || len(c) != 2 {
 		t.Fatalf("pricing candidates after the orders' claim = %v, %v; want both still claimable", c, err)
 	}
-	won, err = pricing.Claim(ctx, "p#1", time.Minute, []partition.Candidate{acme})
+	won, err = pricing.Claim(ctx, "p#1", time.Minute, []taskstore.Candidate{acme})
 	if err != nil || len(won) != 1 || won[0].Available != 5 {
 		t.Fatalf("pricing's claim of acme = %+v, %v; want its own (5 items)", won, err)
 	}
@@ -79,10 +80,10 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 
 	// Heartbeats renew their own kind's lease only, even given the other's
 	// (same key and version) with the other's owner.
-	if rs, err := orders.Heartbeat(ctx, partition.Worker{InstanceID: "p#1", Name: "p"}, time.Minute, []partition.Lease{pl}); err != nil || len(rs) != 0 {
+	if rs, err := orders.Heartbeat(ctx, taskstore.Worker{InstanceID: "p#1", Name: "p"}, time.Minute, []partition.Lease{pl}); err != nil || len(rs) != 0 {
 		t.Fatalf("an orders heartbeat for pricing's owner = %v, %v; want nothing renewed", rs, err)
 	}
-	if rs, err := orders.Heartbeat(ctx, partition.Worker{InstanceID: "o#1", Name: "o"}, time.Minute, []partition.Lease{ol}); err != nil || len(rs) != 1 || rs[0].Available != 3 {
+	if rs, err := orders.Heartbeat(ctx, taskstore.Worker{InstanceID: "o#1", Name: "o"}, time.Minute, []partition.Lease{ol}); err != nil || len(rs) != 1 || rs[0].Available != 3 {
 		t.Fatalf("orders' heartbeat = %v, %v; want its acme (3 items)", rs, err)
 	}
 
@@ -113,7 +114,7 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 	if _, pos := available("pricing", "acme"); pos != 0 {
 		t.Fatalf("pricing acme position = %d after the orders' batch, want 0", pos)
 	}
-	if v, pos, err := orders.Progress(ctx, "acme"); err != nil || pos != 3 || v != ol.Version {
+	if v, pos, err := orders.Admin().Progress(ctx, "acme"); err != nil || pos != 3 || v != ol.Version {
 		t.Fatalf("orders' progress = v%d %d, %v", v, pos, err)
 	}
 	if rel, err := orders.Release(ctx, "o#1", []partition.Lease{ol}); err != nil || len(rel) != 1 {
@@ -134,10 +135,10 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 	if r, err := pricing.Fail(ctx, "p#1", pl, "boom", time.Second, time.Second, 1); err != nil || !r.Quarantined {
 		t.Fatalf("pricing's Fail = %+v, %v", r, err)
 	}
-	if changed, err := orders.Retry(ctx, "acme"); err != nil || changed {
+	if changed, err := orders.Admin().Retry(ctx, "acme"); err != nil || changed {
 		t.Fatalf("orders' retry of acme = %v, %v; want nothing to do (its acme never failed)", changed, err)
 	}
-	if _, err := orders.Retry(ctx, "globex"); !errors.Is(err, partition.ErrNotFound) {
+	if _, err := orders.Admin().Retry(ctx, "globex"); !errors.Is(err, partition.ErrNotFound) {
 		t.Fatalf("orders' retry of globex = %v, want ErrNotFound (a pricing partition)", err)
 	}
 	if n, err := orders.QuarantinedCount(ctx); err != nil || n != 0 {
@@ -148,8 +149,8 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 	}
 
 	// Status, history and the fair-share inputs are the kind's own.
-	status := func(s *partition.Store) map[string]string {
-		parts, _, err := s.Status(ctx)
+	status := func(s *taskstore.Store) map[string]string {
+		parts, _, err := s.Admin().Status(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +166,7 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 	if got := status(pricing); len(got) != 2 || got["acme"] != partition.StateQuarantined || got["globex"] != partition.StatePending {
 		t.Fatalf("pricing's status = %v", got)
 	}
-	hist, err := orders.History(ctx, "acme", 10)
+	hist, err := orders.Admin().History(ctx, "acme", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 	if len(hist) != 2 {
 		t.Fatalf("orders' history of acme = %+v; want its claim and release", hist)
 	}
-	if _, err := pricing.Heartbeat(ctx, partition.Worker{InstanceID: "p#1", Name: "p"}, time.Minute, nil); err != nil {
+	if _, err := pricing.Heartbeat(ctx, taskstore.Worker{InstanceID: "p#1", Name: "p"}, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	if l, err := orders.FairShareLoad(ctx, "o#1", 8, time.Minute); err != nil || l.LiveWorkers != 1 || l.Busy != 1 || l.Unclaimed != 1 {
