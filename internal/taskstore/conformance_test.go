@@ -101,7 +101,9 @@ func (h *pgHarness) Fail(ctx context.Context, owner string, l partition.Lease, c
 	return h.s.Fail(ctx, owner, l, cause, storetest.Backoff, storetest.MaxBackoff, maxAttempts)
 }
 
-func (h *pgHarness) Retry(ctx context.Context, key string) (bool, error) { return h.s.Admin().Retry(ctx, key) }
+func (h *pgHarness) Retry(ctx context.Context, key string) (bool, error) {
+	return h.s.Admin().Retry(ctx, key)
+}
 
 func (h *pgHarness) Progress(ctx context.Context, key string) (int64, int64, error) {
 	return h.s.Admin().Progress(ctx, key)
