@@ -71,7 +71,7 @@
 // the entry dies when the row is claimed; since a row's key is the time
 // it became claimable and the earliest are claimed first, the dead
 // entries lie below the live ones, and a worker reads the index from a
-// floor (taskstore.FloorMargin below the earliest claimable row its last
+// floor (FloorMargin, ten seconds, below the earliest claimable row its last
 // read found) instead of from the start: a read walks the entries of the
 // last moments' claims, not all those a held snapshot keeps. The floor
 // only chooses where a read starts; nothing about ownership depends on
@@ -361,8 +361,10 @@
 //   - release.go: Release, Failure (back-off, quarantine) and loss.
 //   - config.go, event.go, history.go, trace.go: settings, events,
 //     ownership history and tracing.
-//   - The statements themselves are in package partition (store.go); lease
-//     renewal and the local deadline in package heartbeat.
+//   - The statements themselves are in internal/taskstore (store.go,
+//     statements.go, claimbatch.go, claimgroup.go); the producers' and
+//     operators' (AddWork, Status, Progress, Retry, History) in package
+//     partition; lease renewal and the local deadline in package heartbeat.
 //
 // # States
 //

@@ -1,9 +1,11 @@
-// Package partition is baton's task table: the rows that say which worker
-// owns which partition of work, how much work each has and how far it has
-// got. Producers use it to add work; operators and services use it to see
-// and repair the state of the work; package distributor uses it to claim,
-// renew, fence and advance partitions (its safety argument, in package
-// distributor's documentation, is stated in terms of these statements).
+// Package partition is baton's task table seen from outside the workers:
+// the rows that say which worker owns which partition of work, how much
+// work each has and how far it has got. Producers use it to add work;
+// operators and services use it to see and repair the state of the work.
+// The statements the distributor runs on these rows (claim, renew, fence,
+// advance, release) are internal; the types they share with their callers
+// (Lease, Checkpoint, Held, Renewal, the events and notifications) are
+// here.
 //
 // # Partitions and work items
 //
@@ -29,11 +31,12 @@
 // running at once are numbered one after the other, never the same. The
 // kind's workers are woken by a notification delivered at commit, which
 // also says when the statement ran: workers read claimable partitions from
-// a floor that moves with time (see FloorMargin), and a partition made
+// a floor that moves with time (ten seconds below the earliest claimable
+// partition their last read found), and a partition made
 // claimable long before its transaction commits is found from that time.
 // Where no notification reaches the workers (through a transaction pooler
 // without a listen connection, or for task rows written by hand-written
-// SQL in a transaction that stays open past FloorMargin), such a partition
+// SQL in a transaction that stays open past that margin), such a partition
 // waits for a worker's next read from the start, one in 256.
 //
 // # Seeing and repairing
@@ -41,15 +44,18 @@
 // Status lists the kind's partitions (state, owner, processed, pending,
 // last error) and workers; History and RecentEvents read a partition's
 // history of claims, takeovers, hand-backs, failures and retries (table
-// events), pruned by PruneEvents. Retry re-enables a partition that failed
+// events), which the workers prune. Progress re-reads a partition's
+// version and position. Retry re-enables a partition that failed
 // too often (quarantined) or is backing off.
 //
 // # The protocol's statements
 //
-// The other methods (Candidates, Claim, HeartbeatBelow, Fence, Advance,
-// Release, Fail and the group and fair-share statements) are the
-// distributor's. Each names its kind and locks task rows in (kind,
-// partition_key) order, with the lock modes the Store's documentation
-// lists; a producer that writes task rows itself must follow the same
-// rules, and should use AddWork instead.
+// The statements that claim, renew, fence, advance, release and fail
+// partitions, and the fair-share and claim-floor reads, are the
+// distributor's and not part of this package: they are internal to baton
+// (internal/taskstore), held to a conformance suite shared with the
+// simulator's model. Each names its kind and locks task rows in (kind,
+// partition_key) order, with the lock modes Store's documentation lists; a
+// producer that writes task rows itself must follow the same rules, and
+// should use AddWork instead.
 package partition

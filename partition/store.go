@@ -43,7 +43,7 @@ const (
 // microseconds since the Unix epoch on the database's clock, at which
 // their statement made partitions claimable (PayloadSince): their
 // transaction may commit long after, and a worker that hears it reads the
-// claimable rows from that time on (Store.LowerFloor).
+// claimable rows from that time on (it lowers its claim floor).
 func NotifyPayload(reason, kind string) string { return reason + " " + kind }
 
 // ParsePayload splits a notification's payload into its reason and kind;
@@ -97,7 +97,7 @@ type Renewal struct {
 	// renewed this time. It is still this owner's for Remaining.
 	Locked bool
 	// Fresh says the lease had more left than the heartbeat renews
-	// (HeartbeatBelow), so it was checked, still this owner's, but not
+	// (the renewal threshold), so it was checked, still this owner's, but not
 	// renewed. It is this owner's for Remaining.
 	Fresh     bool
 	Remaining time.Duration // lease time left, database clock (Locked or Fresh)
@@ -225,9 +225,9 @@ type Checkpoint struct {
 	Traceparent string
 }
 
-// ErrCheckpointMoved is returned by Advance when the checkpoint is no
-// longer the one the fence read, although the claim is still current: an
-// earlier commit of the same claim, whose outcome the worker could not
+// ErrCheckpointMoved is returned by a batch's checkpoint update when the
+// checkpoint is no longer the one the fence read, although the claim is
+// still current: an earlier commit of the same claim, whose outcome the worker could not
 // learn, has applied in the meantime. The batch must roll back and be
 // retried from the new checkpoint.
 var ErrCheckpointMoved = errors.New("checkpoint moved since the fence read it")

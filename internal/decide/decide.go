@@ -43,7 +43,7 @@ type Share struct {
 }
 
 // PlanShare decides the fair share from the load read by
-// partition.Store.FairShareLoad and the worker's held partitions (not
+// taskstore.Store.FairShareLoad and the worker's held partitions (not
 // counting those already being handed back; idle of them caught up and
 // waiting for work, in leader mode).
 func PlanShare(load taskstore.Load, held, idle int, leader bool, maxPartitions int) Share {
@@ -213,7 +213,7 @@ func Confirmed(streak, confirm int) bool { return streak >= confirm }
 // Backoff is base doubled per earlier failure, capped at limit: the delay
 // before a failed claim round is retried (failures: consecutive failed
 // rounds before this one) and a failed partition's back-off (failures: its
-// attempts before this failure; partition.Store.Fail computes the same in
+// attempts before this failure; taskstore.Store.Fail computes the same in
 // SQL).
 func Backoff(base, limit time.Duration, failures int) time.Duration {
 	d := base

@@ -15,7 +15,7 @@ import (
 	"github.com/batonhq/baton/partition"
 )
 
-// The model store is held to the contract partition.Store passes on
+// The model store is held to the contract taskstore.Store passes on
 // PostgreSQL (see TestStoreContract in package partition): the same cases,
 // through the same statements the simulated workers send.
 func TestModelStoreContract(t *testing.T) {
@@ -372,7 +372,7 @@ func (b *modelClaimBatch) ClaimAdvance(_ context.Context, from, to int64, releas
 // BeginGroup fences the candidates in key order, each in a claim
 // transaction of its own, up to limit: the model has no multi-row claim
 // transaction. Its group statements do to each member what the lone ones
-// do (partition.Store's lone statements are groups of one), and the
+// do (taskstore.Store's lone statements are groups of one), and the
 // harness runs them back to back with nothing in between, so the suite
 // sees them as one statement; the members commit (or roll back) together.
 func (h *modelHarness) BeginGroup(ctx context.Context, owner string, cands []taskstore.Candidate, limit int) (storetest.GroupBatch, []taskstore.Fenced, error) {

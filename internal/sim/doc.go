@@ -1,7 +1,7 @@
 // Package sim is a deterministic simulation of baton's work-distribution
 // protocol: many workers following the algorithm of packages distributor
 // and heartbeat, against a model of the task table with the same
-// compare-and-set, lease and fencing semantics as partition.Store's SQL, on
+// compare-and-set, lease and fencing semantics as taskstore.Store's SQL, on
 // a virtual clock, under injected faults. Invariants are checked at every
 // step, over thousands of random schedules in seconds.
 //
@@ -20,7 +20,7 @@
 // live (decide.Stale); a live worker's row past its lease is handed back
 // by that worker's next heartbeat, which also rewrites only the leases
 // below the renewal threshold and returns the others fresh.
-// Statements are those of partition.Store, with their row locks and
+// Statements are those of taskstore.Store, with their row locks and
 // PostgreSQL's conflict table: the fence takes FOR KEY SHARE, which
 // conflicts only with FOR UPDATE; claims, releases, failures and operator
 // retries take FOR UPDATE (claims with SKIP LOCKED); heartbeats, the
@@ -134,7 +134,7 @@
 //
 // Claims in groups (distributor.Config.ClaimGroup) are modelled as lone
 // claims with their first batches (whose statements are a group of one in
-// partition.Store, held to the model by the ClaimWithBatch cases of the
+// taskstore.Store, held to the model by the ClaimWithBatch cases of the
 // conformance suite; its ClaimGroup cases run the group statements on
 // PostgreSQL and, on the model, as lone fences and claims run back to
 // back in key order and committed together). The model's heartbeat waits
@@ -164,7 +164,7 @@
 //
 // # The model is held to the store's contract
 //
-// The model store runs the same conformance suite as partition.Store on
+// The model store runs the same conformance suite as taskstore.Store on
 // PostgreSQL (package internal/storetest): TestModelStoreContract here,
 // TestStoreContract in package partition. A model statement that drifts
 // from the SQL fails a case; TestBrokenModelStoresFailTheContract checks
@@ -180,7 +180,7 @@
 // with the first transaction's locks, so it reads the old checkpoint, and
 // its checkpoint update, which then compared only the version, committed
 // the same items a second time. The checkpoint update now also compares the
-// position read under the fence (partition.Store.Advance; a mismatch is the
+// position read under the fence (taskstore.Store.Advance; a mismatch is the
 // transient ErrCheckpointMoved), which Config.AdvanceCAS models and the
 // default schedules run with. TestUnknownCommitOutcomeRace keeps the race
 // reproducible with AdvanceCAS off.

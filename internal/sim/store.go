@@ -694,7 +694,7 @@ func (st *store) exec(x *stmt) {
 
 	switch req.kind {
 	case reqHeartbeat:
-		// partition.Store.HeartbeatBelow: the worker's row, the listed
+		// taskstore.Store.HeartbeatBelow: the worker's row, the listed
 		// leases still ours (those with less than renewBelow left rewritten
 		// under FOR NO KEY UPDATE, waited for as renewWaiting does; the
 		// others returned fresh with what they have left), and the hand-back
@@ -963,7 +963,7 @@ func (st *store) exec(x *stmt) {
 		st.acquire(x, r, lockKeyShare, check)
 
 	case reqFenceUnowned:
-		// partition.Store.FenceUnowned: the unowned, claimable row at the
+		// taskstore.Store.FenceUnowned: the unowned, claimable row at the
 		// candidate's version, FOR KEY SHARE SKIP LOCKED, and the
 		// transaction-scoped advisory lock, not waited for.
 		r := st.rows[t.lease.key]
@@ -992,7 +992,7 @@ func (st *store) exec(x *stmt) {
 		st.done(x, response{position: r.position, available: r.available, version: r.version})
 
 	case reqClaimAdvance:
-		// partition.Store.ClaimAdvance: Claim's compare-and-set under FOR
+		// taskstore.Store.ClaimAdvance: Claim's compare-and-set under FOR
 		// UPDATE SKIP LOCKED, the checkpoint compare-and-set, and the
 		// release when asked; applied at commit (applyCommit).
 		r := st.rows[t.lease.key]
@@ -1220,7 +1220,7 @@ func (st *store) applyCommit(t *txn) {
 	}
 }
 
-// fairShareLoad is partition.Store.FairShareLoad for worker self with
+// fairShareLoad is taskstore.Store.FairShareLoad for worker self with
 // room for maxPartitions: live workers and the partitions they hold (as
 // their heartbeats, claims and releases wrote them), the leases of workers
 // that stopped within a lease's length, and the claimable rows (unowned

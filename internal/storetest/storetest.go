@@ -1,11 +1,11 @@
 // Package storetest is the contract of the task store, as one conformance
 // suite that every implementation runs: the PostgreSQL store
-// (partition.Store) and the simulator's model of it (internal/sim). The
+// (taskstore.Store) and the simulator's model of it (internal/sim). The
 // model is only worth its schedules if it does what the SQL does; running
 // both against the same cases is what keeps it from drifting.
 //
 // An implementation provides a Harness: the store's operations, in
-// partition.Store's types, and a Fixture to set rows up and to move time
+// taskstore.Store's types, and a Fixture to set rows up and to move time
 // past a lease or a registration (by back-dating, never by waiting). Every
 // case gets a fresh, empty store. Durations are the suite's: leases and
 // registrations last TTL, failures back off from Backoff up to MaxBackoff.
@@ -51,7 +51,7 @@ const (
 // RenewBelow is the heartbeat's rewrite threshold in the suite.
 var RenewBelow = decide.RenewBelow(TTL, HeartbeatInterval, SafetyMargin)
 
-// Store is the store's contract: the partition.Store statements that
+// Store is the store's contract: the taskstore.Store statements that
 // production code runs (package distributor; TestSuiteCoversProduction in
 // package partition checks the list), with the lease duration, thresholds
 // and back-offs fixed to the suite's.
@@ -62,19 +62,19 @@ type Store interface {
 	// HeartbeatBelow registers (or renews) owner's worker row, saying it
 	// wants wanted more partitions, rewrites its listed leases with less
 	// than RenewBelow left, returns the others Fresh, and hands back its
-	// unlisted rows past their leases (partition.Store.HeartbeatBelow).
+	// unlisted rows past their leases (taskstore.Store.HeartbeatBelow).
 	HeartbeatBelow(ctx context.Context, owner string, wanted int, leases []partition.Lease) ([]partition.Renewal, error)
 	Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error)
-	// Release is partition.Store.ReleaseFor.
+	// Release is taskstore.Store.ReleaseFor.
 	Release(ctx context.Context, owner string, leases []partition.Lease) ([]string, error)
 	Fail(ctx context.Context, owner string, l partition.Lease, cause string, maxAttempts int) (taskstore.FailResult, error)
 	Retry(ctx context.Context, key string) (bool, error)
 	Progress(ctx context.Context, key string) (version, position int64, err error)
-	// FairShareLoad is partition.Store.FairShareLoad for worker self with
+	// FairShareLoad is taskstore.Store.FairShareLoad for worker self with
 	// room for MaxPartitions and leases of TTL.
 	FairShareLoad(ctx context.Context, self string) (taskstore.Load, error)
 	QuarantinedCount(ctx context.Context) (int, error)
-	// PendingWork is partition.Store.PendingWork: whether any partition
+	// PendingWork is taskstore.Store.PendingWork: whether any partition
 	// has work left that is not quarantined.
 	PendingWork(ctx context.Context) (bool, error)
 	StopWorker(ctx context.Context, owner string) error
@@ -82,11 +82,11 @@ type Store interface {
 	Begin(ctx context.Context, owner string, l partition.Lease) (Batch, partition.Checkpoint, error)
 	// BeginClaim opens the transaction of an unowned candidate's claim
 	// with its first batch and fences the candidate in it
-	// (partition.Store.FenceUnowned).
+	// (taskstore.Store.FenceUnowned).
 	BeginClaim(ctx context.Context, owner string, cand taskstore.Candidate) (ClaimBatch, partition.Checkpoint, error)
 	// BeginGroup opens the transaction of a group of such claims and
 	// fences up to limit of the candidates in it
-	// (partition.Store.FenceUnownedGroup), returning those fenced.
+	// (taskstore.Store.FenceUnownedGroup), returning those fenced.
 	BeginGroup(ctx context.Context, owner string, cands []taskstore.Candidate, limit int) (GroupBatch, []taskstore.Fenced, error)
 }
 
@@ -103,7 +103,7 @@ type GroupStep struct {
 type GroupBatch interface {
 	// ClaimAdvanceGroup writes every step's items, then claims every
 	// member, moves its checkpoint and releases those asked, all or
-	// nothing (partition.Store.ClaimAdvanceGroup); it returns the
+	// nothing (taskstore.Store.ClaimAdvanceGroup); it returns the
 	// members' leases, or taskstore.ErrClaimLost.
 	ClaimAdvanceGroup(ctx context.Context, steps []GroupStep) ([]partition.Lease, error)
 	Commit(ctx context.Context) error
@@ -115,7 +115,7 @@ type GroupBatch interface {
 type ClaimBatch interface {
 	// ClaimAdvance writes items from+1 … to, then claims the candidate
 	// and moves its checkpoint from from to to, releasing it again with
-	// release (partition.Store.ClaimAdvance); it returns the claim's
+	// release (taskstore.Store.ClaimAdvance); it returns the claim's
 	// lease.
 	ClaimAdvance(ctx context.Context, from, to int64, release bool) (partition.Lease, error)
 	Commit(ctx context.Context) error
@@ -154,7 +154,7 @@ type Harness interface {
 }
 
 // Kinds is a Harness whose store keeps partitions of several kinds
-// (partition.Store.Kind) apart: Store and Fixture work on the default
+// (taskstore.Store.Kind) apart: Store and Fixture work on the default
 // kind, and the suite's kind cases run only against a harness that
 // implements Kinds (the simulator's model has one kind, which its workers
 // share).

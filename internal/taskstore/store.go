@@ -55,16 +55,17 @@ type Worker struct {
 }
 
 // Store runs the protocol's statements against the tasks table, on the
-// task rows of one kind (Kind; DefaultKind unless set). Its methods are
-// safe for concurrent use.
+// task rows of one kind (Kind; partition.DefaultKind unless set). Its
+// methods are safe for concurrent use. Admin returns the producers' and
+// operators' partition.Store over the same rows.
 //
 // A kind is the processor a partition belongs to, as a job's kind names its
 // queue: several processors may share baton's schema, with partitions of
 // the same names, and each sees only its own. A partition is (kind,
 // partition_key); every statement of a Store, claims, renewals, fences,
-// releases, failures, retries, status and producers alike, names its kind,
-// so a Store of one kind can neither claim, advance, release nor add work
-// to another kind's rows.
+// releases and failures alike (and partition.Store's), names its kind, so
+// a Store of one kind can neither claim, advance nor release another
+// kind's rows.
 //
 // Row-lock discipline (producers must follow it too):
 //   - every statement that changes ownership (version) first locks the row
@@ -94,7 +95,7 @@ type Store struct {
 }
 
 // NewStore returns a Store over db (a *bun.DB, a connection or a
-// transaction) for the task rows of kind DefaultKind in PostgreSQL schema
+// transaction) for the task rows of kind partition.DefaultKind in PostgreSQL schema
 // schemaName; empty means schema.Default ("baton"). Every statement names
 // its tables with that schema, so the session's search_path does not
 // matter. Kind binds it to another kind.
@@ -103,13 +104,10 @@ func NewStore(db bun.IDB, schemaName string) *Store {
 }
 
 // Kind returns a copy of s for the task rows of kind (empty means
-// DefaultKind): its statements claim, renew, fence, release, retry, report
-// and add work to rows of that kind only, and its workers count towards
-// that kind's fair share only. Producers refuse a kind that ValidateKind
-// refuses (a distributor validates its Config.Kind).
-//
-//	orders := partition.NewStore(db, "").Kind("orders")
-//	r, err := orders.AddWork(ctx, tx, customer, n) // an "orders" partition
+// partition.DefaultKind), with a claim floor of its own: its statements
+// claim, renew, fence and release rows of that kind only, and its workers
+// count towards that kind's fair share only (a distributor validates its
+// Config.Kind with partition.ValidateKind).
 func (s *Store) Kind(kind string) *Store {
 	c := *s
 	c.kind = cmp.Or(kind, partition.DefaultKind)
