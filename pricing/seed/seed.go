@@ -88,29 +88,36 @@ func ParseShape(text string) (Shape, error) {
 		return s, fmt.Errorf("shape %q: %q is not a number", text, param)
 	}
 	s.Param = p
-	if err := s.Validate(); err != nil {
-		return Shape{}, err
+	if why := s.problem(); why != "" {
+		return Shape{}, fmt.Errorf("shape %q: %s", text, why)
 	}
 	return s, nil
 }
 
 // Validate reports whether the shape can be generated.
 func (s Shape) Validate() error {
+	if why := s.problem(); why != "" {
+		return fmt.Errorf("shape %s: %s", s, why)
+	}
+	return nil
+}
+
+// problem says what is wrong with s, or "".
+func (s Shape) problem() string {
 	switch s.Kind {
 	case Uniform:
-		return nil
 	case Zipf:
 		if !(s.Param > 0) || math.IsInf(s.Param, 0) {
-			return fmt.Errorf("shape %s: the Zipf exponent must be a number above 0", s)
+			return "the Zipf exponent must be a number above 0"
 		}
 	case Hot:
 		if !(s.Param > 0 && s.Param < 1) {
-			return fmt.Errorf("shape %s: the hot contract's fraction must lie strictly between 0 and 1", s)
+			return "the hot contract's fraction must lie strictly between 0 and 1"
 		}
 	default:
-		return fmt.Errorf("unknown shape kind %d", int(s.Kind))
+		return fmt.Sprintf("unknown shape kind %d", int(s.Kind))
 	}
-	return nil
+	return ""
 }
 
 // String is the shape's text form, as ParseShape reads it.
