@@ -10,11 +10,12 @@ import (
 )
 
 // scenarioNames are the scenarios in the order they run.
-var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "horizon", "micro", "profile", "scale"}
+var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "horizon", "micro", "profile", "scale", "shapes"}
 
 // optInScenarios run only when named: they take far longer than the rest
-// (scale loads, prices and exports 100M records).
-var optInScenarios = []string{"scale"}
+// (scale loads, prices and exports 100M records; shapes seeds, loads and
+// prices six data sets of 1M records, each with its ceiling).
+var optInScenarios = []string{"scale", "shapes"}
 
 // config holds every knob of a report run. Defaults finish the full run in
 // about 15 minutes on a 2-core machine; -quick scales everything down to a
@@ -40,9 +41,10 @@ type config struct {
 	// events
 	eventsRepeat int
 
-	// horizon and scale (their own files)
+	// horizon, scale and shapes (their own files)
 	horizon horizonConfig
 	scale   scaleConfig
+	shapes  shapesConfig
 
 	// peers
 	peerWorkers   intList
@@ -177,6 +179,7 @@ func parseConfig(args []string) (config, error) {
 	fs.BoolVar(&c.merge, "merge", false, "keep -out's results.json and replace only the scenarios run now")
 	c.horizon.flags(fs)
 	c.scale.flags(fs)
+	c.shapes.flags(fs)
 	fs.StringVar(&c.previous, "previous", "", "an earlier results.json whose headline figures are shown beside the new ones")
 
 	fs.IntVar(&c.contracts, "contracts", c.contracts, "throughput: contracts")
@@ -226,6 +229,7 @@ func parseConfig(args []string) (config, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if c.quick {
 		c.applyQuick(set)
+		c.shapes.applyQuick()
 	}
 	if c.profile != "auto" && c.profile != "always" && c.profile != "never" {
 		return c, fmt.Errorf("-profile %q: want auto, always or never", c.profile)

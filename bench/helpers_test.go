@@ -20,6 +20,7 @@ func TestClassifyNormalisedStatements(t *testing.T) {
 		`INSERT INTO baton.priced (contract_id, seq) SELECT $1, s FROM unnest($2::bigint[])`:                                                                                                                                                                               "write priced",
 		`SELECT seq, record_id, amount_minor FROM baton.records WHERE contract_id = $1 AND seq > $2`:                                                                                                                                                                       "read records",
 		`SELECT first_seq, record_ids, amounts FROM baton.record_chunks WHERE contract_id = $1 AND first_seq >= coalesce(( SELECT max(first_seq) FROM baton.record_chunks WHERE contract_id = $1 AND first_seq <= $2 + $3), $4) AND first_seq <= $2 + $5`:                  "read records",
+		`copy "baton"."priced" ( "contract_id", "seq", "record_id" ) from stdin binary;`:                                                                                                                                                                                   "write priced",
 		`commit`:                          "commit",
 		`SELECT pg_try_advisory_lock($1)`: "advisory lock",
 	}

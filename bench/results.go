@@ -23,6 +23,7 @@ type results struct {
 	Micro       *microResult      `json:"micro,omitempty"`
 	Horizon     *horizonResult    `json:"horizon,omitempty"`
 	Scale       *scaleResult      `json:"scale,omitempty"`
+	Shapes      *shapesResult     `json:"shapes,omitempty"`
 	Profiles    []profileResult   `json:"profiles,omitempty"`
 	Experiments []modeRun         `json:"experiments,omitempty"`
 	Errors      []string          `json:"errors,omitempty"`
@@ -134,6 +135,8 @@ func (r *results) forget(scenarios []string) {
 			r.Horizon = nil
 		case "scale":
 			r.Scale = nil
+		case "shapes":
+			r.Shapes = nil
 		case "profile":
 			r.Profiles, r.Experiments = nil, nil
 		}

@@ -58,7 +58,7 @@ func classify(q string) string {
 		return "advance checkpoint"
 	case has("FROM records") && has("seq >"), has("FROM record_chunks", "first_seq <="):
 		return "read records"
-	case has("INSERT INTO priced"):
+	case has("INSERT INTO priced"), strings.HasPrefix(upper, "COPY") && has("priced"): // pgx's CopyFrom: copy "baton"."priced" (…) from stdin binary
 		return "write priced"
 	case has("FROM tiers"):
 		return "read tiers"

@@ -169,6 +169,11 @@ func TestFlagMessagesNameTheFlags(t *testing.T) {
 		{[]string{"schedule", "demo", "--workers", "2"}, "--workers must be at least 3, got 2"},
 		{[]string{"demo", "--kill-at", "1"}, "--kill-at must be below 1"},
 		{[]string{"demo", "--kill-at", "NaN"}, "--kill-at must be a number, got NaN"},
+		{[]string{"seed", "--shape", "pareto:1.1"}, `--shape "pareto:1.1": want uniform, zipf:S (say zipf:1.1) or hot:F (say hot:0.5)`},
+		{[]string{"seed", "--shape", "zipf"}, `--shape "zipf": want zipf:S`},
+		{[]string{"seed", "--shape", "zipf:0"}, `--shape "zipf:0": the Zipf exponent must be a number above 0`},
+		{[]string{"seed", "--shape", "hot:1"}, `--shape "hot:1": the hot contract's fraction must lie strictly between 0 and 1`},
+		{[]string{"seed", "--shape", "hot:x"}, `--shape "hot:x": "x" is not a number`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()
