@@ -1,5 +1,11 @@
 // Package heartbeat keeps a worker's leases alive.
 //
+// The distributor and package leader use it; an embedder rarely does.
+// Give New the storage of the leases (a Renewer) and Start the service;
+// Track each lease as soon as it is claimed, process its partition only
+// once Confirmed is closed and only under the lease's Context, which ends
+// when the lease is lost or expires, and Release it when done.
+//
 // Every Interval the service renews the worker and all the leases it tracks
 // with one statement (Renewer.Renew). For each lease it keeps:
 //

@@ -3,6 +3,17 @@
 // outlives any single task, so the same process keeps the role until it
 // dies or resigns.
 //
+// # Use
+//
+// Create an Elector over the database (New) and Start it; Campaign blocks
+// until this process leads the name and returns the Leadership, whose Token
+// grows with every change of leader. Do the leader's work while Done is
+// open (or under Context), and make every database write that must come
+// from the leader only in a transaction that calls Check first: such a
+// write cannot commit once another leader has been elected. Pass Token to
+// other systems so that they can refuse an earlier leader's writes. Resign
+// hands the role over at once; Stop without resigning lets it run out.
+//
 // # Protocol
 //
 // A leadership is a row of table leaderships with the task row's ownership
