@@ -4,6 +4,14 @@
 // time, the age of the oldest transaction holding back the xmin horizon
 // and the dead row versions of baton's tables (package horizon), so that
 // an alert can be written on them.
+//
+// A worker creates its Metrics with New, wires them into its distributor's
+// configuration with Instrument before distributor.New and gives them the
+// distributor with Watch; Listen then serves /metrics (the "baton_"
+// metrics and the Go and process collectors, on a registry of their own),
+// /healthz (always "ok" while the process serves) and /readyz ("ready"
+// while the given check passes, 503 otherwise). Scheduled jobs report
+// through OnJobRun (schedule.Config.OnRun).
 package metrics
 
 import (

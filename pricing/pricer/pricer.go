@@ -8,6 +8,24 @@
 // from it is exact: the next record's net is R(G1) − R(G) whatever batch
 // boundaries and takeovers came before, so per-record nets always add up to
 // the contract-level rounded net.
+//
+// # Use
+//
+// A pricing worker runs New's processor under a distributor of kind Kind
+// over the contracts the loader (package ingest) created:
+//
+//	d, err := distributor.New(db, pricer.New(""), distributor.Config{Name: "worker-1"})
+//	...
+//	err = d.Run(ctx)
+//
+// Around it, the package gives an operator what a pricing run needs:
+// CheckProgress (how many records are priced, cheaply, at any time),
+// Verify (once pricing is complete: every contract's total recomputed in
+// SQL numeric arithmetic, independently of the Go engine, and checked
+// against the priced rows), VerifyCommitted (the same for what is
+// committed while pricing is under way) and retention (LoadsOlderThan and
+// PruneLoads remove the records and priced rows of old, fully priced
+// loads, keeping their sums so that totals and verification still hold).
 package pricer
 
 import (
