@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonhq/baton/schema"
 	"github.com/uptrace/bun"
 )
 
@@ -202,9 +203,10 @@ SELECT relname::text, n_live_tup, n_dead_tup, greatest(last_vacuum, last_autovac
  ORDER BY n_dead_tup DESC, relname`
 
 // Read reads the holders of the horizon and the dead row versions of the
-// tables in schemaName, and warns past warnAfter (WarnAfterDefault when 0;
-// a negative value warns always).
+// tables in schemaName (schema.Default, "baton", when empty), and warns
+// past warnAfter (WarnAfterDefault when 0; a negative value warns always).
 func Read(ctx context.Context, db bun.IDB, schemaName string, warnAfter time.Duration) (Report, error) {
+	schemaName = cmp.Or(schemaName, schema.Default)
 	r := Report{WarnAfter: cmp.Or(warnAfter, WarnAfterDefault)}
 	rows, err := db.QueryContext(ctx, holdersSQL)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,13 @@ func TestReadReportsARepeatableReadTransactionAndDeadRows(t *testing.T) {
 	}
 	if r.Warning && strings.Contains(r.Reason, app) {
 		t.Fatalf("warning below the threshold: %s", r.Reason)
+	}
+	// No schema named: baton's default one, as everywhere else.
+	r, err = horizon.Read(ctx, db, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(r.Tables, func(tb horizon.Table) bool { return tb.Name == "tasks" }) {
+		t.Fatalf("Read with no schema named: tables %+v, want baton's", r.Tables)
 	}
 }
