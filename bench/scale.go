@@ -247,7 +247,8 @@ type scalePipeline struct {
 	url     string
 	tiers   string
 	records string
-	db      *bun.DB
+	db      *bun.DB    // conn's, for the bench's own reads
+	conn    *dbconn.DB // opened by open
 }
 
 // openScalePipeline creates r's database (migrated) and directory.
@@ -349,16 +350,14 @@ func (p *scalePipeline) export() error {
 
 // verify runs pricer.Verify, the independent SQL recomputation.
 func (p *scalePipeline) verify() error {
-	db, err := dbconn.Open(p.url, dbconn.Options{MaxOpenConns: 4, ApplicationName: "bench-scale"})
-	if err != nil {
+	if err := p.open(); err != nil {
 		return err
 	}
-	p.db = db.DB
 	r := p.r
 	p.e.checkpoint(p.ctx)
 	log.Printf("scale: %d records: verifying (pricer.Verify)", r.Records)
 	t0 := time.Now()
-	sum, err := pricer.Verify(p.ctx, db, "")
+	sum, err := pricer.Verify(p.ctx, p.conn, "")
 	if err != nil {
 		return fmt.Errorf("verifying %d records: %w", r.Records, err)
 	}
@@ -373,10 +372,26 @@ func (p *scalePipeline) verify() error {
 	return nil
 }
 
+// open opens the bench's own handle on the pipeline's database, once.
+func (p *scalePipeline) open() error {
+	if p.db != nil {
+		return nil
+	}
+	db, err := dbconn.Open(p.url, dbconn.Options{MaxOpenConns: 4, ApplicationName: "bench-scale"})
+	if err != nil {
+		return err
+	}
+	p.conn, p.db = db, db.DB
+	return nil
+}
+
 // measure takes the database's bytes by table and, for the run of
 // -scale-storage-records, compares the priced-output layouts.
 func (p *scalePipeline) measure(sr *scaleResult) error {
 	r, c := p.r, p.e.cfg.scale
+	if err := p.open(); err != nil { // not yet opened when the stages stopped before verify
+		return err
+	}
 	var err error
 	if r.Tables, r.DBBytes, err = tableSizes(p.ctx, p.db, "baton"); err != nil {
 		return err
