@@ -10,12 +10,13 @@ import (
 )
 
 // scenarioNames are the scenarios in the order they run.
-var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "horizon", "micro", "profile", "scale", "shapes"}
+var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "horizon", "micro", "profile", "scale", "shapes", "rerate"}
 
 // optInScenarios run only when named: they take far longer than the rest
 // (scale loads, prices and exports 100M records; shapes seeds, loads and
-// prices six data sets of 1M records, each with its ceiling).
-var optInScenarios = []string{"scale", "shapes"}
+// prices six data sets of 1M records, each with its ceiling; rerate prices
+// 1M records, re-prices a tenth, and amends a 100,000-record contract).
+var optInScenarios = []string{"scale", "shapes", "rerate"}
 
 // config holds every knob of a report run. Defaults finish the full run in
 // about 15 minutes on a 2-core machine; -quick scales everything down to a
@@ -45,6 +46,7 @@ type config struct {
 	horizon horizonConfig
 	scale   scaleConfig
 	shapes  shapesConfig
+	rerate  rerateConfig
 
 	// peers
 	peerWorkers   intList
@@ -180,6 +182,7 @@ func parseConfig(args []string) (config, error) {
 	c.horizon.flags(fs)
 	c.scale.flags(fs)
 	c.shapes.flags(fs)
+	c.rerate.flags(fs)
 	fs.StringVar(&c.previous, "previous", "", "an earlier results.json whose headline figures are shown beside the new ones")
 
 	fs.IntVar(&c.contracts, "contracts", c.contracts, "throughput: contracts")
@@ -230,6 +233,7 @@ func parseConfig(args []string) (config, error) {
 	if c.quick {
 		c.applyQuick(set)
 		c.shapes.applyQuick()
+		c.rerate.applyQuick()
 	}
 	if c.profile != "auto" && c.profile != "always" && c.profile != "never" {
 		return c, fmt.Errorf("-profile %q: want auto, always or never", c.profile)

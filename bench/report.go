@@ -59,6 +59,7 @@ func writeReport(r *results, dir string) error {
 	w("\n")
 	throughputSection(w, r)
 	shapesSection(w, r)
+	rerateSection(w, r)
 	peersSection(w, r)
 	coordSection(w, r)
 	failoverSection(w, r)

@@ -24,6 +24,7 @@ type results struct {
 	Horizon     *horizonResult    `json:"horizon,omitempty"`
 	Scale       *scaleResult      `json:"scale,omitempty"`
 	Shapes      *shapesResult     `json:"shapes,omitempty"`
+	Rerate      *rerateResult     `json:"rerate,omitempty"`
 	Profiles    []profileResult   `json:"profiles,omitempty"`
 	Experiments []modeRun         `json:"experiments,omitempty"`
 	Errors      []string          `json:"errors,omitempty"`
@@ -137,6 +138,8 @@ func (r *results) forget(scenarios []string) {
 			r.Scale = nil
 		case "shapes":
 			r.Shapes = nil
+		case "rerate":
+			r.Rerate = nil
 		case "profile":
 			r.Profiles, r.Experiments = nil, nil
 		}
