@@ -135,7 +135,12 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 				return err
 			}
 			if n == 0 {
-				return fmt.Errorf("no session with %s; sessions: %s", cond, seen)
+				// Every backend of the server, for a failure's log.
+				var all string
+				_ = db.QueryRowContext(ctx, `SELECT coalesce(string_agg(pid || ' ' || coalesce(datname, '-') || ' ' || backend_type || ' ' ||
+					coalesce(state, '-') || ' ' || coalesce(client_port::text, '-') || ' ' || left(query, 40), '; '), 'none')
+					FROM pg_stat_activity`).Scan(&all)
+				return fmt.Errorf("no session with %s; sessions: %s; all backends: %s", cond, seen, all)
 			}
 			return nil
 		}
@@ -216,7 +221,10 @@ type storeRenewer struct {
 }
 
 func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
-	return r.s.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, r.ttl, r.ttl+time.Hour, leases)
+	ren, err := r.s.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, r.ttl, r.ttl+time.Hour, leases)
+	// What the renewal found, for the test's log if it fails.
+	fmt.Fprintf(os.Stderr, "renewals %+v, error %v\n", ren, err)
+	return ren, err
 }
 
 func (r storeRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {

@@ -743,7 +743,7 @@ func TestAutoFailoverUnderHAManager(t *testing.T) {
 			t.Logf("worker %s log tail:\n%s", w.name, tail(w.logs(), 15))
 		}
 		for _, n := range append([]*pafNode{c.monitor}, c.nodes...) {
-			t.Logf("pg_autoctl %s log tail:\n%s", n.name, n.proc.logTail(15))
+			t.Logf("pg_autoctl %s log tail:\n%s", n.name, n.proc.logTail(80))
 		}
 	})
 	const contracts, per = 16, 500
