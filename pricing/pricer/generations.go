@@ -47,11 +47,11 @@ type genState struct {
 }
 
 // readGenerationSQL reads a contract's current generation and the state
-// and from_seq of generation $2.
+// and from_seq of generation ?1 (of contract ?0).
 const readGenerationSQL = `SELECT c.current_generation, coalesce(g.state, ''), coalesce(g.from_seq, 0)
   FROM {{.Schema}}.contracts c
-  LEFT JOIN {{.Schema}}.generations g ON g.contract_id = c.contract_id AND g.generation = $2
- WHERE c.contract_id = $1`
+  LEFT JOIN {{.Schema}}.generations g ON g.contract_id = c.contract_id AND g.generation = ?1
+ WHERE c.contract_id = ?0`
 
 // readGeneration reads how generation gen of contract stands. A batch of a
 // generation older than the current one, or of one that is neither being
@@ -78,24 +78,24 @@ func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract stri
 }
 
 // supersedeSQL freezes the totals of the contract's current generation
-// (all of priced), marks it superseded and moves its rows past $2 (the
+// (all of priced), marks it superseded and moves its rows past ?1 (the
 // new generation's from_seq) to priced_superseded. It returns the old
 // generation and the rows moved.
 const supersedeSQL = `WITH old AS (
-    SELECT current_generation AS generation FROM {{.Schema}}.contracts WHERE contract_id = $1
+    SELECT current_generation AS generation FROM {{.Schema}}.contracts WHERE contract_id = ?0
 ), totals AS (
     SELECT count(*) AS n, coalesce(sum(gross_minor), 0) AS g, coalesce(sum(discount_minor), 0) AS d,
            coalesce(sum(net_minor), 0) AS net
-      FROM {{.Schema}}.priced WHERE contract_id = $1
+      FROM {{.Schema}}.priced WHERE contract_id = ?0
 ), marked AS (
     UPDATE {{.Schema}}.generations g
        SET state = 'superseded', superseded_at = now(),
            records = t.n, gross_total = t.g, discount_total = t.d, net_total = t.net
       FROM totals t, old o
-     WHERE g.contract_id = $1 AND g.generation = o.generation AND g.state = 'current'
+     WHERE g.contract_id = ?0 AND g.generation = o.generation AND g.state = 'current'
     RETURNING g.generation
 ), moved AS (
-    DELETE FROM {{.Schema}}.priced WHERE contract_id = $1 AND seq > $2
+    DELETE FROM {{.Schema}}.priced WHERE contract_id = ?0 AND seq > ?1
     RETURNING *
 ), kept AS (
     INSERT INTO {{.Schema}}.priced_superseded
@@ -107,12 +107,12 @@ const supersedeSQL = `WITH old AS (
 )
 SELECT (SELECT generation FROM old), (SELECT count(*) FROM marked), (SELECT count(*) FROM kept)`
 
-// promoteSQL moves generation $2's pending rows into priced, freezes its
+// promoteSQL moves generation ?1's pending rows into priced, freezes its
 // totals (the rows kept in priced up to its from_seq and the ones moved
 // in), marks it current and makes it the contract's current generation.
 // It returns the rows moved in and the generation rows updated.
 const promoteSQL = `WITH pending AS (
-    DELETE FROM {{.Schema}}.priced_pending WHERE contract_id = $1 AND generation = $2
+    DELETE FROM {{.Schema}}.priced_pending WHERE contract_id = ?0 AND generation = ?1
     RETURNING *
 ), moved AS (
     INSERT INTO {{.Schema}}.priced
@@ -124,7 +124,7 @@ const promoteSQL = `WITH pending AS (
     SELECT sum(n) AS n, sum(g) AS g, sum(d) AS d, sum(net) AS net FROM (
         SELECT count(*) AS n, coalesce(sum(gross_minor), 0) AS g, coalesce(sum(discount_minor), 0) AS d,
                coalesce(sum(net_minor), 0) AS net
-          FROM {{.Schema}}.priced WHERE contract_id = $1
+          FROM {{.Schema}}.priced WHERE contract_id = ?0
         UNION ALL
         SELECT count(*), coalesce(sum(gross_minor), 0), coalesce(sum(discount_minor), 0), coalesce(sum(net_minor), 0)
           FROM moved) u
@@ -133,10 +133,10 @@ const promoteSQL = `WITH pending AS (
        SET state = 'current', finished_at = now(),
            records = t.n, gross_total = t.g, discount_total = t.d, net_total = t.net
       FROM totals t
-     WHERE g.contract_id = $1 AND g.generation = $2 AND g.state = 'pricing'
+     WHERE g.contract_id = ?0 AND g.generation = ?1 AND g.state = 'pricing'
     RETURNING 1
 ), switched AS (
-    UPDATE {{.Schema}}.contracts SET current_generation = $2 WHERE contract_id = $1
+    UPDATE {{.Schema}}.contracts SET current_generation = ?1 WHERE contract_id = ?0
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM marked), (SELECT count(*) FROM switched)`

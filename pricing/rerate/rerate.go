@@ -95,7 +95,7 @@ type contractState struct {
 	inFlight     int64 // generation being priced, 0 if none
 	inFlightFrom int64
 	pruned       bool
-	tiersJSON    []byte
+	tiersJSON    string
 }
 
 // readStateSQL locks the task rows of the contracts $1 (sorted) in
@@ -118,7 +118,7 @@ SELECT k.id, c.contract_id IS NOT NULL, l.partition_key IS NOT NULL, coalesce(l.
        EXISTS (SELECT 1 FROM {{.Schema}}.pruned_totals p WHERE p.contract_id = k.id AND p.records > 0),
        coalesce((SELECT jsonb_agg(jsonb_build_object('threshold_minor', t.threshold_minor, 'discount_bp', t.discount_bp)
                                   ORDER BY t.threshold_minor)
-                   FROM {{.Schema}}.tiers t WHERE t.contract_id = k.id), '[]'::jsonb)
+                   FROM {{.Schema}}.tiers t WHERE t.contract_id = k.id), '[]'::jsonb)::text
   FROM unnest($1::text[]) AS k(id)
   LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = k.id
   LEFT JOIN locked l ON l.partition_key = k.id
@@ -161,9 +161,7 @@ func Start(ctx context.Context, tx pgx.Tx, schemaName string, reqs []Request) ([
 	var st contractState
 	_, err = pgx.ForEachRow(rows, []any{&id, &st.exists, &st.hasTask, &st.position, &st.current, &st.generations,
 		&st.inFlight, &st.inFlightFrom, &st.pruned, &st.tiersJSON}, func() error {
-		s := st
-		s.tiersJSON = slices.Clone(st.tiersJSON)
-		states = append(states, s)
+		states = append(states, st)
 		return nil
 	})
 	if err != nil {
@@ -185,7 +183,7 @@ func Start(ctx context.Context, tx pgx.Tx, schemaName string, reqs []Request) ([
 		out     []Started
 		rewinds []partition.Rewind
 		pending []int // indexes into reqs of the rewound contracts, in key order
-		tiers   = make([][]byte, len(reqs))
+		tiers   = make([]string, len(reqs))
 	)
 	for i, r := range reqs {
 		s := states[i]
@@ -216,7 +214,7 @@ func Start(ctx context.Context, tx pgx.Tx, schemaName string, reqs []Request) ([
 			// NewTiers replace them).
 			if _, err := tx.Exec(ctx, q(`
 INSERT INTO {{.Schema}}.generations (contract_id, generation, state, from_seq, started_at, finished_at, tiers)
-SELECT contract_id, 1, 'current', 0, created_at, created_at, $2 FROM {{.Schema}}.contracts WHERE contract_id = $1`),
+SELECT contract_id, 1, 'current', 0, created_at, created_at, $2::jsonb FROM {{.Schema}}.contracts WHERE contract_id = $1`),
 				r.Contract, s.tiersJSON); err != nil {
 				return nil, fmt.Errorf("re-pricing contract %s: recording generation 1: %w", r.Contract, err)
 			}
@@ -263,7 +261,7 @@ SELECT contract_id, 1, 'current', 0, created_at, created_at, $2 FROM {{.Schema}}
 			from := rewinds[slices.IndexFunc(rewinds, func(x partition.Rewind) bool { return x.Key == r.Contract })].Position
 			if _, err := tx.Exec(ctx, q(`
 INSERT INTO {{.Schema}}.generations (contract_id, generation, state, from_seq, started_by, reason, tiers)
-VALUES ($1, $2, 'pricing', $3, $4, $5, $6)`), r.Contract, rw.Generation, from, r.StartedBy, r.Reason, tiers[i]); err != nil {
+VALUES ($1, $2, 'pricing', $3, $4, $5, $6::jsonb)`), r.Contract, rw.Generation, from, r.StartedBy, r.Reason, tiers[i]); err != nil {
 				return nil, fmt.Errorf("re-pricing contract %s: recording generation %d: %w", r.Contract, rw.Generation, err)
 			}
 			for j := range out {
@@ -320,19 +318,20 @@ type tierJSON struct {
 	DiscountBP     int64 `json:"discount_bp"`
 }
 
-func tiersJSON(tiers []pricing.Tier) ([]byte, error) {
+func tiersJSON(tiers []pricing.Tier) (string, error) {
 	sorted := slices.Clone(tiers)
 	slices.SortFunc(sorted, func(a, b pricing.Tier) int { return cmp.Compare(a.ThresholdMinor, b.ThresholdMinor) })
 	out := make([]tierJSON, len(sorted))
 	for i, t := range sorted {
 		out[i] = tierJSON(t)
 	}
-	return json.Marshal(out)
+	b, err := json.Marshal(out)
+	return string(b), err
 }
 
-func parseTiers(b []byte) ([]pricing.Tier, error) {
+func parseTiers(s string) ([]pricing.Tier, error) {
 	var ts []tierJSON
-	if err := json.Unmarshal(b, &ts); err != nil {
+	if err := json.Unmarshal([]byte(s), &ts); err != nil {
 		return nil, err
 	}
 	out := make([]pricing.Tier, len(ts))
@@ -348,8 +347,12 @@ func replaceTiers(ctx context.Context, tx pgx.Tx, q func(string) string, contrac
 	for i, t := range tiers {
 		th[i], bp[i] = t.ThresholdMinor, t.DiscountBP
 	}
+	// Two statements: an insert does not see a delete of the same
+	// statement, and would conflict with the rows it removes.
+	if _, err := tx.Exec(ctx, q(`DELETE FROM {{.Schema}}.tiers WHERE contract_id = $1`), contract); err != nil {
+		return fmt.Errorf("re-pricing contract %s: replacing its tiers: %w", contract, err)
+	}
 	if _, err := tx.Exec(ctx, q(`
-WITH gone AS (DELETE FROM {{.Schema}}.tiers WHERE contract_id = $1)
 INSERT INTO {{.Schema}}.tiers (contract_id, threshold_minor, discount_bp)
 SELECT $1, th, bp FROM unnest($2::bigint[], $3::bigint[]) AS u(th, bp) ORDER BY th`), contract, th, bp); err != nil {
 		return fmt.Errorf("re-pricing contract %s: replacing its tiers: %w", contract, err)
@@ -390,7 +393,7 @@ UPDATE {{.Schema}}.generations ge
 // under tiers: the cumulative gross of its current generation's priced
 // rows up to from (their amounts are the records' own, unchanged), and
 // the cumulative net the tiers give it.
-func checkpointAt(ctx context.Context, tx pgx.Tx, q func(string) string, contract string, from int64, tiersJSON []byte) (json.RawMessage, error) {
+func checkpointAt(ctx context.Context, tx pgx.Tx, q func(string) string, contract string, from int64, tiersJSON string) (json.RawMessage, error) {
 	var n, gross int64
 	if err := tx.QueryRow(ctx, q(`SELECT count(*), coalesce(sum(gross_minor), 0)::bigint FROM {{.Schema}}.priced WHERE contract_id = $1 AND seq <= $2`),
 		contract, from).Scan(&n, &gross); err != nil {
