@@ -217,12 +217,9 @@ func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.
 
 // Checkpoint is a partition's committed progress, read under the fence.
 type Checkpoint struct {
-	Position  int64 // checkpoint position
-	Available int64 // items produced (high-water mark)
-	// Generation is the generation the checkpoint belongs to (1 if never
-	// rewound).
-	Generation int64
-	State      json.RawMessage // processor state committed with Position
+	Position  int64           // checkpoint position
+	Available int64           // items produced (high-water mark)
+	State     json.RawMessage // processor state committed with Position
 	// Traceparent is the W3C trace context of the batch that committed
 	// this checkpoint, "" if it was not traced.
 	Traceparent string
