@@ -72,6 +72,12 @@ type Config struct {
 	// contract's stored records): the pages show them in state
 	// "inconsistent", an error, never as done. Called at each refresh.
 	Inconsistent func(ctx context.Context) (map[string]string, error)
+	// Generations, if set, returns the generations of a partition's output
+	// (see partition.Store.Rewind), newest first, for its page: for
+	// pricing, each re-pricing of a contract with its reason and totals.
+	// Nil (the default) shows none; a partition never rewound may return
+	// none.
+	Generations func(ctx context.Context, key string) ([]Generation, error)
 	// HorizonWarnAfter is the age of the oldest transaction holding back
 	// the xmin horizon past which the overview's vacuum section is
 	// highlighted as a warning (package horizon). Defaults to

@@ -253,9 +253,10 @@ func (s *Server) partitionsPage(w http.ResponseWriter, r *http.Request) {
 
 // partitionView is a partition's page data.
 type partitionView struct {
-	Part      part
-	History   []partition.Event
-	Takeovers []takeover // newest first
+	Part        part
+	History     []partition.Event
+	Takeovers   []takeover      // newest first
+	Generations []generationRow // newest first; none without Config.Generations
 }
 
 // takeover is one takeover of a partition, its claim joined with its first
@@ -312,8 +313,15 @@ func (s *Server) partitionPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
+	var gens []Generation
+	if s.cfg.Generations != nil {
+		if gens, err = s.cfg.Generations(ctx, id); err != nil {
+			s.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("reading the generations of %s %s: %w", s.cfg.Noun, id, err))
+			return
+		}
+	}
 	s.render(w, r, http.StatusOK, "partition", page{Title: s.terms().NounTitle() + " " + id, Nav: "partitions", Snap: snap,
-		Data: partitionView{Part: *c, History: hist, Takeovers: takeovers(hist)}})
+		Data: partitionView{Part: *c, History: hist, Takeovers: takeovers(hist), Generations: generationRows(gens)}})
 }
 
 func (s *Server) workersPage(w http.ResponseWriter, r *http.Request) {

@@ -82,6 +82,16 @@ var funcs = template.FuncMap{
 		}
 		return fmtCount(*p)
 	},
+	// signed writes a change with its sign: +1,200, −300, 0.
+	"signed": func(p *int64) string {
+		switch {
+		case *p > 0:
+			return "+" + fmtCount(*p)
+		case *p < 0:
+			return "−" + fmtCount(-*p)
+		}
+		return "0"
+	},
 	"int": func(p *int) string {
 		if p == nil {
 			return ""

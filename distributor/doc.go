@@ -312,6 +312,21 @@
 // it quarantined (failed_at, last_error) until retried; other partitions
 // carry on.
 //
+// Rewind. A partition can be processed again from an earlier (or later)
+// position under a new generation of its output
+// (partition.Store.Rewind): in the caller's transaction, its row is locked
+// FOR UPDATE (rows in key order), and generation, version, position and
+// checkpoint state are set together, with no owner, no failure or back-off,
+// claimable at once; a "rewound" event is recorded and the workers of the
+// kind are notified at commit. The fence reads the generation with the
+// checkpoint (Checkpoint.Generation), so a processor writes each batch's
+// output under the generation it belongs to (pricing keeps each
+// generation's priced rows apart and switches readers to the new one when
+// it has caught up). The version bump makes the rewind a change of
+// ownership like a release: the claim that was processing the previous
+// generation fails its next fence, heartbeat or compare-and-set and stops,
+// as after a takeover.
+//
 // History. Each change of ownership also records an event (table events)
 // in its own statement: the claim statement records "claimed" or
 // "takeover" (with the old owner and its last heartbeat), the release,
@@ -416,10 +431,11 @@
 // # Safety argument
 //
 // Claim: at most one claim can commit output for a partition at any time,
-// and committed checkpoints never go backwards or skip.
+// and within a generation committed checkpoints never go backwards or
+// skip.
 //
-//  1. Every change of ownership (claim, release, failure, retry, and a
-//     heartbeat's hand-back of its own rows past their leases) locks the
+//  1. Every change of ownership (claim, release, failure, retry, rewind,
+//     and a heartbeat's hand-back of its own rows past their leases) locks the
 //     row FOR UPDATE and bumps version. Claims are compare-and-set on the
 //     version read, so each version is held by exactly one claim. A release
 //     made by the batch that caught up takes FOR UPDATE inside the batch's
@@ -506,6 +522,16 @@
 //     rows. So they may wait for each other on that row for one
 //     statement, never in a cycle; and the count decides no ownership,
 //     only how many partitions a worker asks for.
+//     A rewind is such a change (FOR UPDATE, version bumped) that also
+//     sets the generation, position and state: a batch of the previous
+//     generation in flight holds the row FOR KEY SHARE, so the rewind
+//     waits for it to commit (its output then belongs to the previous
+//     generation, whose checkpoint it advanced) or to roll back; every
+//     later write of that claim fails its fence or compare-and-set. The
+//     next claim fences the new generation at the rewind's position, so a
+//     generation's checkpoints start where its rewind put them and then
+//     obey 1–3 like any other; positions move backwards only by a rewind,
+//     which starts a generation.
 //  3. The checkpoint is read under the fence and written in the same
 //     transaction as the output, with a compare-and-set on both the
 //     version and the position the fence read. So the next holder reads

@@ -195,6 +195,10 @@ func stoppedBeat() int {
 	const ttl = 2 * time.Minute
 	svc, err := heartbeat.New(storeRenewer{taskstore.NewStore(db, ""), ttl}, heartbeat.Config{
 		Interval: time.Second, StaleAfter: ttl, Logger: quiet(),
+		// What the beat did, for the test's log if it fails.
+		OnBeat: func(err error, latency time.Duration, renewed int) {
+			fmt.Fprintf(os.Stderr, "beat after %s: %d renewed, error %v\n", latency, renewed, err)
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

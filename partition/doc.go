@@ -48,6 +48,20 @@
 // version and position. Retry re-enables a partition that failed
 // too often (quarantined) or is backing off.
 //
+// # Processing again: generations
+//
+// Rewind (RewindPgx on a pgx transaction) makes partitions process their
+// items again from a given position, with the processor state a batch
+// ending there would have committed, under a new generation of their
+// output: for example to re-price a contract after its tiers changed, from
+// the start, or after a corrected record, from that record on. It runs in
+// the caller's transaction, so whatever the processor records about the
+// new generation commits with it. The rewind fences out the claim that was
+// processing the previous generation (its next write fails, as after a
+// takeover), and batches see their generation in Checkpoint.Generation, so
+// a processor that keeps output per generation never mixes them.
+// distributor/doc.go gives the safety argument.
+//
 // # The protocol's statements
 //
 // The statements that claim, renew, fence, advance, release and fail

@@ -30,6 +30,7 @@ const (
 	EventFailed      EventKind = "failed"      // a batch failed; back-off (Attempts, Detail: the error)
 	EventQuarantined EventKind = "quarantined" // failed MaxAttempts times (Attempts, Detail)
 	EventRetried     EventKind = "retried"     // an operator re-enabled the partition
+	EventRewound     EventKind = "rewound"     // re-processing from Position under a new generation (Store.Rewind; Detail: the generations)
 )
 
 // Event kinds of the distributor's runtime events only, never recorded.
@@ -45,7 +46,7 @@ const (
 func (k EventKind) Recorded() bool {
 	switch k {
 	case EventClaimed, EventTakeover, EventFirstBatch, EventReleased, EventFenced, EventLost,
-		EventFailed, EventQuarantined, EventRetried:
+		EventFailed, EventQuarantined, EventRetried, EventRewound:
 		return true
 	}
 	return false

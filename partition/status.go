@@ -33,6 +33,7 @@ type PartitionStatus struct {
 	Error          string         // the last failure, "" if none
 	Checkpoint     []byte         // processor state stored with the position (JSON)
 	LeaseRemaining *time.Duration // nil when unowned
+	Generation     int64          // of the partition's output: 1, one more after each rewind (Store.Rewind)
 }
 
 // WorkerStatus is one live worker instance.
@@ -69,7 +70,7 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 		       END,
 		       (extract(epoch FROM now() - heartbeat_at) * 1000000)::bigint,
 		       CASE WHEN isfinite(lease_expires_at) THEN (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint END,
-		       position, available - position, attempts, coalesce(last_error, ''), checkpoint
+		       position, available - position, attempts, coalesce(last_error, ''), checkpoint, generation
 		FROM {{.Schema}}.tasks t
 		WHERE t.kind = ?
 		ORDER BY partition_key`), s.kind)
@@ -82,7 +83,7 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 		var p PartitionStatus
 		var age, remaining sql.NullInt64
 		if err := rows.Scan(&p.Key, &p.OwnerInstance, &p.Version, &p.State, &age, &remaining,
-			&p.Processed, &p.Pending, &p.Attempts, &p.Error, &p.Checkpoint); err != nil {
+			&p.Processed, &p.Pending, &p.Attempts, &p.Error, &p.Checkpoint, &p.Generation); err != nil {
 			return nil, nil, fmt.Errorf("reading partition status: %w", err)
 		}
 		p.Owner = InstanceName(p.OwnerInstance)

@@ -223,6 +223,11 @@ type Checkpoint struct {
 	// Traceparent is the W3C trace context of the batch that committed
 	// this checkpoint, "" if it was not traced.
 	Traceparent string
+	// Generation is the generation of the partition's output this
+	// checkpoint belongs to: 1 until the partition is first rewound (see
+	// Store.Rewind), one more after each rewind. A processor that keeps
+	// its output by generation writes under this one.
+	Generation int64
 }
 
 // ErrCheckpointMoved is returned by a batch's checkpoint update when the

@@ -564,6 +564,10 @@ type haLoader struct {
 	loads    atomic.Int64
 	err      error
 	failures int
+	// history is every load that succeeded, in order: which file, when,
+	// after how many failed attempts, and what "worker load" said. A
+	// failed run logs it beside the loads table of the surviving primary.
+	history []string
 }
 
 func (r *run) startHALoader(contracts, per int, backlog int64) *haLoader {
@@ -572,6 +576,7 @@ func (r *run) startHALoader(contracts, per int, backlog int64) *haLoader {
 	go func() {
 		defer close(l.done)
 		for n := 2; ; n++ {
+			attempts := 0
 			for {
 				select {
 				case <-l.stop:
@@ -599,9 +604,14 @@ func (r *run) startHALoader(contracts, per int, backlog int64) *haLoader {
 				cmd := exec.Command(workerBin, "load", "--records", path)
 				cmd.Env = append(os.Environ(), "DATABASE_URL="+r.dsn)
 				out, err := cmd.CombinedOutput()
+				attempts++
 				if err == nil {
+					l.history = append(l.history, fmt.Sprintf("%s committed at %s after %d attempt(s): %s",
+						filepath.Base(path), time.Now().Format("15:04:05.000"), attempts, strings.TrimSpace(tail(string(out), 2))))
 					break
 				}
+				l.r.t.Logf("load %s attempt %d failed at %s: %v: %s", filepath.Base(path), attempts,
+					time.Now().Format("15:04:05.000"), err, strings.TrimSpace(tail(string(out), 2)))
 				l.failures++
 				if time.Now().After(deadline) {
 					l.err = fmt.Errorf("worker load %s: %v\n%s", path, err, out)
@@ -625,6 +635,35 @@ func (l *haLoader) end() {
 	if l.err != nil {
 		l.r.t.Fatal(l.err)
 	}
+}
+
+// report logs the loads that succeeded, as the loader saw them, and the
+// loads the surviving primary has: a load reported committed but absent
+// there, or present with every record re-delivered, shows where records
+// went missing.
+func (l *haLoader) report() {
+	r := l.r
+	r.t.Logf("loads reported committed:\n%s", strings.Join(l.history, "\n"))
+	rows, err := r.db.Query(`SELECT load_id, started_at, coalesce(records_file, ''), records_accepted, records_redelivered
+		FROM baton.loads ORDER BY load_id`)
+	if err != nil {
+		r.t.Logf("reading the loads: %v", err)
+		return
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var id, accepted, redelivered int64
+		var at time.Time
+		var file string
+		if err := rows.Scan(&id, &at, &file, &accepted, &redelivered); err != nil {
+			r.t.Logf("reading the loads: %v", err)
+			return
+		}
+		lines = append(lines, fmt.Sprintf("load %d at %s: %s accepted %d re-delivered %d",
+			id, at.UTC().Format("15:04:05.000"), filepath.Base(file), accepted, redelivered))
+	}
+	r.t.Logf("loads on the surviving primary:\n%s", strings.Join(lines, "\n"))
 }
 
 // pendingNow is the number of records left to price, or the error of a
@@ -722,6 +761,7 @@ func TestAutoFailoverUnderHAManager(t *testing.T) {
 	// new one takes writes before that.
 	performed := make(chan error, 1)
 	go func() { performed <- c.runErr(2*time.Minute, "perform", "failover", "--pgdata", c.monitor.dir) }()
+	t.Logf("planned failover began at %s", t0.Format("15:04:05.000"))
 	r.stats.fault("ha_planned_failover")
 	planned := r.awaitFailover(c, standby, t0, before, at)
 	if err := testutil.Receive(t, performed, 3*time.Minute, "pg_autoctl perform failover"); err != nil {
@@ -754,6 +794,7 @@ func TestAutoFailoverUnderHAManager(t *testing.T) {
 	before, at = r.pricedAsOf()
 	t0 = time.Now()
 	primary.proc.kill()
+	t.Logf("%s killed at %s", primary.name, time.Now().Format("15:04:05.000"))
 	r.stats.fault("ha_primary_killed")
 	crash := r.awaitFailover(c, standby, t0, before, at)
 	t.Logf("primary killed: %s accepted writes %s after the kill, first batch there %s after",
@@ -777,6 +818,9 @@ func TestAutoFailoverUnderHAManager(t *testing.T) {
 	}
 	r.waitAll(time.Minute)
 	r.check()
+	if t.Failed() {
+		loader.report()
+	}
 	t.Logf("%d loads while the workers ran (%d attempts repeated after a failure)", loader.loads.Load(), loader.failures)
 	note("pg_auto_failover: planned failover: writes accepted after %s, first batch after %s; primary killed: writes accepted after %s, first batch after %s",
 		planned.writable.Round(time.Millisecond), planned.progress.Round(time.Millisecond),

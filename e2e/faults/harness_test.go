@@ -88,6 +88,9 @@ type run struct {
 	stats   *stats
 	inputs  []string // records files loaded, in order
 	tiers   string
+	// tierUpdates are tier files loaded later with --reprice, in order;
+	// amendFiles the records files among inputs loaded with --amend.
+	tierUpdates, amendFiles []string
 }
 
 type proc struct {
@@ -386,51 +389,73 @@ func abs(x int) int {
 }
 
 // expected prices the input files in acceptance order with the pricing
-// engine, skipping re-deliveries, and returns export lines in export order.
+// engine under the current tiers (currentTiers), skipping re-deliveries;
+// a record of an amendment file (amendFiles) with a known id and another
+// amount replaces that record's amount where it stands. It returns export
+// lines in export order.
 func (r *run) expected() []string {
 	r.t.Helper()
-	tiers := map[string][]pricing.Tier{}
-	readCSV(r.t, r.tiers, func(f []string) {
-		th, _ := strconv.ParseInt(f[1], 10, 64)
-		bp, _ := strconv.ParseInt(f[2], 10, 64)
-		tiers[f[0]] = append(tiers[f[0]], pricing.Tier{ThresholdMinor: th, DiscountBP: bp})
-	})
-	cursors := map[string]*pricing.Cursor{}
-	seen := map[string]bool{}
-	lines := map[string][]string{}
+	tiers := r.currentTiers()
+	type rec struct {
+		id     string
+		amount int64
+	}
+	recs := map[string][]rec{}
+	at := map[string]int{} // contract and id → index in recs[contract]
 	for _, in := range r.inputs {
+		amending := slices.Contains(r.amendFiles, in)
 		readCSV(r.t, in, func(f []string) {
-			if seen[f[0]+"\x00"+f[1]] {
+			amount, _ := strconv.ParseInt(f[2], 10, 64)
+			key := f[0] + "\x00" + f[1]
+			if i, seen := at[key]; seen {
+				if amending {
+					recs[f[0]][i].amount = amount
+				}
 				return
 			}
-			seen[f[0]+"\x00"+f[1]] = true
-			cur := cursors[f[0]]
-			if cur == nil {
-				s, err := pricing.NewSchedule(tiers[f[0]])
-				if err != nil {
-					r.t.Fatal(err)
-				}
-				cur, _ = s.Resume(0)
-				cursors[f[0]] = cur
-			}
-			amount, _ := strconv.ParseInt(f[2], 10, 64)
-			l, err := cur.Next(amount)
-			if err != nil {
-				r.t.Fatal(err)
-			}
-			lines[f[0]] = append(lines[f[0]], fmt.Sprintf("%s,%s,%d,%d,%d", f[0], f[1], l.Gross, l.Discount, l.Net))
+			at[key] = len(recs[f[0]])
+			recs[f[0]] = append(recs[f[0]], rec{f[1], amount})
 		})
 	}
-	contracts := make([]string, 0, len(lines))
-	for c := range lines {
+	contracts := make([]string, 0, len(recs))
+	for c := range recs {
 		contracts = append(contracts, c)
 	}
 	slices.Sort(contracts) // byte order
 	var out []string
 	for _, c := range contracts {
-		out = append(out, lines[c]...)
+		s, err := pricing.NewSchedule(tiers[c])
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		cur, _ := s.Resume(0)
+		for _, x := range recs[c] {
+			l, err := cur.Next(x.amount)
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%s,%s,%d,%d,%d", c, x.id, l.Gross, l.Discount, l.Net))
+		}
 	}
 	return out
+}
+
+// currentTiers reads the run's tiers: the first file, then each re-pricing
+// tier file, whose sets replace a contract's whole set.
+func (r *run) currentTiers() map[string][]pricing.Tier {
+	tiers := map[string][]pricing.Tier{}
+	for _, path := range append([]string{r.tiers}, r.tierUpdates...) {
+		fresh := map[string][]pricing.Tier{}
+		readCSV(r.t, path, func(f []string) {
+			th, _ := strconv.ParseInt(f[1], 10, 64)
+			bp, _ := strconv.ParseInt(f[2], 10, 64)
+			fresh[f[0]] = append(fresh[f[0]], pricing.Tier{ThresholdMinor: th, DiscountBP: bp})
+		})
+		for c, ts := range fresh {
+			tiers[c] = ts
+		}
+	}
+	return tiers
 }
 
 func readCSV(t *testing.T, path string, fn func([]string)) {

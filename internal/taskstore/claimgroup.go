@@ -64,7 +64,7 @@ func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candid
 		var f Fenced
 		var state []byte
 		if err := rows.Scan(&f.Key, &f.Version, &f.Checkpoint.Position, &f.Checkpoint.Available, &state,
-			&f.Checkpoint.Traceparent); err != nil {
+			&f.Checkpoint.Traceparent, &f.Checkpoint.Generation); err != nil {
 			return nil, fmt.Errorf("fencing %d partitions for their claim: %w", len(cands), err)
 		}
 		f.Checkpoint.State = state
@@ -166,11 +166,11 @@ func groupName(steps []ClaimStep, leases []partition.Lease) string {
 // the key (a kind has no spaces), so claims of other kinds' partitions of
 // the same name do not pass each other over.
 const fenceUnownedGroupSQL = `
-		SELECT f.partition_key, f.version, f.position, f.available, f.checkpoint, f.traceparent
+		SELECT f.partition_key, f.version, f.position, f.available, f.checkpoint, f.traceparent, f.generation
 		FROM unnest($1::text[], $2::bigint[]) AS c(key, version)
 		CROSS JOIN LATERAL (
 			SELECT t.partition_key, t.version, t.position, t.available, t.checkpoint,
-			       coalesce(t.traceparent, '') AS traceparent
+			       coalesce(t.traceparent, '') AS traceparent, t.generation
 			FROM {{.Schema}}.tasks t
 			WHERE t.kind = $5 AND t.partition_key = c.key AND t.version = c.version AND t.owner IS NULL
 			  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()

@@ -570,10 +570,10 @@ func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l partition.
 	var cp partition.Checkpoint
 	var state []byte
 	err := tx.QueryRowContext(ctx, s.sql(`
-		SELECT position, available, checkpoint, coalesce(traceparent, '')
+		SELECT position, available, checkpoint, coalesce(traceparent, ''), generation
 		FROM {{.Schema}}.tasks
 		WHERE kind = ? AND partition_key = ? AND version = ? AND `+ownedBy("owner", "?")+`
-		FOR KEY SHARE`), s.kind, l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state, &cp.Traceparent)
+		FOR KEY SHARE`), s.kind, l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state, &cp.Traceparent, &cp.Generation)
 	if errors.Is(err, sql.ErrNoRows) {
 		return cp, fmt.Errorf("fencing %s: %w", l, partition.ErrFenced)
 	}

@@ -1,0 +1,110 @@
+package distributor_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/partition"
+)
+
+// genProc writes one row per item and generation, keyed (key, generation,
+// n): an item output twice within a generation is a primary-key violation.
+type genProc struct {
+	before func(b *distributor.Batch)
+}
+
+func (p *genProc) Process(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
+	if p.before != nil {
+		p.before(b)
+	}
+	end := min(b.Checkpoint.Position+int64(b.Limit), b.Checkpoint.Available)
+	if _, err := b.Tx.ExecContext(ctx, `
+		INSERT INTO gen_output (key, generation, n)
+		SELECT ?, ?, n FROM generate_series(?::bigint, ?::bigint) n`,
+		b.Lease.Key, b.Checkpoint.Generation, b.Checkpoint.Position+1, end); err != nil {
+		return distributor.Result{}, err
+	}
+	return distributor.Result{Position: end}, nil
+}
+
+// A partition rewound while a worker processes it: the batch in flight
+// commits before the rewind (which waits for its row lock), the worker's
+// claim is fenced out, and the partition is processed again from the
+// rewind's position under generation 2, each item of each generation once,
+// nothing of generation 1 after the rewind.
+func TestRewindWhileProcessing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, err := e.db.Exec(`CREATE TABLE gen_output (key text, generation bigint, n bigint, PRIMARY KEY (key, generation, n))`); err != nil {
+		t.Fatal(err)
+	}
+	e.addWork(40, "p")
+	reached := make(chan struct{})
+	gate := make(chan struct{})
+	var once sync.Once
+	p := &genProc{before: func(b *distributor.Batch) {
+		if b.Checkpoint.Generation == 1 && b.Checkpoint.Position == 10 {
+			once.Do(func() { close(reached); <-gate })
+		}
+	}}
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.BatchSize, cfg.UntilDone = 5, true
+	d := e.start(cfg, p)
+
+	testutil.Receive(t, reached, 30*time.Second, "the batch after position 10")
+	s := partition.NewStore(e.db, "")
+	done := make(chan error, 1)
+	go func() {
+		tx, err := e.db.BeginTx(context.Background(), nil)
+		if err == nil {
+			_, err = s.Rewind(context.Background(), tx, []partition.Rewind{{Key: "p", Position: 5}})
+			err = errors.Join(err, tx.Commit())
+		}
+		done <- err
+	}()
+	testutil.Eventually(t, 30*time.Second, "the rewind waiting for the batch in flight", func() error {
+		var n int
+		if err := e.db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, 'generation + 1') > 0`).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return errors.New("not waiting")
+		}
+		return nil
+	})
+	close(gate)
+	if err := testutil.Receive(t, done, 30*time.Second, "the rewind"); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDone(t, d, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, g := range []struct{ generation, from, to int64 }{{1, 1, 15}, {2, 6, 40}} {
+		var n, lo, hi int64
+		if err := e.db.QueryRow(`SELECT count(*), coalesce(min(n), 0), coalesce(max(n), 0) FROM gen_output WHERE key = 'p' AND generation = ?`,
+			g.generation).Scan(&n, &lo, &hi); err != nil {
+			t.Fatal(err)
+		}
+		if n != g.to-g.from+1 || lo != g.from || hi != g.to {
+			t.Errorf("generation %d: %d items %d..%d, want %d..%d", g.generation, n, lo, hi, g.from, g.to)
+		}
+	}
+	var generation, position int64
+	if err := e.db.QueryRow(`SELECT generation, position FROM baton.tasks WHERE partition_key = 'p'`).Scan(&generation, &position); err != nil {
+		t.Fatal(err)
+	}
+	if generation != 2 || position != 40 {
+		t.Errorf("task row at generation %d, position %d; want 2, 40", generation, position)
+	}
+	if t.Failed() {
+		t.Log(ev.dump())
+	}
+}

@@ -1,0 +1,222 @@
+package partition
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+)
+
+// Rewind asks for one partition to be processed again from Position, under
+// a new generation (see Store.Rewind).
+type Rewind struct {
+	Key      string
+	Position int64 // processing resumes after this position (0: from the start)
+	// State is the processor state at Position, as a batch ending there
+	// would have committed it (nil: the empty object, as for a partition
+	// never processed).
+	State json.RawMessage
+}
+
+// Rewound is what a rewind did to one partition.
+type Rewound struct {
+	Key                string
+	Generation         int64 // the new generation
+	Version            int64 // the version the rewind set; every earlier claim is fenced
+	PreviousGeneration int64
+	PreviousPosition   int64
+}
+
+// Queryer runs a query with PostgreSQL's own $n parameters: a pgx.Tx, or
+// a *pgx.Conn inside a transaction.
+type Queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ErrBadRewind is wrapped by Rewind's error for a request it refuses: an
+// unknown partition, a position outside 0 … available, a key asked twice.
+var ErrBadRewind = errors.New("cannot rewind")
+
+// Rewind makes each partition of rw (of s's kind) start a new generation
+// of its output: in tx, the caller's transaction, each row gets generation
+// + 1, version + 1, the given position and state, no owner, no failure or
+// back-off, and becomes claimable at once; the workers of the kind are
+// notified when tx commits. Rows are locked in key order, as every other
+// multi-row locker of task rows does.
+//
+// The version bump is the fence: a claim of the previous generation (its
+// owner may be in the middle of a batch) can no longer commit a batch, an
+// advance or a release, and its owner stops processing the partition as
+// it would after a takeover. The next claim reads the new generation in
+// its checkpoint (Checkpoint.Generation) and processes from Position. So
+// each generation's work is committed exactly once, under that
+// generation, and nothing of an earlier generation's claims lands in a
+// later one. Positions may move back or forward, within 0 … available.
+//
+// Whatever the processor keeps per generation (its output, what the
+// rewind's reason was) it writes in tx too, so that the rewind and its
+// bookkeeping commit together. Rewind returns ErrBadRewind, having
+// changed nothing, if a partition does not exist, a position is out of
+// range or a key is repeated.
+func (s *Store) Rewind(ctx context.Context, tx bun.IDB, rw []Rewind) ([]Rewound, error) {
+	q, args, err := s.rewindSQL(rw, "?")
+	if err != nil || q == "" {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("rewinding %d partition(s) of kind %s: %w", len(rw), s.kind, err)
+	}
+	return s.rewound(rw, rows)
+}
+
+// RewindPgx is Rewind for a transaction on a pgx connection.
+func (s *Store) RewindPgx(ctx context.Context, tx Queryer, rw []Rewind) ([]Rewound, error) {
+	q, args, err := s.rewindSQL(rw, "$")
+	if err != nil || q == "" {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("rewinding %d partition(s) of kind %s: %w", len(rw), s.kind, err)
+	}
+	return s.rewound(rw, pgxRows{rows})
+}
+
+// rewindRows is what Rewind reads its result from: *sql.Rows or pgx.Rows.
+type rewindRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
+type pgxRows struct{ pgx.Rows }
+
+func (r pgxRows) Close() error { r.Rows.Close(); return nil }
+
+// rewindSQL validates rw and returns the rewind statement, with ? or $n
+// placeholders, and its arguments. The statement returns every key asked
+// for, with whether its row exists and its available, and, if it was
+// rewound, its new generation and version and its previous generation and
+// position. It updates every row asked for or, if one request is refused
+// (a missing partition, a position beyond available), none.
+func (s *Store) rewindSQL(rw []Rewind, style string) (string, []any, error) {
+	if err := ValidateKind(s.kind); err != nil {
+		return "", nil, fmt.Errorf("rewinding: %w", err)
+	}
+	if len(rw) == 0 {
+		return "", nil, nil
+	}
+	sorted := slices.Clone(rw)
+	slices.SortFunc(sorted, func(a, b Rewind) int { return strings.Compare(a.Key, b.Key) })
+	keys := make([]string, len(sorted))
+	positions := make([]int64, len(sorted))
+	states := make([]string, len(sorted))
+	for i, r := range sorted {
+		switch {
+		case r.Key == "":
+			return "", nil, fmt.Errorf("rewinding: %w: empty partition key", ErrBadRewind)
+		case r.Position < 0:
+			return "", nil, fmt.Errorf("rewinding %s to position %d: %w: a position is at least 0", r.Key, r.Position, ErrBadRewind)
+		case i > 0 && keys[i-1] == r.Key:
+			return "", nil, fmt.Errorf("rewinding %s: %w: the partition is asked for twice", r.Key, ErrBadRewind)
+		}
+		keys[i], positions[i] = r.Key, r.Position
+		states[i] = "{}"
+		if len(r.State) > 0 {
+			if !json.Valid(r.State) {
+				return "", nil, fmt.Errorf("rewinding %s: %w: its state is not JSON", r.Key, ErrBadRewind)
+			}
+			states[i] = string(r.State)
+		}
+	}
+	p := func(n int) string {
+		if style == "?" {
+			return "?"
+		}
+		return fmt.Sprintf("$%d", n)
+	}
+	// Placeholders in order of appearance (for "?"), numbered for "$".
+	q := s.sql(`
+		WITH w AS (
+			SELECT key, pos, st FROM unnest(` + p(1) + `::text[], ` + p(2) + `::bigint[], ` + p(3) + `::text[]) AS w(key, pos, st)
+		), r AS (
+			SELECT t.partition_key, t.generation, t.position, t.available, t.version
+			FROM {{.Schema}}.tasks t
+			WHERE t.kind = ` + p(4) + ` AND t.partition_key IN (SELECT key FROM w)
+			ORDER BY t.partition_key
+			FOR UPDATE OF t
+		), ok AS (
+			SELECT count(*) = (SELECT count(*) FROM w) AS all_ok
+			FROM w JOIN r ON r.partition_key = w.key
+			WHERE w.pos <= r.available
+		), u AS (
+			UPDATE {{.Schema}}.tasks t
+			SET generation = t.generation + 1, version = t.version + 1, position = w.pos, checkpoint = w.st::jsonb,
+			    owner = NULL, lease_expires_at = '-infinity', failed_at = NULL, attempts = 0, last_error = NULL,
+			    traceparent = NULL, updated_at = now()
+			FROM r JOIN w ON w.key = r.partition_key
+			WHERE t.kind = ` + p(5) + ` AND t.partition_key = r.partition_key AND (SELECT all_ok FROM ok)
+			RETURNING t.partition_key, t.generation, t.version, t.position, r.generation AS prev_generation, r.position AS prev_position
+		), e AS (
+			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, position, detail)
+			SELECT ` + p(6) + `, partition_key, ` + p(7) + `, version, position,
+			       format('generation %s from position %s (generation %s was at %s)', generation, position, prev_generation, prev_position)
+			FROM u
+		), n AS (
+			SELECT pg_notify(` + p(8) + `, ` + p(9) + ` || ' ' || (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+			FROM (SELECT 1 FROM u LIMIT 1) x
+		)
+		SELECT w.key, r.partition_key IS NOT NULL, coalesce(r.available, 0),
+		       coalesce(u.generation, 0), coalesce(u.version, 0), coalesce(u.prev_generation, 0), coalesce(u.prev_position, 0)
+		FROM w LEFT JOIN r ON r.partition_key = w.key LEFT JOIN u ON u.partition_key = w.key
+		WHERE (SELECT count(*) FROM n) >= 0
+		ORDER BY w.key`)
+	args := []any{keys, positions, states, s.kind, s.kind, s.kind, string(EventRewound),
+		NotifyChannel, NotifyPayload(NotifyWork, s.kind)}
+	if style == "?" {
+		args[0], args[1], args[2] = pgdialect.Array(keys), pgdialect.Array(positions), pgdialect.Array(states)
+	}
+	return q, args, nil
+}
+
+// rewound reads the rewind statement's result: the rewinds done, in key
+// order, or ErrBadRewind naming what was refused.
+func (s *Store) rewound(rw []Rewind, rows rewindRows) ([]Rewound, error) {
+	defer rows.Close()
+	positions := make(map[string]int64, len(rw))
+	for _, r := range rw {
+		positions[r.Key] = r.Position
+	}
+	var out []Rewound
+	var refused []string
+	for rows.Next() {
+		var r Rewound
+		var exists bool
+		var available int64
+		if err := rows.Scan(&r.Key, &exists, &available, &r.Generation, &r.Version, &r.PreviousGeneration, &r.PreviousPosition); err != nil {
+			return nil, fmt.Errorf("rewinding %d partition(s) of kind %s: %w", len(rw), s.kind, err)
+		}
+		switch {
+		case !exists:
+			refused = append(refused, fmt.Sprintf("%s: no such partition", r.Key))
+		case positions[r.Key] > available:
+			refused = append(refused, fmt.Sprintf("%s: position %d is beyond its %d items", r.Key, positions[r.Key], available))
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("rewinding %d partition(s) of kind %s: %w", len(rw), s.kind, err)
+	}
+	if len(refused) > 0 {
+		return nil, fmt.Errorf("rewinding partitions of kind %s: %w: %s", s.kind, ErrBadRewind, strings.Join(refused, "; "))
+	}
+	return out, nil
+}
