@@ -47,5 +47,6 @@ GRANT USAGE ON SEQUENCE {{.Schema}}.amendments_amendment_id_seq TO baton_loader;
 GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.generations TO baton_loader;
 GRANT SELECT, DELETE ON {{.Schema}}.priced_pending TO baton_loader;
 GRANT SELECT ON {{.Schema}}.priced, {{.Schema}}.priced_superseded, {{.Schema}}.pruned_totals TO baton_loader;
-GRANT UPDATE (generation, version, owner, claimed_at, heartbeat_at, lease_expires_at, position, checkpoint, updated_at)
+GRANT UPDATE (generation, version, owner, lease_expires_at, position, checkpoint, failed_at, attempts, last_error, traceparent, updated_at)
     ON {{.Schema}}.tasks TO baton_loader;                                    -- the rewind of a re-priced contract
+GRANT INSERT ON {{.Schema}}.events TO baton_loader;                          -- its "rewound" event

@@ -125,7 +125,8 @@ BEGIN
         EXECUTE format('GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.generations TO %s', g.role);
         EXECUTE format('GRANT SELECT, DELETE ON {{.Schema}}.priced_pending TO %s', g.role);
         EXECUTE format('GRANT SELECT ON {{.Schema}}.priced, {{.Schema}}.priced_superseded TO %s', g.role);
-        EXECUTE format('GRANT UPDATE (generation, version, owner, claimed_at, heartbeat_at, lease_expires_at, position, checkpoint, updated_at) ON {{.Schema}}.tasks TO %s', g.role);
+        EXECUTE format('GRANT UPDATE (generation, version, owner, lease_expires_at, position, checkpoint, failed_at, attempts, last_error, traceparent, updated_at) ON {{.Schema}}.tasks TO %s', g.role);
+        EXECUTE format('GRANT INSERT ON {{.Schema}}.events TO %s', g.role);
     END LOOP;
     FOR g IN SELECT DISTINCT a.grantee::regrole::text AS role
                FROM pg_class c, aclexplode(c.relacl) a
