@@ -396,3 +396,137 @@ func TestStartRefusesUnknownContract(t *testing.T) {
 		t.Fatalf("%d generation rows after a refused start", n)
 	}
 }
+
+// writeFile writes lines to a new file in t's temporary directory.
+func writeFile(t *testing.T, name string, lines []string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A record loaded with a wrong amount, priced, then amended with the true
+// one: the export is the golden file byte for byte, only the records from
+// the amended one on were priced again, the previous generation is what
+// was exported before, and the diff lists exactly the records re-priced
+// with other amounts.
+func TestAmendRepricesSuffixToGolden(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 7, 500} {
+		t.Run(strconv.Itoa(batch), func(t *testing.T) {
+			t.Parallel()
+			testAmend(t, batch)
+		})
+	}
+}
+
+func testAmend(t *testing.T, batch int) {
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
+	ctx := context.Background()
+	b, err := os.ReadFile(vectors + "records.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key, seq = "random-mix", 1500
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	var truth string
+	n := 0
+	for i, l := range lines[1:] {
+		if !strings.HasPrefix(l, key+",") {
+			continue
+		}
+		if n++; n == seq {
+			f := strings.Split(l, ",")
+			amount, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			truth = l
+			f[2] = strconv.FormatInt(amount+123457, 10)
+			lines[i+1] = strings.Join(f, ",")
+		}
+	}
+	wrong := writeFile(t, "records.csv", lines)
+	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: wrong}); err != nil {
+		t.Fatal(err)
+	}
+	runUntilDone(t, db, distributor.Config{BatchSize: batch})
+	first := exportBytes(t, db.DB)
+
+	amend := writeFile(t, "amend.csv", []string{"contract_id,record_id,amount_minor", truth})
+	// Without --amend the load is refused, naming the flag.
+	if _, err := ingest.Load(ctx, db.DB, ingest.Options{RecordsPath: amend}); err == nil || !strings.Contains(err.Error(), "--amend") {
+		t.Fatalf("load of another amount without --amend: %v", err)
+	}
+	rep, err := ingest.Load(ctx, db.DB, ingest.Options{RecordsPath: amend, Amend: true, Reason: "meter corrected", StartedBy: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.RecordsAmended != 1 || rep.ContractsRepriced != 1 || rep.RecordsAccepted != 0 {
+		t.Fatalf("report %+v, want 1 record amended, 1 contract re-priced, none accepted", rep)
+	}
+	runUntilDone(t, db, distributor.Config{BatchSize: batch})
+	sameBytes(t, "export after the amendment", exportBytes(t, db.DB), golden(t))
+	verifyClean(t, db.DB)
+	sameBytes(t, "previous generation", previousBytes(t, db.DB), first)
+	// Only the suffix from the amended record on was priced again.
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_superseded WHERE contract_id = ? AND generation = 1 AND seq >= ?`, key, seq); n != 2000-seq+1 {
+		t.Errorf("%d rows of %s superseded from seq %d, want %d", n, key, seq, 2000-seq+1)
+	}
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_superseded`); n != 2000-seq+1 {
+		t.Errorf("%d rows superseded in all, want %d", n, 2000-seq+1)
+	}
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.amendments WHERE contract_id = ? AND seq = ? AND generation = 2 AND reason = 'meter corrected'
+		AND new_amount_minor = old_amount_minor - 123457`, key, seq); n != 1 {
+		t.Errorf("%d amendment rows, want 1", n)
+	}
+	var changed []int64
+	if _, err := rerate.Diff(ctx, db.DB, "", []string{key}, func(c rerate.Change) error {
+		changed = append(changed, c.Seq)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(changed) == 0 || changed[0] != seq {
+		t.Errorf("changed records %v, want the amended seq %d first", changed, seq)
+	}
+	gens, err := rerate.List(ctx, db.DB, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gens) != 2 || gens[1].FromSeq != seq-1 || gens[1].Reason != "meter corrected" || gens[1].State != "current" {
+		t.Errorf("generations %+v", gens)
+	}
+}
+
+// Tiers corrected through the loader: without --reprice the change is
+// refused naming the flag; with it the contracts are re-priced to the
+// golden output.
+func TestLoadRepriceToGolden(t *testing.T) {
+	t.Parallel()
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
+	ctx := context.Background()
+	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
+		t.Fatal(err)
+	}
+	runUntilDone(t, db, distributor.Config{BatchSize: 64})
+	first := exportBytes(t, db.DB)
+	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: vectors + "tiers.csv"}); err == nil || !strings.Contains(err.Error(), "--reprice") {
+		t.Fatalf("tier change without --reprice: %v", err)
+	}
+	rep, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: vectors + "tiers.csv", Reprice: true, Reason: "tiers corrected"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// no-discount's tier set is the same either way: unchanged, it is
+	// not re-priced.
+	if rep.ContractsRepriced != 11 {
+		t.Fatalf("report %+v, want 11 contracts re-priced", rep)
+	}
+	runUntilDone(t, db, distributor.Config{BatchSize: 64})
+	sameBytes(t, "export after re-pricing", exportBytes(t, db.DB), golden(t))
+	verifyClean(t, db.DB)
+	sameBytes(t, "previous generation", previousBytes(t, db.DB), first)
+}
