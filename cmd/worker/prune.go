@@ -160,11 +160,12 @@ is not pruned, then a summary line; --json prints the same as JSON.
 	f := cmd.Flags()
 	f.Int64SliceVar(&loads, "load", nil, "ids of the loads to prune (repeat, separate with commas, or list them after the flag)")
 	f.DurationVar(&olderThan, "older-than", 0, "prune every load that finished longer ago than this and is not pruned yet (e.g. 720h)")
-	f.DurationVar(&genOlderThan, "generations-older-than", 0, "instead, remove the superseded and abandoned generations of re-priced contracts replaced longer ago than this (e.g. 2160h)")
+	f.DurationVar(&genOlderThan, "generations-older-than", 0, "instead, remove the superseded and abandoned generations of re-priced contracts replaced longer ago than this (e.g. 2160h; 0: every one)")
 	f.IntVar(&batch, "batch-size", pricer.PruneBatchRecordsDefault, "about the most records (with their priced rows) one transaction removes: whole chunks of up to 1,024")
 	f.BoolVar(&dryRun, "dry-run", false, "only report what would be removed")
 	f.BoolVar(&asJSON, "json", false, "print JSON (stable field names) for scripts")
 	positive(f, "older-than", "batch-size")
+	nonNegative(f, "generations-older-than")
 	anyValue(f, "load")
 	return cmd
 }

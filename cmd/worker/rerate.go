@@ -208,8 +208,10 @@ kept (those given with --contract, or all), the records whose gross,
 discount or net differ between its previous and current generation, as CSV:
 ` + diffHeader + `
 ordered by contract and acceptance order; and, on stderr, each contract's
-old and new net totals. It only reads the database; --out writes a file
-(standard output by default, or -).`,
+old and new net totals. It only reads the database.
+
+Writes a file with --out, replacing a file of that name (standard output
+by default, or -).`,
 		Example: `  worker diff --out changes.csv
   worker diff --contract acme-1 --contract acme-2`,
 		Args: cobra.NoArgs,
