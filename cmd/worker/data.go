@@ -63,7 +63,7 @@ func newLoadCmd(g *globals) *cobra.Command {
 	var opts ingest.Options
 	var memoryMiB int64
 	cmd := &cobra.Command{
-		Use:   "load [--tiers FILE] [--records FILE] [--skip-invalid --reject-file FILE]",
+		Use:   "load [--tiers FILE [--reprice]] [--records FILE [--amend]] [--reason TEXT] [--skip-invalid --reject-file FILE]",
 		Short: "Validate and load tiers and/or records (all or nothing by default)",
 		Long: `load validates tiers and/or records CSV files and loads them in one
 transaction: by default all or nothing, listing invalid rows as
@@ -84,11 +84,18 @@ reads them back in fewer, larger parts.
 
 Changes the database: adds contracts, their tiers and records; a tiers file
 replaces the tiers of a contract it names (refused once the contract has
-priced records). Records already stored are never changed or removed.
+priced records, unless --reprice: the new tiers then apply and the
+contract is re-priced under them as a new generation, see worker
+generations). A stored record id with another amount is refused, unless
+--amend: the amount is replaced (the old one kept in the audit trail) and
+the contract re-priced from that record on. --reason is recorded with
+the generations and amendments.
 Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 		Example: `  worker load --tiers tiers.csv --records records.csv
   worker load --records more.csv --skip-invalid --reject-file rejected.csv
-  worker load --records records.csv --max-errors 0   # list every invalid row`,
+  worker load --records records.csv --max-errors 0   # list every invalid row
+  worker load --tiers corrected-tiers.csv --reprice --reason "Q3 tiers corrected"
+  worker load --records corrections.csv --amend --reason "meter 7 re-read"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.TiersPath == "" && opts.RecordsPath == "" {
@@ -97,6 +104,16 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			if opts.SkipInvalid != (opts.RejectPath != "") {
 				return usageError("--skip-invalid and --reject-file go together")
 			}
+			if opts.Reprice && opts.TiersPath == "" {
+				return usageError("--reprice applies a tiers file: give --tiers")
+			}
+			if opts.Amend && opts.RecordsPath == "" {
+				return usageError("--amend applies a records file: give --records")
+			}
+			if opts.Reason != "" && !opts.Reprice && !opts.Amend {
+				return usageError("--reason goes with --reprice or --amend")
+			}
+			opts.StartedBy = startedBy("load")
 			for flag, path := range map[string]string{"--tiers": opts.TiersPath, "--records": opts.RecordsPath} {
 				if err := checkInputFile(flag, path); err != nil {
 					return err
@@ -129,6 +146,10 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 				rep.LoadID, nounCount(rep.TierRows, "tier row", "tier rows"), nounCount(rep.ContractsCreated, "contract", "contracts"),
 				nounCount(rep.RecordsAccepted, "record", "records"), rep.RecordsRedelivered, rep.RowsRejected,
 				rep.Duration.Round(time.Millisecond), loadRate(rep.RecordsAccepted+rep.RecordsRedelivered, rep.Duration))
+			if opts.Reprice || opts.Amend {
+				fmt.Fprintf(g.stdout, "load %d: %s amended, %s re-pricing (see worker generations)\n", rep.LoadID,
+					nounCount(rep.RecordsAmended, "record", "records"), nounCount(rep.ContractsRepriced, "contract", "contracts"))
+			}
 			if rep.RowsRejected > 0 {
 				fmt.Fprintf(g.stdout, "rejected rows and their reasons: %s\n", opts.RejectPath)
 			}
@@ -140,6 +161,9 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 	f.StringVar(&opts.RecordsPath, "records", "", "records CSV (contract_id,record_id,amount_minor)")
 	f.BoolVar(&opts.SkipInvalid, "skip-invalid", false, "load the valid rows and write the invalid ones to --reject-file")
 	f.StringVar(&opts.RejectPath, "reject-file", "", "where --skip-invalid writes rejected rows with their reasons")
+	f.BoolVar(&opts.Reprice, "reprice", false, "apply changed tier sets of contracts with priced records and re-price them")
+	f.BoolVar(&opts.Amend, "amend", false, "a stored record id with another amount replaces the amount and re-prices from that record")
+	f.StringVar(&opts.Reason, "reason", "", "why, recorded with the re-pricing (with --reprice or --amend)")
 	f.IntVar(&opts.MaxListed, "max-errors", ingest.MaxListedDefault, "invalid rows listed in the error, 0 for all (all are counted either way)")
 	nonNegative(f, "max-errors")
 	f.DurationVar(&opts.StatementTimeout, "statement-timeout", ingest.StatementTimeoutDefault, "longest statement of the load (0: no limit)")
@@ -184,10 +208,10 @@ func loadRate(records int64, d time.Duration) string {
 }
 
 func newExportCmd(g *globals) *cobra.Command {
-	var out string
+	var out, generation string
 	var complete bool
 	cmd := &cobra.Command{
-		Use:   "export --out FILE",
+		Use:   "export --out FILE [--generation previous|current]",
 		Short: "Write priced records as CSV, ordered by contract id (byte order) then acceptance order",
 		Long: `export writes every priced record as CSV. A file is written under a
 temporary name, synced and renamed, so a failed export never leaves a
@@ -199,6 +223,11 @@ a contract whose checkpoint lies beyond its stored records (state
 inconsistent in status): records skipped are not priced, and --complete
 refuses to export rather than leave them out silently.
 
+--generation previous writes, for each re-priced contract, the output its
+current generation replaced (see worker generations), and for the other
+contracts their current output; current (the default) writes what
+priced holds now.
+
 Writes a file: --out, replacing a file of that name (- writes to standard
 output instead). It only reads the database.`,
 		Example: `  worker export --out priced.csv
@@ -208,6 +237,15 @@ output instead). It only reads the database.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return usageError("--out is required (use - for standard output)")
+			}
+			switch generation {
+			case "current":
+			case "previous":
+				if complete {
+					return usageError("--complete checks the current generation; it does not go with --generation previous")
+				}
+			default:
+				return usageError("--generation %q: want previous or current", generation)
 			}
 			if out != "-" {
 				if st, err := os.Stat(out); err == nil && st.IsDir() {
@@ -221,7 +259,9 @@ output instead). It only reads the database.`,
 			defer db.Close()
 			write := func(w io.Writer) (int64, error) { return export.Write(cmd.Context(), db.DB, g.schema, w) }
 			var progress pricer.Progress
-			if complete {
+			if generation == "previous" {
+				write = func(w io.Writer) (int64, error) { return export.WritePrevious(cmd.Context(), db.DB, g.schema, w) }
+			} else if complete {
 				// One snapshot: checked complete, then written.
 				write = func(w io.Writer) (int64, error) { return export.WriteComplete(cmd.Context(), db.DB, g.schema, w) }
 			} else if progress, err = pricer.CheckProgress(cmd.Context(), db, g.schema); err != nil {
@@ -256,6 +296,7 @@ output instead). It only reads the database.`,
 	}
 	cmd.Flags().StringVar(&out, "out", "", "output file, or - for standard output")
 	cmd.Flags().BoolVar(&complete, "complete", false, "fail (exit 4) instead of exporting while some records are unpriced")
+	cmd.Flags().StringVar(&generation, "generation", "current", "which generation of re-priced contracts: previous or current")
 	return cmd
 }
 

@@ -27,6 +27,7 @@ var zeroAllowed = map[string]struct{ reason, help string }{
 	"demo --seed":                      {"a seed: every value gives its own data", "any value"},
 	"demo --kill-at":                   {"0 kills no worker", "0: no kill"},
 	"schedule add --lock-at-least-for": {"0 sets no minimum time between runs", "0: no minimum"},
+	"prune --generations-older-than":   {"0 removes every superseded generation", "0: every one"},
 }
 
 // positionalArgs are the arguments a command needs before its flags are

@@ -47,6 +47,9 @@ func TestHelpSaysWhichCommandsChangeData(t *testing.T) {
 		"schedule trigger": database,
 		"schedule demo":    demo,
 		"ui":               database, // with --ui-token
+		"reprice":          database,
+		"generations":      readOnly,
+		"diff":             file, // with --out
 	}
 	root, _ := newRoot()
 	seen := map[string]bool{}

@@ -262,6 +262,7 @@ Each command's help says whether it changes the database or writes files;
 		newScheduleCmd(g),
 		newUICmd(g),
 		newPruneCmd(g),
+		newRepriceCmd(g), newGenerationsCmd(g), newDiffCmd(g),
 	)
 	// Wrong arguments are usage errors (exit 2) for every command.
 	var walk func(*cobra.Command)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/pricing/rerate"
 )
 
 // pruneJSON is "worker prune --json": stable field names.
@@ -41,11 +42,11 @@ func pruneCount(n int64, one, many string) string {
 
 func newPruneCmd(g *globals) *cobra.Command {
 	var loads []int64
-	var olderThan time.Duration
+	var olderThan, genOlderThan time.Duration
 	var batch int
 	var dryRun, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "prune (--load N [N...] | --older-than DURATION) [--dry-run] [--batch-size N] [--json]",
+		Use:   "prune (--load N [N...] | --older-than DURATION | --generations-older-than DURATION) [--dry-run] [--batch-size N] [--json]",
 		Short: "Remove finished loads' records and priced output, in small transactions, while workers run",
 		Long: `prune removes the records of finished loads and their priced output: the
 loads named by --load, or every load that finished more than --older-than
@@ -86,6 +87,12 @@ is not pruned, then a summary line; --json prints the same as JSON.
 				if id < 1 {
 					return usageError("load id %d: must be a positive integer", id)
 				}
+			}
+			if cmd.Flags().Changed("generations-older-than") {
+				if len(loads) > 0 || cmd.Flags().Changed("older-than") || dryRun {
+					return usageError("--generations-older-than goes alone (not with --load, --older-than or --dry-run)")
+				}
+				return pruneGenerations(cmd, g, genOlderThan, asJSON)
 			}
 			switch {
 			case len(loads) == 0 && !cmd.Flags().Changed("older-than"):
@@ -153,10 +160,12 @@ is not pruned, then a summary line; --json prints the same as JSON.
 	f := cmd.Flags()
 	f.Int64SliceVar(&loads, "load", nil, "ids of the loads to prune (repeat, separate with commas, or list them after the flag)")
 	f.DurationVar(&olderThan, "older-than", 0, "prune every load that finished longer ago than this and is not pruned yet (e.g. 720h)")
+	f.DurationVar(&genOlderThan, "generations-older-than", 0, "instead, remove the superseded and abandoned generations of re-priced contracts replaced longer ago than this (e.g. 2160h; 0: every one)")
 	f.IntVar(&batch, "batch-size", pricer.PruneBatchRecordsDefault, "about the most records (with their priced rows) one transaction removes: whole chunks of up to 1,024")
 	f.BoolVar(&dryRun, "dry-run", false, "only report what would be removed")
 	f.BoolVar(&asJSON, "json", false, "print JSON (stable field names) for scripts")
 	positive(f, "older-than", "batch-size")
+	nonNegative(f, "generations-older-than")
 	anyValue(f, "load")
 	return cmd
 }
@@ -190,4 +199,27 @@ func printPrune(g *globals, out pruneJSON) {
 		pruneCount(done, "load", "loads"), pruneCount(out.Records, "record", "records"), pruneCount(contracts, "contract", "contracts"),
 		elapsed, pruneCount(int64(out.Transactions), "transaction", "transactions"),
 		(time.Duration(out.LongestTransactionMS) * time.Millisecond).String())
+}
+
+// pruneGenerations is "worker prune --generations-older-than".
+func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, asJSON bool) error {
+	if olderThan < 0 {
+		return usageError("--generations-older-than %s: must not be negative", olderThan)
+	}
+	db, err := g.open(cmd.Context(), dbconn.Options{ApplicationName: "baton-prune", MaxOpenConns: 1,
+		LockTimeout: 10 * time.Second, StatementTimeout: 10 * time.Minute}, true)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	p, err := rerate.Prune(cmd.Context(), db, g.schema, olderThan)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(g.stdout).Encode(p)
+	}
+	fmt.Fprintf(g.stdout, "pruned %s and their %s (replaced more than %s ago)\n",
+		pruneCount(p.Generations, "generation", "generations"), pruneCount(p.Rows, "priced row", "priced rows"), olderThan)
+	return nil
 }

@@ -47,6 +47,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/pricing/rerate"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -85,6 +86,28 @@ func Write(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (row
 	return rows, tx.Commit()
 }
 
+// WritePrevious is Write for the previous generation of every contract
+// (package rerate): for a re-priced contract, the output its current
+// generation replaced; for any other, its current output. Same format and
+// order. The rows of a re-priced contract are sorted, not read in key
+// order.
+func WritePrevious(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (rows int64, err error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("exporting the previous generation: acquiring a database connection: %w", err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("exporting the previous generation: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if rows, err = copyQuery(ctx, conn, schemaName, `COPY (`+rerate.PreviousSQL+`) TO STDOUT WITH (FORMAT csv, HEADER true)`, w); err != nil {
+		return 0, err
+	}
+	return rows, tx.Commit()
+}
+
 // copyOut streams the priced records over conn, in its transaction tx, to
 // w.
 func copyOut(ctx context.Context, conn bun.Conn, tx bun.Tx, schemaName string, w io.Writer) (rows int64, err error) {
@@ -93,9 +116,14 @@ func copyOut(ctx context.Context, conn bun.Conn, tx bun.Tx, schemaName string, w
 			return 0, fmt.Errorf("exporting priced records: %w", err)
 		}
 	}
+	return copyQuery(ctx, conn, schemaName, copySQL, w)
+}
+
+// copyQuery streams the CSV of the COPY statement q over conn to w.
+func copyQuery(ctx context.Context, conn bun.Conn, schemaName, q string, w io.Writer) (rows int64, err error) {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
-		tag, err := pc.PgConn().CopyTo(ctx, bw, schema.SQL(schemaName, copySQL))
+		tag, err := pc.PgConn().CopyTo(ctx, bw, schema.SQL(schemaName, q))
 		if err != nil {
 			return err
 		}

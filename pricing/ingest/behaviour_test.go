@@ -240,7 +240,7 @@ func TestSameIDOtherAmountAcrossLoads(t *testing.T) {
 	rep1 := mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: first})
 	second := writeFile(t, "second.csv", rh+"c1,r3,1\nc1,r2,7\n")
 	_, err := Load(context.Background(), db, Options{RecordsPath: second})
-	want := fmt.Sprintf(`%s:3: record_id "r2" of contract c1 has amount_minor 7, but load %d (%s) stored it with amount_minor 6 (nothing was loaded)`,
+	want := fmt.Sprintf(`%s:3: record_id "r2" of contract c1 has amount_minor 7, but load %d (%s) stored it with amount_minor 6; load the file with --amend to replace the stored amount (nothing was loaded)`,
 		second, rep1.LoadID, first)
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load = %v\nwant %s", err, want)
@@ -310,7 +310,7 @@ func TestTierChangeAfterPricing(t *testing.T) {
 	_, err := Load(ctx, db, Options{TiersPath: changed})
 	var ie *InvalidInputError
 	if !errors.As(err, &ie) || ie.Total != 2 ||
-		ie.Errors[0].Error() != changed+":3: tiers of contract c1 cannot change: 1 of its records are already priced" {
+		ie.Errors[0].Error() != changed+":3: tiers of contract c1 cannot change: 1 of its records are already priced; load the tiers with --reprice to re-price it under them" {
 		t.Fatalf("Load = %v", err)
 	}
 	if after := tableCounts(t, db); after != before || tiersOf(t, db, "c2") != "0:50" {

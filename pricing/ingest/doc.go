@@ -8,8 +8,11 @@
 // threshold_minor is an integer ≥ 0, distinct within the contract;
 // discount_bp an integer from 0 to 10000; at most 64 tiers per contract. A
 // set replaces the contract's stored one. Once a contract has priced
-// records (its task row has position > 0) its tiers cannot change; an
-// identical set is accepted and changes nothing.
+// records (its task row has position > 0) or is being re-priced, its
+// tiers cannot change unless Options.Reprice is set: the set then becomes
+// its tiers and the contract is re-priced under them as a new generation
+// (package rerate), in the load's transaction, under its task row lock
+// (FOR UPDATE, step 7). An identical set is accepted and changes nothing.
 //
 // A records file has the header contract_id,record_id,amount_minor.
 // record_id is 1–128 printable characters (valid UTF-8, unicode.IsPrint),
@@ -19,7 +22,11 @@
 // after those of earlier loads: record seq is the dense 1-based acceptance
 // position within the contract. A record id seen before (stored, or earlier
 // in the file) with the same amount is a re-delivery, skipped and counted;
-// with another amount it is an error. A load may not take a contract's
+// with another amount it is an error, unless Options.Amend is set and the
+// earlier one is stored: the row then amends the stored record (its amount
+// replaced in its chunk, the old one kept in the amendments table) and
+// its contract is re-priced from that record on (package rerate). An
+// amendment takes the staged path (the direct copy gives way on it). A load may not take a contract's
 // cumulative gross past 2^63−1.
 //
 // Integers are plain decimal (digits, optionally a leading minus sign,

@@ -16,7 +16,9 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricing"
 	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/pricing/rerate"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -76,6 +78,22 @@ type Options struct {
 	// file,line,reason,row. It is required with SkipInvalid and only
 	// allowed with it. It is written only if the load commits.
 	RejectPath string
+	// Reprice applies changed tier sets of contracts that already have
+	// priced records (or are being re-priced): they become the contracts'
+	// tiers and the contracts are re-priced under them, as a new
+	// generation (package rerate). Without it such a change is refused.
+	Reprice bool
+	// Amend lets a records file correct stored records: a known record id
+	// with another amount replaces the stored amount (the old one is kept
+	// in the amendments table) and re-prices the contract from that
+	// record on. Without it such a row is an error. Unknown ids load as
+	// new records and the same id with the same amount is a re-delivery,
+	// as always.
+	Amend bool
+	// Reason and StartedBy are recorded with the generations and
+	// amendments a load with Reprice or Amend starts.
+	Reason    string
+	StartedBy string
 	// MaxListed caps the problems listed in an *InvalidInputError.
 	// Zero means MaxListedDefault.
 	MaxListed int
@@ -143,6 +161,10 @@ func (o Options) validate() error {
 		return errors.New("skipping invalid rows needs a reject file to write them to")
 	case !o.SkipInvalid && o.RejectPath != "":
 		return errors.New("a reject file is only written when skipping invalid rows")
+	case o.Reprice && o.TiersPath == "":
+		return errors.New("re-pricing changed tiers needs a tiers file")
+	case o.Amend && o.RecordsPath == "":
+		return errors.New("amending records needs a records file")
 	case o.MaxListed < 0:
 		return fmt.Errorf("MaxListed is %d, want ≥ 0", o.MaxListed)
 	case o.MemoryLimit != 0 && o.MemoryLimit < minMemoryLimit:
@@ -177,6 +199,12 @@ type Report struct {
 	RecordsAccepted    int64 // records added
 	RecordsRedelivered int64 // records skipped as identical to one stored or earlier in the file
 	RowsRejected       int64 // invalid rows of both files
+	RecordsAmended     int64 // stored records whose amount this load replaced (Options.Amend)
+	// ContractsRepriced is the contracts whose tiers changed
+	// (Options.Reprice) or whose records were amended for which a new
+	// generation started: they had priced records the change affects.
+	// The others' next batches price the change.
+	ContractsRepriced int64
 	// DirectCopy is true when the records were copied straight into the
 	// record_chunks table, false when the staged path stored them (see the
 	// package documentation).
@@ -485,7 +513,7 @@ func nullIfEmpty(s string) any {
 const sqlLockTasks = `
 SELECT count(*) FROM (
     SELECT 1 FROM {{.Schema}}.tasks t JOIN load_affected a ON a.contract_id = t.partition_key
-     WHERE t.kind = '` + taskKind + `' AND (a.n_new > 0 OR a.tiers_changed)
+     WHERE t.kind = '` + taskKind + `' AND (a.n_new > 0 OR a.tiers_changed OR a.rerate)
      ORDER BY t.partition_key FOR %s OF t
 ) locked`
 
@@ -516,13 +544,18 @@ UPDATE {{.Schema}}.loads SET finished_at = clock_timestamp(), tier_rows = $2, re
 			return fmt.Errorf("loading: %w", err)
 		}
 	}
+	if l.opts.Reprice || l.opts.Amend {
+		if _, err := exec(ctx, tx, "loading: collecting contracts to re-price", sqlAffectedRerate); err != nil {
+			return err
+		}
+	}
 	// load_affected was filled in this transaction: give the planner its
 	// size for the joins with tasks below.
 	if _, err := exec(ctx, tx, "loading: analysing the affected contracts", "ANALYZE load_affected"); err != nil {
 		return err
 	}
 	var tiersChange bool
-	if err := tx.QueryRow(ctx, "SELECT coalesce(bool_or(tiers_changed), false) FROM load_affected").Scan(&tiersChange); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT coalesce(bool_or(tiers_changed OR rerate), false) FROM load_affected").Scan(&tiersChange); err != nil {
 		return fmt.Errorf("loading: collecting contracts: %w", err)
 	}
 	strength := "NO KEY UPDATE"
@@ -540,11 +573,16 @@ UPDATE {{.Schema}}.loads SET finished_at = clock_timestamp(), tier_rows = $2, re
 	err := tx.QueryRow(ctx, sqlCheckLocked).Scan(&contract, &pos, &avail, &base, &tiersChanged)
 	switch {
 	case err == nil && tiersChanged && pos > 0:
-		return fmt.Errorf("loading: contract %s had records priced while this load ran (position %d), so its tiers can no longer change; nothing was loaded", contract, pos)
+		return fmt.Errorf("loading: contract %s had records priced while this load ran (position %d), so its tiers can no longer change without --reprice; nothing was loaded", contract, pos)
 	case err == nil:
 		return fmt.Errorf("loading: tasks.available of contract %s changed from %d to %d during the load; is something other than a load adding records? nothing was loaded", contract, base, avail)
 	case !errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("loading: checking task rows: %w", err)
+	}
+	if l.opts.Reprice || l.opts.Amend {
+		if err := l.rerate(ctx, tx); err != nil {
+			return err
+		}
 	}
 	if rep.RecordsAccepted > 0 {
 		// The producer API adds the work and notifies at commit; the rows
@@ -575,4 +613,104 @@ func (l *loader) newWork(ctx context.Context, tx pgx.Tx) ([]partition.Work, erro
 		return nil, fmt.Errorf("loading: collecting new work: %w", err)
 	}
 	return work, nil
+}
+
+// sqlAffectedRerate adds to load_affected the contracts this load
+// re-prices (changed tiers with Options.Reprice, amended records with
+// Options.Amend), so that their task rows are locked with the others, in
+// the same order, FOR UPDATE (rerate.Start waits for a batch in flight).
+const sqlAffectedRerate = `
+WITH c AS (
+    SELECT contract_id FROM load_reprice
+    UNION
+    SELECT contract_id FROM load_records WHERE err IS NULL AND amend_seq IS NOT NULL
+), upd AS (
+    UPDATE load_affected a SET rerate = true FROM c WHERE a.contract_id = c.contract_id
+    RETURNING a.contract_id
+)
+INSERT INTO load_affected (contract_id, n_new, n_redelivered, tiers_changed, ord, rerate)
+SELECT contract_id, 0, 0, false, 0, true FROM c
+ WHERE NOT EXISTS (SELECT 1 FROM load_affected a WHERE a.contract_id = c.contract_id)`
+
+// sqlApplyAmendments replaces the amounts of the amended records in their
+// chunks (one UPDATE per chunk, however many of its records change).
+const sqlApplyAmendments = `
+WITH a AS (
+    SELECT contract_id, amend_seq AS seq, amount_minor AS amount
+      FROM load_records WHERE err IS NULL AND amend_seq IS NOT NULL
+)
+UPDATE {{.Schema}}.record_chunks c
+   SET amounts = (SELECT array_agg(coalesce(x.amount, u.amount) ORDER BY u.i)
+                    FROM unnest(c.amounts) WITH ORDINALITY AS u (amount, i)
+                    LEFT JOIN a x ON x.contract_id = c.contract_id AND x.seq = c.first_seq + u.i - 1)
+ WHERE EXISTS (SELECT 1 FROM a WHERE a.contract_id = c.contract_id AND a.seq BETWEEN c.first_seq AND c.last_seq)`
+
+// sqlRecordAmendments keeps the amounts replaced, each with the
+// generation that prices the new one (the one being priced if re-pricing
+// started one, the current one otherwise).
+const sqlRecordAmendments = `
+INSERT INTO {{.Schema}}.amendments (contract_id, record_id, seq, old_amount_minor, new_amount_minor, load_id, generation, reason)
+SELECT r.contract_id, r.record_id, r.amend_seq, r.amend_old, r.amount_minor, $1,
+       coalesce((SELECT g.generation FROM {{.Schema}}.generations g WHERE g.contract_id = r.contract_id AND g.state = 'pricing'),
+                (SELECT c.current_generation FROM {{.Schema}}.contracts c WHERE c.contract_id = r.contract_id)),
+       $2
+  FROM load_records r
+ WHERE r.err IS NULL AND r.amend_seq IS NOT NULL
+ ORDER BY r.contract_id, r.amend_seq`
+
+// rerate applies the amendments and starts the re-pricing of the
+// contracts whose tiers changed or records were amended, with the task
+// rows locked.
+func (l *loader) rerate(ctx context.Context, tx pgx.Tx) error {
+	n, err := exec(ctx, tx, "loading: amending records", sqlApplyAmendments)
+	if err != nil {
+		return err
+	}
+	var reqs []rerate.Request
+	rows, err := tx.Query(ctx, `
+SELECT contract_id, min(amend_seq) - 1, NULL::bigint[], NULL::bigint[], count(*)
+  FROM load_records WHERE err IS NULL AND amend_seq IS NOT NULL GROUP BY contract_id
+UNION ALL
+SELECT t.contract_id, 0, array_agg(t.threshold_minor ORDER BY t.threshold_minor), array_agg(t.discount_bp ORDER BY t.threshold_minor), 0
+  FROM load_tiers t JOIN load_reprice r ON r.contract_id = t.contract_id
+ WHERE t.err IS NULL GROUP BY t.contract_id`)
+	if err != nil {
+		return fmt.Errorf("loading: collecting contracts to re-price: %w", err)
+	}
+	var (
+		contract     string
+		from, amends int64
+		th, bp       []int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&contract, &from, &th, &bp, &amends}, func() error {
+		r := rerate.Request{Contract: contract, From: from, Reason: l.opts.Reason, StartedBy: l.opts.StartedBy}
+		if th != nil {
+			r.NewTiers = make([]pricing.Tier, len(th))
+			for i := range th {
+				r.NewTiers[i] = pricing.Tier{ThresholdMinor: th[i], DiscountBP: bp[i]}
+			}
+		}
+		l.rep.RecordsAmended += amends
+		reqs = append(reqs, r)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("loading: collecting contracts to re-price: %w", err)
+	}
+	if n == 0 && l.rep.RecordsAmended > 0 {
+		return fmt.Errorf("loading: %d records to amend, but no chunk holds them", l.rep.RecordsAmended)
+	}
+	started, err := rerate.Start(ctx, tx, l.opts.Schema, reqs)
+	if err != nil {
+		return fmt.Errorf("loading: %w; nothing was loaded", err)
+	}
+	for _, s := range started {
+		if s.Generation > 0 {
+			l.rep.ContractsRepriced++
+		}
+	}
+	if _, err := exec(ctx, tx, "loading: recording amendments", sqlRecordAmendments, l.rep.LoadID, l.opts.Reason); err != nil {
+		return err
+	}
+	return nil
 }

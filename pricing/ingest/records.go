@@ -112,12 +112,21 @@ UPDATE load_records r
 // with another amount an error.
 func (l *loader) checkRepeats(ctx context.Context, tx pgx.Tx) error {
 	l.repeatsChecked = true
-	n, err := exec(ctx, tx, "comparing with stored records", sqlRecordStored)
+	stored := sqlRecordStored
+	if l.opts.Amend {
+		stored = sqlRecordStoredAmend
+	}
+	n, err := exec(ctx, tx, "comparing with stored records", stored)
 	if err != nil {
 		return err
 	}
 	if n > 0 {
 		l.affectedStale = true
+	}
+	if l.opts.Amend && n > 0 {
+		if _, err := exec(ctx, tx, "checking amendments", sqlAmendRepeats); err != nil {
+			return err
+		}
 	}
 	if n, err = exec(ctx, tx, "finding repeated record ids", sqlDupKeys); err != nil || n == 0 {
 		return err
@@ -135,7 +144,7 @@ const sqlRecordStored = `
 UPDATE load_records r
    SET redelivered = m.amount_minor = r.amount_minor,
        err = CASE WHEN m.amount_minor <> r.amount_minor THEN
-             format('record_id %s of contract %s has amount_minor %s, but load %s%s stored it with amount_minor %s',
+             format('record_id %s of contract %s has amount_minor %s, but load %s%s stored it with amount_minor %s; load the file with --amend to replace the stored amount',
                     to_json(r.record_id::text), r.contract_id, r.amount_minor, m.load_id,
                     coalesce(' (' || m.records_file || ')', ''), m.amount_minor) END
   FROM (SELECT s.line, x.amount_minor, x.load_id, l.records_file
@@ -147,12 +156,45 @@ UPDATE load_records r
          WHERE s.err IS NULL) m
  WHERE r.line = m.line`
 
+// sqlRecordStoredAmend is sqlRecordStored with Options.Amend: a row with
+// a stored record id and another amount amends that record (amend_seq,
+// amend_old) instead of being an error.
+const sqlRecordStoredAmend = `
+UPDATE load_records r
+   SET redelivered = m.amount_minor = r.amount_minor,
+       amend_seq = CASE WHEN m.amount_minor <> r.amount_minor THEN m.seq END,
+       amend_old = CASE WHEN m.amount_minor <> r.amount_minor THEN m.amount_minor END
+  FROM (SELECT s.line, x.seq, x.amount_minor
+          FROM load_records s
+          JOIN (SELECT x.contract_id, x.record_id, x.seq, x.amount_minor FROM {{.Schema}}.records x
+                 WHERE x.contract_id IN (SELECT contract_id FROM load_records WHERE err IS NULL)) x
+            ON x.contract_id = s.contract_id AND x.record_id = s.record_id
+         WHERE s.err IS NULL) m
+ WHERE r.line = m.line`
+
+// sqlAmendRepeats settles a stored record id that several rows of the file
+// name (with Options.Amend): the first row amends it or is a
+// re-delivery, later rows with its amount are re-deliveries, and later
+// rows with another amount are errors.
+const sqlAmendRepeats = `
+UPDATE load_records r
+   SET amend_seq = NULL, amend_old = NULL,
+       redelivered = r.amount_minor = f.amount_minor,
+       err = CASE WHEN r.amount_minor <> f.amount_minor THEN
+             format('record_id %s of contract %s has amount_minor %s here but %s on line %s',
+                    to_json(r.record_id::text), r.contract_id, r.amount_minor, f.amount_minor, k.first_line) END
+  FROM (SELECT contract_id, record_id, min(line) AS first_line FROM load_records
+         WHERE err IS NULL AND (redelivered OR amend_seq IS NOT NULL)
+         GROUP BY contract_id, record_id HAVING count(*) > 1) k
+  JOIN load_records f ON f.line = k.first_line
+ WHERE r.contract_id = k.contract_id AND r.record_id = k.record_id AND r.line <> k.first_line AND r.err IS NULL`
+
 // Record ids that occur more than once among the valid rows not matched
 // to a stored record, with their first line.
 const sqlDupKeys = `
 INSERT INTO load_dup_keys (contract_id, record_id, first_line)
 SELECT contract_id, record_id, min(line) FROM load_records
- WHERE err IS NULL AND NOT redelivered
+ WHERE err IS NULL AND NOT redelivered AND amend_seq IS NULL
  GROUP BY contract_id, record_id HAVING count(*) > 1`
 
 const sqlDupsMark = `
@@ -164,7 +206,7 @@ UPDATE load_records r
                     to_json(r.record_id::text), r.contract_id, r.amount_minor, f.amount_minor, k.first_line) END
   FROM load_dup_keys k JOIN load_records f ON f.line = k.first_line
  WHERE r.contract_id = k.contract_id AND r.record_id = k.record_id AND r.line <> k.first_line
-   AND r.err IS NULL AND NOT r.redelivered`
+   AND r.err IS NULL AND NOT r.redelivered AND r.amend_seq IS NULL`
 
 // checkGross rejects the records that would take a contract's cumulative
 // gross past the limit. Each record is at most MaxAmountMinor, so only a
@@ -206,7 +248,7 @@ UPDATE load_records r
    SET err = format('cumulative gross of contract %s would exceed %s', r.contract_id, $1::bigint)
   FROM (SELECT l.line, g.stored + sum(l.amount_minor) OVER (PARTITION BY l.contract_id ORDER BY l.line) AS running
           FROM load_records l JOIN load_gross g ON g.contract_id = l.contract_id
-         WHERE l.err IS NULL AND NOT l.redelivered) w
+         WHERE l.err IS NULL AND NOT l.redelivered AND l.amend_seq IS NULL) w
  WHERE w.line = r.line AND w.running > $1::bigint`
 
 // A re-delivery of a row that was itself rejected is rejected too.
@@ -274,7 +316,7 @@ func (l *loader) collectAffected(ctx context.Context, tx pgx.Tx) error {
 const sqlAffected = `
 INSERT INTO load_affected (contract_id, n_new, n_redelivered, tiers_changed, ord)
 SELECT contract_id, sum(n_new), sum(n_redelivered), bool_or(tiers_changed), row_number() OVER (ORDER BY contract_id)
-  FROM (SELECT contract_id, count(*) FILTER (WHERE NOT redelivered) AS n_new,
+  FROM (SELECT contract_id, count(*) FILTER (WHERE NOT redelivered AND amend_seq IS NULL) AS n_new,
                count(*) FILTER (WHERE redelivered) AS n_redelivered, false AS tiers_changed
           FROM load_records WHERE err IS NULL GROUP BY contract_id
         UNION ALL
@@ -303,7 +345,7 @@ WITH numbered AS (
     SELECT r.contract_id, a.base, row_number() OVER (PARTITION BY a.ord ORDER BY r.line) AS k,
            r.record_id, r.amount_minor
       FROM load_records r JOIN load_affected a ON a.contract_id = r.contract_id
-     WHERE r.err IS NULL AND NOT r.redelivered
+     WHERE r.err IS NULL AND NOT r.redelivered AND r.amend_seq IS NULL
 ), stored AS (
     INSERT INTO {{.Schema}}.record_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts)
     SELECT contract_id, base + min(k), base + max(k), $1,

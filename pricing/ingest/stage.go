@@ -31,15 +31,24 @@ CREATE TEMP TABLE load_records (
     raw          text,
     err          text,
     redelivered  boolean NOT NULL DEFAULT false,
-    first_line   bigint
+    first_line   bigint,
+    amend_seq    bigint, -- with Options.Amend: the seq of the stored record this row amends
+    amend_old    bigint  -- and its amount before
 ) ON COMMIT DROP;
 -- Each valid tier set: is its contract new, does the set differ from the
--- stored one, and the contract's position when checked.
+-- stored one, the contract's position when checked, and whether a
+-- generation of it is being priced.
 CREATE TEMP TABLE load_tier_sets (
     contract_id text COLLATE "C" NOT NULL,
     existed     boolean NOT NULL,
     changed     boolean NOT NULL,
-    position    bigint NOT NULL
+    position    bigint NOT NULL,
+    in_flight   boolean NOT NULL
+) ON COMMIT DROP;
+-- With Options.Reprice: the contracts whose changed tier set is applied by
+-- re-pricing them (rerate.Start) rather than in place.
+CREATE TEMP TABLE load_reprice (
+    contract_id text COLLATE "C" NOT NULL
 ) ON COMMIT DROP;
 -- Record ids that occur more than once in the file, with their first line.
 CREATE TEMP TABLE load_dup_keys (
@@ -61,7 +70,8 @@ CREATE TEMP TABLE load_affected (
     n_redelivered bigint NOT NULL,
     tiers_changed boolean NOT NULL,
     ord           bigint NOT NULL, -- 1, 2, ... in contract_id order
-    base          bigint
+    base          bigint,
+    rerate        boolean NOT NULL DEFAULT false -- re-priced (Options.Reprice, Options.Amend)
 ) ON COMMIT DROP;`
 
 // rowSource feeds parsed rows to CopyFrom, at most one staging row per
@@ -184,17 +194,22 @@ func (l *loader) stageTiers(ctx context.Context, tx pgx.Tx) error {
 		[]string{"line", "contract_id", "threshold_minor", "discount_bp", "raw", "err"}, src, "contract_id, err"); err != nil {
 		return err
 	}
-	steps := []struct {
+	type step struct {
 		doing, sql string
 		args       []any
-	}{
+	}
+	steps := []step{
 		{"checking for duplicate thresholds", sqlTierDuplicates, nil},
 		{"checking tier counts", sqlTierTooMany, []any{MaxTiers}},
 		{"rejecting incomplete tier sets", sqlTierSetRejected, []any{min(l.opts.MaxListed, MaxListedDefault)}},
 		{"comparing with stored tier sets", sqlTierSets, nil},
-		{"checking for priced contracts", sqlTierFrozen, nil},
-		{"checking for priced contracts", sqlTierSetsDropRejected, nil},
 	}
+	if l.opts.Reprice {
+		steps = append(steps, step{"collecting contracts to re-price", sqlTierReprice, nil})
+	} else {
+		steps = append(steps, step{"checking for priced contracts", sqlTierFrozen, nil})
+	}
+	steps = append(steps, step{"checking for priced contracts", sqlTierSetsDropRejected, nil})
 	for _, s := range steps {
 		if _, err := exec(ctx, tx, s.doing, s.sql, s.args...); err != nil {
 			return err
@@ -261,7 +276,7 @@ UPDATE load_tiers t
 // differs from the stored one, and the contract's position as of now. The
 // position is checked again under the task row lock before commit.
 const sqlTierSets = `
-INSERT INTO load_tier_sets (contract_id, existed, changed, position)
+INSERT INTO load_tier_sets (contract_id, existed, changed, position, in_flight)
 WITH new AS (
     SELECT contract_id,
            array_agg(threshold_minor ORDER BY threshold_minor) AS th,
@@ -275,19 +290,31 @@ WITH new AS (
 )
 SELECT n.contract_id, c.contract_id IS NOT NULL,
        o.th IS DISTINCT FROM n.th OR o.bp IS DISTINCT FROM n.bp,
-       coalesce(k.position, 0)
+       coalesce(k.position, 0),
+       EXISTS (SELECT 1 FROM {{.Schema}}.generations g WHERE g.contract_id = n.contract_id AND g.state = 'pricing')
   FROM new n
   LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = n.contract_id
   LEFT JOIN old o ON o.contract_id = n.contract_id
   LEFT JOIN {{.Schema}}.tasks k ON k.kind = '` + taskKind + `' AND k.partition_key = n.contract_id`
 
+// sqlTierFrozen refuses a changed tier set of a contract with priced
+// records (or being re-priced), naming the remedy.
 const sqlTierFrozen = `
 UPDATE load_tiers t
-   SET err = format('tiers of contract %s cannot change: %s of its records are already priced', s.contract_id, s.position)
+   SET err = CASE WHEN s.in_flight
+                  THEN format('tiers of contract %s cannot change: it is being re-priced; load the tiers with --reprice to re-price it under them', s.contract_id)
+                  ELSE format('tiers of contract %s cannot change: %s of its records are already priced; load the tiers with --reprice to re-price it under them', s.contract_id, s.position) END
   FROM load_tier_sets s
- WHERE s.contract_id = t.contract_id AND s.existed AND s.changed AND s.position > 0 AND t.err IS NULL`
+ WHERE s.contract_id = t.contract_id AND s.existed AND s.changed AND (s.position > 0 OR s.in_flight) AND t.err IS NULL`
 
-const sqlTierSetsDropRejected = `DELETE FROM load_tier_sets WHERE existed AND changed AND position > 0`
+// sqlTierReprice (with Options.Reprice) sets aside the changed tier sets
+// of contracts with priced records: rerate.Start applies them, under the
+// task row lock, as it starts their new generation.
+const sqlTierReprice = `
+INSERT INTO load_reprice (contract_id)
+SELECT contract_id FROM load_tier_sets WHERE existed AND changed AND (position > 0 OR in_flight) ORDER BY contract_id`
+
+const sqlTierSetsDropRejected = `DELETE FROM load_tier_sets WHERE existed AND changed AND (position > 0 OR in_flight)`
 
 const sqlInsertContracts = `
 INSERT INTO {{.Schema}}.contracts (contract_id)

@@ -47,6 +47,8 @@ func VerifyCommitted(ctx context.Context, db bun.IDB, schemaName string) ([]Comm
 			LEFT JOIN {{.Schema}}.pruned_totals pt ON pt.contract_id = t.partition_key
 			LEFT JOIN {{.Schema}}.records r ON r.contract_id = t.partition_key AND r.seq <= t.position
 			WHERE t.kind = '`+Kind+`'
+			  AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations ge
+			                   WHERE ge.contract_id = t.partition_key AND ge.state = 'pricing')
 			GROUP BY t.partition_key, t.position
 		), bands AS (
 			SELECT contract_id, threshold_minor::numeric AS t, discount_bp::numeric AS bp,

@@ -37,6 +37,14 @@ const groupInsertMax = 256
 
 // ProcessGroup prices the next batch of every contract in g.
 func (p *Processor) ProcessGroup(ctx context.Context, g *distributor.Group) ([]distributor.Result, error) {
+	for _, b := range g.Batches {
+		if generationOf(b) > 1 {
+			// A re-priced contract's batch reads its generation and may
+			// switch it (see Process): the members are priced one by
+			// one, still in the group's transaction.
+			return p.processEach(ctx, g)
+		}
+	}
 	cps := make([]Checkpoint, len(g.Batches))
 	for i, b := range g.Batches {
 		cp, err := checkpointOf(b)
@@ -73,6 +81,20 @@ func (p *Processor) ProcessGroup(ctx context.Context, g *distributor.Group) ([]d
 	return results, nil
 }
 
+// processEach prices each member of g as Process would alone, in g's
+// transaction.
+func (p *Processor) processEach(ctx context.Context, g *distributor.Group) ([]distributor.Result, error) {
+	results := make([]distributor.Result, len(g.Batches))
+	for i, b := range g.Batches {
+		res, err := p.Process(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		results[i] = res
+	}
+	return results, nil
+}
+
 // cachedSchedules returns the members' tier schedules found in the cache,
 // nil for the others.
 func (p *Processor) cachedSchedules(g *distributor.Group) []*pricing.Schedule {
@@ -80,7 +102,7 @@ func (p *Processor) cachedSchedules(g *distributor.Group) []*pricing.Schedule {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, b := range g.Batches {
-		scheds[i] = p.schedules[b.Lease.Key]
+		scheds[i] = p.schedules[schedKey{b.Lease.Key, generationOf(b)}]
 	}
 	return scheds
 }
@@ -101,7 +123,7 @@ func (p *Processor) newSchedules(g *distributor.Group, scheds []*pricing.Schedul
 		scheds[i] = s
 		if b.Checkpoint.Position > 0 {
 			p.mu.Lock()
-			p.schedules[contract] = s
+			p.schedules[schedKey{contract, generationOf(b)}] = s
 			p.mu.Unlock()
 		}
 	}

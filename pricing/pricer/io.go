@@ -168,7 +168,10 @@ func (a *binArray) next() ([]byte, error) {
 	return e, nil
 }
 
-var pricedColumns = []string{"contract_id", "seq", "record_id", "gross_minor", "discount_minor", "net_minor", "claim_version", "priced_by"}
+var (
+	pricedColumns  = []string{"contract_id", "seq", "record_id", "gross_minor", "discount_minor", "net_minor", "claim_version", "priced_by"}
+	pendingColumns = append(pricedColumns[:len(pricedColumns):len(pricedColumns)], "generation")
+)
 
 // insertOneSQL writes a batch of one priced line: for a single row an
 // INSERT costs the server a fraction of a COPY's setup (a one-record
@@ -178,9 +181,27 @@ const insertOneSQL = `INSERT INTO {{.Schema}}.priced
 (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 
+// insertPendingSQL is insertOneSQL for a generation being priced.
+const insertPendingSQL = `INSERT INTO {{.Schema}}.priced_pending
+(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by, generation)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+
 // writePriced copies w's priced lines into priced (a single line is
-// inserted).
-func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *workspace) error {
+// inserted), or, for gen > 0, into priced_pending as rows of generation
+// gen.
+func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *workspace, gen int64) error {
+	table, cols := "priced", pricedColumns
+	if gen > 0 {
+		table, cols = "priced_pending", pendingColumns
+	}
+	if len(w.lines) == 1 && gen > 0 {
+		r, l := &w.recs[0], &w.lines[0]
+		return b.Raw(func(conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, p.sql(insertPendingSQL), pgx.QueryExecModeCacheDescribe,
+				b.Lease.Key, r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner, gen)
+			return err
+		})
+	}
 	if len(w.lines) == 1 {
 		r, l := &w.recs[0], &w.lines[0]
 		return b.Raw(func(conn *pgx.Conn) error {
@@ -191,11 +212,14 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 			return err
 		})
 	}
-	if cap(w.vals) < len(pricedColumns) {
-		w.vals = make([]any, len(pricedColumns))
+	if cap(w.vals) < len(cols) {
+		w.vals = make([]any, len(cols))
 	}
-	vals := w.vals[:len(pricedColumns)]
+	vals := w.vals[:len(cols)]
 	vals[0], vals[6], vals[7] = b.Lease.Key, b.Lease.Version, b.Owner
+	if gen > 0 {
+		vals[8] = gen
+	}
 	i := -1
 	src := pgx.CopyFromFunc(func() ([]any, error) {
 		i++
@@ -207,7 +231,7 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 		return vals, nil
 	})
 	return b.Raw(func(conn *pgx.Conn) error {
-		n, err := conn.CopyFrom(ctx, pgx.Identifier{p.schema, "priced"}, pricedColumns, src)
+		n, err := conn.CopyFrom(ctx, pgx.Identifier{p.schema, table}, cols, src)
 		if err == nil && n != int64(len(w.lines)) {
 			err = fmt.Errorf("copied %d rows, want %d", n, len(w.lines))
 		}

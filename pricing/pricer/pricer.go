@@ -69,10 +69,12 @@ var ErrCorrupt = errors.New("pricing data is inconsistent")
 // distributor's partition goroutines.
 type Processor struct {
 	mu sync.Mutex
-	// schedules caches tier schedules of contracts that have priced
-	// records: those tiers can no longer change (the loader refuses), so
-	// the cache never goes stale.
-	schedules map[string]*pricing.Schedule
+	// schedules caches tier schedules by contract and generation, once
+	// the generation has priced records or is past the first: the tiers
+	// of a generation can no longer change then (the loader refuses, and
+	// re-pricing with other tiers starts a new generation), so the cache
+	// never goes stale.
+	schedules map[schedKey]*pricing.Schedule
 	schema    string
 }
 
@@ -80,7 +82,7 @@ type Processor struct {
 // schema schemaName (empty means schema.Default, "baton"): the same schema
 // as the distributor's.
 func New(schemaName string) *Processor {
-	return &Processor{schedules: map[string]*pricing.Schedule{}, schema: cmp.Or(schemaName, schema.Default)}
+	return &Processor{schedules: map[schedKey]*pricing.Schedule{}, schema: cmp.Or(schemaName, schema.Default)}
 }
 
 // sql qualifies q's table names with the processor's schema.
@@ -100,13 +102,27 @@ type record struct {
 }
 
 // Process prices the next batch of b's contract.
+//
+// A batch of generation 1 (a contract never re-priced) writes into priced.
+// A batch of a later generation reads the contract's current generation
+// first: if its own is current it writes into priced too; if it is newer
+// (being priced, see generations.go) it writes into priced_pending, and
+// the batch that catches up with the contract's records makes it current
+// in the same transaction.
 func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
 	contract := b.Lease.Key
 	cp, err := checkpointOf(b)
 	if err != nil {
 		return distributor.Result{}, err
 	}
-	sched, err := p.schedule(ctx, b.Tx, contract, b.Checkpoint.Position > 0)
+	gen := generationOf(b)
+	var st genState
+	if gen > 1 {
+		if st, err = p.readGeneration(ctx, b.Tx, contract, gen); err != nil {
+			return distributor.Result{}, err
+		}
+	}
+	sched, err := p.schedule(ctx, b.Tx, contract, gen, b.Checkpoint.Position > 0 || gen > 1)
 	if err != nil {
 		return distributor.Result{}, err
 	}
@@ -120,8 +136,19 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 	if err != nil {
 		return distributor.Result{}, err
 	}
-	if err := p.writePriced(ctx, b, w); err != nil {
-		return distributor.Result{}, fmt.Errorf("writing %d priced records of contract %s: %w", len(w.lines), contract, err)
+	if !st.pending {
+		if err := p.writePriced(ctx, b, w, 0); err != nil {
+			return distributor.Result{}, fmt.Errorf("writing %d priced records of contract %s: %w", len(w.lines), contract, err)
+		}
+		return res, nil
+	}
+	if err := p.writePriced(ctx, b, w, gen); err != nil {
+		return distributor.Result{}, fmt.Errorf("writing %d priced records of generation %d of contract %s: %w", len(w.lines), gen, contract, err)
+	}
+	if res.Position >= b.Checkpoint.Available {
+		if err := p.switchGeneration(ctx, b.Tx, contract, gen, st.fromSeq); err != nil {
+			return distributor.Result{}, err
+		}
 	}
 	return res, nil
 }
@@ -177,9 +204,15 @@ func priceBatch(b *distributor.Batch, sched *pricing.Schedule, cp Checkpoint, re
 	return distributor.Result{Position: recs[len(recs)-1].seq, State: state}, nil
 }
 
-func (p *Processor) schedule(ctx context.Context, tx bun.Tx, contract string, immutable bool) (*pricing.Schedule, error) {
+// schedKey names a cached schedule: a contract's tiers in one generation.
+type schedKey struct {
+	contract   string
+	generation int64
+}
+
+func (p *Processor) schedule(ctx context.Context, tx bun.Tx, contract string, gen int64, immutable bool) (*pricing.Schedule, error) {
 	p.mu.Lock()
-	s, ok := p.schedules[contract]
+	s, ok := p.schedules[schedKey{contract, gen}]
 	p.mu.Unlock()
 	if ok {
 		return s, nil
@@ -206,7 +239,7 @@ func (p *Processor) schedule(ctx context.Context, tx bun.Tx, contract string, im
 	}
 	if immutable {
 		p.mu.Lock()
-		p.schedules[contract] = s
+		p.schedules[schedKey{contract, gen}] = s
 		p.mu.Unlock()
 	}
 	return s, nil

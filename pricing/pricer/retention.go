@@ -158,7 +158,9 @@ func PruneLoads(ctx context.Context, db bun.IDB, cfg PruneConfig, ids []int64) (
 
 // loadInfoSQL reads a load and how many of its stored records are priced
 // and not. A chunk's records are priced when its last seq is at or below
-// its contract's checkpoint; a chunk without a pricing task row is not.
+// its contract's checkpoint; a chunk without a pricing task row is not,
+// nor is one of a contract with a generation being priced (its output is
+// being replaced: the load is pruned once the generation is current).
 const loadInfoSQL = `
 SELECT l.load_id, coalesce(l.finished_at, l.started_at), l.pruned_at IS NOT NULL,
        coalesce(c.contracts, 0), coalesce(c.priced, 0), coalesce(c.unpriced, 0)
@@ -170,6 +172,8 @@ SELECT l.load_id, coalesce(l.finished_at, l.started_at), l.pruned_at IS NOT NULL
                   FILTER (WHERE x.last_seq > coalesce(t.position, 0)) AS unpriced
          FROM {{.Schema}}.record_chunks x
          LEFT JOIN {{.Schema}}.tasks t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
+                   AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations g
+                                    WHERE g.contract_id = x.contract_id AND g.state = 'pricing')
         WHERE x.load_id = l.load_id) c ON true
  WHERE l.load_id = ?`
 
@@ -187,6 +191,8 @@ WITH pick AS (
           FROM {{.Schema}}.record_chunks x
           JOIN {{.Schema}}.tasks t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
          WHERE x.load_id = ?0 AND x.last_seq <= t.position
+           AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations g
+                            WHERE g.contract_id = x.contract_id AND g.state = 'pricing')
          ORDER BY x.contract_id, x.first_seq
          LIMIT ?1) s
      WHERE upto - n < ?1
@@ -195,6 +201,8 @@ WITH pick AS (
      USING pick, {{.Schema}}.tasks t
      WHERE c.contract_id = pick.contract_id AND c.first_seq = pick.first_seq
        AND t.kind = '` + Kind + `' AND t.partition_key = c.contract_id AND c.last_seq <= t.position
+       AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations g
+                        WHERE g.contract_id = c.contract_id AND g.state = 'pricing')
     RETURNING c.contract_id, c.first_seq, c.last_seq, (SELECT sum(a) FROM unnest(c.amounts) a) AS amount
 ), outp AS (
     DELETE FROM {{.Schema}}.priced p

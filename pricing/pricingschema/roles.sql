@@ -23,6 +23,11 @@ GRANT SELECT, INSERT, DELETE ON {{.Schema}}.events TO baton_worker;          -- 
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{.Schema}}.jobs TO baton_worker;    -- scheduled jobs: runs and "worker schedule"
 GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.leaderships TO baton_worker;     -- leader election
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.entity_locks TO baton_worker;    -- entity locks (row method)
+GRANT DELETE ON {{.Schema}}.priced TO baton_worker;                          -- a new generation replaces rows of the current one
+GRANT SELECT, INSERT, DELETE ON {{.Schema}}.priced_pending, {{.Schema}}.priced_superseded TO baton_worker; -- generations being priced, superseded ones (pruned)
+GRANT SELECT, UPDATE, DELETE ON {{.Schema}}.generations TO baton_worker;     -- a generation becomes current; pruned
+GRANT SELECT ON {{.Schema}}.amendments TO baton_worker;
+GRANT UPDATE (current_generation) ON {{.Schema}}.contracts TO baton_worker;
 
 CREATE ROLE baton_loader LOGIN;
 GRANT USAGE ON SCHEMA {{.Schema}} TO baton_loader;
@@ -34,3 +39,14 @@ GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.loads TO baton_loader;
 GRANT SELECT, INSERT ON {{.Schema}}.tasks TO baton_loader;                   -- a task row per new contract
 GRANT UPDATE (available, updated_at) ON {{.Schema}}.tasks TO baton_loader;   -- available += n, nothing else
 GRANT USAGE ON SEQUENCE {{.Schema}}.loads_load_id_seq TO baton_loader;
+-- Re-rating ("worker load --reprice/--amend", "worker reprice"): amounts
+-- amended, generations started, task rows rewound.
+GRANT UPDATE (amounts) ON {{.Schema}}.record_chunks TO baton_loader;
+GRANT SELECT, INSERT ON {{.Schema}}.amendments TO baton_loader;
+GRANT USAGE ON SEQUENCE {{.Schema}}.amendments_amendment_id_seq TO baton_loader;
+GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.generations TO baton_loader;
+GRANT SELECT, DELETE ON {{.Schema}}.priced_pending TO baton_loader;
+GRANT SELECT ON {{.Schema}}.priced, {{.Schema}}.priced_superseded, {{.Schema}}.pruned_totals TO baton_loader;
+GRANT UPDATE (generation, version, owner, lease_expires_at, position, checkpoint, failed_at, attempts, last_error, traceparent, updated_at)
+    ON {{.Schema}}.tasks TO baton_loader;                                    -- the rewind of a re-priced contract
+GRANT INSERT ON {{.Schema}}.events TO baton_loader;                          -- its "rewound" event

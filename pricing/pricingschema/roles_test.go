@@ -132,9 +132,9 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	}
 
 	for role, stmts := range map[string][]string{
-		worker: {`DELETE FROM baton.record_chunks`, `INSERT INTO baton.record_chunks VALUES ('x', 1, 1, 0, '{r}', '{1}')`, `UPDATE baton.tiers SET discount_bp = 0`, `DELETE FROM baton.priced`, `INSERT INTO baton.contracts VALUES ('x')`,
+		worker: {`DELETE FROM baton.record_chunks`, `INSERT INTO baton.record_chunks VALUES ('x', 1, 1, 0, '{r}', '{1}')`, `UPDATE baton.tiers SET discount_bp = 0`, `UPDATE baton.priced SET net_minor = 0`, `UPDATE baton.record_chunks SET amounts = '{1}'`, `INSERT INTO baton.contracts VALUES ('x')`,
 			`UPDATE baton.tasks SET available = available + 1`},
-		loader: {`INSERT INTO baton.priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by) VALUES ('x', 1, 'r', 1, 0, 1, 1, 'me')`, `DELETE FROM baton.record_chunks`, `UPDATE baton.record_chunks SET amounts = '{1}'`, `UPDATE baton.tasks SET version = 0`},
+		loader: {`INSERT INTO baton.priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by) VALUES ('x', 1, 'r', 1, 0, 1, 1, 'me')`, `DELETE FROM baton.record_chunks`, `UPDATE baton.record_chunks SET record_ids = '{r}'`, `UPDATE baton.priced SET net_minor = 0`, `UPDATE baton.tasks SET partition_key = 'x'`},
 	} {
 		db := wdb
 		if role == loader {

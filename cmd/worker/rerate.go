@@ -1,0 +1,263 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/pricing/export"
+	"github.com/batonhq/baton/pricing/rerate"
+	"github.com/batonhq/baton/schema"
+)
+
+// startedBy names who starts a re-pricing: the command and the operating
+// system user and host.
+func startedBy(command string) string {
+	who := "unknown"
+	if u, err := user.Current(); err == nil {
+		who = u.Username
+	}
+	if h, err := os.Hostname(); err == nil {
+		who += "@" + h
+	}
+	return "worker " + command + " (" + who + ")"
+}
+
+// loadLockKey is the load lock (ingest's, "baton-ld"): worker reprice
+// holds it, so that it and loads changing tiers or amounts are serialised.
+const loadLockKey int64 = 0x626174_6f6e2d6c64
+
+type repriceJSON struct {
+	Started   []rerate.Started `json:"contracts"`
+	Repricing int              `json:"repricing"` // contracts with a new generation
+	Unchanged int              `json:"unchanged"` // contracts with nothing priced to re-price
+}
+
+func newRepriceCmd(g *globals) *cobra.Command {
+	var all, asJSON bool
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "reprice (--all | CONTRACT...) [--reason TEXT] [--json]",
+		Short: "Re-price contracts under their current tiers, as a new generation",
+		Long: `reprice starts a new generation of the priced output of the contracts
+named (or of every contract with --all) under their current tiers: their
+pricing partitions are rewound to their first record, and the workers
+price them again while readers (export, status, the console) keep seeing
+the current generation; it becomes current in one commit once caught up.
+A generation still being priced is abandoned for the new one. Contracts
+with nothing priced yet are left as they are.
+
+Changes the database: generation rows, the contracts' task rows (a worker
+pricing one of them loses its claim). See worker generations for the
+result and worker diff for what changed.`,
+		Example: `  worker reprice acme-1 acme-2 --reason "rounding fix verified"
+  worker reprice --all --json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case all && len(args) > 0:
+				return usageError("--all and contract ids do not go together")
+			case !all && len(args) == 0:
+				return usageError("say which contracts: CONTRACT... or --all")
+			}
+			db, err := g.open(cmd.Context(), dbconn.Options{ApplicationName: "baton-reprice", MaxOpenConns: 1,
+				LockTimeout: 10 * time.Second, StatementTimeout: 10 * time.Minute}, true)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			ctx := cmd.Context()
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				return fmt.Errorf("re-pricing: acquiring a database connection: %w", err)
+			}
+			defer conn.Close()
+			var started []rerate.Started
+			err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+				return pgx.BeginFunc(ctx, pc, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", loadLockKey); err != nil {
+						return fmt.Errorf("re-pricing: waiting for loads to finish: %w", err)
+					}
+					contracts := args
+					if all {
+						rows, err := tx.Query(ctx, schema.SQL(g.schema, `SELECT contract_id FROM {{.Schema}}.contracts ORDER BY contract_id`))
+						if err != nil {
+							return fmt.Errorf("re-pricing: listing contracts: %w", err)
+						}
+						if contracts, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+							return fmt.Errorf("re-pricing: listing contracts: %w", err)
+						}
+					}
+					reqs := make([]rerate.Request, len(contracts))
+					by := startedBy("reprice")
+					for i, c := range contracts {
+						reqs[i] = rerate.Request{Contract: c, Reason: reason, StartedBy: by}
+					}
+					var err error
+					started, err = rerate.Start(ctx, tx, g.schema, reqs)
+					return err
+				})
+			})
+			if errors.Is(err, rerate.ErrUnknownContract) {
+				return usageError("%v; nothing was re-priced", err)
+			}
+			if err != nil {
+				return err
+			}
+			out := repriceJSON{Started: started}
+			for _, s := range started {
+				if s.Generation > 0 {
+					out.Repricing++
+				} else {
+					out.Unchanged++
+				}
+			}
+			if out.Started == nil {
+				out.Started = []rerate.Started{}
+			}
+			if asJSON {
+				enc := json.NewEncoder(g.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			fmt.Fprintf(g.stdout, "reprice: %s re-pricing as a new generation, %d with nothing priced to re-price\n",
+				nounCount(int64(out.Repricing), "contract", "contracts"), out.Unchanged)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "every contract")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the new generations")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the outcome as JSON")
+	return cmd
+}
+
+func newGenerationsCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "generations [--json] [CONTRACT...]",
+		Short: "List the generations of re-priced contracts",
+		Long: `generations lists, for each re-priced contract (those named, or all),
+its generations: state (pricing: being priced; current: what export and
+status read; superseded: replaced, kept for audit until worker prune
+--generations-older-than; abandoned: replaced before it became current),
+when it started and finished, who started it and why, the record after
+which it priced anew (from_seq), its records and net total. Contracts never
+re-priced are not listed. It only reads the database.`,
+		Example: `  worker generations
+  worker generations --json acme-1`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 1}, true)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			gens, err := rerate.List(cmd.Context(), db, g.schema, args)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if gens == nil {
+					gens = []rerate.Generation{}
+				}
+				enc := json.NewEncoder(g.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(gens)
+			}
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "CONTRACT\tGENERATION\tSTATE\tSTARTED\tFINISHED\tFROM_SEQ\tRECORDS\tNET_TOTAL\tREASON")
+			for _, x := range gens {
+				finished := "-"
+				if x.FinishedAt != nil {
+					finished = x.FinishedAt.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", x.Contract, x.Generation, x.State,
+					x.StartedAt.UTC().Format(time.RFC3339), finished, x.FromSeq, x.Records, x.NetTotal, x.Reason)
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stderr, "%s\n", nounCount(int64(len(gens)), "generation", "generations"))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the generations as JSON")
+	return cmd
+}
+
+// diffHeader is the header of worker diff's CSV.
+const diffHeader = "contract_id,record_id,old_gross_minor,old_discount_minor,old_net_minor,new_gross_minor,new_discount_minor,new_net_minor"
+
+func newDiffCmd(g *globals) *cobra.Command {
+	var contracts []string
+	var out string
+	cmd := &cobra.Command{
+		Use:   "diff [--contract C...] [--out FILE]",
+		Short: "List the records whose priced amounts changed between each re-priced contract's previous and current generation",
+		Long: `diff writes, for each re-priced contract whose previous generation is
+kept (those given with --contract, or all), the records whose gross,
+discount or net differ between its previous and current generation, as CSV:
+` + diffHeader + `
+ordered by contract and acceptance order; and, on stderr, each contract's
+old and new net totals. It only reads the database.
+
+Writes a file with --out, replacing a file of that name (standard output
+by default, or -).`,
+		Example: `  worker diff --out changes.csv
+  worker diff --contract acme-1 --contract acme-2`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 1}, true)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			write := func(w io.Writer) (int64, error) {
+				cw := csv.NewWriter(w)
+				if _, err := io.WriteString(w, diffHeader+"\n"); err != nil {
+					return 0, err
+				}
+				var n int64
+				diffs, err := rerate.Diff(cmd.Context(), db, g.schema, contracts, func(c rerate.Change) error {
+					n++
+					return cw.Write([]string{c.Contract, c.RecordID,
+						strconv.FormatInt(c.OldGross, 10), strconv.FormatInt(c.OldDiscount, 10), strconv.FormatInt(c.OldNet, 10),
+						strconv.FormatInt(c.NewGross, 10), strconv.FormatInt(c.NewDiscount, 10), strconv.FormatInt(c.NewNet, 10)})
+				})
+				if err != nil {
+					return n, err
+				}
+				cw.Flush()
+				if err := cw.Error(); err != nil {
+					return n, err
+				}
+				for _, d := range diffs {
+					fmt.Fprintf(g.stderr, "contract %s: generation %d net total %d, generation %d net total %d (%+d), %s changed\n",
+						d.Contract, d.Previous, d.OldNetTotal, d.Current, d.NewNetTotal, d.NewNetTotal-d.OldNetTotal,
+						nounCount(d.ChangedRecords, "record", "records"))
+				}
+				fmt.Fprintf(g.stderr, "diff: %s of %s\n", nounCount(n, "changed record", "changed records"),
+					nounCount(int64(len(diffs)), "re-priced contract", "re-priced contracts"))
+				return n, nil
+			}
+			if out == "" || out == "-" {
+				_, err = write(g.stdout)
+				return err
+			}
+			_, err = export.ToFile(out, write)
+			return err
+		},
+	}
+	cmd.Flags().StringSliceVar(&contracts, "contract", nil, "only these contracts (repeat or separate with commas)")
+	cmd.Flags().StringVar(&out, "out", "", "output file, or - for standard output (the default)")
+	return cmd
+}

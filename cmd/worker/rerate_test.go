@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/batonhq/baton/internal/pgtest"
+)
+
+const vectorsDir = "../../testdata/vectors/"
+
+// Re-rating from the command line: a tier change is refused naming
+// --reprice, applied with it; the export becomes the golden file, the
+// previous generation's is the first export, diff lists the changed
+// records, generations the states, and prune removes only generations
+// older than asked.
+func TestRerateCommands(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	golden, err := os.ReadFile(vectorsDir + "expected.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers, err := os.ReadFile(vectorsDir + "tiers.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(string(tiers), "\n"), "\n")
+	for i := 1; i < len(lines); i++ {
+		f := strings.Split(lines[i], ",")
+		f[2] = "0"
+		lines[i] = strings.Join(f, ",")
+	}
+	zero := writeFile(t, "tiers0.csv", strings.Join(lines, "\n")+"\n")
+	c.mustRun("load", "--tiers", zero, "--records", vectorsDir+"records.csv")
+	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+	first := c.mustRun("export", "--out", "-")
+
+	if _, errs, code := c.run("load", "--tiers", vectorsDir+"tiers.csv"); code != exitBadInput || !strings.Contains(errs, "--reprice") {
+		t.Fatalf("tier change without --reprice: exit %d\n%s", code, errs)
+	}
+	if _, errs, code := c.run("load", "--records", vectorsDir+"records.csv", "--reprice"); code != exitUsage || !strings.Contains(errs, "--tiers") {
+		t.Fatalf("--reprice without --tiers: exit %d\n%s", code, errs)
+	}
+	out := c.mustRun("load", "--tiers", vectorsDir+"tiers.csv", "--reprice", "--reason", "tiers corrected")
+	if !strings.Contains(out, "0 records amended, 11 contracts re-pricing") {
+		t.Fatalf("load --reprice summary:\n%s", out)
+	}
+	if _, errs, code := c.run("reprice", "no-such-contract"); code != exitUsage || !strings.Contains(errs, "unknown contract") {
+		t.Fatalf("reprice of an unknown contract: exit %d\n%s", code, errs)
+	}
+	if _, _, code := c.run("reprice"); code != exitUsage {
+		t.Fatalf("reprice without contracts: exit %d", code)
+	}
+	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+	if got := c.mustRun("export", "--out", "-", "--complete"); got != string(golden) {
+		t.Fatal("export after re-pricing differs from expected.csv")
+	}
+	if got := c.mustRun("export", "--out", "-", "--generation", "previous"); got != first {
+		t.Fatal("export of the previous generation differs from the first export")
+	}
+	diffOut := filepath.Join(t.TempDir(), "diff.csv")
+	c.mustRun("diff", "--out", diffOut)
+	d, err := os.ReadFile(diffOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(d, []byte(diffHeader+"\n")) || bytes.Count(d, []byte("\n")) < 2 {
+		t.Fatalf("diff:\n%.300s", d)
+	}
+	var gens []struct {
+		Contract string `json:"contract_id"`
+		State    string `json:"state"`
+		Reason   string `json:"reason"`
+	}
+	if err := json.Unmarshal([]byte(c.mustRun("generations", "--json", "random-mix")), &gens); err != nil {
+		t.Fatal(err)
+	}
+	if len(gens) != 2 || gens[0].State != "superseded" || gens[1].State != "current" || gens[1].Reason != "tiers corrected" {
+		t.Fatalf("generations of random-mix: %+v", gens)
+	}
+
+	// worker reprice under the current tiers: a third generation, same
+	// output.
+	if out := c.mustRun("reprice", "random-mix", "--reason", "check"); !strings.HasPrefix(out, "reprice: 1 contract re-pricing") {
+		t.Fatalf("reprice summary:\n%s", out)
+	}
+	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+	if got := c.mustRun("export", "--out", "-", "--complete"); got != string(golden) {
+		t.Fatal("export after reprice differs from expected.csv")
+	}
+	if out := c.mustRun("prune", "--generations-older-than", "1h"); !strings.HasPrefix(out, "pruned 0 generations") {
+		t.Fatalf("prune of generations older than an hour:\n%s", out)
+	}
+	if out := c.mustRun("prune", "--generations-older-than", "0s"); !strings.HasPrefix(out, "pruned 12 generations") {
+		t.Fatalf("prune of every superseded generation:\n%s", out)
+	}
+}
