@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,5 +101,52 @@ func TestRerateCommands(t *testing.T) {
 	}
 	if out := c.mustRun("prune", "--generations-older-than", "0s"); !strings.HasPrefix(out, "pruned 12 generations") {
 		t.Fatalf("prune of every superseded generation:\n%s", out)
+	}
+}
+
+// The console's page of a re-priced contract lists its generations, with
+// the reason and the change of its net total.
+func TestConsoleShowsAContractsGenerations(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	c.mustRun("load", "--tiers", vectorsDir+"tiers.csv", "--records", vectorsDir+"records.csv")
+	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+	c.mustRun("reprice", "--reason", "audit of basic-3-tiers", "basic-3-tiers")
+	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+
+	cmd := c.command("ui", "--addr", "127.0.0.1:0", "--log-format", "json")
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var base string
+	sc := bufio.NewScanner(out)
+	for base == "" && sc.Scan() {
+		var e struct{ Msg, URL string }
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Msg == "serving the console" {
+			base = strings.TrimSuffix(e.URL, "/")
+		}
+	}
+	if base == "" {
+		t.Fatalf("worker ui did not serve the console: %v", sc.Err())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	code, body := get(t, base+"/contracts/basic-3-tiers")
+	if code != http.StatusOK {
+		t.Fatalf("contract page = %d:\n%s", code, body)
+	}
+	// The same tiers price the same nets: the change is 0.
+	for _, want := range []string{`id="generations"`, "audit of basic-3-tiers", `class="state current"`, `class="state superseded"`,
+		`class="num gen-change">0<`, `id="generation">2<`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page of a re-priced contract lacks %q", want)
+		}
+	}
+	if _, body := get(t, base+"/contracts/random-mix"); strings.Contains(body, `id="generations"`) {
+		t.Errorf("the page of a contract never re-priced lists generations")
 	}
 }

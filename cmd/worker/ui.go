@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/pricing/rerate"
 	"github.com/batonhq/baton/workerproc"
 )
 
@@ -63,6 +64,21 @@ func (c *consoleFlags) open(ctx context.Context, g *globals) (console.Config, *b
 			bad[c.ContractID] = c.Problem()
 		}
 		return bad, nil
+	}
+	// A re-priced contract's page lists its generations: who re-priced
+	// it, why, and how its net total changed.
+	cfg.Generations = func(ctx context.Context, contract string) ([]console.Generation, error) {
+		gens, err := rerate.List(ctx, db, g.schema, []string{contract})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]console.Generation, 0, len(gens))
+		for i := len(gens) - 1; i >= 0; i-- { // newest first
+			gen := gens[i]
+			out = append(out, console.Generation{Generation: gen.Generation, State: gen.State, StartedAt: gen.StartedAt,
+				FinishedAt: gen.FinishedAt, StartedBy: gen.StartedBy, Reason: gen.Reason, Items: &gen.Records, Total: &gen.NetTotal})
+		}
+		return out, nil
 	}
 	return cfg, db.DB, nil
 }
