@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/pricing/pricer"
 )
@@ -135,7 +136,7 @@ func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results) er
 		return err
 	}
 	r.Retiered = len(named)
-	untouchedBefore, err := untouchedDigest(ctx, db)
+	untouchedBefore, err := untouchedDigest(ctx, db, named)
 	if err != nil {
 		return err
 	}
@@ -155,7 +156,7 @@ func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results) er
 	if r.First.PerSec > 0 {
 		r.Ratio = r.Reprice.PerSec / r.First.PerSec
 	}
-	untouchedAfter, err := untouchedDigest(ctx, db)
+	untouchedAfter, err := untouchedDigest(ctx, db, named)
 	if err != nil {
 		return err
 	}
@@ -174,13 +175,14 @@ func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results) er
 	return nil
 }
 
-// untouchedDigest fingerprints the priced rows of the contracts still at
-// generation 1.
-func untouchedDigest(ctx context.Context, db *bun.DB) (string, error) {
+// untouchedDigest fingerprints the priced rows of the contracts not named,
+// with their generations.
+func untouchedDigest(ctx context.Context, db *bun.DB, named []string) (string, error) {
 	var d string
-	err := db.QueryRowContext(ctx, `SELECT coalesce(md5(string_agg(md5(p.contract_id || ',' || p.seq || ',' || p.net_minor || ',' || p.discount_minor), '' ORDER BY p.contract_id, p.seq)), '')
+	err := db.QueryRowContext(ctx, `SELECT coalesce(md5(string_agg(md5(p.contract_id || ',' || p.seq || ',' || p.net_minor || ',' || p.discount_minor || ',' || t.generation),
+		'' ORDER BY p.contract_id, p.seq)), '')
 		FROM baton.priced p JOIN baton.tasks t ON t.kind = 'pricing' AND t.partition_key = p.contract_id
-		WHERE t.generation = 1`).Scan(&d)
+		WHERE p.contract_id <> ALL (?)`, pgdialect.Array(named)).Scan(&d)
 	if err != nil {
 		return "", fmt.Errorf("fingerprinting the contracts not re-priced: %w", err)
 	}
