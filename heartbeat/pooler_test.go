@@ -96,6 +96,18 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 	if _, err := load.ExecContext(ctx, `SELECT 1 FROM baton.tasks WHERE partition_key = 'a' FOR NO KEY UPDATE`); err != nil {
 		t.Fatal(err)
 	}
+	var loadPID int
+	if err := load.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&loadPID); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			var locks string
+			_ = db.QueryRowContext(ctx, `SELECT coalesce(string_agg(pid || ' ' || locktype || ' ' || mode || ' ' || granted, '; '), 'none')
+				FROM pg_locks WHERE locktype IN ('tuple', 'transactionid', 'relation') AND relation IS DISTINCT FROM 'pg_locks'::regclass`).Scan(&locks)
+			t.Logf("the load's backend: %d; locks now: %s", loadPID, locks)
+		}
+	}()
 
 	var out bytes.Buffer
 	worker := exec.Command(os.Args[0], "-test.run=^$")
@@ -223,7 +235,10 @@ type storeRenewer struct {
 func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
 	ren, err := r.s.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, r.ttl, r.ttl+time.Hour, leases)
 	// What the renewal found, for the test's log if it fails.
-	fmt.Fprintf(os.Stderr, "renewals %+v, error %v\n", ren, err)
+	for _, r := range ren {
+		fmt.Fprintf(os.Stderr, "renewal of %s: locked %v, fresh %v, remaining %s\n", r.Lease, r.Locked, r.Fresh, r.Remaining)
+	}
+	fmt.Fprintf(os.Stderr, "%d renewals, error %v\n", len(ren), err)
 	return ren, err
 }
 

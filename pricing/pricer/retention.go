@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/schema"
 )
@@ -177,7 +178,29 @@ SELECT l.load_id, coalesce(l.finished_at, l.started_at), l.pruned_at IS NOT NULL
         WHERE x.load_id = l.load_id) c ON true
  WHERE l.load_id = ?`
 
-// pruneBatchSQL deletes the next chunks of load ?0 whose records are all
+// pruneLockSQL locks, FOR KEY SHARE in partition_key order, the task rows
+// of the contracts of the next chunks of load ?0 that pruneBatchSQL would
+// remove (by this statement's snapshot), and returns their keys. A rewind
+// (re-rating, which moves a checkpoint back and needs the records after
+// it) locks FOR UPDATE: it waits for the prune transaction to commit, and
+// the prune statement that follows, with a snapshot taken once the locks
+// are held, sees any rewind committed before them. Batches (FOR KEY SHARE
+// and FOR NO KEY UPDATE) and heartbeats do not wait.
+const pruneLockSQL = `
+SELECT t.partition_key FROM {{.Schema}}.tasks t
+ WHERE t.kind = '` + Kind + `' AND t.partition_key IN (
+       SELECT DISTINCT contract_id FROM (
+           SELECT x.contract_id
+             FROM {{.Schema}}.record_chunks x
+             JOIN {{.Schema}}.tasks t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
+            WHERE x.load_id = ?0 AND x.last_seq <= t.position
+            ORDER BY x.contract_id, x.first_seq
+            LIMIT ?1) s)
+ ORDER BY t.partition_key
+   FOR KEY SHARE`
+
+// pruneBatchSQL deletes the next chunks of load ?0 of the contracts ?2
+// (whose task rows pruneLockSQL locked) whose records are all
 // priced, whole chunks until ?1 records are reached (at least one chunk), with their priced rows,
 // adds them to pruned_totals and the load's records_pruned, and returns
 // the records deleted and the priced rows deleted with them, the records'
@@ -190,7 +213,7 @@ WITH pick AS (
                sum(x.last_seq - x.first_seq + 1) OVER (ORDER BY x.contract_id, x.first_seq) AS upto
           FROM {{.Schema}}.record_chunks x
           JOIN {{.Schema}}.tasks t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
-         WHERE x.load_id = ?0 AND x.last_seq <= t.position
+         WHERE x.load_id = ?0 AND x.last_seq <= t.position AND x.contract_id = ANY (?2)
            AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations g
                             WHERE g.contract_id = x.contract_id AND g.state = 'pricing')
          ORDER BY x.contract_id, x.first_seq
@@ -268,7 +291,14 @@ func pruneLoad(ctx context.Context, db bun.IDB, cfg PruneConfig, id int64) (Load
 		var recs, rows, bad int64
 		var recGross, pricedGross string
 		err := runTx(ctx, db, func(tx bun.Tx) error {
-			if err := tx.QueryRowContext(ctx, q(pruneBatchSQL), id, cfg.BatchRecords).Scan(&recs, &rows, &recGross, &pricedGross, &bad); err != nil {
+			var locked []string
+			if err := tx.NewRaw(q(pruneLockSQL), id, cfg.BatchRecords).Scan(ctx, &locked); err != nil {
+				return fmt.Errorf("locking the contracts of the next chunks: %w", err)
+			}
+			if len(locked) == 0 {
+				return nil
+			}
+			if err := tx.QueryRowContext(ctx, q(pruneBatchSQL), id, cfg.BatchRecords, pgdialect.Array(locked)).Scan(&recs, &rows, &recGross, &pricedGross, &bad); err != nil {
 				return err
 			}
 			if recs != rows || recGross != pricedGross || bad != 0 {

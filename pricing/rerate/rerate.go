@@ -98,10 +98,21 @@ type contractState struct {
 	tiersJSON    string
 }
 
-// readStateSQL locks the task rows of the contracts $1 (sorted) in
+// lockSQL locks the task rows of the contracts $1 (sorted) in
 // partition_key order, FOR UPDATE: a batch in flight (which holds its row
-// FOR KEY SHARE under the fence) ends first, so the positions read are
-// final, and no batch starts before commit. Then it reads what Start needs.
+// FOR KEY SHARE under the fence) ends first, and so does a prune
+// transaction removing the contract's records (worker prune holds the rows
+// FOR KEY SHARE too), so the positions and pruned sums read next are
+// final; no batch or prune starts before commit. It is a statement of its
+// own: readStateSQL, which follows, reads with a snapshot taken after the
+// locks are held, and so sees what those transactions committed.
+const lockSQL = `SELECT t.partition_key FROM {{.Schema}}.tasks t
+ WHERE t.kind = '` + pricer.Kind + `' AND t.partition_key = ANY ($1::text[])
+ ORDER BY t.partition_key
+   FOR UPDATE`
+
+// readStateSQL reads what Start needs of the contracts $1 (sorted), their
+// task rows already locked (lockSQL).
 const readStateSQL = `
 WITH locked AS (
     SELECT t.partition_key, t.position
@@ -151,6 +162,9 @@ func Start(ctx context.Context, tx pgx.Tx, schemaName string, reqs []Request) ([
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
 		keys[i] = r.Contract
+	}
+	if _, err := tx.Exec(ctx, q(lockSQL), keys); err != nil {
+		return nil, fmt.Errorf("re-pricing: locking %d contracts: %w", len(keys), err)
 	}
 	rows, err := tx.Query(ctx, q(readStateSQL), keys)
 	if err != nil {
