@@ -27,8 +27,8 @@ func rerateSection(w writer, r *results) {
 			"in %.2f s, against %.2f s for the contract's first pricing. Verified: %s.\n\n",
 			count(s.AmendedSeq), count(s.AmendContract), count(s.Amend.Records), count(s.AmendedSeq-1), s.Amend.Seconds, s.AmendFirst.Seconds, yesNo(s.AmendVerified))
 	}
-	w("A re-priced record is written three times where a first pricing writes it once: its batch copies it into `priced_pending`, and the switch that makes the generation current "+
-		"moves the rows it replaces from `priced` to `priced_superseded` and the new ones from `priced_pending` into `priced`, so that readers of `priced` never see a generation half written. "+
+	w("A re-priced record is written three times where a first pricing writes it once: its batch copies it into `priced_pending`, and the switch that makes the generation current " +
+		"moves the rows it replaces from `priced` to `priced_superseded` and the new ones from `priced_pending` into `priced`, so that readers of `priced` never see a generation half written. " +
 		"Those moves, not the pricing, are most of a re-pricing's database time.\n\n")
 	if s.Error != "" {
 		w("The scenario failed: %s\n\n", oneLine(s.Error, 300))
