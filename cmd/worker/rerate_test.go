@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -114,27 +112,7 @@ func TestConsoleShowsAContractsGenerations(t *testing.T) {
 	c.mustRun("reprice", "--reason", "audit of basic-3-tiers", "basic-3-tiers")
 	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
 
-	cmd := c.command("ui", "--addr", "127.0.0.1:0", "--log-format", "json")
-	out, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var base string
-	sc := bufio.NewScanner(out)
-	for base == "" && sc.Scan() {
-		var e struct{ Msg, URL string }
-		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Msg == "serving the console" {
-			base = strings.TrimSuffix(e.URL, "/")
-		}
-	}
-	if base == "" {
-		t.Fatalf("worker ui did not serve the console: %v", sc.Err())
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
+	base := serveConsole(t, c.command("ui", "--addr", "127.0.0.1:0", "--log-format", "json"))
 	code, body := get(t, base+"/contracts/basic-3-tiers")
 	if code != http.StatusOK {
 		t.Fatalf("contract page = %d:\n%s", code, body)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +22,29 @@ func TestRunServesTheConsole(t *testing.T) {
 	c.mustRun("load", "--tiers", vectors+"tiers.csv", "--records", vectors+"records.csv")
 	cmd := c.command("run", "--id", "served", "--ui-addr", "127.0.0.1:0", "--log-format", "json",
 		"--heartbeat", "100ms", "--stale-after", "1s")
+	base := serveConsole(t, cmd)
+	if code, body := get(t, base+"/contracts"); code != http.StatusOK || !strings.Contains(body, `data-contract="basic-3-tiers"`) {
+		t.Fatalf("/contracts = %d:\n%s", code, body)
+	}
+	// The worker names its listening connection once LISTEN is set up;
+	// the page says so as soon as it is.
+	waitFor(t, "the worker shown listening", func() bool {
+		_, body := get(t, base+"/workers")
+		return strings.Contains(body, "served#") && strings.Contains(body, "<td>listen</td>")
+	})
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("worker run with a console after SIGTERM: %v", err)
+	}
+}
+
+// serveConsole starts cmd, a worker command serving the console with JSON
+// logs, and returns the console's base URL from its "serving the console"
+// log line. The process is killed when the test ends.
+func serveConsole(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
 	out, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -38,22 +62,8 @@ func TestRunServesTheConsole(t *testing.T) {
 		}
 	}
 	if base == "" {
-		t.Fatalf("worker run did not serve the console: %v", sc.Err())
+		t.Fatalf("%s did not serve the console: %v", strings.Join(cmd.Args, " "), sc.Err())
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
-	if code, body := get(t, base+"/contracts"); code != http.StatusOK || !strings.Contains(body, `data-contract="basic-3-tiers"`) {
-		t.Fatalf("/contracts = %d:\n%s", code, body)
-	}
-	// The worker names its listening connection once LISTEN is set up;
-	// the page says so as soon as it is.
-	waitFor(t, "the worker shown listening", func() bool {
-		_, body := get(t, base+"/workers")
-		return strings.Contains(body, "served#") && strings.Contains(body, "<td>listen</td>")
-	})
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("worker run with a console after SIGTERM: %v", err)
-	}
+	return base
 }
