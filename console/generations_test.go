@@ -3,10 +3,7 @@ package console_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -50,17 +47,9 @@ func TestContractPageShowsGenerations(t *testing.T) {
 		}
 		return nil, errors.New("the generations table is unreadable")
 	}
-	srv, err := console.New(db, console.Config{Addr: "127.0.0.1:0", Noun: "contract", ItemUnit: "records",
-		Generations: gens, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Stop)
-	h := httptest.NewServer(srv.Handler())
-	t.Cleanup(h.Close)
+	base := serve(t, db, console.Config{Noun: "contract", ItemUnit: "records", Generations: gens})
 
-	code, body := get(t, h.URL+"/contracts/acme")
+	code, body := get(t, base+"/contracts/acme")
 	if code != http.StatusOK {
 		t.Fatalf("contract page = %d\n%s", code, body)
 	}
@@ -74,11 +63,11 @@ func TestContractPageShowsGenerations(t *testing.T) {
 	if i, j := strings.Index(table, "tiers corrected"), strings.Index(table, "first pricing"); i < 0 || j < 0 || i > j {
 		t.Errorf("generations not newest first:\n%s", table)
 	}
-	_, body = get(t, h.URL+"/contracts/other")
+	_, body = get(t, base+"/contracts/other")
 	if strings.Contains(body, `id="generations"`) || strings.Contains(body, `id="generation"`) {
 		t.Errorf("a contract never re-priced shows generations:\n%s", body)
 	}
-	if code, _ := get(t, h.URL+"/contracts/broken"); code != http.StatusServiceUnavailable {
+	if code, _ := get(t, base+"/contracts/broken"); code != http.StatusServiceUnavailable {
 		t.Errorf("contract page whose generations cannot be read = %d, want 503", code)
 	}
 }
