@@ -325,7 +325,11 @@
 // it has caught up). The version bump makes the rewind a change of
 // ownership like a release: the claim that was processing the previous
 // generation fails its next fence, heartbeat or compare-and-set and stops,
-// as after a takeover.
+// as after a takeover. A rewind waits for the batch holding the row, and
+// may wait out a few more where an owner's batches follow each other
+// closely (a transaction waiting for FOR UPDATE does not stop the next
+// FOR KEY SHARE fence); what it rewinds is the checkpoint it finally
+// locks, which it returns.
 //
 // History. Each change of ownership also records an event (table events)
 // in its own statement: the claim statement records "claimed" or

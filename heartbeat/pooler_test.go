@@ -97,15 +97,26 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	var loadPID int
-	if err := load.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&loadPID); err != nil {
+	var loadXID string
+	if err := load.QueryRowContext(ctx, `SELECT pg_backend_pid(), coalesce(pg_current_xact_id_if_assigned()::text, 'none')`).Scan(&loadPID, &loadXID); err != nil {
 		t.Fatal(err)
 	}
+	var rowXmax string
+	if err := db.QueryRowContext(ctx, `SELECT xmax::text FROM baton.tasks WHERE partition_key = 'a'`).Scan(&rowXmax); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: the load (backend %d, xid %s) holds the row (xmax %s)", time.Now().Format("15:04:05.000"), loadPID, loadXID, rowXmax)
 	defer func() {
 		if t.Failed() {
-			var locks string
+			var locks, loadState, xmax string
 			_ = db.QueryRowContext(ctx, `SELECT coalesce(string_agg(pid || ' ' || locktype || ' ' || mode || ' ' || granted, '; '), 'none')
 				FROM pg_locks WHERE locktype IN ('tuple', 'transactionid', 'relation') AND relation IS DISTINCT FROM 'pg_locks'::regclass`).Scan(&locks)
-			t.Logf("the load's backend: %d; locks now: %s", loadPID, locks)
+			_ = db.QueryRowContext(ctx, `SELECT coalesce((SELECT state || ' xid ' || coalesce(backend_xid::text, '-') || ' since ' || coalesce(xact_start::text, '-')
+				FROM pg_stat_activity WHERE pid = ?), 'gone')`, loadPID).Scan(&loadState)
+			_, probe := load.ExecContext(ctx, `SELECT 1`)
+			t.Logf("the load's transaction, probed: %v", probe)
+			_ = db.QueryRowContext(ctx, `SELECT xmax::text || ' version ' || version || ' owner ' || coalesce(owner, '-') FROM baton.tasks WHERE partition_key = 'a'`).Scan(&xmax)
+			t.Logf("%s: the load's backend %d: %s; the row: xmax %s; locks now: %s", time.Now().Format("15:04:05.000"), loadPID, loadState, xmax, locks)
 		}
 	}()
 
@@ -114,8 +125,15 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 	worker.Env = append(os.Environ(), stoppedBeatEnv+"=1", "BATON_TEST_URL="+via,
 		"BATON_TEST_KEY="+lease.Key, "BATON_TEST_VERSION="+strconv.FormatInt(lease.Version, 10))
 	worker.Stdout, worker.Stderr = &out, &out
+	if _, err := load.ExecContext(ctx, `SELECT 1`); err != nil {
+		t.Fatalf("the load's transaction ended before the worker started: %v", err)
+	}
+	t.Logf("%s: starting the worker", time.Now().Format("15:04:05.000"))
 	if err := worker.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := load.ExecContext(ctx, `SELECT 1`); err != nil {
+		t.Fatalf("the load's transaction ended as the worker started: %v", err)
 	}
 	// exited is closed once the worker has exited, with its error in
 	// waitErr: both the checks below and the clean-up wait for it.
