@@ -158,7 +158,7 @@ func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 		db: db, store: newStore(db, cfg), admin: partition.NewStore(db, cfg.Schema).Kind(cfg.Kind), proc: p, cfg: cfg,
 		log:    cfg.Logger.With("worker", w.InstanceID),
 		worker: w, held: map[string]*held{}, claiming: map[string]struct{}{}, lostClaims: map[string]lostClaim{},
-		dying: map[string]time.Time{}, size: newSizer(cfg.BatchSize, cfg.ClaimGroupItems, cfg.StaleAfter/2),
+		dying: map[string]time.Time{}, size: newSizer(cfg.BatchSize, batchStart, cfg.ClaimGroupItems, cfg.StaleAfter/2, cfg.BatchTarget),
 		wakeClaim: make(chan struct{}, 1), stopping: make(chan struct{}),
 		leaving:  make(chan struct{}),
 		loopDone: make(chan struct{}), done: make(chan struct{}),
