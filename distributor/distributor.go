@@ -240,7 +240,7 @@ func (d *Distributor) register(ctx context.Context) error {
 	}
 	d.log.Info("worker started", "event", "started", "kind", d.cfg.Kind, "mode", d.cfg.Mode,
 		"heartbeat", d.cfg.Heartbeat, "stale_after", d.cfg.StaleAfter, "confirm", d.cfg.Confirm,
-		"max_partitions", d.cfg.MaxPartitions, "batch_size", d.cfg.BatchSize, "wake", d.worker.Wake)
+		"max_partitions", d.cfg.MaxPartitions, "batch_size", d.cfg.BatchSize, "batch_target", d.cfg.BatchTarget, "wake", d.worker.Wake)
 	if listenDB != nil {
 		go d.listen(d.base, listenDB)
 	}

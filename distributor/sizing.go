@@ -8,7 +8,7 @@ import (
 
 // Transactions are sized in work items and by time. A batch takes at most
 // the current batch bound, which the worker sizes by how long batches take:
-// it starts at min(BatchSize, BatchStart) items, doubles after a batch that
+// it starts at min(BatchSize, 1000) items, doubles after a batch that
 // took all the items the bound allowed and committed in less than half of
 // BatchTarget, up to BatchSize, and halves (down to where it started) after
 // a batch that took more than twice BatchTarget. Every batch pays a fixed
