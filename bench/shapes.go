@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -54,6 +55,7 @@ type shapesConfig struct {
 	records intFlag
 	large   bool
 	workers intFlag
+	only    string // comma-separated row numbers (1-based) of shapeSpecs; empty: all
 }
 
 func (c *shapesConfig) flags(fs *flag.FlagSet) {
@@ -61,12 +63,26 @@ func (c *shapesConfig) flags(fs *flag.FlagSet) {
 	fs.Var(&c.records, "shapes-records", "shapes: records of every shape (default 1000000; -quick 100000)")
 	fs.BoolVar(&c.large, "shapes-5m", false, "shapes: also run every shape at 5,000,000 records (about five times as long)")
 	fs.Var(&c.workers, "shapes-workers", "shapes: worker processes (default 2)")
+	fs.StringVar(&c.only, "shapes-only", "", "shapes: only these rows of the table, by number from 1 (e.g. 1,2,3: the uniform shapes)")
 }
 
 func (c *shapesConfig) applyQuick() {
 	if !c.records.set {
 		c.records.v = 100_000
 	}
+}
+
+// includes says whether row n (from 1) of shapeSpecs is to be run.
+func (c shapesConfig) includes(n int) bool {
+	if c.only == "" {
+		return true
+	}
+	for _, f := range strings.Split(c.only, ",") {
+		if strings.TrimSpace(f) == strconv.Itoa(n) {
+			return true
+		}
+	}
+	return false
 }
 
 // sizes are the record counts every shape is run at, in order.
@@ -174,7 +190,10 @@ func (e *env) runShapes(ctx context.Context, res *results) error {
 	res.Shapes = s
 	var failures int
 	for _, n := range c.sizes() {
-		for _, spec := range shapeSpecs {
+		for i, spec := range shapeSpecs {
+			if !c.includes(i + 1) {
+				continue
+			}
 			row, err := e.runShape(ctx, spec, n, res)
 			if err != nil {
 				if ctx.Err() != nil {

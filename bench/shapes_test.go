@@ -140,3 +140,16 @@ func TestLastContract(t *testing.T) {
 		t.Fatal("nothing priced: no error")
 	}
 }
+
+func TestShapesOnlySelectsRows(t *testing.T) {
+	all := shapesConfig{}
+	some := shapesConfig{only: "1, 3"}
+	for n := 1; n <= len(shapeSpecs); n++ {
+		if !all.includes(n) {
+			t.Errorf("row %d left out with no -shapes-only", n)
+		}
+		if want := n == 1 || n == 3; some.includes(n) != want {
+			t.Errorf("-shapes-only 1,3: row %d included %v, want %v", n, some.includes(n), want)
+		}
+	}
+}

@@ -36,7 +36,8 @@ const (
 	MaxPartitionsDefault   = 8
 	ClaimGroupDefault      = 16
 	ClaimGroupItemsDefault = 65536
-	BatchSizeDefault       = 1000
+	BatchSizeDefault       = 16384
+	BatchTargetDefault     = time.Second
 	MaxAttemptsDefault     = 5
 	BackoffDefault         = time.Second
 	MaxBackoffDefault      = 5 * time.Minute
@@ -84,15 +85,33 @@ type Config struct {
 	// database pool needs PoolSize connections.
 	MaxPartitions int
 	// BatchSize is the most work items per committed batch. Defaults to
-	// 1000. A batch that turns out too long for the statement timeout or
-	// the lease (the server cancels it, or its deadline passes) is rolled
-	// back and tried again at once with half as many items, down to one,
-	// without counting as a failure; the worker keeps the lower size for
-	// its next batches and doubles it back, up to BatchSize, after a batch
-	// at that size ends in less than a quarter of StaleAfter/2 (the
-	// statement timeout ConnectionLimits recommends). So any BatchSize
-	// finishes; a large one only costs the first attempts.
+	// 16,384. Batches are sized by time within it (BatchTarget): a worker
+	// starts at min(BatchSize, 1000) items per batch and doubles that,
+	// up to BatchSize, after each batch that took all the items it was
+	// allowed and committed within half of BatchTarget, and halves it,
+	// down to where it started, after a batch that took more than twice
+	// BatchTarget. Set it to the start (1000 or less) for batches of a
+	// fixed size. Every batch has a fixed cost (its transaction, fence,
+	// checkpoint and WAL flush, and the setup of its output's COPY), so
+	// batches of a few thousand items cost less per item than batches of
+	// a thousand. A batch that turns out too long for the statement
+	// timeout or the lease (the server cancels it, or its deadline passes)
+	// is rolled back and tried again at once with half as many items,
+	// down to one, without counting as a failure; the worker keeps the
+	// lower size for its next batches and doubles it back, up to
+	// BatchSize, after a batch at that size ends in less than a quarter of
+	// StaleAfter/2 (the statement timeout ConnectionLimits recommends). So
+	// any BatchSize finishes; a large one only costs the first attempts.
 	BatchSize int
+	// BatchTarget is the time a batch should take, from its start to its
+	// commit: batch sizes grow while batches take less than half of it and
+	// shrink once one takes more than twice it (see BatchSize). A longer
+	// target makes fewer, larger transactions; a batch holds its
+	// partition's row locked (FOR KEY SHARE) until it commits, so a
+	// release, a rebalance's hand-back or a graceful stop waits for it.
+	// Defaults to 1s, or StaleAfter/8 when that is shorter; at most
+	// StaleAfter/4.
+	BatchTarget time.Duration
 	// ClaimGroup is the most partitions nobody owns that are claimed and
 	// given their first batch together, in one transaction, when the
 	// worker has room for several and the Processor implements
@@ -175,6 +194,7 @@ func (c *Config) setDefaults() {
 	c.Confirm = cmp.Or(c.Confirm, ConfirmDefault)
 	c.MaxPartitions = cmp.Or(c.MaxPartitions, MaxPartitionsDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.BatchTarget = cmp.Or(c.BatchTarget, min(BatchTargetDefault, c.StaleAfter/8))
 	c.ClaimGroup = cmp.Or(c.ClaimGroup, ClaimGroupDefault)
 	c.ClaimGroupItems = cmp.Or(c.ClaimGroupItems, ClaimGroupItemsDefault)
 	c.Mode = cmp.Or(c.Mode, ModeLock)
@@ -230,6 +250,9 @@ func (c Config) validate() error {
 	}
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("BatchSize must be at least 1, got %d", c.BatchSize))
+	}
+	if c.BatchTarget <= 0 || c.BatchTarget > c.StaleAfter/4 {
+		errs = append(errs, fmt.Errorf("BatchTarget must be positive and at most StaleAfter/4 (%v), got %v", c.StaleAfter/4, c.BatchTarget))
 	}
 	if c.ClaimGroup < 1 {
 		errs = append(errs, fmt.Errorf("ClaimGroup must be at least 1, got %d", c.ClaimGroup))

@@ -158,7 +158,7 @@ func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 		db: db, store: newStore(db, cfg), admin: partition.NewStore(db, cfg.Schema).Kind(cfg.Kind), proc: p, cfg: cfg,
 		log:    cfg.Logger.With("worker", w.InstanceID),
 		worker: w, held: map[string]*held{}, claiming: map[string]struct{}{}, lostClaims: map[string]lostClaim{},
-		dying: map[string]time.Time{}, size: newSizer(cfg.BatchSize, cfg.ClaimGroupItems, cfg.StaleAfter/2),
+		dying: map[string]time.Time{}, size: newSizer(cfg.BatchSize, batchStart, cfg.ClaimGroupItems, cfg.StaleAfter/2, cfg.BatchTarget),
 		wakeClaim: make(chan struct{}, 1), stopping: make(chan struct{}),
 		leaving:  make(chan struct{}),
 		loopDone: make(chan struct{}), done: make(chan struct{}),
@@ -240,7 +240,7 @@ func (d *Distributor) register(ctx context.Context) error {
 	}
 	d.log.Info("worker started", "event", "started", "kind", d.cfg.Kind, "mode", d.cfg.Mode,
 		"heartbeat", d.cfg.Heartbeat, "stale_after", d.cfg.StaleAfter, "confirm", d.cfg.Confirm,
-		"max_partitions", d.cfg.MaxPartitions, "batch_size", d.cfg.BatchSize, "wake", d.worker.Wake)
+		"max_partitions", d.cfg.MaxPartitions, "batch_size", d.cfg.BatchSize, "batch_target", d.cfg.BatchTarget, "wake", d.worker.Wake)
 	if listenDB != nil {
 		go d.listen(d.base, listenDB)
 	}

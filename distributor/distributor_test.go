@@ -653,6 +653,8 @@ func TestConfigValidate(t *testing.T) {
 		"unknown mode":              {Mode: "chaos"},
 		"name with separator":       {Name: "a#b"},
 		"negative batch":            {BatchSize: -1},
+		"negative batch target":     {BatchTarget: -time.Second},
+		"batch target over lease/4": {BatchTarget: 3 * time.Second},
 		"margin too large":          {Heartbeat: time.Second, StaleAfter: 4 * time.Second, SafetyMargin: 3 * time.Second},
 		"backoff above max":         {Backoff: time.Hour, MaxBackoff: time.Minute},
 	}

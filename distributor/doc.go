@@ -242,6 +242,20 @@
 // re-reads the checkpoint and, if it moved under the same claim, retries
 // from there without counting a failure.
 //
+// Batch size. A batch takes at most the worker's current batch bound of
+// items, which follows how long batches take (sizing.go): it starts at
+// min(BatchSize, 1000), doubles after a quick batch that took all it
+// allowed (under half of BatchTarget) and halves after a slow one (over
+// twice BatchTarget), within [that start, BatchSize]; a batch too long
+// for the statement timeout or the lease is rolled back and retried with
+// half the items. Size changes what one transaction holds and for how
+// long, never what it locks nor in which order: the fence, the checkpoint
+// compare-and-set and the release are the same statements whatever the
+// size, so nothing in the safety argument depends on it. A larger batch
+// only holds its row FOR KEY SHARE longer, which delays a release, a
+// rewind or a hand-back (they wait for its commit) and adds to the
+// takeover time's "one batch".
+//
 // Local deadline. Each lease carries a deadline on the worker's monotonic
 // clock: the send time of its last successful heartbeat plus the time the
 // lease had left by that heartbeat (the lease length if it rewrote it, what

@@ -6,23 +6,44 @@ import (
 	"time"
 )
 
-// Transactions are sized in work items: a batch takes at most BatchSize
-// items, and a group of first batches at most ClaimGroupItems in all. Both
-// are upper bounds that the worker lowers when a transaction turns out too
-// long for the database's statement timeout or for the lease (dberr.TooLong):
-// the transaction rolls back, the bound that applied is halved, and the work
-// is tried again at once, so that any BatchSize finishes. A bound lowered
-// this way grows back (doubling, up to the configured value) after a
-// transaction at the bound took less than a quarter of the time budget, so
-// that a passing slowdown (a report on the same database) does not cost
-// speed for the rest of the run, while a bound that keeps failing stays
-// low. The budget starts at StaleAfter/2 (the statement timeout that
-// ConnectionLimits recommends) and becomes the shortest time after which a
-// transaction was found too long, whatever limit the server applied.
+// Transactions are sized in work items and by time. A batch takes at most
+// the current batch bound, which the worker sizes by how long batches take:
+// it starts at min(BatchSize, 1000) items, doubles after a batch that
+// took all the items the bound allowed and committed in less than half of
+// BatchTarget, up to BatchSize, and halves (down to where it started) after
+// a batch that took more than twice BatchTarget. Every batch pays a fixed
+// cost (a transaction with its fence, read, checkpoint and WAL flush, and a
+// COPY's setup, which on PostgreSQL 15 grows with the square of the rows it
+// buffers, up to 1,000); batches grown to the target make that cost small
+// per item without holding a partition's row, a rebalance or a graceful
+// stop for long. The bound is the worker's, shared by its partitions:
+// batches that run together on the same database take about as long.
+//
+// A group of first batches takes at most ClaimGroupItems in all, each
+// member at most the batch bound. Both are also lowered when a transaction
+// turns out too long for the database's statement timeout or for the lease
+// (dberr.TooLong): the transaction rolls back, the bound that applied is
+// halved, and the work is tried again at once, so that any BatchSize
+// finishes. A bound lowered this way grows back (doubling, up to the
+// configured value) after a transaction at the bound took less than a
+// quarter of the time budget, so that a passing slowdown (a report on the
+// same database) does not cost speed for the rest of the run, while a
+// bound that keeps failing stays low. The budget starts at StaleAfter/2
+// (the statement timeout that ConnectionLimits recommends) and becomes the
+// shortest time after which a transaction was found too long, whatever
+// limit the server applied.
+
+// batchStart is where the batch bound starts when BatchSize is larger.
+const batchStart = 1000
 
 // sizer holds the worker's current bounds on transaction size.
 type sizer struct {
 	maxBatch, maxGroup int
+	// floor is where the batch bound starts, and the lowest a slow batch
+	// (not one too long) takes it to.
+	floor int
+	// target is the time a batch should take (Config.BatchTarget).
+	target time.Duration
 
 	mu    sync.Mutex
 	batch int // items per batch, at most maxBatch
@@ -32,8 +53,10 @@ type sizer struct {
 	budget time.Duration
 }
 
-func newSizer(maxBatch, maxGroup int, budget time.Duration) *sizer {
-	return &sizer{maxBatch: maxBatch, maxGroup: maxGroup, budget: budget, batch: maxBatch, group: maxGroup}
+func newSizer(maxBatch, start, maxGroup int, budget, target time.Duration) *sizer {
+	start = max(1, min(start, maxBatch))
+	return &sizer{maxBatch: maxBatch, maxGroup: maxGroup, floor: start, target: target, budget: budget,
+		batch: start, group: maxGroup}
 }
 
 // batchLimit is the most items a batch may take now.
@@ -83,12 +106,16 @@ func (s *sizer) shorten(elapsed time.Duration) {
 	}
 }
 
-// batchTook records a batch of items that committed after elapsed: at the
-// bound and quick, it lets the bound grow back.
+// batchTook records a batch of items that committed after elapsed: one
+// that took all the bound allowed and was quick lets the bound double; one
+// slower than twice the target halves it, down to where it started.
 func (s *sizer) batchTook(items int, elapsed time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.batch < s.maxBatch && items >= s.batch && elapsed < s.budget/4 {
+	switch {
+	case elapsed > 2*s.target && s.batch > s.floor:
+		s.batch = max(s.floor, s.batch/2)
+	case s.batch < s.maxBatch && items >= s.batch && elapsed < s.budget/4 && elapsed < s.target/2:
 		s.batch = min(s.maxBatch, 2*s.batch)
 	}
 }

@@ -32,7 +32,7 @@ func TestShareItems(t *testing.T) {
 }
 
 func TestSizerHalvesAndGrowsBack(t *testing.T) {
-	s := newSizer(1000, 8000, 5*time.Second)
+	s := newSizer(1000, 1000, 8000, 5*time.Second, time.Second)
 	if l, ok := s.batchTooLong(1000, 300*time.Millisecond); !ok || l != 500 {
 		t.Fatalf("after a batch of 1000 too long: limit %d ok %v, want 500 true", l, ok)
 	}
@@ -63,5 +63,48 @@ func TestSizerHalvesAndGrowsBack(t *testing.T) {
 	}
 	if g := s.groupTooLong(8000, time.Second); g != 4000 {
 		t.Fatalf("group limit %d after a second report of the same group, want 4000 (never raised)", g)
+	}
+}
+
+// Batches are sized by time: the bound starts low, doubles while batches
+// that take all it allows are quick, stops at BatchSize, and halves after a
+// batch slower than twice the target, never below where it started.
+func TestSizerFollowsTheBatchTarget(t *testing.T) {
+	s := newSizer(16384, 1000, 65536, 5*time.Second, time.Second)
+	if l := s.batchLimit(); l != 1000 {
+		t.Fatalf("first limit %d, want 1000", l)
+	}
+	// Quick but smaller than the bound (the partition had little left):
+	// nothing learned.
+	s.batchTook(400, 10*time.Millisecond)
+	if l := s.batchLimit(); l != 1000 {
+		t.Fatalf("limit %d after a small quick batch, want 1000", l)
+	}
+	// Quick at the bound: doubles, up to BatchSize.
+	want := []int{2000, 4000, 8000, 16000, 16384, 16384}
+	for _, w := range want {
+		s.batchTook(s.batchLimit(), 100*time.Millisecond)
+		if l := s.batchLimit(); l != w {
+			t.Fatalf("limit %d after a quick batch at the bound, want %d", l, w)
+		}
+	}
+	// Between half the target and twice it: stays.
+	s.batchTook(16384, 700*time.Millisecond)
+	s.batchTook(16384, 1900*time.Millisecond)
+	if l := s.batchLimit(); l != 16384 {
+		t.Fatalf("limit %d after batches near the target, want 16384", l)
+	}
+	// Slower than twice the target: halves, down to the start only.
+	for _, w := range []int{8192, 4096, 2048, 1024, 1000, 1000} {
+		s.batchTook(s.batchLimit(), 3*time.Second)
+		if l := s.batchLimit(); l != w {
+			t.Fatalf("limit %d after a slow batch, want %d", l, w)
+		}
+	}
+	// A BatchSize below the start is the start, and never grows past it.
+	s = newSizer(50, 1000, 65536, 5*time.Second, time.Second)
+	s.batchTook(50, time.Millisecond)
+	if l := s.batchLimit(); l != 50 {
+		t.Fatalf("limit %d with BatchSize 50, want 50", l)
 	}
 }

@@ -150,3 +150,76 @@ func TestGroupGivenUpMidStatementIsNotALostClaim(t *testing.T) {
 		t.Errorf("%d claims reported lost with no other worker running:\n%s", n, ev.dump())
 	}
 }
+
+// Batches grow from 1,000 items while they are quick, never past
+// BatchSize, and a grown batch in flight when its worker stops is rolled
+// back whole: the next owner resumes at the last committed checkpoint and
+// every item is output exactly once.
+func TestGrownBatchAbandonedMidwayIsTakenOverExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(40000, "a", "b")
+	ev := newEvents()
+	cfg := fastConfig("first", ev)
+	cfg.BatchSize, cfg.ClaimGroup, cfg.MaxPartitions = 8000, 1, 2
+	cfg.StaleAfter = 4 * time.Second // BatchTarget 500 ms: batches under 250 ms grow
+	cfg.ShutdownTimeout = 300 * time.Millisecond
+	p := newProc()
+	var mu sync.Mutex
+	var limits []int
+	var blocked atomic.Bool
+	grown := make(chan string, 1)
+	p.before = func(ctx context.Context, b *distributor.Batch) error {
+		mu.Lock()
+		limits = append(limits, b.Limit)
+		mu.Unlock()
+		if b.Limit > 1000 && !blocked.Swap(true) {
+			// Write part of the batch, then hang until abandoned.
+			if _, err := b.Tx.ExecContext(ctx, `INSERT INTO test_output (key, n, owner, version) VALUES (?, ?, ?, ?)`,
+				b.Lease.Key, b.Checkpoint.Position+1, b.Owner, b.Lease.Version); err != nil {
+				return err
+			}
+			grown <- b.Lease.Key
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
+		return nil
+	}
+	d := e.start(cfg, p)
+	var key string
+	select {
+	case key = <-grown:
+	case <-time.After(60 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("no batch grew past 1,000 items; limits %v", limits)
+	}
+	d.Stop()
+
+	heir := e.start(func() distributor.Config {
+		c := fastConfig("heir", ev)
+		c.UntilDone, c.BatchSize = true, 8000
+		return c
+	}(), newProc())
+	if err := waitDone(t, heir, 60*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, ev.dump())
+	}
+	e.verify()
+	var firstOwner int
+	if err := e.db.QueryRow(`SELECT count(*) FROM test_output WHERE key = ? AND owner LIKE 'first#%'`, key).Scan(&firstOwner); err != nil {
+		t.Fatal(err)
+	}
+	if firstOwner == 0 || firstOwner >= 40000 {
+		t.Errorf("the first worker committed %d items of %s; want its batches before the abandoned one", firstOwner, key)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if limits[0] != 1000 {
+		t.Errorf("first batch limit %d, want 1000 (the start)", limits[0])
+	}
+	for _, l := range limits {
+		if l > 8000 {
+			t.Errorf("a batch of %d items, above BatchSize 8000: %v", l, limits)
+		}
+	}
+}

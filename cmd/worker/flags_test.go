@@ -22,6 +22,7 @@ var zeroAllowed = map[string]struct{ reason, help string }{
 	"load --lock-timeout":              {"0 turns the server's limit off", "0: no limit"},
 	"load --idle-timeout":              {"0 turns the server's limit off", "0: no limit"},
 	"run --wait-for-database":          {"0 fails at once when the database does not answer", "0: fail at once"},
+	"run --batch-target":               {"0 takes the default, 1s or --stale-after/8 if shorter", "0: 1s"},
 	"seed --records-per-contract":      {"0 writes contracts with their tiers and no records", "0: contracts and tiers only"},
 	"seed --seed":                      {"a seed: every value gives its own data", "any value"},
 	"demo --seed":                      {"a seed: every value gives its own data", "any value"},

@@ -40,7 +40,8 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.DurationVar(&r.cfg.StaleAfter, "stale-after", distributor.StaleAfterDefault, "lease length: a contract not renewed for this long may be taken over (≥ 3 × heartbeat)")
 	f.IntVar(&r.cfg.Confirm, "confirm", distributor.ConfirmDefault, "consecutive heartbeats a taken-over contract needs before it is priced")
 	f.IntVar(&r.cfg.MaxPartitions, "max-partitions", distributor.MaxPartitionsDefault, "most contracts held at once")
-	f.IntVar(&r.cfg.BatchSize, "batch-size", distributor.BatchSizeDefault, "most records priced per committed batch (halved for a while after a batch too long for the statement timeout)")
+	f.IntVar(&r.cfg.BatchSize, "batch-size", distributor.BatchSizeDefault, "most records priced per committed batch; batches start at 1000 (or this, if lower) and grow while quicker than --batch-target (halved for a while after a batch too long for the statement timeout)")
+	f.DurationVar(&r.cfg.BatchTarget, "batch-target", 0, "time a batch should take: batch sizes grow, up to --batch-size, while batches take less than half of it and shrink after one takes twice it (0: 1s, or --stale-after/8 if shorter; at most --stale-after/4)")
 	f.IntVar(&r.cfg.ClaimGroup, "claim-group", distributor.ClaimGroupDefault, "most unclaimed contracts claimed and given their first batch in one transaction (1: each in its own)")
 	f.IntVar(&r.cfg.ClaimGroupItems, "claim-group-records", distributor.ClaimGroupItemsDefault, "most records priced in all by the first batches of one --claim-group transaction")
 	f.StringVar(&r.mode, "mode", string(distributor.ModeLock), "lock: release caught-up contracts; leader: keep them and price new records as they arrive")
@@ -55,7 +56,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	r.console.register(f, "ui-addr", "ui-token", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
 	f.DurationVar(&r.waitForDB, "wait-for-database", 5*time.Minute, "at start, how long to wait for the database to answer, retrying with back-off (0: fail at once)")
 	positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "claim-group", "claim-group-records", "max-attempts", "shutdown-timeout")
-	nonNegative(f, "wait-for-database")
+	nonNegative(f, "wait-for-database", "batch-target")
 }
 
 func (r *runFlags) config(g *globals) (distributor.Config, error) {
