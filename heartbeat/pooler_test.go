@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -180,6 +181,7 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 	// Stop the worker, then let its UPDATE through: the server finishes
 	// the statement, and the transaction then waits for a COMMIT that the
 	// stopped worker cannot send.
+	t.Logf("%s: stopping the worker", time.Now().Format("15:04:05.000"))
 	if err := syscall.Kill(worker.Process.Pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +213,15 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 // it is given and renews it once, through the pooler, then exits.
 func stoppedBeat() int {
 	ctx := context.Background()
+	// Who continues this process, for the test's log if it fails: the test
+	// stops it (SIGSTOP) and must find it stopped.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGCONT, syscall.SIGHUP)
+	go func() {
+		for sig := range sigs {
+			fmt.Fprintf(os.Stderr, "%s: %v received\n", time.Now().Format("15:04:05.000"), sig)
+		}
+	}()
 	version, err := strconv.ParseInt(os.Getenv("BATON_TEST_VERSION"), 10, 64)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reading the lease version:", err)
