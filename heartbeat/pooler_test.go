@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/batonhq/baton/dbconn"
@@ -89,17 +90,23 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 
 	// A load holds the row: the heartbeat skips it, then waits for it in
 	// a transaction of its own.
-	load, err := db.BeginTx(ctx, nil)
+	// On a connection of its own, outside any pool.
+	loadConn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer load.Rollback()
-	if _, err := load.ExecContext(ctx, `SELECT 1 FROM baton.tasks WHERE partition_key = 'a' FOR NO KEY UPDATE`); err != nil {
+	defer loadConn.Close(ctx)
+	load, err := loadConn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = load.Rollback(ctx) }()
+	if _, err := load.Exec(ctx, `SELECT 1 FROM baton.tasks WHERE partition_key = 'a' FOR NO KEY UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	var loadPID int
 	var loadXID string
-	if err := load.QueryRowContext(ctx, `SELECT pg_backend_pid(), coalesce(pg_current_xact_id_if_assigned()::text, 'none')`).Scan(&loadPID, &loadXID); err != nil {
+	if err := load.QueryRow(ctx, `SELECT pg_backend_pid(), coalesce(pg_current_xact_id_if_assigned()::text, 'none')`).Scan(&loadPID, &loadXID); err != nil {
 		t.Fatal(err)
 	}
 	var rowXmax string
@@ -114,7 +121,7 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 				FROM pg_locks WHERE locktype IN ('tuple', 'transactionid', 'relation') AND relation IS DISTINCT FROM 'pg_locks'::regclass`).Scan(&locks)
 			_ = db.QueryRowContext(ctx, `SELECT coalesce((SELECT state || ' xid ' || coalesce(backend_xid::text, '-') || ' since ' || coalesce(xact_start::text, '-')
 				FROM pg_stat_activity WHERE pid = ?), 'gone')`, loadPID).Scan(&loadState)
-			_, probe := load.ExecContext(ctx, `SELECT 1`)
+			_, probe := load.Exec(ctx, `SELECT 1`)
 			t.Logf("the load's transaction, probed: %v", probe)
 			_ = db.QueryRowContext(ctx, `SELECT xmax::text || ' version ' || version || ' owner ' || coalesce(owner, '-') FROM baton.tasks WHERE partition_key = 'a'`).Scan(&xmax)
 			t.Logf("%s: the load's backend %d: %s; the row: xmax %s; locks now: %s", time.Now().Format("15:04:05.000"), loadPID, loadState, xmax, locks)
@@ -126,14 +133,20 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 	worker.Env = append(os.Environ(), stoppedBeatEnv+"=1", "BATON_TEST_URL="+via,
 		"BATON_TEST_KEY="+lease.Key, "BATON_TEST_VERSION="+strconv.FormatInt(lease.Version, 10))
 	worker.Stdout, worker.Stderr = &out, &out
-	if _, err := load.ExecContext(ctx, `SELECT 1`); err != nil {
+	// A process group of its own, as a worker on another machine would
+	// have: the kernel continues the stopped members of a process group
+	// that becomes orphaned (SIGHUP, then SIGCONT), which the test's own
+	// group may be when its runner's parent has gone; the worker's group
+	// has the test binary, in another group of the session, as parent.
+	worker.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if _, err := load.Exec(ctx, `SELECT 1`); err != nil {
 		t.Fatalf("the load's transaction ended before the worker started: %v", err)
 	}
 	t.Logf("%s: starting the worker", time.Now().Format("15:04:05.000"))
 	if err := worker.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := load.ExecContext(ctx, `SELECT 1`); err != nil {
+	if _, err := load.Exec(ctx, `SELECT 1`); err != nil {
 		t.Fatalf("the load's transaction ended as the worker started: %v", err)
 	}
 	// exited is closed once the worker has exited, with its error in
@@ -186,11 +199,23 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = syscall.Kill(worker.Process.Pid, syscall.SIGCONT) }()
-	if err := load.Commit(); err != nil {
+	// Stopped for sure (the kernel stops every thread), and its UPDATE
+	// still waiting for the load, before the load lets it through.
+	testutil.Eventually(t, 10*time.Second, "the worker stopped", func() error {
+		return stoppedState(worker.Process.Pid)
+	})
+	if err := session("wait_event_type = 'Lock' AND strpos(query, '" + marker + "') > 0")(); err != nil {
+		t.Fatalf("the heartbeat's UPDATE is not waiting for the load any more once its worker is stopped: %v", err)
+	}
+	if err := load.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, idleLimit, "the stopped heartbeat's transaction idle after its UPDATE",
-		session("state = 'idle in transaction' AND strpos(query, '"+marker+"') > 0"))
+	testutil.Eventually(t, idleLimit, "the stopped heartbeat's transaction idle after its UPDATE", func() error {
+		if err := stoppedState(worker.Process.Pid); err != nil {
+			t.Fatalf("the worker runs again: %v", err)
+		}
+		return session("state = 'idle in transaction' AND strpos(query, '" + marker + "') > 0")()
+	})
 
 	// The server ends that transaction, and the row is free.
 	testutil.Eventually(t, idleLimit+10*time.Second, "the row lock released by the server", func() error {
@@ -273,4 +298,24 @@ func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]pa
 
 func (r storeRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
 	return r.s.Inspect(ctx, "w#1", leases)
+}
+
+// stoppedState reports whether process pid is stopped (state T in
+// /proc/PID/stat), with its state and process group otherwise.
+func stoppedState(pid int) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return err
+	}
+	// pid (comm) state ppid pgrp ...: comm may hold spaces, so split after
+	// its closing parenthesis.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 {
+		return fmt.Errorf("unexpected /proc/%d/stat: %q", pid, b)
+	}
+	if f[0] != "T" {
+		return fmt.Errorf("process %d in state %s (parent %s, process group %s)", pid, f[0], f[1], f[2])
+	}
+	return nil
 }
