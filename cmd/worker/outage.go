@@ -177,9 +177,12 @@ func (o *outageHandler) emit(ctx context.Context, t time.Time, l slog.Level, msg
 
 // heartbeatHook is the distributor's OnHeartbeat hook: a failed heartbeat
 // begins an outage (the heartbeat logs its failure after the hook returns,
-// and that line is demoted), the first successful one ends it. A heartbeat
-// cut short because the worker is stopping says nothing of the database.
-func (o *outageHandler) heartbeatHook(err error) {
+// and that line is demoted), the first successful one sent after the
+// outage began (latency is how long it took) ends it: one that was in
+// flight when the outage began, and got through as the server went down,
+// says nothing of the database now. A heartbeat cut short because the
+// worker is stopping says nothing of the database either.
+func (o *outageHandler) heartbeatHook(err error, latency time.Duration) {
 	now := o.s.now()
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -193,7 +196,7 @@ func (o *outageHandler) heartbeatHook(err error) {
 	}
 	o.s.mu.Lock()
 	o.s.beatErr = nil
-	if !o.s.down {
+	if !o.s.down || now.Add(-latency).Before(o.s.since) {
 		o.s.mu.Unlock()
 		return
 	}

@@ -74,11 +74,11 @@ func TestOutageFollowsTheHooks(t *testing.T) {
 	l.logAt(slog.LevelWarn, "heartbeat failed", "error", errors.New("some other failure"))
 	l.want("a warning before any outage", "WARN heartbeat failed")
 
-	l.o.heartbeatHook(beatErr)
+	l.o.heartbeatHook(beatErr, 0)
 	l.logAt(slog.LevelWarn, "heartbeat failed", "error", beatErr, "leases", 3)
 	l.want("a failed heartbeat", unreachableLine, "DEBUG heartbeat failed")
 
-	l.o.heartbeatHook(beatErr)
+	l.o.heartbeatHook(beatErr, 0)
 	l.logAt(slog.LevelWarn, "heartbeat failed", "error", beatErr, "leases", 3)
 	l.logAt(slog.LevelWarn, "partition lost", "event", "lost", "cause", heartbeat.ErrLeaseExpired)
 	l.logAt(slog.LevelWarn, "processing failed; backing off", "event", "failed", "error", errors.New("bad tiers"))
@@ -92,13 +92,15 @@ func TestOutageFollowsTheHooks(t *testing.T) {
 	l.logAt(slog.LevelWarn, "partition lost", "event", "lost")
 	l.want("the reminder", "WARN database still unreachable, retrying", "DEBUG partition lost")
 
-	l.o.heartbeatHook(fmt.Errorf("stopping: %w", context.Canceled))
-	l.o.heartbeatHook(nil)
+	l.o.heartbeatHook(fmt.Errorf("stopping: %w", context.Canceled), 0)
+	l.o.heartbeatHook(nil, l.now.Sub(l.o.s.since)+time.Millisecond)
+	l.want("a heartbeat sent before the outage began, which got through")
+	l.o.heartbeatHook(nil, 0)
 	l.logAt(slog.LevelWarn, "partition lost", "event", "lost")
 	l.want("back", "INFO database reachable again", "WARN partition lost")
 
-	l.o.heartbeatHook(nil)
-	l.o.heartbeatHook(fmt.Errorf("stopping: %w", context.Canceled))
+	l.o.heartbeatHook(nil, 0)
+	l.o.heartbeatHook(fmt.Errorf("stopping: %w", context.Canceled), 0)
 	l.want("a heartbeat cut short by a stop")
 }
 
@@ -113,7 +115,7 @@ func TestOutageFromEventsAndErrors(t *testing.T) {
 	l.o.eventHook(distributor.Event{Kind: distributor.EventLost, Err: fmt.Errorf("lease: %w", heartbeat.ErrLeaseExpired)})
 	l.logAt(slog.LevelWarn, "partition lost", "event", "lost", "cause", heartbeat.ErrLeaseExpired)
 	l.want("a lease expired locally", unreachableLine, "DEBUG partition lost")
-	l.o.heartbeatHook(nil)
+	l.o.heartbeatHook(nil, 0)
 	l.want("back", "INFO database reachable again")
 
 	l.logAt(slog.LevelWarn, "looking for due jobs failed", "error", &net.OpError{Op: "dial", Err: errors.New("connection refused")})

@@ -69,7 +69,7 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	if g.outage != nil {
 		prevBeat, prevEvent := cfg.OnHeartbeat, cfg.OnEvent
 		cfg.OnHeartbeat = func(err error, latency time.Duration, renewed int) {
-			g.outage.heartbeatHook(err)
+			g.outage.heartbeatHook(err, latency)
 			if prevBeat != nil {
 				prevBeat(err, latency, renewed)
 			}
