@@ -45,7 +45,10 @@ func (m *Metrics) WatchHorizon(read func(ctx context.Context) (horizon.Report, e
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_xmin_horizon_read_errors_total",
 			Help: "Readings of the xmin horizon and dead row versions that failed at a scrape."}),
 	}
-	m.Registry.MustRegister(c, c.errors)
+	// The error count is part of the collector, not registered apart: the
+	// registry gathers collectors concurrently, and a counter of its own
+	// could be read before the failed reading that this scrape counts.
+	m.Registry.MustRegister(c)
 }
 
 type horizonCollector struct {
@@ -62,11 +65,13 @@ func (c *horizonCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.age, c.xids, c.warning, c.after, c.dead, c.live} {
 		ch <- d
 	}
+	c.errors.Describe(ch)
 }
 
 func (c *horizonCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.errors.Collect(ch)
 	if c.lastAt.IsZero() || time.Since(c.lastAt) >= HorizonMaxAge {
 		ctx, cancel := context.WithTimeout(context.Background(), horizonTimeout)
 		r, err := c.read(ctx)
