@@ -53,9 +53,12 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 		return 0, true, false, nil
 	}
 	b := &Batch{Kind: d.cfg.Kind, Lease: l.Lease, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
-		Limit: int(min(int64(d.size.batchLimit()), cp.Available-cp.Position))}
+		Limit: int(min(int64(d.size.batchLimit()), cp.Available-cp.Position)), Partition: partition.PartitionOf(l.Key)}
 	h.tried = b.Limit
-	res, err := d.process(ctx, b)
+	res, segments, err := d.split(ctx, b)
+	if err == nil && segments == 0 {
+		res, err = d.process(ctx, b)
+	}
 	if err != nil {
 		return 0, false, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
 	}
@@ -75,7 +78,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 		}
 	}
 	caughtUp = res.Position >= cp.Available
-	if caughtUp && d.cfg.Mode == ModeLock {
+	if caughtUp && d.releasesCaughtUp(l.Key) {
 		// Hand the partition back in this transaction: the release locks
 		// the row FOR UPDATE over the fence's FOR KEY SHARE (this
 		// transaction's own, so no wait but for a renewal in flight) and
@@ -107,6 +110,10 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, l.Key, "version", l.Version)
 	}
 	h.started = true
+	if segments > 0 {
+		d.reportSplit(l.Lease, cp, segments)
+		return 0, caughtUp, released, nil
+	}
 	items = res.Position - cp.Position
 	elapsed := d.cfg.Clock.Since(start)
 	d.size.batchTook(int(items), elapsed)

@@ -264,7 +264,7 @@ func (d *Distributor) claimBatch(c taskstore.Candidate) (fb firstBatch, claimed 
 		attribute.Int64("baton.position", cp.Position), attribute.Bool("baton.with_claim", true)))
 	defer func() { endBatchSpan(span, fb.items, fb.caughtUp, err) }()
 	linkPrevious(span, cp.Traceparent)
-	b := &Batch{Kind: d.cfg.Kind, Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
+	b := &Batch{Kind: d.cfg.Kind, Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp, Partition: partition.PartitionOf(l.Key),
 		Limit: int(min(int64(d.size.batchLimit()), cp.Available-cp.Position))}
 	fb.tried = b.Limit
 	res, err := d.process(ctx, b)
@@ -278,7 +278,7 @@ func (d *Distributor) claimBatch(c taskstore.Candidate) (fb firstBatch, claimed 
 	span.SetAttributes(attribute.Int64("baton.position", res.Position), attribute.Bool("baton.first_batch", true),
 		attribute.Bool("baton.takeover", false))
 	fb.caughtUp = res.Position >= cp.Available
-	fb.released = fb.caughtUp && d.cfg.Mode == ModeLock
+	fb.released = fb.caughtUp && d.releasesCaughtUp(l.Key)
 	fb.sent = d.cfg.Clock.Now()
 	if err := d.claimAdvanceTraced(ctx, tx, c, l, cp.Position, res.Position, res.State, fb.released); err != nil {
 		if errors.Is(err, errClaimLost) && ctx.Err() == nil {

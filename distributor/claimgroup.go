@@ -293,7 +293,8 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []taskstore.Ca
 			attribute.Int64("baton.position", cp.Position), attribute.Bool("baton.with_claim", true)))
 		linkPrevious(bspan, cp.Traceparent)
 		spans[i], traces[i] = bspan, traceparentOf(bctx)
-		g.Batches[i] = &Batch{Kind: d.cfg.Kind, Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp, Limit: limits[i]}
+		g.Batches[i] = &Batch{Kind: d.cfg.Kind, Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp, Limit: limits[i],
+			Partition: partition.PartitionOf(l.Key)}
 		out.items += limits[i]
 	}
 	var steps []taskstore.ClaimStep
@@ -325,7 +326,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []taskstore.Ca
 		}
 		items += res.Position - cp.Position
 		steps[i] = taskstore.ClaimStep{Candidate: f.Candidate, From: cp.Position, Position: res.Position,
-			State: res.State, Release: res.Position >= cp.Available && d.cfg.Mode == ModeLock, Traceparent: traces[i]}
+			State: res.State, Release: res.Position >= cp.Available && d.releasesCaughtUp(f.Key), Traceparent: traces[i]}
 	}
 	sent := d.cfg.Clock.Now()
 	if err := d.claimAdvanceGroupTraced(ctx, tx, steps); err != nil {

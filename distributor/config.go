@@ -38,6 +38,7 @@ const (
 	ClaimGroupItemsDefault = 65536
 	BatchSizeDefault       = 16384
 	BatchTargetDefault     = time.Second
+	SegmentRecordsDefault  = 100_000
 	MaxAttemptsDefault     = 5
 	BackoffDefault         = time.Second
 	MaxBackoffDefault      = 5 * time.Minute
@@ -126,6 +127,18 @@ type Config struct {
 	// batches of its own. The worker lowers it for a while after a group
 	// turned out too long (see BatchSize). Defaults to 65,536.
 	ClaimGroupItems int
+	// SegmentRecords is the size, in work items, of the segments a
+	// partition's backlog is split into when the Processor is a Splitter:
+	// a partition holding more than twice as many unprocessed items is
+	// split, by the batch that finds it so, into segments of about this
+	// many items (where the processor allows a segment to start), which
+	// any worker claims and processes like partitions, at the same time
+	// (see Splitter). Defaults to 100,000, about a second of a pricing
+	// worker's time: large enough that a segment's claim and release cost
+	// little against its work, small enough that a contract of a million
+	// records keeps ten workers busy. It must be positive; a processor
+	// that is not a Splitter is never split.
+	SegmentRecords int64
 	// Mode is ModeLock (default) or ModeLeader.
 	Mode Mode
 	// UntilDone makes Run return once no partition has pending work and
@@ -197,6 +210,7 @@ func (c *Config) setDefaults() {
 	c.BatchTarget = cmp.Or(c.BatchTarget, min(BatchTargetDefault, c.StaleAfter/8))
 	c.ClaimGroup = cmp.Or(c.ClaimGroup, ClaimGroupDefault)
 	c.ClaimGroupItems = cmp.Or(c.ClaimGroupItems, ClaimGroupItemsDefault)
+	c.SegmentRecords = cmp.Or(c.SegmentRecords, SegmentRecordsDefault)
 	c.Mode = cmp.Or(c.Mode, ModeLock)
 	c.PollInterval = cmp.Or(c.PollInterval, c.Heartbeat)
 	c.RebalanceInterval = cmp.Or(c.RebalanceInterval, 5*c.Heartbeat)
@@ -247,6 +261,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxPartitions < 1 {
 		errs = append(errs, fmt.Errorf("MaxPartitions must be at least 1, got %d", c.MaxPartitions))
+	}
+	if c.SegmentRecords < 1 {
+		errs = append(errs, fmt.Errorf("SegmentRecords must be positive, got %d", c.SegmentRecords))
 	}
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("BatchSize must be at least 1, got %d", c.BatchSize))

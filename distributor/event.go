@@ -25,6 +25,7 @@ const (
 	EventFenced      EventKind = partition.EventFenced      // a commit was rejected by the fence
 	EventFailed      EventKind = partition.EventFailed      // a batch failed; the partition backs off (Attempts, Err)
 	EventQuarantined EventKind = partition.EventQuarantined // a partition failed MaxAttempts times (Attempts, Err)
+	EventSplit       EventKind = partition.EventSplit       // a partition's backlog was split into segments (Items: how many; Position: where its checkpoint moved)
 
 	// EventClaimRoundFailed: a claim round (cluster load, candidates,
 	// claim) failed and is retried after a back-off (Err; Attempts counts

@@ -140,7 +140,7 @@ func (d *Distributor) runPartition(h *held) {
 		if !caughtUp {
 			continue
 		}
-		if d.cfg.Mode == ModeLock {
+		if d.releasesCaughtUp(l.Key) {
 			d.release(h, "caught_up")
 			return
 		}

@@ -63,6 +63,10 @@ type Batch struct {
 	Checkpoint partition.Checkpoint
 	// Limit is the most work items to process.
 	Limit int
+	// Partition is the partition whose items the batch holds: Lease.Key,
+	// or, for a segment (see Splitter), the partition it was split from.
+	// Read the items, and key the output, by Partition.
+	Partition string
 }
 
 // ErrNoConn is returned by Batch.Raw for a batch built without its
@@ -156,4 +160,53 @@ func (g *Group) Raw(fn func(conn *pgx.Conn) error) error {
 		return ErrNoConn
 	}
 	return dbconn.Raw(g.Conn.Conn, fn)
+}
+
+// Splitter is a Processor whose partitions can be split: the items after
+// any of a partition's split points can be processed by anyone who holds
+// the state that point carries, with no other knowledge of the items
+// before it. Pricing is one: a record's amounts depend only on the tiers,
+// its amount and the cumulative gross of the contract's earlier records,
+// which the records themselves give.
+//
+// A batch that finds more than 2 × Config.SegmentRecords items pending on
+// a partition (not itself a segment) asks Split where they may be split,
+// and, if it gives any split point, writes in its own fenced transaction
+// one task row per segment (partition.SegmentKey: items (start, next
+// start], the first starting at the checkpoint, with the state it carries)
+// and moves the partition's checkpoint past them all, to Available with
+// End. Segments are claimed, heartbeated, confirmed, fenced, checkpointed,
+// taken over and released exactly as partitions are, by any worker, at the
+// same time; they get no more work, and are released once caught up, in
+// either Mode. Work added to the partition later is processed by the
+// partition from End, whatever the segments' progress. A processor that is
+// not a Splitter (ordered side effects, say) is never split.
+type Splitter interface {
+	Processor
+	// Split returns where the pending items of b's partition,
+	// (b.Checkpoint.Position, b.Checkpoint.Available], may be split into
+	// segments of about size items: split points in increasing order,
+	// strictly between Position and Available, each with the checkpoint
+	// state a segment starting there carries, and End, the state at
+	// Available. It runs in b.Tx, under the partition's fence, and writes
+	// nothing. No points (or an empty Split) leaves the partition whole:
+	// the batch then goes on to Process.
+	Split(ctx context.Context, b *Batch, size int64) (Split, error)
+}
+
+// Split is where a partition's pending items are split (Splitter).
+type Split struct {
+	// Points are the starts of the segments after the first (which starts
+	// at the checkpoint), in increasing order.
+	Points []SplitPoint
+	// End is the checkpoint state after the last pending item: the
+	// partition's own, from which work added later is processed.
+	End json.RawMessage
+}
+
+// SplitPoint is the start of a segment: it holds the items after
+// Position, and is processed from State.
+type SplitPoint struct {
+	Position int64
+	State    json.RawMessage
 }

@@ -31,6 +31,7 @@ const (
 	EventQuarantined EventKind = "quarantined" // failed MaxAttempts times (Attempts, Detail)
 	EventRetried     EventKind = "retried"     // an operator re-enabled the partition
 	EventRewound     EventKind = "rewound"     // re-processing from Position under a new generation (Store.Rewind; Detail: the generations)
+	EventSplit       EventKind = "split"       // the backlog after Position was split into segments (Detail: how many, up to where)
 )
 
 // Event kinds of the distributor's runtime events only, never recorded.
@@ -46,7 +47,7 @@ const (
 func (k EventKind) Recorded() bool {
 	switch k {
 	case EventClaimed, EventTakeover, EventFirstBatch, EventReleased, EventFenced, EventLost,
-		EventFailed, EventQuarantined, EventRetried, EventRewound:
+		EventFailed, EventQuarantined, EventRetried, EventRewound, EventSplit:
 		return true
 	}
 	return false

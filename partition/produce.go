@@ -165,6 +165,8 @@ func (s *Store) mergeWork(work []Work) (keys []string, ns []int64, err error) {
 			return nil, nil, errors.New("adding work: empty partition key")
 		case w.N < 0:
 			return nil, nil, fmt.Errorf("adding work to %s: %d items: work cannot be taken back", w.Key, w.N)
+		case isSegmentKey(w.Key):
+			return nil, nil, fmt.Errorf("adding work to %s: the key names a segment (partition key, \"#\" and 19 digits), whose items are fixed when it is split off", w.Key)
 		case len(keys) > 0 && keys[len(keys)-1] == w.Key:
 			ns[len(ns)-1] += w.N
 			continue

@@ -147,16 +147,23 @@ func (s *Store) rewindSQL(rw []Rewind, style string) (string, []any, error) {
 	q := s.sql(`
 		WITH w AS (
 			SELECT key, pos, st FROM unnest(` + p(1) + `::text[], ` + p(2) + `::bigint[], ` + p(3) + `::text[]) AS w(key, pos, st)
-		), r AS (
-			SELECT t.partition_key, t.generation, t.position, t.available, t.version
+		), l AS (
+			SELECT t.kind, t.partition_key, t.segment_of, t.generation, t.position, t.available, t.version
 			FROM {{.Schema}}.tasks t
-			WHERE t.kind = ` + p(4) + ` AND t.partition_key IN (SELECT key FROM w)
+			WHERE t.kind = ` + p(4) + ` AND (t.partition_key IN (SELECT key FROM w) OR t.segment_of IN (SELECT key FROM w))
 			ORDER BY t.partition_key
 			FOR UPDATE OF t
+		), r AS (
+			SELECT * FROM l WHERE l.segment_of IS NULL
 		), ok AS (
 			SELECT count(*) = (SELECT count(*) FROM w) AS all_ok
 			FROM w JOIN r ON r.partition_key = w.key
 			WHERE w.pos <= r.available
+		), d AS (
+			DELETE FROM {{.Schema}}.tasks t
+			USING l
+			WHERE t.kind = l.kind AND t.partition_key = l.partition_key AND l.segment_of IS NOT NULL AND (SELECT all_ok FROM ok)
+			RETURNING t.partition_key
 		), u AS (
 			UPDATE {{.Schema}}.tasks t
 			SET generation = t.generation + 1, version = t.version + 1, position = w.pos, checkpoint = w.st::jsonb,
@@ -177,7 +184,7 @@ func (s *Store) rewindSQL(rw []Rewind, style string) (string, []any, error) {
 		SELECT w.key, r.partition_key IS NOT NULL, coalesce(r.available, 0),
 		       coalesce(u.generation, 0), coalesce(u.version, 0), coalesce(u.prev_generation, 0), coalesce(u.prev_position, 0)
 		FROM w LEFT JOIN r ON r.partition_key = w.key LEFT JOIN u ON u.partition_key = w.key
-		WHERE (SELECT count(*) FROM n) >= 0
+		WHERE (SELECT count(*) FROM n) >= 0 AND (SELECT count(*) FROM d) >= 0
 		ORDER BY w.key`)
 	args := []any{keys, positions, states, s.kind, s.kind, s.kind, string(EventRewound),
 		NotifyChannel, NotifyPayload(NotifyWork, s.kind)}

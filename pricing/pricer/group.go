@@ -76,7 +76,7 @@ func (p *Processor) ProcessGroup(ctx context.Context, g *distributor.Group) ([]d
 	}
 	if err := p.writeGroupPriced(ctx, g, w, ends); err != nil {
 		return nil, fmt.Errorf("writing %d priced records of %d contracts (%s, …): %w",
-			len(w.lines), len(g.Batches), g.Batches[0].Lease.Key, err)
+			len(w.lines), len(g.Batches), contractOf(g.Batches[0]), err)
 	}
 	return results, nil
 }
@@ -102,7 +102,7 @@ func (p *Processor) cachedSchedules(g *distributor.Group) []*pricing.Schedule {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, b := range g.Batches {
-		scheds[i] = p.schedules[schedKey{b.Lease.Key, generationOf(b)}]
+		scheds[i] = p.schedules[schedKey{contractOf(b), generationOf(b)}]
 	}
 	return scheds
 }
@@ -115,7 +115,7 @@ func (p *Processor) newSchedules(g *distributor.Group, scheds []*pricing.Schedul
 		if scheds[i] != nil {
 			continue
 		}
-		contract := b.Lease.Key
+		contract := contractOf(b)
 		s, err := pricing.NewSchedule(tiers[i])
 		if err != nil {
 			return fmt.Errorf("tiers of contract %s: %w", contract, err)
@@ -165,7 +165,7 @@ func (p *Processor) readGroup(ctx context.Context, g *distributor.Group, w *work
 	limits := make([]int64, n)
 	want := make([]bool, n)
 	for i, b := range g.Batches {
-		contracts[i], after[i], limits[i], want[i] = b.Lease.Key, b.Checkpoint.Position, int64(b.Limit), scheds[i] == nil
+		contracts[i], after[i], limits[i], want[i] = contractOf(b), b.Checkpoint.Position, int64(b.Limit), scheds[i] == nil
 	}
 	w.recs, w.ids = w.recs[:0], w.ids[:0]
 	ends = make([]int, n)
@@ -274,7 +274,7 @@ func (p *Processor) writeGroupPriced(ctx context.Context, g *distributor.Group, 
 		}
 		b := g.Batches[m]
 		r, l := &w.recs[i], &w.lines[i]
-		contracts[i], seqs[i], ids[i] = b.Lease.Key, r.seq, string(r.recordID)
+		contracts[i], seqs[i], ids[i] = contractOf(b), r.seq, string(r.recordID)
 		gross[i], discount[i], net[i], versions[i] = l.Gross, l.Discount, l.Net, b.Lease.Version
 	}
 	return g.Raw(func(conn *pgx.Conn) error {
@@ -304,7 +304,7 @@ func (p *Processor) copyGroupPriced(ctx context.Context, g *distributor.Group, w
 			m++
 		}
 		b, r, l := g.Batches[m], &w.recs[i], &w.lines[i]
-		vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6] = b.Lease.Key, r.seq, r.recordID, l.Gross, l.Discount, l.Net, b.Lease.Version
+		vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6] = contractOf(b), r.seq, r.recordID, l.Gross, l.Discount, l.Net, b.Lease.Version
 		return vals, nil
 	})
 	return g.Raw(func(conn *pgx.Conn) error {

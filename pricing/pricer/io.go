@@ -198,7 +198,7 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 		r, l := &w.recs[0], &w.lines[0]
 		return b.Raw(func(conn *pgx.Conn) error {
 			_, err := conn.Exec(ctx, p.sql(insertPendingSQL), pgx.QueryExecModeCacheDescribe,
-				b.Lease.Key, r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner, gen)
+				contractOf(b), r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner, gen)
 			return err
 		})
 	}
@@ -208,7 +208,7 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 			// Described once per connection, sent unnamed: no prepared
 			// statement a transaction pooler could lose.
 			_, err := conn.Exec(ctx, p.sql(insertOneSQL), pgx.QueryExecModeCacheDescribe,
-				b.Lease.Key, r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner)
+				contractOf(b), r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner)
 			return err
 		})
 	}
@@ -216,7 +216,7 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 		w.vals = make([]any, len(cols))
 	}
 	vals := w.vals[:len(cols)]
-	vals[0], vals[6], vals[7] = b.Lease.Key, b.Lease.Version, b.Owner
+	vals[0], vals[6], vals[7] = contractOf(b), b.Lease.Version, b.Owner
 	if gen > 0 {
 		vals[8] = gen
 	}

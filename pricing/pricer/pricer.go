@@ -110,7 +110,7 @@ type record struct {
 // the batch that catches up with the contract's records makes it current
 // in the same transaction.
 func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
-	contract := b.Lease.Key
+	contract := contractOf(b)
 	cp, err := checkpointOf(b)
 	if err != nil {
 		return distributor.Result{}, err
@@ -158,11 +158,11 @@ func checkpointOf(b *distributor.Batch) (Checkpoint, error) {
 	var cp Checkpoint
 	if len(b.Checkpoint.State) > 0 {
 		if err := json.Unmarshal(b.Checkpoint.State, &cp); err != nil {
-			return cp, fmt.Errorf("%w: checkpoint of %s: %v", ErrCorrupt, b.Lease.Key, err)
+			return cp, fmt.Errorf("%w: checkpoint of %s: %v", ErrCorrupt, contractOf(b), err)
 		}
 	}
 	if b.Checkpoint.Position == 0 && cp.CumGross != 0 {
-		return cp, fmt.Errorf("%w: contract %s has cumulative gross %d at position 0", ErrCorrupt, b.Lease.Key, cp.CumGross)
+		return cp, fmt.Errorf("%w: contract %s has cumulative gross %d at position 0", ErrCorrupt, contractOf(b), cp.CumGross)
 	}
 	return cp, nil
 }
@@ -171,7 +171,7 @@ func checkpointOf(b *distributor.Batch) (Checkpoint, error) {
 // checkpoint cp, appending their lines to lines, and returns the batch's
 // new checkpoint.
 func priceBatch(b *distributor.Batch, sched *pricing.Schedule, cp Checkpoint, recs []record, lines *[]pricing.Line) (distributor.Result, error) {
-	contract := b.Lease.Key
+	contract := contractOf(b)
 	if len(recs) == 0 {
 		return distributor.Result{}, fmt.Errorf("%w: contract %s has %d records available but none after seq %d",
 			ErrCorrupt, contract, b.Checkpoint.Available, b.Checkpoint.Position)
@@ -244,3 +244,7 @@ func (p *Processor) schedule(ctx context.Context, tx bun.Tx, contract string, ge
 	}
 	return s, nil
 }
+
+// contractOf is the contract whose records b holds: its partition, which
+// for a segment is the contract it was split from.
+func contractOf(b *distributor.Batch) string { return cmp.Or(b.Partition, b.Lease.Key) }

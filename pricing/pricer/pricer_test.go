@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,6 +108,43 @@ func TestGoldenVectorsEndToEnd(t *testing.T) {
 	}
 }
 
+// Split into segments as small as one chunk, priced by three workers at
+// once, the golden vectors export byte for byte as priced whole.
+func TestGoldenVectorsBySegments(t *testing.T) {
+	t.Parallel()
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 32})
+	loadVectors(t, db.DB)
+	var splits atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runUntilDone(t, db, distributor.Config{Name: fmt.Sprintf("seg-%d", i), Heartbeat: 100 * time.Millisecond,
+				StaleAfter: time.Second, BatchSize: 100, SegmentRecords: 1,
+				OnEvent: func(e distributor.Event) {
+					if e.Kind == distributor.EventSplit {
+						splits.Add(1)
+					}
+				}})
+		}()
+	}
+	wg.Wait()
+	if splits.Load() == 0 {
+		t.Fatal("no contract was split")
+	}
+	var segments int
+	if err := db.QueryRow(`SELECT count(*) FROM baton.tasks WHERE segment_of IS NOT NULL`).Scan(&segments); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d splits, %d segment rows", splits.Load(), segments)
+	assertGolden(t, exportBytes(t, db.DB))
+	s := verifyClean(t, db.DB)
+	if s.Records != 3544 || s.Priced != 3544 {
+		t.Fatalf("verified %d records, %d priced; want 3544", s.Records, s.Priced)
+	}
+}
+
 // Pricing in any random split of batches, stopping and resuming from the
 // stored checkpoint between runs (a new distributor each time, as after a
 // restart), gives exactly the one-pass result.
@@ -142,6 +182,7 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 		cfg := distributor.Config{
 			Name: "r" + strconv.Itoa(round), Heartbeat: 50 * time.Millisecond, StaleAfter: time.Second,
 			BatchSize: 1 + rng.IntN(300), MaxPartitions: 1 + rng.IntN(4), Logger: quiet, UntilDone: true,
+			SegmentRecords: 1 + rng.Int64N(1500),
 			OnEvent: func(e distributor.Event) {
 				if e.Kind == distributor.EventCheckpoint {
 					commits <- struct{}{}
