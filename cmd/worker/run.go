@@ -44,6 +44,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.DurationVar(&r.cfg.BatchTarget, "batch-target", 0, "time a batch should take: batch sizes grow, up to --batch-size, while batches take less than half of it and shrink after one takes twice it (0: 1s, or --stale-after/8 if shorter; at most --stale-after/4)")
 	f.IntVar(&r.cfg.ClaimGroup, "claim-group", distributor.ClaimGroupDefault, "most unclaimed contracts claimed and given their first batch in one transaction (1: each in its own)")
 	f.IntVar(&r.cfg.ClaimGroupItems, "claim-group-records", distributor.ClaimGroupItemsDefault, "most records priced in all by the first batches of one --claim-group transaction")
+	f.Int64Var(&r.cfg.SegmentRecords, "segment-records", distributor.SegmentRecordsDefault, "split a contract with more than twice this many unpriced records into segments of about this many, which several workers price at once")
 	f.StringVar(&r.mode, "mode", string(distributor.ModeLock), "lock: release caught-up contracts; leader: keep them and price new records as they arrive")
 	f.BoolVar(&r.cfg.UntilDone, "until-done", false, "exit once no contract has unpriced records and none is held")
 	f.IntVar(&r.cfg.MaxAttempts, "max-attempts", distributor.MaxAttemptsDefault, "failed attempts before a contract is quarantined")
@@ -55,7 +56,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	r.history.register(f)
 	r.console.register(f, "ui-addr", "ui-token", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
 	f.DurationVar(&r.waitForDB, "wait-for-database", 5*time.Minute, "at start, how long to wait for the database to answer, retrying with back-off (0: fail at once)")
-	positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "claim-group", "claim-group-records", "max-attempts", "shutdown-timeout")
+	positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "claim-group", "claim-group-records", "segment-records", "max-attempts", "shutdown-timeout")
 	nonNegative(f, "wait-for-database", "batch-target")
 }
 

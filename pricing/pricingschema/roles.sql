@@ -17,6 +17,8 @@ GRANT SELECT ON {{.Schema}}.tasks TO baton_worker;
 GRANT UPDATE (version, owner, claimed_at, heartbeat_at, lease_expires_at, position, checkpoint,
               attempts, last_error, failed_at, updated_at, traceparent)
     ON {{.Schema}}.tasks TO baton_worker;                                    -- claim, heartbeat, fence, checkpoint, release
+GRANT INSERT, DELETE ON {{.Schema}}.tasks TO baton_worker;                   -- segments split off a contract, and removed once priced
+GRANT SELECT ON {{.Schema}}.partition_progress TO baton_worker;               -- a contract's progress with its segments'
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{.Schema}}.workers TO baton_worker; -- registration and liveness
 GRANT SELECT, INSERT ON {{.Schema}}.priced TO baton_worker;                  -- output
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.events TO baton_worker;          -- ownership history, pruned by age
@@ -49,4 +51,6 @@ GRANT SELECT, DELETE ON {{.Schema}}.priced_pending TO baton_loader;
 GRANT SELECT ON {{.Schema}}.priced, {{.Schema}}.priced_superseded, {{.Schema}}.pruned_totals TO baton_loader;
 GRANT UPDATE (generation, version, owner, lease_expires_at, position, checkpoint, failed_at, attempts, last_error, traceparent, updated_at)
     ON {{.Schema}}.tasks TO baton_loader;                                    -- the rewind of a re-priced contract
+GRANT DELETE ON {{.Schema}}.tasks TO baton_loader;                           -- the rewind removes the contract's segments
+GRANT SELECT ON {{.Schema}}.partition_progress TO baton_loader;
 GRANT INSERT ON {{.Schema}}.events TO baton_loader;                          -- its "rewound" event
