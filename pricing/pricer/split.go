@@ -32,6 +32,10 @@ func (p *Processor) Split(ctx context.Context, b *distributor.Batch, size int64)
 	if err != nil {
 		return distributor.Split{}, err
 	}
+	sched, err := p.schedule(ctx, b.Tx, contract, gen, b.Checkpoint.Position > 0 || gen > 1)
+	if err != nil {
+		return distributor.Split{}, err
+	}
 	from, to := b.Checkpoint.Position, b.Checkpoint.Available
 	// Each chunk that holds pending records, with the gross of its pending
 	// records: all of them, but for a chunk the checkpoint falls inside.
@@ -48,10 +52,6 @@ func (p *Processor) Split(ctx context.Context, b *distributor.Batch, size int64)
 	defer rows.Close()
 	var points []distributor.SplitPoint
 	gross, last, next := cp.CumGross, from, from+size
-	sched, err := p.schedule(ctx, b.Tx, contract, gen, b.Checkpoint.Position > 0 || gen > 1)
-	if err != nil {
-		return distributor.Split{}, err
-	}
 	for rows.Next() {
 		var first, lastSeq, g int64
 		if err := rows.Scan(&first, &lastSeq, &g); err != nil {
