@@ -1,0 +1,298 @@
+package distributor_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/partition"
+)
+
+// sumProc is a splittable processor with a prefix-sum state, as pricing's
+// cumulative gross: item n's output is n and the running sum before it,
+// so a segment started from the wrong state, an item output twice within
+// a generation (the primary key) or a gap shows. Its checkpoint state is
+// the sum of the partition's items up to the position, n(n+1)/2, which
+// Split gives for any point without reading anything.
+type sumProc struct {
+	before func(ctx context.Context, b *distributor.Batch) error
+}
+
+type sumState struct {
+	Sum int64 `json:"sum"`
+}
+
+func sumAt(n int64) json.RawMessage {
+	st, _ := json.Marshal(sumState{Sum: n * (n + 1) / 2})
+	return st
+}
+
+func (p *sumProc) Process(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
+	if p.before != nil {
+		if err := p.before(ctx, b); err != nil {
+			return distributor.Result{}, err
+		}
+	}
+	cp := b.Checkpoint
+	var st sumState
+	if len(cp.State) > 0 {
+		if err := json.Unmarshal(cp.State, &st); err != nil {
+			return distributor.Result{}, err
+		}
+	}
+	if want := cp.Position * (cp.Position + 1) / 2; st.Sum != want {
+		return distributor.Result{}, fmt.Errorf("%s at %d carries sum %d, want %d", b.Lease.Key, cp.Position, st.Sum, want)
+	}
+	end := min(cp.Position+int64(b.Limit), cp.Available)
+	if _, err := b.Tx.ExecContext(ctx, `
+		INSERT INTO sum_output (key, generation, n, before, lease_key, owner)
+		SELECT ?, ?, n, ?::bigint + (n - 1 - ?::bigint) * (n + ?::bigint) / 2, ?, ? FROM generate_series(?::bigint, ?::bigint) n`,
+		b.Partition, cp.Generation, st.Sum, cp.Position, cp.Position, b.Lease.Key, b.Owner, cp.Position+1, end); err != nil {
+		return distributor.Result{}, err
+	}
+	return distributor.Result{Position: end, State: sumAt(end)}, nil
+}
+
+func (p *sumProc) Split(ctx context.Context, b *distributor.Batch, size int64) (distributor.Split, error) {
+	var s distributor.Split
+	for at := b.Checkpoint.Position + size; at < b.Checkpoint.Available; at += size {
+		s.Points = append(s.Points, distributor.SplitPoint{Position: at, State: sumAt(at)})
+	}
+	s.End = sumAt(b.Checkpoint.Available)
+	return s, nil
+}
+
+func newSumOutput(t *testing.T, e *env) {
+	t.Helper()
+	if _, err := e.db.Exec(`CREATE TABLE sum_output (key text, generation bigint, n bigint, before bigint,
+		lease_key text, owner text, PRIMARY KEY (key, generation, n))`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkSums checks that items 1..n of key were output exactly once in
+// generation, each with the sum of the items before it.
+func checkSums(t *testing.T, e *env, key string, generation, n int64) {
+	t.Helper()
+	var cnt, lo, hi, bad int64
+	if err := e.db.QueryRow(`SELECT count(*), coalesce(min(n), 0), coalesce(max(n), 0),
+		count(*) FILTER (WHERE before <> (n - 1) * n / 2)
+		FROM sum_output WHERE key = ? AND generation = ?`, key, generation).Scan(&cnt, &lo, &hi, &bad); err != nil {
+		t.Fatal(err)
+	}
+	if cnt != n || lo != 1 || hi != n || bad != 0 {
+		t.Errorf("%s generation %d: %d items %d..%d, %d with a wrong running sum; want 1..%d", key, generation, cnt, lo, hi, bad, n)
+	}
+}
+
+// A hot partition's backlog is split into segments that several workers
+// process at once, each from the state its start carries; work added
+// after the split is processed by the partition itself from the state
+// after the last segment. Every item exactly once, every running sum
+// right, segments released once caught up.
+func TestSegmentsOfAHotPartitionAreProcessedByManyWorkers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	newSumOutput(t, e)
+	e.addWork(1000, "hot")
+	e.addWork(15, keys("small", 6)...)
+
+	// Segment batches wait until two workers are processing segments, so
+	// that the test does not depend on which worker is quicker to start.
+	var mu sync.Mutex
+	owners := map[string]bool{}
+	two := make(chan struct{})
+	p := &sumProc{before: func(ctx context.Context, b *distributor.Batch) error {
+		if b.Partition == b.Lease.Key {
+			return nil
+		}
+		mu.Lock()
+		if !owners[b.Owner] {
+			owners[b.Owner] = true
+			if len(owners) == 2 {
+				close(two)
+			}
+		}
+		mu.Unlock()
+		select {
+		case <-two:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	ev := newEvents()
+	var ds []*distributor.Distributor
+	for i := range 3 {
+		cfg := fastConfig(fmt.Sprintf("w%d", i), ev)
+		cfg.UntilDone, cfg.SegmentRecords, cfg.BatchSize = true, 100, 25
+		ds = append(ds, e.start(cfg, p))
+	}
+	for _, d := range ds {
+		if err := waitDone(t, d, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ev.count(kind(distributor.EventSplit)) == 0 {
+		t.Fatalf("hot was never split:\n%s", ev.dump())
+	}
+	checkSums(t, e, "hot", 1, 1000)
+	for _, k := range keys("small", 6) {
+		checkSums(t, e, k, 1, 15)
+	}
+	var segOwners, segments, pendingSegments int
+	if err := e.db.QueryRow(`SELECT count(DISTINCT owner) FROM sum_output WHERE lease_key <> key`).Scan(&segOwners); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.QueryRow(`SELECT count(*), count(*) FILTER (WHERE position < available OR owner IS NOT NULL)
+		FROM baton.tasks WHERE segment_of = 'hot'`).Scan(&segments, &pendingSegments); err != nil {
+		t.Fatal(err)
+	}
+	if segOwners < 2 || segments < 2 || pendingSegments != 0 {
+		t.Errorf("%d segments (%d pending or held) processed by %d workers; want several, none pending, at least 2 workers",
+			segments, pendingSegments, segOwners)
+	}
+
+	// Work added after the split: the partition goes on from its own
+	// checkpoint, past the segments.
+	e.addWork(40, "hot")
+	cfg := fastConfig("after", ev)
+	cfg.UntilDone, cfg.SegmentRecords, cfg.BatchSize = true, 100, 25
+	if err := waitDone(t, e.start(cfg, p), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	checkSums(t, e, "hot", 1, 1040)
+	var position, available int64
+	var state []byte
+	if err := e.db.QueryRow(`SELECT position, available, checkpoint FROM baton.tasks WHERE partition_key = 'hot'`).
+		Scan(&position, &available, &state); err != nil {
+		t.Fatal(err)
+	}
+	var st sumState
+	if err := json.Unmarshal(state, &st); err != nil {
+		t.Fatal(err)
+	}
+	if position != 1040 || available != 1040 || st.Sum != 1040*1041/2 {
+		t.Errorf("hot at %d of %d with %s; want 1040 of 1040 with %s", position, available, state, sumAt(1040))
+	}
+}
+
+// A processor that is not a Splitter is never split, however large the
+// backlog.
+func TestPartitionsOfAProcessorThatCannotSplitStayWhole(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(500, "big")
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.UntilDone, cfg.SegmentRecords, cfg.BatchSize = true, 10, 50
+	if err := waitDone(t, e.start(cfg, newProc()), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	e.verify()
+	var segments int
+	if err := e.db.QueryRow(`SELECT count(*) FROM baton.tasks WHERE segment_of IS NOT NULL`).Scan(&segments); err != nil {
+		t.Fatal(err)
+	}
+	if n := ev.count(kind(distributor.EventSplit)); n != 0 || segments != 0 {
+		t.Fatalf("%d splits, %d segment rows; want none", n, segments)
+	}
+}
+
+// A rewind of a split partition waits for the segment batches in flight,
+// removes its segments (their holders are fenced out) and the partition
+// is processed again, split again, under the new generation: each item of
+// each generation once, with the right running sums.
+func TestRewindRemovesAPartitionsSegments(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	newSumOutput(t, e)
+	e.addWork(600, "hot")
+	reached := make(chan struct{})
+	gate := make(chan struct{})
+	var once sync.Once
+	p := &sumProc{before: func(ctx context.Context, b *distributor.Batch) error {
+		if b.Checkpoint.Generation == 1 && b.Partition != b.Lease.Key {
+			once.Do(func() { close(reached); <-gate })
+		}
+		return nil
+	}}
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.UntilDone, cfg.SegmentRecords, cfg.BatchSize = true, 100, 20
+	d := e.start(cfg, p)
+	testutil.Receive(t, reached, 30*time.Second, "a segment's batch")
+
+	s := partition.NewStore(e.db, "")
+	done := make(chan error, 1)
+	go func() {
+		tx, err := e.db.BeginTx(context.Background(), nil)
+		if err == nil {
+			if _, err = s.Rewind(context.Background(), tx, []partition.Rewind{{Key: "hot", Position: 0}}); err == nil {
+				err = tx.Commit()
+			} else {
+				_ = tx.Rollback()
+			}
+		}
+		done <- err
+	}()
+	testutil.Eventually(t, 30*time.Second, "the rewind waiting for the segment's batch", func() error {
+		var n int
+		if err := e.db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, 'generation + 1') > 0`).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return errors.New("not waiting")
+		}
+		return nil
+	})
+	close(gate)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(testutil.WaitTimeout(30 * time.Second)):
+		t.Fatal("the rewind did not commit")
+	}
+	if err := waitDone(t, d, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	checkSums(t, e, "hot", 2, 600)
+	var gen1Segments int
+	if err := e.db.QueryRow(`SELECT count(*) FROM baton.tasks WHERE segment_of = 'hot' AND generation = 1`).Scan(&gen1Segments); err != nil {
+		t.Fatal(err)
+	}
+	if gen1Segments != 0 {
+		t.Errorf("%d segments of generation 1 left after the rewind", gen1Segments)
+	}
+	if t.Failed() {
+		t.Log(ev.dump())
+	}
+}
+
+// Producers cannot add work under a segment's key.
+func TestAddWorkRefusesASegmentKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	key := partition.SegmentKey("hot", 100)
+	if p, start, ok := partition.ParseSegmentKey(key); !ok || p != "hot" || start != 100 {
+		t.Fatalf("ParseSegmentKey(%q) = %q, %d, %v", key, p, start, ok)
+	}
+	_, err := partition.NewStore(e.db, "").AddWork(context.Background(), e.db, key, 1)
+	if err == nil {
+		t.Fatalf("AddWork(%q) succeeded", key)
+	}
+	for _, k := range []string{"hot#100", "hot#+000000000000000100", "#0000000000000000100", "hot"} {
+		if _, _, ok := partition.ParseSegmentKey(k); ok {
+			t.Errorf("ParseSegmentKey(%q) says it is a segment", k)
+		}
+	}
+}
