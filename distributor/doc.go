@@ -256,6 +256,38 @@
 // rewind or a hand-back (they wait for its commit) and adds to the
 // takeover time's "one batch".
 //
+// Split. A partition's items are processed in order by one claim at a
+// time, so a partition with a large backlog bounds the run however many
+// workers join, unless its Processor is a Splitter (the pricer is):
+// then the items after certain points can be processed by anyone who
+// holds the state that point carries. A batch that finds more than 2 ×
+// SegmentRecords items pending on a partition that is not itself a
+// segment asks the processor for split points in (position, available)
+// and the state at each and at available, and, instead of processing,
+// writes in its own fenced transaction one task row per segment — key
+// partition.SegmentKey(partition, start) (the partition's key, "#", the
+// start in 19 digits, so segments sort right after their partition),
+// segment_of the partition, position its start, available its end,
+// checkpoint the state its start carries, the partition's generation,
+// unowned and claimable at once — and moves the partition's own
+// checkpoint to available with the state there (the checkpoint
+// compare-and-set of any batch), records "split" and notifies at commit.
+// The segments' ranges cover (position, available] exactly, one after
+// the other. From then on a segment is a partition like any other:
+// claimed (with its first batch, or in a group), heartbeated, confirmed
+// after a takeover, fenced, checkpointed and released exactly as a
+// partition is, by any worker, several at once; it never gets more work
+// (producers cannot add under a segment's key) and is released once
+// caught up, in either mode. The partition goes on from its new
+// checkpoint with work added later, whatever its segments' progress. A
+// later split of the same partition deletes its finished segments that
+// nobody holds (FOR UPDATE SKIP LOCKED: a segment being released is left
+// for the next). A partition's progress is therefore its row's and its
+// segments' together: the view partition_progress gives the processed
+// prefix (done_through: the least of the row's position and its pending
+// segments' positions) and all pending items, and reports built on it
+// speak of partitions, never of segments.
+//
 // Local deadline. Each lease carries a deadline on the worker's monotonic
 // clock: the send time of its last successful heartbeat plus the time the
 // lease had left by that heartbeat (the lease length if it rewrote it, what
@@ -332,7 +364,11 @@
 // FOR UPDATE (rows in key order), and generation, version, position and
 // checkpoint state are set together, with no owner, no failure or back-off,
 // claimable at once; a "rewound" event is recorded and the workers of the
-// kind are notified at commit. The fence reads the generation with the
+// kind are notified at commit. The partition's segments (Split) are
+// locked in the same statement, in key order after their partition, and
+// deleted: their holders fail their next fence, heartbeat or
+// compare-and-set, as after a takeover, and the new generation is split
+// afresh if it has the backlog for it. The fence reads the generation with the
 // checkpoint (Checkpoint.Generation), so a processor writes each batch's
 // output under the generation it belongs to (pricing keeps each
 // generation's priced rows apart and switches readers to the new one when
@@ -392,6 +428,8 @@
 //   - batch.go: Process, one fenced transaction, and commit resolution
 //     (unknown outcomes, late commits).
 //   - release.go: Release, Failure (back-off, quarantine) and loss.
+//   - split.go: Split, a partition's backlog into segments, and which
+//     partitions are released once caught up.
 //   - config.go, event.go, history.go, trace.go: settings, events,
 //     ownership history and tracing.
 //   - The statements themselves are in internal/taskstore (store.go,
@@ -570,7 +608,30 @@
 //     release its locks, before others take over, but even a worker frozen
 //     mid-transaction (SIGSTOP, VM pause) and resumed later cannot commit:
 //     its session is ended by the server, or its fence fails.
-//  5. A partition is (kind, partition_key), the task table's primary key,
+//  5. Segments. A split writes its segment rows and moves the
+//     partition's checkpoint from the position its fence read to
+//     available in one transaction, under that fence, with the checkpoint
+//     compare-and-set of 3: both commit or neither, only while the claim
+//     is current, and once (a second split of the same range fails its
+//     compare-and-set, or the segments' primary key). The segments'
+//     ranges partition (position, available] exactly and the partition
+//     goes on after available, so every item lies in exactly one row's
+//     range, and 1–4 hold for each row, segments included: each item is
+//     processed by exactly one committed batch per generation. A segment
+//     row never gets more work (its available is fixed; AddWork refuses
+//     its key), so its checkpoint ends at its end. What state a segment
+//     starts from is the Splitter's contract: the state its start
+//     carries. Locks: the split inserts rows nobody else can see before
+//     it commits, in key order, and deletes finished segments FOR UPDATE
+//     SKIP LOCKED, never waiting; its other locks are its batch's (the
+//     partition's row FOR KEY SHARE, then its checkpoint update). A
+//     rewind locks a partition and its segments FOR UPDATE in one
+//     statement in key order (a segment's key sorts after its
+//     partition's), so it too follows the global order, waits for
+//     segment batches in flight as for the partition's own, and its
+//     deletion of the segments is a change of ownership every later
+//     write of their claims fails on (the row is gone).
+//  6. A partition is (kind, partition_key), the task table's primary key,
 //     and 1–4 hold per partition so named. Every statement of 1–3 names its
 //     rows by both: a worker's candidate read, claim compare-and-set,
 //     fence, checkpoint compare-and-set, renewal, release and failure, and
