@@ -72,8 +72,12 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 		return 0, false, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
 	}
 	if !h.started {
+		processed := res.Position - cp.Position
+		if segments > 0 {
+			processed = 0 // the items went to the segments
+		}
 		if err := d.store.RecordFirstBatch(ctx, tx, d.worker.InstanceID, l.Lease, res.Position,
-			res.Position-cp.Position, h.prevBeat); err != nil {
+			processed, h.prevBeat); err != nil {
 			return 0, false, false, causeOr(ctx, err)
 		}
 	}
