@@ -214,10 +214,14 @@ func (p *proc) logs() string {
 	return p.log.String()
 }
 
-// progress is the number of records priced so far.
+// progress is the number of records priced so far: every contract's
+// records but its pending ones, its segments' included
+// (partition_progress), since a split contract's own checkpoint moves
+// past the records its segments have still to price.
 func (r *run) progress() (done, total int64) {
 	r.t.Helper()
-	if err := r.db.QueryRow(`SELECT coalesce(sum(position), 0), coalesce(sum(available), 0) FROM baton.tasks`).Scan(&done, &total); err != nil {
+	if err := r.db.QueryRow(`SELECT coalesce(sum(available - pending), 0), coalesce(sum(available), 0)
+		FROM baton.partition_progress`).Scan(&done, &total); err != nil {
 		r.t.Fatal(err)
 	}
 	return done, total
@@ -266,8 +270,17 @@ func (r *run) dbNow() time.Time {
 // victim picks a running worker holding partly priced contracts.
 func (r *run) victim() *proc {
 	r.t.Helper()
+	w, _ := r.victimHolding("a contract", func(string) bool { return true })
+	return w
+}
+
+// victimHolding picks a running worker holding task rows whose keys keep
+// accepts (what describes them), and returns it with those keys.
+func (r *run) victimHolding(what string, keep func(key string) bool) (*proc, []string) {
+	r.t.Helper()
 	var victim *proc
-	testutil.Eventually(r.t, 30*time.Second, "a running worker holding a contract", func() error {
+	var keys []string
+	testutil.Eventually(r.t, 30*time.Second, "a running worker holding "+what, func() error {
 		r.mu.Lock()
 		var live []*proc
 		for _, w := range r.workers {
@@ -278,14 +291,14 @@ func (r *run) victim() *proc {
 		r.mu.Unlock()
 		r.rng.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
 		for _, w := range live {
-			if len(r.heldBy(w.name)) > 0 {
-				victim = w
+			if held := slices.DeleteFunc(r.heldBy(w.name), func(k string) bool { return !keep(k) }); len(held) > 0 {
+				victim, keys = w, held
 				return nil
 			}
 		}
-		return fmt.Errorf("none of %d running workers holds a contract", len(live))
+		return fmt.Errorf("none of %d running workers holds %s", len(live), what)
 	})
-	return victim
+	return victim, keys
 }
 
 func isDone(c chan struct{}) bool {
