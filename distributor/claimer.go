@@ -49,13 +49,22 @@ func (d *Distributor) claimLoop() {
 		// so the round claims nothing: claiming up to a stale share would
 		// take other workers' partitions, and only a rebalance, possibly an
 		// hour away, would give them back.
+		// A round that reads the load anyway (its interval is up, or an
+		// until-done worker holding nothing looks for the end) recomputes
+		// the share with it: a notification's recompute is then not owed
+		// but made. Deferring it instead would defer it for ever when
+		// every round reads the load, since each read resets the
+		// once-a-heartbeat limit (the worker would claim nothing while
+		// work waits).
+		due := lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.rebalanceInterval() ||
+			d.cfg.UntilDone && d.heldCount() == 0 && !claimed
 		recompute, owed := false, false
 		var deferred <-chan time.Time
 		if room := d.hasRoom(); room && d.workerLeft.Swap(false) {
 			recompute = true
 			d.workChanged.Store(false)
 		} else if room && d.workChanged.Load() {
-			if wait := d.cfg.Heartbeat - now.Sub(lastRebalance); wait > 0 && !lastRebalance.IsZero() {
+			if wait := d.cfg.Heartbeat - now.Sub(lastRebalance); wait > 0 && !lastRebalance.IsZero() && !due {
 				deferred = d.cfg.Clock.After(wait)
 				owed = true
 			} else {
@@ -63,8 +72,7 @@ func (d *Distributor) claimLoop() {
 				d.workChanged.Store(false)
 			}
 		}
-		if lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.rebalanceInterval() || recompute ||
-			d.cfg.UntilDone && d.heldCount() == 0 && !claimed {
+		if due || recompute {
 			finished, err := d.rebalance(ctx)
 			if err != nil {
 				roundErr = fmt.Errorf("reading cluster load: %w", err)
