@@ -35,7 +35,7 @@ type CommittedMismatch struct {
 }
 
 func (m CommittedMismatch) String() string {
-	s := fmt.Sprintf("contract %s: processed through %d, %d records up to it, %d priced (up to seq %d), %d bad rows; net %s, recomputed %s",
+	s := fmt.Sprintf("contract %s: processed through checkpoint %d, %d records up to it, %d priced (up to seq %d), %d bad rows; net %s, recomputed %s",
 		m.ContractID, m.Position, m.Records, m.Priced, m.MaxSeq, m.BadRows, m.GotNet, m.WantNet)
 	if m.PricedAfter != m.ProcessedAfter {
 		s += fmt.Sprintf("; %d priced rows after it, where the checkpoints account for %d", m.PricedAfter, m.ProcessedAfter)
