@@ -135,9 +135,9 @@ func (e *env) runSoak(ctx context.Context, c horizonConfig, res *results) (*soak
 			}
 		}
 		now := time.Now()
-		var priced, backlog int64
-		if err := db.QueryRowContext(ctx, `SELECT coalesce(sum(position), 0), coalesce(sum(available - position), 0) FROM baton.tasks`).Scan(&priced, &backlog); err != nil {
-			return s, fmt.Errorf("reading progress: %w", err)
+		priced, backlog, err := pricingProgress(ctx, db)
+		if err != nil {
+			return s, err
 		}
 		m := sc.total()
 		hb, cm := m.Heartbeat.sub(prevMetrics.Heartbeat), m.Commit.sub(prevMetrics.Commit)

@@ -49,7 +49,8 @@ func preparePeerQueue(ctx context.Context, db *bun.DB) error {
 			available   bigint NOT NULL,
 			cum_gross   bigint NOT NULL DEFAULT 0)`,
 		`INSERT INTO peer_queue (contract_id, lock_key, available)
-		 SELECT partition_key, row_number() OVER (ORDER BY partition_key), available FROM baton.tasks`,
+		 SELECT partition_key, row_number() OVER (ORDER BY partition_key), available FROM baton.tasks
+		  WHERE kind = 'pricing' AND segment_of IS NULL`,
 		`CREATE INDEX peer_queue_pending ON peer_queue (contract_id) WHERE position < available`,
 		`ANALYZE peer_queue`,
 	} {

@@ -161,7 +161,7 @@ func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results) er
 		return err
 	}
 	var moved int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM baton.tasks WHERE kind = 'pricing' AND generation > 1`).Scan(&moved); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM baton.tasks WHERE kind = 'pricing' AND segment_of IS NULL AND generation > 1`).Scan(&moved); err != nil {
 		return err
 	}
 	r.Untouched = untouchedAfter == untouchedBefore && moved == len(named)
@@ -272,8 +272,8 @@ func (e *env) rerateWorkers(ctx context.Context, name string, db *bun.DB, label 
 		}
 	}
 	run.Seconds = last.Sub(start).Seconds()
-	var priced int64
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(sum(position), 0) FROM baton.tasks WHERE kind = 'pricing'`).Scan(&priced); err != nil {
+	priced, _, err := pricingProgress(ctx, db)
+	if err != nil {
 		return run, err
 	}
 	run.Records = priced

@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/uptrace/bun/dialect/pgdialect"
 )
 
 // States reported by Status.
@@ -19,20 +22,48 @@ const (
 	StateDone        = "done"        // unowned, nothing waiting
 )
 
-// PartitionStatus is one task row as an operator sees it.
+// stateOrder ranks the states, most pressing first: a partition split
+// into segments (see distributor.Splitter) is in the most pressing state
+// of its own row and its segments not caught up.
+var stateOrder = []string{StateQuarantined, StateStale, StateConfirming, StateActive, StateBackoff, StatePending, StateCaughtUp, StateDone}
+
+// PartitionStatus is one partition as an operator sees it: its task row
+// and, if it was split, the segments not caught up, whose items count as
+// its own. Segment rows are never listed as partitions.
 type PartitionStatus struct {
-	Key            string         // the partition
-	Owner          string         // worker name (without instance suffix), "" if none
-	OwnerInstance  string         // owner's instance id (name#suffix), "" if none
-	State          string         // quarantined, stale, confirming, active, caught_up, backoff, pending or done
-	Version        int64          // bumped by every change of ownership
-	HeartbeatAge   *time.Duration // nil when unowned
-	Processed      int64          // items processed (the checkpoint position)
-	Pending        int64          // items available but not processed
-	Attempts       int            // failed attempts since the last success
-	Error          string         // the last failure, "" if none
-	Checkpoint     []byte         // processor state stored with the position (JSON)
-	LeaseRemaining *time.Duration // nil when unowned
+	Key           string // the partition
+	Owner         string // worker name (without instance suffix) holding the partition's own row, "" if none
+	OwnerInstance string // that owner's instance id (name#suffix), "" if none
+	// State is quarantined, stale, confirming, active, caught_up,
+	// backoff, pending or done: for a split partition the most pressing
+	// of its own row's and its segments' (a segment quarantined makes it
+	// quarantined, one being processed makes it active, ...).
+	State        string
+	Version      int64          // of the partition's own row: bumped by every change of its ownership
+	HeartbeatAge *time.Duration // nil when its own row is unowned
+	// Processed is the items processed: for a partition never split its
+	// checkpoint position; for a split one, its items less Pending (its
+	// segments may have processed items past DoneThrough).
+	Processed int64
+	// Pending is the items available but not processed, its own row's
+	// and its segments'.
+	Pending int64
+	// DoneThrough is the processed prefix: items up to it are all
+	// processed (its checkpoint position, or the position of its first
+	// segment not caught up if that is lower).
+	DoneThrough int64
+	// Segments is how many segments of it are not caught up, and
+	// SegmentsHeld how many of those a worker holds under a live lease.
+	Segments, SegmentsHeld int
+	// Attempts is the failed attempts since the last success: its own
+	// row's, or a segment's if more.
+	Attempts int
+	// Error is its own row's last failure, or else its first failing
+	// segment's, prefixed with the segment's items ("items 1501–2524: ...");
+	// "" if none.
+	Error          string
+	Checkpoint     []byte         // processor state stored with its own row's position (JSON)
+	LeaseRemaining *time.Duration // nil when its own row is unowned
 	Generation     int64          // of the partition's output: 1, one more after each rewind (Store.Rewind)
 }
 
@@ -46,34 +77,60 @@ type WorkerStatus struct {
 	Wake         string        // WakeListen or WakePoll
 	StartedAt    time.Time     // registration time
 	HeartbeatAge time.Duration // since its last heartbeat, database clock
-	Held         int           // partitions under a live lease
+	Held         int           // task rows under a live lease: partitions and segments
 }
 
-// Status reads every partition of s's kind (ordered by key in byte order)
-// and every live worker of that kind.
-func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, error) {
-	rows, err := s.db.QueryContext(ctx, s.sql(`
-		SELECT partition_key, coalesce(owner, ''), version,
-		       CASE
-		         WHEN failed_at IS NOT NULL THEN 'quarantined'
-		         WHEN owner IS NOT NULL AND lease_expires_at <= now() THEN 'stale'
-		         WHEN owner IS NOT NULL AND available > position
+// stateSQL is the state of task row t, as Status reports it.
+func stateSQL(t string) string {
+	return strings.NewReplacer("t.", t+".").Replace(`CASE
+		         WHEN t.failed_at IS NOT NULL THEN 'quarantined'
+		         WHEN t.owner IS NOT NULL AND t.lease_expires_at <= now() THEN 'stale'
+		         WHEN t.owner IS NOT NULL AND t.available > t.position
 		              AND EXISTS (SELECT 1 FROM {{.Schema}}.events e WHERE e.partition_key = t.partition_key
 		                             AND e.task_kind = t.kind AND e.version = t.version AND e.kind = 'takeover')
 		              AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.events e WHERE e.partition_key = t.partition_key
 		                                 AND e.task_kind = t.kind AND e.version = t.version AND e.kind = 'first_batch') THEN 'confirming'
-		         WHEN owner IS NOT NULL AND available > position THEN 'active'
-		         WHEN owner IS NOT NULL THEN 'caught_up'
-		         WHEN attempts > 0 AND lease_expires_at > now() AND available > position THEN 'backoff'
-		         WHEN available > position THEN 'pending'
+		         WHEN t.owner IS NOT NULL AND t.available > t.position THEN 'active'
+		         WHEN t.owner IS NOT NULL THEN 'caught_up'
+		         WHEN t.attempts > 0 AND t.lease_expires_at > now() AND t.available > t.position THEN 'backoff'
+		         WHEN t.available > t.position THEN 'pending'
 		         ELSE 'done'
-		       END,
-		       (extract(epoch FROM now() - heartbeat_at) * 1000000)::bigint,
-		       CASE WHEN isfinite(lease_expires_at) THEN (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint END,
-		       position, available - position, attempts, coalesce(last_error, ''), checkpoint, generation
+		       END`)
+}
+
+// statusSQL reads every partition of a kind, not its segments, with the
+// segments not caught up folded in (through the tasks_segments index).
+var statusSQL = `
+		SELECT t.partition_key, coalesce(t.owner, ''), t.version,
+		       CASE WHEN s.rank < array_position(?::text[], ` + stateSQL("t") + `)
+		            THEN (?::text[])[s.rank] ELSE ` + stateSQL("t") + ` END,
+		       (extract(epoch FROM now() - t.heartbeat_at) * 1000000)::bigint,
+		       CASE WHEN isfinite(t.lease_expires_at) THEN (extract(epoch FROM t.lease_expires_at - now()) * 1000000)::bigint END,
+		       t.position - coalesce(s.pending, 0),
+		       (t.available - t.position) + coalesce(s.pending, 0),
+		       least(t.position, coalesce(s.first_pending, t.position)),
+		       coalesce(s.segments, 0), coalesce(s.held, 0),
+		       greatest(t.attempts, coalesce(s.attempts, 0)),
+		       coalesce(t.last_error, s.last_error, ''), t.checkpoint, t.generation
 		FROM {{.Schema}}.tasks t
-		WHERE t.kind = ?
-		ORDER BY partition_key`), s.kind)
+		LEFT JOIN LATERAL (
+		       SELECT count(*) AS segments, sum(g.available - g.position) AS pending, min(g.position) AS first_pending,
+		              count(*) FILTER (WHERE g.owner IS NOT NULL AND g.lease_expires_at > now()) AS held,
+		              max(g.attempts) AS attempts,
+		              min(array_position(?::text[], ` + stateSQL("g") + `)) AS rank,
+		              (array_agg(format('items %s–%s: %s', g.position + 1, g.available, g.last_error) ORDER BY g.partition_key)
+		                 FILTER (WHERE g.last_error IS NOT NULL))[1] AS last_error
+		         FROM {{.Schema}}.tasks g
+		        WHERE g.kind = t.kind AND g.segment_of = t.partition_key AND g.position < g.available) s ON true
+		WHERE t.kind = ? AND t.segment_of IS NULL
+		ORDER BY t.partition_key`
+
+// Status reads every partition of s's kind (ordered by key in byte order),
+// each with its segments not caught up folded in (segment rows are not
+// listed), and every live worker of that kind.
+func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, error) {
+	order := pgdialect.Array(stateOrder)
+	rows, err := s.db.QueryContext(ctx, s.sql(statusSQL), order, order, order, s.kind)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading partition status: %w", err)
 	}
@@ -83,7 +140,8 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 		var p PartitionStatus
 		var age, remaining sql.NullInt64
 		if err := rows.Scan(&p.Key, &p.OwnerInstance, &p.Version, &p.State, &age, &remaining,
-			&p.Processed, &p.Pending, &p.Attempts, &p.Error, &p.Checkpoint, &p.Generation); err != nil {
+			&p.Processed, &p.Pending, &p.DoneThrough, &p.Segments, &p.SegmentsHeld,
+			&p.Attempts, &p.Error, &p.Checkpoint, &p.Generation); err != nil {
 			return nil, nil, fmt.Errorf("reading partition status: %w", err)
 		}
 		p.Owner = InstanceName(p.OwnerInstance)

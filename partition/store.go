@@ -251,9 +251,11 @@ func (s *Store) Progress(ctx context.Context, key string) (version, position int
 // ErrNotFound is returned by Retry for an unknown partition.
 var ErrNotFound = errors.New("no such partition")
 
-// Retry re-enables a quarantined or backing-off partition of s's kind:
-// attempts reset, claimable at once. It reports whether anything changed,
-// and ErrNotFound if s's kind has no partition key.
+// Retry re-enables a quarantined or backing-off partition of s's kind,
+// and its segments that are (a partition split into segments is
+// quarantined when one of them is; see Status): attempts reset, claimable
+// at once. It reports whether anything changed, and ErrNotFound if s's
+// kind has no partition key.
 func (s *Store) Retry(ctx context.Context, key string) (bool, error) {
 	return s.RetryBy(ctx, key, "")
 }
@@ -265,7 +267,8 @@ func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 	err := s.db.QueryRowContext(ctx, s.sql(`
 		WITH r AS (
 			SELECT kind, partition_key FROM {{.Schema}}.tasks
-			WHERE kind = ? AND partition_key = ? AND owner IS NULL AND (failed_at IS NOT NULL OR attempts > 0)
+			WHERE kind = ? AND (partition_key = ? OR segment_of = ?) AND owner IS NULL AND (failed_at IS NOT NULL OR attempts > 0)
+			ORDER BY partition_key
 			FOR UPDATE
 		), u AS (
 			UPDATE {{.Schema}}.tasks t
@@ -277,11 +280,11 @@ func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, detail)
 			SELECT kind, partition_key, ?, version, nullif(?, '') FROM u
 		)
-		SELECT count(*) FROM u`), s.kind, key, EventRetried, actor).Scan(&n)
+		SELECT count(*) FROM u`), s.kind, key, key, EventRetried, actor).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("retrying partition %s: %w", key, err)
 	}
-	if n == 1 {
+	if n > 0 {
 		return true, s.notify(ctx, NotifyRetry)
 	}
 	var exists bool

@@ -185,7 +185,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 			}
 			if tk.resumed > 0 && was.resumed == 0 {
 				live.note(fmt.Sprintf("takeover: %s took over %s from demo-%d: its first batch %s after demo-%d's last heartbeat (the lease is 1s; bound: stale-after 1s + poll 0.2s + 3 × 200ms heartbeats + a batch)",
-					nameOf(tk.firstBy), tk.firstKey, killed, tk.min.Round(10*time.Millisecond), killed))
+					nameOf(tk.firstBy), partition.PartitionOf(tk.firstKey), killed, tk.min.Round(10*time.Millisecond), killed))
 			}
 			if tk.complete && tk.taken > 0 {
 				live.note(fmt.Sprintf("all %d contracts taken over from demo-%d have their first batch: takeover times %s to %s",

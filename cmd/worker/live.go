@@ -214,8 +214,13 @@ func contractHeader(width int) string {
 
 func contractLine(p partitionJSON, rate float64, width int) string {
 	owner := "-"
-	if p.Owner != nil {
+	switch {
+	case p.Owner != nil && p.SegmentsHeld > 0:
+		owner = fmt.Sprintf("%s +%d seg", *p.Owner, p.SegmentsHeld)
+	case p.Owner != nil:
 		owner = *p.Owner
+	case p.SegmentsHeld > 0:
+		owner = fmt.Sprintf("%d %s", p.SegmentsHeld, plural(p.SegmentsHeld, "segment", "segments"))
 	}
 	id := idWidth(width)
 	return fmt.Sprintf("  %s %s %s %s %*.0f/s %*d left", padMiddle(p.ContractID, id), pad(p.State, colState),

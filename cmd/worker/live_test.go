@@ -135,3 +135,21 @@ func TestFitMiddle(t *testing.T) {
 		}
 	}
 }
+
+// A contract's segments held by workers show in the owner column: beside
+// its own row's owner, or alone when nobody holds its own row.
+func TestLiveViewShowsSegmentsHeld(t *testing.T) {
+	w := "w1"
+	for _, tc := range []struct {
+		p    partitionJSON
+		want string
+	}{
+		{partitionJSON{ContractID: "c", State: "active", Owner: &w, Segments: 3, SegmentsHeld: 2}, "w1 +2 seg"},
+		{partitionJSON{ContractID: "c", State: "active", Segments: 3, SegmentsHeld: 1}, "1 segment "},
+		{partitionJSON{ContractID: "c", State: "pending", Segments: 3}, " - "},
+	} {
+		if got := contractLine(tc.p, 0, 100); !strings.Contains(got, tc.want) {
+			t.Errorf("%+v: %q does not show %q", tc.p, got, tc.want)
+		}
+	}
+}

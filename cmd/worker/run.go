@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
@@ -94,15 +95,32 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 }
 
 // incomplete is the error of run --until-done when contracts are left
-// quarantined (exit 4), in the words of contracts rather than partitions.
-func incomplete(err error) error {
+// quarantined (exit 4), in the words of contracts rather than partitions:
+// n contracts (the distributor counts task rows, and a contract split
+// into segments may have several quarantined), or, if n is negative (not
+// known), the distributor's count.
+func incomplete(err error, n int) error {
 	const what = "; see worker status, then worker retry CONTRACT"
-	m := quarantinedCount.FindStringSubmatch(err.Error())
-	if m == nil {
-		return reworded(err, "work remains: contracts are quarantined"+what)
+	if n < 0 {
+		m := quarantinedCount.FindStringSubmatch(err.Error())
+		if m == nil {
+			return reworded(err, "work remains: contracts are quarantined"+what)
+		}
+		n, _ = strconv.Atoi(m[1])
 	}
-	n, _ := strconv.Atoi(m[1])
 	return reworded(err, fmt.Sprintf("work remains: %d %s quarantined%s", n, plural(n, "contract is", "contracts are"), what))
+}
+
+// quarantinedContracts counts the contracts with their own task row or a
+// segment's quarantined, or returns -1 if it cannot read them.
+func quarantinedContracts(ctx context.Context, db bun.IDB, schemaName string) int {
+	var n int
+	if err := db.QueryRowContext(ctx, schema.SQL(schemaName, `
+		SELECT count(DISTINCT coalesce(segment_of, partition_key)) FROM {{.Schema}}.tasks
+		 WHERE kind = ? AND failed_at IS NOT NULL`), pricer.Kind).Scan(&n); err != nil {
+		return -1
+	}
+	return n
 }
 
 // quarantinedCount finds the count in the distributor's ErrIncomplete.
@@ -235,7 +253,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	case errors.As(err, &se):
 		return &exitError{exitUsage, err}
 	case errors.Is(err, distributor.ErrIncomplete):
-		return incomplete(err)
+		return incomplete(err, quarantinedContracts(context.WithoutCancel(ctx), db, g.schema))
 	case err != nil:
 		return fmt.Errorf("worker %s: %w", p.InstanceID(), err)
 	}

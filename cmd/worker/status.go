@@ -91,8 +91,18 @@ type partitionJSON struct {
 	HeartbeatAgeMS *int64  `json:"heartbeat_age_ms"`
 	Processed      int64   `json:"processed"`
 	Pending        int64   `json:"pending"`
-	Attempts       int     `json:"attempts"`
-	Error          *string `json:"error"`
+	// PricedThrough is the contract's processed prefix: its records up
+	// to this seq are all priced. It is processed but for a contract
+	// split into segments, whose segments price records past it at once.
+	PricedThrough int64 `json:"priced_through"`
+	// Segments is how many segments of the contract are not caught up,
+	// SegmentsHeld how many of those a worker holds. Owner, version and
+	// heartbeat are the contract's own row's; state, processed, pending,
+	// attempts and error take its segments in.
+	Segments     int     `json:"segments"`
+	SegmentsHeld int     `json:"segments_held"`
+	Attempts     int     `json:"attempts"`
+	Error        *string `json:"error"`
 }
 
 type workerJSON struct {
@@ -136,6 +146,7 @@ func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerSt
 		s.Partitions = append(s.Partitions, partitionJSON{
 			ContractID: p.Key, Owner: strPtr(p.Owner), OwnerInstance: strPtr(p.OwnerInstance), State: p.State,
 			Version: p.Version, HeartbeatAgeMS: msPtr(p.HeartbeatAge), Processed: p.Processed, Pending: p.Pending,
+			PricedThrough: p.DoneThrough, Segments: p.Segments, SegmentsHeld: p.SegmentsHeld,
 			Attempts: p.Attempts, Error: strPtr(p.Error),
 		})
 		s.Totals.Partitions++
@@ -200,6 +211,10 @@ const statesHelp = `States:
   backoff      a batch failed; retried after an exponential back-off
   quarantined  failed --max-attempts times; needs "worker retry CONTRACT"
   done         unowned, every record priced
+  A contract split into segments (run --segment-records), which several
+  workers price at once, is in the most pressing state of its own and its
+  segments' (one quarantined makes it quarantined, one being priced makes
+  it active); the SEGMENTS column counts those not caught up, and held.
   inconsistent an error: its checkpoint (or the records announced to the
                workers) lies beyond its stored records, so records were
                skipped or something other than the loader added work;
@@ -285,7 +300,7 @@ run such reports on a standby.
 // by state, and the live workers.
 func printStatus(w io.Writer, s statusJSON) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTRACT\tSTATE\tOWNER\tVERSION\tHEARTBEAT\tPROCESSED\tPENDING\tATTEMPTS\tERROR")
+	fmt.Fprintln(tw, "CONTRACT\tSTATE\tOWNER\tVERSION\tHEARTBEAT\tPROCESSED\tPENDING\tSEGMENTS\tATTEMPTS\tERROR")
 	for _, p := range s.Partitions {
 		owner, hb, errText := "-", "-", "-"
 		if p.Owner != nil {
@@ -297,7 +312,8 @@ func printStatus(w io.Writer, s statusJSON) {
 		if p.Error != nil {
 			errText = strings.Join(strings.Fields(*p.Error), " ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", p.ContractID, p.State, owner, p.Version, hb, p.Processed, p.Pending, p.Attempts, errText)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%d\t%s\n", p.ContractID, p.State, owner, p.Version, hb, p.Processed, p.Pending,
+			segmentsText(p), p.Attempts, errText)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d contracts, %d records priced, %d pending\n", s.Totals.Partitions, s.Totals.Processed, s.Totals.Pending)
@@ -313,6 +329,15 @@ func printStatus(w io.Writer, s statusJSON) {
 		tw.Flush()
 	}
 	printHorizon(w, s.Horizon)
+}
+
+// segmentsText is a contract's segments not caught up, for the status
+// table: "-" for none, else how many and how many are held.
+func segmentsText(p partitionJSON) string {
+	if p.Segments == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d (%d held)", p.Segments, p.SegmentsHeld)
 }
 
 // printHorizon writes what holds back vacuum: a WARNING line first when

@@ -73,6 +73,28 @@ func TestWriteComplete(t *testing.T) {
 	if n, out, err := write(); err != nil || n != 3 || !strings.HasPrefix(out, export.Header+"\n") {
 		t.Fatalf("complete: %d rows, %v\n%s", n, err, out)
 	}
+	// Split into segments, one of which has not priced its record yet
+	// (the contract's row is past it, as a split leaves it): refused,
+	// nothing written, and a segment row is no contract.
+	if _, err := db.ExecContext(ctx, `DELETE FROM baton.priced WHERE contract_id = 'a' AND seq = 2`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (kind, partition_key, segment_of, generation, position, available)
+		VALUES (?, ?, 'a', 1, 1, 2)`, pricer.Kind, partition.SegmentKey("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	n, out, err = write()
+	if !errors.As(err, &inc) || inc.Progress.Unpriced != 1 || inc.Progress.Priced != 2 || inc.Progress.Contracts != 2 ||
+		len(inc.Progress.Inconsistent) != 0 || out != "" || n != 0 {
+		t.Fatalf("a segment's record unpriced: %d rows, %v, %q; want an IncompleteError with 1 unpriced, nothing written", n, err, out)
+	}
+	price("a", 2, 20)
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET position = 2 WHERE kind = ? AND segment_of = 'a'`, pricer.Kind); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := write(); err != nil || n != 3 {
+		t.Fatalf("the segment caught up: %d rows, %v", n, err)
+	}
 	// A checkpoint beyond the records: refused, nothing written.
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET available = 3 WHERE kind = ? AND partition_key = 'b'`, pricer.Kind); err != nil {
 		t.Fatal(err)

@@ -17,16 +17,17 @@ type Progress struct {
 	Contracts int64 // contracts
 	Records   int64 // records stored (not counting pruned ones)
 	// Priced is the stored records the checkpoints of the consistent
-	// contracts cover: the sum of their positions less their pruned
-	// records, which is the number of priced rows stored when every batch
-	// wrote one per record.
+	// contracts cover: the sum of their positions less the records their
+	// segments have yet to price and their pruned records, which is the
+	// number of priced rows stored when every batch wrote one per record.
 	Priced int64
 	// Pruned is the records (and priced rows) retention removed
 	// (pruned_totals); a contract's records count them too, so its
 	// checkpoint does not lie beyond them.
 	Pruned int64
-	// Unpriced is the records stored beyond the checkpoints of the
-	// consistent contracts: waiting to be priced.
+	// Unpriced is the records of the consistent contracts waiting to be
+	// priced: those stored beyond their checkpoints and those their
+	// segments have not priced yet.
 	Unpriced int64
 	// Inconsistent are the contracts, by id in byte order, whose
 	// checkpoint or available count lies beyond their stored records:
@@ -62,10 +63,12 @@ func (i Inconsistent) String() string { return "contract " + i.ContractID + ": "
 
 // CheckProgress reads Progress in one statement (so one snapshot): every
 // contract's pricing partition (kind Kind; none counts as position and
-// available 0) against its records, whose seqs are dense, so the last
-// stored chunk's last seq is their number. It reads one task row and one
-// index entry per contract, not the records. A contract's number of
-// records is its highest seq, stored or pruned.
+// available 0), with its segments if it was split (partition_progress),
+// against its records, whose seqs are dense, so the last stored chunk's
+// last seq is their number. It reads one task row (and those of its
+// segments not caught up) and one index entry per contract, not the
+// records. A contract's number of records is its highest seq, stored or
+// pruned.
 func CheckProgress(ctx context.Context, db bun.IDB, schemaName string) (Progress, error) {
 	var p Progress
 	var ids []string
@@ -84,10 +87,11 @@ func CheckProgress(ctx context.Context, db bun.IDB, schemaName string) (Progress
 const progressSQL = `
 		WITH c AS (
 			SELECT k.contract_id, coalesce(t.position, 0) AS position, coalesce(t.available, 0) AS available,
+			       coalesce(t.available - t.pending, 0) AS processed,
 			       greatest(coalesce(r.last_seq, 0), coalesce(pt.last_seq, 0)) AS records,
 			       coalesce(pt.records, 0) AS pruned
 			FROM {{.Schema}}.contracts k
-			LEFT JOIN {{.Schema}}.tasks t ON t.kind = '` + Kind + `' AND t.partition_key = k.contract_id
+			LEFT JOIN {{.Schema}}.partition_progress t ON t.kind = '` + Kind + `' AND t.partition_key = k.contract_id
 			LEFT JOIN {{.Schema}}.pruned_totals pt ON pt.contract_id = k.contract_id
 			LEFT JOIN LATERAL (
 				SELECT x.last_seq FROM {{.Schema}}.record_chunks x
@@ -98,8 +102,8 @@ const progressSQL = `
 			SELECT *, position > records OR available > records AS bad FROM c
 		)
 		SELECT count(*), coalesce(sum(records - pruned), 0)::bigint,
-		       coalesce(sum(position - pruned) FILTER (WHERE NOT bad), 0)::bigint,
-		       coalesce(sum(records - position) FILTER (WHERE NOT bad), 0)::bigint,
+		       coalesce(sum(processed - pruned) FILTER (WHERE NOT bad), 0)::bigint,
+		       coalesce(sum(records - processed) FILTER (WHERE NOT bad), 0)::bigint,
 		       coalesce(sum(pruned), 0)::bigint,
 		       coalesce(array_agg(contract_id ORDER BY contract_id) FILTER (WHERE bad), '{}'),
 		       coalesce(array_agg(position ORDER BY contract_id) FILTER (WHERE bad), '{}'),

@@ -21,11 +21,17 @@ import (
 // deletes the chunks and their priced rows in one statement and adds what
 // went to the contract's row of pruned_totals and to the load's
 // records_pruned. A chunk is deleted only if all its records are priced:
-// its last seq is at or below its contract's checkpoint (the position of
-// its pricing task row), checked by the DELETE itself. Checkpoints only
-// move forward and a batch only ever reads and writes records after its
-// checkpoint, so pruning and pricing never touch the same rows and neither
-// waits for the other: no task row is locked or changed. A batch whose
+// its last seq is at or below its contract's processed prefix
+// (partition_progress.done_through: the position of its pricing task row,
+// or, for a contract split into segments, the least of that and the
+// positions of its segments not caught up; never the row's own position,
+// which a split moves past records its segments have yet to price),
+// checked by the DELETE itself. The processed prefix only moves forward
+// (a split leaves it where it was) and a batch, the contract's or a
+// segment's, only ever reads and writes records after its own checkpoint,
+// so pruning and pricing never touch the same rows and neither waits for
+// the other: no task row is changed, and only a rewind, which moves a
+// checkpoint back, waits for the contract rows pruning locks. A batch whose
 // chunks do not have exactly one priced row per record, with the records'
 // gross in all and gross − discount = net on each, is rolled back and the
 // pruning fails (ErrCorrupt): nothing that was not priced, or priced
@@ -159,7 +165,9 @@ func PruneLoads(ctx context.Context, db bun.IDB, cfg PruneConfig, ids []int64) (
 
 // loadInfoSQL reads a load and how many of its stored records are priced
 // and not. A chunk's records are priced when its last seq is at or below
-// its contract's checkpoint; a chunk without a pricing task row is not,
+// its contract's processed prefix (done_through; records past it count as
+// not priced, although a finished segment may have priced some of them);
+// a chunk without a pricing task row is not,
 // nor is one of a contract with a generation being priced (its output is
 // being replaced: the load is pruned once the generation is current).
 const loadInfoSQL = `
@@ -168,18 +176,18 @@ SELECT l.load_id, coalesce(l.finished_at, l.started_at), l.pruned_at IS NOT NULL
   FROM {{.Schema}}.loads l
   LEFT JOIN LATERAL (
        SELECT count(DISTINCT x.contract_id) AS contracts,
-              sum(x.last_seq - x.first_seq + 1) FILTER (WHERE x.last_seq <= coalesce(t.position, 0)) AS priced,
-              sum(least(x.last_seq - x.first_seq + 1, x.last_seq - coalesce(t.position, 0)))
-                  FILTER (WHERE x.last_seq > coalesce(t.position, 0)) AS unpriced
+              sum(x.last_seq - x.first_seq + 1) FILTER (WHERE x.last_seq <= coalesce(t.done_through, 0)) AS priced,
+              sum(least(x.last_seq - x.first_seq + 1, x.last_seq - coalesce(t.done_through, 0)))
+                  FILTER (WHERE x.last_seq > coalesce(t.done_through, 0)) AS unpriced
          FROM {{.Schema}}.record_chunks x
-         LEFT JOIN {{.Schema}}.tasks t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
+         LEFT JOIN {{.Schema}}.partition_progress t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
                    AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations g
                                     WHERE g.contract_id = x.contract_id AND g.state = 'pricing')
         WHERE x.load_id = l.load_id) c ON true
  WHERE l.load_id = ?`
 
 // pruneLockSQL locks, FOR KEY SHARE in partition_key order, the task rows
-// of the contracts of the next chunks of load ?0 that pruneBatchSQL would
+// (never segment rows) of the contracts of the next chunks of load ?0 that pruneBatchSQL would
 // remove (by this statement's snapshot), and returns their keys. A rewind
 // (re-rating, which moves a checkpoint back and needs the records after
 // it) locks FOR UPDATE: it waits for the prune transaction to commit, and
@@ -188,12 +196,12 @@ SELECT l.load_id, coalesce(l.finished_at, l.started_at), l.pruned_at IS NOT NULL
 // and FOR NO KEY UPDATE) and heartbeats do not wait.
 const pruneLockSQL = `
 SELECT t.partition_key FROM {{.Schema}}.tasks t
- WHERE t.kind = '` + Kind + `' AND t.partition_key IN (
+ WHERE t.kind = '` + Kind + `' AND t.segment_of IS NULL AND t.partition_key IN (
        SELECT DISTINCT contract_id FROM (
            SELECT x.contract_id
              FROM {{.Schema}}.record_chunks x
-             JOIN {{.Schema}}.tasks t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
-            WHERE x.load_id = ?0 AND x.last_seq <= t.position
+             JOIN {{.Schema}}.partition_progress t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
+            WHERE x.load_id = ?0 AND x.last_seq <= t.done_through
             ORDER BY x.contract_id, x.first_seq
             LIMIT ?1) s)
  ORDER BY t.partition_key
@@ -212,8 +220,8 @@ WITH pick AS (
         SELECT x.contract_id, x.first_seq, x.last_seq - x.first_seq + 1 AS n,
                sum(x.last_seq - x.first_seq + 1) OVER (ORDER BY x.contract_id, x.first_seq) AS upto
           FROM {{.Schema}}.record_chunks x
-          JOIN {{.Schema}}.tasks t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
-         WHERE x.load_id = ?0 AND x.last_seq <= t.position AND x.contract_id = ANY (?2)
+          JOIN {{.Schema}}.partition_progress t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
+         WHERE x.load_id = ?0 AND x.last_seq <= t.done_through AND x.contract_id = ANY (?2)
            AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations g
                             WHERE g.contract_id = x.contract_id AND g.state = 'pricing')
          ORDER BY x.contract_id, x.first_seq
@@ -221,9 +229,9 @@ WITH pick AS (
      WHERE upto - n < ?1
 ), gone AS (
     DELETE FROM {{.Schema}}.record_chunks c
-     USING pick, {{.Schema}}.tasks t
+     USING pick, {{.Schema}}.partition_progress t
      WHERE c.contract_id = pick.contract_id AND c.first_seq = pick.first_seq
-       AND t.kind = '` + Kind + `' AND t.partition_key = c.contract_id AND c.last_seq <= t.position
+       AND t.kind = '` + Kind + `' AND t.partition_key = c.contract_id AND c.last_seq <= t.done_through
        AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations g
                         WHERE g.contract_id = c.contract_id AND g.state = 'pricing')
     RETURNING c.contract_id, c.first_seq, c.last_seq, (SELECT sum(a) FROM unnest(c.amounts) a) AS amount

@@ -37,6 +37,13 @@ func (p *Processor) Split(ctx context.Context, b *distributor.Batch, size int64)
 		return distributor.Split{}, err
 	}
 	from, to := b.Checkpoint.Position, b.Checkpoint.Available
+	// The schedule first: reading it (when not cached) is a statement of
+	// its own on the batch's connection, which cannot run while the
+	// chunks below are being read.
+	sched, err := p.schedule(ctx, b.Tx, contract, gen, b.Checkpoint.Position > 0 || gen > 1)
+	if err != nil {
+		return distributor.Split{}, err
+	}
 	// Each chunk that holds pending records, with the gross of its pending
 	// records: all of them, but for a chunk the checkpoint falls inside.
 	rows, err := b.Tx.QueryContext(ctx, p.sql(`

@@ -89,7 +89,8 @@ var ErrPruned = errors.New("records were pruned")
 type contractState struct {
 	exists       bool
 	hasTask      bool
-	position     int64
+	position     int64 // the task row's checkpoint: no record past it is priced
+	doneThrough  int64 // the processed prefix: every record up to it is priced
 	current      int64 // contracts.current_generation
 	generations  int64 // generation rows
 	inFlight     int64 // generation being priced, 0 if none
@@ -107,21 +108,25 @@ type contractState struct {
 // own: readStateSQL, which follows, reads with a snapshot taken after the
 // locks are held, and so sees what those transactions committed.
 const lockSQL = `SELECT t.partition_key FROM {{.Schema}}.tasks t
- WHERE t.kind = '` + pricer.Kind + `' AND t.partition_key = ANY ($1::text[])
+ WHERE t.kind = '` + pricer.Kind + `' AND t.partition_key = ANY ($1::text[]) AND t.segment_of IS NULL
  ORDER BY t.partition_key
    FOR UPDATE`
 
 // readStateSQL reads what Start needs of the contracts $1 (sorted), their
-// task rows already locked (lockSQL).
+// task rows already locked (lockSQL), segment rows never: a contract's
+// position and its processed prefix (done_through, which its segments
+// not caught up hold back; they only move it forward meanwhile).
 const readStateSQL = `
 WITH locked AS (
     SELECT t.partition_key, t.position
       FROM {{.Schema}}.tasks t
-     WHERE t.kind = '` + pricer.Kind + `' AND t.partition_key = ANY ($1::text[])
+     WHERE t.kind = '` + pricer.Kind + `' AND t.partition_key = ANY ($1::text[]) AND t.segment_of IS NULL
      ORDER BY t.partition_key
        FOR UPDATE
 )
 SELECT k.id, c.contract_id IS NOT NULL, l.partition_key IS NOT NULL, coalesce(l.position, 0),
+       coalesce((SELECT p.done_through FROM {{.Schema}}.partition_progress p
+                  WHERE p.kind = '` + pricer.Kind + `' AND p.partition_key = l.partition_key), 0),
        coalesce(c.current_generation, 1),
        (SELECT count(*) FROM {{.Schema}}.generations g WHERE g.contract_id = k.id),
        coalesce((SELECT g.generation FROM {{.Schema}}.generations g WHERE g.contract_id = k.id AND g.state = 'pricing'), 0),
@@ -141,7 +146,10 @@ SELECT k.id, c.contract_id IS NOT NULL, l.partition_key IS NOT NULL, coalesce(l.
 // From), replaces the tiers if NewTiers is set, records generation 1 if
 // the contract was never re-priced, rewinds the contract's partition to
 // From with the checkpoint the current generation had there, and records
-// the new generation as being priced.
+// the new generation as being priced. For a contract split into segments
+// that have records still to price, From is at most its processed prefix
+// (Started.From says where the new generation starts); the rewind removes
+// the segments.
 //
 // A rewind is needed only where the partition has priced past From or a
 // generation is in flight; otherwise nothing is priced that the change
@@ -173,7 +181,7 @@ func Start(ctx context.Context, tx pgx.Tx, schemaName string, reqs []Request) ([
 	states := make([]contractState, 0, len(keys))
 	var id string
 	var st contractState
-	_, err = pgx.ForEachRow(rows, []any{&id, &st.exists, &st.hasTask, &st.position, &st.current, &st.generations,
+	_, err = pgx.ForEachRow(rows, []any{&id, &st.exists, &st.hasTask, &st.position, &st.doneThrough, &st.current, &st.generations,
 		&st.inFlight, &st.inFlightFrom, &st.pruned, &st.tiersJSON}, func() error {
 		states = append(states, st)
 		return nil
@@ -233,6 +241,11 @@ SELECT contract_id, 1, 'current', 0, created_at, created_at, $2::jsonb FROM {{.S
 				return nil, fmt.Errorf("re-pricing contract %s: recording generation 1: %w", r.Contract, err)
 			}
 		}
+		// A contract split into segments has records past its processed
+		// prefix that are not priced yet: the new generation starts
+		// where the prefix ends, if that is earlier (the records in
+		// between are priced again, the same where nothing changed).
+		from = min(from, s.doneThrough)
 		started := Started{Contract: r.Contract, From: from}
 		if s.inFlight > 0 {
 			if err := abandon(ctx, tx, q, r.Contract, s.inFlight); err != nil {

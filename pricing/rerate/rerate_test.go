@@ -23,6 +23,7 @@ import (
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing"
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
@@ -529,4 +530,76 @@ func TestLoadRepriceToGolden(t *testing.T) {
 	sameBytes(t, "export after re-pricing", exportBytes(t, db.DB), golden(t))
 	verifyClean(t, db.DB)
 	sameBytes(t, "previous generation", previousBytes(t, db.DB), first)
+}
+
+// A contract split into segments, one of which has not priced its
+// records, has its task row's position past them: an amendment inside
+// the unpriced segment re-prices the contract from its processed prefix
+// (where the records priced without a gap end), not from the amended
+// record, whose checkpoint cannot be had from the priced rows; the rewind
+// removes the segments and the output ends up golden.
+func TestAmendInsideAnUnpricedSegment(t *testing.T) {
+	t.Parallel()
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
+	ctx := context.Background()
+	b, err := os.ReadFile(vectors + "records.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key, seq = "random-mix", 1500
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	var truth string
+	n := 0
+	for i, l := range lines[1:] {
+		if !strings.HasPrefix(l, key+",") {
+			continue
+		}
+		if n++; n == seq {
+			f := strings.Split(l, ",")
+			amount, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			truth = l
+			f[2] = strconv.FormatInt(amount+123457, 10)
+			lines[i+1] = strings.Join(f, ",")
+		}
+	}
+	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: writeFile(t, "records.csv", lines)}); err != nil {
+		t.Fatal(err)
+	}
+	runUntilDone(t, db, distributor.Config{BatchSize: 500})
+	// The split state: records 1025–2000 of the contract in a segment
+	// that has priced none of them; the contract's row stays at 2000.
+	seg := partition.SegmentKey(key, 1024)
+	for _, q := range []string{
+		`DELETE FROM baton.priced WHERE contract_id = '` + key + `' AND seq > 1024`,
+		`INSERT INTO baton.tasks (kind, partition_key, segment_of, generation, position, available)
+		 VALUES ('pricing', '` + seg + `', '` + key + `', 1, 1024, 2000)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	amend := writeFile(t, "amend.csv", []string{"contract_id,record_id,amount_minor", truth})
+	rep, err := ingest.Load(ctx, db.DB, ingest.Options{RecordsPath: amend, Amend: true, Reason: "meter corrected", StartedBy: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.RecordsAmended != 1 || rep.ContractsRepriced != 1 {
+		t.Fatalf("report %+v, want 1 record amended, 1 contract re-priced", rep)
+	}
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.tasks WHERE segment_of IS NOT NULL`); n != 0 {
+		t.Fatalf("%d segment rows left after the rewind", n)
+	}
+	gens, err := rerate.List(ctx, db.DB, "", []string{key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gens) != 2 || gens[1].FromSeq != 1024 || gens[1].State != "pricing" {
+		t.Fatalf("generations %+v; want the second from seq 1024", gens)
+	}
+	runUntilDone(t, db, distributor.Config{BatchSize: 500})
+	sameBytes(t, "export after the amendment", exportBytes(t, db.DB), golden(t))
+	verifyClean(t, db.DB)
 }
