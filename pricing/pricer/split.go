@@ -32,10 +32,6 @@ func (p *Processor) Split(ctx context.Context, b *distributor.Batch, size int64)
 	if err != nil {
 		return distributor.Split{}, err
 	}
-	sched, err := p.schedule(ctx, b.Tx, contract, gen, b.Checkpoint.Position > 0 || gen > 1)
-	if err != nil {
-		return distributor.Split{}, err
-	}
 	from, to := b.Checkpoint.Position, b.Checkpoint.Available
 	// The schedule first: reading it (when not cached) is a statement of
 	// its own on the batch's connection, which cannot run while the
