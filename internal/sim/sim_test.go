@@ -43,6 +43,8 @@ type summary struct {
 	commits, claims, takeovers int
 	fenced, lost, failures     int
 	stale, late, resolved      int
+	splits, segments, segClaim int
+	splitting                  int // schedules with a Splitter processor
 	drained, truncated         int
 	violations                 int
 	causes                     map[string]int
@@ -73,6 +75,12 @@ func (s *summary) add(cfg Config, r Result) {
 	s.stale += r.StaleStatements
 	s.late += r.LateWrites
 	s.resolved += r.ResolvedCommits
+	s.splits += r.Splits
+	s.segments += r.Segments
+	s.segClaim += r.SegmentClaims
+	if cfg.SegmentRecords > 0 {
+		s.splitting++
+	}
 	if r.Drained {
 		s.drained++
 	}
@@ -166,6 +174,8 @@ func logSummary(t *testing.T, s summary) {
 	t.Logf("faults injected: %s", strings.Join(faults, ", "))
 	t.Logf("items committed: %d, items checked exactly once at the end: %d, commits: %d, claims: %d, takeovers: %d",
 		s.items, s.checked, s.commits, s.claims, s.takeovers)
+	t.Logf("schedules with a splitter: %d, splits: %d, segments: %d, claims of segments: %d",
+		s.splitting, s.splits, s.segments, s.segClaim)
 	t.Logf("batches fenced: %d, leases lost: %d, failures recorded: %d, stale statements refused: %d, late writes after resume: %d, unknown commit outcomes resolved as applied: %d",
 		s.fenced, s.lost, s.failures, s.stale, s.late, s.resolved)
 	profs := make([]string, 0, len(s.latency))
