@@ -1537,10 +1537,10 @@ func (w *worker) splitPoints(key int, position, available int64) []segSpan {
 	}
 	var segs []segSpan
 	start := position
-	for p := (position+size+cfg.SplitChunk-1)/cfg.SplitChunk*cfg.SplitChunk; p < available && available-p >= size/2; {
+	for p := (position + size + cfg.SplitChunk - 1) / cfg.SplitChunk * cfg.SplitChunk; p < available && available-p >= size/2; {
 		segs = append(segs, segSpan{start, p})
 		start = p
-		p = (p+size+cfg.SplitChunk-1)/cfg.SplitChunk*cfg.SplitChunk
+		p = (p + size + cfg.SplitChunk - 1) / cfg.SplitChunk * cfg.SplitChunk
 	}
 	if len(segs) == 0 {
 		return nil
