@@ -47,6 +47,10 @@ const (
 	// transaction left open by a dead or frozen worker keeps its row lock
 	// until the server notices the connection is gone, if ever.
 	MutNoIdleTimeout
+	// MutSegmentWork lets producers add work to segment rows (AddWork
+	// refuses a segment's key): a segment then runs on past its end, into
+	// items of the next segment or of its partition.
+	MutSegmentWork
 )
 
 func (m Mutation) String() string {
@@ -57,7 +61,7 @@ func (m Mutation) String() string {
 	for _, n := range []struct {
 		m    Mutation
 		name string
-	}{{MutNoFence, "no-fence"}, {MutClaimNoCAS, "claim-no-cas"}, {MutNoSafetyMargin, "no-safety-margin"}, {MutNoIdleTimeout, "no-idle-timeout"}} {
+	}{{MutNoFence, "no-fence"}, {MutClaimNoCAS, "claim-no-cas"}, {MutNoSafetyMargin, "no-safety-margin"}, {MutNoIdleTimeout, "no-idle-timeout"}, {MutSegmentWork, "segment-work"}} {
 		if m&n.m != 0 {
 			if s != "" {
 				s += "+"

@@ -420,7 +420,19 @@ func (s *sim) inject(k FaultKind) {
 		}
 	case FaultWork:
 		s.res.Faults[k]++
-		s.produce(s.rng.IntN(cfg.Partitions), int64(1+s.rng.IntN(3*cfg.BatchSize)))
+		key := s.rng.IntN(cfg.Partitions)
+		if cfg.Mutation&MutSegmentWork != 0 {
+			var segs []int
+			for _, r := range s.st.rows {
+				if r.segment && r.visible() {
+					segs = append(segs, r.key)
+				}
+			}
+			if len(segs) > 0 && s.rng.IntN(2) == 0 {
+				key = segs[s.rng.IntN(len(segs))]
+			}
+		}
+		s.produce(key, int64(1+s.rng.IntN(3*cfg.BatchSize)))
 	}
 }
 

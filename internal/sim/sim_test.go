@@ -342,6 +342,16 @@ func TestMutationsAreCaught(t *testing.T) {
 		name: "no idle-in-transaction timeout", mut: MutNoIdleTimeout, schedules: 300,
 		invariants: []string{"liveness"},
 		mix:        func(c *Config) { c.Faults = Faults{Crash: 0.5, Work: 3} },
+	}, {
+		// Work added to a segment runs it on into items that the next
+		// segment, or its partition, processes too: the same item of the
+		// partition is committed twice, by two rows.
+		name: "work added to segments", mut: MutSegmentWork, schedules: 100,
+		invariants: []string{"exactly-once"},
+		mix: func(c *Config) {
+			c.Faults = Faults{Work: 3}
+			c.SegmentRecords = int64(1 + c.BatchSize/2)
+		},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
