@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 )
 
@@ -26,7 +27,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
-	os.Exit(m.Run())
+	// The split's conformance cases run on PostgreSQL too.
+	os.Exit(pgtest.Run(m))
 }
 
 func soak() bool { return *long || os.Getenv("BATON_SIM_LONG") == "1" }
