@@ -473,6 +473,9 @@ type Result struct {
 	// Splits counts the splits committed, Segments the segment rows they
 	// wrote, SegmentClaims the claims of segment rows.
 	Splits, Segments, SegmentClaims int
+	// SplitKeyConflicts counts split statements that found a segment's
+	// key taken by another transaction's split (committed, or waited for).
+	SplitKeyConflicts int
 	// LastCommit is the virtual time of the last batch committed.
 	LastCommit time.Duration
 	// TakeoverLatencies are, for each partition with pending work whose

@@ -83,3 +83,42 @@ func TestLedgerPerPartitionItem(t *testing.T) {
 		t.Fatalf("ledger %v, want %v", p.done, want)
 	}
 }
+
+// Random schedules with a Splitter processor in every one, segments small
+// enough that backlogs and added work are split again and again: the
+// invariants hold under every fault, and splits and claims of segments
+// happen. Half of them stall commits and reset connections often, so
+// that splits whose commit outcome was unknown are retried and meet their
+// own segments' keys.
+func TestSegmentSchedules(t *testing.T) {
+	t.Parallel()
+	base := baseSeed(t)
+	n := 200
+	if soak() {
+		n *= 20
+	}
+	mk := func(seed int64) Config {
+		c := defaultMix(seed)
+		if c.SegmentRecords == 0 {
+			c.SegmentRecords = 1 + int64(uint64(seed)%uint64(3*c.BatchSize))
+			c.SplitChunk = 1 + int64(uint64(seed)%uint64(max(1, c.SegmentRecords/2)))
+		}
+		if seed%2 != 0 {
+			c.Faults = Faults{Stall: 1, Reset: 2, Work: 3, Crash: 0.05, MaxStall: c.StaleAfter / 2}
+		}
+		return c
+	}
+	s := runSchedules(n, time.Time{}, base, mk)
+	t.Logf("%d schedules (base seed %d): %d splits, %d segments, %d claims of segments, %d splits that met another's segment key, %d items checked exactly once, %d takeovers",
+		s.schedules, base, s.splits, s.segments, s.segClaim, s.splitConflicts, s.checked, s.takeovers)
+	if s.first != nil {
+		reportViolation(t, s.first, s.firstCfg)
+		t.Fatalf("%v\nreplay with BATON_SEED=%d go test ./internal/sim -run TestSegmentSchedules", s.first, s.first.Seed)
+	}
+	if s.truncated > 0 {
+		t.Fatalf("%d schedule(s) hit MaxEvents; replay with BATON_SEED=%d", s.truncated, base)
+	}
+	if s.splits == 0 || s.segClaim == 0 {
+		t.Fatalf("%d splits, %d claims of segments: want some", s.splits, s.segClaim)
+	}
+}

@@ -47,6 +47,7 @@ type summary struct {
 	stale, late, resolved      int
 	splits, segments, segClaim int
 	splitting                  int // schedules with a Splitter processor
+	splitConflicts             int
 	drained, truncated         int
 	violations                 int
 	causes                     map[string]int
@@ -80,6 +81,7 @@ func (s *summary) add(cfg Config, r Result) {
 	s.splits += r.Splits
 	s.segments += r.Segments
 	s.segClaim += r.SegmentClaims
+	s.splitConflicts += r.SplitKeyConflicts
 	if cfg.SegmentRecords > 0 {
 		s.splitting++
 	}
@@ -176,8 +178,8 @@ func logSummary(t *testing.T, s summary) {
 	t.Logf("faults injected: %s", strings.Join(faults, ", "))
 	t.Logf("items committed: %d, items checked exactly once at the end: %d, commits: %d, claims: %d, takeovers: %d",
 		s.items, s.checked, s.commits, s.claims, s.takeovers)
-	t.Logf("schedules with a splitter: %d, splits: %d, segments: %d, claims of segments: %d",
-		s.splitting, s.splits, s.segments, s.segClaim)
+	t.Logf("schedules with a splitter: %d, splits: %d, segments: %d, claims of segments: %d, splits that met another's segment key: %d",
+		s.splitting, s.splits, s.segments, s.segClaim, s.splitConflicts)
 	t.Logf("batches fenced: %d, leases lost: %d, failures recorded: %d, stale statements refused: %d, late writes after resume: %d, unknown commit outcomes resolved as applied: %d",
 		s.fenced, s.lost, s.failures, s.stale, s.late, s.resolved)
 	profs := make([]string, 0, len(s.latency))

@@ -1211,6 +1211,7 @@ func (st *store) execSplit(x *stmt, t *txn, segs []segSpan) {
 		g := segs[i]
 		k := segKey{r.key, g.start}
 		if o := st.segKeys[k]; o != nil && !o.gone && o.ins != t {
+			st.s.res.SplitKeyConflicts++
 			if o.ins == nil {
 				st.s.tracef("store: txn%d split of p%d: segment at %d exists (p%d)", t.id, r.key, g.start, o.key)
 				st.done(x, response{err: errUnique})
