@@ -66,18 +66,12 @@ func (w *worker) startClaimRun(c candidate) {
 			return
 		}
 		cr.readPos, cr.avail = resp.position, resp.available
-		n := min(int64(s.cfg.BatchSize), cr.avail-cr.readPos)
-		if s.rng.IntN(4) == 0 {
-			n = 1 + s.rng.Int64N(n)
-		}
+		n := s.batchItems(min(int64(s.cfg.BatchSize), cr.avail-cr.readPos))
 		cr.newPos = cr.readPos + n
-		cr.release = cr.newPos >= cr.avail && s.cfg.Mode == ModeLock
-		work := s.randDur(0, s.cfg.WorkTime)
-		if s.rng.Float64() < s.cfg.Faults.LongBatch {
-			work = s.randDur(s.cfg.IdleTxTimeout/2, s.cfg.StaleAfter)
-		}
+		cr.release = cr.newPos >= cr.avail && w.releasesCaughtUp(c.key)
+		work := s.workTime(n)
 		procErr := s.rng.Float64() < s.cfg.Faults.ProcessorError
-		cr.rpc = w.step(work, cr.l, func(r response) {
+		cr.rpc = w.process(work, cr.l, func(r response) {
 			cr.rpc = nil
 			switch {
 			case r.err != errNone:

@@ -47,6 +47,10 @@ const (
 	// transaction left open by a dead or frozen worker keeps its row lock
 	// until the server notices the connection is gone, if ever.
 	MutNoIdleTimeout
+	// MutSegmentWork lets producers add work to segment rows (AddWork
+	// refuses a segment's key): a segment then runs on past its end, into
+	// items of the next segment or of its partition.
+	MutSegmentWork
 )
 
 func (m Mutation) String() string {
@@ -57,7 +61,7 @@ func (m Mutation) String() string {
 	for _, n := range []struct {
 		m    Mutation
 		name string
-	}{{MutNoFence, "no-fence"}, {MutClaimNoCAS, "claim-no-cas"}, {MutNoSafetyMargin, "no-safety-margin"}, {MutNoIdleTimeout, "no-idle-timeout"}} {
+	}{{MutNoFence, "no-fence"}, {MutClaimNoCAS, "claim-no-cas"}, {MutNoSafetyMargin, "no-safety-margin"}, {MutNoIdleTimeout, "no-idle-timeout"}, {MutSegmentWork, "segment-work"}} {
 		if m&n.m != 0 {
 			if s != "" {
 				s += "+"
@@ -232,6 +236,30 @@ type Config struct {
 	// every claim is a statement of its own, as before.
 	ClaimWithBatch bool
 
+	// SegmentRecords makes the processor a Splitter (distributor.Splitter,
+	// Config.SegmentRecords): a held partition's batch that finds more
+	// than 2 × SegmentRecords items pending on a partition that is not a
+	// segment splits them, in its fenced transaction, into segment rows of
+	// about SegmentRecords items at SplitChunk boundaries (the pricer's
+	// rule: a segment starts at a chunk boundary at least SegmentRecords
+	// after the previous start, leaving at least SegmentRecords/2 for the
+	// last) and moves the partition's checkpoint past them. Zero: never
+	// split.
+	SegmentRecords int64
+	// SplitChunk is the distance between the positions a segment may
+	// start at (the pricer's chunks of records; default 1).
+	SplitChunk int64
+	// ItemTime makes the processor run at a fixed rate: a batch of n items
+	// takes n × ItemTime of its worker's time, batches always take the
+	// whole limit, and a worker processes one batch at a time (its
+	// batches queue for it); a split takes what a batch of the limit
+	// takes. Zero: each batch takes a random time up to WorkTime, and a
+	// worker's partitions are processed at the same time.
+	ItemTime time.Duration
+	// Work, if set, gives each partition's items at the start (one entry
+	// per partition) instead of a random backlog.
+	Work []int64
+
 	// Trace records a line per protocol step in Result.Trace.
 	Trace bool
 }
@@ -278,6 +306,9 @@ func (c *Config) setDefaults() {
 	c.MaxEvents = orInt(c.MaxEvents, 5_000_000)
 	c.Faults.MaxPause = orDur(c.Faults.MaxPause, 3*c.StaleAfter)
 	c.Faults.MaxStall = orDur(c.Faults.MaxStall, c.StaleAfter/2)
+	if c.SplitChunk == 0 {
+		c.SplitChunk = 1
+	}
 }
 
 // Validate reports configurations the real distributor would reject, or
@@ -295,6 +326,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("confirm, batch size, max partitions and max attempts must be positive")
 	case c.Drift < 0 || c.Drift >= 0.5:
 		return fmt.Errorf("drift %g out of range [0, 0.5)", c.Drift)
+	case c.SegmentRecords < 0 || c.SplitChunk < 1 || c.ItemTime < 0:
+		return fmt.Errorf("segment records, split chunk and item time must not be negative (split chunk positive)")
+	case c.Work != nil && len(c.Work) != c.Partitions:
+		return fmt.Errorf("work for %d partitions, but %d partitions", len(c.Work), c.Partitions)
 	}
 	return nil
 }
@@ -302,11 +337,11 @@ func (c Config) Validate() error {
 // String is a one-line description of the schedule's parameters.
 func (c Config) String() string {
 	c.setDefaults()
-	return fmt.Sprintf("seed=%d workers=%d partitions=%d mode=%s heartbeat=%s stale=%s confirm=%d margin=%s poll=%s batch=%d maxp=%d drift=±%.2f%% net≤%s work≤%s duration=%s faults={crash %.2f pause %.2f suspend %.2f partition %.2f reset %.2f restart %.2f stall %.2f (≤%s) stop %.2f work %.2f procerr %.3f long %.3f}/stale mutation=%s advance-cas=%v claim-with-batch=%v",
+	return fmt.Sprintf("seed=%d workers=%d partitions=%d mode=%s heartbeat=%s stale=%s confirm=%d margin=%s poll=%s batch=%d maxp=%d drift=±%.2f%% net≤%s work≤%s duration=%s faults={crash %.2f pause %.2f suspend %.2f partition %.2f reset %.2f restart %.2f stall %.2f (≤%s) stop %.2f work %.2f procerr %.3f long %.3f}/stale mutation=%s advance-cas=%v claim-with-batch=%v segment-records=%d split-chunk=%d item-time=%s",
 		c.Seed, c.Workers, c.Partitions, c.Mode, c.Heartbeat, c.StaleAfter, c.Confirm, c.SafetyMargin, c.PollInterval,
 		c.BatchSize, c.MaxPartitions, c.Drift*100, c.NetDelay, c.WorkTime, c.Duration,
 		c.Faults.Crash, c.Faults.Pause, c.Faults.Suspend, c.Faults.Partition, c.Faults.Reset, c.Faults.Restart,
-		c.Faults.Stall, c.Faults.MaxStall, c.Faults.Stop, c.Faults.Work, c.Faults.ProcessorError, c.Faults.LongBatch, c.Mutation, c.AdvanceCAS, c.ClaimWithBatch)
+		c.Faults.Stall, c.Faults.MaxStall, c.Faults.Stop, c.Faults.Work, c.Faults.ProcessorError, c.Faults.LongBatch, c.Mutation, c.AdvanceCAS, c.ClaimWithBatch, c.SegmentRecords, c.SplitChunk, c.ItemTime)
 }
 
 // RandomConfig derives a whole schedule configuration from seed: worker
@@ -377,6 +412,14 @@ func RandomConfig(seed int64) Config {
 	}
 	// Drawn last, so the fields above are those of earlier versions.
 	c.ClaimWithBatch = r.IntN(4) != 0
+	// A Splitter processor in a third of the schedules, with segments
+	// small enough that backlogs and the work producers add get split,
+	// often more than once. Drawn after the fields above: a schedule
+	// without splits is the one earlier versions ran.
+	if r.IntN(3) == 0 {
+		c.SegmentRecords = 1 + r.Int64N(int64(3*c.BatchSize))
+		c.SplitChunk = 1 + r.Int64N(max(1, c.SegmentRecords/2))
+	}
 	return c
 }
 
@@ -427,6 +470,14 @@ type Result struct {
 	// ResolvedCommits counts commits whose outcome was unknown and was
 	// resolved by re-reading the checkpoint.
 	ResolvedCommits int
+	// Splits counts the splits committed, Segments the segment rows they
+	// wrote, SegmentClaims the claims of segment rows.
+	Splits, Segments, SegmentClaims int
+	// SplitKeyConflicts counts split statements that found a segment's
+	// key taken by another transaction's split (committed, or waited for).
+	SplitKeyConflicts int
+	// LastCommit is the virtual time of the last batch committed.
+	LastCommit time.Duration
 	// TakeoverLatencies are, for each partition with pending work whose
 	// owner crashed, froze or was cut off, the virtual time from that
 	// fault to the first batch another worker committed on it.

@@ -60,8 +60,8 @@ func TestBrokenModelStoresFailTheContract(t *testing.T) {
 // runs the event loop until the reply arrives.
 type modelHarness struct {
 	s      *sim
-	keys   map[string]int
-	names  []string
+	keys   map[string]int // partitions' rows by key
+	names  map[int]string // partitions' keys by row
 	owners map[string]int
 }
 
@@ -74,7 +74,7 @@ func newModelHarness(cfg Config) *modelHarness {
 	cfg.setDefaults()
 	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0)), latStart: map[int]latencyStart{}}
 	s.st = &store{s: s, workerRows: map[int]*workerRow{}}
-	return &modelHarness{s: s, keys: map[string]int{}, owners: map[string]int{}}
+	return &modelHarness{s: s, keys: map[string]int{}, names: map[int]string{}, owners: map[string]int{}}
 }
 
 func (h *modelHarness) owner(name string) int {
@@ -86,8 +86,37 @@ func (h *modelHarness) owner(name string) int {
 	return id
 }
 
+// name is the key of row k: a partition's, or a segment's
+// (partition.SegmentKey).
+func (h *modelHarness) name(k int) string {
+	if r := h.s.st.rows[k]; r.segment {
+		return partition.SegmentKey(h.names[r.parent], r.start)
+	}
+	return h.names[k]
+}
+
+// key is the row of a partition's or a segment's key.
+func (h *modelHarness) key(name string) (int, bool) {
+	if k, ok := h.keys[name]; ok {
+		return k, true
+	}
+	p, start, ok := partition.ParseSegmentKey(name)
+	if !ok {
+		return 0, false
+	}
+	k, ok := h.keys[p]
+	if !ok {
+		return 0, false
+	}
+	r := h.s.st.segKeys[segKey{k, start}]
+	if r == nil || !r.visible() {
+		return 0, false
+	}
+	return r.key, true
+}
+
 func (h *modelHarness) lease(l partition.Lease) (leaseID, bool) {
-	k, ok := h.keys[l.Key]
+	k, ok := h.key(l.Key)
 	return leaseID{k, l.Version}, ok
 }
 
@@ -102,7 +131,7 @@ func (h *modelHarness) leases(ls []partition.Lease) []leaseID {
 }
 
 func (h *modelHarness) plain(id leaseID) partition.Lease {
-	return partition.Lease{Key: h.names[id.key], Version: id.version}
+	return partition.Lease{Key: h.name(id.key), Version: id.version}
 }
 
 // call sends req on c and runs the simulation until its reply.
@@ -140,14 +169,16 @@ func asError(e errKind) error {
 		return partition.ErrCheckpointMoved
 	case errClaimLost:
 		return taskstore.ErrClaimLost
+	case errNotFound:
+		return partition.ErrNotFound
 	}
 	return fmt.Errorf("model store: %s", e)
 }
 
 func (h *modelHarness) AddPartition(key string, available int64) {
-	h.keys[key] = len(h.names)
-	h.names = append(h.names, key)
-	h.s.st.rows = append(h.s.st.rows, &row{key: h.keys[key], leaseExp: negInf, available: available})
+	k := len(h.s.st.rows)
+	h.keys[key], h.names[k] = k, key
+	h.s.st.rows = append(h.s.st.rows, &row{key: k, leaseExp: negInf, available: available})
 }
 
 func (h *modelHarness) Produce(key string, n int64) {
@@ -176,7 +207,7 @@ func (h *modelHarness) candidates(kind reqKind, limit int) ([]taskstore.Candidat
 	r := h.do(&request{kind: kind, limit: limit})
 	var out []taskstore.Candidate
 	for _, c := range r.cands {
-		out = append(out, taskstore.Candidate{Key: h.names[c.key], Version: c.version, Owned: c.owned})
+		out = append(out, taskstore.Candidate{Key: h.name(c.key), Version: c.version, Owned: c.owned})
 	}
 	return out, asError(r.err)
 }
@@ -192,7 +223,7 @@ func (h *modelHarness) StaleCandidates(_ context.Context, limit int) ([]taskstor
 func (h *modelHarness) Claim(_ context.Context, owner string, cands []taskstore.Candidate) ([]taskstore.Claimed, error) {
 	var cs []candidate
 	for _, c := range cands {
-		if k, ok := h.keys[c.Key]; ok {
+		if k, ok := h.key(c.Key); ok {
 			cs = append(cs, candidate{leaseID{k, c.Version}, c.Owned})
 		}
 	}
@@ -233,7 +264,7 @@ func (h *modelHarness) Release(_ context.Context, owner string, leases []partiti
 			return out, err
 		}
 		if r.released {
-			out = append(out, h.names[id.key])
+			out = append(out, h.name(id.key))
 		}
 	}
 	return out, nil
@@ -255,7 +286,7 @@ func (h *modelHarness) Fail(_ context.Context, owner string, l partition.Lease, 
 }
 
 func (h *modelHarness) Retry(_ context.Context, key string) (bool, error) {
-	k, ok := h.keys[key]
+	k, ok := h.key(key)
 	if !ok {
 		return false, partition.ErrNotFound
 	}
@@ -264,7 +295,7 @@ func (h *modelHarness) Retry(_ context.Context, key string) (bool, error) {
 }
 
 func (h *modelHarness) Progress(_ context.Context, key string) (int64, int64, error) {
-	k, ok := h.keys[key]
+	k, ok := h.key(key)
 	if !ok {
 		return 0, 0, partition.ErrNotFound
 	}
@@ -339,7 +370,7 @@ func (b *modelBatch) Rollback() {
 }
 
 func (h *modelHarness) BeginClaim(_ context.Context, owner string, cand taskstore.Candidate) (storetest.ClaimBatch, partition.Checkpoint, error) {
-	k, ok := h.keys[cand.Key]
+	k, ok := h.key(cand.Key)
 	if !ok {
 		return nil, partition.Checkpoint{}, taskstore.ErrClaimLost
 	}

@@ -92,7 +92,21 @@
 // processing time, output write, checkpoint update, commit, and on an
 // unknown commit outcome the re-read of resolveCommit; transient retries
 // while the lease holds; release when caught up in lock mode, wait for work
-// in leader mode; failure with back-off and quarantine); graceful stop (the
+// in leader mode; failure with back-off and quarantine); segments, with
+// Config.SegmentRecords (a Splitter processor; a third of the random
+// schedules): a held partition's batch that finds more than 2 ×
+// SegmentRecords items pending on a partition that is not a segment
+// chooses split points by the pricer's rule (SplitChunk boundaries) and,
+// instead of processing, writes one segment row per segment
+// (taskstore.Store.Split: rows visible to other transactions only once it
+// commits, in key order, an insert of a key another transaction is
+// inserting waiting for it and failing with a unique violation if it
+// commits, which movedOr turns into a moved checkpoint; the partition's
+// finished segments that nobody holds deleted FOR UPDATE SKIP LOCKED) and
+// moves the checkpoint past them with the usual compare-and-set, all at
+// commit or not at all; segment rows get no producer work, are claimed,
+// processed and released like partitions, and are released once caught
+// up in either mode; graceful stop (the
 // claim loop ends, the worker marks itself stopped, and only then are its
 // partitions released, after their batch in flight).
 //
@@ -102,10 +116,14 @@
 //     version, by the owner of that version, at the moment of commit.
 //  2. Checkpoints never go backwards, and each commit advances the
 //     checkpoint by exactly the number of items it wrote.
-//  3. Exactly once: each commit's items follow the partition's output log
-//     with no duplicate and no gap; once faults stop, all available work is
-//     processed (liveness: a schedule fails if no batch commits for Drain
-//     while work is pending).
+//  3. Exactly once: each commit's items follow its row's output log with
+//     no gap, and no item of a partition is committed twice, whichever of
+//     its rows (the partition's own or a segment's) commits it: a ledger
+//     per partition item; a split's segments cover exactly the items its
+//     checkpoint moves past. Once faults stop, all available work is
+//     processed, every item of every partition committed exactly once
+//     (liveness: a schedule fails if no batch commits for Drain while
+//     work is pending).
 //  4. Local deadline: a worker never writes inside a batch after the local
 //     deadline of its lease (except the one statement a resumed worker may
 //     issue, counted as Result.LateWrites), and when a claim takes a row over
@@ -117,7 +135,13 @@
 //
 // Mutations (Config.Mutation) break the protocol on purpose — no fence, a
 // claim without compare-and-set, no safety margin, no idle-in-transaction
-// timeout — and the tests check that the checker then finds a violation.
+// timeout, work added to segments — and the tests check that the checker
+// then finds a violation.
+//
+// Throughput: with Config.ItemTime a worker's processor runs at a fixed
+// rate, one batch at a time, and TestThirtyTwoWorkersOnOneHugeContract
+// checks that 32 workers finish one contract of 100,000,000 records,
+// split into segments, within 1.25 × the time a perfect share would take.
 //
 // # What is not modelled
 //
@@ -125,7 +149,12 @@
 // store's conformance suite (below) checks them against the real statements
 // on PostgreSQL. Also left out: MVCC
 // snapshots beyond row-level re-checks, the deadlock detector (lock orders
-// make deadlocks impossible here), server-side TCP keepalives, pool size
+// make deadlocks impossible here; the model's rows are ordered by their
+// index, segments after every partition, a total order all its multi-row
+// statements follow as the real ones follow key order), rewinds (and
+// their deletion of segments), the checkpoint states segments start from
+// (the Splitter's contract), the distributor's batch sizing by time
+// (BatchTarget: batches take BatchSize items), server-side TCP keepalives, pool size
 // limits, the LISTEN connection's own failures (a notification reaches every
 // worker not cut off), output tables' unique keys (the model's output log
 // has none, so a duplicate is reported rather than turned into a failed
@@ -166,9 +195,13 @@
 //
 // The model store runs the same conformance suite as taskstore.Store on
 // PostgreSQL (package internal/storetest): TestModelStoreContract here,
-// TestStoreContract in package partition. A model statement that drifts
+// TestStoreContract in package taskstore. A model statement that drifts
 // from the SQL fails a case; TestBrokenModelStoresFailTheContract checks
-// that the mutations above do.
+// that the mutations above do. TestSplitConformance runs the split's
+// cases (commit, rollback, a second split of the same items, at once or
+// waiting for the first, a later split deleting finished segments) on
+// the model and on taskstore.Store over PostgreSQL and compares every
+// step's outcome and the task rows.
 //
 // # Found by the model: unknown commit outcome
 //

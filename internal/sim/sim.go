@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -188,6 +189,10 @@ func (s *sim) setup() {
 	cfg := s.cfg
 	for k := 0; k < cfg.Partitions; k++ {
 		r := s.st.rows[k]
+		if cfg.Work != nil {
+			r.available = cfg.Work[k]
+			continue
+		}
 		r.available = int64(s.rng.IntN(4 * cfg.BatchSize * (1 + s.rng.IntN(4))))
 	}
 	s.slots = make([]*worker, cfg.Workers)
@@ -415,7 +420,19 @@ func (s *sim) inject(k FaultKind) {
 		}
 	case FaultWork:
 		s.res.Faults[k]++
-		s.produce(s.rng.IntN(cfg.Partitions), int64(1+s.rng.IntN(3*cfg.BatchSize)))
+		key := s.rng.IntN(cfg.Partitions)
+		if cfg.Mutation&MutSegmentWork != 0 {
+			var segs []int
+			for _, r := range s.st.rows {
+				if r.segment && r.visible() {
+					segs = append(segs, r.key)
+				}
+			}
+			if len(segs) > 0 && s.rng.IntN(2) == 0 {
+				key = segs[s.rng.IntN(len(segs))]
+			}
+		}
+		s.produce(key, int64(1+s.rng.IntN(3*cfg.BatchSize)))
 	}
 }
 
@@ -430,7 +447,7 @@ func (s *sim) ownerDown(w *worker) {
 		}
 	}
 	for _, r := range s.st.rows {
-		if r.owner == w.id && r.available > r.position {
+		if r.owner == w.id && r.available > r.position && r.visible() {
 			if ls, ok := s.latStart[r.key]; !ok || ls.owner != w.id {
 				s.latStart[r.key] = latencyStart{at: s.now, owner: w.id, faults: s.faultCount, others: others}
 			}
@@ -470,7 +487,7 @@ func (s *sim) operatorRetry() {
 		return
 	}
 	for _, r := range s.st.rows {
-		if r.owner == 0 && (r.failed || r.attempts > 0) && (s.phase == phaseDrain || r.failed) {
+		if r.owner == 0 && (r.failed || r.attempts > 0) && (s.phase == phaseDrain || r.failed) && r.visible() {
 			s.st.internal(&request{kind: reqRetry, key: r.key}, func(response) {})
 		}
 	}
@@ -532,7 +549,7 @@ func (s *sim) startDrain() {
 
 func (s *sim) allCaughtUp() bool {
 	for _, r := range s.st.rows {
-		if r.position != r.available || r.failed {
+		if r.visible() && (r.position != r.available || r.failed) {
 			return false
 		}
 	}
@@ -563,10 +580,14 @@ func (s *sim) checkDrained() {
 	s.after(s.cfg.Heartbeat, s.checkDrained)
 }
 
-// finish checks liveness and exactly-once over every partition.
+// finish checks liveness and exactly-once over every partition: each of
+// its items committed once, by its own row or by one of its segments.
 func (s *sim) finish() {
 	s.phase = phaseDone
 	for _, r := range s.st.rows {
+		if !r.visible() {
+			continue
+		}
 		if r.logEnd != r.position {
 			s.violate("exactly-once", r.key, "partition %d: output log ends at item %d but the checkpoint is %d", r.key, r.logEnd, r.position)
 			return
@@ -576,7 +597,16 @@ func (s *sim) finish() {
 				r.key, s.now-max(s.lastProgress, s.cfg.Duration), s.now-s.cfg.Duration, s.st.describe(r))
 			return
 		}
-		s.res.ItemsChecked += r.logEnd
+	}
+	for _, r := range s.st.rows {
+		if r.segment {
+			continue
+		}
+		if want := []span{{0, r.available}}; r.available > 0 && !slices.Equal(r.done, want) || r.available == 0 && len(r.done) > 0 {
+			s.violate("exactly-once", r.key, "partition %d: items committed %v (spans (from, to]), want all of 1..%d once", r.key, r.done, r.available)
+			return
+		}
+		s.res.ItemsChecked += r.available
 	}
 	s.res.Drained = true
 }

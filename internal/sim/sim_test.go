@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 )
 
@@ -26,7 +27,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
-	os.Exit(m.Run())
+	// The split's conformance cases run on PostgreSQL too.
+	os.Exit(pgtest.Run(m))
 }
 
 func soak() bool { return *long || os.Getenv("BATON_SIM_LONG") == "1" }
@@ -43,6 +45,9 @@ type summary struct {
 	commits, claims, takeovers int
 	fenced, lost, failures     int
 	stale, late, resolved      int
+	splits, segments, segClaim int
+	splitting                  int // schedules with a Splitter processor
+	splitConflicts             int
 	drained, truncated         int
 	violations                 int
 	causes                     map[string]int
@@ -73,6 +78,13 @@ func (s *summary) add(cfg Config, r Result) {
 	s.stale += r.StaleStatements
 	s.late += r.LateWrites
 	s.resolved += r.ResolvedCommits
+	s.splits += r.Splits
+	s.segments += r.Segments
+	s.segClaim += r.SegmentClaims
+	s.splitConflicts += r.SplitKeyConflicts
+	if cfg.SegmentRecords > 0 {
+		s.splitting++
+	}
 	if r.Drained {
 		s.drained++
 	}
@@ -166,6 +178,8 @@ func logSummary(t *testing.T, s summary) {
 	t.Logf("faults injected: %s", strings.Join(faults, ", "))
 	t.Logf("items committed: %d, items checked exactly once at the end: %d, commits: %d, claims: %d, takeovers: %d",
 		s.items, s.checked, s.commits, s.claims, s.takeovers)
+	t.Logf("schedules with a splitter: %d, splits: %d, segments: %d, claims of segments: %d, splits that met another's segment key: %d",
+		s.splitting, s.splits, s.segments, s.segClaim, s.splitConflicts)
 	t.Logf("batches fenced: %d, leases lost: %d, failures recorded: %d, stale statements refused: %d, late writes after resume: %d, unknown commit outcomes resolved as applied: %d",
 		s.fenced, s.lost, s.failures, s.stale, s.late, s.resolved)
 	profs := make([]string, 0, len(s.latency))
@@ -332,6 +346,16 @@ func TestMutationsAreCaught(t *testing.T) {
 		name: "no idle-in-transaction timeout", mut: MutNoIdleTimeout, schedules: 300,
 		invariants: []string{"liveness"},
 		mix:        func(c *Config) { c.Faults = Faults{Crash: 0.5, Work: 3} },
+	}, {
+		// Work added to a segment runs it on into items that the next
+		// segment, or its partition, processes too: the same item of the
+		// partition is committed twice, by two rows.
+		name: "work added to segments", mut: MutSegmentWork, schedules: 100,
+		invariants: []string{"exactly-once"},
+		mix: func(c *Config) {
+			c.Faults = Faults{Work: 3}
+			c.SegmentRecords = int64(1 + c.BatchSize/2)
+		},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -39,10 +39,13 @@ const (
 	errCheckpointMoved         // AdvanceCAS: the checkpoint moved since the fence read it
 	errClaimLost               // a claim with its first batch lost its candidate (taskstore.ErrClaimLost)
 	errClaimBusy               // its compare-and-set found the fenced row locked (distributor's errClaimBusy)
+	errUnique                  // SQLSTATE 23505: a split's segment row exists already
+	errNotFound                // the row is gone (partition.ErrNotFound)
 )
 
 var errNames = []string{"ok", "net", "timeout", "canceled", "abandoned", "fenced", "lock-timeout", "statement-timeout",
-	"shutdown", "idle-timeout", "tx-aborted", "processor", "checkpoint-moved", "claim-lost", "claim-busy"}
+	"shutdown", "idle-timeout", "tx-aborted", "processor", "checkpoint-moved", "claim-lost", "claim-busy",
+	"unique-violation", "not-found"}
 
 func (e errKind) String() string { return errNames[e] }
 
@@ -140,11 +143,12 @@ const (
 	reqRetry
 	reqFenceUnowned
 	reqClaimAdvance
+	reqSplit
 )
 
 var reqNames = []string{"heartbeat", "inspect", "candidates", "stale-candidates", "claim", "release", "fail", "progress", "fair-share-load",
-	"quarantined-count", "stop-worker", "begin+fence", "write", "advance", "commit", "close", "produce", "retry",
-	"begin+fence-unowned", "claim+advance"}
+	"quarantined-count", "pending-work", "stop-worker", "begin+fence", "write", "advance", "commit", "close", "produce", "retry",
+	"begin+fence-unowned", "claim+advance", "split"}
 
 func (k reqKind) String() string { return reqNames[k] }
 
@@ -168,7 +172,13 @@ type request struct {
 	wanted     int
 	// FairShareLoad: the reader's room (maxPartitions).
 	maxPartitions int
+	// Split: the segments, in order.
+	segs []segSpan
 }
+
+// segSpan is a segment's items (start, end] of its partition
+// (taskstore.Segment).
+type segSpan struct{ start, end int64 }
 
 type response struct {
 	err       errKind
@@ -204,12 +214,21 @@ type lockWait struct {
 
 type commitRec struct {
 	from, to int64
+	row      int
 	owner    int
 	version  int64
 	at       time.Duration
 }
 
+// span is the items (from, to], from < to, of a partition.
+type span struct{ from, to int64 }
+
 // row is a task row plus the per-partition output log the checker keeps.
+// A segment row (segment set, taskstore.Store.Split) holds items
+// (start, available] of partition parent; it exists once the split that
+// inserts it commits (ins is its inserting transaction until then, and
+// it is visible to that transaction only), and is gone once deleted (or
+// its insert rolled back).
 type row struct {
 	key         int
 	version     int64
@@ -224,9 +243,28 @@ type row struct {
 	locks   []rowLock
 	waiters []*lockWait
 
-	logEnd  int64 // last output item committed: items 1..logEnd are in the log
+	segment bool
+	parent  int   // a segment's partition
+	start   int64 // a segment's first position
+	ins     *txn  // the uncommitted insert of a segment row
+	gone    bool  // deleted, or never committed
+	segRows []*row
+
+	// logEnd is the last item of the row's own range that is accounted
+	// for: committed by its batches, or (a partition's) split off. A
+	// row's batches commit its items in order: the next one starts after
+	// logEnd.
+	logEnd int64
+	// done is a partition's ledger (not a segment's): the items
+	// committed by its own batches and its segments', as disjoint spans
+	// in order, each item in at most one; commits are those batches.
+	done    []span
 	commits []commitRec
 }
+
+// visible reports whether a row exists for statements other than the
+// transaction inserting it.
+func (r *row) visible() bool { return !r.gone && r.ins == nil }
 
 // workerRow is a row of the workers table: registration, stop mark, and
 // what the worker's heartbeats (and its claims and releases outside a
@@ -299,6 +337,13 @@ type txn struct {
 	aborted   bool
 	ended     bool
 
+	// A split (taskstore.Store.Split): its segments, the rows it inserted
+	// and the finished segments it deletes, at commit.
+	split    bool
+	segs     []segSpan
+	inserted []*row
+	deleted  []*row
+
 	// A claim made with its first batch (FenceUnowned … ClaimAdvance):
 	// the candidate, whether the claim statement ran, whether it also
 	// released, and its now().
@@ -340,7 +385,27 @@ type store struct {
 	nextTxn    int
 	// claimLocks are FenceUnowned's advisory locks, by partition.
 	claimLocks map[int]*txn
+	// segKeys finds segment rows by partition and start: the primary key
+	// of a segment (partition.SegmentKey).
+	segKeys map[segKey]*row
 }
+
+type segKey struct {
+	parent int
+	start  int64
+}
+
+// parentOf is the partition whose items r holds: r or its parent.
+func (st *store) parentOf(r *row) *row {
+	if r.segment {
+		return st.rows[r.parent]
+	}
+	return r
+}
+
+// isSegment reports whether key names a segment (partition.ParseSegmentKey
+// on the key).
+func (st *store) isSegment(key int) bool { return key < len(st.rows) && st.rows[key].segment }
 
 func newStore(s *sim) *store {
 	st := &store{s: s, workerRows: map[int]*workerRow{}}
@@ -372,8 +437,12 @@ func (st *store) describe(r *row) string {
 	default:
 		exp = r.leaseExp.String()
 	}
-	return fmt.Sprintf("version=%d owner=w%d lease_expires_at=%s position=%d available=%d attempts=%d failed=%v locks=[%s] waiters=%d",
-		r.version, r.owner, exp, r.position, r.available, r.attempts, r.failed, strings.Join(locks, " "), len(r.waiters))
+	seg := ""
+	if r.segment {
+		seg = fmt.Sprintf("segment of p%d ", r.parent)
+	}
+	return fmt.Sprintf("%sversion=%d owner=w%d lease_expires_at=%s position=%d available=%d attempts=%d failed=%v gone=%v locks=[%s] waiters=%d",
+		seg, r.version, r.owner, exp, r.position, r.available, r.attempts, r.failed, r.gone, strings.Join(locks, " "), len(r.waiters))
 }
 
 // ---- sessions -----------------------------------------------------------
@@ -586,6 +655,11 @@ func (st *store) endTxn(t *txn) {
 	if t.claim && st.claimLocks[t.lease.key] == t {
 		delete(st.claimLocks, t.lease.key)
 	}
+	for _, r := range t.inserted {
+		if r.ins == t { // rolled back
+			r.ins, r.gone = nil, true
+		}
+	}
 	for _, r := range t.rows {
 		r.locks = slices.DeleteFunc(r.locks, func(l rowLock) bool { return l.t == t })
 		st.wake(r)
@@ -665,7 +739,7 @@ func (st *store) exec(x *stmt) {
 	ss := x.sess
 	mut := s.cfg.Mutation
 	switch req.kind {
-	case reqBeginFence, reqWrite, reqAdvance, reqCommit, reqFenceUnowned, reqClaimAdvance:
+	case reqBeginFence, reqWrite, reqAdvance, reqCommit, reqFenceUnowned, reqClaimAdvance, reqSplit:
 		if req.kind == reqBeginFence {
 			if ss.txn == nil {
 				st.nextTxn++
@@ -708,7 +782,7 @@ func (st *store) exec(x *stmt) {
 		heldNow := 0
 		var back []*row
 		for _, r := range st.rows {
-			if r.owner != req.owner {
+			if r.owner != req.owner || !r.visible() {
 				continue
 			}
 			if left(r.leaseExp, x.start) > 0 {
@@ -723,7 +797,7 @@ func (st *store) exec(x *stmt) {
 		var fresh []renewal
 		for _, l := range sortedLeases(req.leases) {
 			r := st.rows[l.key]
-			if r.version != l.version || r.owner != req.owner {
+			if r.version != l.version || r.owner != req.owner || !r.visible() {
 				continue
 			}
 			if rem := left(r.leaseExp, x.start); !decide.Rewrite(rem, req.renewBelow) {
@@ -782,7 +856,7 @@ func (st *store) exec(x *stmt) {
 	case reqInspect:
 		var out []heldLease
 		for _, l := range req.leases {
-			if r := st.rows[l.key]; r.version == l.version && r.owner == req.owner {
+			if r := st.rows[l.key]; r.version == l.version && r.owner == req.owner && r.visible() {
 				out = append(out, heldLease{l, max(0, r.leaseExp-x.start)})
 			}
 		}
@@ -796,6 +870,9 @@ func (st *store) exec(x *stmt) {
 		staleOnly := req.kind == reqStaleCandidates
 		var rows []*row
 		for _, r := range st.rows {
+			if !r.visible() {
+				continue
+			}
 			if st.stale(r, x.start) || !staleOnly && r.owner == 0 && claimable(r, x.start) {
 				rows = append(rows, r)
 			}
@@ -824,6 +901,9 @@ func (st *store) exec(x *stmt) {
 		var wins []win
 		for _, c := range cands {
 			r := st.rows[c.key]
+			if !r.visible() {
+				continue
+			}
 			if mut&MutClaimNoCAS == 0 {
 				if r.version != c.version || !claimable(r, x.start) {
 					continue
@@ -852,6 +932,9 @@ func (st *store) exec(x *stmt) {
 				r.heartbeatAt = x.start
 				r.leaseExp = x.start + s.cfg.StaleAfter
 				s.res.Claims++
+				if r.segment {
+					s.res.SegmentClaims++
+				}
 				s.tracef("store: p%d claimed by w%d at v%d (takeover=%v) position=%d available=%d", r.key, req.owner, r.version, wn.c.owned, r.position, r.available)
 				out = append(out, claimed{leaseID{r.key, r.version}, wn.c.owned, r.position, r.available})
 			}
@@ -865,12 +948,12 @@ func (st *store) exec(x *stmt) {
 
 	case reqRelease, reqFail:
 		r := st.rows[req.lease.key]
-		if r.version != req.lease.version || r.owner != req.owner {
+		if r.version != req.lease.version || r.owner != req.owner || !r.visible() {
 			st.done(x, response{})
 			return
 		}
 		st.acquire(x, r, lockUpdate, func() {
-			if r.version != req.lease.version || r.owner != req.owner {
+			if r.version != req.lease.version || r.owner != req.owner || !r.visible() {
 				st.done(x, response{})
 				return
 			}
@@ -911,6 +994,10 @@ func (st *store) exec(x *stmt) {
 
 	case reqProgress:
 		r := st.rows[req.key]
+		if !r.visible() {
+			st.done(x, response{err: errNotFound})
+			return
+		}
 		st.done(x, response{version: r.version, position: r.position})
 
 	case reqFairShareLoad:
@@ -919,7 +1006,7 @@ func (st *store) exec(x *stmt) {
 	case reqQuarantinedCount:
 		n := 0
 		for _, r := range st.rows {
-			if r.failed {
+			if r.failed && r.visible() {
 				n++
 			}
 		}
@@ -928,7 +1015,7 @@ func (st *store) exec(x *stmt) {
 	case reqPendingWork:
 		n := 0
 		for _, r := range st.rows {
-			if !r.failed && r.available > r.position {
+			if !r.failed && r.available > r.position && r.visible() {
 				n++
 			}
 		}
@@ -947,7 +1034,7 @@ func (st *store) exec(x *stmt) {
 		r := st.rows[req.lease.key]
 		st.countStale(r, t)
 		check := func() {
-			if mut&MutNoFence == 0 && (r.version != req.lease.version || r.owner != req.owner) {
+			if mut&MutNoFence == 0 && (r.version != req.lease.version || r.owner != req.owner || !r.visible()) {
 				s.tracef("store: txn%d fence of %s by w%d finds %s", t.id, req.lease, req.owner, st.describe(r))
 				st.done(x, response{err: errFenced})
 				return
@@ -967,7 +1054,7 @@ func (st *store) exec(x *stmt) {
 		// candidate's version, FOR KEY SHARE SKIP LOCKED, and the
 		// transaction-scoped advisory lock, not waited for.
 		r := st.rows[t.lease.key]
-		if !claimable(r, x.start) || r.owner != 0 || (mut&MutClaimNoCAS == 0 && r.version != t.cand.version) {
+		if !r.visible() || !claimable(r, x.start) || r.owner != 0 || (mut&MutClaimNoCAS == 0 && r.version != t.cand.version) {
 			s.tracef("store: txn%d fence of unowned %s by w%d finds %s", t.id, t.cand.leaseID, req.owner, st.describe(r))
 			st.done(x, response{err: errClaimLost})
 			return
@@ -1001,7 +1088,7 @@ func (st *store) exec(x *stmt) {
 			st.done(x, response{err: errClaimLost})
 			return
 		}
-		if !claimable(r, x.start) || (mut&MutClaimNoCAS == 0 && (r.version != t.cand.version || r.owner != 0)) || r.position != t.readPos {
+		if !r.visible() || !claimable(r, x.start) || (mut&MutClaimNoCAS == 0 && (r.version != t.cand.version || r.owner != 0)) || r.position != t.readPos {
 			s.tracef("store: txn%d claim of %s finds %s", t.id, t.lease, st.describe(r))
 			st.done(x, response{err: errClaimLost})
 			return
@@ -1009,6 +1096,9 @@ func (st *store) exec(x *stmt) {
 		st.addLock(t, r, lockUpdate)
 		t.advanced, t.newPos, t.release, t.claimAt = true, req.newPos, req.release, x.start
 		st.done(x, response{})
+
+	case reqSplit:
+		st.execSplit(x, t, req.segs)
 
 	case reqWrite:
 		st.countStale(st.rows[t.lease.key], t)
@@ -1025,7 +1115,7 @@ func (st *store) exec(x *stmt) {
 			s.tracef("store: txn%d checkpoint update of %s to %d waits for a row lock: %s", t.id, t.lease, req.newPos, st.describe(r))
 		}
 		st.acquire(x, r, lockNoKeyUpdate, func() {
-			if mut&MutNoFence == 0 && r.version != t.lease.version {
+			if mut&MutNoFence == 0 && (r.version != t.lease.version || !r.visible()) {
 				st.done(x, response{err: errFenced})
 				return
 			}
@@ -1068,8 +1158,12 @@ func (st *store) exec(x *stmt) {
 
 	case reqRetry:
 		r := st.rows[req.key]
+		if !r.visible() {
+			st.done(x, response{err: errNotFound})
+			return
+		}
 		st.acquire(x, r, lockUpdate, func() {
-			if r.owner != 0 || (!r.failed && r.attempts == 0) {
+			if r.owner != 0 || (!r.failed && r.attempts == 0) || !r.visible() {
 				st.done(x, response{})
 				return
 			}
@@ -1082,6 +1176,60 @@ func (st *store) exec(x *stmt) {
 			})
 		})
 	}
+}
+
+// execSplit is taskstore.Store.Split in the batch's transaction t: it
+// locks the partition's finished segments that nobody holds (FOR UPDATE
+// SKIP LOCKED) to delete them at commit, and inserts a row per segment,
+// in key order, visible to t alone until it commits. An insert whose key
+// another transaction has inserted waits for that transaction (lock_timeout
+// and statement_timeout bound the wait, as for a row lock) and fails with a
+// unique violation if it committed; a key that exists already fails at
+// once.
+func (st *store) execSplit(x *stmt, t *txn, segs []segSpan) {
+	r := st.rows[t.lease.key]
+	st.countStale(r, t)
+	if st.segKeys == nil {
+		st.segKeys = map[segKey]*row{}
+	}
+	r.segRows = slices.DeleteFunc(r.segRows, func(g *row) bool { return g.gone })
+	var deleted []*row
+	for _, g := range r.segRows {
+		if g.visible() && g.owner == 0 && g.position >= g.available && !st.lockedByOthers(t, g) {
+			st.addLock(t, g, lockUpdate)
+			deleted = append(deleted, g)
+		}
+	}
+	var insert func(i int)
+	insert = func(i int) {
+		if i == len(segs) {
+			t.split, t.segs, t.deleted = true, segs, deleted
+			st.s.tracef("store: txn%d splits p%d into %d segments of items %d..%d, deleting %d finished", t.id, r.key, len(segs), segs[0].start+1, segs[len(segs)-1].end, len(deleted))
+			st.done(x, response{})
+			return
+		}
+		g := segs[i]
+		k := segKey{r.key, g.start}
+		if o := st.segKeys[k]; o != nil && !o.gone && o.ins != t {
+			st.s.res.SplitKeyConflicts++
+			if o.ins == nil {
+				st.s.tracef("store: txn%d split of p%d: segment at %d exists (p%d)", t.id, r.key, g.start, o.key)
+				st.done(x, response{err: errUnique})
+				return
+			}
+			st.acquire(x, o, lockUpdate, func() { insert(i) })
+			return
+		}
+		nr := &row{key: len(st.rows), segment: true, parent: r.key, start: g.start, position: g.start, available: g.end,
+			logEnd: g.start, leaseExp: negInf, ins: t}
+		st.rows = append(st.rows, nr)
+		st.segKeys[k] = nr
+		r.segRows = append(r.segRows, nr)
+		st.addLock(t, nr, lockUpdate)
+		t.inserted = append(t.inserted, nr)
+		insert(i + 1)
+	}
+	insert(0)
 }
 
 func sortedLeases(ls []leaseID) []leaseID {
@@ -1144,6 +1292,12 @@ func (st *store) setVersion(r *row, v int64, why string) {
 func (st *store) applyCommit(t *txn) {
 	s := st.s
 	defer st.endTxn(t)
+	if t.split && !t.advanced {
+		r := st.rows[t.lease.key]
+		s.violate("checkpoint exact", r.key, "partition %d: split into %d segments committed by w%d under v%d without moving the checkpoint past them",
+			r.key, len(t.segs), t.owner, t.lease.version)
+		return
+	}
 	if !t.advanced {
 		return
 	}
@@ -1161,52 +1315,94 @@ func (st *store) applyCommit(t *txn) {
 		r.owner, r.heartbeatAt, r.leaseExp = t.owner, t.claimAt, t.claimAt+s.cfg.StaleAfter
 		s.res.Claims++
 		s.res.ClaimsWithBatch++
+		if r.segment {
+			s.res.SegmentClaims++
+		}
 		s.tracef("store: p%d claimed by w%d at v%d with its first batch", r.key, t.owner, r.version)
 	}
 	var n int64
 	if t.wrote {
 		n = t.writeTo - t.writeFrom + 1
 	}
-	switch {
-	case r.version != t.lease.version || r.owner != t.owner:
+	p := st.parentOf(r)
+	if r.version != t.lease.version || r.owner != t.owner {
 		s.violate("single writer", r.key, "partition %d: batch of w%d under v%d (items %d..%d) committed while the row is at v%d owned by w%d",
 			r.key, t.owner, t.lease.version, t.writeFrom, t.writeTo, r.version, r.owner)
 		return
-	case t.newPos < r.position:
+	}
+	if t.newPos < r.position {
 		s.violate("checkpoint monotone", r.key, "partition %d: checkpoint goes backwards from %d to %d (w%d v%d)", r.key, r.position, t.newPos, t.owner, t.lease.version)
 		return
-	case n > 0 && t.writeFrom <= r.logEnd:
-		first := commitRec{}
-		for _, c := range r.commits {
-			if c.to >= t.writeFrom {
-				first = c
-				break
-			}
+	}
+	if n > 0 {
+		// Exactly once, per item of the partition, whichever of its rows
+		// (itself or a segment) commits it.
+		if c, ok := p.overlap(t.writeFrom, t.writeTo); ok {
+			item := max(t.writeFrom, c.from)
+			s.violate("exactly-once", r.key, "partition %d: items %d..%d committed again by w%d under v%d on p%d (checkpoint read %d); item %d was committed at %s by w%d under v%d on p%d (items %d..%d)",
+				p.key, t.writeFrom, t.writeTo, t.owner, t.lease.version, r.key, t.readPos,
+				item, c.at, c.owner, c.version, c.row, c.from, c.to)
+			return
 		}
-		s.violate("exactly-once", r.key, "partition %d: items %d..%d committed again by w%d under v%d (checkpoint read %d); item %d was committed at %s by w%d under v%d (items %d..%d)",
-			r.key, t.writeFrom, min(t.writeTo, r.logEnd), t.owner, t.lease.version, t.readPos,
-			t.writeFrom, first.at, first.owner, first.version, first.from, first.to)
-		return
-	case n > 0 && t.writeFrom != r.logEnd+1:
-		s.violate("exactly-once", r.key, "partition %d: gap: items %d..%d committed after item %d", r.key, t.writeFrom, t.writeTo, r.logEnd)
-		return
-	case t.newPos-r.position != n || (n > 0 && t.writeTo != t.newPos):
+		if t.writeFrom != r.logEnd+1 {
+			s.violate("exactly-once", r.key, "partition %d: gap: items %d..%d committed on p%d after item %d", p.key, t.writeFrom, t.writeTo, r.key, r.logEnd)
+			return
+		}
+	}
+	if t.split {
+		// The segments cover the items the checkpoint moves past, one
+		// after the other, and nothing else.
+		at := r.position
+		for _, g := range t.segs {
+			if g.start != at || g.end <= g.start {
+				s.violate("checkpoint exact", r.key, "partition %d: split by w%d under v%d moves the checkpoint from %d to %d with segments %v",
+					r.key, t.owner, t.lease.version, r.position, t.newPos, t.segs)
+				return
+			}
+			at = g.end
+		}
+		if n > 0 || r.segment || at != t.newPos {
+			s.violate("checkpoint exact", r.key, "partition %d: split by w%d under v%d (segment: %v, %d items written) moves the checkpoint from %d to %d with segments %v",
+				r.key, t.owner, t.lease.version, r.segment, n, r.position, t.newPos, t.segs)
+			return
+		}
+	} else if t.newPos-r.position != n || (n > 0 && t.writeTo != t.newPos) {
 		s.violate("checkpoint exact", r.key, "partition %d: checkpoint advances from %d to %d but the batch wrote %d items (%d..%d)",
 			r.key, r.position, t.newPos, n, t.writeFrom, t.writeTo)
 		return
-	case t.newPos > r.available:
+	}
+	if t.newPos > r.available {
 		s.violate("checkpoint exact", r.key, "partition %d: checkpoint %d beyond available %d", r.key, t.newPos, r.available)
+		return
+	}
+	if t.split {
+		for _, g := range t.inserted {
+			g.ins = nil
+		}
+		for _, g := range t.deleted {
+			g.gone = true
+		}
+		r.position, r.logEnd = t.newPos, t.newPos
+		r.attempts = 0
+		s.res.Splits++
+		s.res.Segments += len(t.inserted)
+		s.lastProgress = s.now
+		s.tracef("store: txn%d commits the split of p%d by w%d under v%d: %d segments (p%d..p%d), checkpoint %d, %d finished segments deleted",
+			t.id, r.key, t.owner, t.lease.version, len(t.inserted), t.inserted[0].key, t.inserted[len(t.inserted)-1].key, r.position, len(t.deleted))
+		s.committed(r.key, t.owner)
+		st.notify(notifyWork)
 		return
 	}
 	r.position = t.newPos
 	r.attempts = 0
 	if n > 0 {
 		r.logEnd = t.writeTo
-		r.commits = append(r.commits, commitRec{t.writeFrom, t.writeTo, t.owner, t.lease.version, s.now})
+		p.record(commitRec{t.writeFrom, t.writeTo, r.key, t.owner, t.lease.version, s.now})
 	}
 	s.res.Commits++
 	s.res.Items += n
 	s.lastProgress = s.now
+	s.res.LastCommit = s.now
 	s.tracef("store: txn%d commits p%d items %d..%d by w%d under v%d", t.id, r.key, t.writeFrom, t.writeTo, t.owner, t.lease.version)
 	s.committed(r.key, t.owner)
 	if t.claim && t.release {
@@ -1218,6 +1414,47 @@ func (st *store) applyCommit(t *txn) {
 			st.notify(notifyReleased)
 		}
 	}
+}
+
+// overlap returns the commit of one of p's items in from..to, if any.
+func (p *row) overlap(from, to int64) (commitRec, bool) {
+	i, _ := slices.BinarySearchFunc(p.done, from, func(d span, item int64) int {
+		if d.to < item {
+			return -1
+		}
+		return 1
+	})
+	if i == len(p.done) || p.done[i].from >= to {
+		return commitRec{}, false
+	}
+	for _, c := range p.commits {
+		if c.from <= to && c.to >= from {
+			return c, true
+		}
+	}
+	return commitRec{from: p.done[i].from + 1, to: p.done[i].to, row: -1}, true
+}
+
+// record adds c's items to p's ledger, which they must not overlap.
+func (p *row) record(c commitRec) {
+	i, _ := slices.BinarySearchFunc(p.done, c.from, func(d span, item int64) int {
+		if d.to < item {
+			return -1
+		}
+		return 1
+	})
+	sp := span{c.from - 1, c.to}
+	if i > 0 && p.done[i-1].to == sp.from {
+		i--
+		sp.from = p.done[i].from
+		p.done = slices.Delete(p.done, i, i+1)
+	}
+	if i < len(p.done) && p.done[i].from == sp.to {
+		sp.to = p.done[i].to
+		p.done = slices.Delete(p.done, i, i+1)
+	}
+	p.done = slices.Insert(p.done, i, sp)
+	p.commits = append(p.commits, c)
 }
 
 // fairShareLoad is taskstore.Store.FairShareLoad for worker self with
@@ -1246,6 +1483,9 @@ func (st *store) fairShareLoad(self, maxPartitions int, now time.Duration) tasks
 	}
 	leavingLeases, unowned, stale, pending := 0, 0, 0, false
 	for _, r := range st.rows {
+		if !r.visible() {
+			continue
+		}
 		if leaving[r.owner] && left(r.leaseExp, now) > 0 {
 			leavingLeases++
 		}

@@ -56,6 +56,10 @@ type worker struct {
 
 	conns []*conn
 
+	// busyUntil is when, by its clock, the worker's processor is done with
+	// the processing queued for it (Config.ItemTime).
+	busyUntil time.Duration
+
 	// heartbeat.Service
 	leases     map[int]*lease
 	hbConn     *conn
@@ -360,6 +364,47 @@ func (w *worker) call(c *conn, req *request, timeout time.Duration, l *lease, cb
 		w.after(timeout, func() { r.cancel(errTimeout) })
 	}
 	return r
+}
+
+// process is a processing step of d bound to lease l: at once, or with a
+// fixed-rate processor (Config.ItemTime) once the steps queued before it
+// are done.
+func (w *worker) process(d time.Duration, l *lease, cb func(response)) *rpc {
+	if w.s.cfg.ItemTime > 0 {
+		now := w.local()
+		w.busyUntil = max(w.busyUntil, now) + d
+		d = w.busyUntil - now
+	}
+	return w.step(d, l, cb)
+}
+
+// workTime is how long processing n items takes (Config.ItemTime, or at
+// random up to WorkTime), and sometimes, as a fault, up to StaleAfter.
+func (s *sim) workTime(n int64) time.Duration {
+	work := s.randDur(0, s.cfg.WorkTime)
+	if s.cfg.ItemTime > 0 {
+		work = time.Duration(n) * s.cfg.ItemTime
+	}
+	if s.rng.Float64() < s.cfg.Faults.LongBatch {
+		work = s.randDur(s.cfg.IdleTxTimeout/2, s.cfg.StaleAfter)
+	}
+	return work
+}
+
+// batchItems is how many of limit items a batch processes: all of them,
+// or, one batch in four, fewer (a processor may stop early), unless the
+// processor runs at a fixed rate.
+func (s *sim) batchItems(limit int64) int64 {
+	if s.cfg.ItemTime == 0 && s.rng.IntN(4) == 0 {
+		return 1 + s.rng.Int64N(limit)
+	}
+	return limit
+}
+
+// releasesCaughtUp is Distributor.releasesCaughtUp: in lock mode every
+// caught-up partition is released, in leader mode segments only.
+func (w *worker) releasesCaughtUp(key int) bool {
+	return w.s.cfg.Mode == ModeLock || w.s.st.isSegment(key)
 }
 
 // step is a processing step of duration d bound to lease l.
@@ -1328,7 +1373,7 @@ func (h *heldPart) afterBatch(items int64, caughtUp bool, err errKind) {
 		h.top()
 		return
 	}
-	if s.cfg.Mode == ModeLock {
+	if w.releasesCaughtUp(h.l.key) {
 		h.release("caught_up")
 		return
 	}
@@ -1389,6 +1434,7 @@ type batchRun struct {
 	readPos int64
 	avail   int64
 	newPos  int64
+	split   []segSpan // the batch splits the partition instead (Distributor.split)
 }
 
 func (h *heldPart) runBatch() {
@@ -1409,17 +1455,21 @@ func (h *heldPart) runBatch() {
 		}
 		b.readPos, b.avail = resp.position, resp.available
 		limit := min(int64(s.cfg.BatchSize), b.avail-b.readPos)
+		// A split, when the partition has enough pending, asks the
+		// processor for split points (costing what a batch does) and
+		// writes the segments instead of processing.
+		b.split = w.splitPoints(l.key, b.readPos, b.avail)
 		n := limit
-		if s.rng.IntN(4) == 0 {
-			n = 1 + s.rng.Int64N(limit)
+		if b.split == nil {
+			n = s.batchItems(limit)
 		}
 		b.newPos = b.readPos + n
-		work := s.randDur(0, s.cfg.WorkTime)
-		if s.rng.Float64() < s.cfg.Faults.LongBatch {
-			work = s.randDur(s.cfg.IdleTxTimeout/2, s.cfg.StaleAfter)
+		if b.split != nil {
+			b.newPos = b.avail
 		}
+		work := s.workTime(n)
 		procErr := s.rng.Float64() < s.cfg.Faults.ProcessorError
-		b.rpc = w.step(work, l, func(r response) {
+		b.rpc = w.process(work, l, func(r response) {
 			b.rpc = nil
 			switch {
 			case r.err != errNone:
@@ -1427,6 +1477,8 @@ func (h *heldPart) runBatch() {
 			case procErr:
 				s.res.Faults[FaultProcessorError]++
 				b.finish(0, false, errProcessor)
+			case b.split != nil:
+				b.writeSplit()
 			default:
 				b.write()
 			}
@@ -1470,6 +1522,68 @@ func (b *batchRun) write() {
 	})
 }
 
+// splitPoints is Distributor.split's choice with the pricer's rule
+// (pricer.Processor.Split): nothing unless the processor is a Splitter,
+// the partition is not a segment and more than 2 × SegmentRecords items
+// are pending; then segments from position to available starting at
+// SplitChunk boundaries, each at least SegmentRecords after the previous
+// start and leaving at least SegmentRecords/2 for the last. Nil when no
+// boundary qualifies: the batch processes as usual.
+func (w *worker) splitPoints(key int, position, available int64) []segSpan {
+	cfg := w.s.cfg
+	size := cfg.SegmentRecords
+	if size <= 0 || w.s.st.isSegment(key) || available-position <= 2*size {
+		return nil
+	}
+	var segs []segSpan
+	start := position
+	for p := (position + size + cfg.SplitChunk - 1) / cfg.SplitChunk * cfg.SplitChunk; p < available && available-p >= size/2; {
+		segs = append(segs, segSpan{start, p})
+		start = p
+		p = (p + size + cfg.SplitChunk - 1) / cfg.SplitChunk * cfg.SplitChunk
+	}
+	if len(segs) == 0 {
+		return nil
+	}
+	return append(segs, segSpan{start, available})
+}
+
+// writeSplit writes the segments (taskstore.Store.Split), then moves the
+// checkpoint to available as a batch does.
+func (b *batchRun) writeSplit() {
+	if err := b.ctxErr(); err != errNone {
+		b.finish(0, false, err)
+		return
+	}
+	b.h.w.checkWrite(b.h.l, "the split")
+	b.call(&request{kind: reqSplit, segs: b.split}, func(resp response) {
+		switch resp.err {
+		case errNone:
+			b.advance()
+		case errUnique:
+			b.movedOr(resp.err)
+		default:
+			b.finish(0, false, resp.err)
+		}
+	})
+}
+
+// movedOr is Distributor.movedOr for a split that failed on a segment's
+// primary key: a late commit of an earlier attempt of this claim has split
+// the same items, so the checkpoint moved (transient), which a re-read
+// shows; otherwise the error stands.
+func (b *batchRun) movedOr(err errKind) {
+	w := b.h.w
+	l := b.h.l
+	w.poolCall(&request{kind: reqProgress, key: l.key}, w.s.cfg.StaleAfter/2, nil, func(resp response) {
+		if resp.err == errNone && resp.version == l.version && resp.position != b.readPos {
+			w.tracef("split of %s failed (%s): the checkpoint moved to %d under this claim", l.leaseID, err, resp.position)
+			err = errCheckpointMoved
+		}
+		b.finish(0, false, err)
+	})
+}
+
 func (b *batchRun) advance() {
 	if err := b.ctxErr(); err != errNone {
 		b.finish(0, false, err)
@@ -1493,7 +1607,7 @@ func (b *batchRun) commit() {
 	b.h.w.checkWrite(b.h.l, "the commit")
 	b.call(&request{kind: reqCommit}, func(resp response) {
 		if resp.err == errNone {
-			b.finish(b.newPos-b.readPos, b.newPos >= b.avail, errNone)
+			b.finish(b.items(), b.newPos >= b.avail, errNone)
 			return
 		}
 		if b.ctxErr() != errNone || !resp.err.unknownOutcome() {
@@ -1525,7 +1639,7 @@ func (b *batchRun) resolve(commitErr errKind) {
 				if resp.version == l.version && resp.position == b.newPos {
 					s.res.ResolvedCommits++
 					w.tracef("commit of %s had an unknown outcome; re-read shows it applied", l.leaseID)
-					b.finish(b.newPos-b.readPos, b.newPos >= b.avail, errNone)
+					b.finish(b.items(), b.newPos >= b.avail, errNone)
 					return
 				}
 				w.tracef("commit of %s had an unknown outcome; re-read finds v%d position %d: not applied", l.leaseID, resp.version, resp.position)
@@ -1541,6 +1655,14 @@ func (b *batchRun) resolve(commitErr errKind) {
 		})
 	}
 	try()
+}
+
+// items is how many items the batch committed: none for a split.
+func (b *batchRun) items() int64 {
+	if b.split != nil {
+		return 0
+	}
+	return b.newPos - b.readPos
 }
 
 func (b *batchRun) finish(items int64, caughtUp bool, err errKind) {
