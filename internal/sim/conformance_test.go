@@ -356,6 +356,17 @@ func (b *modelBatch) Advance(_ context.Context, from, to int64) error {
 	return asError(b.h.call(b.c, &request{kind: reqAdvance, newPos: to}).err)
 }
 
+func (b *modelBatch) Split(_ context.Context, from, to int64, segs []taskstore.Segment) error {
+	ss := make([]segSpan, len(segs))
+	for i, g := range segs {
+		ss[i] = segSpan{g.Start, g.End}
+	}
+	if err := asError(b.h.call(b.c, &request{kind: reqSplit, segs: ss}).err); err != nil {
+		return err
+	}
+	return asError(b.h.call(b.c, &request{kind: reqAdvance, newPos: to}).err)
+}
+
 func (b *modelBatch) Commit(context.Context) error {
 	err := asError(b.h.call(b.c, &request{kind: reqCommit}).err)
 	b.Rollback()

@@ -26,6 +26,8 @@ func Cases() []Case {
 		{"Advance/CommitsTheCheckpoint", advanceCommits},
 		{"Advance/CheckpointMovedSinceTheFence", advanceMoved},
 		{"Advance/RolledBackBatchChangesNothing", advanceRollback},
+		{"Split/SegmentsAreClaimableRowsAndCommitWithTheCheckpoint", splitCommits},
+		{"Split/RolledBackChangesNothing", splitRollback},
 		{"Release/BumpsVersionAndFreesAtOnce", release},
 		{"Release/OnlyCurrentLeasesOfTheOwner", releaseFenced},
 		{"Fail/BacksOffThenQuarantines", fail},
@@ -440,6 +442,51 @@ func advanceRollback(c *C, h Harness) {
 	if _, pos, err := h.Progress(c.Ctx, "a"); err != nil || pos != 0 {
 		c.Errorf("position after a rolled-back batch: %d, %v; want 0", pos, err)
 	}
+}
+
+func splitCommits(c *C, h Harness) {
+	h.AddPartition("a", 30)
+	a := c.claimOne(h, "w1", "a")
+	b, _, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin")
+	c.must(b.Split(c.Ctx, 0, 30, []taskstore.Segment{{Start: 0, End: 10}, {Start: 10, End: 20}, {Start: 20, End: 30}}), "Split")
+	c.must(b.Commit(c.Ctx), "Commit")
+	if v, pos, err := h.Progress(c.Ctx, "a"); err != nil || v != a.Version || pos != 30 {
+		c.Errorf("the partition after its split: v%d position %d, %v; want v%d position 30", v, pos, err, a.Version)
+	}
+	segs := []string{partition.SegmentKey("a", 0), partition.SegmentKey("a", 10), partition.SegmentKey("a", 20)}
+	c.wantKeys("candidates after the split", candKeys(c.candidates(h, 10)), segs)
+	for i, k := range segs {
+		if v, pos, err := h.Progress(c.Ctx, k); err != nil || v != 0 || pos != int64(10*i) {
+			c.Errorf("segment %s: v%d position %d, %v; want v0 position %d", k, v, pos, err, 10*i)
+		}
+	}
+	// A segment is processed like a partition, up to its end.
+	s := c.claimOne(h, "w2", segs[1])
+	sb, cp, err := h.Begin(c.Ctx, "w2", s.Lease)
+	c.must(err, "Begin segment")
+	if cp.Position != 10 || cp.Available != 20 {
+		c.Errorf("segment's fence read %d of %d; want 10 of 20", cp.Position, cp.Available)
+	}
+	c.must(sb.Advance(c.Ctx, 10, 20), "Advance segment")
+	c.must(sb.Commit(c.Ctx), "Commit segment")
+	if _, pos, err := h.Progress(c.Ctx, segs[1]); err != nil || pos != 20 {
+		c.Errorf("segment %s at %d, %v; want 20", segs[1], pos, err)
+	}
+}
+
+func splitRollback(c *C, h Harness) {
+	h.AddPartition("a", 30)
+	a := c.claimOne(h, "w1", "a")
+	b, _, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin")
+	c.must(b.Split(c.Ctx, 0, 30, []taskstore.Segment{{Start: 0, End: 15}, {Start: 15, End: 30}}), "Split")
+	b.Rollback()
+	if _, pos, err := h.Progress(c.Ctx, "a"); err != nil || pos != 0 {
+		c.Errorf("position after a rolled-back split: %d, %v; want 0", pos, err)
+	}
+	h.ExpireLease("a")
+	c.wantKeys("candidates after a rolled-back split", candKeys(c.candidates(h, 10)), []string{"a"})
 }
 
 func release(c *C, h Harness) {

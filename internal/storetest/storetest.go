@@ -127,6 +127,10 @@ type Batch interface {
 	// Advance writes items from+1 … to and moves the checkpoint from
 	// from to to.
 	Advance(ctx context.Context, from, to int64) error
+	// Split writes segs as segment rows of the batch's partition
+	// (taskstore.Store.Split) and moves its checkpoint from from to to
+	// without processing anything, as a batch that splits does.
+	Split(ctx context.Context, from, to int64, segs []taskstore.Segment) error
 	Commit(ctx context.Context) error
 	Rollback()
 }

@@ -148,6 +148,13 @@ func (b *pgBatch) Advance(ctx context.Context, from, to int64) error {
 	return b.s.Advance(ctx, b.tx, b.l, from, to, nil)
 }
 
+func (b *pgBatch) Split(ctx context.Context, from, to int64, segs []taskstore.Segment) error {
+	if err := b.s.Split(ctx, b.tx, b.l, 1, segs); err != nil {
+		return err
+	}
+	return b.s.Advance(ctx, b.tx, b.l, from, to, nil)
+}
+
 func (b *pgBatch) Commit(context.Context) error { return b.tx.Commit() }
 
 func (b *pgBatch) Rollback() { _ = b.tx.Rollback() }
