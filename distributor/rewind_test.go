@@ -58,34 +58,8 @@ func TestRewindWhileProcessing(t *testing.T) {
 	d := e.start(cfg, p)
 
 	testutil.Receive(t, reached, 30*time.Second, "the batch after position 10")
-	s := partition.NewStore(e.db, "")
-	done := make(chan error, 1)
-	rewound := make(chan []partition.Rewound, 1)
-	go func() {
-		tx, err := e.db.BeginTx(context.Background(), nil)
-		if err == nil {
-			var r []partition.Rewound
-			if r, err = s.Rewind(context.Background(), tx, []partition.Rewind{{Key: "p", Position: 5}}); err == nil {
-				if err = tx.Commit(); err == nil {
-					rewound <- r
-					return
-				}
-			}
-			_ = tx.Rollback()
-		}
-		done <- err
-	}()
-	testutil.Eventually(t, 30*time.Second, "the rewind waiting for the batch in flight", func() error {
-		var n int
-		if err := e.db.QueryRow(`SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, 'generation + 1') > 0`).Scan(&n); err != nil {
-			return err
-		}
-		if n == 0 {
-			return errors.New("not waiting")
-		}
-		return nil
-	})
+	done, rewound := rewindInBackground(e, partition.Rewind{Key: "p", Position: 5})
+	waitForRewindLockWait(t, e)
 	close(gate)
 	var r []partition.Rewound
 	select {
@@ -126,4 +100,43 @@ func TestRewindWhileProcessing(t *testing.T) {
 	if t.Failed() {
 		t.Log(ev.dump())
 	}
+}
+
+// rewindInBackground rewinds in a transaction of its own, sending the
+// outcome on done (an error) or rewound.
+func rewindInBackground(e *env, rw ...partition.Rewind) (done chan error, rewound chan []partition.Rewound) {
+	done, rewound = make(chan error, 1), make(chan []partition.Rewound, 1)
+	s := partition.NewStore(e.db, "")
+	go func() {
+		tx, err := e.db.BeginTx(context.Background(), nil)
+		if err == nil {
+			var r []partition.Rewound
+			if r, err = s.Rewind(context.Background(), tx, rw); err == nil {
+				if err = tx.Commit(); err == nil {
+					rewound <- r
+					return
+				}
+			}
+			_ = tx.Rollback()
+		}
+		done <- err
+	}()
+	return done, rewound
+}
+
+// waitForRewindLockWait returns once a rewind waits for a row lock (a
+// batch in flight holds it).
+func waitForRewindLockWait(t *testing.T, e *env) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, "the rewind waiting for the batch in flight", func() error {
+		var n int
+		if err := e.db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, 'generation + 1') > 0`).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return errors.New("not waiting")
+		}
+		return nil
+	})
 }

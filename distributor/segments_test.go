@@ -3,7 +3,6 @@ package distributor_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -229,36 +228,13 @@ func TestRewindRemovesAPartitionsSegments(t *testing.T) {
 	d := e.start(cfg, p)
 	testutil.Receive(t, reached, 30*time.Second, "a segment's batch")
 
-	s := partition.NewStore(e.db, "")
-	done := make(chan error, 1)
-	go func() {
-		tx, err := e.db.BeginTx(context.Background(), nil)
-		if err == nil {
-			if _, err = s.Rewind(context.Background(), tx, []partition.Rewind{{Key: "hot", Position: 0}}); err == nil {
-				err = tx.Commit()
-			} else {
-				_ = tx.Rollback()
-			}
-		}
-		done <- err
-	}()
-	testutil.Eventually(t, 30*time.Second, "the rewind waiting for the segment's batch", func() error {
-		var n int
-		if err := e.db.QueryRow(`SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, 'generation + 1') > 0`).Scan(&n); err != nil {
-			return err
-		}
-		if n == 0 {
-			return errors.New("not waiting")
-		}
-		return nil
-	})
+	done, rewound := rewindInBackground(e, partition.Rewind{Key: "hot", Position: 0})
+	waitForRewindLockWait(t, e)
 	close(gate)
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
+		t.Fatal(err)
+	case <-rewound:
 	case <-time.After(testutil.WaitTimeout(30 * time.Second)):
 		t.Fatal("the rewind did not commit")
 	}
