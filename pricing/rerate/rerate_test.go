@@ -426,29 +426,8 @@ func TestAmendRepricesSuffixToGolden(t *testing.T) {
 func testAmend(t *testing.T, batch int) {
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
-	b, err := os.ReadFile(vectors + "records.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const key, seq = "random-mix", 1500
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	var truth string
-	n := 0
-	for i, l := range lines[1:] {
-		if !strings.HasPrefix(l, key+",") {
-			continue
-		}
-		if n++; n == seq {
-			f := strings.Split(l, ",")
-			amount, err := strconv.ParseInt(f[2], 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			truth = l
-			f[2] = strconv.FormatInt(amount+123457, 10)
-			lines[i+1] = strings.Join(f, ",")
-		}
-	}
+	lines, truth := vectorsWithAWrongAmount(t, key, seq)
 	wrong := writeFile(t, "records.csv", lines)
 	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: wrong}); err != nil {
 		t.Fatal(err)
@@ -542,29 +521,8 @@ func TestAmendInsideAnUnpricedSegment(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
-	b, err := os.ReadFile(vectors + "records.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const key, seq = "random-mix", 1500
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	var truth string
-	n := 0
-	for i, l := range lines[1:] {
-		if !strings.HasPrefix(l, key+",") {
-			continue
-		}
-		if n++; n == seq {
-			f := strings.Split(l, ",")
-			amount, err := strconv.ParseInt(f[2], 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			truth = l
-			f[2] = strconv.FormatInt(amount+123457, 10)
-			lines[i+1] = strings.Join(f, ",")
-		}
-	}
+	lines, truth := vectorsWithAWrongAmount(t, key, seq)
 	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: writeFile(t, "records.csv", lines)}); err != nil {
 		t.Fatal(err)
 	}
@@ -602,4 +560,33 @@ func TestAmendInsideAnUnpricedSegment(t *testing.T) {
 	runUntilDone(t, db, distributor.Config{BatchSize: 500})
 	sameBytes(t, "export after the amendment", exportBytes(t, db.DB), golden(t))
 	verifyClean(t, db.DB)
+}
+
+// vectorsWithAWrongAmount is the golden records file with the amount of
+// the seq-th record of contract key raised by 123,457, and that record's
+// true line.
+func vectorsWithAWrongAmount(t *testing.T, key string, seq int) (lines []string, truth string) {
+	t.Helper()
+	b, err := os.ReadFile(vectors + "records.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	n := 0
+	for i, l := range lines[1:] {
+		if !strings.HasPrefix(l, key+",") {
+			continue
+		}
+		if n++; n == seq {
+			f := strings.Split(l, ",")
+			amount, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			truth = l
+			f[2] = strconv.FormatInt(amount+123457, 10)
+			lines[i+1] = strings.Join(f, ",")
+		}
+	}
+	return lines, truth
 }
