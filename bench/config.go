@@ -10,13 +10,14 @@ import (
 )
 
 // scenarioNames are the scenarios in the order they run.
-var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "horizon", "micro", "profile", "scale", "shapes", "rerate"}
+var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "horizon", "micro", "profile", "scale", "shapes", "rerate", "latency"}
 
 // optInScenarios run only when named: they take far longer than the rest
 // (scale loads, prices and exports 100M records; shapes seeds, loads and
 // prices six data sets of 1M records, each with its ceiling; rerate prices
-// 1M records, re-prices a tenth, and amends a 100,000-record contract).
-var optInScenarios = []string{"scale", "shapes", "rerate"}
+// 1M records, re-prices a tenth, and amends a 100,000-record contract;
+// latency processes 6M items eight times with a stand-in processor).
+var optInScenarios = []string{"scale", "shapes", "rerate", "latency"}
 
 // config holds every knob of a report run. Defaults finish the full run in
 // about 15 minutes on a 2-core machine; -quick scales everything down to a
@@ -47,6 +48,7 @@ type config struct {
 	scale   scaleConfig
 	shapes  shapesConfig
 	rerate  rerateConfig
+	latency latencyConfig
 
 	// peers
 	peerWorkers   intList
@@ -183,6 +185,7 @@ func parseConfig(args []string) (config, error) {
 	c.scale.flags(fs)
 	c.shapes.flags(fs)
 	c.rerate.flags(fs)
+	c.latency.flags(fs)
 	fs.StringVar(&c.previous, "previous", "", "an earlier results.json whose headline figures are shown beside the new ones")
 
 	fs.IntVar(&c.contracts, "contracts", c.contracts, "throughput: contracts")
@@ -234,6 +237,7 @@ func parseConfig(args []string) (config, error) {
 		c.applyQuick(set)
 		c.shapes.applyQuick()
 		c.rerate.applyQuick()
+		c.latency.applyQuick()
 	}
 	if c.profile != "auto" && c.profile != "always" && c.profile != "never" {
 		return c, fmt.Errorf("-profile %q: want auto, always or never", c.profile)

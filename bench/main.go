@@ -7,8 +7,8 @@
 // It builds the worker binary once, drives real worker processes, and
 // writes bench/results/report.md, results.json (every measurement) and the
 // plots. Scenarios: throughput, events, peers, coordination, failover,
-// horizon, micro, profile (all by default), scale, shapes and rerate
-// (only when named). -quick is a smoke run of about two minutes.
+// horizon, micro, profile (all by default), scale, shapes, rerate and
+// latency (only when named). -quick is a smoke run of about two minutes.
 //
 // It is a module of its own, so that the library's module does not carry
 // its plotting dependencies. It runs from the repository root whichever of
@@ -147,6 +147,7 @@ func run(cfg config) error {
 		{"scale", e.runScale},
 		{"shapes", e.runShapes},
 		{"rerate", e.runRerate},
+		{"latency", e.runLatency},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

@@ -60,6 +60,7 @@ func writeReport(r *results, dir string) error {
 	throughputSection(w, r)
 	shapesSection(w, r)
 	rerateSection(w, r)
+	latencySection(w, r)
 	peersSection(w, r)
 	coordSection(w, r)
 	failoverSection(w, r)

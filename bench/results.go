@@ -25,6 +25,7 @@ type results struct {
 	Scale       *scaleResult      `json:"scale,omitempty"`
 	Shapes      *shapesResult     `json:"shapes,omitempty"`
 	Rerate      *rerateResult     `json:"rerate,omitempty"`
+	Latency     *latencyResult    `json:"latency,omitempty"`
 	Profiles    []profileResult   `json:"profiles,omitempty"`
 	Experiments []modeRun         `json:"experiments,omitempty"`
 	Errors      []string          `json:"errors,omitempty"`
@@ -140,6 +141,8 @@ func (r *results) forget(scenarios []string) {
 			r.Shapes = nil
 		case "rerate":
 			r.Rerate = nil
+		case "latency":
+			r.Latency = nil
 		case "profile":
 			r.Profiles, r.Experiments = nil, nil
 		}
