@@ -49,20 +49,22 @@ const latencyGoal = 3.0
 
 // latencyConfig holds the scenario's knobs.
 type latencyConfig struct {
-	hot, small, smallItems, batch, timeout intFlag
-	workers                                intList
-	wait                                   time.Duration
+	hot, small, smallItems, batch, timeout, maxParts intFlag
+	workers                                          intList
+	wait                                             time.Duration
 }
 
 func (c *latencyConfig) flags(fs *flag.FlagSet) {
 	c.hot.v, c.small.v, c.smallItems.v, c.batch.v = 5_400_000, 100, 6_000, 1000
 	c.workers = intList{1, 2, 4, 8}
 	c.timeout.v = 300
+	c.maxParts.v = 1
 	c.wait = 5 * time.Millisecond
 	fs.Var(&c.hot, "latency-hot", "latency: items of the hot partition (default 5400000, 90 % of the items; -quick 540000)")
 	fs.Var(&c.small, "latency-small", "latency: small partitions (default 100)")
 	fs.Var(&c.smallItems, "latency-small-items", "latency: items of every small partition (default 6000; -quick 600)")
 	fs.Var(&c.batch, "latency-batch-size", "latency: the workers' BatchSize (default 1000: batches of a fixed size, 100 per segment of the default 100,000 items)")
+	fs.Var(&c.maxParts, "latency-max-partitions", "latency: each worker's MaxPartitions (default 1: one batch, one call to the service, in flight per worker, so that workers bring the concurrency; with 8, one worker already runs eight segments at once and the machine's CPU is the limit)")
 	fs.Var(&c.workers, "latency-workers", "latency: worker counts (distributors in this process)")
 	fs.Var(&c.timeout, "latency-timeout", "latency: seconds a run may take before it counts as failed (default 300)")
 	fs.DurationVar(&c.wait, "latency-wait", c.wait, "latency: the stand-in processor's wait per batch (a call to another service)")
@@ -134,7 +136,7 @@ func (e *env) runLatency(ctx context.Context, res *results) error {
 	c := e.cfg.latency
 	r := &latencyResult{Hot: int64(c.hot.v), Small: c.small.v, SmallItems: int64(c.smallItems.v), BatchSize: c.batch.v,
 		WaitMs: float64(c.wait) / float64(time.Millisecond), SegmentRecords: distributor.SegmentRecordsDefault,
-		MaxPartitions: distributor.MaxPartitionsDefault}
+		MaxPartitions: c.maxParts.v}
 	r.Items = r.Hot + int64(r.Small)*r.SmallItems
 	res.Latency = r
 	tpl, err := e.template(ctx, "latency_"+fmt.Sprint(r.Hot)+"_"+fmt.Sprint(r.Small)+"_"+fmt.Sprint(r.SmallItems), func(ctx context.Context, db *bun.DB) error {
@@ -216,13 +218,13 @@ func (e *env) latencyRun(ctx context.Context, tpl string, r *latencyResult, n in
 		}
 	}()
 	for i := range n {
-		wdb, err := openMode(ctx, e.url(name), -1, distributor.MaxPartitionsDefault+4)
+		wdb, err := openMode(ctx, e.url(name), -1, r.MaxPartitions+4)
 		if err != nil {
 			return run, err
 		}
 		dbs = append(dbs, wdb)
 		d, err := distributor.New(wdb, proc, distributor.Config{Name: fmt.Sprintf("latency-%d", i+1),
-			BatchSize: r.BatchSize, SegmentRecords: seg, Logger: quiet,
+			BatchSize: r.BatchSize, SegmentRecords: seg, MaxPartitions: r.MaxPartitions, UntilDone: true, Logger: quiet,
 			OnEvent: func(ev distributor.Event) {
 				if ev.Kind == distributor.EventSplit {
 					proc.splits.Add(1)
@@ -244,11 +246,17 @@ func (e *env) latencyRun(ctx context.Context, tpl string, r *latencyResult, n in
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = d.Run(rctx) }()
 	}
-	// The workers run without UntilDone: the run ends when nothing is
-	// pending, read every 10 ms (a worker holding nothing with
-	// UntilDone can miss the notification of the split's segments).
-	done, err := latencyWait(ctx, db, time.Duration(e.cfg.latency.timeout.v)*time.Second)
-	run.Seconds = done.Sub(start).Seconds()
+	// Until done: every distributor returns once nothing is pending and
+	// it holds nothing.
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	err = nil
+	select {
+	case <-finished:
+	case <-time.After(time.Duration(e.cfg.latency.timeout.v) * time.Second):
+		err = fmt.Errorf("not done after %d s", e.cfg.latency.timeout.v)
+	}
+	run.Seconds = time.Since(start).Seconds()
 	run.CPU = m.stop()
 	for _, d := range ds {
 		d.Stop()
@@ -280,30 +288,6 @@ func (e *env) latencyRun(ctx context.Context, tpl string, r *latencyResult, n in
 	}
 	run.Verified = run.Problem == ""
 	return run, nil
-}
-
-// latencyWait polls until no item of the scenario's kind is pending and
-// returns when it saw so.
-func latencyWait(ctx context.Context, db *bun.DB, timeout time.Duration) (time.Time, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		var pending int64
-		if err := db.QueryRowContext(ctx, `SELECT coalesce(sum(pending), 0) FROM baton.partition_progress WHERE kind = ?`,
-			latencyKind).Scan(&pending); err != nil {
-			return time.Now(), fmt.Errorf("reading the items pending: %w", err)
-		}
-		if pending == 0 {
-			return time.Now(), nil
-		}
-		if time.Now().After(deadline) {
-			return time.Now(), fmt.Errorf("%d items still pending after %s", pending, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return time.Now(), ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 // latencyCheck returns what is wrong with the output, "" when every item

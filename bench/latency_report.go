@@ -14,12 +14,12 @@ func latencySection(w writer, r *results) {
 		"it has no per-item state, so it splits anywhere, and its checkpoint state is the position, checked against the checkpoint's. "+
 		"One partition holds %s items (%.0f %%), %d others %s each: %s items. "+
 		"They are processed, in fresh copies of one database, by 1 … %d distributors in the bench process (`distributor.New`, each with its own name and connection pool) "+
-		"at default flags except `BatchSize` %s (batches of a fixed size: %s per segment), timed from the start until `partition_progress` (read every 10 ms) shows nothing pending, then stopped; "+
+		"at default flags except `BatchSize` %s (batches of a fixed size: %s per segment), each with `MaxPartitions` %d and `UntilDone`, timed from the start until all have returned; "+
 		"with segments (`SegmentRecords` at its default, %s) and without (larger than any partition), alternating. "+
-		"Such a processor's throughput is its batches in flight over the wait: one per held partition, at most %d per worker (`MaxPartitions`). "+
+		"Such a processor's throughput is its batches in flight over the wait: one per held partition, at most `MaxPartitions` per worker. "+
 		"Every run is checked exactly once: each partition's output rows tile its items 1 … available without a gap or an overlap, add up to the items produced, and `partition_progress` has nothing pending.\n\n",
 		latencyKind, s.WaitMs, count(s.Hot), 100*float64(s.Hot)/float64(max(1, s.Items)), s.Small, count(s.SmallItems), count(s.Items),
-		maxWorkers(s), count(int64(s.BatchSize)), count(s.SegmentRecords/int64(max(1, s.BatchSize))), count(s.SegmentRecords), s.MaxPartitions)
+		maxWorkers(s), count(int64(s.BatchSize)), count(s.SegmentRecords/int64(max(1, s.BatchSize))), s.MaxPartitions, count(s.SegmentRecords))
 	w("Goal: with segments, %.0f× the items/s from 1 to 4 workers.\n\n", latencyGoal)
 	if g, ok := s.speedup(4, true); ok {
 		met := "met"
