@@ -52,7 +52,7 @@ func shapesSection(w writer, r *results) {
 		w(" %s | %s | %s | %s | %s | %.1f | %s | %s |\n", rate(row.Run.PerSec), ceil, ratio, uni, goal, row.Run.Seconds, last, yesNo(row.Run.Verified))
 	}
 	w("\n\"Span\" is the time from the first to the last batch of the contract priced last, \"alone\" the part of it after every other contract was done, both by `priced_at` (a batch's transaction start): ")
-	w("a contract is priced by one worker at a time, so a contract holding most of the records keeps one worker busy while the other has nothing left to claim.\n\n")
+	w("a contract with more than twice `--segment-records` (default 100,000) unpriced records is split into segments that several workers price at once, so \"alone\" is the time only that contract's segments were left; a smaller contract is priced by one worker at a time.\n\n")
 	for _, row := range s.Rows {
 		if row.Error != "" {
 			w("- %s at %s records failed: %s\n", row.Label, count(row.Records), oneLine(row.Error, 300))
