@@ -335,7 +335,10 @@
 // already right and they only wake the claim loop. For the same reason a
 // worker never claims with a share it knows to be stale: while the
 // recomputation that a notification of new (or retried) work asks for is
-// rate-limited (once a heartbeat) the round claims nothing, and a share
+// rate-limited (once a heartbeat) the round claims nothing (a round that
+// reads the load anyway, because its rebalance is due or an until-done
+// worker holding nothing looks for the end, makes that recomputation
+// instead of putting it off), and a share
 // computed when there was no work at all is recomputed before the first
 // claim that finds some. Releases bump the version and notify waiting
 // workers, which claim without confirmation.
