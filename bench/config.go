@@ -10,14 +10,16 @@ import (
 )
 
 // scenarioNames are the scenarios in the order they run.
-var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "horizon", "micro", "profile", "scale", "shapes", "rerate", "latency"}
+var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "horizon", "micro", "profile", "scale", "shapes", "rerate", "latency", "segtakeover"}
 
 // optInScenarios run only when named: they take far longer than the rest
 // (scale loads, prices and exports 100M records; shapes seeds, loads and
 // prices six data sets of 1M records, each with its ceiling; rerate prices
 // 1M records, re-prices a tenth, and amends a 100,000-record contract;
-// latency processes 6M items eight times with a stand-in processor).
-var optInScenarios = []string{"scale", "shapes", "rerate", "latency"}
+// latency processes 6M items eight times with a stand-in processor;
+// segtakeover seeds 1M records and kills a worker holding segments 12
+// times).
+var optInScenarios = []string{"scale", "shapes", "rerate", "latency", "segtakeover"}
 
 // config holds every knob of a report run. Defaults finish the full run in
 // about 15 minutes on a 2-core machine; -quick scales everything down to a
@@ -49,6 +51,7 @@ type config struct {
 	shapes  shapesConfig
 	rerate  rerateConfig
 	latency latencyConfig
+	segtake segTakeConfig
 
 	// peers
 	peerWorkers   intList
@@ -186,6 +189,7 @@ func parseConfig(args []string) (config, error) {
 	c.shapes.flags(fs)
 	c.rerate.flags(fs)
 	c.latency.flags(fs)
+	c.segtake.flags(fs)
 	fs.StringVar(&c.previous, "previous", "", "an earlier results.json whose headline figures are shown beside the new ones")
 
 	fs.IntVar(&c.contracts, "contracts", c.contracts, "throughput: contracts")
@@ -238,6 +242,7 @@ func parseConfig(args []string) (config, error) {
 		c.shapes.applyQuick()
 		c.rerate.applyQuick()
 		c.latency.applyQuick()
+		c.segtake.applyQuick()
 	}
 	if c.profile != "auto" && c.profile != "always" && c.profile != "never" {
 		return c, fmt.Errorf("-profile %q: want auto, always or never", c.profile)

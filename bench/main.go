@@ -7,8 +7,9 @@
 // It builds the worker binary once, drives real worker processes, and
 // writes bench/results/report.md, results.json (every measurement) and the
 // plots. Scenarios: throughput, events, peers, coordination, failover,
-// horizon, micro, profile (all by default), scale, shapes, rerate and
-// latency (only when named). -quick is a smoke run of about two minutes.
+// horizon, micro, profile (all by default), scale, shapes, rerate,
+// latency and segtakeover (only when named). -quick is a smoke run of
+// about two minutes.
 //
 // It is a module of its own, so that the library's module does not carry
 // its plotting dependencies. It runs from the repository root whichever of
@@ -148,6 +149,7 @@ func run(cfg config) error {
 		{"shapes", e.runShapes},
 		{"rerate", e.runRerate},
 		{"latency", e.runLatency},
+		{"segtakeover", e.runSegTakeover},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

@@ -64,6 +64,7 @@ func writeReport(r *results, dir string) error {
 	peersSection(w, r)
 	coordSection(w, r)
 	failoverSection(w, r)
+	segTakeoverSection(w, r)
 	horizonSection(w, r)
 	scaleSection(w, r)
 	microSection(w, r)
@@ -213,6 +214,7 @@ func headline(w writer, r *results) {
 		w("| baton records duplicated / lost over %d kills and stops (primary key removed) | 0 / 0 | %d / %d (%d contracts failing verification) | %s |\n",
 			n, dups, lost, mism, yesNo(dups == 0 && lost == 0 && mism == 0))
 	}
+	segTakeoverHeadline(w, r)
 	w("\n")
 }
 

@@ -11,26 +11,27 @@ import (
 // results is everything one report run measured; results.json is this,
 // and report.md is rendered from it.
 type results struct {
-	Machine     machine           `json:"machine"`
-	Server      serverInfo        `json:"server"`
-	Config      configInfo        `json:"config"`
-	Commands    []string          `json:"commands"`
-	Throughput  *throughputResult `json:"throughput,omitempty"`
-	Events      *eventsResult     `json:"events,omitempty"`
-	Peers       *peersResult      `json:"peers,omitempty"`
-	Coord       *coordResult      `json:"coordination,omitempty"`
-	Failover    *failoverResult   `json:"failover,omitempty"`
-	Micro       *microResult      `json:"micro,omitempty"`
-	Horizon     *horizonResult    `json:"horizon,omitempty"`
-	Scale       *scaleResult      `json:"scale,omitempty"`
-	Shapes      *shapesResult     `json:"shapes,omitempty"`
-	Rerate      *rerateResult     `json:"rerate,omitempty"`
-	Latency     *latencyResult    `json:"latency,omitempty"`
-	Profiles    []profileResult   `json:"profiles,omitempty"`
-	Experiments []modeRun         `json:"experiments,omitempty"`
-	Errors      []string          `json:"errors,omitempty"`
-	Scenarios   []scenarioRun     `json:"scenarios"`
-	WallSeconds float64           `json:"wall_s"`
+	Machine     machine            `json:"machine"`
+	Server      serverInfo         `json:"server"`
+	Config      configInfo         `json:"config"`
+	Commands    []string           `json:"commands"`
+	Throughput  *throughputResult  `json:"throughput,omitempty"`
+	Events      *eventsResult      `json:"events,omitempty"`
+	Peers       *peersResult       `json:"peers,omitempty"`
+	Coord       *coordResult       `json:"coordination,omitempty"`
+	Failover    *failoverResult    `json:"failover,omitempty"`
+	Micro       *microResult       `json:"micro,omitempty"`
+	Horizon     *horizonResult     `json:"horizon,omitempty"`
+	Scale       *scaleResult       `json:"scale,omitempty"`
+	Shapes      *shapesResult      `json:"shapes,omitempty"`
+	Rerate      *rerateResult      `json:"rerate,omitempty"`
+	Latency     *latencyResult     `json:"latency,omitempty"`
+	SegTakeover *segTakeoverResult `json:"segtakeover,omitempty"`
+	Profiles    []profileResult    `json:"profiles,omitempty"`
+	Experiments []modeRun          `json:"experiments,omitempty"`
+	Errors      []string           `json:"errors,omitempty"`
+	Scenarios   []scenarioRun      `json:"scenarios"`
+	WallSeconds float64            `json:"wall_s"`
 	// Previous is an earlier run's headline, shown beside this one's.
 	Previous *prevHeadline `json:"previous,omitempty"`
 }
@@ -143,6 +144,8 @@ func (r *results) forget(scenarios []string) {
 			r.Rerate = nil
 		case "latency":
 			r.Latency = nil
+		case "segtakeover":
+			r.SegTakeover = nil
 		case "profile":
 			r.Profiles, r.Experiments = nil, nil
 		}
