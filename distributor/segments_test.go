@@ -272,3 +272,33 @@ func TestAddWorkRefusesASegmentKey(t *testing.T) {
 		}
 	}
 }
+
+// A leader keeps its caught-up partitions, but not segments: they get no
+// more work, so each is released once caught up while the partition it
+// was split from stays held, waiting for work.
+func TestLeaderReleasesCaughtUpSegments(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	newSumOutput(t, e)
+	e.addWork(600, "hot")
+	ev := newEvents()
+	cfg := fastConfig("leader", ev)
+	cfg.Mode, cfg.SegmentRecords, cfg.BatchSize = distributor.ModeLeader, 100, 25
+	d := e.start(cfg, &sumProc{})
+	testutil.Eventually(t, time.Minute, "every item processed, the segments released, hot still held", func() error {
+		var items, heldSegments, segments int
+		var hotOwner *string
+		if err := e.db.QueryRow(`SELECT (SELECT count(*) FROM sum_output WHERE key = 'hot'),
+			(SELECT count(*) FROM baton.tasks WHERE segment_of = 'hot' AND owner IS NOT NULL),
+			(SELECT count(*) FROM baton.tasks WHERE segment_of = 'hot'),
+			(SELECT owner FROM baton.tasks WHERE partition_key = 'hot')`).Scan(&items, &heldSegments, &segments, &hotOwner); err != nil {
+			return err
+		}
+		if items != 600 || segments == 0 || heldSegments != 0 || hotOwner == nil {
+			return fmt.Errorf("%d items, %d segments of which %d held, hot held: %v", items, segments, heldSegments, hotOwner != nil)
+		}
+		return nil
+	})
+	checkSums(t, e, "hot", 1, 600)
+	d.Stop()
+}
