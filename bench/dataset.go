@@ -113,7 +113,12 @@ type producer struct {
 	Seconds  float64 `json:"load_s"`
 }
 
-func (p *producer) run(ctx context.Context) {
+func (p *producer) run(ctx context.Context) { feedWhileLow(ctx, p.db, p.lowWater, "producer", p.load) }
+
+// feedWhileLow calls load every time fewer than lowWater items are pending
+// (every pending item, a split contract's segments included), checking
+// four times a second until ctx ends.
+func feedWhileLow(ctx context.Context, db *bun.DB, lowWater int64, what string, load func(context.Context) error) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -123,14 +128,14 @@ func (p *producer) run(ctx context.Context) {
 		case <-t.C:
 		}
 		var pending int64
-		if err := p.db.QueryRowContext(ctx, `SELECT coalesce(sum(available - position), 0) FROM baton.tasks`).Scan(&pending); err != nil {
+		if err := db.QueryRowContext(ctx, `SELECT coalesce(sum(available - position), 0) FROM baton.tasks`).Scan(&pending); err != nil {
 			continue
 		}
-		if pending >= p.lowWater {
+		if pending >= lowWater {
 			continue
 		}
-		if err := p.load(ctx); err != nil && ctx.Err() == nil {
-			log.Printf("producer: %v", err)
+		if err := load(ctx); err != nil && ctx.Err() == nil {
+			log.Printf("%s: %v", what, err)
 		}
 	}
 }

@@ -535,25 +535,7 @@ type hotProducer struct {
 }
 
 func (p *hotProducer) run(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		var pending int64
-		if err := p.db.QueryRowContext(ctx, `SELECT coalesce(sum(available - position), 0) FROM baton.tasks`).Scan(&pending); err != nil {
-			continue
-		}
-		if pending >= p.lowWater {
-			continue
-		}
-		if err := p.load(ctx); err != nil && ctx.Err() == nil {
-			log.Printf("segtakeover producer: %v", err)
-		}
-	}
+	feedWhileLow(ctx, p.db, p.lowWater, "segtakeover producer", p.load)
 }
 
 func (p *hotProducer) load(ctx context.Context) error {
