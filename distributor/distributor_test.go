@@ -160,7 +160,12 @@ func TestTakeoverAfterStaleConfirmResumeAndFence(t *testing.T) {
 	}
 	ev := newEvents()
 	cfg := fastConfig("heir", ev)
-	cfg.UntilDone = true
+	// A claim round may take StaleAfter/2: with fastConfig's 1s, a round
+	// slowed past 500 ms by a busy machine gives up on a claim statement
+	// that may still apply, and the row comes back by the heir's own
+	// hand-back and a claim of an unowned row, not by the takeover under
+	// test. The ghost's lease (300 ms) is what must end, not the heir's.
+	cfg.UntilDone, cfg.StaleAfter = true, 4*time.Second
 	d := e.start(cfg, newProc())
 
 	claimed := ev.wait(t, 10*time.Second, "takeover claim", kind(distributor.EventClaimed))
