@@ -114,6 +114,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, l.Key, "version", l.Version)
 	}
 	h.started = true
+	h.pending.Store(max(0, cp.Available-res.Position))
 	if segments > 0 {
 		d.reportSplit(l.Lease, cp, segments)
 		return 0, caughtUp, released, nil

@@ -309,10 +309,17 @@ func (d *Distributor) wanted() (want, room int, idle bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	handingBack := false
+	held, self := 0, int64(0)
 	for _, h := range d.held {
-		handingBack = handingBack || h.handBack.Load()
+		if h.handBack.Load() {
+			handingBack = true
+			continue
+		}
+		held++
+		self += h.pending.Load()
 	}
-	want, room = decide.Wanted(d.share, d.cfg.MaxPartitions, d.occupied(), d.overflow, handingBack)
+	share := decide.BacklogShare(d.share, held, self, d.othersBacklog, d.liveWorkers)
+	want, room = decide.Wanted(share, d.cfg.MaxPartitions, d.occupied(), d.overflow, handingBack)
 	return want, room, d.shareIdle
 }
 

@@ -208,7 +208,9 @@ func (d *Distributor) claimedWithBatch(fb firstBatch, unreserve bool) {
 		}
 		return
 	}
-	d.startHeld(fb.claimed, fb.sent, true, nil, true)
+	c := fb.claimed
+	c.Position = fb.position // after its first batch
+	d.startHeld(c, fb.sent, true, nil, true)
 }
 
 // claimGroup runs a group's transaction: fence (cands, and spares in place

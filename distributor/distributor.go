@@ -69,6 +69,13 @@ type Distributor struct {
 	overflowSince time.Time
 	// shareIdle: the share was computed from a load with no work at all.
 	shareIdle bool
+	// othersBacklog and liveWorkers are the last load's pending items of
+	// all but this worker's partitions (less those it claimed since) and
+	// its live count: with the items its own partitions have pending,
+	// known at each claim and commit, they bound the share between loads
+	// (decide.BacklogShare).
+	othersBacklog int64
+	liveWorkers   int
 
 	wakeClaim chan struct{}
 	// workChanged is set by notifications of work added or retried: the
@@ -107,6 +114,7 @@ type held struct {
 	nudge     chan struct{} // new work or hand-back request (leader mode)
 	tried     int           // items the last batch was allowed (its Limit)
 	took      time.Duration // how long the last batch took, to its end or failure
+	pending   atomic.Int64  // items pending as of the claim or the last commit (the share's backlog)
 }
 
 // New returns a distributor over db running p. db's pool should allow

@@ -125,8 +125,31 @@
 // worker row (a claim registers an owner that never heartbeated, as not
 // live; a dead worker's row is kept while it owns task rows). The share is recomputed
 // every RebalanceInterval, and sooner (at most once a heartbeat) when a
-// notification says work was released, loaded or retried. A worker at its
-// share still polls, for stale rows only.
+// notification says work was released, loaded or retried, or that a worker
+// joined (its first heartbeat, which inserts its row, notifies at its
+// commit), and at once when one left. A worker at its share still polls,
+// for stale rows only.
+//
+// Shares weighted by backlog. Partitions are not equal: a hot segment of
+// 100,000 records and a contract of 1,000 count the same in busy / live. So
+// each worker row also carries its backlog, the items its partitions have
+// pending (available − position), written with held by the same heartbeat
+// statement (no extra statement per beat) and changed with held by claims
+// and releases; the load read sums the live workers' backlogs, the leaving
+// workers' leases' and the claimable rows' it counts (a lower bound past
+// the count's cap). A worker whose own backlog is at least ceil(backlog /
+// live workers) holds its share of the work and claims no more partitions
+// (its share is what it holds), so the holder of a hot segment leaves the
+// small contracts to the others. Between load reads the worker knows its
+// own backlog at each claim and commit (a claim moves the claimed row's
+// items from the others' backlog to its own), so a claim of a hot segment
+// stops its claiming at once. The weighting only ever lowers the share to
+// what is held: it never hands a partition back (the count share alone
+// does that), so no partition bounces between workers over backlog, and it
+// changes nothing that the safety argument rests on (who may claim what is
+// still the compare-and-set). Work that no other worker wants is still
+// taken by overflow, after a lease's length. A worker alone is not
+// weighted.
 //
 // Claim with the first batch. A candidate nobody owns (never owned, or
 // released) needs no confirmation, so it is not claimed by that statement

@@ -126,8 +126,9 @@ func (d *Distributor) listenOnce(ctx context.Context, db *dbconn.DB) error {
 // notified wakes the claim loop (and leader partitions) for a notification
 // and records what it means for the fair share. A worker that left changes
 // the live count: the share is recomputed at once. Work added or retried
-// may change the count of partitions with work: the share is recomputed,
-// at most once a heartbeat. A release changes neither (the releasing
+// may change the count of partitions with work, and a worker that joined
+// (its first heartbeat) the live count: the share is recomputed, at most
+// once a heartbeat. A release changes neither (the releasing
 // worker's own departure, if it is leaving, was announced before its
 // first release): the share in hand is still right and the loop claims
 // with it at once.

@@ -24,8 +24,12 @@ func (d *Distributor) startHeld(c taskstore.Claimed, sent time.Time, started boo
 	h := &held{takeover: c.Takeover, claimedAt: sent, prevBeat: c.PrevHeartbeat, nudge: make(chan struct{}, 1),
 		started: started, failWith: failWith}
 	h.lease = d.hb.Track(d.base, c.Lease, sent, c.Takeover)
+	h.pending.Store(max(0, c.Available-c.Position))
 	d.mu.Lock()
 	d.held[c.Key] = h
+	// Its backlog was counted as claimable in the last load: it is this
+	// worker's now.
+	d.othersBacklog = max(0, d.othersBacklog-h.pending.Load())
 	if reserved {
 		delete(d.claiming, c.Key)
 	}

@@ -48,17 +48,23 @@ func (d *Distributor) applyShare(load taskstore.Load) {
 	defer d.mu.Unlock()
 	var keep []*held
 	idle := 0
+	self := int64(0)
 	for _, h := range d.held {
 		if !h.handBack.Load() {
 			keep = append(keep, h)
+			self += h.pending.Load()
 			if h.idle.Load() {
 				idle++
 			}
 		}
 	}
+	// Its own backlog as it knows it, fresher than its last heartbeat's.
+	load.Backlog += self - load.SelfBacklog
+	load.SelfBacklog = self
+	d.othersBacklog, d.liveWorkers = max(0, load.Backlog-self), load.LiveWorkers
 	p := decide.PlanShare(load, len(keep), idle, d.cfg.Mode == ModeLeader, d.cfg.MaxPartitions)
 	d.log.Debug("fair share computed", "share", p.Share, "busy", load.Busy, "live_workers", load.LiveWorkers,
-		"unclaimed", load.Unclaimed, "wanted_by_others", load.Wanted)
+		"unclaimed", load.Unclaimed, "wanted_by_others", load.Wanted, "backlog", load.Backlog, "own_backlog", self)
 	d.share = p.Share
 	d.shareIdle = load.Busy == 0
 	// Work beyond the share: only once nobody else has wanted the

@@ -34,10 +34,13 @@ const (
 	// NotifyLeft: a worker stopped gracefully; it releases its partitions
 	// right after, so the others' fair shares grow now.
 	NotifyLeft = "left"
+	// NotifyJoined: a worker registered (its first heartbeat), so the
+	// others' fair shares shrink now rather than at their next rebalance.
+	NotifyJoined = "joined"
 )
 
 // NotifyPayload is the payload of a notification of reason (NotifyWork,
-// NotifyReleased, NotifyRetry, NotifyLeft) about partitions of kind: the
+// NotifyReleased, NotifyRetry, NotifyLeft, NotifyJoined) about partitions of kind: the
 // reason, a space and the kind. Workers ignore notifications about other
 // kinds. Producers (AddWorks) append a space and the time, in
 // microseconds since the Unix epoch on the database's clock, at which

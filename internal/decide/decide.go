@@ -26,7 +26,9 @@ import (
 // back.
 type Share struct {
 	// Share is how many partitions the worker may hold: ceil(busy / live
-	// workers), at least 1, at most MaxPartitions.
+	// workers), at least 1, at most MaxPartitions; and no more than it
+	// holds once its held backlog is its share of all pending items
+	// (ceil(backlog / live workers)).
 	Share int
 	// Claim is how many more unowned partitions the share allows.
 	Claim int
@@ -50,6 +52,13 @@ func PlanShare(load taskstore.Load, held, idle int, leader bool, maxPartitions i
 	p := Share{Share: maxPartitions}
 	if load.LiveWorkers > 1 {
 		p.Share = min(p.Share, max(1, (load.Busy+load.LiveWorkers-1)/load.LiveWorkers))
+		// Weighted by backlog: a worker whose partitions already hold its
+		// share of all pending items claims no more, so that the holder
+		// of a hot segment does not also take its count-share of small
+		// partitions. It keeps what it holds (backlog never hands a
+		// partition back, so none bounces between workers), and work no
+		// other worker wants is still taken by overflow.
+		p.Share = BacklogShare(p.Share, held, load.SelfBacklog, load.Backlog-load.SelfBacklog, load.LiveWorkers)
 	}
 	p.Claim = max(0, p.Share-held)
 	// Hand back only what another worker will take: there is nothing
@@ -71,6 +80,29 @@ func PlanShare(load taskstore.Load, held, idle int, leader bool, maxPartitions i
 		p.HandBackIdle = min(idle, load.Unclaimed)
 	}
 	return p
+}
+
+// BacklogShare is share as the worker's own backlog now bounds it: no
+// more than the held partitions once self, the items they have pending,
+// is its share of all pending items (others', from the last load, and
+// self) among live workers. A worker learns its own backlog at each claim
+// and commit, sooner than a load read, so that a claim of a hot segment
+// stops it claiming at once.
+func BacklogShare(share, held int, self, others int64, live int) int {
+	if live > 1 && held > 0 && BacklogServed(self, others+self, live) {
+		return min(share, held)
+	}
+	return share
+}
+
+// BacklogServed reports whether a worker holding self pending items holds
+// its share of backlog pending items among live workers: ceil(backlog /
+// live), and more than nothing.
+func BacklogServed(self, backlog int64, live int) bool {
+	if backlog <= 0 || live < 1 {
+		return false
+	}
+	return self >= (backlog+int64(live)-1)/int64(live)
 }
 
 // OverflowAllowed reports whether work may be claimed beyond the share:

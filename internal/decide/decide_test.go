@@ -13,6 +13,10 @@ func TestPlanShare(t *testing.T) {
 	load := func(busy, live, unclaimed, wanted int) taskstore.Load {
 		return taskstore.Load{Busy: busy, LiveWorkers: live, Unclaimed: unclaimed, Wanted: wanted}
 	}
+	weighed := func(l taskstore.Load, backlog, self int64) taskstore.Load {
+		l.Backlog, l.SelfBacklog = backlog, self
+		return l
+	}
 	for _, tc := range []struct {
 		name       string
 		load       taskstore.Load
@@ -34,6 +38,19 @@ func TestPlanShare(t *testing.T) {
 		{"leader at capacity frees idle partitions for waiting work", load(9, 3, 2, 0), 3, 3, true, 3, Share{Share: 3, HandBackIdle: 2}},
 		{"leader below capacity frees nothing", load(9, 3, 2, 1), 2, 2, true, 8, Share{Share: 3, Claim: 1}},
 		{"lock mode frees no idle partitions", load(9, 3, 2, 0), 3, 3, false, 3, Share{Share: 3}},
+		// Weighted by backlog: 1,000,000 items pending among 2 workers.
+		{"holding its share of the backlog claims no more", weighed(load(40, 2, 38, 8), 1_000_000, 900_000), 1, 0, false, 8,
+			Share{Share: 1}},
+		{"holding exactly its share of the backlog claims no more", weighed(load(40, 2, 38, 8), 1_000_000, 500_000), 2, 0, false, 8,
+			Share{Share: 2}},
+		{"below its share of the backlog claims its count-share", weighed(load(40, 2, 38, 8), 1_000_000, 499_999), 2, 0, false, 8,
+			Share{Share: 8, Claim: 6}},
+		{"holding nothing claims whatever the backlog says", weighed(load(40, 2, 38, 8), 1_000_000, 900_000), 0, 0, false, 8,
+			Share{Share: 8, Claim: 8}},
+		{"backlog never hands back", weighed(load(12, 3, 0, 2), 100, 100), 6, 0, false, 12, Share{Share: 4, HandBack: 2}},
+		{"backlog-served work nobody wants still overflows", weighed(load(40, 2, 38, 0), 1_000_000, 900_000), 1, 0, false, 8,
+			Share{Share: 1, Overflow: true}},
+		{"alone, backlog does not count", weighed(load(20, 1, 19, 0), 100, 100), 1, 0, false, 8, Share{Share: 8, Claim: 7, Overflow: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := PlanShare(tc.load, tc.held, tc.idle, tc.leader, tc.max); got != tc.want {

@@ -449,6 +449,8 @@ type Result struct {
 	Takeover        int // claims of a row whose owner's lease had expired
 	Commits         int // batches committed
 	Items           int64
+	// WorkerItems is the items each worker instance committed, by its id.
+	WorkerItems map[int]int64
 	// ItemsChecked counts items verified exactly once at the end (all
 	// available work of every partition, when the schedule drained).
 	ItemsChecked int64

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -275,6 +276,8 @@ type workerRow struct {
 	stoppedAt time.Duration
 	held      int
 	wanted    int
+	// backlog is the pending items of the rows held (workers.backlog).
+	backlog int64
 }
 
 // left is how long a lease or registration ending at exp has left at now,
@@ -779,7 +782,7 @@ func (st *store) exec(x *stmt) {
 		for _, l := range req.leases {
 			listed[l] = true
 		}
-		heldNow := 0
+		heldNow, backlogNow := 0, int64(0)
 		var back []*row
 		for _, r := range st.rows {
 			if r.owner != req.owner || !r.visible() {
@@ -787,6 +790,7 @@ func (st *store) exec(x *stmt) {
 			}
 			if left(r.leaseExp, x.start) > 0 {
 				heldNow++
+				backlogNow += max(0, r.available-r.position)
 			}
 			if decide.HandBack(listed[leaseID{r.key, r.version}], left(r.leaseExp, x.start)) && !st.lockedByOthers(t, r) {
 				st.addLock(t, r, lockUpdate)
@@ -813,9 +817,11 @@ func (st *store) exec(x *stmt) {
 				st.commit(x, func() response {
 					switch {
 					case wr == nil:
-						st.workerRows[req.owner] = &workerRow{expires: x.start + s.cfg.StaleAfter, held: heldNow, wanted: req.wanted}
+						st.workerRows[req.owner] = &workerRow{expires: x.start + s.cfg.StaleAfter, held: heldNow, wanted: req.wanted,
+							backlog: backlogNow}
+						st.notify(notifyJoined)
 					case !wr.stopped:
-						wr.expires, wr.held, wr.wanted = x.start+s.cfg.StaleAfter, heldNow, req.wanted
+						wr.expires, wr.held, wr.wanted, wr.backlog = x.start+s.cfg.StaleAfter, heldNow, req.wanted, backlogNow
 					}
 					out := make([]renewal, 0, len(renewed)+len(fresh))
 					for _, r := range renewed {
@@ -940,8 +946,13 @@ func (st *store) exec(x *stmt) {
 			}
 			if len(out) > 0 {
 				// Outside a transaction the claim raises the claimer's
-				// held count (registering an owner that has no row).
-				st.registerOwner(req.owner, x.start).held += len(out)
+				// held count and backlog (registering an owner that has
+				// no row).
+				wr := st.registerOwner(req.owner, x.start)
+				wr.held += len(out)
+				for _, c := range out {
+					wr.backlog += max(0, c.available-c.position)
+				}
 			}
 			return response{won: out}
 		})
@@ -963,6 +974,7 @@ func (st *store) exec(x *stmt) {
 					r.owner, r.heartbeatAt, r.leaseExp = 0, 0, negInf
 					if wr := st.workerRows[req.owner]; wr != nil {
 						wr.held = max(0, wr.held-1)
+						wr.backlog = max(0, wr.backlog-max(0, r.available-r.position))
 					}
 					s.res.Releases++
 					s.tracef("store: p%d released by w%d, now v%d", r.key, req.owner, r.version)
@@ -1256,6 +1268,7 @@ const (
 	notifyWork     notifyKind = iota // work added or retried
 	notifyReleased                   // partitions with work released
 	notifyLeft                       // a worker marked itself stopped
+	notifyJoined                     // a worker's first heartbeat registered it
 )
 
 // notify is pg_notify: every worker listening is woken, unless it is cut
@@ -1311,7 +1324,7 @@ func (st *store) applyCommit(t *txn) {
 			return
 		}
 		st.setVersion(r, t.lease.version, fmt.Sprintf("claim with first batch by w%d", t.owner))
-		st.registerOwner(t.owner, t.claimAt) // counted by its next heartbeat
+		st.registerOwner(t.owner, t.claimAt)
 		r.owner, r.heartbeatAt, r.leaseExp = t.owner, t.claimAt, t.claimAt+s.cfg.StaleAfter
 		s.res.Claims++
 		s.res.ClaimsWithBatch++
@@ -1401,10 +1414,23 @@ func (st *store) applyCommit(t *txn) {
 	}
 	s.res.Commits++
 	s.res.Items += n
+	if n > 0 {
+		if s.res.WorkerItems == nil {
+			s.res.WorkerItems = map[int]int64{}
+		}
+		s.res.WorkerItems[t.owner] += n
+	}
 	s.lastProgress = s.now
 	s.res.LastCommit = s.now
 	s.tracef("store: txn%d commits p%d items %d..%d by w%d under v%d", t.id, r.key, t.writeFrom, t.writeTo, t.owner, t.lease.version)
 	s.committed(r.key, t.owner)
+	if t.claim && !t.release {
+		// A claim kept past its first batch raises its worker's held
+		// count and backlog at the commit.
+		wr := st.registerOwner(t.owner, t.claimAt)
+		wr.held++
+		wr.backlog += max(0, r.available-r.position)
+	}
 	if t.claim && t.release {
 		st.setVersion(r, r.version+1, fmt.Sprintf("release with claim by w%d", t.owner))
 		r.owner, r.heartbeatAt, r.leaseExp = 0, 0, negInf
@@ -1470,6 +1496,10 @@ func (st *store) fairShareLoad(self, maxPartitions int, now time.Duration) tasks
 		if decide.Live(left(wr.expires, now), wr.stopped) {
 			l.LiveWorkers++
 			held += wr.held
+			l.Backlog += wr.backlog
+			if id == self {
+				l.SelfBacklog = wr.backlog
+			}
 			if first || wr.held < l.MinHeld {
 				l.MinHeld, first = wr.held, false
 			}
@@ -1481,19 +1511,21 @@ func (st *store) fairShareLoad(self, maxPartitions int, now time.Duration) tasks
 			leaving[id] = true
 		}
 	}
-	leavingLeases, unowned, stale, pending := 0, 0, 0, false
+	leavingLeases, pending := 0, false
+	var unowned, stale []*row
 	for _, r := range st.rows {
 		if !r.visible() {
 			continue
 		}
 		if leaving[r.owner] && left(r.leaseExp, now) > 0 {
 			leavingLeases++
+			l.Backlog += max(0, r.available-r.position)
 		}
 		switch {
 		case r.owner == 0 && claimable(r, now):
-			unowned++
+			unowned = append(unowned, r)
 		case st.stale(r, now):
-			stale++
+			stale = append(stale, r)
 		}
 		// Pending work all the same: unowned (maybe backing off), or owned
 		// by a worker with a row.
@@ -1502,7 +1534,19 @@ func (st *store) fairShareLoad(self, maxPartitions int, now time.Duration) tasks
 		}
 	}
 	capN := max(max(l.LiveWorkers, 1)*maxPartitions-held, maxPartitions+1)
-	claimableN := min(unowned, capN) + min(stale, capN)
+	// Each kind counted up to the cap, earliest claimable first, with its
+	// pending items.
+	counted := func(rows []*row) int {
+		if len(rows) > capN {
+			slices.SortStableFunc(rows, func(a, b *row) int { return cmp.Compare(a.leaseExp, b.leaseExp) })
+			rows = rows[:capN]
+		}
+		for _, r := range rows {
+			l.Backlog += max(0, r.available-r.position)
+		}
+		return len(rows)
+	}
+	claimableN := counted(unowned) + counted(stale)
 	switch total := held + leavingLeases + claimableN; {
 	case total > 0:
 		l.Busy = min(max(l.LiveWorkers, 1)*maxPartitions, total)

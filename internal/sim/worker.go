@@ -70,11 +70,15 @@ type worker struct {
 	hbNextTick time.Duration
 
 	// Distributor
-	held          map[int]*heldPart
-	claiming      map[int]*claimRun // claims in flight with their first batch
-	lostClaims    map[int]lostClaim // candidates lost at their fence (distributor's skipLost)
-	share         int
-	shareIdle     bool // the share was computed when there was no work
+	held       map[int]*heldPart
+	claiming   map[int]*claimRun // claims in flight with their first batch
+	lostClaims map[int]lostClaim // candidates lost at their fence (distributor's skipLost)
+	share      int
+	shareIdle  bool // the share was computed when there was no work
+	// othersBacklog and liveWorkers are the last load's backlog of all but
+	// this worker's partitions and its live count (decide.BacklogShare).
+	othersBacklog int64
+	liveWorkers   int
 	overflow      bool // work nobody else wants may be claimed beyond the share
 	overflowSince time.Duration
 	overflowOn    bool // overflowSince is set
@@ -936,6 +940,14 @@ func (w *worker) rebalance(load taskstore.Load) {
 			}
 		}
 	}
+	// Its own backlog as it knows it (fresher than its last heartbeat).
+	self := int64(0)
+	for _, h := range keep {
+		self += h.pending
+	}
+	load.Backlog += self - load.SelfBacklog
+	load.SelfBacklog = self
+	w.othersBacklog, w.liveWorkers = load.Backlog-self, load.LiveWorkers
 	p := decide.PlanShare(load, len(keep), idle, cfg.Mode == ModeLeader, cfg.MaxPartitions)
 	w.share = p.Share
 	w.shareIdle = load.Busy == 0
@@ -1065,10 +1077,16 @@ func candOwned(c candidate) bool { return c.owned }
 // back.
 func (w *worker) wanted() (want, room int) {
 	handingBack := false
+	held, self := 0, int64(0)
 	for _, h := range w.held {
 		handingBack = handingBack || h.handBack
+		if !h.handBack {
+			held++
+			self += h.pending
+		}
 	}
-	return decide.Wanted(w.share, w.s.cfg.MaxPartitions, len(w.held)+len(w.claiming), w.overflow, handingBack)
+	share := decide.BacklogShare(w.share, held, self, w.othersBacklog, w.liveWorkers)
+	return decide.Wanted(share, w.s.cfg.MaxPartitions, len(w.held)+len(w.claiming), w.overflow, handingBack)
 }
 
 func (w *worker) claimRound(round int, cands []candidate, want, room int) {
@@ -1235,13 +1253,17 @@ type heldPart struct {
 	retryDue  bool
 	batch     *batchRun
 	failWith  errKind // a first batch failed in the claim's transaction: record it first
+	pending   int64   // items pending as of the claim or the last commit
 }
 
 func (w *worker) startPartition(c claimed, sent time.Duration, epoch int) {
-	h := &heldPart{w: w, takeover: c.takeover, claimedAt: sent}
+	h := &heldPart{w: w, takeover: c.takeover, claimedAt: sent, pending: max(0, c.available-c.position)}
 	h.l = w.track(c.leaseID, sent, epoch, c.takeover)
 	h.l.h = h
 	w.held[c.key] = h
+	// Its backlog was counted as claimable in the last load: it is this
+	// worker's now.
+	w.othersBacklog = max(0, w.othersBacklog-h.pending)
 	w.after(0, h.begin)
 }
 
@@ -1673,6 +1695,9 @@ func (b *batchRun) finish(items int64, caughtUp bool, err errKind) {
 	// committed.
 	w.closeConn(b.c)
 	h.batch = nil
+	if err == errNone {
+		h.pending = max(0, b.avail-b.newPos)
+	}
 	w.after(0, func() { h.afterBatch(items, caughtUp, err) })
 }
 

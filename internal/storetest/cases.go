@@ -36,6 +36,7 @@ func Cases() []Case {
 		{"Progress/VersionAndPosition", progress},
 		{"FairShareLoad/CountsHeldClaimableAndLiveWorkers", fairShareLoad},
 		{"FairShareLoad/MinHeldLeavingAndWanted", fairShareMinHeld},
+		{"FairShareLoad/Backlog", fairShareBacklog},
 		{"StaleCandidates/NotWhileTheOwnerIsLive", staleOwnerLive},
 		{"Heartbeat/RewritesOnlyLeasesBelowTheThreshold", heartbeatThreshold},
 		{"Heartbeat/HandsBackItsUnlistedRowsPastTheirLeases", heartbeatHandBack},
@@ -664,7 +665,8 @@ func fairShareLoad(c *C, h Harness) {
 	// Busy: held, heldDone (held under a live lease), pending
 	// (claimable); not idle, not quarantined, not backingOff (not
 	// claimable yet). Unclaimed: pending only. Quarantined is not counted.
-	want := taskstore.Load{Busy: 3, LiveWorkers: 1, Unclaimed: 1, MinHeld: 2}
+	// Backlog: held's and pending's 5 items each.
+	want := taskstore.Load{Busy: 3, LiveWorkers: 1, Unclaimed: 1, MinHeld: 2, Backlog: 10}
 	if got != want {
 		c.Errorf("FairShareLoad = %+v, want %+v", got, want)
 	}
@@ -726,6 +728,47 @@ func fairShareMinHeld(c *C, h Harness) {
 	if l := c.load(h); l.MinHeld != 0 || l.Unclaimed != 1 {
 		c.Errorf("FairShareLoad once w2's lease was handed back = %+v, want MinHeld 0, Unclaimed 1", l)
 	}
+}
+
+// The backlog (pending items) follows what the workers hold: raised by a
+// claim, rewritten by a heartbeat, lowered by a release, and counted for
+// claimable rows and a stopped worker's leases.
+func fairShareBacklog(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 7)
+	for _, w := range []string{"w1", "w2"} {
+		_, err := h.HeartbeatBelow(c.Ctx, w, 0, nil)
+		c.must(err, "Heartbeat")
+	}
+	check := func(step, self string, backlog, selfBacklog int64) {
+		l, err := h.FairShareLoad(c.Ctx, self)
+		c.must(err, "FairShareLoad")
+		if l.Backlog != backlog || l.SelfBacklog != selfBacklog {
+			c.Errorf("%s: FairShareLoad for %s = %+v, want Backlog %d, SelfBacklog %d", step, self, l, backlog, selfBacklog)
+		}
+	}
+	check("nothing held", "w1", 12, 0)
+	a := c.claimOne(h, "w1", "a")
+	check("a claimed by w1", "w1", 12, 5)
+	check("a claimed by w1, read by w2", "w2", 12, 0)
+	b, _, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin")
+	c.must(b.Advance(c.Ctx, 0, 2), "Advance")
+	c.must(b.Commit(c.Ctx), "Commit")
+	_, err = h.HeartbeatBelow(c.Ctx, "w1", 0, []partition.Lease{a.Lease})
+	c.must(err, "Heartbeat")
+	check("2 of a's items done, w1 heartbeated", "w1", 10, 3)
+	bb := c.claimOne(h, "w2", "b")
+	check("b claimed by w2", "w2", 10, 7)
+	_, err = h.Release(c.Ctx, "w1", []partition.Lease{a.Lease})
+	c.must(err, "Release")
+	check("a released", "w1", 10, 0)
+	// A stopped worker's live leases still count, as busy.
+	c.must(h.StopWorker(c.Ctx, "w2"), "StopWorker")
+	check("w2 stopped holding b", "w1", 10, 0)
+	_, err = h.Release(c.Ctx, "w2", []partition.Lease{bb.Lease})
+	c.must(err, "Release")
+	check("b released", "w1", 10, 0)
 }
 
 // A row past its lease whose owner is live is not stale: only its owner's

@@ -213,7 +213,7 @@ const claimAdvanceGroupCTEs = `
 			    traceparent = nullif(c.trace, ''), updated_at = now()
 			FROM c
 			WHERE t.kind = $11 AND t.partition_key = c.partition_key
-			RETURNING t.partition_key, c.version, c.from_pos, t.position, c.release,
+			RETURNING t.partition_key, c.version, c.from_pos, t.position, t.available, c.release,
 			          t.available > t.position AS pending
 		), n AS (
 			SELECT count(pg_notify($10, $12)) AS sent
@@ -226,9 +226,11 @@ const claimAdvanceGroupCTEs = `
 			-- An owner without a worker row (one that never heartbeated)
 			-- is registered, as not live, so that its partitions are found
 			-- once their leases end (Store.StaleCandidates).
-			INSERT INTO {{.Schema}}.workers (instance_id, name, kind, expires_at, held)
-			SELECT $7, split_part($7, '#', 1), $11, now(), count(*) FROM u WHERE NOT release HAVING count(*) > 0
-			ON CONFLICT (instance_id) DO UPDATE SET held = workers.held + EXCLUDED.held
+			INSERT INTO {{.Schema}}.workers (instance_id, name, kind, expires_at, held, backlog)
+			SELECT $7, split_part($7, '#', 1), $11, now(), count(*), coalesce(sum(greatest(available - position, 0)), 0)
+			FROM u WHERE NOT release HAVING count(*) > 0
+			ON CONFLICT (instance_id) DO UPDATE
+			SET held = workers.held + EXCLUDED.held, backlog = workers.backlog + EXCLUDED.backlog
 		)`
 
 // claimAdvanceGroupEventsSQL is claimAdvanceGroupSQL recording each

@@ -43,7 +43,8 @@ func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leas
 }
 
 // ClusterLoad counts exactly, reading every row, what FairShareLoad
-// bounds: the fair-share inputs of s's kind, for tests that compare the two.
+// bounds: the fair-share inputs of s's kind (SelfBacklog aside), for tests
+// that compare the two.
 func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 	var l Load
 	err := s.db.QueryRowContext(ctx, s.sql(`
@@ -61,7 +62,10 @@ func (s *Store) ClusterLoad(ctx context.Context) (Load, error) {
 		    FROM {{.Schema}}.workers w
 		    LEFT JOIN {{.Schema}}.tasks t ON t.kind = w.kind AND t.owner = w.instance_id AND t.lease_expires_at > now()
 		    WHERE w.kind = ?0 AND w.expires_at > now() AND w.stopped_at IS NULL
-		    GROUP BY w.instance_id) h), 0)`), s.kind).Scan(&l.Busy, &l.LiveWorkers, &l.Quarantined, &l.Unclaimed, &l.MinHeld)
+		    GROUP BY w.instance_id) h), 0),
+		  (SELECT coalesce(sum(available - position), 0) FROM {{.Schema}}.tasks
+		    WHERE kind = ?0 AND failed_at IS NULL AND available > position)`), s.kind).Scan(
+		&l.Busy, &l.LiveWorkers, &l.Quarantined, &l.Unclaimed, &l.MinHeld, &l.Backlog)
 	if err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}

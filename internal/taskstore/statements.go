@@ -24,7 +24,7 @@ import "github.com/batonhq/baton/partition"
 //     (heartbeatSQL), so it is claimable as an unowned row then.
 //
 // staleRows is the second: kind $K's stale rows, with their leases' ends
-// as "at", up to limit of them per worker (earliest expired first). The
+// as "at" and their pending items as "backlog", up to limit of them per worker (earliest expired first). The
 // workers table holds one row per instance (the fair share reads it whole
 // too); only the instances that are not live are looked up in tasks, each
 // through the tasks_owner index (the lateral subquery with its limit is
@@ -32,10 +32,10 @@ import "github.com/batonhq/baton/partition"
 // tasks whole).
 func staleRows(k, limit string) string {
 	return `
-			SELECT t.partition_key, t.version, t.lease_expires_at AS at
+			SELECT t.partition_key, t.version, t.lease_expires_at AS at, t.available - t.position AS backlog
 			FROM {{.Schema}}.workers w
 			CROSS JOIN LATERAL (
-				SELECT t.partition_key, t.version, t.lease_expires_at
+				SELECT t.partition_key, t.version, t.lease_expires_at, t.available, t.position
 				FROM {{.Schema}}.tasks t
 				WHERE t.owner = w.instance_id AND t.kind = ` + k + `
 				  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
@@ -79,7 +79,9 @@ var staleCandidatesSQL = `
 // wake, $11 how many more partitions it wants. It also hands back the
 // worker's rows that it does not list and whose leases have ended (a
 // lease its owner stopped renewing, or a claim it never learnt of),
-// notifying channel $13 with payload $14 when they have pending work.
+// notifying channel $13 with payload $14 when they have pending work. A
+// worker's first heartbeat, which registers it, notifies channel $13 with
+// payload $15.
 var heartbeatSQL = heartbeatCTEs + heartbeatResult
 
 // heartbeatEventsSQL is heartbeatSQL recording each hand-back in the
@@ -95,7 +97,7 @@ const heartbeatCTEs = `
 			-- Every row of this worker as of this statement's snapshot,
 			-- read once through the owner index: counted for held, and
 			-- the unlisted ones past their leases handed back.
-			SELECT partition_key, version, lease_expires_at
+			SELECT partition_key, version, lease_expires_at, greatest(available - position, 0) AS backlog
 			FROM {{.Schema}}.tasks
 			WHERE owner = $3 AND kind = $12
 		), h AS (
@@ -106,24 +108,31 @@ const heartbeatCTEs = `
 			  ON t.kind = $12 AND t.partition_key = h.key AND t.version = h.version
 			WHERE coalesce(t.owner, '') = $3 -- by key, not through tasks_owner (ownedBy)
 		), w AS (
-			INSERT INTO {{.Schema}}.workers (instance_id, name, hostname, pid, mode, wake, expires_at, wanted, held, kind)
+			INSERT INTO {{.Schema}}.workers (instance_id, name, hostname, pid, mode, wake, expires_at, wanted, held, backlog, kind)
 			VALUES ($3, $4, $5, $6, $7, $8, now() + $9::bigint * interval '1 microsecond', $11::integer,
 			        -- Every lease of this worker, not only those it sent: a
 			        -- claim that committed after the worker listed its
-			        -- leases is counted too.
+			        -- leases is counted too, with its pending items.
 			        (SELECT count(*) FROM o WHERE lease_expires_at > now()),
+			        (SELECT coalesce(sum(backlog), 0) FROM o WHERE lease_expires_at > now()),
 			        $12)
 			ON CONFLICT (instance_id) DO UPDATE
 			SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at, wanted = EXCLUDED.wanted,
 			    kind = EXCLUDED.kind,
 			    -- A claim that committed after this statement's snapshot
-			    -- raised held itself (the row changed since): keep that
-			    -- count until the next heartbeat rather than lose the claim.
+			    -- raised held and backlog itself (the row changed since):
+			    -- keep those until the next heartbeat rather than lose the
+			    -- claim.
 			    held = CASE WHEN workers.xmin = (SELECT xmin FROM {{.Schema}}.workers WHERE instance_id = $3)
-			                THEN EXCLUDED.held ELSE workers.held END
+			                THEN EXCLUDED.held ELSE workers.held END,
+			    backlog = CASE WHEN workers.xmin = (SELECT xmin FROM {{.Schema}}.workers WHERE instance_id = $3)
+			                   THEN EXCLUDED.backlog ELSE workers.backlog END
 			-- A late heartbeat (cancelled client-side, applied server-side
 			-- after the worker stopped) must not bring it back to life.
 			WHERE workers.stopped_at IS NULL
+			-- A worker's first heartbeat (an insert: xmax 0) tells the
+			-- others at its commit, so that they recompute their shares.
+			RETURNING CASE WHEN workers.xmax = 0 THEN pg_notify($13, $15) END AS joined
 		), l AS (
 			SELECT t.partition_key
 			FROM {{.Schema}}.tasks t
@@ -182,7 +191,7 @@ const heartbeatResult = `
 // workers and partitions only.
 var fairShareSQL = `
 		WITH w AS (
-		  SELECT instance_id, held, wanted, expires_at > now() AND stopped_at IS NULL AS live,
+		  SELECT instance_id, held, wanted, backlog, expires_at > now() AND stopped_at IS NULL AS live,
 		         -- Stopped within the last stale-after ($2 microseconds):
 		         -- not live any more, its leases maybe not released yet.
 		         stopped_at > now() - $2::bigint * interval '1 microsecond' AS leaving
@@ -194,22 +203,26 @@ var fairShareSQL = `
 		         coalesce(sum(held) FILTER (WHERE live), 0) AS held,
 		         coalesce(min(held) FILTER (WHERE live), 0) AS min_held,
 		         coalesce(sum(wanted) FILTER (WHERE live AND instance_id <> $3), 0) AS wanted,
+		         coalesce(sum(backlog) FILTER (WHERE live), 0) AS backlog,
+		         coalesce(max(backlog) FILTER (WHERE live AND instance_id = $3), 0) AS self_backlog,
 		         array_agg(instance_id) FILTER (WHERE leaving) AS leaving
 		  FROM w WHERE live OR leaving
 		), leaving AS (
-		  SELECT count(*) AS n FROM {{.Schema}}.tasks
+		  SELECT count(*) AS n, coalesce(sum(greatest(available - position, 0)), 0) AS backlog
+		  FROM {{.Schema}}.tasks
 		  WHERE owner = ANY ((SELECT leaving FROM live)::text[]) AND kind = $4 AND lease_expires_at > now()
 		), cap AS (
 		  SELECT greatest(greatest(n, 1) * $1::bigint - held, $1::bigint + 1) AS n FROM live
 		), claimable AS (
-		  -- Unowned and stale, each counted up to the cap.
-		  SELECT count(*) AS n FROM (
-		    (SELECT 1 FROM {{.Schema}}.tasks
+		  -- Unowned and stale, each counted up to the cap, with their
+		  -- pending items.
+		  SELECT count(*) AS n, coalesce(sum(backlog), 0) AS backlog FROM (
+		    (SELECT greatest(available - position, 0) AS backlog FROM {{.Schema}}.tasks
 		     WHERE kind = $4 AND claimable_at >= $5::timestamptz AND claimable_at <= now()
 		     ORDER BY claimable_at
 		     LIMIT (SELECT n FROM cap))
 		    UNION ALL
-		    (SELECT 1 FROM (` + staleRows("$4", "(SELECT n FROM cap)") + `) s
+		    (SELECT backlog FROM (` + staleRows("$4", "(SELECT n FROM cap)") + `) s
 		     LIMIT (SELECT n FROM cap))) c
 		)
 		SELECT
@@ -228,5 +241,7 @@ var fairShareSQL = `
 		  live.n,
 		  least(claimable.n, $1::bigint + 1),
 		  live.min_held,
-		  live.wanted
+		  live.wanted,
+		  live.backlog + leaving.backlog + claimable.backlog,
+		  live.self_backlog
 		FROM live, leaving, claimable`

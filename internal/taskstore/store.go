@@ -368,7 +368,8 @@ func (s *Store) HeartbeatBelow(ctx context.Context, w Worker, ttl, renewBelow ti
 	}
 	rows, err := s.query(ctx, q,
 		keys, versions, w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, partition.WakeListen), micros(ttl),
-		micros(renewBelow), w.Wanted, s.kind, partition.NotifyChannel, partition.NotifyPayload(partition.NotifyReleased, s.kind))
+		micros(renewBelow), w.Wanted, s.kind, partition.NotifyChannel, partition.NotifyPayload(partition.NotifyReleased, s.kind),
+		partition.NotifyPayload(partition.NotifyJoined, s.kind))
 	if err != nil {
 		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
 	}
@@ -468,7 +469,8 @@ func (s *Store) Inspect(ctx context.Context, owner string, leases []partition.Le
 }
 
 // heldChange is the CTE by which a claim (op "+") or a release ("-")
-// changes its worker's held count (FairShareLoad) by the rows of CTE rows,
+// changes its worker's held count and backlog (FairShareLoad) by the rows
+// of CTE rows (which return position and available),
 // so that the count follows them from their commit rather than from the
 // worker's next heartbeat. Not inside a caller's transaction: that would
 // keep the worker's row locked, and its heartbeat waiting, until the
@@ -489,15 +491,19 @@ func (s *Store) heldChange(op, rows, owner string) (string, []any) {
 		)`, []any{owner, owner, s.kind}
 	case op == "+":
 		return `, wh AS (
-			INSERT INTO {{.Schema}}.workers (instance_id, name, kind, expires_at, held)
-			SELECT ?, split_part(?, '#', 1), ?, now(), count(*) FROM ` + rows + ` HAVING count(*) > 0
-			ON CONFLICT (instance_id) DO UPDATE SET held = workers.held + EXCLUDED.held
+			INSERT INTO {{.Schema}}.workers (instance_id, name, kind, expires_at, held, backlog)
+			SELECT ?, split_part(?, '#', 1), ?, now(), count(*), coalesce(sum(greatest(available - position, 0)), 0)
+			FROM ` + rows + ` HAVING count(*) > 0
+			ON CONFLICT (instance_id) DO UPDATE
+			SET held = workers.held + EXCLUDED.held, backlog = workers.backlog + EXCLUDED.backlog
 		)`, []any{owner, owner, s.kind}
 	case inTx:
 		return "", nil
 	}
 	return `, wh AS (
-			UPDATE {{.Schema}}.workers SET held = greatest(0, held ` + op + ` (SELECT count(*) FROM ` + rows + `))
+			UPDATE {{.Schema}}.workers
+			SET held = greatest(0, held ` + op + ` (SELECT count(*) FROM ` + rows + `)),
+			    backlog = greatest(0, backlog ` + op + ` (SELECT coalesce(sum(greatest(available - position, 0)), 0) FROM ` + rows + `))
 			WHERE instance_id = ? AND EXISTS (SELECT 1 FROM ` + rows + `)
 		)`, []any{owner}
 }
@@ -531,7 +537,7 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []p
 			    lease_expires_at = '-infinity', updated_at = now()
 			FROM l
 			WHERE t.kind = l.kind AND t.partition_key = l.partition_key
-			RETURNING t.kind, t.partition_key, t.version, t.position, t.available > t.position AS pending
+			RETURNING t.kind, t.partition_key, t.version, t.position, t.available, t.available > t.position AS pending
 		), n AS (
 			SELECT count(pg_notify(?, ?)) AS sent
 			FROM (SELECT 1 FROM r WHERE pending LIMIT 1) p
@@ -696,6 +702,16 @@ type Load struct {
 	// Wanted is how many more partitions the other live workers want, as
 	// their last heartbeats said (Worker.Wanted); FairShareLoad only.
 	Wanted int
+	// Backlog is the pending work items (available − position) of the
+	// partitions Busy counts: those the live workers hold (as their last
+	// heartbeats, claims and releases wrote them), the leaving workers'
+	// leases and the claimable rows counted. Past the claimable count's
+	// cap it is a lower bound. FairShareLoad only.
+	Backlog int64
+	// SelfBacklog is the pending work items of the partitions the reading
+	// worker holds, as its last heartbeat, claims and releases wrote them.
+	// FairShareLoad only.
+	SelfBacklog int64
 }
 
 // FairShareLoad reads what worker self, with room for maxPartitions, needs for
@@ -724,6 +740,10 @@ type Load struct {
 //     counted once a full read has found it. PendingWork answers exactly;
 //   - Wanted sums what the live workers other than self want (their
 //     heartbeats write Worker.Wanted);
+//   - Backlog sums the pending items of what Busy counts: the live
+//     workers' held backlogs (workers.backlog, written as held is), the
+//     leaving workers' leases and the claimable rows read (a lower bound
+//     once those reach the cap); SelfBacklog is self's held backlog;
 //   - Quarantined is not counted (0): no index answers it, and only the
 //     end of an until-done run needs it (QuarantinedCount).
 //
@@ -739,7 +759,7 @@ func (s *Store) FairShareLoad(ctx context.Context, self string, maxPartitions in
 	if !rows.Next() {
 		return l, fmt.Errorf("reading cluster load: %w", cmp.Or(rows.Err(), sql.ErrNoRows))
 	}
-	if err := rows.Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld, &l.Wanted); err != nil {
+	if err := rows.Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld, &l.Wanted, &l.Backlog, &l.SelfBacklog); err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}
 	if err := rows.Close(); err != nil {

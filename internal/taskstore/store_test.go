@@ -434,6 +434,11 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 	if l.Busy != 8 || l.LiveWorkers != 2 || l.Unclaimed != 5 || l.MinHeld != 0 {
 		t.Fatalf("large: FairShareLoad = %+v; want Busy 8 (2 workers × 4), Unclaimed 5, MinHeld 0", l)
 	}
+	// The backlog of the rows counted, a lower bound: w#1's held 5 and
+	// some capped rows' 10 each, not the table's million.
+	if l.Backlog <= 5 || l.Backlog > 5+10*16 {
+		t.Fatalf("large: FairShareLoad = %+v; want a Backlog of the rows counted (5 + 10 per capped row)", l)
+	}
 	// w#2 holding as many as w#1: MinHeld follows, and Busy stays capped.
 	if _, err := db.ExecContext(ctx, `
 		UPDATE baton.tasks SET owner = 'w#2', lease_expires_at = now() + interval '1 hour' WHERE partition_key IN ('p1', 'p2', 'p3')`); err != nil {
@@ -445,8 +450,8 @@ func TestFairShareLoadIsBoundedAndExactBelowItsCaps(t *testing.T) {
 		[]partition.Lease{{Key: "p1"}, {Key: "p2"}, {Key: "p3"}, {Key: "x"}}); err != nil || len(rs) != 3 {
 		t.Fatalf("w#2's heartbeat: %v, %v", rs, err)
 	}
-	if l, err = s.FairShareLoad(ctx, "w#2", 4, time.Hour); err != nil || l.Busy != 8 || l.MinHeld != 3 {
-		t.Fatalf("both holding: FairShareLoad = %+v, %v; want Busy 8, MinHeld 3", l, err)
+	if l, err = s.FairShareLoad(ctx, "w#2", 4, time.Hour); err != nil || l.Busy != 8 || l.MinHeld != 3 || l.SelfBacklog != 30 {
+		t.Fatalf("both holding: FairShareLoad = %+v, %v; want Busy 8, MinHeld 3, SelfBacklog 30 (w#2's three)", l, err)
 	}
 	// What the others want, as their heartbeats said; a worker's own
 	// wish is not counted for it.
@@ -525,7 +530,8 @@ func TestHeartbeatIsIndexDriven(t *testing.T) {
 	versions := make([]int64, len(keys))
 	for _, plan := range explainPrepared(t, db, taskstore.StatementSQL("Heartbeat"),
 		pgdialect.Array(keys), pgdialect.Array(versions), "w#1", "w", "", 0, "lock", "listen", int64(time.Hour/time.Microsecond), int64(2*time.Hour/time.Microsecond), 0,
-		partition.DefaultKind, partition.NotifyChannel, partition.NotifyPayload(partition.NotifyReleased, partition.DefaultKind)) {
+		partition.DefaultKind, partition.NotifyChannel, partition.NotifyPayload(partition.NotifyReleased, partition.DefaultKind),
+		partition.NotifyPayload(partition.NotifyJoined, partition.DefaultKind)) {
 		walkPlan(t, plan, func(n map[string]any) {
 			if n["Relation Name"] == "tasks" && n["Node Type"] == "Seq Scan" {
 				t.Fatalf("the heartbeat reads tasks sequentially:\n%s", plan)
@@ -647,7 +653,9 @@ func TestFairShareLoadCountsAStoppedWorkersLeasesUntilReleased(t *testing.T) {
 	if err := s.StopWorker(ctx, z.InstanceID); err != nil {
 		t.Fatal(err)
 	}
-	want := taskstore.Load{Busy: 4, LiveWorkers: 1, MinHeld: 2}
+	// Backlog: x's two claims (their claim raised x's backlog) and z's
+	// leases, 10 items each.
+	want := taskstore.Load{Busy: 4, LiveWorkers: 1, MinHeld: 2, Backlog: 40}
 	if l, err := s.FairShareLoad(ctx, "w#2", 8, time.Hour); err != nil || l != want {
 		t.Fatalf("z stopped, holding 2: FairShareLoad = %+v, %v; want %+v", l, err, want)
 	}
