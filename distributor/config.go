@@ -116,11 +116,14 @@ type Config struct {
 	// ClaimGroup is the most partitions nobody owns that are claimed and
 	// given their first batch together, in one transaction, when the
 	// worker has room for several and the Processor implements
-	// GroupProcessor. Defaults to 16; 1 claims each in a transaction of
-	// its own.
+	// GroupProcessor; and the most held partitions whose batches, queued
+	// while another batch of the worker was in flight, commit together
+	// in one transaction. Defaults to 16; 1 claims each in a transaction
+	// of its own and runs every batch alone.
 	ClaimGroup int
-	// ClaimGroupItems is the most work items a group's first batches take
-	// in all: the group's output is written in one transaction, which must
+	// ClaimGroupItems is the most work items a group's batches (first
+	// batches, or held partitions' batches) take in all: the group's
+	// output is written in one transaction, which must
 	// end well within the statement timeout and the lease. Members share
 	// it (one with little work takes all of it, the others share the
 	// rest evenly); a member not caught up by its first batch goes on in

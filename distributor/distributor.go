@@ -61,7 +61,10 @@ type Distributor struct {
 	// worker, and they are not skipped as lost claims. Until when.
 	dying map[string]time.Time
 	// size bounds the items a batch or a group takes (sizing.go).
-	size  *sizer
+	size *sizer
+	// heldQ queues held partitions' batches behind the one in flight, to
+	// run together (heldgroup.go).
+	heldQ heldQueue
 	share int
 	// overflow: work waits that no other worker wants, for a while now
 	// (since overflowSince): claim beyond the share (applyShare).

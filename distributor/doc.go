@@ -216,6 +216,39 @@
 // transaction, not to another worker, and tries again at the next poll
 // rather than skipping it for a lease's length.
 //
+// Held groups. The batches of partitions a worker holds are committed
+// several to a transaction when the Processor implements GroupProcessor
+// (and ClaimGroup is above 1), with no timer and no wait of their own: a
+// held partition whose batch is ready runs it at once, alone (Process,
+// below), unless a batch transaction of another of the worker's held
+// partitions is in flight; then it queues its batch, and when the
+// transaction in flight ends, the batches queued meanwhile (up to
+// ClaimGroup, sharing ClaimGroupItems items as a group of first batches
+// does) run as one transaction: each member is fenced by its own claim
+// (the lone batch's fence, FOR KEY SHARE where version and owner match,
+// members in partition_key order), ProcessGroup writes every member's
+// output (Group.Held), every checkpoint is recorded (the lone batch's
+// compare-and-set on version and position, in the same order), the
+// members that caught up are released in one statement (lock mode;
+// segments in either mode), and one commit makes it all durable. A
+// member lost at the fence drops out, and its loop gets the fence's
+// error, as after a lone batch; a member found caught up there is told
+// so; one that would be split runs alone after the group. Any other
+// failure rolls the whole group back and each member runs its batch
+// alone, so a processor error, a batch too long or a transient error is
+// met, counted and retried by the partition that causes it. The group's
+// context ends when any member's lease does (its fence would fail the
+// commit anyway): the group rolls back and the others go on alone. A
+// commit whose outcome is unknown is resolved member by member, as a
+// lone batch's. Only partitions that have committed a batch under their
+// claim take part: a takeover's first batch (with its history and its
+// link to the previous owner's trace) runs alone. A worker with busy
+// partitions thus has one batch transaction in flight at a time, which
+// carries the batches of all the partitions that became ready meanwhile:
+// the fixed cost of a transaction (its statements' round trips and its
+// WAL flush) is paid once per group, while a worker with one busy
+// partition runs its batches exactly as before.
+//
 // Heartbeat. Every Heartbeat interval the worker renews its own row and all
 // its leases in one statement (a batched compare-and-set on (kind, key,
 // version, owner)), over a connection reserved for it. A lease is rewritten only
@@ -433,7 +466,7 @@
 // # Where each step lives
 //
 //   - processor.go: Processor, Batch and Result, what a workload implements;
-//     GroupProcessor and Group for claims in groups.
+//     GroupProcessor and Group for claims in groups and held groups.
 //   - distributor.go: New, Start, Stop and the graceful-stop sequence
 //     (claim nothing more, leave the live count, release).
 //   - claimer.go: the claim loop (Claim, Waking) and the choice of
@@ -453,6 +486,9 @@
 //     caught up, handed back, lost or stopped.
 //   - batch.go: Process, one fenced transaction, and commit resolution
 //     (unknown outcomes, late commits).
+//   - heldgroup.go: Held groups, held partitions' batches queued behind
+//     the one in flight and run as one transaction, and the fall-back to
+//     each alone.
 //   - release.go: Release, Failure (back-off, quarantine) and loss.
 //   - split.go: Split, a partition's backlog into segments, and which
 //     partitions are released once caught up.
@@ -548,6 +584,19 @@
 //     each member's claim, output, checkpoint and release commit together
 //     as for a lone claim; that they also commit with other partitions'
 //     changes, which lock other rows, changes nothing in 1–3.
+//     A held group (Held groups) is lone batches in one transaction: each
+//     member's row is fenced FOR KEY SHARE by its own (version, owner),
+//     its checkpoint written by the compare-and-set on its own version
+//     and position, and its release by the lone release statement, so
+//     each member's output, checkpoint and release commit together or
+//     not at all, only while its own claim is current. A member whose
+//     fence finds nothing was never written in the group. The group's
+//     locks are taken phase by phase, each phase in partition_key order
+//     (fences FOR KEY SHARE, then checkpoint updates, then the releases'
+//     FOR UPDATE on rows it already holds), so it waits for the lockers
+//     a lone batch waits for (a rewind's or a change of ownership's FOR
+//     UPDATE at its fence, a producer's FOR NO KEY UPDATE at its
+//     checkpoint update) in the global order, and no cycle forms.
 //  2. A batch's output is written in a transaction that holds the row FOR
 //     KEY SHARE, taken where version and owner match, until it commits.
 //     FOR KEY SHARE conflicts with FOR UPDATE, so no change of ownership

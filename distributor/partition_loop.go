@@ -92,7 +92,7 @@ func (d *Distributor) runPartition(h *held) {
 			d.release(h, "rebalance")
 			return
 		}
-		_, caughtUp, released, err := d.batch(h)
+		_, caughtUp, released, err := d.heldBatch(h)
 		switch {
 		case err == nil:
 			transient = 0

@@ -108,45 +108,59 @@ type Result struct {
 	State json.RawMessage
 }
 
-// GroupProcessor is a Processor that can also process the first batches of
-// several partitions in one transaction. A worker with room for several
-// partitions nobody owns claims them together (Config.ClaimGroup): one
-// transaction fences them all, hands them to ProcessGroup, then claims
-// them and records every checkpoint in one statement and commits once, so
-// that tiny partitions share the statements and the WAL flush that each
-// would otherwise pay alone. Processors that do not implement it are given
-// each partition on its own, as before.
+// GroupProcessor is a Processor that can also process batches of several
+// partitions in one transaction. A worker with room for several partitions
+// nobody owns claims them together (Config.ClaimGroup): one transaction
+// fences them all, hands them to ProcessGroup, then claims them and
+// records every checkpoint in one statement and commits once, so that tiny
+// partitions share the statements and the WAL flush that each would
+// otherwise pay alone. Likewise, the batches of partitions the worker
+// holds that become ready while another of its batches is in flight run
+// together once it ends: one transaction fences each by its own claim,
+// hands them to ProcessGroup, records every checkpoint and commits once.
+// Processors that do not implement it are given each partition on its
+// own, as before.
 type GroupProcessor interface {
 	Processor
 	// ProcessGroup handles one batch of each of g.Batches, all through
 	// g.Tx, and returns their new checkpoints, one Result per batch in
 	// the same order, each as Process would return it for that batch
 	// alone. The distributor records them all in the same transaction
-	// and commits only if every partition's claim is won, so every
-	// member's output commits with every member's checkpoint or none
-	// does.
+	// and commits only if every partition's claim is won (or, Held,
+	// still current), so every member's output commits with every
+	// member's checkpoint or none does.
 	//
 	// An error fails the whole group: its transaction rolls back and
 	// each member is then processed on its own (Process), so that an
 	// error is recorded against the partition that causes it. ctx is
-	// cancelled as for Process.
+	// cancelled as for Process; for a Held group, when any member's
+	// ownership is lost.
 	ProcessGroup(ctx context.Context, g *Group) ([]Result, error)
 }
 
-// Group is the first batches of several partitions claimed together, in
-// one transaction that fences them all.
+// Group is batches of several partitions in one transaction that fences
+// them all: either the first batches of partitions claimed together, or
+// (Held) the next batches of partitions this worker holds.
 type Group struct {
 	// Owner is this worker's instance id.
 	Owner string
 	// Tx is the fenced transaction: every member's task row is locked
-	// and verified to be still unowned at the version read.
+	// and verified to be still unowned at the version read (a claim's
+	// first batch), or still owned by Owner under the member's Lease
+	// (Held).
 	Tx bun.Tx
 	// Conn is the connection Tx runs on. Use it only through Raw.
 	Conn bun.Conn
 	// Batches are the members, in partition_key order, each with its
-	// Lease (the claim that commits with the group), Checkpoint and
-	// Limit; their Tx and Conn are the group's.
+	// Lease (the claim that commits with the group, or that holds the
+	// partition), Checkpoint and Limit; their Tx and Conn are the group's.
+	// A member may be a segment (Batch.Partition) and may resume from any
+	// checkpoint, as for Process.
 	Batches []*Batch
+	// Held reports that the members are partitions this worker holds
+	// already (their claims committed earlier), not first batches of
+	// claims made with the group.
+	Held bool
 	// Prepare reports that Conn reaches PostgreSQL itself, not through a
 	// transaction pooler, so statements sent through Raw may be prepared
 	// and kept on it (pgx.QueryExecModeCacheStatement): a group's few

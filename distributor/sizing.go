@@ -19,8 +19,10 @@ import (
 // stop for long. The bound is the worker's, shared by its partitions:
 // batches that run together on the same database take about as long.
 //
-// A group of first batches takes at most ClaimGroupItems in all, each
-// member at most the batch bound. Both are also lowered when a transaction
+// A group of first batches, or of held partitions' batches, takes at most
+// ClaimGroupItems in all, each member at most the batch bound. A held
+// group counts as one batch of its largest member's items for the batch
+// bound, and as a group for the group bound. Both are also lowered when a transaction
 // turns out too long for the database's statement timeout or for the lease
 // (dberr.TooLong): the transaction rolls back, the bound that applied is
 // halved, and the work is tried again at once, so that any BatchSize

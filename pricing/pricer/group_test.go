@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,5 +149,72 @@ func TestGroupWithABadContractPricesTheOthers(t *testing.T) {
 	if err := db.QueryRow(`SELECT count(*) FROM baton.events WHERE kind = 'claimed' AND partition_key <> 'implicit-zero-tier'
 		GROUP BY partition_key HAVING count(*) > 1`).Scan(&dup); err == nil {
 		t.Fatalf("a good contract was claimed more than once")
+	}
+}
+
+// heldGroups is the pricer, noting the groups of held contracts (batches
+// past a claim's first, several contracts to a transaction) it prices.
+type heldGroups struct {
+	*pricer.Processor
+	mu                sync.Mutex
+	groups, resumed   int
+	segments, largest int
+}
+
+func (p *heldGroups) ProcessGroup(ctx context.Context, g *distributor.Group) ([]distributor.Result, error) {
+	if g.Held {
+		p.mu.Lock()
+		p.groups++
+		p.largest = max(p.largest, len(g.Batches))
+		for _, b := range g.Batches {
+			if b.Checkpoint.Position > 0 {
+				p.resumed++
+			}
+			if b.Partition != b.Lease.Key {
+				p.segments++
+			}
+		}
+		p.mu.Unlock()
+	}
+	return p.Processor.ProcessGroup(ctx, g)
+}
+
+// The batches of contracts a worker holds, priced several to a
+// transaction (ProcessGroup with members resuming from their checkpoints,
+// segments among them), give the golden vectors byte for byte.
+func TestHeldGroupsPriceTheGoldenVectors(t *testing.T) {
+	t.Parallel()
+	for _, seg := range []int64{0, 1} {
+		t.Run(fmt.Sprintf("segments%d", seg), func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 40})
+			loadVectors(t, db.DB)
+			p := &heldGroups{Processor: pricer.New("")}
+			cfg := distributor.Config{Name: "held", Heartbeat: 100 * time.Millisecond, StaleAfter: 2 * time.Second,
+				BatchSize: 40, MaxPartitions: 32, ClaimGroup: 16, SegmentRecords: seg, UntilDone: true,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			d, err := distributor.New(db, p, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := d.Run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			assertGolden(t, exportBytes(t, db.DB))
+			s := verifyClean(t, db.DB)
+			if s.Records != 3544 || s.Priced != 3544 {
+				t.Fatalf("verified %d records, %d priced; want 3544", s.Records, s.Priced)
+			}
+			if p.largest < 2 || p.resumed == 0 {
+				t.Fatalf("held groups: %d, largest %d, %d members resumed; want several contracts to a transaction",
+					p.groups, p.largest, p.resumed)
+			}
+			if seg > 0 && p.segments == 0 {
+				t.Fatalf("no segment was priced in a held group (%d groups)", p.groups)
+			}
+			t.Logf("%d held groups, largest %d, %d members past 0, %d segments", p.groups, p.largest, p.resumed, p.segments)
+		})
 	}
 }
