@@ -410,6 +410,7 @@ func (d *Distributor) heldGroup(gp GroupProcessor, hs []*held) (res []heldResult
 		}
 		l := g.Batches[k].Lease
 		res[i] = heldResult{items: items[k], caughtUp: caught[k], released: released[l.Key]}
+		hs[i].pending.Store(max(0, cps[i].Available-results[k].Position))
 		largest = max(largest, items[k])
 		d.reportCheckpoint(l, items[k], results[k].Position, elapsed)
 	}
