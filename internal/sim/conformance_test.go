@@ -441,6 +441,55 @@ func (h *modelHarness) BeginGroup(ctx context.Context, owner string, cands []tas
 	return g, fenced, nil
 }
 
+// BeginHeld fences the members as they come, each in a batch
+// transaction of its own: the model has no multi-row batch transaction.
+// The distributor's held group runs the lone batch's statements (Fence,
+// Advance) for each member in one transaction, so the harness runs each
+// member's lone statements and commits (or rolls back) the members
+// together, as for BeginGroup.
+func (h *modelHarness) BeginHeld(_ context.Context, owner string) (storetest.HeldBatch, error) {
+	return &modelHeld{h: h, owner: owner, members: map[string]storetest.Batch{}}, nil
+}
+
+type modelHeld struct {
+	h       *modelHarness
+	owner   string
+	members map[string]storetest.Batch
+	order   []string
+}
+
+func (g *modelHeld) Fence(ctx context.Context, l partition.Lease) (partition.Checkpoint, error) {
+	b, cp, err := g.h.Begin(ctx, g.owner, l)
+	if err != nil {
+		return cp, err
+	}
+	g.members[l.Key] = b
+	g.order = append(g.order, l.Key)
+	return cp, nil
+}
+
+func (g *modelHeld) Advance(ctx context.Context, l partition.Lease, from, to int64) error {
+	b, ok := g.members[l.Key]
+	if !ok {
+		return partition.ErrFenced
+	}
+	return b.Advance(ctx, from, to)
+}
+
+func (g *modelHeld) Commit(ctx context.Context) error {
+	var errs []error
+	for _, k := range g.order {
+		errs = append(errs, g.members[k].Commit(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func (g *modelHeld) Rollback() {
+	for _, k := range g.order {
+		g.members[k].Rollback()
+	}
+}
+
 type modelGroup struct {
 	members map[string]storetest.ClaimBatch
 	order   []string

@@ -178,6 +178,20 @@
 // all rolled back (after which it is claimed on its own, as the model's
 // fall-backs already are).
 //
+// Held groups (several held partitions' batches in one transaction,
+// distributor.GroupProcessor) are modelled as lone batches likewise. The
+// group runs, for each member, the lone batch's own statements (Fence,
+// Advance, and the release with the last batch) in partition_key order
+// on one connection; the conformance suite's HeldGroup cases run them so
+// on PostgreSQL and, on the model, as lone batches committed together. A
+// member lost at the fence drops out exactly as a lone batch's fence
+// fails; every other member's row sees what a lone batch of it would
+// (the same statements, predicates and lock modes, the locks taken in key
+// order), so each member's outcome is a lone batch's: output, checkpoint
+// and release committed at one instant, or rolled back (after which the
+// member runs its batch alone, as a lone batch's retry does). Only the
+// instant is shared; no invariant the model checks relates two partitions.
+//
 // # Running and replaying
 //
 //	go test ./internal/sim                                   # ~1200 schedules, new base seed each run

@@ -43,6 +43,8 @@ func Cases() []Case {
 		{"ClaimGroup/FencesUpToTheLimitAndClaimsEveryMember", groupClaims},
 		{"ClaimGroup/PassesOverACandidateFencedElsewhere", groupPassesOver},
 		{"ClaimGroup/RolledBackChangesNothing", groupRollback},
+		{"HeldGroup/FencesEachMemberByItsOwnClaim", heldGroup},
+		{"HeldGroup/RolledBackChangesNothing", heldGroupRollback},
 		{"StopWorker/LeavesTheLiveCountForGood", stopWorker},
 		{"Produce/CaughtUpPartitionBecomesClaimable", produce},
 		{"ClaimWithBatch/ClaimCheckpointAndReleaseCommitTogether", claimBatchReleases},
@@ -920,6 +922,72 @@ func groupRollback(c *C, h Harness) {
 	c.wantProgress(h, "a", 0, 0)
 	c.wantProgress(h, "b", 0, 0)
 	c.wantKeys("candidates after the rollback", candKeys(c.candidates(h, 10)), []string{"a", "b"})
+}
+
+// A group of held partitions' batches: each member fenced by its own
+// claim in one transaction; a member claimed since by another worker
+// drops out and the others commit together, at one instant.
+func heldGroup(c *C, h Harness) {
+	for _, k := range []string{"a", "b", "c"} {
+		h.AddPartition(k, 4)
+	}
+	a, b, old := c.claimOne(h, "w1", "a"), c.claimOne(h, "w1", "b"), c.claimOne(h, "w1", "c")
+	_, err := h.Release(c.Ctx, "w1", []partition.Lease{old.Lease})
+	c.must(err, "Release")
+	cur := c.claimOne(h, "w2", "c")
+	g, err := h.BeginHeld(c.Ctx, "w1")
+	c.must(err, "BeginHeld")
+	for _, m := range []taskstore.Claimed{a, b} {
+		cp, err := g.Fence(c.Ctx, m.Lease)
+		c.must(err, "Fence of "+m.Key)
+		if cp.Position != 0 || cp.Available != 4 {
+			c.Errorf("%s fenced at %d of %d, want 0 of 4", m.Key, cp.Position, cp.Available)
+		}
+	}
+	if _, err := g.Fence(c.Ctx, old.Lease); !errors.Is(err, partition.ErrFenced) {
+		c.Errorf("Fence of c under w1's released claim: %v, want ErrFenced", err)
+	}
+	c.must(g.Advance(c.Ctx, a.Lease, 0, 2), "Advance of a")
+	c.must(g.Advance(c.Ctx, b.Lease, 0, 4), "Advance of b")
+	c.wantProgress(h, "a", a.Version, 0) // not committed yet
+	c.must(g.Commit(c.Ctx), "Commit")
+	c.wantProgress(h, "a", a.Version, 2)
+	c.wantProgress(h, "b", b.Version, 4)
+	c.wantProgress(h, "c", cur.Version, 0)
+	// c's new owner was never in the way.
+	bc, _, err := h.Begin(c.Ctx, "w2", cur.Lease)
+	c.must(err, "Begin of c by w2")
+	c.must(bc.Advance(c.Ctx, 0, 1), "Advance of c")
+	c.must(bc.Commit(c.Ctx), "Commit of c")
+	c.wantProgress(h, "c", cur.Version, 1)
+}
+
+// A held group rolled back changes nothing, and its members are still
+// held: each goes on alone.
+func heldGroupRollback(c *C, h Harness) {
+	h.AddPartition("a", 2)
+	h.AddPartition("b", 2)
+	a, b := c.claimOne(h, "w1", "a"), c.claimOne(h, "w1", "b")
+	g, err := h.BeginHeld(c.Ctx, "w1")
+	c.must(err, "BeginHeld")
+	for _, m := range []taskstore.Claimed{a, b} {
+		_, err := g.Fence(c.Ctx, m.Lease)
+		c.must(err, "Fence of "+m.Key)
+		c.must(g.Advance(c.Ctx, m.Lease, 0, 2), "Advance of "+m.Key)
+	}
+	g.Rollback()
+	c.wantProgress(h, "a", a.Version, 0)
+	c.wantProgress(h, "b", b.Version, 0)
+	for _, m := range []taskstore.Claimed{a, b} {
+		bt, cp, err := h.Begin(c.Ctx, "w1", m.Lease)
+		c.must(err, "Begin of "+m.Key+" alone")
+		if cp.Position != 0 {
+			c.Errorf("%s alone fenced at %d, want 0", m.Key, cp.Position)
+		}
+		c.must(bt.Advance(c.Ctx, 0, 2), "Advance of "+m.Key+" alone")
+		c.must(bt.Commit(c.Ctx), "Commit of "+m.Key+" alone")
+		c.wantProgress(h, m.Key, m.Version, 2)
+	}
 }
 
 func stopWorker(c *C, h Harness) {

@@ -88,6 +88,23 @@ type Store interface {
 	// fences up to limit of the candidates in it
 	// (taskstore.Store.FenceUnownedGroup), returning those fenced.
 	BeginGroup(ctx context.Context, owner string, cands []taskstore.Candidate, limit int) (GroupBatch, []taskstore.Fenced, error)
+	// BeginHeld opens the transaction of a group of owner's held
+	// partitions' batches (the distributor's held groups), whose members
+	// are fenced in it one by one, each by its own lease.
+	BeginHeld(ctx context.Context, owner string) (HeldBatch, error)
+}
+
+// HeldBatch is the transaction of a group of held partitions' batches.
+type HeldBatch interface {
+	// Fence fences l for the group's owner in the transaction
+	// (taskstore.Store.Fence). A member lost there (partition.ErrFenced)
+	// drops out; the transaction goes on for the others.
+	Fence(ctx context.Context, l partition.Lease) (partition.Checkpoint, error)
+	// Advance writes l's items from+1 … to and moves its checkpoint from
+	// from to to.
+	Advance(ctx context.Context, l partition.Lease, from, to int64) error
+	Commit(ctx context.Context) error
+	Rollback()
 }
 
 // GroupStep is one member of a group's claim: its first batch writes

@@ -159,6 +159,33 @@ func (b *pgBatch) Commit(context.Context) error { return b.tx.Commit() }
 
 func (b *pgBatch) Rollback() { _ = b.tx.Rollback() }
 
+func (h *pgHarness) BeginHeld(ctx context.Context, owner string) (storetest.HeldBatch, error) {
+	tx, err := h.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &pgHeld{s: h.s, tx: tx, owner: owner}, nil
+}
+
+// pgHeld is a held group's transaction: every member's statements in it.
+type pgHeld struct {
+	s     *taskstore.Store
+	tx    bun.Tx
+	owner string
+}
+
+func (g *pgHeld) Fence(ctx context.Context, l partition.Lease) (partition.Checkpoint, error) {
+	return g.s.Fence(ctx, g.tx, g.owner, l)
+}
+
+func (g *pgHeld) Advance(ctx context.Context, l partition.Lease, from, to int64) error {
+	return g.s.Advance(ctx, g.tx, l, from, to, nil)
+}
+
+func (g *pgHeld) Commit(context.Context) error { return g.tx.Commit() }
+
+func (g *pgHeld) Rollback() { _ = g.tx.Rollback() }
+
 func (h *pgHarness) BeginClaim(ctx context.Context, owner string, c taskstore.Candidate) (storetest.ClaimBatch, partition.Checkpoint, error) {
 	tx, err := h.db.BeginTx(ctx, nil)
 	if err != nil {
