@@ -150,14 +150,7 @@ func (p *producer) load(ctx context.Context) error {
 		var buf []byte
 		for j := range perContract {
 			for i := range p.opts.Contracts {
-				buf = append(buf[:0], p.opts.ContractID(i)...)
-				buf = append(buf, ",p"...)
-				buf = strconv.AppendInt(buf, int64(p.n), 10)
-				buf = append(buf, '-')
-				buf = strconv.AppendInt(buf, int64(j), 10)
-				buf = append(buf, ',')
-				buf = strconv.AppendInt(buf, 1+p.rng.Int64N(100_000), 10)
-				buf = append(buf, '\n')
+				buf = appendProduced(buf[:0], p.opts.ContractID(i), "p", p.n, j, p.rng)
 				if _, err := w.Write(buf); err != nil {
 					return err
 				}
@@ -203,4 +196,19 @@ func (e *env) psqlCopy(ctx context.Context, db *bun.DB, records string) (float64
 	}
 	log.Printf("psql \\copy of %s: %.1f s", filepath.Base(records), d.Seconds())
 	return d.Seconds(), nil
+}
+
+// appendProduced appends a produced record's CSV line to buf: the
+// contract, record id <tag><load>-<j> (unique per contract across loads)
+// and an amount drawn from rng.
+func appendProduced(buf []byte, contract, tag string, load, j int, rng *rand.Rand) []byte {
+	buf = append(buf, contract...)
+	buf = append(buf, ',')
+	buf = append(buf, tag...)
+	buf = strconv.AppendInt(buf, int64(load), 10)
+	buf = append(buf, '-')
+	buf = strconv.AppendInt(buf, int64(j), 10)
+	buf = append(buf, ',')
+	buf = strconv.AppendInt(buf, 1+rng.Int64N(100_000), 10)
+	return append(buf, '\n')
 }

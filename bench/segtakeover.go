@@ -546,14 +546,7 @@ func (p *hotProducer) load(ctx context.Context) error {
 		w.WriteString("contract_id,record_id,amount_minor\n")
 		var buf []byte
 		for j := range p.chunk {
-			buf = append(buf[:0], p.contract...)
-			buf = append(buf, ",s"...)
-			buf = strconv.AppendInt(buf, int64(p.n), 10)
-			buf = append(buf, '-')
-			buf = strconv.AppendInt(buf, int64(j), 10)
-			buf = append(buf, ',')
-			buf = strconv.AppendInt(buf, 1+p.rng.Int64N(100_000), 10)
-			buf = append(buf, '\n')
+			buf = appendProduced(buf[:0], p.contract, "s", p.n, j, p.rng)
 			if _, err := w.Write(buf); err != nil {
 				return err
 			}
