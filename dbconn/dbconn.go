@@ -318,6 +318,11 @@ func Open(dsn string, opts Options) (*DB, error) {
 	// as an unnamed statement, which transaction poolers also accept.
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	cfg.RuntimeParams["application_name"] = opts.ApplicationName
+	c := &connector{opts: opts}
+	// Count the commits the server reports as not confirmed by its
+	// synchronous standby (see ErrNotReplicated), per connection and for
+	// the handle.
+	cfg.OnNotice = WatchNotices(cfg.OnNotice, func(*pgconn.Notice) { c.notReplicated.Add(1) })
 	dialer := &net.Dialer{Timeout: opts.ConnectTimeout, KeepAliveConfig: net.KeepAliveConfig{
 		Enable: true, Idle: opts.KeepAlive, Interval: opts.KeepAlive, Count: 3,
 	}, Control: userTimeout(4 * opts.KeepAlive)}
@@ -346,7 +351,7 @@ func Open(dsn string, opts Options) (*DB, error) {
 	params["tcp_keepalives_interval"] = strconv.Itoa(secs)
 	params["tcp_keepalives_count"] = "3"
 
-	c := &connector{direct: stdlib.GetConnector(*cfg), pooled: stdlib.GetConnector(*pooledCfg), opts: opts}
+	c.direct, c.pooled = stdlib.GetConnector(*cfg), stdlib.GetConnector(*pooledCfg)
 	sqldb := sql.OpenDB(c)
 	sqldb.SetMaxOpenConns(opts.MaxOpenConns)
 	sqldb.SetMaxIdleConns(opts.MaxOpenConns)
@@ -361,6 +366,7 @@ type connector struct {
 	opts           Options
 	isPooled       atomic.Bool
 	isDirect       atomic.Bool // a connection with the session settings was made
+	notReplicated  atomic.Int64
 }
 
 func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {

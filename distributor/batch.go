@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 	"go.opentelemetry.io/otel/attribute"
@@ -101,6 +102,7 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 		}
 		released = true
 	}
+	watch := dbconn.WatchConn(conn.Conn)
 	if err := tx.Commit(); err != nil {
 		if ctx.Err() != nil || !dberr.UnknownOutcome(err) {
 			l.SetReleasing(false)
@@ -112,6 +114,9 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 			return 0, false, false, fmt.Errorf("committing batch of %s (outcome re-read: %v): %w", l.Lease, rerr, err)
 		}
 		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, l.Key, "version", l.Version)
+	}
+	if watch.NotReplicated() {
+		d.reportNotReplicated(l.Lease, res.Position)
 	}
 	h.started = true
 	h.pending.Store(max(0, cp.Available-res.Position))

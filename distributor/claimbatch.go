@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
@@ -286,6 +287,7 @@ func (d *Distributor) claimBatch(c taskstore.Candidate) (fb firstBatch, claimed 
 		}
 		return fb, false, causeOr(ctx, err)
 	}
+	watch := dbconn.WatchConn(conn.Conn)
 	if err := tx.Commit(); err != nil {
 		if ctx.Err() != nil || !dberr.UnknownOutcome(err) {
 			return fb, false, fmt.Errorf("committing claim of %s with its first batch: %w", l, causeOr(ctx, err))
@@ -300,6 +302,9 @@ func (d *Distributor) claimBatch(c taskstore.Candidate) (fb firstBatch, claimed 
 			return fb, false, fmt.Errorf("committing claim of %s with its first batch (re-read: not applied): %w", l, err)
 		}
 		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, l.Key, "version", l.Version)
+	}
+	if watch.NotReplicated() {
+		d.reportNotReplicated(l, res.Position)
 	}
 	fb.claimed = taskstore.Claimed{Lease: l, Position: cp.Position, Available: cp.Available}
 	fb.items = res.Position - cp.Position

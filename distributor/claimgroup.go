@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
@@ -334,6 +335,7 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []taskstore.Ca
 	if err := d.claimAdvanceGroupTraced(ctx, tx, steps); err != nil {
 		return out, causeOr(ctx, err)
 	}
+	watch := dbconn.WatchConn(conn.Conn)
 	if err := tx.Commit(); err != nil {
 		if ctx.Err() != nil || !dberr.UnknownOutcome(err) {
 			return out, fmt.Errorf("committing claim of %d partitions with their first batches: %w", len(fenced), causeOr(ctx, err))
@@ -353,6 +355,11 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []taskstore.Ca
 		}
 		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, b.Lease.Key,
 			"version", b.Lease.Version, "partitions", len(fenced))
+	}
+	if watch.NotReplicated() {
+		for i, st := range steps {
+			d.reportNotReplicated(g.Batches[i].Lease, st.Position)
+		}
 	}
 	elapsed := d.cfg.Clock.Since(start)
 	d.size.groupTook(int(items), elapsed)

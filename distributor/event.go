@@ -31,6 +31,14 @@ const (
 	// claim) failed and is retried after a back-off (Err; Attempts counts
 	// consecutive failures).
 	EventClaimRoundFailed EventKind = partition.EventClaimRoundFailed
+
+	// EventNotReplicated: a batch committed on the primary, but PostgreSQL
+	// reported that its synchronous standby did not confirm the commit
+	// (dbconn.ErrNotReplicated): a failover before the standby catches up
+	// may lose it (Position: the checkpoint it committed). Nothing needs
+	// doing: output and checkpoint commit together, so a lost batch is
+	// priced again by whoever holds the partition after the failover.
+	EventNotReplicated EventKind = partition.EventNotReplicated
 )
 
 // Event is one protocol event, passed to Config.OnEvent.
@@ -61,4 +69,12 @@ func (d *Distributor) reportCheckpoint(l partition.Lease, items, position int64,
 	d.emit(Event{Kind: EventCheckpoint, Key: l.Key, Version: l.Version, Items: int(items), Position: position, Duration: elapsed})
 	d.log.Debug("checkpoint committed", "event", string(EventCheckpoint), d.cfg.KeyAttr, l.Key, "version", l.Version,
 		"position", position, "items", items, "elapsed_ms", elapsed.Milliseconds())
+}
+
+// reportNotReplicated emits and logs a batch commit of l, to position,
+// that PostgreSQL reported as not confirmed by its synchronous standby.
+func (d *Distributor) reportNotReplicated(l partition.Lease, position int64) {
+	d.emit(Event{Kind: EventNotReplicated, Key: l.Key, Version: l.Version, Position: position})
+	d.log.Warn("batch committed on the primary but not confirmed by the synchronous standby: a failover may lose it, and it would then be processed again",
+		"event", string(EventNotReplicated), d.cfg.KeyAttr, l.Key, "version", l.Version, "position", position)
 }

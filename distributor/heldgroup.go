@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
 	"go.opentelemetry.io/otel/attribute"
@@ -384,6 +385,7 @@ func (d *Distributor) heldGroup(gp GroupProcessor, hs []*held) (res []heldResult
 			released[l.Key] = true
 		}
 	}
+	watch := dbconn.WatchConn(conn.Conn)
 	if cerr := tx.Commit(); cerr != nil {
 		if ctx.Err() != nil || !dberr.UnknownOutcome(cerr) {
 			return res, alone, fmt.Errorf("committing batches of %d held partitions: %w", len(in), causeOr(ctx, cerr))
@@ -410,6 +412,9 @@ func (d *Distributor) heldGroup(gp GroupProcessor, hs []*held) (res []heldResult
 		}
 		l := g.Batches[k].Lease
 		res[i] = heldResult{items: items[k], caughtUp: caught[k], released: released[l.Key]}
+		if watch.NotReplicated() {
+			d.reportNotReplicated(l, results[k].Position)
+		}
 		hs[i].pending.Store(max(0, cps[i].Available-results[k].Position))
 		largest = max(largest, items[k])
 		d.reportCheckpoint(l, items[k], results[k].Position, elapsed)

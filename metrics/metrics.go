@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 )
 
@@ -49,6 +50,7 @@ type Metrics struct {
 	lost            prometheus.Counter
 	failures        prometheus.Counter
 	quarantined     prometheus.Counter
+	notReplicated   prometheus.Counter
 	heldByStateDesc *prometheus.Desc
 	held            func() map[string]int
 }
@@ -86,10 +88,12 @@ func New() *Metrics {
 		Help: "Batches that failed and sent their partition into back-off."})
 	m.quarantined = prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_quarantined_total",
 		Help: "Partitions quarantined after too many failed attempts."})
+	m.notReplicated = prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_batches_not_replicated_total",
+		Help: "Batches committed on the primary that PostgreSQL reported as not confirmed by its synchronous standby (a failover may lose them; they are then processed again)."})
 	m.heldByStateDesc = prometheus.NewDesc("baton_partitions_held",
 		"Partitions held by this worker, by state: confirming, active, handing_back.", []string{"state"}, nil)
 	for _, c := range []prometheus.Collector{m.claims, m.takeovers, m.confirmed, m.heartbeats, m.heartbeatTime,
-		m.renewed, m.items, m.batches, m.commitTime, m.fenced, m.releases, m.lost, m.failures, m.quarantined,
+		m.renewed, m.items, m.batches, m.commitTime, m.fenced, m.releases, m.lost, m.failures, m.quarantined, m.notReplicated,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -135,6 +139,17 @@ func (m *Metrics) Instrument(cfg *distributor.Config) {
 	}
 }
 
+// WatchDB reports, as baton_commits_not_replicated_total, the commits on
+// db (every statement and transaction of the worker on it: batches,
+// heartbeats, claims, scheduled jobs, leaderships) that PostgreSQL
+// reported as not confirmed by its synchronous standby
+// (dbconn.ErrNotReplicated).
+func (m *Metrics) WatchDB(db *dbconn.DB) {
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "baton_commits_not_replicated_total",
+		Help: "Commits on the worker's database handle that PostgreSQL reported as not confirmed by its synchronous standby: they may not survive a failover."},
+		func() float64 { return float64(db.NotReplicatedCommits()) }))
+}
+
 // Watch reports d's held partitions in baton_partitions_held.
 func (m *Metrics) Watch(d *distributor.Distributor) { m.held = d.Held }
 
@@ -165,6 +180,8 @@ func (m *Metrics) OnEvent(e distributor.Event) {
 	case distributor.EventQuarantined:
 		m.failures.Inc()
 		m.quarantined.Inc()
+	case distributor.EventNotReplicated:
+		m.notReplicated.Inc()
 	}
 }
 

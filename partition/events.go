@@ -40,6 +40,10 @@ const (
 	EventConfirmed        EventKind = "confirmed"          // a takeover survived its confirmation heartbeats
 	EventCheckpoint       EventKind = "checkpoint"         // a batch committed
 	EventClaimRoundFailed EventKind = "claim_round_failed" // a claim round failed and is retried after a back-off
+	// EventNotReplicated: a batch committed on the primary, but PostgreSQL
+	// reported that its synchronous standby did not confirm the commit
+	// (dbconn.ErrNotReplicated).
+	EventNotReplicated EventKind = "not_replicated"
 )
 
 // Recorded reports whether events of kind k are written to the events

@@ -155,6 +155,7 @@ func New(cfg Config) (*Process, error) {
 	if cfg.Metrics != nil {
 		m := cfg.Metrics
 		m.Watch(d)
+		m.WatchDB(cfg.DB)
 		m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
 			return horizon.Read(ctx, cfg.DB.DB, schemaName, cfg.HorizonWarnAfter)
 		})

@@ -133,13 +133,15 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			opts.Progress = p.update
 			opts.ReadProgress = p.reading
 			opts.Schema = g.schema
+			g.ownsDurability = true // a NotReplicatedError names the load
 			rep, err := ingest.Load(cmd.Context(), db.DB, opts)
 			if errors.Is(err, ingest.ErrInterrupted) {
 				p.end()
 				return &exitError{interruptedCode(cmd.Context()), err}
 			}
 			p.done()
-			if err != nil {
+			var unconfirmed *ingest.NotReplicatedError
+			if err != nil && !errors.As(err, &unconfirmed) {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "load %d: %s, %s created, %s accepted, %d re-delivered (skipped), %d rejected in %s%s\n",
@@ -153,7 +155,7 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			if rep.RowsRejected > 0 {
 				fmt.Fprintf(g.stdout, "rejected rows and their reasons: %s\n", opts.RejectPath)
 			}
-			return nil
+			return err // nil, or committed but not confirmed by the standby (exit 6)
 		},
 	}
 	f := cmd.Flags()

@@ -32,6 +32,13 @@ type globals struct {
 	outage      *outageHandler   // folds a database outage into one line per worker
 	stderr      io.Writer
 	stdout      io.Writer
+	// opened are the handles the command opened, whose commits PostgreSQL
+	// may report as not confirmed by the synchronous standby (see
+	// notReplicated).
+	opened []*dbconn.DB
+	// ownsDurability is set by commands that report such commits
+	// themselves (a load names its load id; a worker logs each batch).
+	ownsDurability bool
 }
 
 func (g *globals) register(root *cobra.Command) {
@@ -89,6 +96,7 @@ func (g *globals) open(ctx context.Context, opts dbconn.Options, checkSchema boo
 	if err != nil {
 		return nil, &exitError{exitUsage, err}
 	}
+	g.opened = append(g.opened, db)
 	if err := dbconn.Ping(ctx, db, g.databaseURL); err != nil {
 		db.Close()
 		return nil, err
@@ -167,6 +175,26 @@ func retryable(err error) bool {
 		return false
 	}
 	return dberr.WorthWaiting(err)
+}
+
+// notReplicated is the error of a command that succeeded but some of
+// whose commits PostgreSQL reported as not confirmed by the synchronous
+// standby (dbconn.ErrNotReplicated): its changes are on the primary and
+// may not survive a failover. Nil when there were none, or when the
+// command reports them itself.
+func (g *globals) notReplicated() error {
+	if g.ownsDurability {
+		return nil
+	}
+	var n int64
+	for _, db := range g.opened {
+		n += db.NotReplicatedCommits()
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s of this command: %w; check its changes once the cluster is stable (worker status), and run it again if they are missing",
+		nounCount(n, "commit", "commits"), dbconn.ErrNotReplicated)
 }
 
 // schemaConfig is the schema and migration sets the worker command uses:

@@ -4,7 +4,8 @@
 //
 // Exit codes: 0 success; 1 failure; 2 bad usage or configuration; 3 invalid
 // input (nothing was loaded); 4 work left on quarantined contracts or
-// unpriced records; 5 no such contract or job.
+// unpriced records; 5 no such contract or job; 6 committed on the primary
+// but not confirmed by its synchronous standby.
 package main
 
 import (
@@ -21,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/redact"
 	"github.com/batonhq/baton/partition"
@@ -35,6 +37,10 @@ const (
 	exitBadInput   = 3
 	exitIncomplete = 4
 	exitNotFound   = 5
+	// exitNotReplicated: the command's changes committed on the primary,
+	// but PostgreSQL reported that its synchronous standby did not
+	// confirm them (dbconn.ErrNotReplicated).
+	exitNotReplicated = 6
 )
 
 // exitCodesHelp is the exit-code table shown by --help.
@@ -52,6 +58,12 @@ const exitCodesHelp = `Exit codes:
      are unpriced (export --complete)
   5  not found: no such contract (retry) or job (schedule trigger,
      schedule remove)
+  6  not confirmed by the standby: the changes committed on the primary,
+     but PostgreSQL stopped waiting for its synchronous standby (an HA
+     manager dropped it, or the session was cancelled at COMMIT), so a
+     failover may lose them; check once the cluster is stable (worker
+     status --loads for a load) and run the command again if they are
+     missing
   130, 143
      interrupted by SIGINT (130) or SIGTERM (143) before a load
      committed: nothing was loaded (load, seed --load)`
@@ -127,6 +139,9 @@ func execute(args []string) (code int) {
 	defer stop()
 	err := root.ExecuteContext(ctx)
 	if err == nil {
+		err = g.notReplicated()
+	}
+	if err == nil {
 		return 0
 	}
 	if g.logger != nil && g.logFormat == "json" {
@@ -150,6 +165,8 @@ func exitCode(err error) int {
 		return exitIncomplete
 	case errors.Is(err, partition.ErrNotFound), errors.Is(err, schedule.ErrNotFound):
 		return exitNotFound
+	case errors.Is(err, dbconn.ErrNotReplicated):
+		return exitNotReplicated
 	default:
 		return exitFailure
 	}

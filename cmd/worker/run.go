@@ -195,6 +195,10 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
+	// A worker logs each batch not confirmed by the standby (event
+	// not_replicated) and counts them in its metrics; its exit code stays
+	// that of its run.
+	g.ownsDurability = true
 	stmt, lock, idle := cfg.ConnectionLimits()
 	db, err := g.openWaiting(ctx, dbconn.Options{
 		ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,

@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/pricer"
 )
 
@@ -39,6 +40,10 @@ type statusJSON struct {
 	// Horizon is what holds back vacuum (nil only where status is built
 	// without reading it, as in the demo).
 	Horizon *horizonJSON `json:"horizon,omitempty"`
+	// Loads are the loads asked for with --loads or --load, newest
+	// first; MissingLoads the ids --load named that are not present.
+	Loads        []ingest.LoadInfo `json:"loads,omitempty"`
+	MissingLoads []int64           `json:"missing_loads,omitempty"`
 }
 
 // horizonJSON is the xmin horizon and the dead row versions of the
@@ -223,6 +228,7 @@ const statesHelp = `States:
 func newStatusCmd(g *globals) *cobra.Command {
 	var asJSON, watch bool
 	var every, warnAfter time.Duration
+	var loads loadsQuery
 	cmd := &cobra.Command{
 		Use:   "status [--json | --watch]",
 		Short: "Show every contract's owner, state and progress, and the live workers",
@@ -249,11 +255,15 @@ run such reports on a standby.
 		Example: `  worker status
   worker status --json | jq '.totals'
   worker status --json | jq '.horizon.warning'
-  worker status --watch --interval 2s`,
+  worker status --watch --interval 2s
+  worker status --load 7   # is load 7 present? (exit 5 if not)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if watch && asJSON {
 				return usageError("--watch and --json do not go together")
+			}
+			if watch && loads.asked() {
+				return usageError("--loads and --load do not go with --watch")
 			}
 			open := func() (*dbconn.DB, error) { return g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true) }
 			if watch {
@@ -277,17 +287,26 @@ run such reports on a standby.
 			if err != nil {
 				return err
 			}
+			if err := readLoads(cmd.Context(), db, g.schema, loads, &s); err != nil {
+				return err
+			}
 			if asJSON {
 				enc := json.NewEncoder(g.stdout)
 				enc.SetIndent("", "  ")
-				return enc.Encode(s)
+				if err := enc.Encode(s); err != nil {
+					return err
+				}
+				return missingLoads(s.MissingLoads)
 			}
 			printStatus(g.stdout, s)
-			return nil
+			printLoads(g.stdout, s)
+			return missingLoads(s.MissingLoads)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (stable field names) for scripts")
 	cmd.Flags().BoolVar(&watch, "watch", false, "refresh a live view until interrupted")
+	cmd.Flags().BoolVar(&loads.newest, "loads", false, fmt.Sprintf("also list the newest %d loads", loadsShown))
+	cmd.Flags().Int64SliceVar(&loads.ids, "load", nil, "also show these loads (repeat or comma-separate ids); exit 5 if one is not present")
 	cmd.Flags().DurationVar(&every, "interval", time.Second, "refresh interval with --watch")
 	cmd.Flags().DurationVar(&warnAfter, "horizon-warn-after", horizon.WarnAfterDefault,
 		"warn when a transaction has held back the xmin horizon (and so vacuum) this long")

@@ -430,16 +430,22 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	// An interruption from here on would leave the outcome unknown: the
 	// commit is not interrupted.
 	l.committing = true
-	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
-		return *rep, fmt.Errorf("loading: committing: %w", err)
+	watch := dbconn.WatchPgx(conn)
+	cerr := tx.Commit(context.WithoutCancel(ctx))
+	var unconfirmed error
+	if watch.NotReplicated() {
+		// Committed on the primary, whatever the COMMIT returned.
+		unconfirmed = &NotReplicatedError{LoadID: rep.LoadID, CommitErr: cerr}
+	} else if cerr != nil {
+		return *rep, fmt.Errorf("loading: committing: %w", cerr)
 	}
 	if rejectTmp != "" {
 		if err := os.Rename(rejectTmp, l.opts.RejectPath); err != nil {
-			return *rep, fmt.Errorf("load %d committed, but writing the reject file: %w", rep.LoadID, err)
+			return *rep, errors.Join(unconfirmed, fmt.Errorf("load %d committed, but writing the reject file: %w", rep.LoadID, err))
 		}
 		rejectTmp = ""
 	}
-	return *rep, nil
+	return *rep, unconfirmed
 }
 
 // countRejected counts the invalid rows. If there are any and the load is

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricing/ingest"
+)
+
+// loadsShown is how many of the newest loads status --loads lists.
+const loadsShown = 20
+
+// loadsQuery is what status was asked of the loads: the newest
+// (--loads), or the ones named (--load N), which it checks are present.
+type loadsQuery struct {
+	newest bool
+	ids    []int64
+}
+
+func (q loadsQuery) asked() bool { return q.newest || len(q.ids) > 0 }
+
+// readLoads adds the loads asked for to s, and the ids named but not
+// present to s.MissingLoads.
+func readLoads(ctx context.Context, db bun.IDB, schemaName string, q loadsQuery, s *statusJSON) error {
+	if !q.asked() {
+		return nil
+	}
+	loads, err := ingest.Loads(ctx, db, schemaName, loadsShown, q.ids...)
+	if err != nil {
+		return err
+	}
+	s.Loads = loads
+	for _, id := range q.ids {
+		if !slices.ContainsFunc(loads, func(l ingest.LoadInfo) bool { return l.LoadID == id }) {
+			s.MissingLoads = append(s.MissingLoads, id)
+		}
+	}
+	return nil
+}
+
+// missingLoads is status's error when a load it was asked to check is
+// not present (exit 5).
+func missingLoads(ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = fmt.Sprint(id)
+	}
+	return fmt.Errorf("%s not present: %w (it never committed, or its commit did not survive a failover: load its files again)",
+		nounCount(int64(len(ids)), "load "+strings.Join(names, ", "), "loads "+strings.Join(names, ", ")), partition.ErrNotFound)
+}
+
+// printLoads writes the loads table of status --loads.
+func printLoads(w io.Writer, s statusJSON) {
+	if s.Loads == nil && s.MissingLoads == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOAD\tFINISHED\tACCEPTED\tRE-DELIVERED\tREJECTED\tPRUNED\tFILES")
+	for _, l := range s.Loads {
+		finished := "-"
+		if l.FinishedAt != nil {
+			finished = l.FinishedAt.Local().Format(time.DateTime)
+		}
+		files := strings.Join(slices.DeleteFunc([]string{l.TiersFile, l.RecordsFile}, func(f string) bool { return f == "" }), ", ")
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%s\n", l.LoadID, finished, l.RecordsAccepted, l.RecordsRedelivered,
+			l.RowsRejected, l.RecordsPruned, files)
+	}
+	for _, id := range s.MissingLoads {
+		fmt.Fprintf(tw, "%d\tNOT PRESENT\t\t\t\t\t\n", id)
+	}
+	tw.Flush()
+}
