@@ -727,6 +727,25 @@
 //     for a round, as in 1, and safety does not rest on it) and the
 //     notification channel (each notification names its kind; others
 //     ignore it).
+//  7. Failover. 1–6 take a committed transaction to stay committed. A
+//     failover to a standby that had not received every commit (an
+//     asynchronous standby, or a synchronous one whose wait the server
+//     cancelled: PostgreSQL then warns that the commit "might not have
+//     been replicated", which dbconn counts and the distributor reports
+//     as EventNotReplicated) keeps a prefix of the old primary's commits,
+//     since a standby replays the WAL in order. Every step of 1–5 is one
+//     transaction (a batch's output with its checkpoint, claim and
+//     release; a claim; a release; a split with its checkpoint), so the
+//     new primary is a state the protocol has already passed through:
+//     the lost suffix takes each batch's output with its checkpoint, and
+//     the next owner resumes at the surviving checkpoint, processing the
+//     lost items again, once. A worker whose claim was lost with the
+//     suffix may meet a new claim of the same version number on the new
+//     primary, but every fence, compare-and-set and renewal also matches
+//     the owner (an instance id unique to one process run), so its
+//     writes fail and it stops. Nothing here depends on being told of
+//     the warning: the report is for operators, and for loads, whose
+//     records exist nowhere else (worker load exits 6).
 //
 // Side effects outside the database are at least once: a batch may perform
 // them and then fail to commit (crash, fenced), and the next owner will

@@ -251,6 +251,10 @@ horizon.warning is true. While it lasts, the dead row versions of the
 task rows cannot be vacuumed and pricing slows down: end that session, or
 run such reports on a standby.
 
+--loads lists the newest loads; --load N shows load N and exits 5 when it
+is not present, which is how to check a load that exited 6 (committed on
+the primary, not confirmed by the standby) once the cluster is stable.
+
 ` + statesHelp + "\n\n" + exitCodesHelp,
 		Example: `  worker status
   worker status --json | jq '.totals'
