@@ -41,7 +41,9 @@ func TestBatchesNotConfirmedByStandbyAreReported(t *testing.T) {
 	e.verify()
 	checkpoints := ev.count(kind(distributor.EventCheckpoint))
 	for _, k := range ks {
-		if ev.count(func(x distributor.Event) bool { return x.Kind == distributor.EventNotReplicated && x.Key == k && x.Position > 0 }) == 0 {
+		if ev.count(func(x distributor.Event) bool {
+			return x.Kind == distributor.EventNotReplicated && x.Key == k && x.Position > 0
+		}) == 0 {
 			t.Errorf("no not_replicated event for %s; events:\n%s", k, ev.dump())
 		}
 	}
