@@ -16,7 +16,7 @@ import (
 // synchronous replication ... The transaction has already committed
 // locally, but might not have been replicated to the standby". An HA
 // manager does this when it drops a standby it thinks unhealthy
-// (pg_auto_failover's wait_primary sets synchronous_standby_names to ”
+// (pg_auto_failover's wait_primary empties synchronous_standby_names
 // and cancels the waiting backends), and so does any pg_cancel_backend or
 // pg_terminate_backend of a session waiting at COMMIT. The data is in the
 // primary's WAL and visible there; a failover before the standby catches
