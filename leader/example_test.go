@@ -37,7 +37,8 @@ func Example() {
 	defer a.Stop()
 	defer b.Stop()
 
-	l, err := a.Campaign(ctx, "export")
+	// docs:campaign
+	l, err := a.Campaign(ctx, "export") // blocks until elected; lead until <-l.Done()
 	if err != nil {
 		panic(err)
 	}
@@ -52,6 +53,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	// docs:end
 
 	next := make(chan *leader.Leadership)
 	go func() {

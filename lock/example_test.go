@@ -43,9 +43,13 @@ func Example() {
 	if err := first.Commit(); err != nil { // releases the key
 		panic(err)
 	}
+	// docs:acquire
 	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// lock.ErrTimeout after opts.Timeout (the transaction is then aborted);
+		// exclusive until commit or rollback
 		return lock.Acquire(ctx, tx, key, opts)
 	})
+	// docs:end
 	fmt.Println("third: locked:", err == nil)
 	// Output:
 	// first: locked BondBO:DK0015966592

@@ -76,9 +76,12 @@ CREATE TABLE IF NOT EXISTS shipments (
     PRIMARY KEY (customer, seq)
 );`
 
+// docs:kind
 // kind names the service's partitions: its producer adds work under it
 // and its workers claim only partitions of it.
 const kind = "orders"
+
+// docs:end
 
 func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -88,6 +91,7 @@ func run() error {
 		return errors.New("set DATABASE_URL")
 	}
 
+	// docs:setup
 	cfg := distributor.Config{
 		Name:       "shipper",
 		Kind:       kind, // claim the service's own partitions only
@@ -128,6 +132,7 @@ func run() error {
 	if _, err := db.ExecContext(ctx, serviceSchema); err != nil {
 		return fmt.Errorf("creating the service's tables: %w", err)
 	}
+	// docs:end
 
 	// Place orders: each transaction writes the service's rows and adds
 	// them to the customer's partition, of the service's kind; its workers
