@@ -207,10 +207,10 @@
 // a processor error is recorded against the partition that causes it; a
 // transient error leaves them all claimable. A member not caught up after
 // its first batch is held on like any claim. A group's first batches take
-// ClaimGroupItems items in all, shared among the members; a group that
-// turns out too long for the statement timeout or its deadline is not
-// formed again: groups take half as many items from then on and each
-// member is claimed on its own (sizing.go). A group given up mid-statement
+// at most the worker's group bound of items in all, shared among the
+// members; a group that turns out too long for the statement timeout or
+// its deadline is not formed again: groups take half as many items from
+// then on and each member is claimed on its own (sizing.go). A group given up mid-statement
 // may still hold its rows on the server for a while; a member's own claim
 // that then finds its row locked lost it to this worker's dying
 // transaction, not to another worker, and tries again at the next poll
@@ -223,7 +223,7 @@
 // below), unless a batch transaction of another of the worker's held
 // partitions is in flight; then it queues its batch, and when the
 // transaction in flight ends, the batches queued meanwhile (up to
-// ClaimGroup, sharing ClaimGroupItems items as a group of first batches
+// ClaimGroup, sharing the group bound's items as a group of first batches
 // does) run as one transaction: each member is fenced by its own claim
 // (the lone batch's fence, FOR KEY SHARE where version and owner match,
 // members in partition_key order), ProcessGroup writes every member's
@@ -311,6 +311,22 @@
 // only holds its row FOR KEY SHARE longer, which delays a release, a
 // rewind or a hand-back (they wait for its commit) and adds to the
 // takeover time's "one batch".
+//
+// Group size. A group holds every member's row FOR KEY SHARE until it
+// commits, so it keeps to BatchTarget as a lone batch does (sizing.go):
+// groups (of first batches or of held partitions' batches) take at most
+// the worker's group bound of items in all, each member at most the batch
+// bound. The group bound starts at ClaimGroupItems, halves after a group
+// that took more than twice BatchTarget (to half of what the group took,
+// if that was less), down to where the batch bound starts (a group is
+// then no larger than a batch at its start), and doubles, up to
+// ClaimGroupItems, after a group that took all it allowed in less than
+// half of BatchTarget. A held group also counts as one batch of its
+// largest member's items for the batch bound, so a slow group lowers its
+// members' bound too. A group too long for the statement timeout or its
+// lease halves the group bound at once, as a batch too long does. As for
+// batches, size changes how long rows are held, never what is locked nor
+// in which order.
 //
 // Split. A partition's items are processed in order by one claim at a
 // time, so a partition with a large backlog bounds the run however many
