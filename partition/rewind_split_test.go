@@ -3,6 +3,7 @@ package partition_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,14 +18,16 @@ import (
 // batch that splits holds it under its fence) is not missed: the rewind
 // deletes the segments that split wrote, so none of the old generation is
 // left to be claimed and processed a second time, and the new
-// generation's split at the same starts writes its own segments.
+// generation's split at the same starts writes its own segments. The
+// rewind also names "o", before p, and "p!", which sorts between p and its
+// segments: each is rewound too, locked in its place in key order.
 func TestRewindDeletesSegmentsSplitWhileItWaits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
 	s := partition.NewStore(db, "")
 	ws := taskstore.NewStore(db, "")
-	if _, err := s.AddWorks(ctx, db, []partition.Work{{Key: "p", N: 30}}); err != nil {
+	if _, err := s.AddWorks(ctx, db, []partition.Work{{Key: "p", N: 30}, {Key: "o", N: 5}, {Key: "p!", N: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	claim := func(owner string) partition.Lease {
@@ -86,7 +89,7 @@ func TestRewindDeletesSegmentsSplitWhileItWaits(t *testing.T) {
 			done <- outcome{err: err}
 			return
 		}
-		r, err := s.Rewind(ctx, tx, []partition.Rewind{{Key: "p", Position: 0}})
+		r, err := s.Rewind(ctx, tx, []partition.Rewind{{Key: "p!", Position: 1}, {Key: "p", Position: 0}, {Key: "o", Position: 2}})
 		if err == nil {
 			err = tx.Commit()
 		} else {
@@ -116,8 +119,16 @@ func TestRewindDeletesSegmentsSplitWhileItWaits(t *testing.T) {
 	if o.err != nil {
 		t.Fatal(o.err)
 	}
-	if len(o.r) != 1 || o.r[0].Generation != 2 || o.r[0].PreviousPosition != 30 {
-		t.Fatalf("rewound %+v, want generation 2 after generation 1 at position 30", o.r)
+	if len(o.r) != 3 || o.r[0].Key != "o" || o.r[1].Key != "p" || o.r[2].Key != "p!" {
+		t.Fatalf("rewound %+v, want o, p and p!", o.r)
+	}
+	for _, r := range o.r {
+		if r.Generation != 2 {
+			t.Errorf("rewound %+v, want generation 2", r)
+		}
+	}
+	if r := o.r[1]; r.PreviousPosition != 30 {
+		t.Fatalf("rewound %+v, want p after generation 1 at position 30", r)
 	}
 
 	// Nothing of generation 1 is left: no segment row, nothing claimable
@@ -133,8 +144,13 @@ func TestRewindDeletesSegmentsSplitWhileItWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cands) != 1 || cands[0].Key != "p" {
-		t.Errorf("claimable after the rewind: %v, want p alone", cands)
+	var keys []string
+	for _, c := range cands {
+		keys = append(keys, c.Key)
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"o", "p", "p!"}) {
+		t.Errorf("claimable after the rewind: %v, want o, p and p!", keys)
 	}
 
 	// Generation 2 splits at the same starts.
