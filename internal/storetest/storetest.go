@@ -83,6 +83,11 @@ type Store interface {
 	// has work left that is not quarantined.
 	PendingWork(ctx context.Context) (bool, error)
 	StopWorker(ctx context.Context, owner string) error
+	// Rewind is partition.Store.Rewind of the partition key to position
+	// (with the empty state), in a transaction of its own. With
+	// whileWaiting, it returns once the rewind has waited for a row lock,
+	// whileWaiting was called during that wait, and the rewind ended.
+	Rewind(ctx context.Context, key string, position int64, whileWaiting func()) (partition.Rewound, error)
 	// Begin opens a batch's transaction and fences l for owner in it.
 	Begin(ctx context.Context, owner string, l partition.Lease) (Batch, partition.Checkpoint, error)
 	// BeginClaim opens the transaction of an unowned candidate's claim
