@@ -127,8 +127,14 @@ type Config struct {
 	// end well within the statement timeout and the lease. Members share
 	// it (one with little work takes all of it, the others share the
 	// rest evenly); a member not caught up by its first batch goes on in
-	// batches of its own. The worker lowers it for a while after a group
-	// turned out too long (see BatchSize). Defaults to 65,536.
+	// batches of its own. Groups are sized by time within it, as batches
+	// are (BatchTarget): the worker halves its group bound after a group
+	// that took more than twice BatchTarget (down to where batches start)
+	// and doubles it, up to ClaimGroupItems, after a group that took all
+	// it was allowed within half of BatchTarget, since a group holds all
+	// its members' rows until it commits; and it lowers the bound for a
+	// while after a group turned out too long (see BatchSize). Defaults to
+	// 65,536.
 	ClaimGroupItems int
 	// SegmentRecords is the size, in work items, of the segments a
 	// partition's backlog is split into when the Processor is a Splitter:

@@ -207,10 +207,10 @@
 // a processor error is recorded against the partition that causes it; a
 // transient error leaves them all claimable. A member not caught up after
 // its first batch is held on like any claim. A group's first batches take
-// ClaimGroupItems items in all, shared among the members; a group that
-// turns out too long for the statement timeout or its deadline is not
-// formed again: groups take half as many items from then on and each
-// member is claimed on its own (sizing.go). A group given up mid-statement
+// at most the worker's group bound of items in all, shared among the
+// members; a group that turns out too long for the statement timeout or
+// its deadline is not formed again: groups take half as many items from
+// then on and each member is claimed on its own (sizing.go). A group given up mid-statement
 // may still hold its rows on the server for a while; a member's own claim
 // that then finds its row locked lost it to this worker's dying
 // transaction, not to another worker, and tries again at the next poll
@@ -223,7 +223,7 @@
 // below), unless a batch transaction of another of the worker's held
 // partitions is in flight; then it queues its batch, and when the
 // transaction in flight ends, the batches queued meanwhile (up to
-// ClaimGroup, sharing ClaimGroupItems items as a group of first batches
+// ClaimGroup, sharing the group bound's items as a group of first batches
 // does) run as one transaction: each member is fenced by its own claim
 // (the lone batch's fence, FOR KEY SHARE where version and owner match,
 // members in partition_key order), ProcessGroup writes every member's
@@ -311,6 +311,22 @@
 // only holds its row FOR KEY SHARE longer, which delays a release, a
 // rewind or a hand-back (they wait for its commit) and adds to the
 // takeover time's "one batch".
+//
+// Group size. A group holds every member's row FOR KEY SHARE until it
+// commits, so it keeps to BatchTarget as a lone batch does (sizing.go):
+// groups (of first batches or of held partitions' batches) take at most
+// the worker's group bound of items in all, each member at most the batch
+// bound. The group bound starts at ClaimGroupItems, halves after a group
+// that took more than twice BatchTarget (to half of what the group took,
+// if that was less), down to where the batch bound starts (a group is
+// then no larger than a batch at its start), and doubles, up to
+// ClaimGroupItems, after a group that took all it allowed in less than
+// half of BatchTarget. A held group also counts as one batch of its
+// largest member's items for the batch bound, so a slow group lowers its
+// members' bound too. A group too long for the statement timeout or its
+// lease halves the group bound at once, as a batch too long does. As for
+// batches, size changes how long rows are held, never what is locked nor
+// in which order.
 //
 // Split. A partition's items are processed in order by one claim at a
 // time, so a partition with a large backlog bounds the run however many
@@ -424,10 +440,13 @@
 // checkpoint state are set together, with no owner, no failure or back-off,
 // claimable at once; a "rewound" event is recorded and the workers of the
 // kind are notified at commit. The partition's segments (Split) are
-// locked in the same statement, in key order after their partition, and
-// deleted: their holders fail their next fence, heartbeat or
-// compare-and-set, as after a takeover, and the new generation is split
-// afresh if it has the backlog for it. The fence reads the generation with the
+// looked for only once the partition's row is locked, by a statement that
+// starts then, locked in key order after their partition, and deleted:
+// a split that committed while the rewind waited for the row (the
+// splitting batch holds it under its fence) is seen, and nothing of the
+// old generation is left claimable. Their holders fail their next fence,
+// heartbeat or compare-and-set, as after a takeover, and the new
+// generation is split afresh if it has the backlog for it. The fence reads the generation with the
 // checkpoint (Checkpoint.Generation), so a processor writes each batch's
 // output under the generation it belongs to (pricing keeps each
 // generation's priced rows apart and switches readers to the new one when
@@ -698,14 +717,40 @@
 //     starts from is the Splitter's contract: the state its start
 //     carries. Locks: the split inserts rows nobody else can see before
 //     it commits, in key order, and deletes finished segments FOR UPDATE
-//     SKIP LOCKED, never waiting; its other locks are its batch's (the
-//     partition's row FOR KEY SHARE, then its checkpoint update). A
-//     rewind locks a partition and its segments FOR UPDATE in one
-//     statement in key order (a segment's key sorts after its
-//     partition's), so it too follows the global order, waits for
-//     segment batches in flight as for the partition's own, and its
-//     deletion of the segments is a change of ownership every later
-//     write of their claims fails on (the row is gone).
+//     SKIP LOCKED, never waiting, before it inserts (so a finished
+//     segment at one of its starts is replaced, not a primary-key
+//     failure); its other locks are its batch's (the partition's row FOR
+//     KEY SHARE, then its checkpoint update).
+//     A rewind must delete every segment of its partitions, those of a
+//     split that commits while the rewind waits included. A split commits
+//     only in a batch holding the partition's row FOR KEY SHARE, so once
+//     the rewind holds the row FOR UPDATE no split of it can commit, and
+//     a statement whose snapshot is taken after that lock was granted
+//     sees all its segments (a statement that found the rows before
+//     waiting would not: READ COMMITTED re-checks only the rows it found,
+//     and the segments written meanwhile would survive the new
+//     generation, claimable, their items processed twice). So the rewind
+//     locks FOR UPDATE, one statement per partition, in key order: the
+//     partition, after the segments of the partitions it already holds
+//     that sort before it; a last statement locks the remaining segments
+//     (those sorting after the last partition), then deletes the
+//     segments and rewinds the partitions. Each segment is thus looked
+//     for only by a statement that starts with its partition held, and
+//     the rows are taken in global key order (a segment's key sorts
+//     after its partition's, and a key of another of the rewind's
+//     partitions sorting in between is locked in its place), so a rewind
+//     waits, like a change of ownership, for the fences and checkpoint
+//     updates of batches (segments' included) in flight, and none of
+//     those lockers, which also take rows in key order, waits for it in
+//     a cycle. Its deletion of the segments is a change of ownership
+//     every later write of their claims fails on (the row is gone). A
+//     caller that locks the partitions itself before the rewind
+//     (pricing's re-rating locks its contracts' rows in one statement)
+//     finds its segments safely, but with several partitions it holds
+//     the later ones before the earlier ones' segments: a held group
+//     fencing a segment of one and a later partition can then deadlock
+//     with it, which PostgreSQL detects and breaks (for the group a
+//     transient error, retried).
 //  6. A partition is (kind, partition_key), the task table's primary key,
 //     and 1–4 hold per partition so named. Every statement of 1–3 names its
 //     rows by both: a worker's candidate read, claim compare-and-set,

@@ -47,11 +47,13 @@ import (
 // part: a takeover's first batch, which records its history and links its
 // trace to the previous owner's, always runs alone.
 //
-// The group's batches take at most ClaimGroupItems items in all, shared
-// among the members as for a group of first batches (shareItems: each at
-// most the batch bound), and feed the same sizer: the group bound by the
-// group's items and time, the batch bound once per group, by its largest
-// member's items.
+// The group's batches take at most the group bound in all (at most
+// ClaimGroupItems), shared among the members as for a group of first
+// batches (shareItems: each at most the batch bound), and feed the same
+// sizer, by time as lone batches do (sizing.go): the group bound by the
+// group's items and duration, so that a slow group makes the next one
+// smaller and quick ones grow it back, and the batch bound once per
+// group, by its largest member's items and the group's duration.
 
 // heldQueue is the worker's held-batch transactions in flight and the
 // batches waiting for them.

@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
+	"github.com/jonboulle/clockwork"
 )
 
 // heldGroupProc writes one output row per item, as the package's other
@@ -228,5 +229,88 @@ func TestHeldGroupReleasesCaughtUpMembers(t *testing.T) {
 	}
 	if owned != 1 {
 		t.Fatalf("%d partitions still owned; want only c (released by its loop)", owned)
+	}
+}
+
+// timedGroupProc is heldGroupProc on an injected clock: each group takes
+// the next of took (the last one again once they run out), and the limits
+// its members were given are noted.
+type timedGroupProc struct {
+	heldGroupProc
+	clock  *clockwork.FakeClock
+	took   []time.Duration
+	limits [][]int
+}
+
+func (p *timedGroupProc) ProcessGroup(ctx context.Context, g *Group) ([]Result, error) {
+	var limits []int
+	for _, b := range g.Batches {
+		limits = append(limits, b.Limit)
+	}
+	p.limits = append(p.limits, limits)
+	out, err := p.heldGroupProc.ProcessGroup(ctx, g)
+	p.clock.Advance(p.took[min(len(p.limits), len(p.took))-1])
+	return out, err
+}
+
+// Held groups keep to BatchTarget as lone batches do: a group slower than
+// twice the target halves the next group's bound, however long it is
+// before the statement timeout, down to where the batch bound starts;
+// groups that took all the bound allowed and were quick double it back,
+// up to ClaimGroupItems.
+func TestHeldGroupBoundFollowsTheBatchTarget(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	p := &timedGroupProc{clock: clock, took: []time.Duration{
+		3 * time.Second, 3 * time.Second, 3 * time.Second, // slow: past twice the target
+		100 * time.Millisecond, // quick: under half of it
+	}}
+	d, db, hs := heldFixture(t, p)
+	if _, err := db.Exec(`UPDATE baton.tasks SET available = 100000`); err != nil {
+		t.Fatal(err)
+	}
+	d.cfg.Clock = clock
+	// Batches of at most 100 items (where the batch bound starts), groups
+	// of at most 300; a target of 1 s, a timeout budget of 20 s that no
+	// group comes near.
+	d.size = newSizer(100, 100, 300, 20*time.Second, time.Second)
+	// Items each group took (shared evenly among its three members), and
+	// the group bound after it.
+	want := []int{
+		300, // 3 s: halved
+		150, // 3 s: halved, to the batch bound's start
+		100, // 3 s: stays at the start
+		100, // quick at the bound: doubled
+		200, // doubled again, to ClaimGroupItems
+		300, // and no further
+		300,
+	}
+	wantGroup := []int{150, 100, 100, 200, 300, 300, 300}
+	for i := range want {
+		res, alone, err := d.heldGroup(p, hs)
+		if err != nil || slices.Contains(alone, true) {
+			t.Fatalf("group %d: %v, alone %v", i, err, alone)
+		}
+		for k, r := range res {
+			if r.err != nil || r.items != int64(p.limits[i][k]) {
+				t.Fatalf("group %d member %d: %+v; want its limit %d processed", i, k, r, p.limits[i][k])
+			}
+		}
+		sum := 0
+		for _, l := range p.limits[i] {
+			sum += l
+			if l < want[i]/3 || l > want[i]/3+1 {
+				t.Fatalf("group %d shared %v; want about %d each", i, p.limits[i], want[i]/3)
+			}
+		}
+		if sum != want[i] {
+			t.Fatalf("group %d took %v items; want %d (groups so far %v)", i, p.limits[i], want[i], p.limits)
+		}
+		if g := d.size.groupLimit(); g != wantGroup[i] {
+			t.Fatalf("group bound %d after group %d; want %d", g, i, wantGroup[i])
+		}
+	}
+	if b := d.size.batchLimit(); b != 100 {
+		t.Fatalf("batch bound %d; want 100", b)
 	}
 }

@@ -131,7 +131,7 @@ func waitForRewindLockWait(t *testing.T, e *env) {
 	testutil.Eventually(t, 30*time.Second, "the rewind waiting for the batch in flight", func() error {
 		var n int
 		if err := e.db.QueryRow(`SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, 'generation + 1') > 0`).Scan(&n); err != nil {
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, '-- baton rewind') > 0`).Scan(&n); err != nil {
 			return err
 		}
 		if n == 0 {

@@ -20,9 +20,18 @@ import (
 // batches that run together on the same database take about as long.
 //
 // A group of first batches, or of held partitions' batches, takes at most
-// ClaimGroupItems in all, each member at most the batch bound. A held
-// group counts as one batch of its largest member's items for the batch
-// bound, and as a group for the group bound. Both are also lowered when a transaction
+// the current group bound in all, each member at most the batch bound. The
+// group bound is sized by time as the batch bound is, from the groups'
+// durations, so that a group, which holds all its members' rows until it
+// commits, keeps to BatchTarget as a lone batch does: it starts at
+// ClaimGroupItems, halves after a group that took more than twice
+// BatchTarget (half of what that group took, if it took less than the
+// bound: members are also held to the batch bound and to their backlogs),
+// down to where the batch bound starts, and doubles, up to
+// ClaimGroupItems, after a group that took all the bound allowed and
+// committed in less than half of BatchTarget. A held group also counts as
+// one batch of its largest member's items for the batch bound, so a slow
+// group lowers its members' bound as well. Both are also lowered when a transaction
 // turns out too long for the database's statement timeout or for the lease
 // (dberr.TooLong): the transaction rolls back, the bound that applied is
 // halved, and the work is tried again at once, so that any BatchSize
@@ -68,7 +77,8 @@ func (s *sizer) batchLimit() int {
 	return s.batch
 }
 
-// groupLimit is the most items a group of first batches may take now.
+// groupLimit is the most items a group (of first batches, or of held
+// partitions' batches) may take now.
 func (s *sizer) groupLimit() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -122,11 +132,19 @@ func (s *sizer) batchTook(items int, elapsed time.Duration) {
 	}
 }
 
-// groupTook is batchTook for a group of first batches.
+// groupTook is batchTook for a group (of first batches, or of held
+// partitions' batches) of items that committed after elapsed: one slower
+// than twice the target halves the group bound, or what the group took if
+// that is less, down to where the batch bound starts; one that took all
+// the bound allowed and was quick lets it double, up to ClaimGroupItems.
 func (s *sizer) groupTook(items int, elapsed time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.group < s.maxGroup && items >= s.group && elapsed < s.budget/4 {
+	floor := min(s.floor, s.maxGroup)
+	switch {
+	case elapsed > 2*s.target && s.group > floor:
+		s.group = max(floor, min(s.group, items)/2)
+	case s.group < s.maxGroup && items >= s.group && elapsed < s.budget/4 && elapsed < s.target/2:
 		s.group = min(s.maxGroup, 2*s.group)
 	}
 }

@@ -108,3 +108,62 @@ func TestSizerFollowsTheBatchTarget(t *testing.T) {
 		t.Fatalf("limit %d with BatchSize 50, want 50", l)
 	}
 }
+
+// Groups are sized by time as batches are: the group bound halves after a
+// group slower than twice the target (to half of what the group took, if
+// that was less than the bound), never below where the batch bound
+// starts, and doubles after quick groups that took all it allowed, up to
+// ClaimGroupItems; a group near the target, or quick but under the bound,
+// leaves it.
+func TestSizerSizesGroupsByTheBatchTarget(t *testing.T) {
+	s := newSizer(16384, 1000, 65536, 5*time.Second, time.Second)
+	if g := s.groupLimit(); g != 65536 {
+		t.Fatalf("first group limit %d, want 65536 (ClaimGroupItems)", g)
+	}
+	s.groupTook(65536, 1900*time.Millisecond)
+	if g := s.groupLimit(); g != 65536 {
+		t.Fatalf("group limit %d after a group near the target, want 65536", g)
+	}
+	// Slow, at the bound: halves.
+	s.groupTook(65536, 3*time.Second)
+	if g := s.groupLimit(); g != 32768 {
+		t.Fatalf("group limit %d after a slow group at the bound, want 32768", g)
+	}
+	// Slow with fewer items than the bound (its members' own bounds
+	// held it): half of what it took, so the next group is shorter.
+	s.groupTook(6000, 3*time.Second)
+	if g := s.groupLimit(); g != 3000 {
+		t.Fatalf("group limit %d after a slow group of 6000, want 3000", g)
+	}
+	// Never below where the batch bound starts.
+	s.groupTook(3000, 3*time.Second)
+	s.groupTook(1000, 3*time.Second)
+	if g := s.groupLimit(); g != 1000 {
+		t.Fatalf("group limit %d after slow groups, want 1000 (the batch bound's start)", g)
+	}
+	// Quick but under the bound: nothing learned.
+	s.groupTook(400, 10*time.Millisecond)
+	if g := s.groupLimit(); g != 1000 {
+		t.Fatalf("group limit %d after a small quick group, want 1000", g)
+	}
+	// Quick at the bound, but past a quarter of the budget: stays.
+	s = newSizer(16384, 1000, 65536, 300*time.Millisecond, time.Second)
+	s.groupTook(65536, 3*time.Second)
+	s.groupTook(32768, 100*time.Millisecond)
+	if g := s.groupLimit(); g != 32768 {
+		t.Fatalf("group limit %d after a group at a third of the budget, want 32768", g)
+	}
+	// Quick at the bound: doubles back to ClaimGroupItems.
+	for _, w := range []int{65536, 65536} {
+		s.groupTook(s.groupLimit(), 50*time.Millisecond)
+		if g := s.groupLimit(); g != w {
+			t.Fatalf("group limit %d after a quick group at the bound, want %d", g, w)
+		}
+	}
+	// ClaimGroupItems below the batch bound's start is the floor too.
+	s = newSizer(16384, 1000, 500, 5*time.Second, time.Second)
+	s.groupTook(500, 3*time.Second)
+	if g := s.groupLimit(); g != 500 {
+		t.Fatalf("group limit %d with ClaimGroupItems 500, want 500", g)
+	}
+}

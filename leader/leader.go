@@ -89,7 +89,6 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
-	"github.com/batonhq/baton/internal/leaserow"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
@@ -179,9 +178,7 @@ func New(db *dbconn.DB, cfg Config) (*Elector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("invalid elector config: %w", err)
 	}
-	hb, err := heartbeat.New(&leaserow.Table{
-		DB: db, Table: schema.Ident(cfg.Schema) + ".leaderships", Key: "name", Owner: cfg.InstanceID, TTL: cfg.StaleAfter,
-	}, heartbeat.Config{Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
+	hb, err := heartbeat.New(leaseTable(db, cfg.Schema, cfg.InstanceID, cfg.StaleAfter), heartbeat.Config{Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
 		Clock: cfg.Clock, Logger: cfg.Logger, KeyAttr: "leadership"})
 	if err != nil {
 		return nil, fmt.Errorf("invalid elector config: %w", err)

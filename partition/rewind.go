@@ -46,9 +46,12 @@ var ErrBadRewind = errors.New("cannot rewind")
 // Rewind makes each partition of rw (of s's kind) start a new generation
 // of its output: in tx, the caller's transaction, each row gets generation
 // + 1, version + 1, the given position and state, no owner, no failure or
-// back-off, and becomes claimable at once; the workers of the kind are
-// notified when tx commits. Rows are locked in key order, as every other
-// multi-row locker of task rows does.
+// back-off, and becomes claimable at once; the partition's segments are
+// deleted; the workers of the kind are notified when tx commits. Rows are
+// locked in key order, as every other multi-row locker of task rows does,
+// each partition before its segments are looked for (see rewindLocks).
+// Given a handle that is not a transaction (a *bun.DB), Rewind runs in a
+// transaction of its own.
 //
 // The version bump is the fence: a claim of the previous generation (its
 // owner may be in the middle of a batch) can no longer commit a batch, an
@@ -65,9 +68,24 @@ var ErrBadRewind = errors.New("cannot rewind")
 // changed nothing, if a partition does not exist, a position is out of
 // range or a key is repeated.
 func (s *Store) Rewind(ctx context.Context, tx bun.IDB, rw []Rewind) ([]Rewound, error) {
+	if db, ok := tx.(*bun.DB); ok {
+		var out []Rewound
+		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			var err error
+			out, err = s.Rewind(ctx, tx, rw)
+			return err
+		})
+		return out, err
+	}
 	q, args, err := s.rewindSQL(rw, "?")
 	if err != nil || q == "" {
 		return nil, err
+	}
+	lock, keys := s.rewindLocks(rw, "?")
+	for i := range keys {
+		if _, err := tx.ExecContext(ctx, lock, s.rewindLockArgs(keys, i, "?")...); err != nil {
+			return nil, fmt.Errorf("rewinding %d partition(s) of kind %s: locking %s: %w", len(rw), s.kind, keys[i], err)
+		}
 	}
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
@@ -82,11 +100,79 @@ func (s *Store) RewindPgx(ctx context.Context, tx Queryer, rw []Rewind) ([]Rewou
 	if err != nil || q == "" {
 		return nil, err
 	}
+	lock, keys := s.rewindLocks(rw, "$")
+	for i := range keys {
+		rows, err := tx.Query(ctx, lock, s.rewindLockArgs(keys, i, "$")...)
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rewinding %d partition(s) of kind %s: locking %s: %w", len(rw), s.kind, keys[i], err)
+		}
+	}
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("rewinding %d partition(s) of kind %s: %w", len(rw), s.kind, err)
 	}
 	return s.rewound(rw, pgxRows{rows})
+}
+
+// rewindLocks returns the statement that locks the rows of a rewind's
+// partitions before the rewind statement (rewindSQL) runs, and the
+// partitions' keys in order; the statement runs once per key, with
+// rewindLockArgs. A segment can only be looked for once its partition is
+// locked: a split of the partition commits in a batch that holds the
+// partition's row (FOR KEY SHARE, under the batch's fence), so a split
+// that commits while the rewind waits for that row writes segments that a
+// statement which started before could not see (READ COMMITTED re-checks
+// only the rows it found); once the row is locked no split of it can
+// commit, and a statement that starts then sees all of its segments.
+//
+// So the i-th statement locks, FOR UPDATE and in key order, the segments
+// of the partitions already locked whose keys lie between the previous
+// partition's and this one's (read with a snapshot taken after those
+// partitions were locked), then the i-th partition; the rewind statement
+// then locks the segments after the last partition and holds every row
+// already. The rows are thus taken in key order, each partition's
+// segments looked for only once it is held: a partition's segments sort
+// after it (partition.SegmentKey), and any of the rewind's other keys
+// sorting in between are locked in their place. Every statement of a
+// rewind begins with the comment "-- baton rewind", by which tests find
+// it waiting (pg_stat_activity.query).
+func (s *Store) rewindLocks(rw []Rewind, style string) (string, []string) {
+	keys := make([]string, len(rw))
+	for i, r := range rw {
+		keys[i] = r.Key
+	}
+	slices.Sort(keys)
+	p := func(n int) string {
+		if style == "?" {
+			return "?"
+		}
+		return fmt.Sprintf("$%d", n)
+	}
+	return s.sql(`
+		-- baton rewind: lock
+		SELECT t.partition_key FROM {{.Schema}}.tasks t
+		WHERE t.kind = ` + p(1) + ` AND (t.partition_key = ` + p(2) + ` OR
+		      t.segment_of = ANY (` + p(3) + `::text[]) AND t.partition_key > ` + p(4) + ` AND t.partition_key < ` + p(5) + `)
+		ORDER BY t.partition_key
+		FOR UPDATE OF t`), keys
+}
+
+// rewindLockArgs are the arguments of rewindLocks' statement for the i-th
+// partition of keys (sorted).
+func (s *Store) rewindLockArgs(keys []string, i int, style string) []any {
+	held, after := keys[:i], ""
+	if i > 0 {
+		after = keys[i-1]
+	}
+	var heldArg any = held
+	if style == "?" {
+		heldArg = pgdialect.Array(held)
+	}
+	return []any{s.kind, keys[i], heldArg, after, keys[i]}
 }
 
 // rewindRows is what Rewind reads its result from: *sql.Rows or pgx.Rows.
@@ -106,7 +192,10 @@ func (r pgxRows) Close() error { r.Rows.Close(); return nil }
 // for, with whether its row exists and its available, and, if it was
 // rewound, its new generation and version and its previous generation and
 // position. It updates every row asked for or, if one request is refused
-// (a missing partition, a position beyond available), none.
+// (a missing partition, a position beyond available), none. It runs after
+// rewindLocks' statements, so its snapshot is taken with the partitions
+// locked: it finds (and deletes) every segment they have, those a split
+// committed while the rewind waited for the partition included.
 func (s *Store) rewindSQL(rw []Rewind, style string) (string, []any, error) {
 	if err := ValidateKind(s.kind); err != nil {
 		return "", nil, fmt.Errorf("rewinding: %w", err)
@@ -145,6 +234,7 @@ func (s *Store) rewindSQL(rw []Rewind, style string) (string, []any, error) {
 	}
 	// Placeholders in order of appearance (for "?"), numbered for "$".
 	q := s.sql(`
+		-- baton rewind
 		WITH w AS (
 			SELECT key, pos, st FROM unnest(` + p(1) + `::text[], ` + p(2) + `::bigint[], ` + p(3) + `::text[]) AS w(key, pos, st)
 		), l AS (

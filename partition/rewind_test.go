@@ -113,7 +113,7 @@ func TestRewindStartsANewGenerationAndFencesTheOldClaim(t *testing.T) {
 		}
 		var n int
 		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, 'generation + 1') > 0`).Scan(&n); err != nil {
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, '-- baton rewind') > 0`).Scan(&n); err != nil {
 			return err
 		}
 		if n == 0 {

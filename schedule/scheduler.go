@@ -16,7 +16,6 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
-	"github.com/batonhq/baton/internal/leaserow"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
@@ -186,12 +185,7 @@ func New(db *dbconn.DB, cfg Config) (*Scheduler, error) {
 	s := &Scheduler{db: db, cfg: cfg, jobs: map[string]RunFunc{}, held: map[string]*heldJob{},
 		wake: make(chan struct{}, 1)}
 	s.store = &store{db: db, schema: cfg.Schema, owner: cfg.InstanceID, ttl: cfg.StaleAfter}
-	hb, err := heartbeat.New(&leaserow.Table{
-		DB: db, Table: schema.Ident(cfg.Schema) + ".jobs", Key: "name", Owner: cfg.InstanceID, TTL: cfg.StaleAfter,
-		// A run past its deadline is not renewed: a hung runner loses the
-		// job and another worker takes it over.
-		Extra: "t.state = 'idle' OR t.run_deadline > now()",
-	}, heartbeat.Config{
+	hb, err := heartbeat.New(leaseTable(db, cfg.Schema, cfg.InstanceID, cfg.StaleAfter), heartbeat.Config{
 		Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
 		Clock: cfg.Clock, Logger: cfg.Logger, KeyAttr: "job",
 	})

@@ -51,6 +51,12 @@ const (
 	// refuses a segment's key): a segment then runs on past its end, into
 	// items of the next segment or of its partition.
 	MutSegmentWork
+	// MutRewindStaleSegments makes a rewind look for the partition's
+	// segments when it starts, before it waits for the partition's row,
+	// so that it misses those a split commits meanwhile: they survive the
+	// new generation, claimable (partition.Store.Rewind's statement
+	// before it locked the partition first).
+	MutRewindStaleSegments
 )
 
 func (m Mutation) String() string {
@@ -61,7 +67,7 @@ func (m Mutation) String() string {
 	for _, n := range []struct {
 		m    Mutation
 		name string
-	}{{MutNoFence, "no-fence"}, {MutClaimNoCAS, "claim-no-cas"}, {MutNoSafetyMargin, "no-safety-margin"}, {MutNoIdleTimeout, "no-idle-timeout"}, {MutSegmentWork, "segment-work"}} {
+	}{{MutNoFence, "no-fence"}, {MutClaimNoCAS, "claim-no-cas"}, {MutNoSafetyMargin, "no-safety-margin"}, {MutNoIdleTimeout, "no-idle-timeout"}, {MutSegmentWork, "segment-work"}, {MutRewindStaleSegments, "rewind-stale-segments"}} {
 		if m&n.m != 0 {
 			if s != "" {
 				s += "+"

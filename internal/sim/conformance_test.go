@@ -44,6 +44,7 @@ func TestBrokenModelStoresFailTheContract(t *testing.T) {
 		{"no fence", Config{AdvanceCAS: true, Mutation: MutNoFence}, "Fence/OnlyTheCurrentOwner"},
 		{"no fence on a claim with its first batch", Config{AdvanceCAS: true, Mutation: MutNoFence}, "ClaimWithBatch/FenceExcludesOtherClaims"},
 		{"checkpoint update compares only the version", Config{}, "Advance/CheckpointMovedSinceTheFence"},
+		{"rewind looks for segments before it waits", Config{AdvanceCAS: true, Mutation: MutRewindStaleSegments}, "Rewind/FindsSegmentsSplitWhileItWaits"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -324,6 +325,58 @@ func (h *modelHarness) PendingWork(context.Context) (bool, error) {
 
 func (h *modelHarness) StopWorker(_ context.Context, owner string) error {
 	return asError(h.do(&request{kind: reqStopWorker, owner: h.owner(owner)}).err)
+}
+
+// Rewind sends the rewind on a connection of its own and runs the model
+// until it replies; with whileWaiting, first until it waits for a row
+// lock, then calls whileWaiting (whose statements run the model on).
+func (h *modelHarness) Rewind(_ context.Context, key string, position int64, whileWaiting func()) (partition.Rewound, error) {
+	k, ok := h.keys[key]
+	if !ok {
+		return partition.Rewound{}, fmt.Errorf("rewinding %s: %w: no such partition", key, partition.ErrBadRewind)
+	}
+	s := h.s
+	c := s.newConn(nil)
+	defer s.st.arrive(c, &request{kind: reqClose})
+	var got *response
+	c.internal = func(r response) { got = &r }
+	s.st.arrive(c, &request{kind: reqRewind, key: k, newPos: position})
+	step := func() {
+		e := s.q.pop()
+		s.now = e.at
+		s.events++
+		e.fn()
+	}
+	if whileWaiting != nil {
+		waiting := func() bool {
+			for _, ss := range s.st.sessions {
+				if ss.conn == c && ss.cur != nil && ss.cur.waiting != nil {
+					return true
+				}
+			}
+			return false
+		}
+		for got == nil && !waiting() && len(s.q) > 0 {
+			step()
+		}
+		if got != nil {
+			return partition.Rewound{}, fmt.Errorf("model store: the rewind ended without waiting (%s)", got.err)
+		}
+		whileWaiting()
+	}
+	for got == nil && len(s.q) > 0 {
+		step()
+	}
+	switch {
+	case got == nil:
+		return partition.Rewound{}, errors.New("model store: no reply")
+	case got.err == errNotFound:
+		return partition.Rewound{}, fmt.Errorf("rewinding %s to %d: %w", key, position, partition.ErrBadRewind)
+	case got.err != errNone:
+		return partition.Rewound{}, asError(got.err)
+	}
+	return partition.Rewound{Key: key, Generation: got.generation, Version: got.version,
+		PreviousGeneration: got.prevGeneration, PreviousPosition: got.prevPosition}, nil
 }
 
 func (h *modelHarness) Begin(_ context.Context, owner string, l partition.Lease) (storetest.Batch, partition.Checkpoint, error) {

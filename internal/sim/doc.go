@@ -151,8 +151,12 @@
 // snapshots beyond row-level re-checks, the deadlock detector (lock orders
 // make deadlocks impossible here; the model's rows are ordered by their
 // index, segments after every partition, a total order all its multi-row
-// statements follow as the real ones follow key order), rewinds (and
-// their deletion of segments), the checkpoint states segments start from
+// statements follow as the real ones follow key order), rewinds in the
+// schedules (the store has the rewind's statement, partition.Store.Rewind:
+// the partition locked FOR UPDATE first, then its segments, found only
+// once it is held, locked and deleted, a new generation and version; the
+// conformance suite sends it, the simulated workers never do), the
+// checkpoint states segments start from
 // (the Splitter's contract), the distributor's batch sizing by time
 // (BatchTarget: batches take BatchSize items), server-side TCP keepalives, pool size
 // limits, the LISTEN connection's own failures (a notification reaches every

@@ -145,11 +145,12 @@ const (
 	reqFenceUnowned
 	reqClaimAdvance
 	reqSplit
+	reqRewind
 )
 
 var reqNames = []string{"heartbeat", "inspect", "candidates", "stale-candidates", "claim", "release", "fail", "progress", "fair-share-load",
 	"quarantined-count", "pending-work", "stop-worker", "begin+fence", "write", "advance", "commit", "close", "produce", "retry",
-	"begin+fence-unowned", "claim+advance", "split"}
+	"begin+fence-unowned", "claim+advance", "split", "rewind"}
 
 func (k reqKind) String() string { return reqNames[k] }
 
@@ -198,6 +199,9 @@ type response struct {
 	attempts    int
 	quarantined bool
 	retryAfter  time.Duration
+	// Rewind: the new generation (version is the new version) and the
+	// previous generation and position.
+	generation, prevGeneration, prevPosition int64
 }
 
 type rowLock struct {
@@ -240,6 +244,9 @@ type row struct {
 	position    int64
 	attempts    int
 	failed      bool
+	// rewinds is how many times a partition was rewound: its generation
+	// is 1 + rewinds (partition.Store.Rewind).
+	rewinds int64
 
 	locks   []rowLock
 	waiters []*lockWait
@@ -1112,6 +1119,9 @@ func (st *store) exec(x *stmt) {
 	case reqSplit:
 		st.execSplit(x, t, req.segs)
 
+	case reqRewind:
+		st.execRewind(x, req)
+
 	case reqWrite:
 		st.countStale(st.rows[t.lease.key], t)
 		if !t.wrote {
@@ -1242,6 +1252,80 @@ func (st *store) execSplit(x *stmt, t *txn, segs []segSpan) {
 		insert(i + 1)
 	}
 	insert(0)
+}
+
+// execRewind is partition.Store.Rewind of one partition, in a
+// transaction of its own: it locks the partition FOR UPDATE (waiting for
+// a batch's fence), then looks for the partition's segments, as a
+// statement that starts once the partition is held does, so a split that
+// committed during the wait is seen, and locks them FOR UPDATE in key
+// order (waiting for their batches); at commit it deletes them and gives
+// the partition the next generation and version, the position asked for,
+// no owner, no failure or back-off. The partition's ledger starts again
+// with the new generation: items up to the position count as done, the
+// rest are processed once more. A missing partition or a position beyond
+// its work is refused (errNotFound), changing nothing.
+// MutRewindStaleSegments looks for the segments when the statement
+// starts instead, as a single statement whose snapshot predates its wait
+// does.
+func (st *store) execRewind(x *stmt, req *request) {
+	s := st.s
+	r := st.rows[req.key]
+	if !r.visible() || r.segment {
+		st.done(x, response{err: errNotFound})
+		return
+	}
+	segments := func() []*row {
+		var out []*row
+		for _, g := range r.segRows {
+			if g.visible() {
+				out = append(out, g)
+			}
+		}
+		slices.SortFunc(out, func(a, b *row) int { return cmp.Compare(a.start, b.start) })
+		return out
+	}
+	var early []*row
+	if s.cfg.Mutation&MutRewindStaleSegments != 0 {
+		early = segments()
+	}
+	st.acquire(x, r, lockUpdate, func() {
+		if !r.visible() || req.newPos < 0 || req.newPos > r.available {
+			st.done(x, response{err: errNotFound})
+			return
+		}
+		segs := early
+		if s.cfg.Mutation&MutRewindStaleSegments == 0 {
+			segs = segments()
+		}
+		var lockSeg func(i int)
+		lockSeg = func(i int) {
+			if i < len(segs) {
+				st.acquire(x, segs[i], lockUpdate, func() { lockSeg(i + 1) })
+				return
+			}
+			st.commit(x, func() response {
+				resp := response{prevGeneration: 1 + r.rewinds, prevPosition: r.position}
+				for _, g := range segs {
+					g.gone = true
+				}
+				r.rewinds++
+				st.setVersion(r, r.version+1, "rewind")
+				r.position, r.logEnd = req.newPos, req.newPos
+				r.owner, r.heartbeatAt, r.leaseExp = 0, 0, negInf
+				r.failed, r.attempts = false, 0
+				r.done, r.commits = nil, nil
+				if req.newPos > 0 {
+					r.done = []span{{0, req.newPos}}
+				}
+				s.tracef("store: p%d rewound to generation %d at position %d, now v%d; %d segments deleted", r.key, 1+r.rewinds, r.position, r.version, len(segs))
+				st.notify(notifyWork)
+				resp.generation, resp.version = 1+r.rewinds, r.version
+				return resp
+			})
+		}
+		lockSeg(0)
+	})
 }
 
 func sortedLeases(ls []leaseID) []leaseID {

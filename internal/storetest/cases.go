@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"database/sql"
 	"errors"
 	"slices"
 	"time"
@@ -28,6 +29,8 @@ func Cases() []Case {
 		{"Advance/RolledBackBatchChangesNothing", advanceRollback},
 		{"Split/SegmentsAreClaimableRowsAndCommitWithTheCheckpoint", splitCommits},
 		{"Split/RolledBackChangesNothing", splitRollback},
+		{"Rewind/DeletesSegmentsAndFencesTheirClaims", rewindDeletesSegments},
+		{"Rewind/FindsSegmentsSplitWhileItWaits", rewindAfterSplitCommits},
 		{"Release/BumpsVersionAndFreesAtOnce", release},
 		{"Release/OnlyCurrentLeasesOfTheOwner", releaseFenced},
 		{"Fail/BacksOffThenQuarantines", fail},
@@ -490,6 +493,87 @@ func splitRollback(c *C, h Harness) {
 	}
 	h.ExpireLease("a")
 	c.wantKeys("candidates after a rolled-back split", candKeys(c.candidates(h, 10)), []string{"a"})
+}
+
+// notFound reports whether err says a row does not exist (the model's
+// ErrNotFound, PostgreSQL's empty result).
+func notFound(err error) bool {
+	return errors.Is(err, partition.ErrNotFound) || errors.Is(err, sql.ErrNoRows)
+}
+
+// rewound checks what a rewind of a partition at version v, processed to
+// position prev, to position 0, returned.
+func (c *C) rewound(r partition.Rewound, err error, key string, v, prev int64) {
+	c.must(err, "Rewind")
+	want := partition.Rewound{Key: key, Generation: 2, Version: v + 1, PreviousGeneration: 1, PreviousPosition: prev}
+	if r != want {
+		c.Errorf("rewound %+v; want %+v", r, want)
+	}
+}
+
+func rewindDeletesSegments(c *C, h Harness) {
+	h.AddPartition("a", 30)
+	a := c.claimOne(h, "w1", "a")
+	b, _, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin")
+	c.must(b.Split(c.Ctx, 0, 30, []taskstore.Segment{{Start: 0, End: 15}, {Start: 15, End: 30}}), "Split")
+	c.must(b.Commit(c.Ctx), "Commit")
+	segs := []string{partition.SegmentKey("a", 0), partition.SegmentKey("a", 15)}
+	s := c.claimOne(h, "w2", segs[1])
+
+	r, err := h.Rewind(c.Ctx, "a", 0, nil)
+	c.rewound(r, err, "a", a.Version, 30)
+	for _, k := range segs {
+		if _, _, err := h.Progress(c.Ctx, k); !notFound(err) {
+			c.Errorf("segment %s after the rewind: %v; want ErrNotFound", k, err)
+		}
+	}
+	if _, _, err := h.Begin(c.Ctx, "w2", s.Lease); !errors.Is(err, partition.ErrFenced) {
+		c.Errorf("a batch of the claim of a deleted segment: %v; want ErrFenced", err)
+	}
+	if _, _, err := h.Begin(c.Ctx, "w1", a.Lease); !errors.Is(err, partition.ErrFenced) {
+		c.Errorf("a batch of the claim the rewind superseded: %v; want ErrFenced", err)
+	}
+	cands := c.candidates(h, 10)
+	if len(cands) != 1 || cands[0].Key != "a" || cands[0].Version != r.Version || cands[0].Owned {
+		c.Errorf("candidates after the rewind: %v; want a, unowned, at v%d", cands, r.Version)
+	}
+	if v, pos, err := h.Progress(c.Ctx, "a"); err != nil || v != r.Version || pos != 0 {
+		c.Errorf("the partition after the rewind: v%d position %d, %v; want v%d position 0", v, pos, err, r.Version)
+	}
+}
+
+// A rewind waits for the batch holding its partition's row; that batch
+// splits the partition and commits while the rewind waits. The rewind
+// still deletes the segments it wrote: nothing of the old generation is
+// left claimable, and the new generation splits at the same starts.
+func rewindAfterSplitCommits(c *C, h Harness) {
+	h.AddPartition("a", 30)
+	a := c.claimOne(h, "w1", "a")
+	b, _, err := h.Begin(c.Ctx, "w1", a.Lease)
+	c.must(err, "Begin")
+	segs := []taskstore.Segment{{Start: 0, End: 15}, {Start: 15, End: 30}}
+	c.must(b.Split(c.Ctx, 0, 30, segs), "Split")
+	r, err := h.Rewind(c.Ctx, "a", 0, func() { c.must(b.Commit(c.Ctx), "Commit of the split") })
+	c.rewound(r, err, "a", a.Version, 30)
+
+	c.wantKeys("candidates after the rewind", candKeys(c.candidates(h, 10)), []string{"a"})
+	for _, g := range segs {
+		k := partition.SegmentKey("a", g.Start)
+		if _, _, err := h.Progress(c.Ctx, k); !notFound(err) {
+			c.Errorf("segment %s after the rewind: %v; want ErrNotFound", k, err)
+		}
+	}
+	next := c.claimOne(h, "w2", "a")
+	b, cp, err := h.Begin(c.Ctx, "w2", next.Lease)
+	c.must(err, "Begin after the rewind")
+	if cp.Position != 0 || cp.Available != 30 {
+		c.Errorf("the fence after the rewind read %d of %d; want 0 of 30", cp.Position, cp.Available)
+	}
+	c.must(b.Split(c.Ctx, 0, 30, segs), "Split of the new generation at the same starts")
+	c.must(b.Commit(c.Ctx), "Commit of the new generation's split")
+	c.wantKeys("candidates after the new generation's split", candKeys(c.candidates(h, 10)),
+		[]string{partition.SegmentKey("a", 0), partition.SegmentKey("a", 15)})
 }
 
 func release(c *C, h Harness) {

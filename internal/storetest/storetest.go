@@ -14,6 +14,11 @@
 //		storetest.Run(t, func(t *testing.T) storetest.Harness { return newHarness(t) })
 //	}
 //
+// The lease tables that package leaserow renews (schedule's jobs, leader's
+// leaderships) are not partitions: they have a contract of their own
+// (LeaseHarness, RunLeases in lease.go), which each of those packages runs
+// against its table as it configures it.
+//
 // Cases report through a *C rather than a *testing.T, so that a
 // deliberately broken implementation can be run against the suite and its
 // failures collected (Failures): a suite that a broken store passes checks
@@ -78,6 +83,11 @@ type Store interface {
 	// has work left that is not quarantined.
 	PendingWork(ctx context.Context) (bool, error)
 	StopWorker(ctx context.Context, owner string) error
+	// Rewind is partition.Store.Rewind of the partition key to position
+	// (with the empty state), in a transaction of its own. With
+	// whileWaiting, it returns once the rewind has waited for a row lock,
+	// whileWaiting was called during that wait, and the rewind ended.
+	Rewind(ctx context.Context, key string, position int64, whileWaiting func()) (partition.Rewound, error)
 	// Begin opens a batch's transaction and fences l for owner in it.
 	Begin(ctx context.Context, owner string, l partition.Lease) (Batch, partition.Checkpoint, error)
 	// BeginClaim opens the transaction of an unowned candidate's claim
@@ -229,6 +239,11 @@ func Check(ctx context.Context, k Case, h Harness) (errs []string) {
 	if !k.Applies(h) {
 		return nil
 	}
+	return check(ctx, func(c *C) { k.Run(c, h) })
+}
+
+// check runs a case's body and returns its failures.
+func check(ctx context.Context, run func(c *C)) (errs []string) {
 	c := &C{Ctx: ctx}
 	defer func() {
 		if r := recover(); r != nil {
@@ -238,7 +253,7 @@ func Check(ctx context.Context, k Case, h Harness) (errs []string) {
 		}
 		errs = c.errs
 	}()
-	k.Run(c, h)
+	run(c)
 	return c.errs
 }
 

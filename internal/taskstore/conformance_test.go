@@ -2,6 +2,8 @@ package taskstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/storetest"
 	"github.com/batonhq/baton/internal/taskstore"
+	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -125,6 +128,67 @@ func (h *pgHarness) StopWorker(ctx context.Context, owner string) error {
 	return h.s.StopWorker(ctx, owner)
 }
 
+// Rewind runs the rewind in a transaction of its own on a connection of
+// its own, and with whileWaiting waits until that connection's backend
+// is blocked by another (pg_blocking_pids) before calling it.
+func (h *pgHarness) Rewind(ctx context.Context, key string, position int64, whileWaiting func()) (partition.Rewound, error) {
+	conn, err := h.db.Conn(ctx)
+	if err != nil {
+		return partition.Rewound{}, err
+	}
+	defer conn.Close()
+	var pid int
+	if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		return partition.Rewound{}, err
+	}
+	type outcome struct {
+		r   []partition.Rewound
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			done <- outcome{err: err}
+			return
+		}
+		r, err := h.s.Admin().Rewind(ctx, tx, []partition.Rewind{{Key: key, Position: position}})
+		if err == nil {
+			err = tx.Commit()
+		} else {
+			_ = tx.Rollback()
+		}
+		done <- outcome{r, err}
+	}()
+	if whileWaiting != nil {
+		testutil.Eventually(h.t, 30*time.Second, "the rewind waiting for a row lock", func() error {
+			select {
+			case o := <-done:
+				done <- o
+				return errors.New("the rewind ended without waiting")
+			default:
+			}
+			var blocked bool
+			if err := h.db.QueryRowContext(ctx, `SELECT cardinality(pg_blocking_pids(?)) > 0`, pid).Scan(&blocked); err != nil {
+				return err
+			}
+			if !blocked {
+				return errors.New("not waiting yet")
+			}
+			return nil
+		})
+		whileWaiting()
+	}
+	o := testutil.Receive(h.t, done, 30*time.Second, "the rewind's outcome")
+	if o.err != nil {
+		return partition.Rewound{}, o.err
+	}
+	if len(o.r) != 1 {
+		return partition.Rewound{}, fmt.Errorf("rewound %+v, want %s alone", o.r, key)
+	}
+	return o.r[0], nil
+}
+
 func (h *pgHarness) Begin(ctx context.Context, owner string, l partition.Lease) (storetest.Batch, partition.Checkpoint, error) {
 	tx, err := h.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -135,13 +199,14 @@ func (h *pgHarness) Begin(ctx context.Context, owner string, l partition.Lease) 
 		_ = tx.Rollback()
 		return nil, cp, err
 	}
-	return &pgBatch{s: h.s, tx: tx, l: l}, cp, nil
+	return &pgBatch{s: h.s, tx: tx, l: l, gen: cp.Generation}, cp, nil
 }
 
 type pgBatch struct {
-	s  *taskstore.Store
-	tx bun.Tx
-	l  partition.Lease
+	s   *taskstore.Store
+	tx  bun.Tx
+	l   partition.Lease
+	gen int64 // the generation the fence read
 }
 
 func (b *pgBatch) Advance(ctx context.Context, from, to int64) error {
@@ -149,7 +214,7 @@ func (b *pgBatch) Advance(ctx context.Context, from, to int64) error {
 }
 
 func (b *pgBatch) Split(ctx context.Context, from, to int64, segs []taskstore.Segment) error {
-	if err := b.s.Split(ctx, b.tx, b.l, 1, segs); err != nil {
+	if err := b.s.Split(ctx, b.tx, b.l, b.gen, segs); err != nil {
 		return err
 	}
 	return b.s.Advance(ctx, b.tx, b.l, from, to, nil)

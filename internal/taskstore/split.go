@@ -27,7 +27,9 @@ type Segment struct {
 // locked are left for a later split), records a "split" event and
 // notifies the kind's workers at commit. Segment keys are
 // partition.SegmentKey(l.Key, start); they are inserted in key order, the
-// order every multi-row locker follows.
+// order every multi-row locker follows, after the deletion (the insert
+// reads its count), so a finished segment deleted here never clashes with
+// a new one at the same start.
 func (s *Store) Split(ctx context.Context, tx bun.Tx, l partition.Lease, generation int64, segs []Segment) error {
 	if len(segs) == 0 {
 		return nil
@@ -59,6 +61,7 @@ func (s *Store) Split(ctx context.Context, tx bun.Tx, l partition.Lease, generat
 			INSERT INTO {{.Schema}}.tasks (kind, partition_key, segment_of, generation, position, available, checkpoint)
 			SELECT ?, w.key, ?, ?, w.st, w.e, w.state::jsonb
 			FROM unnest(?::text[], ?::bigint[], ?::bigint[], ?::text[]) AS w(key, st, e, state)
+			WHERE (SELECT count(*) FROM gone) >= 0
 			ORDER BY w.key COLLATE "C"
 			RETURNING 1
 		), ev AS (
@@ -67,7 +70,7 @@ func (s *Store) Split(ctx context.Context, tx bun.Tx, l partition.Lease, generat
 		), n AS (
 			SELECT pg_notify(?, ? || ' ' || (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
 		)
-		SELECT (SELECT count(*) FROM ins) + 0 * (SELECT count(*) FROM gone) + 0 * (SELECT count(*) FROM n)`),
+		SELECT (SELECT count(*) FROM ins) + 0 * (SELECT count(*) FROM n)`),
 		s.kind, l.Key,
 		s.kind, l.Key, generation,
 		pgdialect.Array(keys), pgdialect.Array(starts), pgdialect.Array(ends), pgdialect.Array(states),
