@@ -127,10 +127,18 @@ func (g *globals) missingSchema(ctx context.Context, db *dbconn.DB, err error) e
 		return err
 	}
 	if g.schema == schema.Default {
-		return reworded(err, fmt.Sprintf("schema %s does not exist: run worker migrate", g.schema))
+		return &noSchemaError{reworded(err, fmt.Sprintf("schema %s does not exist: run worker migrate", g.schema))}
 	}
-	return reworded(err, fmt.Sprintf("schema %s does not exist: run worker migrate --schema %s (or check --schema and $BATON_SCHEMA)", g.schema, g.schema))
+	return &noSchemaError{reworded(err, fmt.Sprintf("schema %s does not exist: run worker migrate --schema %s (or check --schema and $BATON_SCHEMA)", g.schema, g.schema))}
 }
+
+// noSchemaError is a schema that does not exist at all: a mistyped
+// --schema, or a database never migrated. Unlike a schema that lacks a
+// migration (one may be running beside this start), waiting does not
+// cure it, so worker run fails at once rather than wait for it.
+type noSchemaError struct{ error }
+
+func (e *noSchemaError) Unwrap() error { return e.error }
 
 // openWaiting is open with a wait: while the database does not answer it
 // retries with back-off (1s doubling to 15s) for up to wait, saying so once.
@@ -171,7 +179,8 @@ func (g *globals) openWaiting(ctx context.Context, opts dbconn.Options, wait tim
 // migration may be running beside this start.
 func retryable(err error) bool {
 	var ee *exitError
-	if errors.As(err, &ee) && !errors.Is(err, schema.ErrOutdated) {
+	var missing *noSchemaError
+	if errors.As(err, &missing) || errors.As(err, &ee) && !errors.Is(err, schema.ErrOutdated) {
 		return false
 	}
 	return dberr.WorthWaiting(err)

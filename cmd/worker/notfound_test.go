@@ -40,6 +40,11 @@ func TestNotFoundAndMissingSchemaAreSaidPlainly(t *testing.T) {
 		{"--schema nosuch", c, []string{"status", "--schema", "nosuch"}, exitUsage,
 			"schema nosuch does not exist: run worker migrate --schema nosuch", "", "older than this binary"},
 		{"never migrated", empty, []string{"status"}, exitUsage, "schema baton does not exist: run worker migrate", "", "older than this binary"},
+		// A worker waits for a database that does not answer (and for a
+		// migration under way), not for a schema that does not exist: it
+		// fails at once, well before its 5-minute wait.
+		{"run --schema nosuch", c, []string{"run", "--schema", "nosuch", "--wait-for-database", "10m"}, exitUsage,
+			"schema nosuch does not exist: run worker migrate --schema nosuch", "", "waiting"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.c.t = t

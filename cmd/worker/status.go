@@ -44,6 +44,9 @@ type statusJSON struct {
 	// first; MissingLoads the ids --load named that are not present.
 	Loads        []ingest.LoadInfo `json:"loads,omitempty"`
 	MissingLoads []int64           `json:"missing_loads,omitempty"`
+	// Unlisted counts the contracts in the states asked for that --limit
+	// (or plain status's default limit) left out of Partitions.
+	Unlisted int `json:"unlisted,omitempty"`
 }
 
 // horizonJSON is the xmin horizon and the dead row versions of the
@@ -229,6 +232,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 	var asJSON, watch bool
 	var every, warnAfter time.Duration
 	var loads loadsQuery
+	var filter statusFilter
 	cmd := &cobra.Command{
 		Use:   "status [--json | --watch]",
 		Short: "Show every contract's owner, state and progress, and the live workers",
@@ -260,6 +264,7 @@ the primary, not confirmed by the standby) once the cluster is stable.
   worker status --json | jq '.totals'
   worker status --json | jq '.horizon.warning'
   worker status --watch --interval 2s
+  worker status --state quarantined,backoff
   worker status --load 7   # is load 7 present? (exit 5 if not)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -268,6 +273,12 @@ the primary, not confirmed by the standby) once the cluster is stable.
 			}
 			if watch && loads.asked() {
 				return usageError("--loads and --load do not go with --watch")
+			}
+			if err := filter.validate(); err != nil {
+				return err
+			}
+			if !asJSON && !cmd.Flags().Changed("limit") {
+				filter.limit = listedByDefault
 			}
 			open := func() (*dbconn.DB, error) { return g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true) }
 			if watch {
@@ -294,6 +305,7 @@ the primary, not confirmed by the standby) once the cluster is stable.
 			if err := readLoads(cmd.Context(), db, g.schema, loads, &s); err != nil {
 				return err
 			}
+			filter.apply(&s)
 			if asJSON {
 				enc := json.NewEncoder(g.stdout)
 				enc.SetIndent("", "  ")
@@ -309,6 +321,8 @@ the primary, not confirmed by the standby) once the cluster is stable.
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (stable field names) for scripts")
 	cmd.Flags().BoolVar(&watch, "watch", false, "refresh a live view until interrupted")
+	cmd.Flags().StringSliceVar(&filter.states, "state", nil, "list only contracts in these states (repeat or comma-separate: active,quarantined,...); totals stay the cluster's")
+	cmd.Flags().IntVar(&filter.limit, "limit", 0, fmt.Sprintf("list at most this many contracts (0: all; default %d without --json, all with it)", listedByDefault))
 	cmd.Flags().BoolVar(&loads.newest, "loads", false, fmt.Sprintf("also list the newest %d loads", loadsShown))
 	cmd.Flags().Int64SliceVar(&loads.ids, "load", nil, "also show these loads (repeat or comma-separate ids); exit 5 if one is not present")
 	cmd.Flags().DurationVar(&every, "interval", time.Second, "refresh interval with --watch")
@@ -339,6 +353,9 @@ func printStatus(w io.Writer, s statusJSON) {
 			segmentsText(p), p.Attempts, errText)
 	}
 	tw.Flush()
+	if s.Unlisted > 0 {
+		fmt.Fprintf(w, "… %d more not listed (--limit 0 lists all, --state narrows)\n", s.Unlisted)
+	}
 	fmt.Fprintf(w, "\n%d contracts, %d records priced, %d pending\n", s.Totals.Partitions, s.Totals.Processed, s.Totals.Pending)
 	fmt.Fprintf(w, "by state: %s\n", byState(s.Totals.ByState))
 	fmt.Fprintf(w, "\n%d live workers\n", len(s.Workers))

@@ -82,3 +82,43 @@ func printLoads(w io.Writer, s statusJSON) {
 	}
 	tw.Flush()
 }
+
+// statusFilter narrows the contracts status lists: to some states, and
+// to at most limit rows (0: all). The totals and workers stay the whole
+// cluster's.
+type statusFilter struct {
+	states []string
+	limit  int
+}
+
+// listedByDefault is how many contracts plain status lists unless
+// --limit says otherwise; --json lists every one unless --limit is given.
+const listedByDefault = 100
+
+// validate refuses a state status never reports.
+func (f statusFilter) validate() error {
+	for _, s := range f.states {
+		if !slices.Contains(knownStates, s) {
+			return usageError("--state %q: want one of %s", s, strings.Join(knownStates, ", "))
+		}
+	}
+	if f.limit < 0 {
+		return usageError("--limit must not be negative")
+	}
+	return nil
+}
+
+// apply filters s.Partitions, counting in s.Unlisted those of the states
+// asked for that the limit leaves out.
+func (f statusFilter) apply(s *statusJSON) {
+	if len(f.states) > 0 {
+		s.Partitions = slices.DeleteFunc(s.Partitions, func(p partitionJSON) bool { return !slices.Contains(f.states, p.State) })
+	}
+	if f.limit > 0 && len(s.Partitions) > f.limit {
+		s.Unlisted = len(s.Partitions) - f.limit
+		s.Partitions = s.Partitions[:f.limit]
+	}
+}
+
+// knownStates are the states status reports (statesHelp).
+var knownStates = append(slices.Clone(stateOrder), stateInconsistent)
