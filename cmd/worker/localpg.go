@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,7 +21,8 @@ func defaultPGDir() string {
 		}
 	}
 	// The server runs as the postgres user, which cannot enter root's home.
-	return filepath.Join(os.TempDir(), "baton-pgdata")
+	// The user id keeps users without a cache directory apart.
+	return filepath.Join(os.TempDir(), fmt.Sprintf("baton-pgdata-%d", os.Geteuid()))
 }
 
 // privateDatabase starts (or reuses) the private cluster in dir and
@@ -40,6 +42,9 @@ func privateDatabase(ctx context.Context, g *globals, dir, name string, fresh bo
 	srv, err := pglocal.Start(ctx, pglocal.Options{Dir: dir, Log: func(f string, a ...any) {
 		fmt.Fprintf(g.stderr, "  "+f+"\n", a...)
 	}})
+	if errors.Is(err, pglocal.ErrInUse) {
+		return "", nil, usageError("%v; or give --pg-dir another directory", err)
+	}
 	if err != nil {
 		return "", nil, err
 	}
