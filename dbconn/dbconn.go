@@ -526,10 +526,31 @@ func setMillis(params map[string]string, name string, d time.Duration) {
 // any error.
 func Ping(ctx context.Context, db *DB, dsn string) error {
 	if err := db.PingContext(ctx); err != nil {
-		return fmt.Errorf("connecting to %s: %w", Redact(dsn), RedactError(dsn, err))
+		return fmt.Errorf("connecting to %s: %w", Redact(dsn), &onceError{RedactError(dsn, err)})
 	}
 	return nil
 }
+
+// onceError says each line of err's message once: pgx tries a host twice
+// with sslmode=prefer (TLS, then plain) and lists the same dial error for
+// each attempt.
+type onceError struct{ err error }
+
+func (e *onceError) Error() string {
+	lines := strings.Split(e.err.Error(), "\n")
+	seen := make(map[string]bool, len(lines))
+	out := lines[:0]
+	for _, l := range lines {
+		if seen[l] {
+			continue
+		}
+		seen[l] = true
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
+
+func (e *onceError) Unwrap() error { return e.err }
 
 // Redact returns dsn with any password replaced by "xxxxx": in URL form
 // everything between "://user:" and the URL's last '@', and any password=

@@ -369,3 +369,23 @@ func TestWrappedHandleSetsTheTimeoutsInEveryTransaction(t *testing.T) {
 		conn.Close()
 	}
 }
+
+// A server that refuses connections is said once, although pgx tries the
+// host twice (TLS, then plain) and lists both attempts.
+func TestPingSaysARefusedConnectionOnce(t *testing.T) {
+	t.Parallel()
+	dsn := "postgres://baton:secret@127.0.0.1:1/nowhere?connect_timeout=2"
+	db, err := dbconn.Open(dsn, dbconn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = dbconn.Ping(context.Background(), db, dsn)
+	if err == nil {
+		t.Fatal("Ping of a closed port succeeded")
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, "connection refused"); n != 1 || strings.Contains(msg, "secret") {
+		t.Errorf("Ping error says connection refused %d times (want once, without the password):\n%s", n, msg)
+	}
+}
