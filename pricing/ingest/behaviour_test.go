@@ -310,7 +310,8 @@ func TestTierChangeAfterPricing(t *testing.T) {
 	_, err := Load(ctx, db, Options{TiersPath: changed})
 	var ie *InvalidInputError
 	if !errors.As(err, &ie) || ie.Total != 2 ||
-		ie.Errors[0].Error() != changed+":3: tiers of contract c1 cannot change: 1 of its records are already priced; load the tiers with --reprice to re-price it under them" {
+		ie.Errors[0].Error() != changed+":3: tiers of contract c1 cannot change: 1 of its records are already priced; load the tiers with --reprice to re-price it under them" ||
+		ie.Errors[1].Error() != changed+":4: tiers of contract c1 cannot change (see line 3)" {
 		t.Fatalf("Load = %v", err)
 	}
 	if after := tableCounts(t, db); after != before || tiersOf(t, db, "c2") != "0:50" {

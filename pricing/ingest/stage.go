@@ -298,13 +298,16 @@ SELECT n.contract_id, c.contract_id IS NOT NULL,
   LEFT JOIN {{.Schema}}.tasks k ON k.kind = '` + taskKind + `' AND k.partition_key = n.contract_id`
 
 // sqlTierFrozen refuses a changed tier set of a contract with priced
-// records (or being re-priced), naming the remedy.
+// records (or being re-priced), naming the remedy on the set's first row
+// and pointing the set's other rows at it, so the reason is said once.
 const sqlTierFrozen = `
 UPDATE load_tiers t
-   SET err = CASE WHEN s.in_flight
+   SET err = CASE WHEN t.line > f.line THEN format('tiers of contract %s cannot change (see line %s)', s.contract_id, f.line)
+                  WHEN s.in_flight
                   THEN format('tiers of contract %s cannot change: it is being re-priced; load the tiers with --reprice to re-price it under them', s.contract_id)
                   ELSE format('tiers of contract %s cannot change: %s of its records are already priced; load the tiers with --reprice to re-price it under them', s.contract_id, s.position) END
-  FROM load_tier_sets s
+  FROM load_tier_sets s,
+       LATERAL (SELECT min(x.line) AS line FROM load_tiers x WHERE x.contract_id = s.contract_id AND x.err IS NULL) f
  WHERE s.contract_id = t.contract_id AND s.existed AND s.changed AND (s.position > 0 OR s.in_flight) AND t.err IS NULL`
 
 // sqlTierReprice (with Options.Reprice) sets aside the changed tier sets
