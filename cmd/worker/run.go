@@ -184,6 +184,13 @@ trigger jobs (see "worker ui").`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return r.run(cmd.Context(), g) },
 	}
 	r.register(cmd)
+	groupFlags(cmd,
+		flagGroup{"Flags most runs need", []string{"id", "until-done", "max-partitions", "metrics-addr", "log-format"}},
+		flagGroup{"Operating", []string{"mode", "jobs", "ui-addr", "ui-token", "events", "event-retention",
+			"wait-for-database", "shutdown-timeout", "listen-database-url", "poll-only"}},
+		flagGroup{"Tuning (the defaults suit most fleets)", []string{"heartbeat", "stale-after", "confirm", "batch-size",
+			"batch-target", "claim-group", "claim-group-records", "segment-records", "max-attempts"}},
+	)
 	return cmd
 }
 
