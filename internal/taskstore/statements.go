@@ -79,7 +79,9 @@ var staleCandidatesSQL = `
 // wake, $11 how many more partitions it wants. It also hands back the
 // worker's rows that it does not list and whose leases have ended (a
 // lease its owner stopped renewing, or a claim it never learnt of),
-// notifying channel $13 with payload $14 when they have pending work. A
+// notifying channel $13 with payload $14, followed by the statement's
+// time (the rows became claimable no earlier: PayloadSince), when they
+// have pending work. A
 // worker's first heartbeat, which registers it, notifies channel $13 with
 // payload $15.
 var heartbeatSQL = heartbeatCTEs + heartbeatResult
@@ -172,7 +174,7 @@ const heartbeatCTEs = `
 			RETURNING t.partition_key, t.version, t.position,
 			          -- Waiting workers are woken at the commit (one
 			          -- notification however many rows).
-			          CASE WHEN t.available > t.position THEN pg_notify($13, $14) END AS notified
+			          CASE WHEN t.available > t.position THEN pg_notify($13, $14 || ' ' || (extract(epoch FROM statement_timestamp()) * 1000000)::bigint) END AS notified
 		)`
 
 const heartbeatResult = `

@@ -557,7 +557,9 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []p
 			WHERE t.kind = l.kind AND t.partition_key = l.partition_key
 			RETURNING t.kind, t.partition_key, t.version, t.position, t.available, t.available > t.position AS pending
 		), n AS (
-			SELECT count(pg_notify(?, ?)) AS sent
+			-- With the statement's time: the rows became claimable no
+			-- earlier, however long the transaction takes to commit.
+			SELECT count(pg_notify(?, ? || ' ' || (extract(epoch FROM statement_timestamp()) * 1000000)::bigint)) AS sent
 			FROM (SELECT 1 FROM r WHERE pending LIMIT 1) p
 		)`+held+events+`
 		SELECT r.partition_key FROM r CROSS JOIN n`),
