@@ -140,9 +140,10 @@ func (f *claimFloor) saw(r floorRead, earliest, now float64, complete bool) {
 	case complete && now != 0:
 		to = epoch(now).Add(-f.margin)
 	default:
-		if r.full {
-			// It said nothing of the unowned rows: the next read is full
-			// again.
+		if r.full && !complete {
+			// Filled with stale rows, it said nothing of the unowned
+			// ones: the next read is full again. (One that found nothing
+			// at all found that none is below the floor.)
 			f.lastFull = time.Time{}
 		}
 		return

@@ -64,6 +64,15 @@ func TestStaleReadsDoNotRaiseTheFloor(t *testing.T) {
 		t.Fatalf("floor %v after a read that started before the full one ended, want %v", got, want)
 	}
 
+	// A full read that found nothing at all leaves the floor, and the
+	// next reads start from it.
+	clock.Advance(time.Minute)
+	full = f.begin()
+	f.saw(full, math.NaN(), 0, true)
+	if next := f.begin(); next.full || !floorAt().Equal(base.Add(29*time.Second)) {
+		t.Fatalf("after a full read that found nothing: floor %v, next read full %v; want %v, false", floorAt(), next.full, base.Add(29*time.Second))
+	}
+
 	// A full read that says nothing of the unowned rows (filled with stale
 	// ones) leaves the next read full.
 	clock.Advance(time.Minute)
