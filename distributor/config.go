@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
@@ -46,6 +47,12 @@ const (
 	EventRetentionDefault  = 7 * 24 * time.Hour
 	EventMaxRowsDefault    = 1_000_000
 	KeyAttrDefault         = heartbeat.KeyAttrDefault
+)
+
+// The claim floor's defaults (see FloorMargin and FullReadInterval).
+const (
+	FloorMarginDefault      = taskstore.FloorMargin
+	FullReadIntervalDefault = taskstore.FullReadEvery
 )
 
 // Config configures a Distributor.
@@ -159,6 +166,19 @@ type Config struct {
 	// RebalanceInterval is how often the fair share is recomputed.
 	// Defaults to 5 × Heartbeat.
 	RebalanceInterval time.Duration
+	// FloorMargin is how far below the earliest claimable partition its
+	// last read found a worker's next read of the claimable partitions
+	// starts (the claim floor; see the package documentation): longer
+	// than a release or a producer's statement usually takes to commit.
+	// Defaults to 10s (taskstore.FloorMargin).
+	FloorMargin time.Duration
+	// FullReadInterval is how often, by Clock, a worker reads the
+	// claimable partitions from the beginning instead of from its floor:
+	// a partition whose commit came more than FloorMargin after it became
+	// claimable (a stalled commit, a database clock that stepped back),
+	// and that no notification announced, waits at most this long, plus
+	// a poll, to be read. Defaults to 30s.
+	FullReadInterval time.Duration
 	// MaxAttempts is how many failed attempts quarantine a partition.
 	// Defaults to 5.
 	MaxAttempts int
@@ -223,6 +243,8 @@ func (c *Config) setDefaults() {
 	c.Mode = cmp.Or(c.Mode, ModeLock)
 	c.PollInterval = cmp.Or(c.PollInterval, c.Heartbeat)
 	c.RebalanceInterval = cmp.Or(c.RebalanceInterval, 5*c.Heartbeat)
+	c.FloorMargin = cmp.Or(c.FloorMargin, FloorMarginDefault)
+	c.FullReadInterval = cmp.Or(c.FullReadInterval, FullReadIntervalDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.Backoff = cmp.Or(c.Backoff, BackoffDefault)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, MaxBackoffDefault)
@@ -288,6 +310,9 @@ func (c Config) validate() error {
 	}
 	if c.PollInterval <= 0 || c.RebalanceInterval <= 0 {
 		errs = append(errs, errors.New("PollInterval and RebalanceInterval must be positive"))
+	}
+	if c.FloorMargin <= 0 || c.FullReadInterval <= 0 {
+		errs = append(errs, fmt.Errorf("FloorMargin (%s) and FullReadInterval (%s) must be positive", c.FloorMargin, c.FullReadInterval))
 	}
 	if c.MaxAttempts < 1 {
 		errs = append(errs, fmt.Errorf("MaxAttempts must be at least 1, got %d", c.MaxAttempts))

@@ -71,16 +71,14 @@
 // the entry dies when the row is claimed; since a row's key is the time
 // it became claimable and the earliest are claimed first, the dead
 // entries lie below the live ones, and a worker reads the index from a
-// floor (FloorMargin, ten seconds, below the earliest claimable row its last
-// read found) instead of from the start: a read walks the entries of the
-// last moments' claims, not all those a held snapshot keeps. The floor
-// only chooses where a read starts; nothing about ownership depends on
-// it (a claim is a compare-and-set on the row, whatever read found it). A
-// row it passes over (one made claimable by a transaction that committed
-// more than FloorMargin later) is found when the producer's notification,
-// which says when, lowers the floor, or at the next read from the start
-// (one read in 256); an until-done run looks for pending work from the
-// start before it says all work is done.
+// floor (Config.FloorMargin, ten seconds by default, below the earliest
+// claimable row its last read found) instead of from the start: a read
+// walks the entries of the last moments' claims, not all those a held
+// snapshot keeps. The floor only chooses where a read starts; nothing
+// about ownership depends on it (a claim is a compare-and-set on the row,
+// whatever read found it), and a row it passes over is read within a
+// bound (The claim floor, below); an until-done run looks for pending
+// work from the start before it says all work is done.
 //
 // All times that decide ownership are the database's now(); a worker's
 // clock only ever makes it stop earlier.
@@ -564,6 +562,50 @@
 // A graceful stop hands partitions over immediately (one notification, one
 // share recomputation and one claim, no confirmation), even to workers
 // that were at their share.
+//
+// # The claim floor
+//
+// A row lands below a worker's floor when its claimable_at (the time of
+// the statement that made it claimable, on the database's clock) is below
+// the floor by the time its transaction commits: the commit came more than
+// FloorMargin after that statement (a producer's long transaction, a
+// synchronous standby or an fsync stalling the commit), or the database's
+// clock stepped back (a new primary whose clock is behind the old one's),
+// or hand-written SQL backdated it. What bounds its wait:
+//
+//   - Every notification that makes rows claimable carries a time no later
+//     than theirs (producers, releases, hand-backs, Retry, splits,
+//     rewinds); a worker that hears one lowers its floor to FloorMargin
+//     below it, so its next read, which the notification wakes, finds
+//     them.
+//   - A read that started before the floor was last lowered (its snapshot
+//     may predate the commit announced) may lower the floor but never
+//     raise it.
+//   - The first read at least FullReadInterval after the last full read
+//     started (by Config.Clock, so a step of the database's clock changes
+//     nothing), of the candidates or of the fair-share load, reads from the
+//     start and sets the floor to FloorMargin below the earliest claimable
+//     row it found, lower or higher than it was; a read that started
+//     before it ended cannot raise it again.
+//
+// So a row committed at time c is seen by the first full read that
+// starts after c: it starts by the first read at or after c +
+// FullReadInterval, since the full read before it started at or before c.
+// From then until the row is claimed every read's window holds it: a read
+// started after that full read finds it or an earlier row, so the floor
+// stays below it, and one started before cannot raise the floor. A worker
+// that wants more partitions reads the candidates at every claim round,
+// at least every PollInterval, so the row is claimed (behind rows that
+// became claimable before it) within
+//
+//	FullReadInterval + PollInterval + one claim round
+//
+// of its commit, whatever the commit's delay or the clock's step: 30s + 1s
+// with the defaults. When every worker is at its share, the load read,
+// every min(RebalanceInterval, StaleAfter/2) for a worker below
+// MaxPartitions, counts it within FullReadInterval + that interval, and the
+// share grows to take it. A row a notification announced to a listening
+// worker waits for none of this: it is in the next read's window.
 //
 // # Safety argument
 //

@@ -15,7 +15,8 @@ const pruneInterval = time.Minute
 func newStore(db *dbconn.DB, cfg Config) *taskstore.Store {
 	// The coordination statements are prepared on direct connections only:
 	// a transaction pooler may run each on another server session.
-	s := taskstore.NewStore(db, cfg.Schema).Kind(cfg.Kind).PrepareWhen(db.Direct)
+	s := taskstore.NewStore(db, cfg.Schema).Kind(cfg.Kind).PrepareWhen(db.Direct).
+		FloorPolicy(cfg.FloorMargin, cfg.FullReadInterval, cfg.Clock.Now)
 	if cfg.DisableEvents {
 		return s.WithoutEvents()
 	}

@@ -141,8 +141,9 @@ func (d *Distributor) notified(payload string) {
 		return
 	}
 	if since, ok := partition.PayloadSince(payload); ok {
-		// A producer's partitions became claimable then, maybe long
-		// before its commit: read the claimable rows from there.
+		// Partitions became claimable then (a producer's work, a
+		// release, a hand-back, a retry), maybe long before the commit:
+		// read the claimable rows from there.
 		d.store.LowerFloor(since)
 	}
 	switch reason {

@@ -31,13 +31,15 @@
 // running at once are numbered one after the other, never the same. The
 // kind's workers are woken by a notification delivered at commit, which
 // also says when the statement ran: workers read claimable partitions from
-// a floor that moves with time (ten seconds below the earliest claimable
-// partition their last read found), and a partition made
+// a floor that moves with time (by default ten seconds below the earliest
+// claimable partition their last read found), and a partition made
 // claimable long before its transaction commits is found from that time.
 // Where no notification reaches the workers (through a transaction pooler
 // without a listen connection, or for task rows written by hand-written
 // SQL in a transaction that stays open past that margin), such a partition
-// waits for a worker's next read from the start, one in 256.
+// waits for a worker's next read from the start, at most the worker's
+// full-read interval (distributor.Config.FullReadInterval, 30 seconds by
+// default) after its commit.
 //
 // # Seeing and repairing
 //

@@ -42,11 +42,13 @@ const (
 // NotifyPayload is the payload of a notification of reason (NotifyWork,
 // NotifyReleased, NotifyRetry, NotifyLeft, NotifyJoined) about partitions of kind: the
 // reason, a space and the kind. Workers ignore notifications about other
-// kinds. Producers (AddWorks) append a space and the time, in
-// microseconds since the Unix epoch on the database's clock, at which
-// their statement made partitions claimable (PayloadSince): their
-// transaction may commit long after, and a worker that hears it reads the
-// claimable rows from that time on (it lowers its claim floor).
+// kinds. Every notification that makes partitions claimable (producers'
+// AddWorks, releases, hand-backs, Retry, splits, rewinds) appends a space
+// and a time, in microseconds since the Unix epoch on the database's
+// clock, no later than the one at which its statement made them
+// claimable (PayloadSince): its transaction may commit long after, and a
+// worker that hears it reads the claimable rows from that time on (it
+// lowers its claim floor).
 func NotifyPayload(reason, kind string) string { return reason + " " + kind }
 
 // ParsePayload splits a notification's payload into its reason and kind;
@@ -266,7 +268,10 @@ func (s *Store) Retry(ctx context.Context, key string) (bool, error) {
 // RetryBy is Retry recording who asked (for example "console") in the
 // partition's history.
 func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
-	var n int
+	var (
+		n     int
+		since int64
+	)
 	err := s.db.QueryRowContext(ctx, s.sql(`
 		WITH r AS (
 			SELECT kind, partition_key FROM {{.Schema}}.tasks
@@ -283,12 +288,14 @@ func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, detail)
 			SELECT kind, partition_key, ?, version, nullif(?, '') FROM u
 		)
-		SELECT count(*) FROM u`), s.kind, key, key, EventRetried, actor).Scan(&n)
+		SELECT count(*), (extract(epoch FROM statement_timestamp()) * 1000000)::bigint FROM u`), s.kind, key, key, EventRetried, actor).Scan(&n, &since)
 	if err != nil {
 		return false, fmt.Errorf("retrying partition %s: %w", key, err)
 	}
 	if n > 0 {
-		return true, s.notify(ctx, NotifyRetry)
+		// With the time of the update: the rows became claimable no
+		// earlier, whenever s.db's transaction commits.
+		return true, s.notify(ctx, NotifyRetry+" "+s.kind+" "+strconv.FormatInt(since, 10))
 	}
 	var exists bool
 	if err := s.db.QueryRowContext(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {{.Schema}}.tasks WHERE kind = ? AND partition_key = ?)`), s.kind, key).Scan(&exists); err != nil {
@@ -300,10 +307,10 @@ func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 	return false, nil
 }
 
-// notify wakes the workers of s's kind waiting for claimable work, telling
-// them reason.
-func (s *Store) notify(ctx context.Context, reason string) error {
-	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, NotifyChannel, NotifyPayload(reason, s.kind)); err != nil {
+// notify wakes the workers of s's kind waiting for claimable work with
+// payload (NotifyPayload).
+func (s *Store) notify(ctx context.Context, payload string) error {
+	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, NotifyChannel, payload); err != nil {
 		return fmt.Errorf("notifying workers: %w", err)
 	}
 	return nil

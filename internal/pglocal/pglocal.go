@@ -62,6 +62,7 @@ type Server struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+	env  []string // added to the server's environment (SetEnv)
 }
 
 // BinDir finds the folder with initdb and postgres: $PG_BINDIR, then $PATH,
@@ -263,9 +264,11 @@ func (s *Server) startOn(ctx context.Context, port int) error {
 	started := make(chan error, 1)
 	done := make(chan struct{})
 	var cmd *exec.Cmd
+	env := s.env
 	go func() {
 		runtime.LockOSThread()
 		cmd = s.command(context.Background(), "postgres", args...)
+		cmd.Env = append(cmd.Env, env...)
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
 		cmd.Stdout, cmd.Stderr = logFile, logFile
 		if err := cmd.Start(); err != nil {

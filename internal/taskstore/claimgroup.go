@@ -216,7 +216,7 @@ const claimAdvanceGroupCTEs = `
 			RETURNING t.partition_key, c.version, c.from_pos, t.position, t.available, c.release,
 			          t.available > t.position AS pending
 		), n AS (
-			SELECT count(pg_notify($10, $12)) AS sent
+			SELECT count(pg_notify($10, $12 || ' ' || (extract(epoch FROM statement_timestamp()) * 1000000)::bigint)) AS sent
 			FROM (SELECT 1 FROM u WHERE release AND pending LIMIT 1) p
 		), wh AS (
 			-- Claims kept past their first batch raise their worker's held

@@ -29,6 +29,7 @@ var notStatements = map[string]string{
 	"PruneEvents":      "history retention",
 	"Admin":            "the producers' and operators' Store over the same rows",
 	"LowerFloor":       "moves where the store's next read of claimable rows starts; runs nothing",
+	"FloorPolicy":      "sets the claim floor's margin, full-read period and clock; runs nothing",
 }
 
 // operatorStatements are Store methods the suite exercises that the

@@ -28,12 +28,16 @@ func SetFloorMargin(s *Store, d time.Duration) {
 }
 
 // FloorArg is the floor s's reads of the claimable rows start from now,
-// as passed to the statements ("-infinity": from the beginning).
-func FloorArg(s *Store) string { return s.floor.current() }
-
-// FullReadEvery is how often a Store reads the claimable rows from the
-// beginning all the same.
-const FullReadEvery = fullReadEvery
+// unless a full read is due, as passed to the statements ("-infinity":
+// from the beginning).
+func FloorArg(s *Store) string {
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	if s.floor.at.IsZero() {
+		return "-infinity"
+	}
+	return s.floor.at.UTC().Format(time.RFC3339Nano)
+}
 
 // Heartbeat is HeartbeatBelow rewriting every lease listed, for tests that
 // do not care about the threshold (the workers pass one, and the

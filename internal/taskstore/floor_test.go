@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/pgtest"
@@ -194,18 +195,30 @@ func TestFlooredReadsSkipWhatAHeldSnapshotKeeps(t *testing.T) {
 // A row made claimable by a transaction that commits long after (a
 // producer's long transaction) may lie below a floor that moved on in
 // the meantime: the producer's notification lowers the floor to it, and
-// without one, the next full read (every FullReadEvery reads) finds it.
+// without one, the first read one full-read period (by the Store's clock)
+// after the last full read, of the candidates or of the fair share, finds
+// it and lowers the floor below it, so that the reads after it find it too
+// and the load counts it.
 func TestRowsBelowTheFloorAreFound(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewDB(t)
-	s := taskstore.NewStore(db, "")
+	clock := clockwork.NewFakeClock()
+	s := taskstore.NewStore(db, "").FloorPolicy(0, time.Minute, clock.Now)
 	taskstore.SetFloorMargin(s, 0) // the floor passes a row made claimable a moment before
 	if _, err := s.Admin().AddWork(ctx, db, "early", 1); err != nil {
 		t.Fatal(err)
 	}
+	unclaimed := func() int {
+		t.Helper()
+		l, err := s.FairShareLoad(ctx, "nobody", 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Unclaimed
+	}
 
-	for _, how := range []string{"notification", "full read"} {
+	for _, how := range []string{"notification", "full read", "load"} {
 		key := "late-" + how
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
@@ -231,27 +244,36 @@ func TestRowsBelowTheFloorAreFound(t *testing.T) {
 		if c, err := s.Candidates(ctx, 10); err != nil || slices.Contains(keysOf(c), key) {
 			t.Fatalf("Candidates = %v, %v: the floor was expected to be past %s (the test's premise)", keysOf(c), err, key)
 		}
+		hidden := unclaimed()
 		switch how {
 		case "notification":
 			s.LowerFloor(since)
+		case "full read":
+			clock.Advance(time.Minute - time.Millisecond)
+			if c, err := s.Candidates(ctx, 10); err != nil || slices.Contains(keysOf(c), key) {
+				t.Fatalf("within the full-read period: Candidates = %v, %v; want a read from the floor, past %s", keysOf(c), err, key)
+			}
+			clock.Advance(time.Millisecond)
 			c, err := s.Candidates(ctx, 10)
 			if err != nil || !slices.Contains(keysOf(c), key) {
-				t.Fatalf("after the notification: Candidates = %v, %v; want %s among them", keysOf(c), err, key)
+				t.Fatalf("a full-read period on: Candidates = %v, %v; want %s among them", keysOf(c), err, key)
 			}
-		default:
-			reads := 1
-			for ; reads <= taskstore.FullReadEvery; reads++ {
-				c, err := s.Candidates(ctx, 10)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if slices.Contains(keysOf(c), key) {
-					break
-				}
+		case "load":
+			clock.Advance(time.Minute)
+			if n := unclaimed(); n != hidden+1 {
+				t.Fatalf("the load read a full-read period on counted %d unclaimed partitions, want %d (%s too)", n, hidden+1, key)
 			}
-			if reads > taskstore.FullReadEvery {
-				t.Fatalf("%s not found in %d reads", key, taskstore.FullReadEvery)
+		}
+		// From now on every read finds it, from the floor: what found it
+		// lowered the floor below it.
+		for range 3 {
+			c, err := s.Candidates(ctx, 10)
+			if err != nil || !slices.Contains(keysOf(c), key) {
+				t.Fatalf("after the %s: Candidates = %v, %v; want %s among them", how, keysOf(c), err, key)
 			}
+		}
+		if n := unclaimed(); n != hidden+1 {
+			t.Fatalf("after the %s the load counted %d unclaimed partitions, want %d (%s too)", how, n, hidden+1, key)
 		}
 		if _, err := db.Exec(`UPDATE baton.tasks SET position = available WHERE partition_key = ?`, key); err != nil {
 			t.Fatal(err)

@@ -79,7 +79,9 @@ var staleCandidatesSQL = `
 // wake, $11 how many more partitions it wants. It also hands back the
 // worker's rows that it does not list and whose leases have ended (a
 // lease its owner stopped renewing, or a claim it never learnt of),
-// notifying channel $13 with payload $14 when they have pending work. A
+// notifying channel $13 with payload $14, followed by the statement's
+// time (the rows became claimable no earlier: PayloadSince), when they
+// have pending work. A
 // worker's first heartbeat, which registers it, notifies channel $13 with
 // payload $15.
 var heartbeatSQL = heartbeatCTEs + heartbeatResult
@@ -172,7 +174,7 @@ const heartbeatCTEs = `
 			RETURNING t.partition_key, t.version, t.position,
 			          -- Waiting workers are woken at the commit (one
 			          -- notification however many rows).
-			          CASE WHEN t.available > t.position THEN pg_notify($13, $14) END AS notified
+			          CASE WHEN t.available > t.position THEN pg_notify($13, $14 || ' ' || (extract(epoch FROM statement_timestamp()) * 1000000)::bigint) END AS notified
 		)`
 
 const heartbeatResult = `
@@ -188,7 +190,10 @@ const heartbeatResult = `
 
 // fairShareSQL reads the fair-share inputs for worker $3 of kind $4 with
 // room for $1 partitions whose leases last $2 microseconds: the kind's
-// workers and partitions only.
+// workers and partitions only, the claimable rows from floor $5. It also
+// returns, as candidatesSQL does, when the earliest unowned claimable row
+// it counted became claimable (NULL for none), the statement's time, and
+// whether it counted all the unowned ones from the floor.
 var fairShareSQL = `
 		WITH w AS (
 		  SELECT instance_id, held, wanted, backlog, expires_at > now() AND stopped_at IS NULL AS live,
@@ -215,14 +220,17 @@ var fairShareSQL = `
 		  SELECT greatest(greatest(n, 1) * $1::bigint - held, $1::bigint + 1) AS n FROM live
 		), claimable AS (
 		  -- Unowned and stale, each counted up to the cap, with their
-		  -- pending items.
-		  SELECT count(*) AS n, coalesce(sum(backlog), 0) AS backlog FROM (
-		    (SELECT greatest(available - position, 0) AS backlog FROM {{.Schema}}.tasks
+		  -- pending items; the earliest unowned one, and how many, move
+		  -- the floor as a read of the candidates does.
+		  SELECT count(*) AS n, coalesce(sum(backlog), 0) AS backlog,
+		         min(at) FILTER (WHERE NOT owned) AS earliest,
+		         count(*) FILTER (WHERE NOT owned) AS unowned FROM (
+		    (SELECT greatest(available - position, 0) AS backlog, claimable_at AS at, false AS owned FROM {{.Schema}}.tasks
 		     WHERE kind = $4 AND claimable_at >= $5::timestamptz AND claimable_at <= now()
 		     ORDER BY claimable_at
 		     LIMIT (SELECT n FROM cap))
 		    UNION ALL
-		    (SELECT backlog FROM (` + staleRows("$4", "(SELECT n FROM cap)") + `) s
+		    (SELECT backlog, at, true FROM (` + staleRows("$4", "(SELECT n FROM cap)") + `) s
 		     LIMIT (SELECT n FROM cap))) c
 		)
 		SELECT
@@ -243,5 +251,8 @@ var fairShareSQL = `
 		  live.min_held,
 		  live.wanted,
 		  live.backlog + leaving.backlog + claimable.backlog,
-		  live.self_backlog
+		  live.self_backlog,
+		  extract(epoch FROM claimable.earliest)::float8,
+		  extract(epoch FROM now())::float8,
+		  claimable.unowned < (SELECT n FROM cap)
 		FROM live, leaving, claimable`

@@ -100,7 +100,8 @@ type Store struct {
 // its tables with that schema, so the session's search_path does not
 // matter. Kind binds it to another kind.
 func NewStore(db bun.IDB, schemaName string) *Store {
-	return &Store{db: db, schema: cmp.Or(schemaName, schema.Default), kind: partition.DefaultKind, floor: newClaimFloor()}
+	return &Store{db: db, schema: cmp.Or(schemaName, schema.Default), kind: partition.DefaultKind,
+		floor: newClaimFloor(FloorMargin, FullReadEvery, time.Now)}
 }
 
 // Kind returns a copy of s for the task rows of kind (empty means
@@ -111,7 +112,22 @@ func NewStore(db bun.IDB, schemaName string) *Store {
 func (s *Store) Kind(kind string) *Store {
 	c := *s
 	c.kind = cmp.Or(kind, partition.DefaultKind)
-	c.floor = newClaimFloor()
+	c.floor = newClaimFloor(s.floor.margin, s.floor.every, s.floor.now)
+	return &c
+}
+
+// FloorPolicy returns a copy of s with a claim floor of its own (see
+// FloorMargin): its reads of the claimable rows start margin below the
+// earliest claimable row the last one found, and the first read at least
+// every (by now, a local clock) after the last full read starts from the
+// beginning. Zero margin or every keep FloorMargin and FullReadEvery; nil
+// now is time.Now.
+func (s *Store) FloorPolicy(margin, every time.Duration, now func() time.Time) *Store {
+	c := *s
+	if now == nil {
+		now = time.Now
+	}
+	c.floor = newClaimFloor(cmp.Or(margin, FloorMargin), cmp.Or(every, FullReadEvery), now)
 	return &c
 }
 
@@ -176,7 +192,8 @@ func split(leases []partition.Lease) (keys []string, versions []int64) {
 // the kind's range of the tasks_claimable index, from s's floor (see
 // FloorMargin), and the rows of workers that are not live.
 func (s *Store) Candidates(ctx context.Context, limit int) ([]Candidate, error) {
-	rows, err := s.query(ctx, candidatesSQL, limit, s.kind, s.floor.arg())
+	read := s.floor.begin()
+	rows, err := s.query(ctx, candidatesSQL, limit, s.kind, read.arg)
 	if err != nil {
 		return nil, fmt.Errorf("reading claim candidates: %w", err)
 	}
@@ -202,14 +219,15 @@ func (s *Store) Candidates(ctx context.Context, limit int) ([]Candidate, error) 
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading claim candidates: %w", err)
 	}
-	s.floor.saw(earliest, now, len(out) < limit)
+	s.floor.saw(read, earliest, now, len(out) < limit)
 	return out, nil
 }
 
 // LowerFloor has s's next reads of the claimable rows start no later than
-// FloorMargin before since: partitions became claimable then, in a
-// transaction that committed since (a producer's notification says when:
-// PayloadSince).
+// the floor's margin before since: partitions became claimable then, in a
+// transaction that committed since (the notification that announced them
+// says when: PayloadSince). Reads in flight, which may have missed them,
+// do not raise the floor again.
 func (s *Store) LowerFloor(since time.Time) { s.floor.lower(since) }
 
 // PendingWork reports whether any partition of s's kind has pending work
@@ -539,7 +557,9 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []p
 			WHERE t.kind = l.kind AND t.partition_key = l.partition_key
 			RETURNING t.kind, t.partition_key, t.version, t.position, t.available, t.available > t.position AS pending
 		), n AS (
-			SELECT count(pg_notify(?, ?)) AS sent
+			-- With the statement's time: the rows became claimable no
+			-- earlier, however long the transaction takes to commit.
+			SELECT count(pg_notify(?, ? || ' ' || (extract(epoch FROM statement_timestamp()) * 1000000)::bigint)) AS sent
 			FROM (SELECT 1 FROM r WHERE pending LIMIT 1) p
 		)`+held+events+`
 		SELECT r.partition_key FROM r CROSS JOIN n`),
@@ -735,9 +755,11 @@ type Load struct {
 //   - Unclaimed is the claimable count, capped at maxPartitions + 1 (it is
 //     compared with 0 and with a count of held partitions);
 //   - the claimable rows are read from s's floor (see FloorMargin), as
-//     Candidates reads them: a partition made claimable by a transaction
-//     that committed long after (and that no notification announced) is
-//     counted once a full read has found it. PendingWork answers exactly;
+//     Candidates reads them, and move it as Candidates does (this read
+//     is a full one when a full-read period is up): a partition made
+//     claimable by a transaction that committed long after (and that no
+//     notification announced) is counted once a full read, of either,
+//     has found it. PendingWork answers exactly;
 //   - Wanted sums what the live workers other than self want (their
 //     heartbeats write Worker.Wanted);
 //   - Backlog sums the pending items of what Busy counts: the live
@@ -751,7 +773,8 @@ type Load struct {
 // work is done needs.
 func (s *Store) FairShareLoad(ctx context.Context, self string, maxPartitions int, staleAfter time.Duration) (Load, error) {
 	var l Load
-	rows, err := s.query(ctx, fairShareSQL, maxPartitions, micros(staleAfter), self, s.kind, s.floor.current())
+	read := s.floor.begin()
+	rows, err := s.query(ctx, fairShareSQL, maxPartitions, micros(staleAfter), self, s.kind, read.arg)
 	if err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}
@@ -759,12 +782,22 @@ func (s *Store) FairShareLoad(ctx context.Context, self string, maxPartitions in
 	if !rows.Next() {
 		return l, fmt.Errorf("reading cluster load: %w", cmp.Or(rows.Err(), sql.ErrNoRows))
 	}
-	if err := rows.Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld, &l.Wanted, &l.Backlog, &l.SelfBacklog); err != nil {
+	var (
+		earliest sql.NullFloat64
+		now      float64
+		complete bool
+	)
+	if err := rows.Scan(&l.Busy, &l.LiveWorkers, &l.Unclaimed, &l.MinHeld, &l.Wanted, &l.Backlog, &l.SelfBacklog,
+		&earliest, &now, &complete); err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}
 	if err := rows.Close(); err != nil {
 		return l, fmt.Errorf("reading cluster load: %w", err)
 	}
+	if !earliest.Valid {
+		earliest.Float64 = math.NaN()
+	}
+	s.floor.saw(read, earliest.Float64, now, complete)
 	return l, nil
 }
 

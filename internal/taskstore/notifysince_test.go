@@ -1,0 +1,108 @@
+package taskstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/taskstore"
+	"github.com/batonhq/baton/partition"
+)
+
+// Every notification that makes rows claimable says when they became so,
+// no later than their claimable_at, even when its transaction commits long
+// after: a release, a heartbeat's hand-back and a retry, each here in a
+// transaction of its own that commits after a further statement, so a
+// worker that hears it lowers its floor below the rows however late the
+// commit came.
+func TestClaimableNotificationsSayWhen(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	db := pgtest.Open(t, url, dbconn.Options{})
+	ctx := context.Background()
+	listener, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close(ctx)
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available, position)
+		VALUES ('released', 5, 0), ('handed-back', 5, 0), ('retried', 5, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	s := taskstore.NewStore(db, "")
+	claim := func(key string) partition.Lease {
+		t.Helper()
+		won, err := s.Claim(ctx, "w#1", time.Minute, []taskstore.Candidate{{Key: key, Version: 0}})
+		if err != nil || len(won) != 1 {
+			t.Fatalf("claiming %s: %v %v", key, won, err)
+		}
+		return won[0].Lease
+	}
+	released := claim("released")
+	claim("handed-back")
+	// Its lease ended without its owner listing it: the owner's next
+	// heartbeat hands it back.
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET lease_expires_at = now() - interval '1 second' WHERE partition_key = 'handed-back'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET failed_at = now(), attempts = 5 WHERE partition_key = 'retried'`); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		key, reason string
+		do          func(tx bun.Tx) error
+	}{
+		{"released", partition.NotifyReleased, func(tx bun.Tx) error {
+			_, err := s.WithDB(tx).Release(ctx, "w#1", []partition.Lease{released})
+			return err
+		}},
+		{"handed-back", partition.NotifyReleased, func(tx bun.Tx) error {
+			_, err := s.WithDB(tx).Heartbeat(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, nil)
+			return err
+		}},
+		{"retried", partition.NotifyRetry, func(tx bun.Tx) error {
+			_, err := partition.NewStore(tx, "").Retry(ctx, "retried")
+			return err
+		}},
+	} {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.do(tx); err != nil {
+			t.Fatalf("%s: %v", c.key, err)
+		}
+		var at time.Time
+		if err := tx.QueryRowContext(ctx, `SELECT claimable_at FROM baton.tasks WHERE partition_key = ?`, c.key).Scan(&at); err != nil {
+			t.Fatalf("%s: %v", c.key, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := listener.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: waiting for its notification: %v", c.key, err)
+		}
+		if reason, kind := partition.ParsePayload(n.Payload); reason != c.reason || kind != partition.DefaultKind {
+			t.Fatalf("%s: notification %q, want %s of the default kind", c.key, n.Payload, c.reason)
+		}
+		since, ok := partition.PayloadSince(n.Payload)
+		if !ok {
+			t.Fatalf("%s: notification %q says not when the row became claimable", c.key, n.Payload)
+		}
+		if since.After(at) || at.Sub(since) > 100*time.Millisecond {
+			t.Fatalf("%s: notification says claimable since %v, the row since %v: want no later, and not long before", c.key, since, at)
+		}
+	}
+}
