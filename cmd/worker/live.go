@@ -166,9 +166,10 @@ func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
 		if shown > r {
 			shown = r - 1
 		}
-		lines = append(lines, contractHeader(width))
+		cols := layout(width, parts[:shown])
+		lines = append(lines, contractHeader(cols))
 		for _, p := range parts[:shown] {
-			lines = append(lines, contractLine(p, v.rates[p.ContractID], width))
+			lines = append(lines, contractLine(p, v.rates[p.ContractID], cols))
 		}
 		if more := len(parts) - shown; more > 0 {
 			lines = append(lines, fmt.Sprintf("  … %d more contracts (worker status lists them all)", more))
@@ -201,30 +202,51 @@ const (
 	colLeft  = 8 // then " left"
 )
 
-// idWidth is the room left for contract ids in a line of width-1
-// characters (the last column stays free so that no terminal wraps).
-func idWidth(width int) int {
-	return max(8, width-1-2-(colState+1)-(colOwner+1)-(colBar+1)-(colRate+2+1)-(colLeft+5)-1)
+// columns are the widths of the live view's two variable columns.
+type columns struct{ id, owner int }
+
+// layout sizes the id and owner columns for the contracts shown in a line
+// of width-1 characters (the last column stays free so that no terminal
+// wraps): ids take what they need and no more, the owner column grows
+// into what is left (an owner with segments, "w1#a1b2 +3 seg", is long),
+// and when room is short ids give way first, cut in the middle.
+func layout(width int, parts []partitionJSON) columns {
+	avail := width - 1 - 2 - (colState + 1) - (colBar + 1) - (colRate + 2 + 1) - (colLeft + 5) - 1
+	wantID, wantOwner := len("CONTRACT"), colOwner
+	for _, p := range parts {
+		wantID = max(wantID, utf8.RuneCountInString(p.ContractID))
+		wantOwner = max(wantOwner, utf8.RuneCountInString(ownerText(p)))
+	}
+	c := columns{owner: colOwner, id: avail - colOwner - 1}
+	if spare := c.id - wantID; spare > 0 {
+		c.id = wantID
+		c.owner = min(wantOwner, colOwner+spare)
+	}
+	c.id = max(8, c.id)
+	return c
 }
 
-func contractHeader(width int) string {
-	return fmt.Sprintf("  %-*s %-*s %-*s %-*s %*s %*s", idWidth(width), "CONTRACT", colState, "STATE",
-		colOwner, "OWNER", colBar, "PROGRESS", colRate+2, "RATE", colLeft+5, "LEFT")
+func contractHeader(c columns) string {
+	return fmt.Sprintf("  %-*s %-*s %-*s %-*s %*s %*s", c.id, "CONTRACT", colState, "STATE",
+		c.owner, "OWNER", colBar, "PROGRESS", colRate+2, "RATE", colLeft+5, "LEFT")
 }
 
-func contractLine(p partitionJSON, rate float64, width int) string {
-	owner := "-"
+// ownerText is who holds a contract, with the segments held.
+func ownerText(p partitionJSON) string {
 	switch {
 	case p.Owner != nil && p.SegmentsHeld > 0:
-		owner = fmt.Sprintf("%s +%d seg", *p.Owner, p.SegmentsHeld)
+		return fmt.Sprintf("%s +%d seg", *p.Owner, p.SegmentsHeld)
 	case p.Owner != nil:
-		owner = *p.Owner
+		return *p.Owner
 	case p.SegmentsHeld > 0:
-		owner = fmt.Sprintf("%d %s", p.SegmentsHeld, plural(p.SegmentsHeld, "segment", "segments"))
+		return fmt.Sprintf("%d %s", p.SegmentsHeld, plural(p.SegmentsHeld, "segment", "segments"))
 	}
-	id := idWidth(width)
-	return fmt.Sprintf("  %s %s %s %s %*.0f/s %*d left", padMiddle(p.ContractID, id), pad(p.State, colState),
-		pad(owner, colOwner), bar(p.Processed, p.Processed+p.Pending, colBar), colRate, rate, colLeft, p.Pending)
+	return "-"
+}
+
+func contractLine(p partitionJSON, rate float64, c columns) string {
+	return fmt.Sprintf("  %s %s %s %s %*.0f/s %*d left", padMiddle(p.ContractID, c.id), pad(p.State, colState),
+		pad(ownerText(p), c.owner), bar(p.Processed, p.Processed+p.Pending, colBar), colRate, rate, colLeft, p.Pending)
 }
 
 // fit cuts s to at most n characters (runes), ending a cut line with "…".

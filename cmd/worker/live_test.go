@@ -148,8 +148,32 @@ func TestLiveViewShowsSegmentsHeld(t *testing.T) {
 		{partitionJSON{ContractID: "c", State: "active", Segments: 3, SegmentsHeld: 1}, "1 segment "},
 		{partitionJSON{ContractID: "c", State: "pending", Segments: 3}, " - "},
 	} {
-		if got := contractLine(tc.p, 0, 100); !strings.Contains(got, tc.want) {
+		if got := contractLine(tc.p, 0, layout(100, []partitionJSON{tc.p})); !strings.Contains(got, tc.want) {
 			t.Errorf("%+v: %q does not show %q", tc.p, got, tc.want)
 		}
+	}
+}
+
+// At 160 columns short ids are not padded out to the terminal's width
+// while a long owner is cut; at 80 a long id gives way first.
+func TestLiveViewLayoutGivesRoomWhereItIsNeeded(t *testing.T) {
+	owner := "pricer-eu-west-1a#7f3c9e2b"
+	parts := []partitionJSON{
+		{ContractID: "c-000042", State: "active", Owner: &owner, SegmentsHeld: 3, Processed: 5, Pending: 5},
+		{ContractID: "c-000043", State: "pending", Processed: 0, Pending: 10},
+	}
+	wide := layout(160, parts)
+	line := contractLine(parts[0], 1234, wide)
+	if !strings.Contains(line, owner+" +3 seg") || strings.Contains(line, "c-000042  "+strings.Repeat(" ", 20)) {
+		t.Errorf("at 160 columns: %q (columns %+v): want the whole owner and no padded id", line, wide)
+	}
+	if n := utf8.RuneCountInString(line); n > 159 {
+		t.Errorf("at 160 columns the line has %d characters", n)
+	}
+	long := []partitionJSON{{ContractID: strings.Repeat("x", 70) + "-0042", State: "active", Owner: &owner}}
+	narrow := layout(80, long)
+	line = contractLine(long[0], 0, narrow)
+	if n := utf8.RuneCountInString(line); n > 79 || !strings.Contains(line, "-0042") || narrow.owner != colOwner {
+		t.Errorf("at 80 columns: %q (%d characters, columns %+v): want the id's end kept within 79 and the owner at its width", line, n, narrow)
 	}
 }
