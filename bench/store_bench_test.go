@@ -11,6 +11,7 @@ import (
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricing/pricingschema"
 )
 
 // The micro-benchmarks time single protocol statements against a fresh
@@ -18,7 +19,7 @@ import (
 // points it at its own server so that every number shares one
 // configuration).
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, pricingschema.Set) }
 
 // pendingTasks creates n task rows with pending work.
 func pendingTasks(tb testing.TB, n int) (*bun.DB, *taskstore.Store) {

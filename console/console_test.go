@@ -17,10 +17,11 @@ import (
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricing/pricingschema"
 	"github.com/batonhq/baton/schedule"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, pricingschema.Set) }
 
 const token = "s3cret-token"
 

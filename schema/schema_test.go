@@ -24,7 +24,7 @@ import (
 	"github.com/batonhq/baton/schema"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, pricingschema.Set) }
 
 func TestCheckRefusesUnmigratedDatabase(t *testing.T) {
 	t.Parallel()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/pricing/pricingschema"
 )
 
 // The test binary doubles as the worker binary: with BATON_RUN_AS_WORKER
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(execute(os.Args[1:]))
 	}
-	pgtest.Main(m)
+	pgtest.Main(m, pricingschema.Set)
 }
 
 const vectors = "../../testdata/vectors/"

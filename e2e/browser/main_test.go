@@ -10,6 +10,7 @@ import (
 
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/pricing/pricingschema"
 )
 
 // workerBin is the worker binary built once for the package.
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := pgtest.Run(m)
+	code := pgtest.Run(m, pricingschema.Set)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

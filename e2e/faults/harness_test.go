@@ -29,6 +29,7 @@ import (
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/pricing/pricingschema"
 	"github.com/batonhq/baton/pricing/seed"
 )
 
@@ -48,7 +49,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := pgtest.Run(m)
+	code := pgtest.Run(m, pricingschema.Set)
 	printSummary()
 	printNotes()
 	os.RemoveAll(dir)

@@ -19,9 +19,10 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/pricing/pricingschema"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, pricingschema.Set) }
 
 const examples = "../../examples"
 

@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/pricing/pricingschema"
-
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -40,27 +38,37 @@ var (
 	template string
 	createMu sync.Mutex
 	tempDir  string
+	// extraSets are the migration sets the package's TestMain adds to
+	// the core set.
+	extraSets []*schema.Set
 )
 
-// Main runs the tests of a package, tears the server down and exits.
-func Main(m *testing.M) { os.Exit(Run(m)) }
+// Main runs the tests of a package, tears the server down and exits. Its
+// databases have baton's core tables, and the tables of the migration
+// sets given (a package of the pricing plug-in adds pricingschema.Set):
+// the engine's tests run on the engine's schema alone.
+func Main(m *testing.M, sets ...*schema.Set) { os.Exit(Run(m, sets...)) }
 
 // WithServer wraps m for goleak.VerifyTestMain: running it runs the tests
 // and tears the server down, so that the leak check that follows sees only
 // what the tests left behind.
 //
 //	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
-func WithServer(m *testing.M) Runner { return Runner{m} }
+func WithServer(m *testing.M, sets ...*schema.Set) Runner { return Runner{m, sets} }
 
 // Runner runs a package's tests with a server; see WithServer.
-type Runner struct{ m *testing.M }
+type Runner struct {
+	m    *testing.M
+	sets []*schema.Set
+}
 
 // Run runs the tests and tears the server down.
-func (r Runner) Run() int { return Run(r.m) }
+func (r Runner) Run() int { return Run(r.m, r.sets...) }
 
 // Run runs the tests of a package, tears the server down and returns the
 // exit code, for a TestMain with work of its own to do afterwards.
-func Run(m *testing.M) int {
+func Run(m *testing.M, sets ...*schema.Set) int {
+	extraSets = sets
 	code := m.Run()
 	teardown()
 	return code
@@ -119,7 +127,7 @@ func setup() error {
 		return err
 	}
 	defer db.Close()
-	if _, err := schema.Migrate(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}}); err != nil {
+	if _, err := schema.Migrate(ctx, db, schema.Config{Sets: append([]*schema.Set{schema.Core}, extraSets...)}); err != nil {
 		return fmt.Errorf("migrating template database: %w", err)
 	}
 	return nil

@@ -11,9 +11,10 @@ import (
 
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/pricing/export"
+	"github.com/batonhq/baton/pricing/pricingschema"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, pricingschema.Set) }
 
 func insertPriced(t *testing.T, db *bun.DB, contract string, seq int64, recordID string, gross, discount int64) {
 	t.Helper()

@@ -9,9 +9,10 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/pricing/pricingschema"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, pricingschema.Set) }
 
 // writeFile writes content to name in a fresh temporary folder and returns
 // its path.

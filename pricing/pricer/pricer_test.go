@@ -25,10 +25,11 @@ import (
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/pricing/pricingschema"
 )
 
 // The tests leave no goroutine behind (the server is torn down first).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m, pricingschema.Set)) }
 
 const vectors = "../../testdata/vectors/"
 

@@ -150,4 +150,4 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, pricingschema.Set) }

@@ -28,10 +28,11 @@ import (
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/pricing/pricingschema"
 	"github.com/batonhq/baton/pricing/rerate"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m, pricingschema.Set)) }
 
 const vectors = "../../testdata/vectors/"
 
