@@ -29,6 +29,7 @@ var zeroAllowed = map[string]struct{ reason, help string }{
 	"demo --kill-at":                   {"0 kills no worker", "0: no kill"},
 	"schedule add --lock-at-least-for": {"0 sets no minimum time between runs", "0: no minimum"},
 	"prune --generations-older-than":   {"0 removes every superseded generation", "0: every one"},
+	"status --limit":                   {"0 lists every contract", "0: all"},
 }
 
 // positionalArgs are the arguments a command needs before its flags are

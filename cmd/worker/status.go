@@ -329,6 +329,7 @@ the primary, not confirmed by the standby) once the cluster is stable.
 	cmd.Flags().DurationVar(&warnAfter, "horizon-warn-after", horizon.WarnAfterDefault,
 		"warn when a transaction has held back the xmin horizon (and so vacuum) this long")
 	positive(cmd.Flags(), "interval")
+	nonNegative(cmd.Flags(), "limit")
 	positive(cmd.Flags(), "horizon-warn-after")
 	return cmd
 }

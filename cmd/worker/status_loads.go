@@ -102,9 +102,6 @@ func (f statusFilter) validate() error {
 			return usageError("--state %q: want one of %s", s, strings.Join(knownStates, ", "))
 		}
 	}
-	if f.limit < 0 {
-		return usageError("--limit must not be negative")
-	}
 	return nil
 }
 
