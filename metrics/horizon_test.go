@@ -11,9 +11,10 @@ import (
 	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/pricing/pricingschema"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, pricingschema.Set) } // the horizon test loads records
 
 // gauges gathers m's gauges and counters by name and labels.
 func gauges(t *testing.T, m *Metrics) map[string]float64 {
