@@ -20,9 +20,11 @@
 // 1,000,000,000,000; the contract must exist or be created by the tiers
 // file of the same load. A contract's records are accepted in file order,
 // after those of earlier loads: record seq is the dense 1-based acceptance
-// position within the contract. A record id seen before (stored, or earlier
-// in the file) with the same amount is a re-delivery, skipped and counted;
-// with another amount it is an error, unless Options.Amend is set and the
+// position within the contract. A record id seen before (stored, pruned
+// by worker prune, or earlier in the file) with the same amount is a
+// re-delivery, skipped and counted; with another amount it is an error
+// (for a pruned record, one that says it was pruned and cannot be
+// amended), unless Options.Amend is set and the
 // earlier one is stored: the row then amends the stored record (its amount
 // replaced in its chunk, the old one kept in the amendments table) and
 // its contract is re-priced from that record on (package rerate). An
@@ -130,7 +132,9 @@
 //     each fit in half the budget, from the share of the file read so
 //     far, their write buffers taking a quarter of the budget. After the
 //     file, the stored record ids of the contracts that had records
-//     (available > 0) are read in binary and their keys added too. Each
+//     (available > 0), and those pruned from them (pruned_chunks, see
+//     package pricer's retention), are read in binary and their keys
+//     added too. Each
 //     bucket is then read back alone and grouped by key with a counting
 //     sort on the key's next bits, so that equal keys meet; a bucket that
 //     outgrew half the budget (more stored records than foreseen) is
@@ -142,7 +146,8 @@
 //     record ids are taken from the chunks just written (by seq), and only
 //     the chunks of their contracts that hold the id are read. A record id
 //     occurring twice in a contract is a re-delivery when its amount is
-//     the first occurrence's, and the direct copy rewrites this load's
+//     the first occurrence's (a pruned record's pruned chunk is unnested
+//     once and joined to the candidates by hash), and the direct copy rewrites this load's
 //     chunks of those contracts without the re-delivered records
 //     (renumbered and cut into chunks again). With another amount it is
 //     an error, and the direct copy gives way so that the staged path
@@ -170,8 +175,9 @@
 //
 //     The staged path copies the whole records file into a staging table
 //     and runs the checks of step 3 over it: record ids that repeat a
-//     stored one or an earlier row of the file are looked for by joining
-//     the staged rows to the stored records of the contracts they name,
+//     stored or pruned one or an earlier row of the file are looked for by
+//     joining the staged rows to the stored records (the records view) and
+//     the pruned ones (the pruned_records view) of the contracts they name,
 //     and grouping by record id; the accepted records are then stored with
 //     one INSERT ... SELECT. Its memory does not depend on the file
 //     either, but it is slow for large files (10M records took 181 s, 55%
