@@ -55,6 +55,15 @@ import (
 // delivered again after its load was pruned is skipped as a re-delivery
 // with the same amount, and refused with another (pruned records cannot be
 // amended). Chunks pruned before pruned_chunks existed left no ids.
+//
+// A load running while a load of the same contracts is pruned sees every
+// record id once: a batch moves its chunks from record_chunks to
+// pruned_chunks in one statement, so in one commit, and the loader reads
+// the two tables in one statement (a snapshot sees a chunk in one or the
+// other) or, on its staged path, the stored ids before the pruned ones (a
+// chunk moved in between is seen in both, never in neither: chunks only
+// move that way). No lock is added: pruned_chunks is only inserted into
+// by pruning and read by loads.
 
 // PruneBatchRecordsDefault is PruneConfig.BatchRecords' default.
 const PruneBatchRecordsDefault = 10_000
