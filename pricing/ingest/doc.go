@@ -125,23 +125,28 @@
 //     Repeated record ids are found exactly, with bounded memory. Each
 //     valid row's (contract, record id) is hashed to a 64-bit key, which
 //     goes with the row's contract and rank in it (16 bytes) into a key
-//     set. Up to one key per 72 bytes of the budget (1.8M at the
-//     default) they stay in memory; past that they are written to a temporary file (removed
+//     set. Up to one key per 72 bytes of the budget, less the bitmap
+//     (1.7M at the default), they stay in memory; past that they are written to a temporary file (removed
 //     from its folder as soon as it is made, so a crash leaves nothing),
 //     in buckets chosen by the key's high bits: as many buckets as make
 //     each fit in half the budget, from the share of the file read so
 //     far, their write buffers taking a quarter of the budget. After the
 //     file, the stored record ids of the contracts that had records
 //     (available > 0), and those pruned from them (pruned_chunks, see
-//     package pricer's retention), are read in binary and their keys
-//     added too. Each
+//     package pricer's retention), are read in binary and hashed; a key
+//     is added too only if a file row's key has its high bits (a bitmap
+//     of the file rows' keys, a 32nd of the budget: 2^25 bits at the
+//     default, so that of the stored and pruned ids of a file's
+//     contracts about f/2^25 for f rows in the file are added, and
+//     the others, which no row can repeat, go no further). Each
 //     bucket is then read back alone and grouped by key with a counting
 //     sort on the key's next bits, so that equal keys meet; a bucket that
 //     outgrew half the budget (more stored records than foreseen) is
 //     first split again by the following bits. The cost is linear in the
-//     records, stored and new: 16 bytes each written and read once (1.6 GB
-//     of disk for 100M records, removed at the end) and a few passes over
-//     memory. The rows of a contract whose key another row or a stored
+//     records, stored, pruned and new: for each key added 16 bytes written
+//     and read once (1.6 GB of disk for 100M records, removed at the end)
+//     and a few passes over memory; for a stored or pruned record the
+//     bitmap stops, its reading and hashing. The rows of a contract whose key another row or a stored
 //     record of it has, normally none, are settled exactly in SQL: their
 //     record ids are taken from the chunks just written (by seq), and only
 //     the chunks of their contracts that hold the id are read. A record id

@@ -709,7 +709,12 @@ SELECT contract_id, record_ids FROM {{.Schema}}.pruned_chunks WHERE contract_id 
 		}
 		c := s.cs[ci]
 		err := eachArrayElem(raw[1], func(id []byte) {
-			s.addKey(keyEntry{key: s.storedKey(c, id), contract: uint32(ci), pos: storedPos})
+			// A key no file row has cannot make a repeat: most stored
+			// and pruned ids stop here, and the key set holds only the
+			// few that may.
+			if k := s.storedKey(c, id); s.keys.mayRepeat(k) {
+				s.addKey(keyEntry{key: k, contract: uint32(ci), pos: storedPos})
+			}
 		})
 		if err != nil {
 			return fmt.Errorf("reading stored record ids of contract %s: %w", raw[0], err)
