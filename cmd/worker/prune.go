@@ -57,6 +57,9 @@ transactions of about --batch-size records each, so workers go on pricing
 other contracts meanwhile and no lock is held for long; a contract's
 checkpoint and cumulative totals stay, and what went is summed per contract
 (pruned_totals) so that status, export --complete and verify still add up.
+Each pruned record's id and amount are kept (compressed), so a record
+delivered again later is still skipped as a re-delivery, or refused with
+another amount; a contract with pruned records can no longer be re-priced.
 The loads row stays and records when it was pruned. Only records that are
 priced are removed: a load with records not priced yet is skipped, whole,
 with a message, and nothing of it is removed (exit code 4); a load that

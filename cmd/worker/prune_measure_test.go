@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -26,6 +27,16 @@ func TestPruneMeasure1M(t *testing.T) {
 		start = time.Now()
 		c.mustRun("run", "--until-done", "--heartbeat", "200ms", "--stale-after", "2s")
 		t.Logf("priced them in %s", time.Since(start).Round(time.Millisecond))
+		db := pgtest.Open(t, c.dsn, dbconn.Options{})
+		size := func(q string) float64 {
+			t.Helper()
+			var n float64
+			if err := db.QueryRow(q).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		stored := size(`SELECT pg_total_relation_size('baton.record_chunks') + pg_total_relation_size('baton.priced')`)
 		start = time.Now()
 		out := c.mustRun("prune", "--load", "1", "--batch-size", batch, "--json")
 		var res pruneJSON
@@ -34,5 +45,7 @@ func TestPruneMeasure1M(t *testing.T) {
 		}
 		t.Logf("batch %s: pruned %d records in %d ms (command %s): %d transactions, the longest %d ms",
 			batch, res.Records, res.ElapsedMS, time.Since(start).Round(time.Millisecond), res.Transactions, res.LongestTransactionMS)
+		t.Logf("the record ids and amounts kept take %.1f bytes a pruned record (pruned_chunks); its chunks and priced rows took %.1f",
+			size(`SELECT pg_total_relation_size('baton.pruned_chunks')`)/float64(res.Records), stored/float64(res.Records))
 	}
 }

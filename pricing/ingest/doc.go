@@ -20,9 +20,11 @@
 // 1,000,000,000,000; the contract must exist or be created by the tiers
 // file of the same load. A contract's records are accepted in file order,
 // after those of earlier loads: record seq is the dense 1-based acceptance
-// position within the contract. A record id seen before (stored, or earlier
-// in the file) with the same amount is a re-delivery, skipped and counted;
-// with another amount it is an error, unless Options.Amend is set and the
+// position within the contract. A record id seen before (stored, pruned
+// by worker prune, or earlier in the file) with the same amount is a
+// re-delivery, skipped and counted; with another amount it is an error
+// (for a pruned record, one that says it was pruned and cannot be
+// amended), unless Options.Amend is set and the
 // earlier one is stored: the row then amends the stored record (its amount
 // replaced in its chunk, the old one kept in the amendments table) and
 // its contract is re-priced from that record on (package rerate). An
@@ -123,26 +125,34 @@
 //     Repeated record ids are found exactly, with bounded memory. Each
 //     valid row's (contract, record id) is hashed to a 64-bit key, which
 //     goes with the row's contract and rank in it (16 bytes) into a key
-//     set. Up to one key per 72 bytes of the budget (1.8M at the
-//     default) they stay in memory; past that they are written to a temporary file (removed
+//     set. Up to one key per 72 bytes of the budget, less the bitmap
+//     (1.7M at the default), they stay in memory; past that they are written to a temporary file (removed
 //     from its folder as soon as it is made, so a crash leaves nothing),
 //     in buckets chosen by the key's high bits: as many buckets as make
 //     each fit in half the budget, from the share of the file read so
 //     far, their write buffers taking a quarter of the budget. After the
 //     file, the stored record ids of the contracts that had records
-//     (available > 0) are read in binary and their keys added too. Each
+//     (available > 0), and those pruned from them (pruned_chunks, see
+//     package pricer's retention), are read in binary and hashed; a key
+//     is added too only if a file row's key has its high bits (a bitmap
+//     of the file rows' keys, a 32nd of the budget: 2^25 bits at the
+//     default, so that of the stored and pruned ids of a file's
+//     contracts about f/2^25 for f rows in the file are added, and
+//     the others, which no row can repeat, go no further). Each
 //     bucket is then read back alone and grouped by key with a counting
 //     sort on the key's next bits, so that equal keys meet; a bucket that
 //     outgrew half the budget (more stored records than foreseen) is
 //     first split again by the following bits. The cost is linear in the
-//     records, stored and new: 16 bytes each written and read once (1.6 GB
-//     of disk for 100M records, removed at the end) and a few passes over
-//     memory. The rows of a contract whose key another row or a stored
+//     records, stored, pruned and new: for each key added 16 bytes written
+//     and read once (1.6 GB of disk for 100M records, removed at the end)
+//     and a few passes over memory; for a stored or pruned record the
+//     bitmap stops, its reading and hashing. The rows of a contract whose key another row or a stored
 //     record of it has, normally none, are settled exactly in SQL: their
 //     record ids are taken from the chunks just written (by seq), and only
 //     the chunks of their contracts that hold the id are read. A record id
 //     occurring twice in a contract is a re-delivery when its amount is
-//     the first occurrence's, and the direct copy rewrites this load's
+//     the first occurrence's (a pruned record's pruned chunk is unnested
+//     once and joined to the candidates by hash), and the direct copy rewrites this load's
 //     chunks of those contracts without the re-delivered records
 //     (renumbered and cut into chunks again). With another amount it is
 //     an error, and the direct copy gives way so that the staged path
@@ -170,8 +180,9 @@
 //
 //     The staged path copies the whole records file into a staging table
 //     and runs the checks of step 3 over it: record ids that repeat a
-//     stored one or an earlier row of the file are looked for by joining
-//     the staged rows to the stored records of the contracts they name,
+//     stored or pruned one or an earlier row of the file are looked for by
+//     joining the staged rows to the stored records (the records view) and
+//     the pruned ones (the pruned_records view) of the contracts they name,
 //     and grouping by record id; the accepted records are then stored with
 //     one INSERT ... SELECT. Its memory does not depend on the file
 //     either, but it is slow for large files (10M records took 181 s, 55%

@@ -36,10 +36,14 @@ type keySet struct {
 	// estimate gives the number of entries expected in all, from the n
 	// added so far: it sizes the buckets.
 	estimate func(n int64) int64
-	noFile   bool  // tests: the temporary file cannot be made
-	held     int64 // bytes held now, and at most
-	peak     int64
-	err      error // sticky
+	noFile   bool // tests: the temporary file cannot be made
+	// seen has a bit for each value of the key's high bits, set once a
+	// file row with such a key is added (mayRepeat).
+	seen      []uint64
+	seenShift uint
+	held      int64 // bytes held now, and at most
+	peak      int64
+	err       error // sticky
 }
 
 // keyEntry is one record's key and where the record is: its rank among its
@@ -85,12 +89,26 @@ type keyBlock struct {
 	size int // bytes
 }
 
-// newKeySet makes a set whose grouping takes at most half of budget, its
-// write buffers a quarter, and its read buffer a sixteenth (for a budget
-// of at least 16 KiB): 13/16 at most in all, and less than half while the
-// file is read.
+// newKeySet makes a set whose grouping and bitmap of file rows' keys
+// (seen: a 32nd, rounded down to a power of two) take at most half of
+// budget, its write buffers a quarter, and its read buffer a sixteenth
+// (for a budget of at least 16 KiB): 13/16 at most in all, and less than
+// half while the file is read.
 func newKeySet(budget int64, estimate func(n int64) int64) *keySet {
-	return &keySet{resident: int(max(64, budget/2/residentBytesPerKey)), writeMem: budget / 4, estimate: estimate}
+	seenBytes := int64(1) << (bits.Len64(uint64(max(64, budget/32))) - 1)
+	s := &keySet{resident: int(max(64, (budget/2-seenBytes)/residentBytesPerKey)), writeMem: budget / 4, estimate: estimate,
+		seen: make([]uint64, seenBytes/8), seenShift: uint(64 - bits.Len64(uint64(seenBytes*8)-1))}
+	s.hold(seenBytes)
+	return s
+}
+
+// mayRepeat is false if no file row added has key k (exactly: its high
+// bits are those of no file row's key), so that a stored record with
+// that key cannot be a repeat and need not be added. With f file rows and
+// b bits, a stored key not in the file passes with a chance of about f/b.
+func (s *keySet) mayRepeat(k uint64) bool {
+	i := k >> s.seenShift
+	return s.seen[i>>6]&(1<<(i&63)) != 0
 }
 
 func (s *keySet) hold(n int64) {
@@ -100,6 +118,10 @@ func (s *keySet) hold(n int64) {
 
 // add adds an entry.
 func (s *keySet) add(e keyEntry) {
+	if !e.stored() {
+		i := e.key >> s.seenShift
+		s.seen[i>>6] |= 1 << (i & 63)
+	}
 	if s.err != nil {
 		return
 	}

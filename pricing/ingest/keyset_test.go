@@ -164,3 +164,41 @@ func TestKeySetNoRepeats(t *testing.T) {
 		}
 	}
 }
+
+// mayRepeat is true for the key of every file row added, whatever the
+// budget, and false for most keys no file row has; stored entries leave
+// no trace in it.
+func TestKeySetMayRepeat(t *testing.T) {
+	for _, budget := range []int64{1 << 10, 1 << 20, 128 << 20} {
+		s := newKeySet(budget, func(n int64) int64 { return n })
+		r := rand.New(rand.NewPCG(uint64(budget), 7))
+		file := make([]uint64, 5000)
+		for i := range file {
+			file[i] = r.Uint64()
+			s.add(keyEntry{key: file[i], contract: uint32(i % 3), pos: uint32(i)})
+		}
+		for range 5000 {
+			s.add(keyEntry{key: r.Uint64(), pos: storedPos})
+		}
+		for _, k := range file {
+			if !s.mayRepeat(k) {
+				t.Fatalf("budget %d: a file row's key %x: mayRepeat is false", budget, k)
+			}
+		}
+		passed := 0
+		for range 100_000 {
+			if s.mayRepeat(r.Uint64()) {
+				passed++
+			}
+		}
+		bits := len(s.seen) * 64
+		// About 5000/bits of the other keys pass; allow twice that.
+		if want := 2 * 100_000 * min(1, 5000/float64(bits)); float64(passed) > want+100 {
+			t.Errorf("budget %d (%d bits): %d of 100,000 keys no file row has pass, want about %.0f", budget, bits, passed, want/2)
+		}
+		if s.peak > budget*13/16 && budget >= 16<<10 {
+			t.Errorf("budget %d: held %d", budget, s.peak)
+		}
+		s.close()
+	}
+}

@@ -120,7 +120,11 @@ func (l *loader) checkRepeats(ctx context.Context, tx pgx.Tx) error {
 	if err != nil {
 		return err
 	}
-	if n > 0 {
+	pruned, err := exec(ctx, tx, "comparing with pruned records", sqlRecordPruned)
+	if err != nil {
+		return err
+	}
+	if n+pruned > 0 {
 		l.affectedStale = true
 	}
 	if l.opts.Amend && n > 0 {
@@ -154,6 +158,28 @@ UPDATE load_records r
             ON x.contract_id = s.contract_id AND x.record_id = s.record_id
           LEFT JOIN {{.Schema}}.loads l ON l.load_id = x.load_id
          WHERE s.err IS NULL) m
+ WHERE r.line = m.line`
+
+// sqlRecordPruned compares the rows not matched to a stored record with
+// the records pruned from the contracts they name (pruned_chunks, read
+// through the pruned_records view by contract_id): a pruned record id with
+// the same amount is a re-delivery, with another an error, with or
+// without Options.Amend (a pruned record is not stored any more, nor its
+// priced row, so it cannot be amended).
+const sqlRecordPruned = `
+UPDATE load_records r
+   SET redelivered = m.amount_minor = r.amount_minor,
+       err = CASE WHEN m.amount_minor <> r.amount_minor THEN
+             format('record_id %s of contract %s has amount_minor %s, but load %s%s accepted it with amount_minor %s and it has been pruned since (worker prune); a pruned record cannot be amended',
+                    to_json(r.record_id::text), r.contract_id, r.amount_minor, m.load_id,
+                    coalesce(' (' || m.records_file || ')', ''), m.amount_minor) END
+  FROM (SELECT s.line, x.amount_minor, x.load_id, l.records_file
+          FROM load_records s
+          JOIN (SELECT x.contract_id, x.record_id, x.amount_minor, x.load_id FROM {{.Schema}}.pruned_records x
+                 WHERE x.contract_id IN (SELECT contract_id FROM load_records WHERE err IS NULL)) x
+            ON x.contract_id = s.contract_id AND x.record_id = s.record_id
+          LEFT JOIN {{.Schema}}.loads l ON l.load_id = x.load_id
+         WHERE s.err IS NULL AND NOT s.redelivered AND s.amend_seq IS NULL) m
  WHERE r.line = m.line`
 
 // sqlRecordStoredAmend is sqlRecordStored with Options.Amend: a row with

@@ -678,9 +678,10 @@ func (l *loader) stream(ctx context.Context, tx pgx.Tx, s *streamer) (bool, erro
 }
 
 // probeStored adds to the key set the keys of the stored records of the
-// contracts the file names that have records already: their ids are read
-// (in binary), hashed and added, not held. Its cost follows the records
-// stored for the contracts the file touches.
+// contracts the file names that have records already, and of their pruned
+// records (pruned_chunks): their ids are read (in binary), hashed and
+// added, not held. Its cost follows the records stored and pruned for the
+// contracts the file touches.
 func (s *streamer) probeStored(ctx context.Context, tx pgx.Tx) error {
 	var withRecords []string
 	for _, c := range s.cs {
@@ -691,7 +692,10 @@ func (s *streamer) probeStored(ctx context.Context, tx pgx.Tx) error {
 	if len(withRecords) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `SELECT contract_id, record_ids FROM {{.Schema}}.record_chunks WHERE contract_id = ANY($1::text[]) AND load_id <> $2`,
+	rows, err := tx.Query(ctx, `
+SELECT contract_id, record_ids FROM {{.Schema}}.record_chunks WHERE contract_id = ANY($1::text[]) AND load_id <> $2
+ UNION ALL
+SELECT contract_id, record_ids FROM {{.Schema}}.pruned_chunks WHERE contract_id = ANY($1::text[])`,
 		pgx.QueryExecModeDescribeExec, pgx.QueryResultFormats{pgx.BinaryFormatCode}, withRecords, s.l.rep.LoadID)
 	if err != nil {
 		return fmt.Errorf("reading stored record ids: %w", err)
@@ -705,7 +709,12 @@ func (s *streamer) probeStored(ctx context.Context, tx pgx.Tx) error {
 		}
 		c := s.cs[ci]
 		err := eachArrayElem(raw[1], func(id []byte) {
-			s.addKey(keyEntry{key: s.storedKey(c, id), contract: uint32(ci), pos: storedPos})
+			// A key no file row has cannot make a repeat: most stored
+			// and pruned ids stop here, and the key set holds only the
+			// few that may.
+			if k := s.storedKey(c, id); s.keys.mayRepeat(k) {
+				s.addKey(keyEntry{key: k, contract: uint32(ci), pos: storedPos})
+			}
 		})
 		if err != nil {
 			return fmt.Errorf("reading stored record ids of contract %s: %w", raw[0], err)
@@ -737,15 +746,26 @@ SELECT DISTINCT k.contract_id, c.record_ids[k.seq - c.first_seq + 1]
   JOIN {{.Schema}}.record_chunks c ON c.contract_id = k.contract_id AND c.first_seq BETWEEN k.seq - $1::bigint + 1 AND k.seq
  WHERE k.seq <= c.last_seq`
 
-// sqlCandidateRecords finds every record, stored or of this load, whose id
-// is a candidate of its contract. A chunk is unnested only if it holds the
-// id; only the chunks of the candidates' contracts are read.
+// sqlCandidateRecords finds every record, stored, pruned or of this load,
+// whose id is a candidate of its contract, with whether it was pruned. A
+// stored chunk is unnested only if it holds the id; only the chunks of the
+// candidates' contracts are read. The pruned chunks of those contracts are
+// unnested once and joined to the candidates by hash (a chunk read once
+// however many candidates it is searched for: the cost follows the
+// contracts' pruned records, not their product with the candidates, so a
+// large re-delivery of pruned records stays linear).
 const sqlCandidateRecords = `
-SELECT k.contract_id, k.record_id, c.first_seq + u.i - 1, u.amount_minor, c.load_id
+SELECT k.contract_id, k.record_id, c.first_seq + u.i - 1, u.amount_minor, c.load_id, false
   FROM (SELECT DISTINCT contract_id, record_id FROM load_candidates) k
   JOIN {{.Schema}}.record_chunks c ON c.contract_id = k.contract_id AND k.record_id = ANY (c.record_ids)
  CROSS JOIN LATERAL unnest(c.record_ids, c.amounts) WITH ORDINALITY AS u (record_id, amount_minor, i)
  WHERE u.record_id = k.record_id
+UNION ALL
+SELECT k.contract_id, k.record_id, p.first_seq + u.i - 1, u.amount_minor, p.load_id, true
+  FROM {{.Schema}}.pruned_chunks p
+ CROSS JOIN LATERAL unnest(p.record_ids, p.amounts) WITH ORDINALITY AS u (record_id, amount_minor, i)
+  JOIN (SELECT DISTINCT contract_id, record_id FROM load_candidates) k ON k.contract_id = p.contract_id AND k.record_id = u.record_id
+ WHERE p.contract_id IN (SELECT contract_id FROM load_candidates)
  ORDER BY 1, 2, 3`
 
 // checkRepeats finds the record ids that occur more than once in their
@@ -818,16 +838,17 @@ CREATE TEMP TABLE load_candidates (contract_id text COLLATE "C" NOT NULL, record
 	var (
 		contract, id           string
 		seq, amount, loadID    int64
+		pruned                 bool
 		lastContract, lastID   string
 		firstAmount            int64
 		haveFirst, otherAmount bool
 	)
-	_, err = pgx.ForEachRow(rows, []any{&contract, &id, &seq, &amount, &loadID}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&contract, &id, &seq, &amount, &loadID, &pruned}, func() error {
 		if !haveFirst || contract != lastContract || id != lastID {
 			lastContract, lastID, firstAmount, haveFirst = contract, id, amount, true
 			return nil
 		}
-		if loadID != s.l.rep.LoadID {
+		if loadID != s.l.rep.LoadID || pruned {
 			return fmt.Errorf("record id %q of contract %s is stored twice", id, contract)
 		}
 		if amount != firstAmount {

@@ -48,9 +48,22 @@ import (
 // contract, pruned_totals sums the records and the priced rows removed,
 // so that Verify, VerifyCommitted and CheckProgress add them to what is
 // still stored, and later loads go on numbering after the contract's
-// highest seq. Record ids of pruned records are no longer known to the
-// loader: a record delivered again after its load was pruned is loaded as
-// a new one.
+// highest seq; and, per chunk removed, its record ids and amounts
+// (pruned_chunks, compressed: about 10 bytes a record for ids of a dozen
+// characters, against some 90 for the chunk and its priced row), so that
+// the loader still knows every record id a contract accepted: a record
+// delivered again after its load was pruned is skipped as a re-delivery
+// with the same amount, and refused with another (pruned records cannot be
+// amended). Chunks pruned before pruned_chunks existed left no ids.
+//
+// A load running while a load of the same contracts is pruned sees every
+// record id once: a batch moves its chunks from record_chunks to
+// pruned_chunks in one statement, so in one commit, and the loader reads
+// the two tables in one statement (a snapshot sees a chunk in one or the
+// other) or, on its staged path, the stored ids before the pruned ones (a
+// chunk moved in between is seen in both, never in neither: chunks only
+// move that way). No lock is added: pruned_chunks is only inserted into
+// by pruning and read by loads.
 
 // PruneBatchRecordsDefault is PruneConfig.BatchRecords' default.
 const PruneBatchRecordsDefault = 10_000
@@ -210,7 +223,8 @@ SELECT t.partition_key FROM {{.Schema}}.tasks t
 // pruneBatchSQL deletes the next chunks of load ?0 of the contracts ?2
 // (whose task rows pruneLockSQL locked) whose records are all
 // priced, whole chunks until ?1 records are reached (at least one chunk), with their priced rows,
-// adds them to pruned_totals and the load's records_pruned, and returns
+// keeps their record ids and amounts in pruned_chunks (compressed), adds
+// them to pruned_totals and the load's records_pruned, and returns
 // the records deleted and the priced rows deleted with them, the records'
 // gross and the priced rows' gross, and how many priced rows do not add
 // up (gross - discount <> net).
@@ -234,7 +248,11 @@ WITH pick AS (
        AND t.kind = '` + Kind + `' AND t.partition_key = c.contract_id AND c.last_seq <= t.done_through
        AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations g
                         WHERE g.contract_id = c.contract_id AND g.state = 'pricing')
-    RETURNING c.contract_id, c.first_seq, c.last_seq, (SELECT sum(a) FROM unnest(c.amounts) a) AS amount
+    RETURNING c.contract_id, c.first_seq, c.last_seq, c.load_id, c.record_ids, c.amounts,
+              (SELECT sum(a) FROM unnest(c.amounts) a) AS amount
+), kept AS (
+    INSERT INTO {{.Schema}}.pruned_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts)
+    SELECT contract_id, first_seq, last_seq, load_id, record_ids, amounts FROM gone
 ), outp AS (
     DELETE FROM {{.Schema}}.priced p
      USING gone g

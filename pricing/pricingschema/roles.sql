@@ -13,6 +13,7 @@ CREATE ROLE baton_worker LOGIN;
 GRANT USAGE ON SCHEMA {{.Schema}} TO baton_worker;
 GRANT SELECT ON {{.Schema}}.core_migrations, {{.Schema}}.pricing_migrations TO baton_worker;
 GRANT SELECT ON {{.Schema}}.contracts, {{.Schema}}.tiers, {{.Schema}}.records, {{.Schema}}.record_chunks, {{.Schema}}.pruned_totals TO baton_worker;
+GRANT SELECT ON {{.Schema}}.pruned_chunks, {{.Schema}}.pruned_records TO baton_worker;
 GRANT SELECT ON {{.Schema}}.tasks TO baton_worker;
 GRANT UPDATE (version, owner, claimed_at, heartbeat_at, lease_expires_at, position, checkpoint,
               attempts, last_error, failed_at, updated_at, traceparent)
@@ -49,6 +50,7 @@ GRANT USAGE ON SEQUENCE {{.Schema}}.amendments_amendment_id_seq TO baton_loader;
 GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.generations TO baton_loader;
 GRANT SELECT, DELETE ON {{.Schema}}.priced_pending TO baton_loader;
 GRANT SELECT ON {{.Schema}}.priced, {{.Schema}}.priced_superseded, {{.Schema}}.pruned_totals TO baton_loader;
+GRANT SELECT ON {{.Schema}}.pruned_chunks, {{.Schema}}.pruned_records TO baton_loader; -- record ids of pruned loads: re-deliveries
 GRANT UPDATE (generation, version, owner, lease_expires_at, position, checkpoint, failed_at, attempts, last_error, traceparent, updated_at)
     ON {{.Schema}}.tasks TO baton_loader;                                    -- the rewind of a re-priced contract
 GRANT DELETE ON {{.Schema}}.tasks TO baton_loader;                           -- the rewind removes the contract's segments
