@@ -143,7 +143,31 @@ SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM marked), (SELECT coun
 
 // switchGeneration makes generation gen of contract current (see above),
 // in the batch's transaction.
+//
+// Its two statements move the contract's output between tables, so their
+// time grows with the contract's records, unlike a batch's other
+// statements, which the batch size bounds and the statement timeout
+// limits: a smaller retried batch would not make them shorter, and a
+// contract whose switch outlasted the statement timeout would fail until
+// quarantined. They run without it. Their work is bounded, their lock
+// waits keep lock_timeout, the lease's context still cancels them when the
+// partition is lost, and the timeout is restored before the batch goes on.
 func (p *Processor) switchGeneration(ctx context.Context, tx bun.Tx, contract string, gen, fromSeq int64) error {
+	var timeout string
+	if err := tx.QueryRowContext(ctx, `SELECT current_setting('statement_timeout'), set_config('statement_timeout', '0', true)`).
+		Scan(&timeout, new(string)); err != nil {
+		return fmt.Errorf("switching contract %s to generation %d: lifting the statement timeout: %w", contract, gen, err)
+	}
+	if err := p.switchStatements(ctx, tx, contract, gen, fromSeq); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT set_config('statement_timeout', ?, true)`, timeout); err != nil {
+		return fmt.Errorf("switching contract %s to generation %d: restoring the statement timeout: %w", contract, gen, err)
+	}
+	return nil
+}
+
+func (p *Processor) switchStatements(ctx context.Context, tx bun.Tx, contract string, gen, fromSeq int64) error {
 	var old, marked, moved int64
 	if err := tx.QueryRowContext(ctx, p.sql(supersedeSQL), contract, fromSeq).Scan(&old, &marked, &moved); err != nil {
 		return fmt.Errorf("superseding the current generation of contract %s: %w", contract, err)
