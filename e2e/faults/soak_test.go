@@ -149,6 +149,16 @@ type soak struct {
 	problems   []string // failures seen by the background goroutines
 	loads      int
 	loadFails  int
+
+	// The operator faults (soak_operator_test.go). loadMu orders the
+	// loads of records files as they commit (their order in r.inputs).
+	loadMu       sync.Mutex
+	firstRecords string   // the first load's records file, every contract's
+	prunable     []string // records files of pruned contracts' loads whose next load committed
+	opSeq        int
+	lastExit     int // of the operator's last command
+	opFails      int // operator commands repeated after a database failure
+	pruneSkips   int // prunes refused: the load's records not all priced yet
 }
 
 func (s *soak) problem(format string, args ...any) {
@@ -160,7 +170,12 @@ func (s *soak) problem(format string, args ...any) {
 func (s *soak) logFault(kind, targetKind, target string, start, end time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if kind != "concurrent_load" {
+	switch {
+	case targetKind == "operator":
+		// Not a fault on processes: the job checks need not excuse
+		// anything for it.
+		s.injected.Add(1)
+	case kind != "concurrent_load":
 		s.faults = append(s.faults, soakFault{Kind: kind, Target: target, Start: start, End: end})
 		s.injected.Add(1)
 	}
@@ -200,9 +215,10 @@ func TestSoak(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.injector(ctx, rand.New(rand.NewPCG(seed, uint64(100+i)))) }()
 	}
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.restarter(ctx, rand.New(rand.NewPCG(seed, 200))) }()
 	go func() { defer wg.Done(); s.loader(ctx, rand.New(rand.NewPCG(seed, 300))) }()
+	go func() { defer wg.Done(); s.operator(ctx, rand.New(rand.NewPCG(seed, 400))) }()
 
 	injectStart := time.Now()
 	deadline := time.NewTimer(cfg.limit)
@@ -297,6 +313,7 @@ func buildSoakClient(t *testing.T) string {
 func (s *soak) setUp() {
 	t, r := s.t, s.r
 	r.seedData(s.cfg.contracts, 200)
+	s.firstRecords = r.inputs[0]
 	for _, stmt := range []string{
 		`CREATE SCHEMA soak`,
 		`CREATE TABLE soak.leader_register (id int PRIMARY KEY, seq bigint NOT NULL, token bigint, owner text)`,
@@ -649,10 +666,13 @@ func (s *soak) restarter(ctx context.Context, rng *rand.Rand) {
 // re-deliveries of the previous file's) and loads it with "worker load"
 // while the workers run. A load that fails (the database restarting) is
 // repeated until it succeeds: a repeat of a load that did commit only
-// re-delivers, and is skipped record by record.
+// re-delivers, and is skipped record by record. Every third file has new
+// records of the pruned contracts only (pruneClass); once the file after it
+// has committed, no record of it is delivered again, and it may be pruned.
 func (s *soak) loader(ctx context.Context, rng *rand.Rand) {
 	r := s.r
 	var prev []string
+	prevPrunable := ""
 	for n := 2; ctx.Err() == nil; n++ {
 		// Wait for the backlog to run low (no notification: poll).
 		for ctx.Err() == nil {
@@ -665,30 +685,47 @@ func (s *soak) loader(ctx context.Context, rng *rand.Rand) {
 			return
 		}
 		path := filepath.Join(r.dir, fmt.Sprintf("records-%d.csv", n))
-		lines := s.recordLines(rng, n)
+		pruned := n%3 == 0
+		lines := s.recordLines(rng, n, s.classContracts(pruned))
 		body := append(slices.Clone(lines), pickSome(rng, prev, 20)...)
 		if err := os.WriteFile(path, []byte("contract_id,record_id,amount_minor\n"+strings.Join(body, "\n")+"\n"), 0o644); err != nil {
 			s.problem("writing %s: %v", path, err)
 			return
 		}
-		if err := s.loadFile(path); err != nil {
+		s.loadMu.Lock()
+		err := s.loadFile(path)
+		if err == nil {
+			r.inputs = append(r.inputs, path) // read by the check, after this goroutine ends
+		}
+		s.loadMu.Unlock()
+		if err != nil {
 			s.problem("%v", err)
 			return
 		}
-		r.inputs = append(r.inputs, path) // read by the check, after this goroutine ends
 		prev = lines
 		s.mu.Lock()
 		s.loads++
+		if prevPrunable != "" {
+			s.prunable = append(s.prunable, prevPrunable)
+		}
 		s.mu.Unlock()
+		prevPrunable = ""
+		if pruned {
+			prevPrunable = path
+		}
 		now := time.Now()
 		s.logFault("concurrent_load", "load", "", now, now)
 		sleepCtx(ctx, between(rng, 500*time.Millisecond, 1500*time.Millisecond)) // loads come now and then, not back to back
 	}
 }
 
-// recordLines makes new records for a random subset of the contracts.
-func (s *soak) recordLines(rng *rand.Rand, n int) []string {
-	contracts := rng.Perm(s.cfg.contracts)[:4+rng.IntN(s.cfg.contracts/2)]
+// recordLines makes new records for a random subset of the contracts of
+// one kind.
+func (s *soak) recordLines(rng *rand.Rand, n int, of []int) []string {
+	var contracts []int
+	for _, i := range rng.Perm(len(of))[:2+rng.IntN(len(of)/2)] {
+		contracts = append(contracts, of[i])
+	}
 	per := 100 + rng.IntN(400)
 	var lines []string
 	for j := range per {
@@ -1074,7 +1111,7 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 		wall.Round(time.Second), phases, s.cfg.workers, s.cfg.clients, s.cfg.injectors)
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\tworkers\tclients\tdatabase\ttotal\t")
+	fmt.Fprintln(tw, "fault\tworkers\tclients\tdatabase\toperator\ttotal\t")
 	kinds := make([]string, 0, len(s.kinds))
 	for k := range s.kinds {
 		if k != "concurrent_load" {
@@ -1082,7 +1119,7 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 		}
 	}
 	sort.Strings(kinds)
-	var sum [4]int
+	var sum [5]int
 	cell := func(n int) string {
 		if n == 0 {
 			return "-"
@@ -1091,15 +1128,16 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 	}
 	for _, k := range kinds {
 		m := s.kinds[k]
-		total := m["worker"] + m["client"] + m["database"]
+		total := m["worker"] + m["client"] + m["database"] + m["operator"]
 		sum[0] += m["worker"]
 		sum[1] += m["client"]
 		sum[2] += m["database"]
-		sum[3] += total
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t\n", k, cell(m["worker"]), cell(m["client"]), cell(m["database"]), total)
+		sum[3] += m["operator"]
+		sum[4] += total
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t\n", k, cell(m["worker"]), cell(m["client"]), cell(m["database"]), cell(m["operator"]), total)
 	}
-	fmt.Fprintf(tw, "all faults\t%d\t%d\t%d\t%d\t\n", sum[0], sum[1], sum[2], sum[3])
-	fmt.Fprintf(tw, "concurrent loads (worker load), besides\t\t\t\t%d\t\n", s.loads)
+	fmt.Fprintf(tw, "all faults\t%d\t%d\t%d\t%d\t%d\t\n", sum[0], sum[1], sum[2], sum[3], sum[4])
+	fmt.Fprintf(tw, "concurrent loads (worker load), besides\t\t\t\t\t%d\t\n", s.loads)
 	tw.Flush()
 
 	runs, _ := readJobRuns(s.jobsFile)
@@ -1116,6 +1154,11 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 	_, records := s.r.progress()
 	fmt.Fprintf(&b, "\nwork done under the faults: %d records priced from %d files (%d load attempts failed and were repeated); job runs tick %d, lead %d, slow %d; %d leaders wrote %d fenced writes; %d entity-lock holds on %d keys\n",
 		records, len(s.r.inputs), s.loadFails, perJob["tick"], perJob["lead"], perJob["slow"], len(tokens), len(writes), len(holds), len(soakLockKeys))
+	s.mu.Lock()
+	fmt.Fprintf(&b, "operator faults: %d re-ratings (tier changes, re-pricings, amendments: %d amended files) rewound contracts under the workers; %d loads pruned (%d prunes refused, their records not all priced yet); %d operator commands repeated after a database failure\n",
+		s.kinds["tier_change"]["operator"]+s.kinds["reprice"]["operator"]+s.kinds["amend"]["operator"], len(s.r.amendFiles),
+		len(s.r.prunedFiles), s.pruneSkips, s.opFails)
+	s.mu.Unlock()
 	if to := s.takeoverTimes(); len(to) > 0 {
 		fmt.Fprintf(&b, "takeover after SIGKILL (kill → first batch by another worker, %d contracts): p50 %s, p99 %s, max %s\n",
 			len(to), percentile(to, 0.5).Round(time.Millisecond), percentile(to, 0.99).Round(time.Millisecond), percentile(to, 1).Round(time.Millisecond))
@@ -1134,8 +1177,8 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 		" processes dying of a SIGTERM sent before they had set up their handling of it)\n")
 	fmt.Fprintf(&b, "\nviolations: %d\n", violations)
 	t.Log(b.String())
-	note("soak: %d faults (%d on workers, %d on clients, %d database restarts) and %d loads in %s; %d checks, %d violations; seed %d",
-		sum[3], sum[0], sum[1], sum[2], s.loads, wall.Round(time.Second), len(results), violations, s.seed)
+	note("soak: %d faults (%d on workers, %d on clients, %d database restarts, %d operator) and %d loads in %s; %d checks, %d violations; seed %d",
+		sum[4], sum[0], sum[1], sum[2], sum[3], s.loads, wall.Round(time.Second), len(results), violations, s.seed)
 	for _, c := range results {
 		for i, v := range c.Violations {
 			if i == 20 {
