@@ -76,7 +76,13 @@ func (s *soak) operator(ctx context.Context, rng *rand.Rand) {
 		s.mu.Lock()
 		prunable := len(s.prunable)
 		s.mu.Unlock()
-		if kind == "prune" && prunable == 0 {
+		s.loadMu.Lock()
+		pruned := len(s.r.prunedFiles)
+		s.loadMu.Unlock()
+		switch {
+		case prunable > 0 && pruned == 0:
+			kind = "prune" // the first prune as soon as it can be: short runs have one
+		case kind == "prune" && prunable == 0:
 			kind = "reprice"
 		}
 		start := time.Now()
@@ -168,8 +174,7 @@ func (s *soak) operate(rng *rand.Rand, kind string) error {
 		return nil
 	case "prune":
 		s.mu.Lock()
-		i := rng.IntN(len(s.prunable))
-		path := s.prunable[i]
+		path := s.prunable[0] // the oldest: the likeliest to be priced by now
 		s.mu.Unlock()
 		ids, err := s.loadIDs(path)
 		if err != nil {
