@@ -27,37 +27,8 @@ import (
 // is acknowledged, and an earlier attempt that did commit makes the repeat
 // a re-delivery.
 func TestAutoFailoverThreeNodesStaysSynchronous(t *testing.T) {
-	c := startPAFCluster(t, 2)
+	c, url := startSyncFormation(t)
 	primary := c.nodes[0]
-	c.run(time.Minute, "set", "formation", "number-sync-standbys", "--pgdata", c.nodes[0].dir, "1")
-	var repl string
-	testutil.Eventually(t, time.Minute, "commits waiting for one of two standbys", func() error {
-		d, err := c.replicationSettings(primary)
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(d, "number_sync_standbys=1,") || !strings.Contains(d, `synchronous_standby_names="ANY 1 (`) {
-			return fmt.Errorf("not yet: %s", d)
-		}
-		repl = d
-		return nil
-	})
-	t.Logf("replication: %s", repl)
-
-	var hosts []string
-	for _, n := range c.nodes {
-		hosts = append(hosts, fmt.Sprintf("127.0.0.1:%d", n.port))
-	}
-	url := "postgres://postgres@" + strings.Join(hosts, ",") + "/baton?sslmode=disable&target_session_attrs=read-write"
-	db, err := dbconn.Open(url, dbconn.Options{MaxOpenConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = schema.Migrate(t.Context(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	r := newRunOn(t, scenarioSeed(t), url)
 	t.Cleanup(func() {
@@ -152,4 +123,44 @@ func TestAutoFailoverThreeNodesStaysSynchronous(t *testing.T) {
 		loader.loads.Load(), len(acked), loader.failures, loader.exitCodes())
 	note("pg_auto_failover, three nodes, number_sync_standbys 1: primary killed: writes accepted after %s, first batch after %s; %d loads acknowledged before the kill, all kept",
 		crash.writable.Round(time.Millisecond), crash.progress.Round(time.Millisecond), len(acked))
+}
+
+// startSyncFormation starts a formation of a primary and two standbys with
+// number_sync_standbys 1 (commits wait for either standby), with settings
+// (see startPAFCluster), and migrates its database "baton"; it returns the
+// formation and the multi-host URL of the database.
+func startSyncFormation(t *testing.T, settings ...string) (*pafCluster, string) {
+	t.Helper()
+	c := startPAFCluster(t, 2, settings...)
+	primary := c.nodes[0]
+	c.run(time.Minute, "set", "formation", "number-sync-standbys", "--pgdata", primary.dir, "1")
+	var repl string
+	testutil.Eventually(t, time.Minute, "commits waiting for one of two standbys", func() error {
+		d, err := c.replicationSettings(primary)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(d, "number_sync_standbys=1,") || !strings.Contains(d, `synchronous_standby_names="ANY 1 (`) {
+			return fmt.Errorf("not yet: %s", d)
+		}
+		repl = d
+		return nil
+	})
+	t.Logf("replication: %s", repl)
+
+	var hosts []string
+	for _, n := range c.nodes {
+		hosts = append(hosts, fmt.Sprintf("127.0.0.1:%d", n.port))
+	}
+	url := "postgres://postgres@" + strings.Join(hosts, ",") + "/baton?sslmode=disable&target_session_attrs=read-write"
+	db, err := dbconn.Open(url, dbconn.Options{MaxOpenConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = schema.Migrate(t.Context(), db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, url
 }

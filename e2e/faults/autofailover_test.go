@@ -90,8 +90,9 @@ func findPgAutoctl() (bin, bindir string, err error) {
 // and standbys standbys (node2, ...), and waits until the primary is
 // "primary" and every standby "secondary". pg_auto_failover's replication
 // settings stay its defaults: number_sync_standbys 0, every standby in the
-// replication quorum.
-func startPAFCluster(t *testing.T, standbys int) *pafCluster {
+// replication quorum. Settings go to the primary's postgresql.conf before
+// it first runs (the standbys' copies of its data directory have them).
+func startPAFCluster(t *testing.T, standbys int, settings ...string) *pafCluster {
 	t.Helper()
 	bin, bindir, err := findPgAutoctl()
 	if err != nil {
@@ -179,6 +180,9 @@ func startPAFCluster(t *testing.T, standbys int) *pafCluster {
 		}
 		if i == 1 {
 			create()
+			if len(settings) > 0 {
+				c.appendConf(n, settings)
+			}
 		} else {
 			// The standby's pg_basebackup waits for a checkpoint on the
 			// primary, spread over minutes by default: ask for immediate
@@ -197,6 +201,20 @@ func startPAFCluster(t *testing.T, standbys int) *pafCluster {
 	}
 	c.checkpointing(c.nodes[0], func() { c.waitStates(3*time.Minute, want) })
 	return c
+}
+
+// appendConf appends settings ("name = value") to a node's
+// postgresql.conf.
+func (c *pafCluster) appendConf(n *pafNode, settings []string) {
+	c.t.Helper()
+	f, err := os.OpenFile(filepath.Join(n.dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString("\n" + strings.Join(settings, "\n") + "\n")
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		c.t.Fatalf("adding settings to %s's postgresql.conf: %v", n.name, err)
+	}
 }
 
 func freeTCPPort(t *testing.T) int {

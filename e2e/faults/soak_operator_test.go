@@ -257,7 +257,7 @@ func (s *soak) cliRetry(ok []int, args ...string) error {
 			s.lastExit = code
 			return nil
 		}
-		if code != 1 {
+		if !s.retriable(code) {
 			return fmt.Errorf("worker %s: exit %d (not a database failure)\n%s", strings.Join(args, " "), code, out)
 		}
 		s.mu.Lock()

@@ -111,12 +111,34 @@ var soakLockKeys = []string{"adv:0", "adv:1", "row:0", "row:1"}
 // with its own proxy to the database; a killed process is replaced in the
 // same slot.
 type soakTarget struct {
-	kind  string // worker or client
-	proxy *toxiproxy.Proxy
-	url   string
-	mu    sync.Mutex
-	cur   *proc
-	busy  bool
+	kind    string             // worker or client
+	proxies []*toxiproxy.Proxy // one per database host
+	url     string
+	mu      sync.Mutex
+	cur     *proc
+	busy    bool
+}
+
+// addToxic adds a toxic to the target's every proxy.
+func (tg *soakTarget) addToxic(name, kind, stream, attrs string) error {
+	for i, p := range tg.proxies {
+		if err := addToxicErr(p, name, kind, stream, attrs); err != nil {
+			for _, q := range tg.proxies[:i] {
+				err = errors.Join(err, removeToxicErr(q, name))
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// removeToxic removes a toxic from the target's every proxy.
+func (tg *soakTarget) removeToxic(name string) error {
+	var errs []error
+	for _, p := range tg.proxies {
+		errs = append(errs, removeToxicErr(p, name))
+	}
+	return errors.Join(errs...)
 }
 
 func (tg *soakTarget) current() *proc {
@@ -131,7 +153,8 @@ type soak struct {
 	cfg       soakConfig
 	seed      uint64
 	r         *run
-	srv       *pglocal.Server
+	srv       *pglocal.Server // nil in the HA mode
+	paf       *pafCluster     // the HA mode's formation (soak_ha_test.go)
 	clientBin string
 	jobsFile  string
 	targets   []*soakTarget
@@ -156,9 +179,10 @@ type soak struct {
 	firstRecords string   // the first load's records file, every contract's
 	prunable     []string // records files of pruned contracts' loads whose next load committed
 	opSeq        int
-	lastExit     int // of the operator's last command
-	opFails      int // operator commands repeated after a database failure
-	pruneSkips   int // prunes refused: the load's records not all priced yet
+	lastExit     int             // of the operator's last command
+	opFails      int             // operator commands repeated after a database failure
+	pruneSkips   int             // prunes refused: the load's records not all priced yet
+	failovers    []time.Duration // HA mode: primary killed → another node accepting writes
 }
 
 func (s *soak) problem(format string, args ...any) {
@@ -199,9 +223,19 @@ func TestSoak(t *testing.T) {
 	cfg := soakSettings(t)
 	began := time.Now()
 	seed := scenarioSeed(t)
-	srv, dsn := startSoakServer(t)
-	s := &soak{t: t, cfg: cfg, seed: seed, srv: srv, kinds: map[string]map[string]int{}, killedAt: map[string]time.Time{},
+	s := &soak{t: t, cfg: cfg, seed: seed, kinds: map[string]map[string]int{}, killedAt: map[string]time.Time{},
 		termed: map[string]bool{}}
+	var dsn string
+	if soakHA() {
+		s.paf, dsn = startSoakFormation(t)
+		mc, err := maxConnections(t.Context(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("soak: on a pg_auto_failover formation of three nodes (max_connections %s), killing its primary", mc)
+	} else {
+		s.srv, dsn = startSoakServer(t)
+	}
 	s.r = newRunOn(t, seed, dsn)
 	s.clientBin = buildSoakClient(t)
 	s.jobsFile = filepath.Join(s.r.dir, "jobs.jsonl")
@@ -216,7 +250,14 @@ func TestSoak(t *testing.T) {
 		go func() { defer wg.Done(); s.injector(ctx, rand.New(rand.NewPCG(seed, uint64(100+i)))) }()
 	}
 	wg.Add(3)
-	go func() { defer wg.Done(); s.restarter(ctx, rand.New(rand.NewPCG(seed, 200))) }()
+	go func() {
+		defer wg.Done()
+		if s.paf != nil {
+			s.primaryKiller(ctx, rand.New(rand.NewPCG(seed, 200)))
+		} else {
+			s.restarter(ctx, rand.New(rand.NewPCG(seed, 200)))
+		}
+	}()
 	go func() { defer wg.Done(); s.loader(ctx, rand.New(rand.NewPCG(seed, 300))) }()
 	go func() { defer wg.Done(); s.operator(ctx, rand.New(rand.NewPCG(seed, 400))) }()
 
@@ -356,8 +397,8 @@ func (s *soak) setUp() {
 		if i >= s.cfg.workers {
 			kind = "client"
 		}
-		proxy, url := proxyFor(t, r.dsn, fmt.Sprintf("%s-%d", kind, i))
-		tg := &soakTarget{kind: kind, proxy: proxy, url: url}
+		proxies, url := soakProxies(t, r.dsn, fmt.Sprintf("%s-%d", kind, i))
+		tg := &soakTarget{kind: kind, proxies: proxies, url: url}
 		p, err := s.launch(tg)
 		if err != nil {
 			t.Fatal(err)
@@ -523,38 +564,38 @@ func (s *soak) inject(rng *rand.Rand, tg *soakTarget, kind string) error {
 		return err
 	case "partition_blackhole":
 		down, up := fmt.Sprintf("cut-down-%d", id), fmt.Sprintf("cut-up-%d", id)
-		if err := addToxicErr(tg.proxy, down, "timeout", "downstream", `{"timeout":0}`); err != nil {
+		if err := tg.addToxic(down, "timeout", "downstream", `{"timeout":0}`); err != nil {
 			return err
 		}
-		if err := addToxicErr(tg.proxy, up, "timeout", "upstream", `{"timeout":0}`); err != nil {
-			return errors.Join(err, removeToxicErr(tg.proxy, down))
+		if err := tg.addToxic(up, "timeout", "upstream", `{"timeout":0}`); err != nil {
+			return errors.Join(err, tg.removeToxic(down))
 		}
 		start := time.Now()
 		time.Sleep(between(rng, 1200*time.Millisecond, 2500*time.Millisecond)) // the partition, past the lease
-		err := errors.Join(removeToxicErr(tg.proxy, down), removeToxicErr(tg.proxy, up))
+		err := errors.Join(tg.removeToxic(down), tg.removeToxic(up))
 		s.logFault(kind, tg.kind, p.name, start, time.Now())
 		return err
 	case "latency":
 		name := fmt.Sprintf("lag-%d", id)
 		attrs := fmt.Sprintf(`{"latency":%d,"jitter":50}`, 150+rng.IntN(250))
-		if err := addToxicErr(tg.proxy, name, "latency", "downstream", attrs); err != nil {
+		if err := tg.addToxic(name, "latency", "downstream", attrs); err != nil {
 			return err
 		}
 		start := time.Now()
 		time.Sleep(between(rng, time.Second, 3*time.Second)) // how long the link is slow
-		err := removeToxicErr(tg.proxy, name)
+		err := tg.removeToxic(name)
 		s.logFault(kind, tg.kind, p.name, start, time.Now())
 		return err
 	case "conn_reset":
 		// reset_peer with a short timeout resets the process's
 		// connections, new and existing, with a TCP RST.
 		name := fmt.Sprintf("rst-%d", id)
-		if err := addToxicErr(tg.proxy, name, "reset_peer", "upstream", `{"timeout":50}`); err != nil {
+		if err := tg.addToxic(name, "reset_peer", "upstream", `{"timeout":50}`); err != nil {
 			return err
 		}
 		start := time.Now()
 		time.Sleep(between(rng, 100*time.Millisecond, 500*time.Millisecond)) // how long resets go on
-		err := removeToxicErr(tg.proxy, name)
+		err := tg.removeToxic(name)
 		s.logFault(kind, tg.kind, p.name, start, time.Now())
 		return err
 	case "sigterm_restart":
@@ -768,7 +809,7 @@ func (s *soak) loadFile(path string) error {
 			return nil
 		}
 		var exit *exec.ExitError
-		if errors.As(err, &exit) && exit.ExitCode() != 1 {
+		if errors.As(err, &exit) && !s.retriable(exit.ExitCode()) {
 			return fmt.Errorf("worker load %s: %v (not a database failure)\n%s", path, err, out)
 		}
 		s.mu.Lock()
@@ -779,6 +820,18 @@ func (s *soak) loadFile(path string) error {
 		}
 		time.Sleep(300 * time.Millisecond) // back-off before the repeat
 	}
+}
+
+// retriable reports whether a worker command that exited with code may be
+// repeated: exit 1 is a database failure. In the HA mode, so is any code but
+// 2 (bad usage) and 3 (invalid input): "worker load" may exit with a code of
+// its own when its commit was acknowledged locally but may not have reached
+// a standby, and the repeat re-delivers whatever did commit.
+func (s *soak) retriable(code int) bool {
+	if s.paf != nil {
+		return code != 2 && code != 3
+	}
+	return code == 1
 }
 
 // pending is the number of records not yet priced.
@@ -1105,10 +1158,12 @@ func (s *soak) takeoverTimes() []time.Duration {
 func (s *soak) report(results []checkResult, phases string, wall time.Duration) {
 	t := s.t
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nsoak summary (seed %d; replay in e2e/: BATON_SEED=%d BATON_SOAK_FAULTS=%d%s go test ./faults -run '^TestSoak$' -v)\n",
-		s.seed, s.seed, s.cfg.faults, map[bool]string{true: " BATON_SOAK=1", false: ""}[s.cfg.full])
-	fmt.Fprintf(&b, "wall time %s (%s); %d workers and %d soak clients, each behind its own proxy; up to %d faults at once, database restarts beside them\n\n",
-		wall.Round(time.Second), phases, s.cfg.workers, s.cfg.clients, s.cfg.injectors)
+	fmt.Fprintf(&b, "\nsoak summary (seed %d; replay in e2e/: BATON_SEED=%d BATON_SOAK_FAULTS=%d%s%s go test ./faults -run '^TestSoak$' -v)\n",
+		s.seed, s.seed, s.cfg.faults, map[bool]string{true: " BATON_SOAK=1", false: ""}[s.cfg.full],
+		map[bool]string{true: " BATON_SOAK_HA=1", false: ""}[s.paf != nil])
+	fmt.Fprintf(&b, "wall time %s (%s); %d workers and %d soak clients, each behind its own proxy; up to %d faults at once, %s and operator faults beside them\n\n",
+		wall.Round(time.Second), phases, s.cfg.workers, s.cfg.clients, s.cfg.injectors,
+		map[bool]string{true: "killed primaries of a three-node pg_auto_failover formation", false: "database restarts"}[s.paf != nil])
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "fault\tworkers\tclients\tdatabase\toperator\ttotal\t")
@@ -1159,6 +1214,10 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 		s.kinds["tier_change"]["operator"]+s.kinds["reprice"]["operator"]+s.kinds["amend"]["operator"], len(s.r.amendFiles),
 		len(s.r.prunedFiles), s.pruneSkips, s.opFails)
 	s.mu.Unlock()
+	if len(s.failovers) > 0 {
+		fmt.Fprintf(&b, "failover after a killed primary (kill → another node accepting writes, %d failovers): p50 %s, max %s\n",
+			len(s.failovers), percentile(s.failovers, 0.5).Round(time.Millisecond), percentile(s.failovers, 1).Round(time.Millisecond))
+	}
 	if to := s.takeoverTimes(); len(to) > 0 {
 		fmt.Fprintf(&b, "takeover after SIGKILL (kill → first batch by another worker, %d contracts): p50 %s, p99 %s, max %s\n",
 			len(to), percentile(to, 0.5).Round(time.Millisecond), percentile(to, 0.99).Round(time.Millisecond), percentile(to, 1).Round(time.Millisecond))
