@@ -860,16 +860,20 @@ func (s *soak) drain() []checkResult {
 	// The test's idle connections may have died with the server.
 	s.r.db.SetMaxIdleConns(0)
 	s.r.db.SetMaxIdleConns(2)
-	testutil.Eventually(t, 3*time.Minute, "every record priced after the faults", func() error {
-		n, err := s.pending()
-		if err != nil {
-			return err
+	var left int64
+	var lastErr error
+	if err := pollUntil(testutil.WaitTimeout(3*time.Minute), func() bool {
+		left, lastErr = s.pending()
+		return lastErr == nil && left == 0
+	}); err != nil {
+		t.Logf("the task rows with records left:\n%s", s.unfinished())
+		if to := s.takeoverTimes(); len(to) > 0 {
+			t.Logf("takeover after SIGKILL (%d re-rated contracts): p50 %s, p99 %s, max %s", len(to),
+				percentile(to, 0.5).Round(time.Millisecond), percentile(to, 0.99).Round(time.Millisecond), percentile(to, 1).Round(time.Millisecond))
 		}
-		if n > 0 {
-			return fmt.Errorf("%d records left", n)
-		}
-		return nil
-	})
+		s.keepEvidence()
+		t.Fatalf("every record priced after the faults: %v: %d records left (last error %v)", err, left, lastErr)
+	}
 	res := checkResult{Name: "no progress after the faults (jobs, leader, locks)"}
 	for _, p := range []struct{ what, query string }{
 		{"runs of job tick", `SELECT runs FROM baton.jobs WHERE name = 'tick'`},
@@ -895,6 +899,31 @@ func (s *soak) drain() []checkResult {
 		}
 	}
 	return []checkResult{res}
+}
+
+// unfinished describes the task rows with records left: what a drain that
+// did not finish waits for.
+func (s *soak) unfinished() string {
+	rows, err := s.r.db.Query(`SELECT partition_key, version, coalesce(owner, ''), lease_expires_at::text, position, available,
+		attempts, coalesce(last_error, ''), checkpoint::text FROM baton.tasks WHERE position < available ORDER BY partition_key`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var key, owner, lease, lastErr, checkpoint string
+		var version, position, available, attempts int64
+		if err := rows.Scan(&key, &version, &owner, &lease, &position, &available, &attempts, &lastErr, &checkpoint); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "%s version %d owner %q lease until %s position %d of %d attempts %d last error %q checkpoint %.200s\n",
+			key, version, owner, lease, position, available, attempts, lastErr, checkpoint)
+	}
+	if err := rows.Err(); err != nil {
+		return err.Error()
+	}
+	return b.String()
 }
 
 // stopAll stops every worker and client gracefully and waits for them to
