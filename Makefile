@@ -20,7 +20,7 @@ test:
 
 # The fault soak: SOAK_FAULTS process, network, database and operator faults
 # (1,000 unless set: make soak SOAK_FAULTS=10000) on real workers, soak
-# clients and scheduled jobs (1,000 take about 8 minutes on 2 cores), then
+# clients and scheduled jobs (1,000 take about 7 minutes on 2 cores), then
 # the independent checks; its table ends the output. BATON_SEED=<seed>
 # replays a run's schedule of faults; BATON_SOAK_HA=1 adds killed primaries
 # of a three-node pg_auto_failover formation. make test runs a 40-fault
