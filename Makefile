@@ -18,13 +18,17 @@ test:
 	cd e2e && $(GO) test -count=1 $$($(GO) list ./... | grep -v '/faults$$')
 	cd e2e && $(GO) test -count=1 -v ./faults
 
-# The fault soak: 1,000 process, network and database faults on real workers,
-# soak clients and scheduled jobs (about 7 minutes on 2 cores), then the
-# independent checks; its table ends the output. BATON_SOAK_FAULTS=N sets the
-# count, BATON_SEED=<seed> replays a run's schedule of faults. make test runs
-# a 40-fault slice of it.
+# The fault soak: SOAK_FAULTS process, network, database and operator faults
+# (1,000 unless set: make soak SOAK_FAULTS=10000) on real workers, soak
+# clients and scheduled jobs (1,000 take about 7 minutes on 2 cores), then
+# the independent checks; its table ends the output. BATON_SEED=<seed>
+# replays a run's schedule of faults; BATON_SOAK_HA=1 adds killed primaries
+# of a three-node pg_auto_failover formation. make test runs a 40-fault
+# slice of it. The timeout grows with the count.
+SOAK_FAULTS ?= 1000
 soak:
-	cd e2e && BATON_SOAK=1 $(GO) test -count=1 -v -timeout 40m -run '^TestSoak$$' ./faults
+	cd e2e && BATON_SOAK=1 BATON_SOAK_FAULTS=$(SOAK_FAULTS) $(GO) test -count=1 -v \
+		-timeout $$(( 30 + $(SOAK_FAULTS) / 50 ))m -run '^TestSoak$$' ./faults
 
 test-race:
 	$(GO) test -count=1 -race ./...

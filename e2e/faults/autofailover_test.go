@@ -10,8 +10,10 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -84,7 +86,13 @@ func findPgAutoctl() (bin, bindir string, err error) {
 	return bin, bindir, nil
 }
 
-func startPAFCluster(t *testing.T) *pafCluster {
+// startPAFCluster starts a monitor and a formation of a primary (node1)
+// and standbys standbys (node2, ...), and waits until the primary is
+// "primary" and every standby "secondary". pg_auto_failover's replication
+// settings stay its defaults: number_sync_standbys 0, every standby in the
+// replication quorum. Settings go to the primary's postgresql.conf before
+// it first runs (the standbys' copies of its data directory have them).
+func startPAFCluster(t *testing.T, standbys int, settings ...string) *pafCluster {
 	t.Helper()
 	bin, bindir, err := findPgAutoctl()
 	if err != nil {
@@ -162,7 +170,7 @@ func startPAFCluster(t *testing.T) *pafCluster {
 		`ALTER SYSTEM SET pgautofailover.primary_demote_timeout = 5000`,
 		`SELECT pg_reload_conf()`)
 
-	for i := 1; i <= 2; i++ {
+	for i := 1; i <= 1+standbys; i++ {
 		n := &pafNode{name: fmt.Sprintf("node%d", i), dir: filepath.Join(base, "pg", fmt.Sprintf("node%d", i)), port: freeTCPPort(t)}
 		c.nodes = append(c.nodes, n)
 		create := func() {
@@ -172,6 +180,9 @@ func startPAFCluster(t *testing.T) *pafCluster {
 		}
 		if i == 1 {
 			create()
+			if len(settings) > 0 {
+				c.appendConf(n, settings)
+			}
 		} else {
 			// The standby's pg_basebackup waits for a checkpoint on the
 			// primary, spread over minutes by default: ask for immediate
@@ -184,10 +195,26 @@ func startPAFCluster(t *testing.T) *pafCluster {
 			c.waitStates(2*time.Minute, map[string]string{"node1": "single"})
 		}
 	}
-	c.checkpointing(c.nodes[0], func() {
-		c.waitStates(3*time.Minute, map[string]string{"node1": "primary", "node2": "secondary"})
-	})
+	want := map[string]string{"node1": "primary"}
+	for _, n := range c.nodes[1:] {
+		want[n.name] = "secondary"
+	}
+	c.checkpointing(c.nodes[0], func() { c.waitStates(3*time.Minute, want) })
 	return c
+}
+
+// appendConf appends settings ("name = value") to a node's
+// postgresql.conf.
+func (c *pafCluster) appendConf(n *pafNode, settings []string) {
+	c.t.Helper()
+	f, err := os.OpenFile(filepath.Join(n.dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString("\n" + strings.Join(settings, "\n") + "\n")
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		c.t.Fatalf("adding settings to %s's postgresql.conf: %v", n.name, err)
+	}
 }
 
 func freeTCPPort(t *testing.T) int {
@@ -488,24 +515,32 @@ func syncWaitsCancelledIn(n *pafNode) int {
 
 // failoverFigures are the timings of one failover.
 type failoverFigures struct {
+	primary  *pafNode      // the node that took over
 	writable time.Duration // fault → the new primary accepts writes
 	progress time.Duration // fault → the first batch committed on it
 }
 
-// awaitFailover waits for node to accept writes after a fault at t0, then
-// for the first batch committed there, and checks that every batch
-// committed before the fault (before records priced, as of at) survived.
-func (r *run) awaitFailover(c *pafCluster, node *pafNode, t0 time.Time, before int64, at time.Time) failoverFigures {
+// awaitFailover waits for one of the candidate nodes to accept writes after
+// a fault at t0, then for the first batch committed there, and checks that
+// every batch committed before the fault (before records priced, as of at)
+// survived.
+func (r *run) awaitFailover(c *pafCluster, candidates []*pafNode, t0 time.Time, before int64, at time.Time) failoverFigures {
 	r.t.Helper()
 	var f failoverFigures
 	var promoted time.Time
-	testutil.Eventually(r.t, 2*time.Minute, node.name+" accepting writes", func() error {
-		if !writable(node) {
-			states, _ := c.states()
-			return fmt.Errorf("read-only; states %v", states)
+	var names []string
+	for _, n := range candidates {
+		names = append(names, n.name)
+	}
+	testutil.Eventually(r.t, 2*time.Minute, strings.Join(names, " or ")+" accepting writes", func() error {
+		for _, n := range candidates {
+			if writable(n) {
+				f.primary, promoted = n, time.Now()
+				return nil
+			}
 		}
-		promoted = time.Now()
-		return nil
+		states, _ := c.states()
+		return fmt.Errorf("read-only; states %v", states)
 	})
 	f.writable = promoted.Sub(t0)
 	// The test's pool may hold connections to the old primary.
@@ -568,10 +603,49 @@ type haLoader struct {
 	// after how many failed attempts, and what "worker load" said. A
 	// failed run logs it beside the loads table of the surviving primary.
 	history []string
+
+	mu sync.Mutex
+	// acked are the loads "worker load" acknowledged (exit 0), in order;
+	// exits counts the attempts that exited otherwise, by exit code (-1:
+	// no exit code).
+	acked []loadAck
+	exits map[int]int
+}
+
+// loadAck is a load acknowledged by "worker load" exiting 0.
+type loadAck struct {
+	path    string
+	records int64
+	at      time.Time
+}
+
+// ackedBefore is the loads acknowledged before t.
+func (l *haLoader) ackedBefore(t time.Time) []loadAck {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []loadAck
+	for _, a := range l.acked {
+		if a.at.Before(t) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// exitCodes describes the failed attempts by exit code.
+func (l *haLoader) exitCodes() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var parts []string
+	for code, n := range l.exits {
+		parts = append(parts, fmt.Sprintf("exit %d: %d", code, n))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
 }
 
 func (r *run) startHALoader(contracts, per int, backlog int64) *haLoader {
-	l := &haLoader{r: r, backlog: backlog, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &haLoader{r: r, backlog: backlog, stop: make(chan struct{}), done: make(chan struct{}), exits: map[int]int{}}
 	first := r.rng.Uint64()
 	go func() {
 		defer close(l.done)
@@ -606,10 +680,20 @@ func (r *run) startHALoader(contracts, per int, backlog int64) *haLoader {
 				out, err := cmd.CombinedOutput()
 				attempts++
 				if err == nil {
+					l.mu.Lock()
+					l.acked = append(l.acked, loadAck{path: path, records: int64(contracts * per), at: time.Now()})
+					l.mu.Unlock()
 					l.history = append(l.history, fmt.Sprintf("%s committed at %s after %d attempt(s): %s",
 						filepath.Base(path), time.Now().Format("15:04:05.000"), attempts, strings.TrimSpace(tail(string(out), 2))))
 					break
 				}
+				code := -1
+				if exit := (*exec.ExitError)(nil); errors.As(err, &exit) {
+					code = exit.ExitCode()
+				}
+				l.mu.Lock()
+				l.exits[code]++
+				l.mu.Unlock()
 				l.r.t.Logf("load %s attempt %d failed at %s: %v: %s", filepath.Base(path), attempts,
 					time.Now().Format("15:04:05.000"), err, strings.TrimSpace(tail(string(out), 2)))
 				l.failures++
@@ -714,7 +798,7 @@ func (r *run) waitInFlight(priced, waiting int64) {
 // committed is lost, every record is priced exactly once with the exact
 // amounts, and the time to progress after each failover is reported.
 func TestAutoFailoverUnderHAManager(t *testing.T) {
-	c := startPAFCluster(t)
+	c := startPAFCluster(t, 1)
 	primary, standby := c.nodes[0], c.nodes[1]
 	repl, err := c.replicationSettings(primary)
 	if err != nil {
@@ -763,7 +847,7 @@ func TestAutoFailoverUnderHAManager(t *testing.T) {
 	go func() { performed <- c.runErr(2*time.Minute, "perform", "failover", "--pgdata", c.monitor.dir) }()
 	t.Logf("planned failover began at %s", t0.Format("15:04:05.000"))
 	r.stats.fault("ha_planned_failover")
-	planned := r.awaitFailover(c, standby, t0, before, at)
+	planned := r.awaitFailover(c, []*pafNode{standby}, t0, before, at)
 	if err := testutil.Receive(t, performed, 3*time.Minute, "pg_autoctl perform failover"); err != nil {
 		t.Fatal(err)
 	}
@@ -796,7 +880,7 @@ func TestAutoFailoverUnderHAManager(t *testing.T) {
 	primary.proc.kill()
 	t.Logf("%s killed at %s", primary.name, time.Now().Format("15:04:05.000"))
 	r.stats.fault("ha_primary_killed")
-	crash := r.awaitFailover(c, standby, t0, before, at)
+	crash := r.awaitFailover(c, []*pafNode{standby}, t0, before, at)
 	t.Logf("primary killed: %s accepted writes %s after the kill, first batch there %s after",
 		standby.name, crash.writable.Round(time.Millisecond), crash.progress.Round(time.Millisecond))
 

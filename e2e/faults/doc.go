@@ -17,4 +17,10 @@
 // use. The suite prints a summary: schedules
 // run, faults injected, records checked, discrepancies, takeover time
 // percentiles.
+//
+// TestSoak (soak_test.go, "make soak") mixes all of these on many
+// processes at once, with operator faults beside them (re-rating and
+// rewinds while batches run, prunes beside re-deliveries:
+// soak_operator_test.go), and BATON_SOAK_HA=1 runs it on a three-node
+// pg_auto_failover formation, killing its primary (soak_ha_test.go).
 package faults

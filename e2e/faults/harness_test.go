@@ -90,8 +90,10 @@ type run struct {
 	inputs  []string // records files loaded, in order
 	tiers   string
 	// tierUpdates are tier files loaded later with --reprice, in order;
-	// amendFiles the records files among inputs loaded with --amend.
-	tierUpdates, amendFiles []string
+	// amendFiles the records files among inputs loaded with --amend;
+	// prunedFiles the records files among inputs whose loads "worker
+	// prune" removed (the records they were the first to deliver).
+	tierUpdates, amendFiles, prunedFiles []string
 }
 
 type proc struct {
@@ -406,18 +408,21 @@ func abs(x int) int {
 // engine under the current tiers (currentTiers), skipping re-deliveries;
 // a record of an amendment file (amendFiles) with a known id and another
 // amount replaces that record's amount where it stands. It returns export
-// lines in export order.
+// lines in export order, without the records of pruned files
+// (prunedFiles), which count towards the tiers all the same.
 func (r *run) expected() []string {
 	r.t.Helper()
 	tiers := r.currentTiers()
 	type rec struct {
 		id     string
 		amount int64
+		pruned bool
 	}
 	recs := map[string][]rec{}
 	at := map[string]int{} // contract and id → index in recs[contract]
 	for _, in := range r.inputs {
 		amending := slices.Contains(r.amendFiles, in)
+		pruned := slices.Contains(r.prunedFiles, in)
 		readCSV(r.t, in, func(f []string) {
 			amount, _ := strconv.ParseInt(f[2], 10, 64)
 			key := f[0] + "\x00" + f[1]
@@ -428,7 +433,7 @@ func (r *run) expected() []string {
 				return
 			}
 			at[key] = len(recs[f[0]])
-			recs[f[0]] = append(recs[f[0]], rec{f[1], amount})
+			recs[f[0]] = append(recs[f[0]], rec{f[1], amount, pruned})
 		})
 	}
 	contracts := make([]string, 0, len(recs))
@@ -447,6 +452,9 @@ func (r *run) expected() []string {
 			l, err := cur.Next(x.amount)
 			if err != nil {
 				r.t.Fatal(err)
+			}
+			if x.pruned {
+				continue
 			}
 			out = append(out, fmt.Sprintf("%s,%s,%d,%d,%d", c, x.id, l.Gross, l.Discount, l.Net))
 		}

@@ -111,12 +111,34 @@ var soakLockKeys = []string{"adv:0", "adv:1", "row:0", "row:1"}
 // with its own proxy to the database; a killed process is replaced in the
 // same slot.
 type soakTarget struct {
-	kind  string // worker or client
-	proxy *toxiproxy.Proxy
-	url   string
-	mu    sync.Mutex
-	cur   *proc
-	busy  bool
+	kind    string             // worker or client
+	proxies []*toxiproxy.Proxy // one per database host
+	url     string
+	mu      sync.Mutex
+	cur     *proc
+	busy    bool
+}
+
+// addToxic adds a toxic to the target's every proxy.
+func (tg *soakTarget) addToxic(name, kind, stream, attrs string) error {
+	for i, p := range tg.proxies {
+		if err := addToxicErr(p, name, kind, stream, attrs); err != nil {
+			for _, q := range tg.proxies[:i] {
+				err = errors.Join(err, removeToxicErr(q, name))
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// removeToxic removes a toxic from the target's every proxy.
+func (tg *soakTarget) removeToxic(name string) error {
+	var errs []error
+	for _, p := range tg.proxies {
+		errs = append(errs, removeToxicErr(p, name))
+	}
+	return errors.Join(errs...)
 }
 
 func (tg *soakTarget) current() *proc {
@@ -131,7 +153,8 @@ type soak struct {
 	cfg       soakConfig
 	seed      uint64
 	r         *run
-	srv       *pglocal.Server
+	srv       *pglocal.Server // nil in the HA mode
+	paf       *pafCluster     // the HA mode's formation (soak_ha_test.go)
 	clientBin string
 	jobsFile  string
 	targets   []*soakTarget
@@ -149,6 +172,17 @@ type soak struct {
 	problems   []string // failures seen by the background goroutines
 	loads      int
 	loadFails  int
+
+	// The operator faults (soak_operator_test.go). loadMu orders the
+	// loads of records files as they commit (their order in r.inputs).
+	loadMu       sync.Mutex
+	firstRecords string   // the first load's records file, every contract's
+	prunable     []string // records files of pruned contracts' loads whose next load committed
+	opSeq        int
+	lastExit     int             // of the operator's last command
+	opFails      int             // operator commands repeated after a database failure
+	pruneSkips   int             // prunes refused: the load's records not all priced yet
+	failovers    []time.Duration // HA mode: primary killed → another node accepting writes
 }
 
 func (s *soak) problem(format string, args ...any) {
@@ -160,7 +194,12 @@ func (s *soak) problem(format string, args ...any) {
 func (s *soak) logFault(kind, targetKind, target string, start, end time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if kind != "concurrent_load" {
+	switch {
+	case targetKind == "operator":
+		// Not a fault on processes: the job checks need not excuse
+		// anything for it.
+		s.injected.Add(1)
+	case kind != "concurrent_load":
 		s.faults = append(s.faults, soakFault{Kind: kind, Target: target, Start: start, End: end})
 		s.injected.Add(1)
 	}
@@ -184,9 +223,19 @@ func TestSoak(t *testing.T) {
 	cfg := soakSettings(t)
 	began := time.Now()
 	seed := scenarioSeed(t)
-	srv, dsn := startSoakServer(t)
-	s := &soak{t: t, cfg: cfg, seed: seed, srv: srv, kinds: map[string]map[string]int{}, killedAt: map[string]time.Time{},
+	s := &soak{t: t, cfg: cfg, seed: seed, kinds: map[string]map[string]int{}, killedAt: map[string]time.Time{},
 		termed: map[string]bool{}}
+	var dsn string
+	if soakHA() {
+		s.paf, dsn = startSoakFormation(t)
+		mc, err := maxConnections(t.Context(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("soak: on a pg_auto_failover formation of three nodes (max_connections %s), killing its primary", mc)
+	} else {
+		s.srv, dsn = startSoakServer(t)
+	}
 	s.r = newRunOn(t, seed, dsn)
 	s.clientBin = buildSoakClient(t)
 	s.jobsFile = filepath.Join(s.r.dir, "jobs.jsonl")
@@ -200,9 +249,17 @@ func TestSoak(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.injector(ctx, rand.New(rand.NewPCG(seed, uint64(100+i)))) }()
 	}
-	wg.Add(2)
-	go func() { defer wg.Done(); s.restarter(ctx, rand.New(rand.NewPCG(seed, 200))) }()
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if s.paf != nil {
+			s.primaryKiller(ctx, rand.New(rand.NewPCG(seed, 200)))
+		} else {
+			s.restarter(ctx, rand.New(rand.NewPCG(seed, 200)))
+		}
+	}()
 	go func() { defer wg.Done(); s.loader(ctx, rand.New(rand.NewPCG(seed, 300))) }()
+	go func() { defer wg.Done(); s.operator(ctx, rand.New(rand.NewPCG(seed, 400))) }()
 
 	injectStart := time.Now()
 	deadline := time.NewTimer(cfg.limit)
@@ -297,6 +354,7 @@ func buildSoakClient(t *testing.T) string {
 func (s *soak) setUp() {
 	t, r := s.t, s.r
 	r.seedData(s.cfg.contracts, 200)
+	s.firstRecords = r.inputs[0]
 	for _, stmt := range []string{
 		`CREATE SCHEMA soak`,
 		`CREATE TABLE soak.leader_register (id int PRIMARY KEY, seq bigint NOT NULL, token bigint, owner text)`,
@@ -339,8 +397,8 @@ func (s *soak) setUp() {
 		if i >= s.cfg.workers {
 			kind = "client"
 		}
-		proxy, url := proxyFor(t, r.dsn, fmt.Sprintf("%s-%d", kind, i))
-		tg := &soakTarget{kind: kind, proxy: proxy, url: url}
+		proxies, url := soakProxies(t, r.dsn, fmt.Sprintf("%s-%d", kind, i))
+		tg := &soakTarget{kind: kind, proxies: proxies, url: url}
 		p, err := s.launch(tg)
 		if err != nil {
 			t.Fatal(err)
@@ -506,38 +564,38 @@ func (s *soak) inject(rng *rand.Rand, tg *soakTarget, kind string) error {
 		return err
 	case "partition_blackhole":
 		down, up := fmt.Sprintf("cut-down-%d", id), fmt.Sprintf("cut-up-%d", id)
-		if err := addToxicErr(tg.proxy, down, "timeout", "downstream", `{"timeout":0}`); err != nil {
+		if err := tg.addToxic(down, "timeout", "downstream", `{"timeout":0}`); err != nil {
 			return err
 		}
-		if err := addToxicErr(tg.proxy, up, "timeout", "upstream", `{"timeout":0}`); err != nil {
-			return errors.Join(err, removeToxicErr(tg.proxy, down))
+		if err := tg.addToxic(up, "timeout", "upstream", `{"timeout":0}`); err != nil {
+			return errors.Join(err, tg.removeToxic(down))
 		}
 		start := time.Now()
 		time.Sleep(between(rng, 1200*time.Millisecond, 2500*time.Millisecond)) // the partition, past the lease
-		err := errors.Join(removeToxicErr(tg.proxy, down), removeToxicErr(tg.proxy, up))
+		err := errors.Join(tg.removeToxic(down), tg.removeToxic(up))
 		s.logFault(kind, tg.kind, p.name, start, time.Now())
 		return err
 	case "latency":
 		name := fmt.Sprintf("lag-%d", id)
 		attrs := fmt.Sprintf(`{"latency":%d,"jitter":50}`, 150+rng.IntN(250))
-		if err := addToxicErr(tg.proxy, name, "latency", "downstream", attrs); err != nil {
+		if err := tg.addToxic(name, "latency", "downstream", attrs); err != nil {
 			return err
 		}
 		start := time.Now()
 		time.Sleep(between(rng, time.Second, 3*time.Second)) // how long the link is slow
-		err := removeToxicErr(tg.proxy, name)
+		err := tg.removeToxic(name)
 		s.logFault(kind, tg.kind, p.name, start, time.Now())
 		return err
 	case "conn_reset":
 		// reset_peer with a short timeout resets the process's
 		// connections, new and existing, with a TCP RST.
 		name := fmt.Sprintf("rst-%d", id)
-		if err := addToxicErr(tg.proxy, name, "reset_peer", "upstream", `{"timeout":50}`); err != nil {
+		if err := tg.addToxic(name, "reset_peer", "upstream", `{"timeout":50}`); err != nil {
 			return err
 		}
 		start := time.Now()
 		time.Sleep(between(rng, 100*time.Millisecond, 500*time.Millisecond)) // how long resets go on
-		err := removeToxicErr(tg.proxy, name)
+		err := tg.removeToxic(name)
 		s.logFault(kind, tg.kind, p.name, start, time.Now())
 		return err
 	case "sigterm_restart":
@@ -649,10 +707,13 @@ func (s *soak) restarter(ctx context.Context, rng *rand.Rand) {
 // re-deliveries of the previous file's) and loads it with "worker load"
 // while the workers run. A load that fails (the database restarting) is
 // repeated until it succeeds: a repeat of a load that did commit only
-// re-delivers, and is skipped record by record.
+// re-delivers, and is skipped record by record. Every third file has new
+// records of the pruned contracts only (pruneClass); once the file after it
+// has committed, no record of it is delivered again, and it may be pruned.
 func (s *soak) loader(ctx context.Context, rng *rand.Rand) {
 	r := s.r
 	var prev []string
+	prevPrunable := ""
 	for n := 2; ctx.Err() == nil; n++ {
 		// Wait for the backlog to run low (no notification: poll).
 		for ctx.Err() == nil {
@@ -665,30 +726,47 @@ func (s *soak) loader(ctx context.Context, rng *rand.Rand) {
 			return
 		}
 		path := filepath.Join(r.dir, fmt.Sprintf("records-%d.csv", n))
-		lines := s.recordLines(rng, n)
+		pruned := n%3 == 0
+		lines := s.recordLines(rng, n, s.classContracts(pruned))
 		body := append(slices.Clone(lines), pickSome(rng, prev, 20)...)
 		if err := os.WriteFile(path, []byte("contract_id,record_id,amount_minor\n"+strings.Join(body, "\n")+"\n"), 0o644); err != nil {
 			s.problem("writing %s: %v", path, err)
 			return
 		}
-		if err := s.loadFile(path); err != nil {
+		s.loadMu.Lock()
+		err := s.loadFile(path)
+		if err == nil {
+			r.inputs = append(r.inputs, path) // read by the check, after this goroutine ends
+		}
+		s.loadMu.Unlock()
+		if err != nil {
 			s.problem("%v", err)
 			return
 		}
-		r.inputs = append(r.inputs, path) // read by the check, after this goroutine ends
 		prev = lines
 		s.mu.Lock()
 		s.loads++
+		if prevPrunable != "" {
+			s.prunable = append(s.prunable, prevPrunable)
+		}
 		s.mu.Unlock()
+		prevPrunable = ""
+		if pruned {
+			prevPrunable = path
+		}
 		now := time.Now()
 		s.logFault("concurrent_load", "load", "", now, now)
 		sleepCtx(ctx, between(rng, 500*time.Millisecond, 1500*time.Millisecond)) // loads come now and then, not back to back
 	}
 }
 
-// recordLines makes new records for a random subset of the contracts.
-func (s *soak) recordLines(rng *rand.Rand, n int) []string {
-	contracts := rng.Perm(s.cfg.contracts)[:4+rng.IntN(s.cfg.contracts/2)]
+// recordLines makes new records for a random subset of the contracts of
+// one kind.
+func (s *soak) recordLines(rng *rand.Rand, n int, of []int) []string {
+	var contracts []int
+	for _, i := range rng.Perm(len(of))[:2+rng.IntN(len(of)/2)] {
+		contracts = append(contracts, of[i])
+	}
 	per := 100 + rng.IntN(400)
 	var lines []string
 	for j := range per {
@@ -731,7 +809,7 @@ func (s *soak) loadFile(path string) error {
 			return nil
 		}
 		var exit *exec.ExitError
-		if errors.As(err, &exit) && exit.ExitCode() != 1 {
+		if errors.As(err, &exit) && !s.retriable(exit.ExitCode()) {
 			return fmt.Errorf("worker load %s: %v (not a database failure)\n%s", path, err, out)
 		}
 		s.mu.Lock()
@@ -742,6 +820,18 @@ func (s *soak) loadFile(path string) error {
 		}
 		time.Sleep(300 * time.Millisecond) // back-off before the repeat
 	}
+}
+
+// retriable reports whether a worker command that exited with code may be
+// repeated: exit 1 is a database failure. In the HA mode, so is any code but
+// 2 (bad usage) and 3 (invalid input): "worker load" may exit with a code of
+// its own when its commit was acknowledged locally but may not have reached
+// a standby, and the repeat re-delivers whatever did commit.
+func (s *soak) retriable(code int) bool {
+	if s.paf != nil {
+		return code != 2 && code != 3
+	}
+	return code == 1
 }
 
 // pending is the number of records not yet priced.
@@ -770,16 +860,20 @@ func (s *soak) drain() []checkResult {
 	// The test's idle connections may have died with the server.
 	s.r.db.SetMaxIdleConns(0)
 	s.r.db.SetMaxIdleConns(2)
-	testutil.Eventually(t, 3*time.Minute, "every record priced after the faults", func() error {
-		n, err := s.pending()
-		if err != nil {
-			return err
+	var left int64
+	var lastErr error
+	if err := pollUntil(testutil.WaitTimeout(3*time.Minute), func() bool {
+		left, lastErr = s.pending()
+		return lastErr == nil && left == 0
+	}); err != nil {
+		t.Logf("the task rows with records left:\n%s", s.unfinished())
+		if to := s.takeoverTimes(); len(to) > 0 {
+			t.Logf("takeover after SIGKILL (%d re-rated contracts): p50 %s, p99 %s, max %s", len(to),
+				percentile(to, 0.5).Round(time.Millisecond), percentile(to, 0.99).Round(time.Millisecond), percentile(to, 1).Round(time.Millisecond))
 		}
-		if n > 0 {
-			return fmt.Errorf("%d records left", n)
-		}
-		return nil
-	})
+		s.keepEvidence()
+		t.Fatalf("every record priced after the faults: %v: %d records left (last error %v)", err, left, lastErr)
+	}
 	res := checkResult{Name: "no progress after the faults (jobs, leader, locks)"}
 	for _, p := range []struct{ what, query string }{
 		{"runs of job tick", `SELECT runs FROM baton.jobs WHERE name = 'tick'`},
@@ -805,6 +899,31 @@ func (s *soak) drain() []checkResult {
 		}
 	}
 	return []checkResult{res}
+}
+
+// unfinished describes the task rows with records left: what a drain that
+// did not finish waits for.
+func (s *soak) unfinished() string {
+	rows, err := s.r.db.Query(`SELECT partition_key, version, coalesce(owner, ''), lease_expires_at::text, position, available,
+		attempts, coalesce(last_error, ''), checkpoint::text FROM baton.tasks WHERE position < available ORDER BY partition_key`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var key, owner, lease, lastErr, checkpoint string
+		var version, position, available, attempts int64
+		if err := rows.Scan(&key, &version, &owner, &lease, &position, &available, &attempts, &lastErr, &checkpoint); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "%s version %d owner %q lease until %s position %d of %d attempts %d last error %q checkpoint %.200s\n",
+			key, version, owner, lease, position, available, attempts, lastErr, checkpoint)
+	}
+	if err := rows.Err(); err != nil {
+		return err.Error()
+	}
+	return b.String()
 }
 
 // stopAll stops every worker and client gracefully and waits for them to
@@ -1046,13 +1165,22 @@ func (s *soak) lockHolds() ([]lockHold, map[string]int64) {
 
 // takeoverTimes measures, for every contract a SIGKILLed worker held with
 // records left, the time from the kill to the first batch another worker
-// committed on it.
+// committed on it, in whichever generation: its rows are in priced, or in
+// priced_pending or priced_superseded if a re-rating came after. The
+// pruned contracts are left out: the rows of that first batch may have been
+// pruned since.
 func (s *soak) takeoverTimes() []time.Duration {
 	var out []time.Duration
 	for _, o := range s.orphans {
 		for _, c := range o.contracts {
+			if i, err := strconv.Atoi(strings.TrimPrefix(c, "f-")); err == nil && pruneClass(i) {
+				continue
+			}
 			var first *time.Time
-			if err := s.r.db.QueryRow(`SELECT min(priced_at) FROM baton.priced
+			if err := s.r.db.QueryRow(`SELECT min(priced_at) FROM (
+					SELECT priced_at, priced_by, contract_id FROM baton.priced
+					UNION ALL SELECT priced_at, priced_by, contract_id FROM baton.priced_pending
+					UNION ALL SELECT priced_at, priced_by, contract_id FROM baton.priced_superseded) p
 				WHERE contract_id = ? AND priced_at > ? AND priced_by NOT LIKE ? || '#%'`, c, o.at, o.worker).Scan(&first); err != nil {
 				s.t.Fatal(err)
 			}
@@ -1068,13 +1196,15 @@ func (s *soak) takeoverTimes() []time.Duration {
 func (s *soak) report(results []checkResult, phases string, wall time.Duration) {
 	t := s.t
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nsoak summary (seed %d; replay in e2e/: BATON_SEED=%d BATON_SOAK_FAULTS=%d%s go test ./faults -run '^TestSoak$' -v)\n",
-		s.seed, s.seed, s.cfg.faults, map[bool]string{true: " BATON_SOAK=1", false: ""}[s.cfg.full])
-	fmt.Fprintf(&b, "wall time %s (%s); %d workers and %d soak clients, each behind its own proxy; up to %d faults at once, database restarts beside them\n\n",
-		wall.Round(time.Second), phases, s.cfg.workers, s.cfg.clients, s.cfg.injectors)
+	fmt.Fprintf(&b, "\nsoak summary (seed %d; replay in e2e/: BATON_SEED=%d BATON_SOAK_FAULTS=%d%s%s go test ./faults -run '^TestSoak$' -v)\n",
+		s.seed, s.seed, s.cfg.faults, map[bool]string{true: " BATON_SOAK=1", false: ""}[s.cfg.full],
+		map[bool]string{true: " BATON_SOAK_HA=1", false: ""}[s.paf != nil])
+	fmt.Fprintf(&b, "wall time %s (%s); %d workers and %d soak clients, each behind its own proxy; up to %d faults at once, %s and operator faults beside them\n\n",
+		wall.Round(time.Second), phases, s.cfg.workers, s.cfg.clients, s.cfg.injectors,
+		map[bool]string{true: "killed primaries of a three-node pg_auto_failover formation", false: "database restarts"}[s.paf != nil])
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\tworkers\tclients\tdatabase\ttotal\t")
+	fmt.Fprintln(tw, "fault\tworkers\tclients\tdatabase\toperator\ttotal\t")
 	kinds := make([]string, 0, len(s.kinds))
 	for k := range s.kinds {
 		if k != "concurrent_load" {
@@ -1082,7 +1212,7 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 		}
 	}
 	sort.Strings(kinds)
-	var sum [4]int
+	var sum [5]int
 	cell := func(n int) string {
 		if n == 0 {
 			return "-"
@@ -1091,15 +1221,16 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 	}
 	for _, k := range kinds {
 		m := s.kinds[k]
-		total := m["worker"] + m["client"] + m["database"]
+		total := m["worker"] + m["client"] + m["database"] + m["operator"]
 		sum[0] += m["worker"]
 		sum[1] += m["client"]
 		sum[2] += m["database"]
-		sum[3] += total
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t\n", k, cell(m["worker"]), cell(m["client"]), cell(m["database"]), total)
+		sum[3] += m["operator"]
+		sum[4] += total
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t\n", k, cell(m["worker"]), cell(m["client"]), cell(m["database"]), cell(m["operator"]), total)
 	}
-	fmt.Fprintf(tw, "all faults\t%d\t%d\t%d\t%d\t\n", sum[0], sum[1], sum[2], sum[3])
-	fmt.Fprintf(tw, "concurrent loads (worker load), besides\t\t\t\t%d\t\n", s.loads)
+	fmt.Fprintf(tw, "all faults\t%d\t%d\t%d\t%d\t%d\t\n", sum[0], sum[1], sum[2], sum[3], sum[4])
+	fmt.Fprintf(tw, "concurrent loads (worker load), besides\t\t\t\t\t%d\t\n", s.loads)
 	tw.Flush()
 
 	runs, _ := readJobRuns(s.jobsFile)
@@ -1116,8 +1247,17 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 	_, records := s.r.progress()
 	fmt.Fprintf(&b, "\nwork done under the faults: %d records priced from %d files (%d load attempts failed and were repeated); job runs tick %d, lead %d, slow %d; %d leaders wrote %d fenced writes; %d entity-lock holds on %d keys\n",
 		records, len(s.r.inputs), s.loadFails, perJob["tick"], perJob["lead"], perJob["slow"], len(tokens), len(writes), len(holds), len(soakLockKeys))
+	s.mu.Lock()
+	fmt.Fprintf(&b, "operator faults: %d re-ratings (tier changes, re-pricings, amendments: %d amended files) rewound contracts under the workers; %d loads pruned (%d prunes refused, their records not all priced yet); %d operator commands repeated after a database failure\n",
+		s.kinds["tier_change"]["operator"]+s.kinds["reprice"]["operator"]+s.kinds["amend"]["operator"], len(s.r.amendFiles),
+		len(s.r.prunedFiles), s.pruneSkips, s.opFails)
+	s.mu.Unlock()
+	if len(s.failovers) > 0 {
+		fmt.Fprintf(&b, "failover after a killed primary (kill → another node accepting writes, %d failovers): p50 %s, max %s\n",
+			len(s.failovers), percentile(s.failovers, 0.5).Round(time.Millisecond), percentile(s.failovers, 1).Round(time.Millisecond))
+	}
 	if to := s.takeoverTimes(); len(to) > 0 {
-		fmt.Fprintf(&b, "takeover after SIGKILL (kill → first batch by another worker, %d contracts): p50 %s, p99 %s, max %s\n",
+		fmt.Fprintf(&b, "takeover after SIGKILL (kill → first batch by another worker, %d re-rated contracts): p50 %s, p99 %s, max %s\n",
 			len(to), percentile(to, 0.5).Round(time.Millisecond), percentile(to, 0.99).Round(time.Millisecond), percentile(to, 1).Round(time.Millisecond))
 	}
 
@@ -1134,8 +1274,8 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 		" processes dying of a SIGTERM sent before they had set up their handling of it)\n")
 	fmt.Fprintf(&b, "\nviolations: %d\n", violations)
 	t.Log(b.String())
-	note("soak: %d faults (%d on workers, %d on clients, %d database restarts) and %d loads in %s; %d checks, %d violations; seed %d",
-		sum[3], sum[0], sum[1], sum[2], s.loads, wall.Round(time.Second), len(results), violations, s.seed)
+	note("soak: %d faults (%d on workers, %d on clients, %d database restarts, %d operator) and %d loads in %s; %d checks, %d violations; seed %d",
+		sum[4], sum[0], sum[1], sum[2], sum[3], s.loads, wall.Round(time.Second), len(results), violations, s.seed)
 	for _, c := range results {
 		for i, v := range c.Violations {
 			if i == 20 {
