@@ -43,8 +43,8 @@ var (
 	template string
 	// versionNum is the server's server_version_num (170010 for 17.10).
 	versionNum int
-	createMu sync.Mutex
-	tempDir  string
+	createMu   sync.Mutex
+	tempDir    string
 )
 
 // Main runs the tests of a package, tears the server down and exits.
