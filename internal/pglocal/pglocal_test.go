@@ -98,3 +98,20 @@ func TestVersionAndBinDirMustAgree(t *testing.T) {
 		t.Fatalf("BinDir with %s=%d over %s = %q, %v", EnvVersion, major, dir, got, err)
 	}
 }
+
+// The major version is read from postgres --version as each build prints
+// it.
+func TestParseMajor(t *testing.T) {
+	for out, want := range map[string]int{
+		"postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)\n": 15,
+		"postgres (PostgreSQL) 17.10\n":                          17,
+		"postgres (PostgreSQL) 18beta1\n":                        18,
+		"postgres (PostgreSQL) 9.6.24\n":                         9,
+		"postgres\n":                                             0,
+		"postgres (PostgreSQL) devel\n":                          0,
+	} {
+		if got := parseMajor(out); got != want {
+			t.Errorf("parseMajor(%q) = %d, want %d", out, got, want)
+		}
+	}
+}

@@ -84,16 +84,27 @@ func binMajor(dir string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("running %s --version: %w", filepath.Join(dir, "postgres"), err)
 	}
-	fields := strings.Fields(string(out))
-	if len(fields) == 0 {
-		return 0, fmt.Errorf("%s --version printed nothing", filepath.Join(dir, "postgres"))
-	}
-	num, _, _ := strings.Cut(fields[len(fields)-1], ".")
-	major, err := strconv.Atoi(num)
-	if err != nil {
+	major := parseMajor(string(out))
+	if major == 0 {
 		return 0, fmt.Errorf("%s --version printed %q", filepath.Join(dir, "postgres"), strings.TrimSpace(string(out)))
 	}
 	return major, nil
+}
+
+// parseMajor returns the major version in postgres --version's output
+// ("postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)", "postgres
+// (PostgreSQL) 18beta1"), or 0.
+func parseMajor(out string) int {
+	fields := strings.Fields(out)
+	if len(fields) < 3 {
+		return 0
+	}
+	digits := strings.IndexFunc(fields[2], func(r rune) bool { return r < '0' || r > '9' })
+	if digits < 0 {
+		digits = len(fields[2])
+	}
+	major, _ := strconv.Atoi(fields[2][:digits])
+	return major
 }
 
 // Tool returns the path of the client tool name (pg_basebackup,
