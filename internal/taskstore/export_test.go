@@ -14,7 +14,7 @@ import (
 func StatementSQL(name string) string {
 	q := map[string]string{
 		"Candidates": candidatesSQL, "StaleCandidates": staleCandidatesSQL,
-		"Heartbeat": heartbeatSQL, "FairShareLoad": fairShareSQL,
+		"Heartbeat": heartbeatSQL, "Heartbeat18": heartbeatSQL18, "FairShareLoad": fairShareSQL,
 	}[name]
 	return schema.SQL(schema.Default, q)
 }
