@@ -42,7 +42,7 @@ test-pg:
 	BATON_PG_VERSION=$(PG) $(GO) test -count=1 $(PG_PACKAGES)
 	BATON_PG_VERSION=$(PG) $(GO) test -count=1 -run 'Conformance|StoreContract' ./internal/sim
 	BATON_PG_VERSION=$(PG) $(GO) test -count=1 -run 'Golden' ./pricing/pricer ./pricing/rerate
-	BATON_PG_VERSION=$(PG) $(GO) test -count=1 -run 'Status|HostDatabase' ./cmd/worker
+	BATON_PG_VERSION=$(PG) $(GO) test -count=1 -run 'Status|HostDatabase|RestoredOn' ./cmd/worker
 	cd e2e && BATON_PG_VERSION=$(PG) $(GO) test -count=1 -v -run '$(PG_FAULTS)' ./faults
 
 test-race:

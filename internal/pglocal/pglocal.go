@@ -50,6 +50,9 @@ type Options struct {
 	Settings map[string]string
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
+	// BinDir is the folder with initdb and postgres; empty means BinDir()
+	// (for a test that needs two majors at once).
+	BinDir string
 }
 
 // Server is a running private PostgreSQL server.
@@ -122,11 +125,16 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.Log == nil {
 		opts.Log = func(string, ...any) {}
 	}
-	bindir, err := BinDir()
-	if err != nil {
-		return nil, err
+	bindir := opts.BinDir
+	if bindir == "" {
+		var err error
+		if bindir, err = BinDir(); err != nil {
+			return nil, err
+		}
+	} else if !hasServer(bindir) {
+		return nil, fmt.Errorf("%s does not hold initdb and postgres: %w", bindir, ErrNoBinaries)
 	}
-	major, err := binMajor(bindir)
+	major, err := BinMajor(bindir)
 	if err != nil {
 		return nil, err
 	}

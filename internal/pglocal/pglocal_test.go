@@ -84,7 +84,7 @@ func TestVersionAndBinDirMustAgree(t *testing.T) {
 	if err != nil {
 		t.Skipf("needs the PostgreSQL server binaries: %v", err)
 	}
-	major, err := binMajor(dir)
+	major, err := BinMajor(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,9 @@ func (s *Server) StartStandby(ctx context.Context, dir string, opts Options) (*S
 		return nil, fmt.Errorf("pg_basebackup of 127.0.0.1:%d into %s: %w\n%s", s.port, dir, err, out)
 	}
 	opts.Dir = dir
+	if opts.BinDir == "" {
+		opts.BinDir = s.bindir
+	}
 	return Start(ctx, opts)
 }
 

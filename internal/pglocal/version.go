@@ -64,7 +64,7 @@ func versionBinDir(v string) (string, error) {
 		if !hasServer(d) {
 			continue
 		}
-		got, err := binMajor(d)
+		got, err := BinMajor(d)
 		if err != nil {
 			return "", err
 		}
@@ -77,9 +77,9 @@ func versionBinDir(v string) (string, error) {
 		major, strings.Join(candidates, ", "), major, major, ErrNoBinaries)
 }
 
-// binMajor runs dir's postgres --version ("postgres (PostgreSQL) 17.10")
+// BinMajor runs dir's postgres --version ("postgres (PostgreSQL) 17.10")
 // and returns its major version.
-func binMajor(dir string) (int, error) {
+func BinMajor(dir string) (int, error) {
 	out, err := exec.Command(filepath.Join(dir, "postgres"), "--version").Output()
 	if err != nil {
 		return 0, fmt.Errorf("running %s --version: %w", filepath.Join(dir, "postgres"), err)
