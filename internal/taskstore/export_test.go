@@ -21,8 +21,8 @@ func StatementSQL(name string) string {
 
 // WithServerVersion returns a copy of s that takes the server to be of
 // server_version_num num (180004 for 18.4) rather than read it, and so
-// sends the statements written for that version: to run an older form on
-// a newer server.
+// sends the statements written for that version (until one fails to
+// parse): to run an older form on a newer server.
 func WithServerVersion(s *Store, num int) *Store {
 	c := *s
 	c.version = &serverVersion{}

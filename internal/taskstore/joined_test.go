@@ -106,3 +106,28 @@ func TestOnlyTheFirstHeartbeatNotifiesJoined(t *testing.T) {
 		})
 	}
 }
+
+// A store that took the server for 18 or later while it is older (a
+// database handle moved back to an older major) fails one heartbeat, on
+// the statement the server cannot parse, reads the version again and
+// sends the older form from the next one on.
+func TestHeartbeatFormFollowsAServerThatIsOlder(t *testing.T) {
+	t.Parallel()
+	if pgtest.VersionNum(t) >= 180000 {
+		t.Skip("needs a server before PostgreSQL 18 (RETURNING OLD runs on this one)")
+	}
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	s := taskstore.WithServerVersion(taskstore.NewStore(db, ""), 180000)
+	w := taskstore.Worker{InstanceID: "w#1", Name: "w"}
+	if _, err := s.Heartbeat(ctx, w, time.Minute, nil); err == nil {
+		t.Fatal("the PostgreSQL 18 form of the heartbeat ran on an older server")
+	}
+	if _, err := s.Heartbeat(ctx, w, time.Minute, nil); err != nil {
+		t.Fatalf("the heartbeat after the version was read again: %v", err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM baton.workers WHERE instance_id = ?`, w.InstanceID).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d worker rows, %v; want the worker registered", n, err)
+	}
+}
