@@ -33,16 +33,24 @@ soak:
 # packages, the pricing golden vectors (plain, segments, held groups,
 # re-rating), worker migrate and status, and the fault suite's faults on
 # one server (no standby or pg_auto_failover: those stay on 15).
-.PHONY: test-pg
+.PHONY: test-pg test-pg-install test-pg-packages test-pg-sim test-pg-golden test-pg-worker test-pg-faults
 PG ?= 17
 PG_PACKAGES = ./internal/taskstore ./heartbeat ./leader ./schedule ./schema ./distributor ./console ./horizon
 PG_FAULTS = ^Test(SIGKILLAtRandomMoments|SIGSTOPPastLeaseThenSIGCONT|DatabaseRestart|LoadWhileRunning|GracefulStopAllThenRestart|ThroughPgBouncerTransactionPooling|HotContractSplitUnderFaults)$$
-test-pg:
+# Each step is a target of its own, so that make -k runs them all and
+# reports every failure.
+test-pg: test-pg-packages test-pg-sim test-pg-golden test-pg-worker test-pg-faults
+test-pg-install:
 	scripts/install-pg.sh $(PG)
+test-pg-packages: test-pg-install
 	BATON_PG_VERSION=$(PG) $(GO) test -count=1 $(PG_PACKAGES)
+test-pg-sim: test-pg-install
 	BATON_PG_VERSION=$(PG) $(GO) test -count=1 -run 'Conformance|StoreContract' ./internal/sim
+test-pg-golden: test-pg-install
 	BATON_PG_VERSION=$(PG) $(GO) test -count=1 -run 'Golden' ./pricing/pricer ./pricing/rerate
+test-pg-worker: test-pg-install
 	BATON_PG_VERSION=$(PG) $(GO) test -count=1 -run 'Status|HostDatabase|RestoredOn' ./cmd/worker
+test-pg-faults: test-pg-install
 	cd e2e && BATON_PG_VERSION=$(PG) $(GO) test -count=1 -v -run '$(PG_FAULTS)' ./faults
 
 test-race:
