@@ -30,6 +30,33 @@ soak:
 	cd e2e && BATON_SOAK=1 BATON_SOAK_FAULTS=$(SOAK_FAULTS) $(GO) test -count=1 -v \
 		-timeout $$(( 30 + $(SOAK_FAULTS) / 50 ))m -run '^TestSoak$$' ./faults
 
+# The suite's version-sensitive slice on one PostgreSQL major version:
+# make test-pg PG=17 installs it if needed (scripts/install-pg.sh: 15 is
+# Debian's, 16-18 come from npm) and runs the conformance suite, the
+# distributor, heartbeat, leader, schedule, schema, console and horizon
+# packages, the pricing golden vectors (plain, segments, held groups,
+# re-rating), worker migrate and status, and the fault suite's faults on
+# one server (no standby or pg_auto_failover: those stay on 15).
+.PHONY: test-pg test-pg-install test-pg-packages test-pg-sim test-pg-golden test-pg-worker test-pg-faults
+PG ?= 17
+PG_PACKAGES = ./internal/taskstore ./heartbeat ./leader ./schedule ./schema ./distributor ./console ./horizon
+PG_FAULTS = ^Test(SIGKILLAtRandomMoments|SIGSTOPPastLeaseThenSIGCONT|DatabaseRestart|LoadWhileRunning|GracefulStopAllThenRestart|ThroughPgBouncerTransactionPooling|HotContractSplitUnderFaults)$$
+# Each step is a target of its own, so that make -k runs them all and
+# reports every failure.
+test-pg: test-pg-packages test-pg-sim test-pg-golden test-pg-worker test-pg-faults
+test-pg-install:
+	scripts/install-pg.sh $(PG)
+test-pg-packages: test-pg-install
+	BATON_PG_VERSION=$(PG) $(GO) test -count=1 $(PG_PACKAGES)
+test-pg-sim: test-pg-install
+	BATON_PG_VERSION=$(PG) $(GO) test -count=1 -run 'Conformance|StoreContract' ./internal/sim
+test-pg-golden: test-pg-install
+	BATON_PG_VERSION=$(PG) $(GO) test -count=1 -run 'Golden' ./pricing/pricer ./pricing/rerate
+test-pg-worker: test-pg-install
+	BATON_PG_VERSION=$(PG) $(GO) test -count=1 -run 'Status|HostDatabase|RestoredOn' ./cmd/worker
+test-pg-faults: test-pg-install
+	cd e2e && BATON_PG_VERSION=$(PG) $(GO) test -count=1 -v -run '$(PG_FAULTS)' ./faults
+
 test-race:
 	$(GO) test -count=1 -race ./...
 	cd e2e && $(GO) test -count=1 -race ./...

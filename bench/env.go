@@ -74,7 +74,9 @@ func hasPGSS() bool {
 		return false
 	}
 	out, err := exec.Command(filepath.Join(bindir, "pg_config"), "--pkglibdir").Output()
-	dirs := []string{filepath.Join(filepath.Dir(bindir), "lib")}
+	// Without pg_config (the npm builds of 16–18 have none), next to the
+	// binaries: lib/ or lib/postgresql/.
+	dirs := []string{filepath.Join(filepath.Dir(bindir), "lib"), filepath.Join(filepath.Dir(bindir), "lib", "postgresql")}
 	if err == nil {
 		dirs = append([]string{strings.TrimSpace(string(out))}, dirs...)
 	}

@@ -607,6 +607,32 @@
 // share grows to take it. A row a notification announced to a listening
 // worker waits for none of this: it is in the next read's window.
 //
+// # PostgreSQL versions
+//
+// The protocol runs, and is tested, on PostgreSQL 15, 16, 17 and 18 (see
+// the README's versions table; make test-pg PG=<major> runs the
+// version-sensitive slice of the suite on one). What it rests on is the
+// same on each: read committed's re-check of a row updated meanwhile (an
+// UPDATE or SELECT ... FOR UPDATE that finds the row changed re-evaluates
+// its WHERE on the newest version, and skips it if it no longer matches),
+// the row-lock conflicts (FOR KEY SHARE against FOR UPDATE, not against
+// FOR NO KEY UPDATE), SKIP LOCKED, transaction-scoped advisory locks,
+// LISTEN/NOTIFY delivered at commit, and COPY. The planner's choices are
+// checked on each (the claim reads tasks_claimable from its floor, the
+// heartbeat finds its leases by key).
+//
+// One statement differs. A worker's heartbeat upserts its row and
+// notifies the others when the upsert inserted it (its first heartbeat).
+// Before 18 the statement tells an insert by the system column xmax (0 on
+// a row just inserted); from 18 on by RETURNING OLD (no old row after an
+// insert), which the store chooses by the server's server_version_num,
+// read before its first heartbeat (and again after a statement the server
+// could not parse). The same upsert keeps the held and backlog counts a
+// claim raised after its snapshot by comparing the row's xmin with the
+// snapshot's, on every version. Neither locks anything: the first is a
+// notification, the second a count the fair share reads, and neither
+// decides an ownership (see item 8).
+//
 // # Safety argument
 //
 // Claim: at most one claim can commit output for a partition at any time,
@@ -833,6 +859,13 @@
 //     writes fail and it stops. Nothing here depends on being told of
 //     the warning: the report is for operators, and for loads, whose
 //     records exist nowhere else (worker load exits 6).
+//  8. Server versions. 1–7 use the same locks and statements on
+//     PostgreSQL 15–18 but one: the heartbeat's upsert of the worker's own
+//     row tells its first heartbeat by xmax before 18 and by RETURNING OLD
+//     from 18 on. Either way the statement locks the same rows in the same
+//     order, and what it decides is whether to notify "joined" (a hint to
+//     recompute shares sooner: a missed or extra one changes when a share
+//     is recomputed, never who owns a row).
 //
 // Side effects outside the database are at least once: a batch may perform
 // them and then fail to commit (crash, fenced), and the next owner will

@@ -36,7 +36,7 @@ Install them, for example:
   Debian/Ubuntu:  sudo apt-get install -y postgresql
   Fedora/RHEL:    sudo dnf install -y postgresql-server
   macOS:          brew install postgresql@16
-or set PG_BINDIR to the folder holding them, or set DATABASE_URL to use an existing server`)
+or set BATON_PG_BINDIR to the folder holding them, or set DATABASE_URL to use an existing server`)
 
 // Options configure a private server.
 type Options struct {
@@ -50,12 +50,16 @@ type Options struct {
 	Settings map[string]string
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
+	// BinDir is the folder with initdb and postgres; empty means BinDir()
+	// (for a test that needs two majors at once).
+	BinDir string
 }
 
 // Server is a running private PostgreSQL server.
 type Server struct {
 	opts   Options
 	bindir string
+	major  int // of the binaries in bindir
 	cred   *syscall.Credential
 	port   int
 
@@ -65,28 +69,25 @@ type Server struct {
 	env  []string // added to the server's environment (SetEnv)
 }
 
-// BinDir finds the folder with initdb and postgres: $PG_BINDIR, then $PATH,
-// then the newest /usr/lib/postgresql/*/bin, then common install locations.
+// BinDir finds the folder with initdb and postgres: the one of the major
+// version $BATON_PG_VERSION when it is set (see versionBinDir), else
+// $BATON_PG_BINDIR (or $PG_BINDIR), then $PATH, then the newest
+// /usr/lib/postgresql/*/bin, then common install locations.
 func BinDir() (string, error) {
-	has := func(dir string) bool {
-		for _, b := range []string{"initdb", "postgres"} {
-			if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.IsDir() {
-				return false
-			}
-		}
-		return true
+	if v := os.Getenv(EnvVersion); v != "" {
+		return versionBinDir(v)
 	}
-	if d := os.Getenv("PG_BINDIR"); d != "" {
-		if has(d) {
+	if name, d := bindirEnv(); d != "" {
+		if hasServer(d) {
 			return d, nil
 		}
-		return "", fmt.Errorf("PG_BINDIR=%s does not hold initdb and postgres: %w", d, ErrNoBinaries)
+		return "", fmt.Errorf("%s=%s does not hold initdb and postgres: %w", name, d, ErrNoBinaries)
 	}
 	if p, err := exec.LookPath("initdb"); err == nil {
-		if real, err := filepath.EvalSymlinks(p); err == nil && has(filepath.Dir(real)) {
+		if real, err := filepath.EvalSymlinks(p); err == nil && hasServer(filepath.Dir(real)) {
 			return filepath.Dir(real), nil
 		}
-		if has(filepath.Dir(p)) {
+		if hasServer(filepath.Dir(p)) {
 			return filepath.Dir(p), nil
 		}
 	}
@@ -94,11 +95,21 @@ func BinDir() (string, error) {
 	slices.SortFunc(versions, func(a, b string) int { return majorOf(b) - majorOf(a) })
 	candidates := append(versions, "/usr/local/pgsql/bin", "/opt/homebrew/bin", "/usr/local/bin", "/usr/pgsql/bin")
 	for _, d := range candidates {
-		if has(d) {
+		if hasServer(d) {
 			return d, nil
 		}
 	}
 	return "", ErrNoBinaries
+}
+
+// hasServer reports whether dir holds initdb and postgres.
+func hasServer(dir string) bool {
+	for _, b := range []string{"initdb", "postgres"} {
+		if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.IsDir() {
+			return false
+		}
+	}
+	return true
 }
 
 func majorOf(dir string) int {
@@ -115,11 +126,20 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.Log == nil {
 		opts.Log = func(string, ...any) {}
 	}
-	bindir, err := BinDir()
+	bindir := opts.BinDir
+	if bindir == "" {
+		var err error
+		if bindir, err = BinDir(); err != nil {
+			return nil, err
+		}
+	} else if !hasServer(bindir) {
+		return nil, fmt.Errorf("%s does not hold initdb and postgres: %w", bindir, ErrNoBinaries)
+	}
+	major, err := BinMajor(bindir)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, bindir: bindir}
+	s := &Server{opts: opts, bindir: bindir, major: major}
 	if os.Geteuid() == 0 {
 		cred, err := postgresUser()
 		if err != nil {

@@ -12,8 +12,13 @@ import (
 // (which writes standby.signal and primary_conninfo) and starts it on a
 // new free port with opts' settings. Whether it is synchronous is the
 // primary's synchronous_standby_names; a standby reports
-// application_name "walreceiver" unless cluster_name is set.
+// application_name "walreceiver" unless cluster_name is set. Without a
+// pg_basebackup beside the server's binaries the error wraps ErrNoTool.
 func (s *Server) StartStandby(ctx context.Context, dir string, opts Options) (*Server, error) {
+	basebackup, err := s.Tool("pg_basebackup")
+	if err != nil {
+		return nil, fmt.Errorf("making a standby: %w", err)
+	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, err
 	}
@@ -23,12 +28,15 @@ func (s *Server) StartStandby(ctx context.Context, dir string, opts Options) (*S
 	if err := s.chown(dir); err != nil {
 		return nil, err
 	}
-	cmd := s.command(ctx, "pg_basebackup", "-D", dir, "-R", "-X", "stream", "--checkpoint=fast",
+	cmd := s.command(ctx, filepath.Base(basebackup), "-D", dir, "-R", "-X", "stream", "--checkpoint=fast",
 		"-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "postgres", "--no-sync")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pg_basebackup of 127.0.0.1:%d into %s: %w\n%s", s.port, dir, err, out)
 	}
 	opts.Dir = dir
+	if opts.BinDir == "" {
+		opts.BinDir = s.bindir
+	}
 	return Start(ctx, opts)
 }
 

@@ -3,7 +3,9 @@
 //
 // The server is TEST_DATABASE_URL when set (the role needs CREATEDB), else a
 // private throwaway server started from the installed binaries on first use
-// and removed when the test binary exits. Each package's TestMain calls Main.
+// and removed when the test binary exits: those of the major version
+// BATON_PG_VERSION when set (see pglocal.BinDir), which the server must
+// then be, whichever it is. Each package's TestMain calls Main.
 // Databases are cloned from a per-process template that has the schema
 // applied, which takes milliseconds, and are dropped when their test ends.
 package pgtest
@@ -16,6 +18,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -36,8 +39,10 @@ var (
 	baseURL  *url.URL        // URL of the maintenance database
 	admin    *sql.DB
 	template string
-	createMu sync.Mutex
-	tempDir  string
+	// versionNum is the server's server_version_num (170010 for 17.10).
+	versionNum int
+	createMu   sync.Mutex
+	tempDir    string
 	// extraSets are the migration sets the package's TestMain adds to
 	// the core set.
 	extraSets []*schema.Set
@@ -118,6 +123,12 @@ func setup() error {
 		return err
 	}
 	admin.SetMaxOpenConns(4)
+	if err := admin.QueryRowContext(ctx, "SELECT current_setting('server_version_num')::int").Scan(&versionNum); err != nil {
+		return fmt.Errorf("reading the server's version: %w", dbconn.RedactError(raw, err))
+	}
+	if v := os.Getenv(pglocal.EnvVersion); v != "" && strconv.Itoa(versionNum/10000) != v {
+		return fmt.Errorf("%s=%s but the test server is PostgreSQL %d", pglocal.EnvVersion, v, versionNum/10000)
+	}
 	template = "baton_tpl_" + randomSuffix()
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+quoteIdent(template)); err != nil {
 		return fmt.Errorf("creating template database: %w", dbconn.RedactError(raw, err))
@@ -146,6 +157,14 @@ func randomSuffix() string {
 }
 
 func quoteIdent(s string) string { return `"` + s + `"` }
+
+// VersionNum returns the test server's server_version_num (180004 for
+// 18.4), for a test of a statement that differs between versions.
+func VersionNum(t testing.TB) int {
+	t.Helper()
+	ensure(t)
+	return versionNum
+}
 
 // Server returns the private server, or nil (after skipping t) when tests
 // run against an external TEST_DATABASE_URL, which cannot be restarted.

@@ -14,9 +14,20 @@ import (
 func StatementSQL(name string) string {
 	q := map[string]string{
 		"Candidates": candidatesSQL, "StaleCandidates": staleCandidatesSQL,
-		"Heartbeat": heartbeatSQL, "FairShareLoad": fairShareSQL,
+		"Heartbeat": heartbeatSQL, "Heartbeat18": heartbeatSQL18, "FairShareLoad": fairShareSQL,
 	}[name]
 	return schema.SQL(schema.Default, q)
+}
+
+// WithServerVersion returns a copy of s that takes the server to be of
+// server_version_num num (180004 for 18.4) rather than read it, and so
+// sends the statements written for that version (until one fails to
+// parse): to run an older form on a newer server.
+func WithServerVersion(s *Store, num int) *Store {
+	c := *s
+	c.version = &serverVersion{}
+	c.version.num.Store(int64(num))
+	return &c
 }
 
 // SetFloorMargin sets s's FloorMargin, for tests that cannot wait ten

@@ -84,17 +84,44 @@ var staleCandidatesSQL = `
 // have pending work. A
 // worker's first heartbeat, which registers it, notifies channel $13 with
 // payload $15.
-var heartbeatSQL = heartbeatCTEs + heartbeatResult
+//
+// It is written for servers before PostgreSQL 18; heartbeatSQL18 is the
+// same statement for 18 and later (see joinedByXmax).
+var heartbeatSQL = heartbeatCTEs(joinedByXmax) + heartbeatResult
 
 // heartbeatEventsSQL is heartbeatSQL recording each hand-back in the
 // partition's history: released, reason "expired", under the claim's
 // version.
-var heartbeatEventsSQL = heartbeatCTEs + `, e AS (
+var heartbeatEventsSQL = heartbeatCTEs(joinedByXmax) + heartbeatEvents + heartbeatResult
+
+// heartbeatSQL18 and heartbeatEventsSQL18 are heartbeatSQL and
+// heartbeatEventsSQL for PostgreSQL 18 and later.
+var (
+	heartbeatSQL18       = heartbeatCTEs(joinedByOld) + heartbeatResult
+	heartbeatEventsSQL18 = heartbeatCTEs(joinedByOld) + heartbeatEvents + heartbeatResult
+)
+
+// How the worker's upsert tells its first heartbeat (an insert) from the
+// others (an update of its row), to notify the others of a new worker.
+// Before PostgreSQL 18 only the row's system column xmax tells: 0 on a
+// row just inserted, the updating transaction's id on a row that ON
+// CONFLICT DO UPDATE rewrote. From 18 on, RETURNING names the row as it
+// was before the statement (old), which has no values after an insert;
+// instance_id is the row's key, never null in a row that existed.
+const (
+	joinedByXmax = `CASE WHEN workers.xmax = 0 THEN pg_notify($13, $15) END`
+	joinedByOld  = `CASE WHEN old.instance_id IS NULL THEN pg_notify($13, $15) END`
+)
+
+const heartbeatEvents = `, e AS (
 			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, detail)
 			SELECT $12, partition_key, '` + string(partition.EventReleased) + `', version - 1, $3, position, 'expired' FROM x
-		)` + heartbeatResult
+		)`
 
-const heartbeatCTEs = `
+// heartbeatCTEs is the heartbeat's common table expressions, with joined
+// the expression of the worker's upsert that notifies a first heartbeat.
+func heartbeatCTEs(joined string) string {
+	return `
 		WITH o AS MATERIALIZED (
 			-- Every row of this worker as of this statement's snapshot,
 			-- read once through the owner index: counted for held, and
@@ -132,9 +159,9 @@ const heartbeatCTEs = `
 			-- A late heartbeat (cancelled client-side, applied server-side
 			-- after the worker stopped) must not bring it back to life.
 			WHERE workers.stopped_at IS NULL
-			-- A worker's first heartbeat (an insert: xmax 0) tells the
-			-- others at its commit, so that they recompute their shares.
-			RETURNING CASE WHEN workers.xmax = 0 THEN pg_notify($13, $15) END AS joined
+			-- A worker's first heartbeat (an insert) tells the others at
+			-- its commit, so that they recompute their shares.
+			RETURNING ` + joined + ` AS joined
 		), l AS (
 			SELECT t.partition_key
 			FROM {{.Schema}}.tasks t
@@ -176,6 +203,7 @@ const heartbeatCTEs = `
 			          -- notification however many rows).
 			          CASE WHEN t.available > t.position THEN pg_notify($13, $14 || ' ' || (extract(epoch FROM statement_timestamp()) * 1000000)::bigint) END AS notified
 		)`
+}
 
 const heartbeatResult = `
 		SELECT partition_key, version, available, position, false, false, 0::bigint FROM u

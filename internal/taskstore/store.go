@@ -92,6 +92,7 @@ type Store struct {
 	noEvents bool
 	direct   func() bool // see PrepareWhen
 	floor    *claimFloor // where reads of the claimable rows start (floor.go)
+	version  *serverVersion
 }
 
 // NewStore returns a Store over db (a *bun.DB, a connection or a
@@ -101,7 +102,7 @@ type Store struct {
 // matter. Kind binds it to another kind.
 func NewStore(db bun.IDB, schemaName string) *Store {
 	return &Store{db: db, schema: cmp.Or(schemaName, schema.Default), kind: partition.DefaultKind,
-		floor: newClaimFloor(FloorMargin, FullReadEvery, time.Now)}
+		floor: newClaimFloor(FloorMargin, FullReadEvery, time.Now), version: &serverVersion{}}
 }
 
 // Kind returns a copy of s for the task rows of kind (empty means
@@ -380,15 +381,25 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 // ttl.
 func (s *Store) HeartbeatBelow(ctx context.Context, w Worker, ttl, renewBelow time.Duration, leases []partition.Lease) ([]partition.Renewal, error) {
 	keys, versions := split(leases)
+	num, err := s.versionNum(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
+	}
 	q := heartbeatEventsSQL
-	if s.noEvents {
+	switch {
+	case s.noEvents && num >= returningOldFrom:
+		q = heartbeatSQL18
+	case s.noEvents:
 		q = heartbeatSQL
+	case num >= returningOldFrom:
+		q = heartbeatEventsSQL18
 	}
 	rows, err := s.query(ctx, q,
 		keys, versions, w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, partition.WakeListen), micros(ttl),
 		micros(renewBelow), w.Wanted, s.kind, partition.NotifyChannel, partition.NotifyPayload(partition.NotifyReleased, s.kind),
 		partition.NotifyPayload(partition.NotifyJoined, s.kind))
 	if err != nil {
+		s.forgetVersionOn(err)
 		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
 	}
 	defer rows.Close()
