@@ -379,25 +379,6 @@ func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []taskstore.Ca
 	return out, nil
 }
 
-// processGroup calls the processor's group, which must return one result
-// per member.
-func (d *Distributor) processGroup(ctx context.Context, gp GroupProcessor, g *Group) (res []Result, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("processor panicked on a group of %d partitions (%s, …): %v", len(g.Batches), g.Batches[0].Lease, r)
-		}
-	}()
-	res, err = gp.ProcessGroup(ctx, g)
-	if err != nil {
-		return nil, fmt.Errorf("processing a group of %d partitions (%s, …): %w", len(g.Batches), g.Batches[0].Lease, err)
-	}
-	if len(res) != len(g.Batches) {
-		return nil, fmt.Errorf("processing a group of %d partitions (%s, …): processor returned %d results",
-			len(g.Batches), g.Batches[0].Lease, len(res))
-	}
-	return res, nil
-}
-
 // claimAdvanceGroupTraced is Store.ClaimAdvanceGroup in a "baton.claim"
 // span, in ctx, the group's span's, whose trace context every member's
 // checkpoint stores.
