@@ -4,131 +4,161 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
-	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
+	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// batch runs one fenced transaction: lock and verify the task row, let the
-// processor write, record the checkpoint, commit. In lock mode a batch that
-// catches up also releases the partition in the same transaction (released):
-// output, checkpoint and release take one commit and one WAL flush.
-func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err error) {
-	l := h.lease
-	ctx, cancel := context.WithCancelCause(l.Context())
-	defer cancel(nil)
-	stop := context.AfterFunc(d.abandon, func() { cancel(context.Cause(d.abandon)) })
-	defer stop()
-	ctx, span := tracer.Start(ctx, "baton.batch", d.leaseAttrs(l.Lease))
-	defer func() { endBatchSpan(span, items, caughtUp, err) }()
+// A held partition's batches go through the fenced transaction (txn.go)
+// with heldStatements: each member fenced by its own claim (version and
+// owner), its checkpoint recorded by the compare-and-set on its version
+// and position, and in lock mode (segments in either mode) released with
+// its last batch. A lone batch (batch) is a group of one; heldgroup.go
+// queues and groups several.
 
-	start := d.cfg.Clock.Now()
-	h.tried = 0
-	defer func() { h.took = d.cfg.Clock.Since(start) }()
-	// A connection of its own, so that the processor can reach the
-	// driver's connection inside the transaction (Batch.Raw).
-	conn, err := d.db.Conn(ctx)
-	if err != nil {
-		return 0, false, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
+// batch runs h's next batch alone, as one fenced transaction: lock and
+// verify the task row, let the processor write (or split the partition),
+// record the checkpoint, commit. In lock mode a batch that catches up also
+// releases the partition in the same transaction (released): output,
+// checkpoint and release take one commit and one WAL flush.
+func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err error) {
+	t := d.heldTxn(nil, []*held{h})
+	if err := d.runTxn(t); err != nil {
+		return 0, false, false, err
 	}
-	defer func() { _ = conn.Close() }()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, false, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
+	r := d.heldDone(t, t.members[0])
+	return r.items, r.caughtUp, r.released, r.err
+}
+
+// heldTxn is the transaction of hs's batches: alone (gp nil, one member)
+// or as a group.
+func (d *Distributor) heldTxn(gp GroupProcessor, hs []*held) *txn {
+	t := &txn{stmts: heldStatements{d}, lone: len(hs) == 1, group: gp, groupSpan: "baton.batch_group", spanFirst: true,
+		resolveEach: true, batchBound: true, members: make([]*member, len(hs))}
+	for i, h := range hs {
+		t.members[i] = &member{lease: h.lease.Lease, h: h}
 	}
-	defer func() { _ = tx.Rollback() }()
-	if err := d.db.SetLocalTimeouts(ctx, tx); err != nil {
-		return 0, false, false, fmt.Errorf("beginning batch of %s: %w", l.Lease, causeOr(ctx, err))
+	t.what = fmt.Sprintf("batches of %d held partitions", len(hs))
+	if t.lone {
+		t.what = fmt.Sprintf("batch of %s", hs[0].lease.Lease)
 	}
-	cp, err := d.store.Fence(ctx, tx, d.worker.InstanceID, l.Lease)
-	if err != nil {
-		return 0, false, false, causeOr(ctx, err)
+	return t
+}
+
+// heldDone is a held member's outcome once its transaction has run
+// without failing, and what follows its commit.
+func (d *Distributor) heldDone(t *txn, m *member) heldResult {
+	switch {
+	case m.err != nil:
+		return heldResult{err: m.err}
+	case !m.committed:
+		return heldResult{caughtUp: m.caughtUp} // found caught up at the fence
 	}
-	if !h.started {
-		linkPrevious(span, cp.Traceparent)
-	}
-	if cp.Position >= cp.Available {
-		return 0, true, false, nil
-	}
-	b := &Batch{Kind: d.cfg.Kind, Lease: l.Lease, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp,
-		Limit: int(min(int64(d.size.batchLimit()), cp.Available-cp.Position)), Partition: partition.PartitionOf(l.Key)}
-	h.tried = b.Limit
-	res, segments, err := d.split(ctx, b)
-	if err == nil && segments == 0 {
-		res, err = d.process(ctx, b)
-	}
-	if err != nil {
-		return 0, false, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
-	}
-	if res.Position <= cp.Position || res.Position > cp.Available {
-		return 0, false, false, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
-			l.Lease, res.Position, cp.Position, cp.Available)
-	}
-	span.SetAttributes(attribute.Int64("baton.position", res.Position), attribute.Bool("baton.first_batch", !h.started),
-		attribute.Bool("baton.takeover", h.takeover))
-	if err := d.store.Advance(ctx, tx, l.Lease, cp.Position, res.Position, res.State); err != nil {
-		return 0, false, false, d.movedOr(ctx, l.Lease, cp.Position, causeOr(ctx, err))
-	}
-	if !h.started {
-		processed := res.Position - cp.Position
-		if segments > 0 {
-			processed = 0 // the items went to the segments
-		}
-		if err := d.store.RecordFirstBatch(ctx, tx, d.worker.InstanceID, l.Lease, res.Position,
-			processed, h.prevBeat); err != nil {
-			return 0, false, false, causeOr(ctx, err)
-		}
-	}
-	caughtUp = res.Position >= cp.Available
-	if caughtUp && d.releasesCaughtUp(l.Key) {
-		// Hand the partition back in this transaction: the release locks
-		// the row FOR UPDATE over the fence's FOR KEY SHARE (this
-		// transaction's own, so no wait but for a renewal in flight) and
-		// bumps the version; it commits with the output or not at all.
-		l.SetReleasing(true)
-		rctx, rspan := tracer.Start(ctx, "baton.release", d.leaseAttrs(l.Lease), trace.WithAttributes(
-			attribute.String("baton.reason", "caught_up"), attribute.Bool("baton.with_batch", true)))
-		keys, err := d.store.WithDB(tx).ReleaseFor(rctx, d.worker.InstanceID, "caught_up", []partition.Lease{l.Lease})
-		if err == nil && len(keys) == 0 {
-			err = fmt.Errorf("releasing %s with its last batch: %w", l.Lease, partition.ErrFenced)
-		}
-		endSpan(rspan, err)
-		if err != nil {
-			l.SetReleasing(false)
-			return 0, false, false, causeOr(ctx, err)
-		}
-		released = true
-	}
-	watch := dbconn.WatchConn(conn.Conn)
-	if err := tx.Commit(); err != nil {
-		if ctx.Err() != nil || !dberr.UnknownOutcome(err) {
-			l.SetReleasing(false)
-			return 0, false, false, fmt.Errorf("committing batch of %s: %w", l.Lease, causeOr(ctx, err))
-		}
-		// The commit may have applied with its reply lost: re-read.
-		if ok, rerr := d.resolveCommit(l.Lease, res.Position, released); rerr != nil || !ok {
-			l.SetReleasing(false)
-			return 0, false, false, fmt.Errorf("committing batch of %s (outcome re-read: %v): %w", l.Lease, rerr, err)
-		}
-		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, l.Key, "version", l.Version)
-	}
-	if watch.NotReplicated() {
-		d.reportNotReplicated(l.Lease, res.Position)
-	}
+	h := m.h
 	h.started = true
-	h.pending.Store(max(0, cp.Available-res.Position))
-	if segments > 0 {
-		d.reportSplit(l.Lease, cp, segments)
-		return 0, caughtUp, released, nil
+	h.pending.Store(max(0, m.cp.Available-m.res.Position))
+	if m.segments > 0 {
+		d.reportSplit(m.lease, m.cp, m.segments)
+	} else {
+		d.reportCheckpoint(m.lease, m.items, m.res.Position, t.elapsed)
 	}
-	items = res.Position - cp.Position
-	elapsed := d.cfg.Clock.Since(start)
-	d.size.batchTook(int(items), elapsed)
-	d.reportCheckpoint(l.Lease, items, res.Position, elapsed)
-	return items, caughtUp, released, nil
+	return heldResult{items: m.items, caughtUp: m.caughtUp, released: m.released}
+}
+
+// heldStatements fence, advance and release held partitions.
+type heldStatements struct{ d *Distributor }
+
+// fence fences each member by its own claim, in key order. A lone batch
+// fails with its fence's error; in a group a member lost there drops out
+// with it (as a lone batch would), one found caught up is told so, and one
+// that would split runs alone.
+func (s heldStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member, error) {
+	d := s.d
+	order := slices.SortedFunc(slices.Values(t.members), func(a, b *member) int { return strings.Compare(a.lease.Key, b.lease.Key) })
+	var in []*member
+	for _, m := range order {
+		cp, err := d.store.Fence(ctx, tx, d.worker.InstanceID, m.lease)
+		switch {
+		case errors.Is(err, partition.ErrFenced):
+			m.state, m.err = memberOut, causeOr(ctx, err)
+			continue
+		case err != nil:
+			return in, causeOr(ctx, err)
+		case cp.Position >= cp.Available:
+			m.state, m.caughtUp = memberOut, true
+			continue
+		case !t.lone && d.wouldSplit(m.lease.Key, cp):
+			m.state = memberAlone
+			continue
+		}
+		m.state, m.cp = memberIn, cp
+		in = append(in, m)
+	}
+	return in, nil
+}
+
+// record advances every member's checkpoint (the compare-and-set on its
+// version and position), records a claim's first batch, and releases the
+// members caught up in one statement: FOR UPDATE over the fence's FOR KEY
+// SHARE (this transaction's own, so no wait but for a renewal in flight),
+// version bumped, committed with the output or not at all.
+func (s heldStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*member) error {
+	d := s.d
+	var release []partition.Lease
+	for _, m := range in {
+		if err := d.store.Advance(m.ctx, tx, m.lease, m.cp.Position, m.res.Position, m.res.State); err != nil {
+			if t.lone {
+				return d.movedOr(ctx, m.lease, m.cp.Position, causeOr(ctx, err))
+			}
+			return causeOr(ctx, err)
+		}
+		if !m.h.started {
+			if err := d.store.RecordFirstBatch(m.ctx, tx, d.worker.InstanceID, m.lease, m.res.Position,
+				m.items, m.h.prevBeat); err != nil {
+				return causeOr(ctx, err)
+			}
+		}
+		if m.release {
+			m.h.lease.SetReleasing(true)
+			release = append(release, m.lease)
+		}
+	}
+	if len(release) == 0 {
+		return nil
+	}
+	attrs := d.leaseAttrs(release[0])
+	if !t.lone {
+		attrs = trace.WithAttributes(attribute.Int("baton.partitions", len(release)))
+	}
+	rctx, rspan := tracer.Start(ctx, "baton.release", attrs, trace.WithAttributes(
+		attribute.String("baton.reason", "caught_up"), attribute.Bool("baton.with_batch", true)))
+	keys, err := d.store.WithDB(tx).ReleaseFor(rctx, d.worker.InstanceID, "caught_up", release)
+	switch {
+	case err == nil && t.lone && len(keys) == 0:
+		err = fmt.Errorf("releasing %s with its last batch: %w", release[0], partition.ErrFenced)
+	case err == nil && len(keys) != len(release):
+		err = fmt.Errorf("releasing %d partitions with their last batches, %d released: %w", len(release), len(keys), partition.ErrFenced)
+	}
+	endSpan(rspan, err)
+	if err != nil {
+		return causeOr(ctx, err)
+	}
+	for _, m := range in {
+		m.released = m.release
+	}
+	return nil
+}
+
+// wouldSplit reports whether a batch of key at cp would split its
+// partition (split.go), which it then does alone.
+func (d *Distributor) wouldSplit(key string, cp partition.Checkpoint) bool {
+	_, ok := d.proc.(Splitter)
+	return ok && partition.PartitionOf(key) == key && cp.Available-cp.Position > 2*d.cfg.SegmentRecords
 }
 
 // movedOr tells a batch that collided with a late commit of its own claim
@@ -153,54 +183,4 @@ func (d *Distributor) movedOr(ctx context.Context, l partition.Lease, from int64
 	}
 	return fmt.Errorf("%w: it is at %d, not %d (a late commit of this claim landed): %w",
 		partition.ErrCheckpointMoved, pos, from, err)
-}
-
-// resolveCommit re-reads a partition after a commit whose outcome is
-// unknown: it applied if the checkpoint is at position under the claim's
-// version, or, for a batch that also released the partition, under the
-// version its release made (the next one: nobody else can have claimed it
-// while the lease was live).
-func (d *Distributor) resolveCommit(l partition.Lease, position int64, released bool) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
-	defer cancel()
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		v, pos, err := d.admin.Progress(ctx, l.Key)
-		if err == nil {
-			switch {
-			case released && v == l.Version+1:
-				return pos == position, nil
-			case v != l.Version:
-				return false, partition.ErrFenced
-			}
-			return pos == position, nil
-		}
-		lastErr = err
-		select {
-		case <-ctx.Done():
-			return false, lastErr
-		case <-d.cfg.Clock.After(d.cfg.Heartbeat / 4):
-		}
-	}
-	return false, lastErr
-}
-
-func (d *Distributor) process(ctx context.Context, b *Batch) (res Result, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("processor panicked on %s: %v", b.Lease, r)
-		}
-	}()
-	res, err = d.proc.Process(ctx, b)
-	if err != nil {
-		err = fmt.Errorf("processing %s: %w", b.Lease, err)
-	}
-	return res, err
-}
-
-func causeOr(ctx context.Context, err error) error {
-	if c := context.Cause(ctx); c != nil && !errors.Is(err, c) {
-		return fmt.Errorf("%w (%w)", err, c)
-	}
-	return err
 }

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
@@ -17,12 +15,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Several partitions nobody owns, claimed with their first batches in one
-// transaction (Config.ClaimGroup, GroupProcessor): one fence statement for
-// them all, the processor's group, one statement that claims them all and
-// records their checkpoints, history and releases, one commit. Each member
-// goes through what a lone claim with its first batch does (claimbatch.go);
-// the group only shares the statements and the WAL flush. A member lost at
+// Partitions nobody owns, claimed with their first batches: one
+// transaction of the pipeline (txn.go) whose fence locks the unowned rows
+// at the versions read and whose record step claims them as it advances
+// them (claimStatements). Alone, or several in one transaction
+// (Config.ClaimGroup, GroupProcessor): one fence statement for them all,
+// the processor's group, one statement that claims them all and records
+// their checkpoints, history and releases, one commit. A member lost at
 // the fence is dropped from the group; any other failure rolls the whole
 // group back, and each member is then claimed with its first batch on its
 // own, which records a processor error against the member that causes it.
@@ -34,144 +33,158 @@ import (
 // at its fence (up to its size, never more).
 func (d *Distributor) claimFreshAll(cands, spares []taskstore.Candidate) {
 	gp, ok := d.proc.(GroupProcessor)
-	if !ok || d.cfg.ClaimGroup < 2 || len(cands) < 2 {
-		for _, c := range cands {
-			d.claimFresh(c)
-		}
-		return
-	}
-	// As many groups as ClaimGroup requires, of even sizes; no more
-	// members than the group's items allow (one each at least).
-	size := min(d.cfg.ClaimGroup, d.size.groupLimit())
-	if size < 2 {
-		for _, c := range cands {
-			d.claimFresh(c)
-		}
-		return
+	size := 1
+	if ok && d.cfg.ClaimGroup >= 2 && len(cands) >= 2 {
+		// As many groups as ClaimGroup requires, of even sizes; no more
+		// members than the group's items allow (one each at least).
+		size = max(1, min(d.cfg.ClaimGroup, d.size.groupLimit()))
 	}
 	groups := (len(cands) + size - 1) / size
 	for ; groups > 0; groups-- {
 		n := (len(cands) + groups - 1) / groups
 		g := cands[:n:n]
 		cands = cands[n:]
-		if len(g) == 1 {
-			d.claimFresh(g[0])
-			continue
+		var sp []taskstore.Candidate
+		if len(g) > 1 {
+			k := (len(spares) + groups - 1) / groups
+			sp = spares[:k:k]
+			spares = spares[k:]
 		}
-		k := (len(spares) + groups - 1) / groups
-		sp := spares[:k:k]
-		spares = spares[k:]
 		d.mu.Lock()
-		for _, c := range g {
-			d.claiming[c.Key] = struct{}{}
-		}
-		for _, c := range sp {
+		for _, c := range slices.Concat(g, sp) {
 			d.claiming[c.Key] = struct{}{}
 		}
 		d.mu.Unlock()
 		d.wg.Add(1)
-		go d.runClaimGroup(gp, g, sp)
+		go d.runClaim(gp, g, sp)
 	}
 }
 
-// groupOutcome is what a group's transaction did.
-type groupOutcome struct {
-	// lost are the candidates lost at the fence, left out of the group.
-	lost []taskstore.Candidate
-	// untried are spares the fence did not need.
-	untried []taskstore.Candidate
-	// members are the candidates fenced, in the group's order.
-	members []taskstore.Candidate
-	// committed are the members' first batches, once committed.
-	committed []firstBatch
-	// items is the most items the members' first batches were allowed
-	// in all (their Limits).
-	items int
-	// elapsed is how long the transaction took, to its end or failure.
-	elapsed time.Duration
-	// unknown: the commit was sent and its outcome could not be learnt.
-	unknown bool
-}
-
-// runClaimGroup runs a group's transaction over cands (reserved by
-// claimFreshAll) and what follows it: the members committed are reported
-// and released or held on; those lost at the fence are skipped for a
-// while; after a rollback each member is claimed on its own.
-func (d *Distributor) runClaimGroup(gp GroupProcessor, cands, spares []taskstore.Candidate) {
+// runClaim claims cands (reserved by claimFreshAll) with their first
+// batches in one transaction, and does what follows it: the members
+// committed are reported and released or held on; those lost at the fence
+// are skipped for a while; after a rollback each member of a group is
+// claimed with its first batch on its own, and a lone one on its own
+// without it (claimAlone).
+func (d *Distributor) runClaim(gp GroupProcessor, cands, spares []taskstore.Candidate) {
 	defer d.wg.Done()
-	out, err := d.claimGroup(gp, cands, spares)
-	unreserve := func(cs []taskstore.Candidate) {
+	t, cs := d.claimTxn(gp, cands, spares)
+	err := d.runTxn(t)
+	members := make([]taskstore.Candidate, len(t.members))
+	for i, m := range t.members {
+		members[i] = m.cand
+	}
+	unreserve := func(cs ...taskstore.Candidate) {
 		d.mu.Lock()
 		for _, c := range cs {
 			delete(d.claiming, c.Key)
 		}
 		d.mu.Unlock()
 	}
-	unreserve(out.untried)
-	if len(out.lost) > 0 {
-		// As for a lone claim lost at its fence: skipped for a while.
-		// Their room is given back once the group is over (the claim loop
-		// is woken then), so that it is filled by a group of its own
-		// rather than claim by claim while this group runs.
+	unreserve(cs.untried...)
+	if t.lone && errors.Is(err, errClaimLost) {
+		// Lost at its claim statement as its transaction ended: as if at
+		// its fence.
+		cs.lost, members, err = members, nil, nil
+	}
+	if len(cs.lost) > 0 {
+		// Another worker is processing them (or claimed them): skipped
+		// for a while rather than picked again from the head of the
+		// index, where they still read as claimable. Lost to this
+		// worker's own dying transaction instead, they are tried again
+		// at the next poll. A group's room is given back once it is over
+		// (the claim loop is woken then), so that it is filled by a group
+		// of its own rather than claim by claim while this group runs.
 		d.mu.Lock()
-		others := d.noteLost(out.lost)
+		others := d.noteLost(cs.lost)
 		d.mu.Unlock()
 		if others > 0 {
 			d.emit(Event{Kind: EventClaimLost, Items: others})
 		}
-		defer d.wake()
+		if others > 0 || !t.lone {
+			defer d.wake()
+		}
 	}
 	switch {
 	case err == nil:
 		// The members released with their batches leave the worker's
 		// count together, before the claim loop is woken: a round woken
 		// by the first would otherwise see room for only one.
+		released := false
 		d.mu.Lock()
-		for _, fb := range out.committed {
-			if fb.released {
-				delete(d.claiming, fb.claimed.Key)
+		for _, m := range t.members {
+			if m.released {
+				delete(d.claiming, m.lease.Key)
+				released = true
 			}
 		}
 		d.mu.Unlock()
-		for _, fb := range out.committed {
-			d.claimedWithBatch(fb, false)
+		for _, m := range t.members {
+			if m.committed {
+				d.claimedWithBatch(t, m)
+			}
 		}
-		d.wake()
-	case out.unknown:
+		if released || !t.lone {
+			d.wake()
+		}
+	case errors.Is(err, errClaimBusy):
+		// Rolled back, still unowned at its version: tried again at the
+		// next poll. Noted as lost, it would be skipped for StaleAfter by
+		// this worker as by every other claimer that lost its fence to
+		// this one, and the partition would wait that long for an owner.
+		unreserve(members...)
+		d.emit(Event{Kind: EventClaimLost, Items: 1})
+		d.log.Debug("claim with its first batch found its row locked by a producer; the partition stays claimable",
+			d.cfg.KeyAttr, members[0].Key, "error", err)
+	case t.unknown:
 		// If the commit applied, every member is owned (or released)
 		// with a lease nobody renews: those expire and are taken over,
 		// confirmed, from the committed checkpoints.
-		unreserve(out.members)
-		d.log.Warn("claim of a group with its first batches: commit outcome unknown; leaving the leases to expire",
-			"partitions", len(out.members), "error", err)
+		unreserve(members...)
+		d.log.Warn("claim with first batches: commit outcome unknown; leaving the leases to expire",
+			d.cfg.KeyAttr, members[0].Key, "partitions", len(members), "error", err)
 	case d.isLeaving() || context.Cause(d.abandon) != nil:
-		unreserve(out.members) // rolled back: nothing held, nothing to hand back
-	case !errors.Is(err, taskstore.ErrClaimLost) && dberr.TooLong(err):
-		// Rolled back: the group took longer than the statement timeout
-		// or a lease allows. Groups take fewer items from now on, and
-		// each member is claimed with its first batch on its own (a
-		// first batch too long alone runs under heartbeats). Forming the
-		// same group again would fail the same way, for ever.
+		unreserve(members...) // rolled back: nothing held, nothing to hand back
+	case !errors.Is(err, errClaimLost) && dberr.TooLong(err):
+		// Rolled back: the first batches take longer than a lease, or
+		// than the statement timeout. Fewer items from now on
+		// (sizing.go): a lone partition is claimed on its own and runs
+		// its batches under heartbeats, which renew the lease while a
+		// batch runs; each member of a group is claimed with its first
+		// batch on its own (forming the same group again would fail the
+		// same way, for ever).
 		if errors.Is(err, context.DeadlineExceeded) {
 			// Given up mid-statement: the server may hold the rows a
-			// while longer; the members' own claims must not take that
-			// for another worker's claim.
-			d.markDying(out.members)
+			// while longer; their own claims must not take that for
+			// another worker's claim.
+			d.markDying(members)
 		}
-		limit := d.size.groupTooLong(out.items, out.elapsed)
+		if t.lone {
+			limit, _ := d.size.batchTooLong(t.tried, t.elapsed)
+			d.log.Info("first batch too long for one transaction; claiming the partition on its own with smaller batches",
+				d.cfg.KeyAttr, members[0].Key, "items", t.tried, "batch_limit", limit, "error", err)
+			d.claimAlone(members[0], nil, func() { unreserve(members...) })
+			return
+		}
+		limit := d.size.groupTooLong(t.tried, t.elapsed)
 		d.log.Info("claim of a group with its first batches too long for one transaction; claiming each on its own",
-			"partitions", len(out.members), "items", out.items, "group_limit", limit, "error", err)
-		for _, c := range out.members {
-			d.wg.Add(1)
-			go d.runClaimBatch(c)
+			"partitions", len(members), "items", t.tried, "group_limit", limit, "error", err)
+		d.claimEachAlone(members)
+	case !errors.Is(err, errClaimLost) && (dberr.Transient(err) || errors.Is(err, partition.ErrCheckpointMoved)):
+		// Rolled back, every member claimable as before: the next poll
+		// tries again (the database may be out of reach; nothing was
+		// lost, so this is no warning).
+		unreserve(members...)
+		d.log.Debug("claim with first batches failed with a transient error; the partitions stay claimable",
+			d.cfg.KeyAttr, members[0].Key, "partitions", len(members), "error", err)
+		if !t.lone {
+			d.wake()
 		}
-	case !errors.Is(err, taskstore.ErrClaimLost) &&
-		(dberr.Transient(err) || errors.Is(err, partition.ErrCheckpointMoved)):
-		// Rolled back, every member claimable as before.
-		unreserve(out.members)
-		d.log.Debug("claim of a group with its first batches failed with a transient error; the partitions stay claimable",
-			"partitions", len(out.members), "error", err)
-		d.wake()
+	case t.lone:
+		// The processor failed (or the batch broke a rule): rolled back.
+		// Claim it and record the failure, so that it backs off and is
+		// quarantined after MaxAttempts as any failed batch.
+		d.claimAlone(members[0], err, func() { unreserve(members...) })
 	default:
 		// A member's claim was lost after processing, the processor
 		// failed, or the group took longer than a lease: rolled back.
@@ -179,244 +192,173 @@ func (d *Distributor) runClaimGroup(gp GroupProcessor, cands, spares []taskstore
 		// finds a lost one at its fence, records a processor error
 		// against its partition, and runs a long batch under heartbeats.
 		d.log.Debug("claim of a group with its first batches rolled back; claiming each on its own",
-			"partitions", len(out.members), "error", err)
-		for _, c := range out.members {
-			d.wg.Add(1)
-			go d.runClaimBatch(c)
-		}
+			"partitions", len(members), "error", err)
+		d.claimEachAlone(members)
+	}
+}
+
+// claimEachAlone claims each of a rolled-back group's members (still
+// reserved) with its first batch in a transaction of its own.
+func (d *Distributor) claimEachAlone(members []taskstore.Candidate) {
+	for _, c := range members {
+		d.wg.Add(1)
+		go d.runClaim(nil, []taskstore.Candidate{c}, nil)
 	}
 }
 
 // claimedWithBatch reports a committed claim made with its first batch and
-// either ends it (released with that batch) or holds the partition on:
-// leader mode, or work left after the first batch. With unreserve, a
-// release also takes the partition out of the worker's count and wakes
-// the claim loop (a group does both for all its members at once).
-func (d *Distributor) claimedWithBatch(fb firstBatch, unreserve bool) {
-	d.reportClaim(fb.claimed)
-	d.reportCheckpoint(fb.claimed.Lease, fb.items, fb.position, fb.elapsed)
-	if fb.released {
-		if unreserve {
-			d.mu.Lock()
-			delete(d.claiming, fb.claimed.Key)
-			d.mu.Unlock()
-		}
-		d.emit(Event{Kind: EventReleased, Key: fb.claimed.Key, Version: fb.claimed.Version, Reason: "caught_up"})
-		d.log.Info("released partition", "event", "released", d.cfg.KeyAttr, fb.claimed.Key, "version", fb.claimed.Version,
+// either ends it (released with that batch; runClaim took it out of the
+// worker's count) or holds the partition on: leader mode, or work left
+// after the first batch.
+func (d *Distributor) claimedWithBatch(t *txn, m *member) {
+	c := taskstore.Claimed{Lease: m.lease, Position: m.cp.Position, Available: m.cp.Available}
+	d.reportClaim(c)
+	d.reportCheckpoint(m.lease, m.items, m.res.Position, t.elapsed)
+	if m.released {
+		d.emit(Event{Kind: EventReleased, Key: m.lease.Key, Version: m.lease.Version, Reason: "caught_up"})
+		d.log.Info("released partition", "event", "released", d.cfg.KeyAttr, m.lease.Key, "version", m.lease.Version,
 			"reason", "caught_up", "with_batch", true, "with_claim", true)
-		if unreserve {
-			d.wake()
-		}
 		return
 	}
-	c := fb.claimed
-	c.Position = fb.position // after its first batch
-	d.startHeld(c, fb.sent, true, nil, true)
+	c.Position = m.res.Position // after its first batch
+	d.startHeld(c, t.sent, true, nil, true)
 }
 
-// claimGroup runs a group's transaction: fence (cands, and spares in place
-// of those lost), the processor's group, claim and checkpoints of every
-// member (and in lock mode the release of those caught up), commit.
-func (d *Distributor) claimGroup(gp GroupProcessor, cands, spares []taskstore.Candidate) (out groupOutcome, err error) {
-	// The group may take no longer than a lease less the safety margin,
-	// as a lone first batch (claimBatch).
-	ctx, cancel := context.WithTimeoutCause(d.base, d.cfg.StaleAfter-d.cfg.SafetyMargin, context.DeadlineExceeded)
-	defer cancel()
-	ctx, cancelCause := context.WithCancelCause(ctx)
-	defer cancelCause(nil)
-	stop := context.AfterFunc(d.abandon, func() { cancelCause(context.Cause(d.abandon)) })
-	defer stop()
-	out.members, out.untried = cands, spares
-	start := d.cfg.Clock.Now()
-	defer func() { out.elapsed = d.cfg.Clock.Since(start) }()
-	conn, err := d.db.Conn(ctx)
-	if err != nil {
-		return out, fmt.Errorf("beginning claim of %d partitions with their first batches: %w", len(cands), causeOr(ctx, err))
+// claimTxn is the transaction claiming cands with their first batches:
+// alone (one candidate) or as a group processed by gp, with spares.
+func (d *Distributor) claimTxn(gp GroupProcessor, cands, spares []taskstore.Candidate) (*txn, *claimStatements) {
+	cs := &claimStatements{d: d, cands: cands, untried: spares}
+	// A first batch may take no longer than a lease less the safety
+	// margin, as any batch's local deadline allows; one that would is
+	// rolled back and claimed on its own, to run under heartbeats.
+	t := &txn{stmts: cs, lone: len(cands) == 1, group: gp, deadline: d.cfg.StaleAfter - d.cfg.SafetyMargin,
+		groupSpan: "baton.claim_group", members: make([]*member, len(cands))}
+	for i, c := range cands {
+		t.members[i] = &member{lease: partition.Lease{Key: c.Key, Version: c.Version + 1}, cand: c}
 	}
-	defer func() { _ = conn.Close() }()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return out, fmt.Errorf("beginning claim of %d partitions with their first batches: %w", len(cands), causeOr(ctx, err))
+	t.what = fmt.Sprintf("claim of %d partitions with their first batches", len(cands))
+	if t.lone {
+		t.what = fmt.Sprintf("claim of %s with its first batch", t.members[0].lease)
 	}
-	defer func() { _ = tx.Rollback() }()
-	if err := d.db.SetLocalTimeouts(ctx, tx); err != nil {
-		return out, fmt.Errorf("beginning claim of %d partitions with their first batches: %w", len(cands), causeOr(ctx, err))
-	}
-	tried := slices.SortedFunc(slices.Values(slices.Concat(cands, spares)), func(a, b taskstore.Candidate) int {
+	return t, cs
+}
+
+// claimStatements fence unowned candidates and claim them with their
+// first batches' checkpoints.
+type claimStatements struct {
+	d     *Distributor
+	cands []taskstore.Candidate
+	// untried are the spares, and once fenced those the fence did not
+	// need; lost are the candidates lost at the fence.
+	untried, lost []taskstore.Candidate
+}
+
+// fence fences the candidates (and spares in place of those lost) in one
+// statement, in key order (FenceUnowned for a lone candidate,
+// FenceUnownedGroup for a group), and makes those fenced the
+// transaction's members. The lease each will have if the claim commits is the version
+// read plus one: the processor writes under it, and its output commits
+// with the claim or not at all.
+func (s *claimStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member, error) {
+	tried := slices.SortedFunc(slices.Values(slices.Concat(s.cands, s.untried)), func(a, b taskstore.Candidate) int {
 		return strings.Compare(a.Key, b.Key)
 	})
-	fenced, err := d.store.FenceUnownedGroup(ctx, tx, tried, len(cands))
+	var fenced []taskstore.Fenced
+	var err error
+	if t.lone {
+		var cp partition.Checkpoint
+		switch cp, err = s.d.store.FenceUnowned(ctx, tx, s.cands[0]); {
+		case errors.Is(err, errClaimLost):
+			err = nil // lost: another claim transaction holds it, or it moved
+		case err == nil:
+			fenced = []taskstore.Fenced{{Candidate: s.cands[0], Checkpoint: cp}}
+		}
+	} else {
+		fenced, err = s.d.store.FenceUnownedGroup(ctx, tx, tried, len(s.cands))
+	}
 	if err != nil {
-		return out, causeOr(ctx, err)
+		return nil, causeOr(ctx, err)
 	}
 	// The fence tried candidates in key order until it had fenced as many
 	// as the group's size: those it passed over were lost, those after
 	// the last it fenced were not tried (when it stopped at the limit).
-	if len(fenced) == len(cands) {
+	if len(fenced) == len(s.cands) {
 		last := fenced[len(fenced)-1].Key
 		i, _ := slices.BinarySearchFunc(tried, last, func(c taskstore.Candidate, k string) int { return strings.Compare(c.Key, k) })
-		tried, out.untried = tried[:i+1], tried[i+1:]
+		tried, s.untried = tried[:i+1], tried[i+1:]
 	} else {
-		out.untried = nil
+		s.untried = nil
 	}
-	in := make(map[string]bool, len(fenced))
+	in := make(map[string]partition.Checkpoint, len(fenced))
 	for _, f := range fenced {
-		in[f.Key] = true
+		in[f.Key] = f.Checkpoint
 	}
-	out.members = make([]taskstore.Candidate, 0, len(fenced))
+	t.members = make([]*member, 0, len(fenced))
 	for _, c := range tried {
-		if in[c.Key] {
-			out.members = append(out.members, c)
-		} else {
-			out.lost = append(out.lost, c)
-		}
-	}
-	if len(fenced) == 0 {
-		return out, nil
-	}
-	// A span for the group's transaction, and in it one "baton.batch"
-	// span per member, as for a lone first batch (each linked to the
-	// batch its checkpoint comes from, and stored with its checkpoint).
-	var items int64
-	ctx, span := tracer.Start(ctx, "baton.claim_group", trace.WithAttributes(
-		attribute.String("baton.worker", d.worker.InstanceID), attribute.Int("baton.group", len(fenced))))
-	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Batches: make([]*Batch, len(fenced)),
-		Prepare: d.db.Direct()}
-	spans := make([]trace.Span, len(fenced))
-	traces := make([]string, len(fenced))
-	pending := make([]int64, len(fenced))
-	for i, f := range fenced {
-		pending[i] = f.Checkpoint.Available - f.Checkpoint.Position
-	}
-	limits := shareItems(pending, d.size.batchLimit(), d.size.groupLimit())
-	for i, f := range fenced {
-		cp := f.Checkpoint
-		l := partition.Lease{Key: f.Key, Version: f.Version + 1}
-		bctx, bspan := tracer.Start(ctx, "baton.batch", d.leaseAttrs(l), trace.WithAttributes(
-			attribute.Int64("baton.position", cp.Position), attribute.Bool("baton.with_claim", true)))
-		linkPrevious(bspan, cp.Traceparent)
-		spans[i], traces[i] = bspan, traceparentOf(bctx)
-		g.Batches[i] = &Batch{Kind: d.cfg.Kind, Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Checkpoint: cp, Limit: limits[i],
-			Partition: partition.PartitionOf(l.Key)}
-		out.items += limits[i]
-	}
-	var steps []taskstore.ClaimStep
-	defer func() {
-		for i, bspan := range spans {
-			var n int64
-			caughtUp := false
-			if err == nil {
-				n, caughtUp = steps[i].Position-steps[i].From, steps[i].Position >= g.Batches[i].Checkpoint.Available
-				bspan.SetAttributes(attribute.Int64("baton.position", steps[i].Position), attribute.Bool("baton.first_batch", true),
-					attribute.Bool("baton.takeover", false))
-			}
-			endBatchSpan(bspan, n, caughtUp, err)
-		}
-		span.SetAttributes(attribute.Int64("baton.items", items))
-		endSpan(span, err)
-	}()
-	results, err := d.processGroup(ctx, gp, g)
-	if err != nil {
-		return out, causeOr(ctx, err)
-	}
-	steps = make([]taskstore.ClaimStep, len(fenced))
-	for i, f := range fenced {
-		b, res := g.Batches[i], results[i]
-		cp := b.Checkpoint
-		if res.Position <= cp.Position || res.Position > cp.Available {
-			return out, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
-				b.Lease, res.Position, cp.Position, cp.Available)
-		}
-		items += res.Position - cp.Position
-		steps[i] = taskstore.ClaimStep{Candidate: f.Candidate, From: cp.Position, Position: res.Position,
-			State: res.State, Release: res.Position >= cp.Available && d.releasesCaughtUp(f.Key), Traceparent: traces[i]}
-	}
-	sent := d.cfg.Clock.Now()
-	if err := d.claimAdvanceGroupTraced(ctx, tx, steps); err != nil {
-		return out, causeOr(ctx, err)
-	}
-	watch := dbconn.WatchConn(conn.Conn)
-	if err := tx.Commit(); err != nil {
-		if ctx.Err() != nil || !dberr.UnknownOutcome(err) {
-			return out, fmt.Errorf("committing claim of %d partitions with their first batches: %w", len(fenced), causeOr(ctx, err))
-		}
-		// The commit may have applied with its reply lost: re-read one
-		// member, which tells for all (one transaction).
-		b := g.Batches[0]
-		ok, rerr := d.resolveCommit(b.Lease, steps[0].Position, steps[0].Release)
-		if rerr != nil && !errors.Is(rerr, partition.ErrFenced) {
-			out.unknown = true
-			return out, fmt.Errorf("committing claim of %d partitions with their first batches (outcome re-read: %v): %w",
-				len(fenced), rerr, err)
-		}
+		cp, ok := in[c.Key]
 		if !ok {
-			return out, fmt.Errorf("committing claim of %d partitions with their first batches (re-read: not applied): %w",
-				len(fenced), err)
+			s.lost = append(s.lost, c)
+			continue
 		}
-		d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, b.Lease.Key,
-			"version", b.Lease.Version, "partitions", len(fenced))
+		t.members = append(t.members, &member{lease: partition.Lease{Key: c.Key, Version: c.Version + 1}, cand: c,
+			state: memberIn, cp: cp})
 	}
-	if watch.NotReplicated() {
-		for i, st := range steps {
-			d.reportNotReplicated(g.Batches[i].Lease, st.Position)
-		}
-	}
-	elapsed := d.cfg.Clock.Since(start)
-	d.size.groupTook(int(items), elapsed)
-	out.committed = make([]firstBatch, len(fenced))
-	for i, st := range steps {
-		b := g.Batches[i]
-		out.committed[i] = firstBatch{
-			claimed:  taskstore.Claimed{Lease: b.Lease, Position: st.From, Available: b.Checkpoint.Available},
-			items:    st.Position - st.From,
-			position: st.Position,
-			caughtUp: st.Position >= b.Checkpoint.Available,
-			released: st.Release,
-			elapsed:  elapsed,
-			sent:     sent,
-		}
-	}
-	return out, nil
+	return t.members, nil
 }
 
-// processGroup calls the processor's group, which must return one result
-// per member.
-func (d *Distributor) processGroup(ctx context.Context, gp GroupProcessor, g *Group) (res []Result, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("processor panicked on a group of %d partitions (%s, …): %v", len(g.Batches), g.Batches[0].Lease, r)
-		}
-	}()
-	res, err = gp.ProcessGroup(ctx, g)
-	if err != nil {
-		return nil, fmt.Errorf("processing a group of %d partitions (%s, …): %w", len(g.Batches), g.Batches[0].Lease, err)
-	}
-	if len(res) != len(g.Batches) {
-		return nil, fmt.Errorf("processing a group of %d partitions (%s, …): processor returned %d results",
-			len(g.Batches), g.Batches[0].Lease, len(res))
-	}
-	return res, nil
-}
-
-// claimAdvanceGroupTraced is Store.ClaimAdvanceGroup in a "baton.claim"
-// span, in ctx, the group's span's, whose trace context every member's
-// checkpoint stores.
-func (d *Distributor) claimAdvanceGroupTraced(ctx context.Context, tx bun.Tx, steps []taskstore.ClaimStep) error {
+// record claims every member, records its checkpoint and history and, in
+// lock mode when caught up, releases it, in one statement, all or nothing
+// (ClaimAdvance for a lone member, ClaimAdvanceGroup for a group), in a "baton.claim" span (and a lone member's release in a
+// "baton.release" span over the same statement). Each member's checkpoint
+// stores its batch span's trace context. A lone claim that finds its
+// fenced row locked (errClaimBusy) lost no race.
+func (s *claimStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*member) error {
+	d := s.d
+	steps := make([]taskstore.ClaimStep, len(in))
 	released := 0
-	for _, st := range steps {
-		if st.Release {
+	for i, m := range in {
+		steps[i] = taskstore.ClaimStep{Candidate: m.cand, From: m.cp.Position, Position: m.res.Position,
+			State: m.res.State, Release: m.release, Traceparent: traceparentOf(m.ctx)}
+		if m.release {
 			released++
 		}
 	}
-	_, span := tracer.Start(ctx, "baton.claim", trace.WithAttributes(attribute.Int("baton.candidates", len(steps)),
+	sctx, span := tracer.Start(ctx, "baton.claim", trace.WithAttributes(attribute.Int("baton.candidates", len(steps)),
 		attribute.String("baton.worker", d.worker.InstanceID), attribute.Bool("baton.with_batch", true),
 		attribute.Int("baton.released", released)))
-	_, err := d.store.ClaimAdvanceGroup(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, steps, "caught_up")
+	var rspan trace.Span
+	if t.lone && released > 0 {
+		_, rspan = tracer.Start(sctx, "baton.release", d.leaseAttrs(in[0].lease), trace.WithAttributes(
+			attribute.String("baton.reason", "caught_up"), attribute.Bool("baton.with_batch", true),
+			attribute.Bool("baton.with_claim", true)))
+	}
+	t.sent = d.cfg.Clock.Now()
+	var err error
+	if st := steps[0]; t.lone {
+		// The statement's context is the batch span's: its trace
+		// context is stored with the checkpoint.
+		_, err = d.store.ClaimAdvance(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, st.Candidate, st.From, st.Position,
+			st.State, st.Release, "caught_up")
+	} else {
+		_, err = d.store.ClaimAdvanceGroup(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, steps, "caught_up")
+	}
 	won := 0
 	if err == nil {
 		won = len(steps)
 	}
 	span.SetAttributes(attribute.Int("baton.won", won))
+	if rspan != nil {
+		endSpan(rspan, err)
+	}
 	endSpan(span, err)
-	return err
+	if err != nil {
+		if t.lone && errors.Is(err, errClaimLost) && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %v", errClaimBusy, err)
+		}
+		return causeOr(ctx, err)
+	}
+	for _, m := range in {
+		m.released = m.release
+	}
+	return nil
 }

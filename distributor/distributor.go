@@ -47,7 +47,7 @@ type Distributor struct {
 	mu   sync.Mutex
 	held map[string]*held
 	// claiming holds the keys of claims in flight with their first batch
-	// (claimFresh): they take room as held partitions do, and are not
+	// (claimFreshAll): they take room as held partitions do, and are not
 	// claimed a second time meanwhile.
 	claiming map[string]struct{}
 	// lostClaims are candidates another worker's claim transaction held

@@ -488,11 +488,21 @@
 //     (claim nothing more, leave the live count, release).
 //   - claimer.go: the claim loop (Claim, Waking) and the choice of
 //     candidates, including a dead worker's partitions beyond the share.
-//   - claimbatch.go: an unowned partition's claim inside its first batch's
-//     transaction (Claim with the first batch), and what follows a commit,
-//     a lost race or a failure there.
-//   - claimgroup.go: several of those in one transaction (Claim in
-//     groups), and the fall-back to each on its own.
+//   - txn.go: the fenced transaction, one pipeline for every batch the
+//     worker commits (Process, Claim with the first batch, Claim in
+//     groups, Held groups): begin, fence, process (Process for a lone
+//     batch, ProcessGroup for a group), check each member's range, record
+//     (advance, or claim and advance), release the members caught up,
+//     commit, report a commit the standby did not confirm, and resolve an
+//     unknown outcome. A lone batch is a group of one; a claim is the same
+//     transaction with its claim in the record step. What differs is data
+//     on the transaction and its fence and record statements.
+//   - claimgroup.go: unowned partitions claimed with their first batches,
+//     alone or in groups (the claim's fence and record statements), and
+//     what follows: held on or released, lost candidates skipped, after a
+//     rollback each member on its own.
+//   - claimbatch.go: candidates lost at their fence, transactions given up
+//     mid-statement, and the claim of its own after a first batch failed.
 //   - share.go: the fair share and hand-back. The decisions themselves
 //     (the share, what to hand back, which candidates to claim, the
 //     renewal threshold, confirmation, back-off) are pure functions in
@@ -501,8 +511,10 @@
 //   - renewer.go: Heartbeat over a connection reserved for it.
 //   - partition_loop.go: one held partition: Confirm, then batches until
 //     caught up, handed back, lost or stopped.
-//   - batch.go: Process, one fenced transaction, and commit resolution
-//     (unknown outcomes, late commits).
+//   - batch.go: Process, a held partition's batches (the fence and record
+//     statements of held partitions: Fence, Advance, the first batch's
+//     history, the release with the last batch), and a lone batch; late
+//     commits of a claim's own batch (movedOr).
 //   - heldgroup.go: Held groups, held partitions' batches queued behind
 //     the one in flight and run as one transaction, and the fall-back to
 //     each alone.

@@ -2,17 +2,10 @@ package distributor
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
-	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
-	"github.com/batonhq/baton/partition"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Held groups: the batches of several held partitions of one worker,
@@ -196,239 +189,33 @@ func (d *Distributor) runHeldGroup(gp GroupProcessor, members []*queuedBatch) he
 	return own
 }
 
-// heldGroup runs one transaction over the batches of hs: fence, the
-// processor's group, checkpoints, releases, commit. It returns each
-// member's outcome, or that it is to run alone; err is the group's
-// failure, if any (every member it concerns is then to run alone).
+// heldGroup runs the batches of hs as one fenced transaction (txn.go).
+// It returns each member's outcome, or that it is to run alone; err is the
+// group's failure, if any (every member it concerns is then to run alone).
 func (d *Distributor) heldGroup(gp GroupProcessor, hs []*held) (res []heldResult, alone []bool, err error) {
-	n := len(hs)
-	res, alone = make([]heldResult, n), make([]bool, n)
-	order := make([]int, n) // members in partition_key order: the order of their locks
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(hs[a].lease.Key, hs[b].lease.Key) })
-	// in are the members in the transaction after the fence; they run
-	// alone if it fails.
-	var in []int
-	defer func() {
-		if err != nil {
-			for _, i := range in {
-				alone[i] = true
-				res[i] = heldResult{}
-			}
-		}
-	}()
-
-	ctx, cancel := context.WithCancelCause(d.base)
-	defer cancel(nil)
-	stops := []func() bool{context.AfterFunc(d.abandon, func() { cancel(context.Cause(d.abandon)) })}
-	for _, h := range hs {
-		lctx := h.lease.Context()
-		key := h.lease.Key
-		stops = append(stops, context.AfterFunc(lctx, func() {
-			cancel(fmt.Errorf("lease of %s ended: %w", key, context.Cause(lctx)))
-		}))
-	}
-	defer func() {
-		for _, stop := range stops {
-			stop()
-		}
-	}()
-	start := d.cfg.Clock.Now()
-	for _, h := range hs {
-		h.tried = 0
-	}
-	defer func() {
-		took := d.cfg.Clock.Since(start)
-		for _, h := range hs {
-			h.took = took
-		}
-	}()
-	ctx, span := tracer.Start(ctx, "baton.batch_group", trace.WithAttributes(
-		attribute.String("baton.worker", d.worker.InstanceID), attribute.Int("baton.group", n)))
-	var total int64
-	defer func() {
-		span.SetAttributes(attribute.Int64("baton.items", total), attribute.Int("baton.members", len(in)))
-		endSpan(span, err)
-	}()
-	all := func() { in = slices.Clone(order) } // a failure before the fence concerns every member
-	conn, err := d.db.Conn(ctx)
-	if err != nil {
-		all()
-		return res, alone, fmt.Errorf("beginning batches of %d held partitions: %w", n, causeOr(ctx, err))
-	}
-	defer func() { _ = conn.Close() }()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		all()
-		return res, alone, fmt.Errorf("beginning batches of %d held partitions: %w", n, causeOr(ctx, err))
-	}
-	defer func() { _ = tx.Rollback() }()
-	if err := d.db.SetLocalTimeouts(ctx, tx); err != nil {
-		all()
-		return res, alone, fmt.Errorf("beginning batches of %d held partitions: %w", n, causeOr(ctx, err))
-	}
-	// Fence each member by its own claim, in key order; a member lost
-	// there drops out with the fence's error, as a lone batch would.
-	cps := make([]partition.Checkpoint, n)
-	for k, i := range order {
-		l := hs[i].lease.Lease
-		cp, ferr := d.store.Fence(ctx, tx, d.worker.InstanceID, l)
+	t := d.heldTxn(gp, hs)
+	err = d.runTxn(t)
+	res, alone = make([]heldResult, len(hs)), make([]bool, len(hs))
+	in := 0
+	for i, m := range t.members {
 		switch {
-		case errors.Is(ferr, partition.ErrFenced):
-			res[i] = heldResult{err: causeOr(ctx, ferr)}
-			continue
-		case ferr != nil:
-			in = append(in, order[k:]...)
-			return res, alone, causeOr(ctx, ferr)
-		case cp.Position >= cp.Available:
-			res[i] = heldResult{caughtUp: true}
-			continue
-		case d.wouldSplit(hs[i].lease.Key, cp):
+		case m.state == memberAlone:
 			alone[i] = true
-			continue
-		}
-		cps[i] = cp
-		in = append(in, i)
-	}
-	if len(in) == 0 {
-		return res, alone, nil
-	}
-	pending := make([]int64, len(in))
-	for k, i := range in {
-		pending[k] = cps[i].Available - cps[i].Position
-	}
-	limits := shareItems(pending, d.size.batchLimit(), d.size.groupLimit())
-	tried := 0
-	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Batches: make([]*Batch, len(in)),
-		Prepare: d.db.Direct(), Held: true}
-	spans := make([]trace.Span, len(in))
-	items := make([]int64, len(in))
-	caught := make([]bool, len(in))
-	for k, i := range in {
-		h := hs[i]
-		l := h.lease.Lease
-		_, bspan := tracer.Start(ctx, "baton.batch", d.leaseAttrs(l), trace.WithAttributes(
-			attribute.Bool("baton.with_group", true)))
-		spans[k] = bspan
-		g.Batches[k] = &Batch{Kind: d.cfg.Kind, Lease: l, Owner: d.worker.InstanceID, Tx: tx, Conn: conn,
-			Checkpoint: cps[i], Limit: limits[k], Partition: partition.PartitionOf(l.Key)}
-		h.tried = limits[k]
-		tried += limits[k]
-	}
-	defer func() {
-		if err != nil && dberr.TooLong(err) {
-			// Groups take fewer items from now on; each member goes on
-			// alone, which halves its own batch if that is too long too.
-			limit := d.size.groupTooLong(tried, d.cfg.Clock.Since(start))
-			d.log.Info("batches of a group of held partitions too long for one transaction; each runs alone",
-				"partitions", len(in), "items", tried, "group_limit", limit, "error", err)
-		}
-	}()
-	defer func() {
-		for k, bspan := range spans {
-			if err != nil {
-				endBatchSpan(bspan, 0, false, err)
-				continue
-			}
-			endBatchSpan(bspan, items[k], caught[k], nil)
-		}
-	}()
-	results, err := d.processGroup(ctx, gp, g)
-	if err != nil {
-		return res, alone, causeOr(ctx, err)
-	}
-	var release []partition.Lease
-	for k, b := range g.Batches {
-		r, cp := results[k], b.Checkpoint
-		if r.Position <= cp.Position || r.Position > cp.Available {
-			return res, alone, fmt.Errorf("processing %s: processor returned position %d outside (%d, %d]",
-				b.Lease, r.Position, cp.Position, cp.Available)
-		}
-		spans[k].SetAttributes(attribute.Int64("baton.position", r.Position), attribute.Bool("baton.first_batch", false),
-			attribute.Bool("baton.takeover", false))
-		if err := d.store.Advance(trace.ContextWithSpan(ctx, spans[k]), tx, b.Lease, cp.Position, r.Position, r.State); err != nil {
-			return res, alone, causeOr(ctx, err)
-		}
-		items[k], caught[k] = r.Position-cp.Position, r.Position >= cp.Available
-		total += items[k]
-		if caught[k] && d.releasesCaughtUp(b.Lease.Key) {
-			release = append(release, b.Lease)
-		}
-	}
-	released := map[string]bool{}
-	if len(release) > 0 {
-		// As a lone batch's release with its last batch (batch.go), for
-		// every member caught up, in one statement.
-		for _, k := range in {
-			if slices.ContainsFunc(release, func(l partition.Lease) bool { return l.Key == hs[k].lease.Key }) {
-				hs[k].lease.SetReleasing(true)
+		case m.state == memberOut || err == nil:
+			res[i] = d.heldDone(t, m)
+		default: // in the transaction that failed, or not fenced before it did
+			alone[i] = true
+			if m.state == memberIn {
+				in++
 			}
 		}
-		defer func() {
-			if err != nil {
-				for _, k := range in {
-					hs[k].lease.SetReleasing(false)
-				}
-			}
-		}()
-		rctx, rspan := tracer.Start(ctx, "baton.release", trace.WithAttributes(attribute.String("baton.reason", "caught_up"),
-			attribute.Bool("baton.with_batch", true), attribute.Int("baton.partitions", len(release))))
-		keys, rerr := d.store.WithDB(tx).ReleaseFor(rctx, d.worker.InstanceID, "caught_up", release)
-		if rerr == nil && len(keys) != len(release) {
-			rerr = fmt.Errorf("releasing %d partitions with their last batches, %d released: %w", len(release), len(keys), partition.ErrFenced)
-		}
-		endSpan(rspan, rerr)
-		if rerr != nil {
-			return res, alone, causeOr(ctx, rerr)
-		}
-		for _, l := range release {
-			released[l.Key] = true
-		}
 	}
-	watch := dbconn.WatchConn(conn.Conn)
-	if cerr := tx.Commit(); cerr != nil {
-		if ctx.Err() != nil || !dberr.UnknownOutcome(cerr) {
-			return res, alone, fmt.Errorf("committing batches of %d held partitions: %w", len(in), causeOr(ctx, cerr))
-		}
-		// The commit may have applied with its reply lost: re-read each
-		// member, which answers for itself as a lone batch's re-read.
-		for k, i := range in {
-			l := g.Batches[k].Lease
-			ok, rerr := d.resolveCommit(l, results[k].Position, released[l.Key])
-			if rerr != nil || !ok {
-				hs[i].lease.SetReleasing(false)
-				res[i] = heldResult{err: fmt.Errorf("committing batch of %s (outcome re-read: %v): %w", l, rerr, cerr)}
-				items[k] = 0
-				continue
-			}
-			d.log.Info("commit outcome was unknown; re-read shows it applied", d.cfg.KeyAttr, l.Key, "version", l.Version)
-		}
+	if err != nil && t.tried > 0 && dberr.TooLong(err) {
+		// Groups take fewer items from now on; each member goes on
+		// alone, which halves its own batch if that is too long too.
+		limit := d.size.groupTooLong(t.tried, t.elapsed)
+		d.log.Info("batches of a group of held partitions too long for one transaction; each runs alone",
+			"partitions", in, "items", t.tried, "group_limit", limit, "error", err)
 	}
-	elapsed := d.cfg.Clock.Since(start)
-	var largest int64
-	for k, i := range in {
-		if res[i].err != nil {
-			continue
-		}
-		l := g.Batches[k].Lease
-		res[i] = heldResult{items: items[k], caughtUp: caught[k], released: released[l.Key]}
-		if watch.NotReplicated() {
-			d.reportNotReplicated(l, results[k].Position)
-		}
-		hs[i].pending.Store(max(0, cps[i].Available-results[k].Position))
-		largest = max(largest, items[k])
-		d.reportCheckpoint(l, items[k], results[k].Position, elapsed)
-	}
-	d.size.groupTook(int(total), elapsed)
-	d.size.batchTook(int(largest), elapsed)
-	return res, alone, nil
-}
-
-// wouldSplit reports whether a batch of key at cp would split its
-// partition (split.go), which it then does alone.
-func (d *Distributor) wouldSplit(key string, cp partition.Checkpoint) bool {
-	_, ok := d.proc.(Splitter)
-	return ok && partition.PartitionOf(key) == key && cp.Available-cp.Position > 2*d.cfg.SegmentRecords
+	return res, alone, err
 }

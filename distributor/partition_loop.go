@@ -18,7 +18,7 @@ func (d *Distributor) start(c taskstore.Claimed, sent time.Time) {
 // startHeld tracks a won claim and runs it. started says its first batch
 // has committed already (with the claim); failWith, if set, is a failure of
 // that first batch to record before anything else; reserved says the room
-// it takes was reserved by claimFresh, which this hands over to the held
+// it takes was reserved by claimFreshAll, which this hands over to the held
 // partition in the same step.
 func (d *Distributor) startHeld(c taskstore.Claimed, sent time.Time, started bool, failWith error, reserved bool) {
 	h := &held{takeover: c.Takeover, claimedAt: sent, prevBeat: c.PrevHeartbeat, nudge: make(chan struct{}, 1),
