@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// ---- a claim with its first batch (distributor's claimFresh) -------------
+// ---- a claim with its first batch (distributor's claimTxn) ---------------
 
-// claimRun is Distributor.runClaimBatch: an unowned candidate claimed in
+// claimRun is Distributor.runClaim for one candidate: claimed in
 // the transaction of its first batch. Its context is a lease of its own,
 // never renewed, that ends at StaleAfter − SafetyMargin from the start by
 // the worker's clock (the transaction's timeout).
@@ -127,7 +127,7 @@ func (cr *claimRun) claimAdvance() {
 	cr.call(&request{kind: reqClaimAdvance, newPos: cr.newPos, release: cr.release}, func(resp response) {
 		if resp.err == errClaimLost {
 			// Past its fence nobody else can claim the row: it was
-			// locked (runClaimBatch's errClaimBusy).
+			// locked (runClaim's errClaimBusy).
 			cr.finish(errClaimBusy, false)
 			return
 		}
@@ -201,7 +201,7 @@ func (cr *claimRun) resolve(commitErr errKind) {
 	try()
 }
 
-// finish is what runClaimBatch does with the outcome. unknown: the commit
+// finish is what runClaim does with the outcome. unknown: the commit
 // may have applied.
 func (cr *claimRun) finish(err errKind, unknown bool) {
 	w := cr.w

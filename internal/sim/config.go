@@ -237,7 +237,7 @@ type Config struct {
 	AdvanceCAS bool
 	// ClaimWithBatch claims an unowned candidate inside the transaction of
 	// its first batch, as the implementation does (distributor's
-	// claimFresh): fence the unowned row, process, claim and advance (and
+	// runClaim): fence the unowned row, process, claim and advance (and
 	// release when caught up in lock mode) in one statement, commit. Off,
 	// every claim is a statement of its own, as before.
 	ClaimWithBatch bool
