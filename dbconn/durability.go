@@ -30,16 +30,16 @@ const unreplicatedKey = "baton.unreplicated_commits"
 // NotReplicatedNotice reports whether n is PostgreSQL's warning that a
 // commit was not confirmed by its synchronous standby (see
 // ErrNotReplicated). The server sends it in the language of lc_messages;
-// it is recognised in English, and in any language when the server ends
-// the session (SQLSTATE 57P01 with severity WARNING is sent by nothing
-// else).
+// it is recognised in English only. Its SQLSTATE tells nothing: the
+// terminating form shares 57P01 and severity WARNING with the notice an
+// immediate shutdown sends every session, whose commit may not have
+// happened at all.
 func NotReplicatedNotice(n *pgconn.Notice) bool {
 	if n == nil || severity(n) != "WARNING" {
 		return false
 	}
 	return strings.Contains(n.Detail, "has already committed locally") ||
-		strings.Contains(n.Message, "wait for synchronous replication") ||
-		n.Code == "57P01"
+		strings.Contains(n.Message, "wait for synchronous replication")
 }
 
 func severity(n *pgconn.Notice) string {
