@@ -191,6 +191,13 @@ type Config struct {
 	// ShutdownTimeout bounds a graceful stop: batches still running after
 	// it are abandoned (rolled back). Defaults to 10s.
 	ShutdownTimeout time.Duration
+	// StartTimeout bounds how long Start keeps registering the worker
+	// while the database answers with errors that say nothing about the
+	// data (restarting, failing over, connections refused, cut or timing
+	// out), retrying with back-off. A worker started during an outage
+	// then waits for the database instead of failing. Defaults to
+	// StaleAfter, and is never shorter than 10s.
+	StartTimeout time.Duration
 	// DisableEvents turns off the ownership history (table events) that
 	// claims, takeovers, first batches, releases, fence rejections,
 	// failures and retries otherwise record in their own statements.
@@ -249,6 +256,9 @@ func (c *Config) setDefaults() {
 	c.Backoff = cmp.Or(c.Backoff, BackoffDefault)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, MaxBackoffDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	if c.StartTimeout >= 0 { // a negative one is left for validate to refuse
+		c.StartTimeout = max(cmp.Or(c.StartTimeout, c.StaleAfter), registerTimeout)
+	}
 	c.EventRetention = cmp.Or(c.EventRetention, EventRetentionDefault)
 	c.EventMaxRows = cmp.Or(c.EventMaxRows, EventMaxRowsDefault)
 	c.KeyAttr = cmp.Or(c.KeyAttr, KeyAttrDefault)
@@ -325,6 +335,9 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("ShutdownTimeout must be positive, got %s", c.ShutdownTimeout))
+	}
+	if c.StartTimeout < 0 {
+		errs = append(errs, fmt.Errorf("StartTimeout must not be negative, got %s", c.StartTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -188,7 +188,7 @@ func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 }
 
 // registerTimeout is the least time Start gives the database to register
-// the worker.
+// the worker (see Config.StartTimeout).
 const registerTimeout = 10 * time.Second
 
 // InstanceID is the owner id this worker writes into task rows.
@@ -196,7 +196,8 @@ func (d *Distributor) InstanceID() string { return d.worker.InstanceID }
 
 // Start registers the worker and starts claiming in the background. It
 // returns once registered, or with an error when the database does not
-// answer within StaleAfter (at least 10s) or before ctx ends. Cancelling
+// answer within StartTimeout (StaleAfter, at least 10s, by default) or
+// before ctx ends, or answers with an error that is not transient. Cancelling
 // ctx stops the distributor gracefully, as Stop does.
 func (d *Distributor) Start(ctx context.Context) error {
 	if !d.started.CompareAndSwap(false, true) {
@@ -215,10 +216,9 @@ func (d *Distributor) register(ctx context.Context) error {
 	// worker in their fair share before it claims anything.
 	// This also opens the heartbeat's pinned connection before any batch
 	// competes for connections.
-	// Bounded: a database that cannot answer fails the start rather than
-	// hanging it. Connecting may take a while on a busy server, so the
-	// bound is never shorter than registerTimeout.
-	rctx, cancel := context.WithTimeout(ctx, max(d.cfg.StaleAfter, registerTimeout))
+	// Bounded by StartTimeout: a database that cannot answer for that long
+	// fails the start rather than hanging it.
+	rctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
 	defer cancel()
 	listenDB, err := d.listenHandle(rctx)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,6 +104,12 @@ func TestStopWhileRegisteringIsGraceful(t *testing.T) {
 // network reset or a restarting server would. It returns dsn with its
 // address instead of the server's.
 func resettingFront(t *testing.T, dsn string, n int) string {
+	return front(t, dsn, func(i int64) bool { return i <= int64(n) })
+}
+
+// front is resettingFront closing the i-th connection (from 1) at once
+// when reset(i) says so.
+func front(t *testing.T, dsn string, reset func(i int64) bool) string {
 	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -121,7 +128,7 @@ func resettingFront(t *testing.T, dsn string, n int) string {
 			if err != nil {
 				return
 			}
-			if refused.Add(1) <= int64(n) {
+			if reset(refused.Add(1)) {
 				_ = c.Close()
 				continue
 			}
@@ -162,4 +169,70 @@ func TestStartSurvivesResetConnections(t *testing.T) {
 	defer d.Stop()
 	ev.wait(t, 20*time.Second, "the partition processed", kind(distributor.EventReleased))
 	e.verify()
+}
+
+// A worker that cannot reach the database for longer than the default
+// bound of its start (StaleAfter, at least 10s) still starts when its
+// StartTimeout is longer: the fault suite saw a worker exit 1 when a
+// network fault cut it off while it registered.
+func TestStartWaitsOutAnOutageWithinStartTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addWork(5, "p")
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.StartTimeout = 2 * time.Minute
+	outage := 12 * time.Second // longer than the default bound
+	var until atomic.Int64
+	until.Store(time.Now().Add(outage).UnixNano())
+	var resets atomic.Int64
+	dsn := front(t, e.dsn, func(int64) bool {
+		if time.Now().UnixNano() < until.Load() {
+			resets.Add(1)
+			return true
+		}
+		return false
+	})
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 8})
+	d, err := distributor.New(db, newProc(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatalf("Start = %v; want a worker that waited out the outage", err)
+	}
+	defer d.Stop()
+	if waited := time.Since(start); waited < outage || resets.Load() < 2 {
+		t.Fatalf("Start returned after %s with %d connections reset; want it to have retried through the %s outage", waited, resets.Load(), outage)
+	}
+	ev.wait(t, 20*time.Second, "the partition processed", kind(distributor.EventReleased))
+	e.verify()
+}
+
+// Without a longer StartTimeout the same outage fails the start, naming
+// the worker: the bound is what the test above lengthens.
+func TestStartFailsWhenTheOutageOutlastsStartTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := fastConfig("w", newEvents())
+	cfg.StartTimeout = time.Second // raised to the 10s floor
+	dsn := front(t, e.dsn, func(int64) bool { return true })
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 8})
+	d, err := distributor.New(db, newProc(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = d.Start(context.Background())
+	if err == nil {
+		d.Stop()
+		t.Fatal("Start succeeded while every connection was reset")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "registering worker w#") && !strings.Contains(msg, "connecting worker w#") {
+		t.Fatalf("Start error = %v; want it to name the worker it could not register", err)
+	}
+	if waited := time.Since(start); waited < 10*time.Second {
+		t.Fatalf("Start failed after %s; want it to retry for its 10s floor", waited)
+	}
 }

@@ -56,7 +56,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.StringVar(&r.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9090); off when empty")
 	r.history.register(f)
 	r.console.register(f, "ui-addr", "ui-token", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
-	f.DurationVar(&r.waitForDB, "wait-for-database", 5*time.Minute, "at start, how long to wait for the database to answer, retrying with back-off (0: fail at once)")
+	f.DurationVar(&r.waitForDB, "wait-for-database", 5*time.Minute, "at start, how long to wait for the database to answer and register the worker, retrying with back-off (0: fail at once if it cannot connect)")
 	positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "claim-group", "claim-group-records", "segment-records", "max-attempts", "shutdown-timeout")
 	nonNegative(f, "wait-for-database", "batch-target")
 }
@@ -68,6 +68,9 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	cfg.KeyAttr = "contract_id"
 	cfg.Logger = g.logger
 	cfg.Schema = g.schema
+	// A database that goes away while the worker registers is waited for
+	// as long as one that is not there when it starts.
+	cfg.StartTimeout = r.waitForDB
 	if g.outage != nil {
 		prevBeat, prevEvent := cfg.OnHeartbeat, cfg.OnEvent
 		cfg.OnHeartbeat = func(err error, latency time.Duration, renewed int) {
