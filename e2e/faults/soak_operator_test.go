@@ -22,7 +22,10 @@ import (
 // "worker load --tiers --reprice", a plain "worker reprice", amended
 // amounts with "worker load --amend", which rewind a contract to its start
 // or to the amended record); "worker prune" removes finished loads while
-// the loader goes on re-delivering records.
+// the loader goes on re-delivering records; and a pruned load's file is
+// loaded again, whose records must all be skipped as re-delivered (a
+// record accepted again would be billed twice, which the check of the
+// export finds too).
 //
 // The contracts are of two kinds, so that the two never meet: "worker
 // reprice" refuses a contract with pruned records, by design. Every third
@@ -35,8 +38,8 @@ import (
 //
 // A load is pruned only once the load after it has committed: the loader
 // re-delivers records of the previous load only, so no record of a pruned
-// load is ever delivered again. Re-delivery of pruned records (to be
-// skipped) is not exercised here.
+// load is ever delivered by the loader; pruned records are re-delivered
+// only by the "redeliver_pruned" fault, which loads a pruned file again.
 var soakOperatorFaults = []struct {
 	kind   string
 	weight int
@@ -45,6 +48,7 @@ var soakOperatorFaults = []struct {
 	{"reprice", 25},
 	{"amend", 25},
 	{"prune", 25},
+	{"redeliver_pruned", 15},
 }
 
 // pruneClass reports whether contract index c is one of the pruned
@@ -84,6 +88,8 @@ func (s *soak) operator(ctx context.Context, rng *rand.Rand) {
 			kind = "prune" // the first prune as soon as it can be: short runs have one
 		case kind == "prune" && prunable == 0:
 			kind = "reprice"
+		case kind == "redeliver_pruned" && pruned == 0:
+			kind = "amend"
 		}
 		start := time.Now()
 		if err := s.operate(rng, kind); err != nil {
@@ -203,6 +209,22 @@ func (s *soak) operate(rng *rand.Rand, kind string) error {
 		r.prunedFiles = append(r.prunedFiles, path)
 		s.loadMu.Unlock()
 		return nil
+	case "redeliver_pruned":
+		// Under the loads' lock, as every load: were a record accepted
+		// again, its place in acceptance order would be this one.
+		s.loadMu.Lock()
+		defer s.loadMu.Unlock()
+		path := r.prunedFiles[rng.IntN(len(r.prunedFiles))]
+		if err := s.cliRetry([]int{0}, "load", "--records", path); err != nil {
+			return err
+		}
+		if !strings.Contains(s.lastOut, " 0 records accepted, ") {
+			return fmt.Errorf("loading the pruned %s again accepted records (each would be billed twice):\n%s", filepath.Base(path), s.lastOut)
+		}
+		s.mu.Lock()
+		s.redeliveredPruned++
+		s.mu.Unlock()
+		return nil
 	}
 	return fmt.Errorf("unknown operator fault %q", kind)
 }
@@ -235,7 +257,8 @@ func (s *soak) loadIDs(path string) ([]int64, error) {
 }
 
 // cliRetry runs the worker binary with args on the database until it exits
-// with one of the codes in ok (its code is left in s.lastExit), repeating
+// with one of the codes in ok (its code and output are left in s.lastExit
+// and s.lastOut), repeating
 // it while it exits 1 (the database restarting), for at most two minutes.
 // Every operator command is safe to repeat: a load or re-pricing that
 // committed before its exit status was lost changes nothing the second
@@ -254,7 +277,7 @@ func (s *soak) cliRetry(ok []int, args ...string) error {
 			return fmt.Errorf("worker %s: %w", strings.Join(args, " "), err)
 		}
 		if slices.Contains(ok, code) {
-			s.lastExit = code
+			s.lastExit, s.lastOut = code, string(out)
 			return nil
 		}
 		if !s.retriable(code) {

@@ -175,14 +175,16 @@ type soak struct {
 
 	// The operator faults (soak_operator_test.go). loadMu orders the
 	// loads of records files as they commit (their order in r.inputs).
-	loadMu       sync.Mutex
-	firstRecords string   // the first load's records file, every contract's
-	prunable     []string // records files of pruned contracts' loads whose next load committed
-	opSeq        int
-	lastExit     int             // of the operator's last command
-	opFails      int             // operator commands repeated after a database failure
-	pruneSkips   int             // prunes refused: the load's records not all priced yet
-	failovers    []time.Duration // HA mode: primary killed → another node accepting writes
+	loadMu            sync.Mutex
+	firstRecords      string   // the first load's records file, every contract's
+	prunable          []string // records files of pruned contracts' loads whose next load committed
+	opSeq             int
+	lastExit          int             // of the operator's last command
+	lastOut           string          // of the operator's last command
+	redeliveredPruned int             // pruned files loaded again, every record skipped
+	opFails           int             // operator commands repeated after a database failure
+	pruneSkips        int             // prunes refused: the load's records not all priced yet
+	failovers         []time.Duration // HA mode: primary killed → another node accepting writes
 }
 
 func (s *soak) problem(format string, args ...any) {
@@ -1248,9 +1250,9 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 	fmt.Fprintf(&b, "\nwork done under the faults: %d records priced from %d files (%d load attempts failed and were repeated); job runs tick %d, lead %d, slow %d; %d leaders wrote %d fenced writes; %d entity-lock holds on %d keys\n",
 		records, len(s.r.inputs), s.loadFails, perJob["tick"], perJob["lead"], perJob["slow"], len(tokens), len(writes), len(holds), len(soakLockKeys))
 	s.mu.Lock()
-	fmt.Fprintf(&b, "operator faults: %d re-ratings (tier changes, re-pricings, amendments: %d amended files) rewound contracts under the workers; %d loads pruned (%d prunes refused, their records not all priced yet); %d operator commands repeated after a database failure\n",
+	fmt.Fprintf(&b, "operator faults: %d re-ratings (tier changes, re-pricings, amendments: %d amended files) rewound contracts under the workers; %d loads pruned (%d prunes refused, their records not all priced yet); %d pruned files loaded again, every record skipped as re-delivered; %d operator commands repeated after a database failure\n",
 		s.kinds["tier_change"]["operator"]+s.kinds["reprice"]["operator"]+s.kinds["amend"]["operator"], len(s.r.amendFiles),
-		len(s.r.prunedFiles), s.pruneSkips, s.opFails)
+		len(s.r.prunedFiles), s.pruneSkips, s.redeliveredPruned, s.opFails)
 	s.mu.Unlock()
 	if len(s.failovers) > 0 {
 		fmt.Fprintf(&b, "failover after a killed primary (kill → another node accepting writes, %d failovers): p50 %s, max %s\n",
