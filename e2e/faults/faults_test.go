@@ -47,7 +47,7 @@ func TestSIGKILLAtRandomMoments(t *testing.T) {
 				}
 				w.killed = true
 				r.stats.fault("sigkill")
-				orphans = append(orphans, orphan{w.name, at, held})
+				orphans = append(orphans, orphan{worker: w.name, at: at, contracts: held})
 				r.start(r.dsn)
 			}
 			r.waitAll(3 * time.Minute)
@@ -89,7 +89,7 @@ func TestSIGSTOPPastLeaseThenSIGCONT(t *testing.T) {
 			w.stopped = false
 			r.waitAll(3 * time.Minute)
 			r.check()
-			r.takeovers([]orphan{{w.name, at, held}})
+			r.takeovers([]orphan{{worker: w.name, at: at, contracts: held}})
 			logs := w.logs()
 			if !strings.Contains(logs, `"event":"lost"`) && !strings.Contains(logs, `"event":"fenced"`) {
 				t.Errorf("the paused worker %s logged no lost or fenced partition after a %s pause", w.name, pause)

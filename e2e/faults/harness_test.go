@@ -319,6 +319,10 @@ type orphan struct {
 	worker    string
 	at        time.Time // database clock
 	contracts []string
+	// instance is the killed process's owner id (name#suffix), when
+	// known: a process that replaces it under the same name is then
+	// "another worker" too.
+	instance string
 }
 
 // takeovers measures, for every contract a faulted worker held, the time

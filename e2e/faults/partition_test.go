@@ -72,7 +72,7 @@ func TestNetworkPartitionBlackhole(t *testing.T) {
 			r.waitAll(3 * time.Minute)
 			r.check()
 			if len(held) > 0 {
-				r.takeovers([]orphan{{cut.name, at, held}})
+				r.takeovers([]orphan{{worker: cut.name, at: at, contracts: held}})
 			}
 		})
 	}

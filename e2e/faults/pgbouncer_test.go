@@ -137,7 +137,7 @@ func TestThroughPgBouncerTransactionPooling(t *testing.T) {
 	r.stats.fault("sigkill")
 	r.start(pooled)
 	r.waitAll(3 * time.Minute)
-	r.takeovers([]orphan{{w.name, at, held}})
+	r.takeovers([]orphan{{worker: w.name, at: at, contracts: held}})
 
 	out := filepath.Join(r.dir, "priced.csv")
 	if msg, err := cli(pooled, "export", "--out", out); err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -536,8 +537,9 @@ func (s *soak) inject(rng *rand.Rand, tg *soakTarget, kind string) error {
 	switch kind {
 	case "sigkill":
 		var held []string
+		var instance string
 		if tg.kind == "worker" {
-			held = s.pendingHeldBy(p.name)
+			held, instance = s.pendingHeldBy(p.name)
 		}
 		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			return err
@@ -550,7 +552,7 @@ func (s *soak) inject(rng *rand.Rand, tg *soakTarget, kind string) error {
 		s.mu.Lock()
 		s.killedAt[p.name] = at
 		if len(held) > 0 {
-			s.orphans = append(s.orphans, orphan{worker: p.name, at: at, contracts: held})
+			s.orphans = append(s.orphans, orphan{worker: p.name, at: at, contracts: held, instance: instance})
 		}
 		s.mu.Unlock()
 		s.logFault(kind, tg.kind, p.name, at, at)
@@ -653,24 +655,24 @@ func removeToxicErr(p *toxiproxy.Proxy, name string) error {
 }
 
 // pendingHeldBy lists the contracts a worker holds with records still to
-// price (for the takeover figures); nil if the database does not answer.
-func (s *soak) pendingHeldBy(name string) []string {
+// price, and the owner id of the process holding them (for the takeover
+// figures); nil if the database does not answer.
+func (s *soak) pendingHeldBy(name string) (keys []string, instance string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	rows, err := s.r.db.QueryContext(ctx, `SELECT partition_key FROM baton.tasks
+	rows, err := s.r.db.QueryContext(ctx, `SELECT partition_key, owner FROM baton.tasks
 		WHERE owner LIKE ? || '#%' AND position < available`, name)
 	if err != nil {
-		return nil
+		return nil, ""
 	}
 	defer rows.Close()
-	var out []string
 	for rows.Next() {
 		var k string
-		if rows.Scan(&k) == nil {
-			out = append(out, k)
+		if rows.Scan(&k, &instance) == nil {
+			keys = append(keys, k)
 		}
 	}
-	return out
+	return keys, instance
 }
 
 // restarter restarts the database now and then, fast or immediate.
@@ -1166,16 +1168,20 @@ func (s *soak) lockHolds() ([]lockHold, map[string]int64) {
 }
 
 // takeoverTimes measures, for every contract a SIGKILLed worker held with
-// records left, the time from the kill to the first batch another worker
+// records left, the time from the kill to the first batch another process
 // committed on it, in whichever generation: its rows are in priced, or in
 // priced_pending or priced_superseded if a re-rating came after. The
-// pruned contracts are left out: the rows of that first batch may have been
-// pruned since.
+// process that replaces the killed one runs under the same name and
+// counts as another: it is a new instance, and excluding it (as an
+// earlier version of this measure did, by name) timed the contracts it
+// took over by the next move to a worker of another name, minutes later.
+// The pruned contracts are left out: the rows of that first batch may
+// have been pruned since.
 func (s *soak) takeoverTimes() []time.Duration {
 	var out []time.Duration
 	for _, o := range s.orphans {
 		for _, c := range o.contracts {
-			if i, err := strconv.Atoi(strings.TrimPrefix(c, "f-")); err == nil && pruneClass(i) {
+			if i, err := strconv.Atoi(strings.TrimPrefix(partition.PartitionOf(c), "f-")); err == nil && pruneClass(i) {
 				continue
 			}
 			var first *time.Time
@@ -1183,7 +1189,7 @@ func (s *soak) takeoverTimes() []time.Duration {
 					SELECT priced_at, priced_by, contract_id FROM baton.priced
 					UNION ALL SELECT priced_at, priced_by, contract_id FROM baton.priced_pending
 					UNION ALL SELECT priced_at, priced_by, contract_id FROM baton.priced_superseded) p
-				WHERE contract_id = ? AND priced_at > ? AND priced_by NOT LIKE ? || '#%'`, c, o.at, o.worker).Scan(&first); err != nil {
+				WHERE contract_id = ? AND priced_at > ? AND priced_by <> ?`, partition.PartitionOf(c), o.at, o.instance).Scan(&first); err != nil {
 				s.t.Fatal(err)
 			}
 			if first != nil {
