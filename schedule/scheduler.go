@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/leaseloop"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
@@ -227,34 +228,27 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.hb.Stop()
 	s.cfg.Logger.Info("scheduler started", "event", "scheduler_started", "worker", s.cfg.InstanceID)
 
-	timer := s.cfg.Clock.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			s.shutdown()
-			return nil
-		case <-timer.Chan():
-		case <-s.wake:
-		}
-		wait := s.round(ctx, life)
-		timer.Reset(wait)
-	}
+	_ = leaseloop.Poll(ctx, s.cfg.Clock, s.cfg.PollInterval, s.wake, func() (time.Duration, bool) {
+		return s.round(ctx, life), false
+	})
+	s.shutdown()
+	return nil
 }
 
-// round claims and starts every job due now and returns how long to wait
-// before the next look.
+// round claims and starts every job due now and returns how long until the
+// next slot due (negative: none known; the next look is after
+// PollInterval).
 func (s *Scheduler) round(ctx, life context.Context) time.Duration {
 	names := s.runnable()
 	if names != nil && len(names) == 0 {
-		return s.cfg.PollInterval
+		return -1
 	}
 	cands, next, err := s.store.candidates(ctx, names)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.cfg.Logger.Warn("looking for due jobs failed", "event", "error", "error", err)
 		}
-		return s.cfg.PollInterval
+		return -1
 	}
 	for _, c := range cands {
 		if ctx.Err() != nil {
@@ -284,11 +278,7 @@ func (s *Scheduler) round(ctx, life context.Context) time.Duration {
 		}
 		s.start(life, cl, fn, sent)
 	}
-	wait := s.cfg.PollInterval
-	if next >= 0 && next < wait {
-		wait = next
-	}
-	return wait
+	return next
 }
 
 // runnable returns the names this scheduler can run, or nil for all (when
