@@ -75,13 +75,10 @@ package leader
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -128,10 +125,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.InstanceID == "" {
-		host, _ := os.Hostname()
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		c.InstanceID = host + partition.InstanceSeparator + hex.EncodeToString(b[:])
+		c.InstanceID = leaseloop.InstanceID()
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = heartbeat.IntervalDefault
@@ -154,13 +148,7 @@ func (c *Config) setDefaults() {
 }
 
 func (c Config) validate() error {
-	if err := schema.Validate(c.Schema); err != nil {
-		return fmt.Errorf("invalid Schema: %w", err)
-	}
-	if c.PollInterval <= 0 {
-		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
-	}
-	return heartbeat.Config{Interval: c.Heartbeat, StaleAfter: c.StaleAfter, Confirm: c.Confirm}.Validate()
+	return leaseloop.Validate(c.Schema, c.PollInterval, c.Heartbeat, c.StaleAfter, c.Confirm)
 }
 
 // Elector campaigns for leaderships and keeps those won. Start it before

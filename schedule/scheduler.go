@@ -2,12 +2,9 @@ package schedule
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -18,7 +15,6 @@ import (
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/leaseloop"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/schema"
 )
 
 // ErrLockAtMostFor is the cancellation cause of a run that reached its
@@ -80,10 +76,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.InstanceID == "" {
-		host, _ := os.Hostname()
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		c.InstanceID = host + partition.InstanceSeparator + hex.EncodeToString(b[:])
+		c.InstanceID = leaseloop.InstanceID()
 	}
 	c.Heartbeat = cmpOr(c.Heartbeat, heartbeat.IntervalDefault)
 	c.StaleAfter = cmpOr(c.StaleAfter, heartbeat.StaleAfterDefault)
@@ -108,16 +101,13 @@ func cmpOr(d, def time.Duration) time.Duration {
 }
 
 func (c Config) validate() error {
-	if err := schema.Validate(c.Schema); err != nil {
-		return fmt.Errorf("invalid Schema: %w", err)
-	}
-	if c.PollInterval <= 0 {
-		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
+	if err := leaseloop.Validate(c.Schema, c.PollInterval, c.Heartbeat, c.StaleAfter, c.Confirm); err != nil {
+		return err
 	}
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("shutdown timeout must not be negative, got %s", c.ShutdownTimeout)
 	}
-	return heartbeat.Config{Interval: c.Heartbeat, StaleAfter: c.StaleAfter, Confirm: c.Confirm}.Validate()
+	return nil
 }
 
 // Run is one run of a job: what its function gets.
