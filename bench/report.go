@@ -185,11 +185,11 @@ func headline(w writer, r *results) {
 		for _, s := range f.Series {
 			switch s.Kind {
 			case "crash":
-				// The bound in distributor/doc.go: StaleAfter + PollInterval
+				// The bound in docs/protocol.md: StaleAfter + PollInterval
 				// + Confirm × Heartbeat + one batch (PollInterval =
 				// Heartbeat here; a batch of this size is allowed 0.5 s).
 				bound := s.BoundS + 0.5
-				w("| crash takeover p99 at %s (%d kills), every survivor at its share | ≤ `distributor/doc.go` bound: stale-after + poll + confirm × heartbeat + one batch (0.5 s) = %.1f s | %.2f s (p50 %.2f s, max %.2f s; %d did not resume) | %s |\n",
+				w("| crash takeover p99 at %s (%d kills), every survivor at its share | ≤ `docs/protocol.md` bound: stale-after + poll + confirm × heartbeat + one batch (0.5 s) = %.1f s | %.2f s (p50 %.2f s, max %.2f s; %d did not resume) | %s |\n",
 					s.Timing, len(s.Events), bound, s.First.P99/1000, s.First.P50/1000, s.First.Max/1000, s.TimedOut, yesNo(s.TimedOut == 0 && s.First.P99/1000 <= bound))
 			case "graceful":
 				w("| graceful hand-off (SIGTERM) p99 at %s (%d stops) | < 1 s | %.2f s (p50 %.2f s, max %.2f s) | %s |\n",

@@ -117,7 +117,7 @@ type segTakeoverResult struct {
 	EventTakeover dist `json:"event_takeover"`
 	TimedOut      int  `json:"timed_out"`
 	// BoundS is stale-after + poll (= heartbeat) + confirm × heartbeat;
-	// the bound of distributor/doc.go adds one batch, allowed
+	// the bound of docs/protocol.md adds one batch, allowed
 	// BatchAllowanceS.
 	BoundS          float64 `json:"bound_s"`
 	BatchAllowanceS float64 `json:"batch_allowance_s"`

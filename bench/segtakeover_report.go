@@ -8,7 +8,7 @@ func segTakeoverHeadline(w writer, r *results) {
 	if s == nil || s.Takeover.N == 0 {
 		return
 	}
-	w("| segment crash takeover p99 at %s (%d kills, %d segments taken over; survivors below MaxPartitions) | ≤ `distributor/doc.go` bound: stale-after + poll + confirm × heartbeat + one batch (%.1f s) = %.1f s | %.2f s from the kill (p50 %.2f s, max %.2f s; from the freeze before it p99 %.2f s; %d did not resume) | %s |\n",
+	w("| segment crash takeover p99 at %s (%d kills, %d segments taken over; survivors below MaxPartitions) | ≤ `docs/protocol.md` bound: stale-after + poll + confirm × heartbeat + one batch (%.1f s) = %.1f s | %.2f s from the kill (p50 %.2f s, max %.2f s; from the freeze before it p99 %.2f s; %d did not resume) | %s |\n",
 		s.Timing, len(s.Kills), s.Takeover.N, s.BatchAllowanceS, s.BoundS+s.BatchAllowanceS, s.Takeover.P99/1000, s.Takeover.P50/1000, s.Takeover.Max/1000, s.FromFreeze.P99/1000, s.TimedOut, yesNo(s.within()))
 	w("| records duplicated / lost over the segment kills (primary key removed; %s records) | 0 / 0 | %d / %d (%d contracts failing verification) | %s |\n",
 		count(s.Records), s.Duplicates, s.Lost, s.Mismatches, yesNo(s.Duplicates == 0 && s.Lost == 0 && s.Mismatches == 0 && s.Priced == s.Records))
@@ -31,7 +31,7 @@ func segTakeoverSection(w writer, r *results) {
 		count(int64(s.Chunk)), s.HotContract, count(int64(s.LowWater)), s.Loads, count(s.Produced),
 		(s.Workers-1)*s.MaxPartitions, map[bool]string{true: "commit timestamp", false: "insertion time (the server does not track commit timestamps)"}[s.CommitTS])
 	bound := s.BoundS + s.BatchAllowanceS
-	w("Bound (`distributor/doc.go`): stale-after + poll (= heartbeat) + confirm × heartbeat + one batch = %.1f s + %.1f s = %.1f s. Percentiles are nearest-rank over segments.\n\n", s.BoundS, s.BatchAllowanceS, bound)
+	w("Bound (`docs/protocol.md`): stale-after + poll (= heartbeat) + confirm × heartbeat + one batch = %.1f s + %.1f s = %.1f s. Percentiles are nearest-rank over segments.\n\n", s.BoundS, s.BatchAllowanceS, bound)
 	w("| kills | segments taken over | from the kill: p50 | p90 | p99 | max | within the bound | from the freeze: p50 / p99 / max | within the bound | did not resume | `takeover_ms` of the events (from the victim's last heartbeat) p50 / p99 / max (events carrying it) | segments made | duplicated | lost | failing verification | priced / records | drained |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	w("| %d | %d | %s | %s | %s | %s | %s | %s / %s / %s | %s | %d | %s / %s / %s (%d) | %d | %d | %d | %d | %s / %s | %s |\n\n",
 		len(s.Kills), s.Takeover.N, ms(s.Takeover.P50), ms(s.Takeover.P90), ms(s.Takeover.P99), ms(s.Takeover.Max), yesNo(s.within()),

@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/internal/eventscan"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
@@ -359,15 +360,12 @@ var (
 // committed.
 func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([]partition.Event, error) {
 	rows, err := s.db.QueryContext(ctx, schema.SQL(s.cfg.Schema, `
-		SELECT e.event_id, e.at, e.partition_key, e.kind, e.version, coalesce(e.worker, ''), coalesce(e.prev_owner, ''),
-		       e.prev_heartbeat_at, e.position, e.items, e.attempts,
-		       CASE WHEN e.kind = ? THEN (
+		SELECT `+eventscan.Columns(`CASE WHEN e.kind = ? THEN (
 		           SELECT f.takeover_ms FROM {{.Schema}}.events f
 		           WHERE f.task_kind = e.task_kind AND f.partition_key = e.partition_key AND f.event_id > e.event_id
 		             AND f.version = e.version AND f.kind = ?
 		           ORDER BY f.event_id LIMIT 1)
-		       ELSE e.takeover_ms END,
-		       coalesce(e.detail, '')
+		       ELSE e.takeover_ms END`)+`
 		FROM {{.Schema}}.events e
 		WHERE e.task_kind = ? AND e.at > now() - ?::interval
 		  AND (e.kind IN (?) OR (e.kind = ? AND coalesce(e.detail, '') NOT IN (?)))
@@ -378,37 +376,8 @@ func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([
 	if err != nil {
 		return nil, fmt.Errorf("reading notable events: %w", err)
 	}
-	defer rows.Close()
-	var out []partition.Event
-	for rows.Next() {
-		var e partition.Event
-		var prev sql.NullTime
-		var pos, items, ms sql.NullInt64
-		var attempts sql.NullInt32
-		if err := rows.Scan(&e.ID, &e.At, &e.Key, &e.Kind, &e.Version, &e.Worker, &e.PrevOwner,
-			&prev, &pos, &items, &attempts, &ms, &e.Detail); err != nil {
-			return nil, fmt.Errorf("reading notable events: %w", err)
-		}
-		if prev.Valid {
-			e.PrevBeatAt = &prev.Time
-		}
-		if pos.Valid {
-			e.Position = &pos.Int64
-		}
-		if items.Valid {
-			e.Items = &items.Int64
-		}
-		if attempts.Valid {
-			a := int(attempts.Int32)
-			e.Attempts = &a
-		}
-		if ms.Valid {
-			d := time.Duration(ms.Int64) * time.Millisecond
-			e.TakeoverTime = &d
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := eventscan.Scan(rows, func(e eventscan.Event[partition.EventKind]) partition.Event { return partition.Event(e) })
+	if err != nil {
 		return nil, fmt.Errorf("reading notable events: %w", err)
 	}
 	return out, nil

@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -52,16 +49,8 @@ func TestTimeoutsHoldDirectAndThroughATransactionPooler(t *testing.T) {
 	if pooled, got := settings(t, dsn); pooled || got != want {
 		t.Fatalf("direct: pooled %v, timeouts %q; want false, %q", pooled, got, want)
 	}
-	b, err := pglocal.StartBouncer(context.Background(), pgtest.Server(t))
-	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
-		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Stop()
-	u, _ := url.Parse(dsn)
-	via := b.URL(strings.TrimPrefix(u.Path, "/"))
+	b := pgtest.StartBouncer(t)
+	via := pgtest.BouncerURL(t, b, dsn)
 	if pooled, got := settings(t, via); !pooled || got != want {
 		t.Fatalf("through PgBouncer: pooled %v, timeouts %q; want true, %q", pooled, got, want)
 	}
@@ -71,7 +60,7 @@ func TestTimeoutsHoldDirectAndThroughATransactionPooler(t *testing.T) {
 	// its connection is closed instead, and the pooler carries on.
 	db := pgtest.Open(t, via, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	_, err = db.ExecContext(ctx, "SELECT pg_sleep(3)")
+	_, err := db.ExecContext(ctx, "SELECT pg_sleep(3)")
 	cancel()
 	if err == nil {
 		t.Fatal("a statement outliving its context succeeded")
@@ -92,16 +81,7 @@ func TestEveryTransactionThroughAPoolerHasTheTimeouts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn := pgtest.NewURL(t)
-	b, err := pglocal.StartBouncer(ctx, pgtest.Server(t))
-	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
-		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Stop()
-	u, _ := url.Parse(dsn)
-	db := pgtest.OpenDB(t, b.URL(strings.TrimPrefix(u.Path, "/")), opts)
+	db := pgtest.OpenDB(t, pgtest.Bouncer(t, dsn), opts)
 	if err := dbconn.Ping(ctx, db, dsn); err != nil {
 		t.Fatal(err)
 	}
@@ -207,25 +187,6 @@ func TestOpenHidesThePasswordOfAURLThatDoesNotParse(t *testing.T) {
 	}
 }
 
-// bouncer starts PgBouncer in transaction pooling mode in front of the
-// test server and returns the URL of dsn's database through it.
-func bouncer(t *testing.T, dsn string) string {
-	t.Helper()
-	b, err := pglocal.StartBouncer(context.Background(), pgtest.Server(t))
-	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
-		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Stop)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b.URL(strings.TrimPrefix(u.Path, "/"))
-}
-
 // plain opens dsn as an application does, with database/sql over pgx.
 func plain(t *testing.T, dsn string) *bun.DB {
 	t.Helper()
@@ -254,7 +215,7 @@ func TestWrapRefusesAPooledHandleDescribedAsDirect(t *testing.T) {
 		t.Errorf("direct handle: Pooled %v, Direct %v, LocalTimeouts %q; want false, true, none", direct.Pooled(), direct.Direct(), direct.LocalTimeouts())
 	}
 
-	via := bouncer(t, dsn)
+	via := pgtest.Bouncer(t, dsn)
 	_, err = dbconn.Wrap(ctx, plain(t, via), dbconn.Access{})
 	if !errors.Is(err, dbconn.ErrNotDirect) || !strings.Contains(err.Error(), "Pooled: true") {
 		t.Fatalf("wrapping a handle through PgBouncer as direct: %v, want ErrNotDirect naming Access{Pooled: true}", err)
@@ -312,7 +273,7 @@ func TestWrappedHandleSetsTheTimeoutsInEveryTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	access.Pooled = true
-	pooled, err := dbconn.Wrap(ctx, plain(t, bouncer(t, dsn)), access)
+	pooled, err := dbconn.Wrap(ctx, plain(t, pgtest.Bouncer(t, dsn)), access)
 	if err != nil {
 		t.Fatal(err)
 	}

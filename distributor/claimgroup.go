@@ -254,28 +254,18 @@ type claimStatements struct {
 }
 
 // fence fences the candidates (and spares in place of those lost) in one
-// statement, in key order (FenceUnowned for a lone candidate,
-// FenceUnownedGroup for a group), and makes those fenced the
-// transaction's members. The lease each will have if the claim commits is the version
-// read plus one: the processor writes under it, and its output commits
-// with the claim or not at all.
+// statement, in key order (FenceUnownedGroup: a lone candidate is a group
+// of one), and makes those fenced the transaction's members. The lease
+// each will have if the claim commits is the version read plus one: the
+// processor writes under it, and its output commits with the claim or not
+// at all.
 func (s *claimStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member, error) {
 	tried := slices.SortedFunc(slices.Values(slices.Concat(s.cands, s.untried)), func(a, b taskstore.Candidate) int {
 		return strings.Compare(a.Key, b.Key)
 	})
-	var fenced []taskstore.Fenced
-	var err error
-	if t.lone {
-		var cp partition.Checkpoint
-		switch cp, err = s.d.store.FenceUnowned(ctx, tx, s.cands[0]); {
-		case errors.Is(err, errClaimLost):
-			err = nil // lost: another claim transaction holds it, or it moved
-		case err == nil:
-			fenced = []taskstore.Fenced{{Candidate: s.cands[0], Checkpoint: cp}}
-		}
-	} else {
-		fenced, err = s.d.store.FenceUnownedGroup(ctx, tx, tried, len(s.cands))
-	}
+	// A lone candidate is a group of one: missing from the result, it was
+	// lost (another claim transaction holds it, or it moved).
+	fenced, err := s.d.store.FenceUnownedGroup(ctx, tx, tried, len(s.cands))
 	if err != nil {
 		return nil, causeOr(ctx, err)
 	}
@@ -308,8 +298,9 @@ func (s *claimStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*memb
 
 // record claims every member, records its checkpoint and history and, in
 // lock mode when caught up, releases it, in one statement, all or nothing
-// (ClaimAdvance for a lone member, ClaimAdvanceGroup for a group), in a "baton.claim" span (and a lone member's release in a
-// "baton.release" span over the same statement). Each member's checkpoint
+// (ClaimAdvanceGroup, for a lone member as for a group), in a "baton.claim"
+// span (and a lone member's release in a "baton.release" span over the
+// same statement). Each member's checkpoint
 // stores its batch span's trace context. A lone claim that finds its
 // fenced row locked (errClaimBusy) lost no race.
 func (s *claimStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*member) error {
@@ -333,15 +324,9 @@ func (s *claimStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*m
 			attribute.Bool("baton.with_claim", true)))
 	}
 	t.sent = d.cfg.Clock.Now()
-	var err error
-	if st := steps[0]; t.lone {
-		// The statement's context is the batch span's: its trace
-		// context is stored with the checkpoint.
-		_, err = d.store.ClaimAdvance(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, st.Candidate, st.From, st.Position,
-			st.State, st.Release, "caught_up")
-	} else {
-		_, err = d.store.ClaimAdvanceGroup(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, steps, "caught_up")
-	}
+	// A lone member is a group of one; its step's trace context is its
+	// batch span's, which is also the statement's context.
+	_, err := d.store.ClaimAdvanceGroup(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, steps, "caught_up")
 	won := 0
 	if err == nil {
 		won = len(steps)

@@ -76,9 +76,9 @@ func (e *env) fenceElsewhere(key string) bun.Tx {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := s.FenceUnowned(ctx, other, cands[i]); err != nil {
+	if fenced, err := s.FenceUnownedGroup(ctx, other, cands[i:i+1], 1); err != nil || len(fenced) != 1 {
 		_ = other.Rollback()
-		e.t.Fatal(err)
+		e.t.Fatalf("fencing %s from another transaction: %d fenced, %v", cands[i].Key, len(fenced), err)
 	}
 	return other
 }

@@ -168,7 +168,7 @@ type Config struct {
 	RebalanceInterval time.Duration
 	// FloorMargin is how far below the earliest claimable partition its
 	// last read found a worker's next read of the claimable partitions
-	// starts (the claim floor; see the package documentation): longer
+	// starts (the claim floor; see docs/protocol.md): longer
 	// than a release or a producer's statement usually takes to commit.
 	// Defaults to 10s (taskstore.FloorMargin).
 	FloorMargin time.Duration

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
-	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/internal/testutil"
@@ -37,30 +35,6 @@ const stoppedBeatEnv = "BATON_TEST_STOPPED_BEAT"
 // detector (5 s was missed there).
 const idleLimit = 15 * time.Second
 
-// startBouncer starts PgBouncer in transaction pooling mode in front of the
-// test server and returns the URL of dsn's database through it.
-func startBouncer(t *testing.T, dsn string) string {
-	t.Helper()
-	b, err := pglocal.StartBouncer(context.Background(), pgtest.Server(t))
-	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
-		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pgbouncer log:\n%s", b.Log())
-		}
-		b.Stop()
-	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b.URL(strings.TrimPrefix(u.Path, "/"))
-}
-
 // A heartbeat that finds a lease's row locked by another transaction
 // waits for that lock in a transaction of its own (UPDATE, then COMMIT).
 // Through a transaction pooler, where the connection string's session
@@ -72,7 +46,7 @@ func TestStoppedHeartbeatThroughAPoolerReleasesTheRowLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn := pgtest.NewURL(t)
-	via := startBouncer(t, dsn)
+	via := pgtest.Bouncer(t, dsn)
 	db := pgtest.Open(t, dsn, dbconn.Options{})
 	store := taskstore.NewStore(db, "")
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available) VALUES ('a', 5)`); err != nil {

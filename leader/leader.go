@@ -75,13 +75,10 @@ package leader
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -89,6 +86,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/leaseloop"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
@@ -127,10 +125,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.InstanceID == "" {
-		host, _ := os.Hostname()
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		c.InstanceID = host + partition.InstanceSeparator + hex.EncodeToString(b[:])
+		c.InstanceID = leaseloop.InstanceID()
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = heartbeat.IntervalDefault
@@ -153,13 +148,7 @@ func (c *Config) setDefaults() {
 }
 
 func (c Config) validate() error {
-	if err := schema.Validate(c.Schema); err != nil {
-		return fmt.Errorf("invalid Schema: %w", err)
-	}
-	if c.PollInterval <= 0 {
-		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
-	}
-	return heartbeat.Config{Interval: c.Heartbeat, StaleAfter: c.StaleAfter, Confirm: c.Confirm}.Validate()
+	return leaseloop.Validate(c.Schema, c.PollInterval, c.Heartbeat, c.StaleAfter, c.Confirm)
 }
 
 // Elector campaigns for leaderships and keeps those won. Start it before
@@ -276,49 +265,58 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // Campaign blocks until this elector is the leader for name, or ctx ends.
 // The leadership lasts while the elector's renewals succeed; watch Done.
 func (e *Elector) Campaign(ctx context.Context, name string) (*Leadership, error) {
-	for {
-		sent := e.cfg.Clock.Now()
-		won, takeover, remaining, err := e.try(ctx, name)
-		switch {
-		case err == nil && won == 0 && remaining == 0:
-			// The lease had run out, but the row was locked (by a
-			// transaction the last leader checked, or by a statement of
-			// another candidate or of a renewal) or renewed meanwhile. Try
-			// again after PollInterval.
-			e.cfg.Logger.Debug("lease ran out but the leadership row is locked, not taking over yet",
-				"event", "row_locked", "leadership", name)
-		case err != nil && ctx.Err() != nil:
-			return nil, ctx.Err()
-		case err != nil:
-			e.cfg.Logger.Warn("campaign attempt failed", "event", "error", "leadership", name, "error", err)
-		case won > 0:
-			lease := e.hb.Track(context.WithoutCancel(ctx), partition.Lease{Key: name, Version: won}, sent, takeover)
-			l := &Leadership{Name: name, Token: won, e: e, lease: lease}
-			if takeover {
-				e.hb.Now()
-				select {
-				case <-lease.Confirmed():
-				case <-lease.Context().Done():
-					continue // lost before confirmation: campaign again
-				case <-ctx.Done():
-					e.hb.Release(lease)
-					return nil, ctx.Err()
-				}
-			}
-			e.cfg.Logger.Info("elected leader", "event", "elected", "leadership", name, "token", won,
-				"takeover", takeover)
-			return l, nil
-		}
-		wait := e.cfg.PollInterval
-		if err == nil && remaining > 0 && remaining < wait {
-			wait = remaining
-		}
+	var l *Leadership
+	var err error
+	stopped := leaseloop.Poll(ctx, e.cfg.Clock, e.cfg.PollInterval, nil, func() (time.Duration, bool) {
+		var next time.Duration
+		l, next, err = e.attempt(ctx, name)
+		return next, l != nil || err != nil
+	})
+	if l == nil && err == nil {
+		err = stopped
+	}
+	return l, err
+}
+
+// attempt is one campaign attempt. It returns the leadership when won (and,
+// after a takeover, confirmed), or how long until the current lease runs
+// out (negative: unknown, try again after PollInterval), or ctx's error.
+func (e *Elector) attempt(ctx context.Context, name string) (*Leadership, time.Duration, error) {
+	sent := e.cfg.Clock.Now()
+	won, takeover, remaining, err := e.try(ctx, name)
+	switch {
+	case err == nil && won == 0 && remaining == 0:
+		// The lease had run out, but the row was locked (by a
+		// transaction the last leader checked, or by a statement of
+		// another candidate or of a renewal) or renewed meanwhile. Try
+		// again after PollInterval.
+		e.cfg.Logger.Debug("lease ran out but the leadership row is locked, not taking over yet",
+			"event", "row_locked", "leadership", name)
+		return nil, -1, nil
+	case err != nil && ctx.Err() != nil:
+		return nil, 0, ctx.Err()
+	case err != nil:
+		e.cfg.Logger.Warn("campaign attempt failed", "event", "error", "leadership", name, "error", err)
+		return nil, -1, nil
+	case won == 0:
+		return nil, remaining, nil
+	}
+	lease := e.hb.Track(context.WithoutCancel(ctx), partition.Lease{Key: name, Version: won}, sent, takeover)
+	l := &Leadership{Name: name, Token: won, e: e, lease: lease}
+	if takeover {
+		e.hb.Now()
 		select {
+		case <-lease.Confirmed():
+		case <-lease.Context().Done():
+			return nil, 0, nil // lost before confirmation: campaign again
 		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-e.cfg.Clock.After(wait):
+			e.hb.Release(lease)
+			return nil, 0, ctx.Err()
 		}
 	}
+	e.cfg.Logger.Info("elected leader", "event", "elected", "leadership", name, "token", won,
+		"takeover", takeover)
+	return l, 0, nil
 }
 
 // try claims the leadership if nobody holds a live lease on it. It returns

@@ -53,6 +53,7 @@ type Metrics struct {
 	notReplicated   prometheus.Counter
 	heldByStateDesc *prometheus.Desc
 	held            func() map[string]int
+	lazy            lazyMetrics // registered on first use (verify.go)
 }
 
 // New registers baton's metrics (and the Go and process collectors) on a

@@ -62,7 +62,7 @@
 // processing the previous generation (its next write fails, as after a
 // takeover), and batches see their generation in Checkpoint.Generation, so
 // a processor that keeps output per generation never mixes them.
-// distributor/doc.go gives the safety argument.
+// docs/protocol.md gives the safety argument.
 //
 // # The protocol's statements
 //

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/batonhq/baton/internal/eventscan"
 )
 
 // EventKind names an event in a partition's life. It is the one
@@ -96,45 +98,16 @@ func (s *Store) RecentEvents(ctx context.Context, since time.Duration, limit int
 		interval(since), s.kind, bun.List(kinds), limit)
 }
 
+// readEvents reads the events rows where selects, newest first.
 func (s *Store) readEvents(ctx context.Context, where string, args ...any) ([]Event, error) {
 	rows, err := s.db.QueryContext(ctx, s.sql(`
-		SELECT event_id, at, partition_key, kind, version, coalesce(worker, ''), coalesce(prev_owner, ''),
-		       prev_heartbeat_at, position, items, attempts, takeover_ms, coalesce(detail, '')
-		FROM {{.Schema}}.events `+where), args...)
+		SELECT `+eventscan.Columns("e.takeover_ms")+`
+		FROM {{.Schema}}.events e `+where), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading events: %w", err)
 	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		var e Event
-		var prev sql.NullTime
-		var pos, items, ms sql.NullInt64
-		var attempts sql.NullInt32
-		if err := rows.Scan(&e.ID, &e.At, &e.Key, &e.Kind, &e.Version, &e.Worker, &e.PrevOwner,
-			&prev, &pos, &items, &attempts, &ms, &e.Detail); err != nil {
-			return nil, fmt.Errorf("reading events: %w", err)
-		}
-		if prev.Valid {
-			e.PrevBeatAt = &prev.Time
-		}
-		if pos.Valid {
-			e.Position = &pos.Int64
-		}
-		if items.Valid {
-			e.Items = &items.Int64
-		}
-		if attempts.Valid {
-			a := int(attempts.Int32)
-			e.Attempts = &a
-		}
-		if ms.Valid {
-			d := time.Duration(ms.Int64) * time.Millisecond
-			e.TakeoverTime = &d
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := eventscan.Scan(rows, func(e eventscan.Event[EventKind]) Event { return Event(e) })
+	if err != nil {
 		return nil, fmt.Errorf("reading events: %w", err)
 	}
 	return out, nil

@@ -78,7 +78,7 @@ func (s *Store) AddWork(ctx context.Context, tx bun.IDB, key string, n int64) (R
 // kinds adds it in kind order, byte order, too),
 // and only FOR NO KEY UPDATE, which does not wait for batches in flight and
 // never changes ownership, so a producer cannot break the checkpoint
-// invariant (see package distributor's safety argument).
+// invariant (see the safety argument in docs/protocol.md).
 //
 // A producer must:
 //   - write the items themselves in the same transaction, under the

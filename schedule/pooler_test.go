@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,35 +11,10 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/schema"
 )
-
-// viaBouncer starts PgBouncer in transaction pooling mode in front of the
-// test server and returns the URL of dsn's database through it.
-func viaBouncer(t *testing.T, dsn string) string {
-	t.Helper()
-	b, err := pglocal.StartBouncer(context.Background(), pgtest.Server(t))
-	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
-		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pgbouncer log:\n%s", b.Log())
-		}
-		b.Stop()
-	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b.URL(strings.TrimPrefix(u.Path, "/"))
-}
 
 // The transaction a claim runs in (runInTx) carries the handle's limits
 // through a transaction pooler too, where the connection string's session
@@ -57,7 +29,7 @@ func TestClaimTransactionThroughAPoolerIsEndedWhenItStalls(t *testing.T) {
 	dsn := pgtest.NewURL(t)
 	direct := pgtest.Open(t, dsn, dbconn.Options{})
 	const idle = time.Second
-	pooled := pgtest.Open(t, viaBouncer(t, dsn), dbconn.Options{
+	pooled := pgtest.Open(t, pgtest.Bouncer(t, dsn), dbconn.Options{
 		StatementTimeout: time.Minute, LockTimeout: time.Minute, IdleInTransactionTimeout: idle,
 	})
 	if err := Add(ctx, direct, "", Definition{Name: "j", Every: time.Hour}); err != nil {

@@ -2,12 +2,9 @@ package schedule
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -16,8 +13,8 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/leaseloop"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/schema"
 )
 
 // ErrLockAtMostFor is the cancellation cause of a run that reached its
@@ -79,10 +76,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.InstanceID == "" {
-		host, _ := os.Hostname()
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		c.InstanceID = host + partition.InstanceSeparator + hex.EncodeToString(b[:])
+		c.InstanceID = leaseloop.InstanceID()
 	}
 	c.Heartbeat = cmpOr(c.Heartbeat, heartbeat.IntervalDefault)
 	c.StaleAfter = cmpOr(c.StaleAfter, heartbeat.StaleAfterDefault)
@@ -107,16 +101,13 @@ func cmpOr(d, def time.Duration) time.Duration {
 }
 
 func (c Config) validate() error {
-	if err := schema.Validate(c.Schema); err != nil {
-		return fmt.Errorf("invalid Schema: %w", err)
-	}
-	if c.PollInterval <= 0 {
-		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
+	if err := leaseloop.Validate(c.Schema, c.PollInterval, c.Heartbeat, c.StaleAfter, c.Confirm); err != nil {
+		return err
 	}
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("shutdown timeout must not be negative, got %s", c.ShutdownTimeout)
 	}
-	return heartbeat.Config{Interval: c.Heartbeat, StaleAfter: c.StaleAfter, Confirm: c.Confirm}.Validate()
+	return nil
 }
 
 // Run is one run of a job: what its function gets.
@@ -227,34 +218,27 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.hb.Stop()
 	s.cfg.Logger.Info("scheduler started", "event", "scheduler_started", "worker", s.cfg.InstanceID)
 
-	timer := s.cfg.Clock.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			s.shutdown()
-			return nil
-		case <-timer.Chan():
-		case <-s.wake:
-		}
-		wait := s.round(ctx, life)
-		timer.Reset(wait)
-	}
+	_ = leaseloop.Poll(ctx, s.cfg.Clock, s.cfg.PollInterval, s.wake, func() (time.Duration, bool) {
+		return s.round(ctx, life), false
+	})
+	s.shutdown()
+	return nil
 }
 
-// round claims and starts every job due now and returns how long to wait
-// before the next look.
+// round claims and starts every job due now and returns how long until the
+// next slot due (negative: none known; the next look is after
+// PollInterval).
 func (s *Scheduler) round(ctx, life context.Context) time.Duration {
 	names := s.runnable()
 	if names != nil && len(names) == 0 {
-		return s.cfg.PollInterval
+		return -1
 	}
 	cands, next, err := s.store.candidates(ctx, names)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.cfg.Logger.Warn("looking for due jobs failed", "event", "error", "error", err)
 		}
-		return s.cfg.PollInterval
+		return -1
 	}
 	for _, c := range cands {
 		if ctx.Err() != nil {
@@ -284,11 +268,7 @@ func (s *Scheduler) round(ctx, life context.Context) time.Duration {
 		}
 		s.start(life, cl, fn, sent)
 	}
-	wait := s.cfg.PollInterval
-	if next >= 0 && next < wait {
-		wait = next
-	}
-	return wait
+	return next
 }
 
 // runnable returns the names this scheduler can run, or nil for all (when

@@ -4,13 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"net/url"
-	"os"
-	"strings"
 
 	"testing"
 
-	"github.com/batonhq/baton/internal/pglocal"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -111,19 +107,7 @@ func TestMigrateRefusesAPooledHandle(t *testing.T) {
 		t.Fatalf("Migrate over a handle described as pooled = %v, want ErrPooled", err)
 	}
 
-	b, err := pglocal.StartBouncer(ctx, pgtest.Server(t))
-	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
-		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Stop()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opened := pgtest.OpenDB(t, b.URL(strings.TrimPrefix(u.Path, "/")), dbconn.Options{})
+	opened := pgtest.OpenDB(t, pgtest.Bouncer(t, dsn), dbconn.Options{})
 	if _, err := schema.Migrate(ctx, opened, schema.Config{}); !errors.Is(err, schema.ErrPooled) {
 		t.Fatalf("Migrate over an opened handle behind PgBouncer = %v, want ErrPooled", err)
 	}

@@ -3,10 +3,8 @@ package faults
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,36 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/pricing/seed"
 )
-
-// bouncer starts a PgBouncer in transaction mode in front of the test
-// server and returns the URL of the run's database through it.
-func (r *run) bouncer() string {
-	r.t.Helper()
-	srv := pgtest.Server(r.t)
-	b, err := pglocal.StartBouncer(r.t.Context(), srv)
-	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
-		r.t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
-	}
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() {
-		if r.t.Failed() {
-			r.t.Logf("pgbouncer log:\n%s", b.Log())
-		}
-		b.Stop()
-	})
-	u, err := url.Parse(r.dsn)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return b.URL(strings.TrimPrefix(u.Path, "/"))
-}
 
 // cli runs a worker subcommand against dsn and returns its output and
 // error.
@@ -63,7 +35,7 @@ func cli(dsn string, args ...string) (string, error) {
 // is priced exactly once.
 func TestThroughPgBouncerTransactionPooling(t *testing.T) {
 	r := newRun(t, scenarioSeed(t))
-	pooled := r.bouncer()
+	pooled := pgtest.Bouncer(t, r.dsn)
 
 	// migrate refuses a pooler, saying what to do.
 	if out, err := cli(pooled, "migrate"); err == nil || !strings.Contains(out, "direct connection") {

@@ -7,8 +7,6 @@ package exampletest
 import (
 	"bytes"
 	"context"
-	"errors"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +15,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/pricing/pricingschema"
 )
@@ -89,25 +86,8 @@ func TestExamplesImportOnlyPublicPackages(t *testing.T) {
 func TestEmbedExampleThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b, err := pglocal.StartBouncer(ctx, pgtest.Server(t))
-	if errors.Is(err, pglocal.ErrNoPgBouncer) && os.Getenv("BATON_REQUIRE_PGBOUNCER") != "1" {
-		t.Skip(err, "(BATON_REQUIRE_PGBOUNCER=1 makes this a failure)")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pgbouncer log:\n%s", b.Log())
-		}
-		b.Stop()
-	})
 	dsn := pgtest.NewEmptyURL(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	via := b.URL(strings.TrimPrefix(u.Path, "/"))
+	via := pgtest.Bouncer(t, dsn)
 	bin := buildEmbed(t)
 
 	run := exec.Command(bin)

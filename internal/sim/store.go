@@ -354,7 +354,8 @@ type txn struct {
 	inserted []*row
 	deleted  []*row
 
-	// A claim made with its first batch (FenceUnowned … ClaimAdvance):
+	// A claim made with its first batch (FenceUnownedGroup …
+	// ClaimAdvanceGroup, a group of one):
 	// the candidate, whether the claim statement ran, whether it also
 	// released, and its now().
 	claim   bool
@@ -393,7 +394,7 @@ type store struct {
 	down       bool
 	stallUntil time.Duration
 	nextTxn    int
-	// claimLocks are FenceUnowned's advisory locks, by partition.
+	// claimLocks are FenceUnownedGroup's advisory locks, by partition.
 	claimLocks map[int]*txn
 	// segKeys finds segment rows by partition and start: the primary key
 	// of a segment (partition.SegmentKey).
@@ -1069,7 +1070,7 @@ func (st *store) exec(x *stmt) {
 		st.acquire(x, r, lockKeyShare, check)
 
 	case reqFenceUnowned:
-		// taskstore.Store.FenceUnowned: the unowned, claimable row at the
+		// taskstore.Store.FenceUnownedGroup of one: the unowned, claimable row at the
 		// candidate's version, FOR KEY SHARE SKIP LOCKED, and the
 		// transaction-scoped advisory lock, not waited for.
 		r := st.rows[t.lease.key]
@@ -1098,7 +1099,7 @@ func (st *store) exec(x *stmt) {
 		st.done(x, response{position: r.position, available: r.available, version: r.version})
 
 	case reqClaimAdvance:
-		// taskstore.Store.ClaimAdvance: Claim's compare-and-set under FOR
+		// taskstore.Store.ClaimAdvanceGroup of one: Claim's compare-and-set under FOR
 		// UPDATE SKIP LOCKED, the checkpoint compare-and-set, and the
 		// release when asked; applied at commit (applyCommit).
 		r := st.rows[t.lease.key]

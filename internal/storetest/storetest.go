@@ -92,7 +92,7 @@ type Store interface {
 	Begin(ctx context.Context, owner string, l partition.Lease) (Batch, partition.Checkpoint, error)
 	// BeginClaim opens the transaction of an unowned candidate's claim
 	// with its first batch and fences the candidate in it
-	// (taskstore.Store.FenceUnowned).
+	// (taskstore.Store.FenceUnownedGroup, a group of one).
 	BeginClaim(ctx context.Context, owner string, cand taskstore.Candidate) (ClaimBatch, partition.Checkpoint, error)
 	// BeginGroup opens the transaction of a group of such claims and
 	// fences up to limit of the candidates in it
@@ -142,8 +142,8 @@ type GroupBatch interface {
 type ClaimBatch interface {
 	// ClaimAdvance writes items from+1 … to, then claims the candidate
 	// and moves its checkpoint from from to to, releasing it again with
-	// release (taskstore.Store.ClaimAdvance); it returns the claim's
-	// lease.
+	// release (taskstore.Store.ClaimAdvanceGroup, a group of one); it
+	// returns the claim's lease.
 	ClaimAdvance(ctx context.Context, from, to int64, release bool) (partition.Lease, error)
 	Commit(ctx context.Context) error
 	Rollback()

@@ -2,7 +2,9 @@ package taskstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -71,7 +73,7 @@ func fenceAndWrite(t *testing.T, db *bun.DB, s *taskstore.Store, c taskstore.Can
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback() })
-	cp, err := s.FenceUnowned(ctx, tx, c)
+	cp, err := fenceUnowned(ctx, s, tx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func TestClaimAdvanceCommitsClaimBatchAndReleaseTogether(t *testing.T) {
 	if cp.Position != 0 || cp.Available != 1 {
 		t.Fatalf("fence read %+v, want position 0 of 1", cp)
 	}
-	l, err := s.ClaimAdvance(ctx, tx, "w#1", time.Minute, c, 0, 1, nil, true, "caught_up")
+	l, err := claimAdvance(ctx, s, tx, "w#1", time.Minute, c, 0, 1, nil, true, "caught_up")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +137,7 @@ func TestClaimAdvanceWithoutReleaseKeepsTheLease(t *testing.T) {
 	}
 	c := candidate(t, s)
 	tx, _ := fenceAndWrite(t, db, s, c)
-	l, err := s.ClaimAdvance(ctx, tx, "w#1", time.Minute, c, 0, 1, nil, false, "")
+	l, err := claimAdvance(ctx, s, tx, "w#1", time.Minute, c, 0, 1, nil, false, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +178,7 @@ func TestClaimTransactionRolledBackLeavesNothing(t *testing.T) {
 	}
 	// And the same once the claim statement itself has run.
 	tx, _ = fenceAndWrite(t, db, s, c)
-	if _, err := s.ClaimAdvance(context.Background(), tx, "w#1", time.Minute, c, 0, 1, nil, true, "caught_up"); err != nil {
+	if _, err := claimAdvance(context.Background(), s, tx, "w#1", time.Minute, c, 0, 1, nil, true, "caught_up"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(); err != nil {
@@ -205,7 +207,7 @@ func TestClaimTransactionRaces(t *testing.T) {
 		if err != nil || len(won) != 0 {
 			t.Fatalf("claim of a fenced row = %v, %v; want lost", won, err)
 		}
-		if _, err := s.ClaimAdvance(ctx, tx, "w#1", time.Minute, c, 0, 1, nil, true, "caught_up"); err != nil {
+		if _, err := claimAdvance(ctx, s, tx, "w#1", time.Minute, c, 0, 1, nil, true, "caught_up"); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit(); err != nil {
@@ -226,10 +228,10 @@ func TestClaimTransactionRaces(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = txB.Rollback() }()
-		if _, err := s.FenceUnowned(ctx, txB, c); !errors.Is(err, taskstore.ErrClaimLost) {
+		if _, err := fenceUnowned(ctx, s, txB, c); !errors.Is(err, taskstore.ErrClaimLost) {
 			t.Fatalf("second fence = %v, want ErrClaimLost", err)
 		}
-		if _, err := s.ClaimAdvance(ctx, txA, "a#1", time.Minute, c, 0, 1, nil, true, "caught_up"); err != nil {
+		if _, err := claimAdvance(ctx, s, txA, "a#1", time.Minute, c, 0, 1, nil, true, "caught_up"); err != nil {
 			t.Fatal(err)
 		}
 		if err := txA.Commit(); err != nil {
@@ -253,7 +255,7 @@ func TestClaimTransactionRaces(t *testing.T) {
 		if _, err := other.ExecContext(ctx, `SELECT 1 FROM baton.tasks WHERE partition_key = 'k' FOR KEY SHARE`); err != nil {
 			t.Fatal(err)
 		}
-		_, err = s.ClaimAdvance(ctx, txA, "a#1", time.Minute, c, 0, 1, nil, true, "caught_up")
+		_, err = claimAdvance(ctx, s, txA, "a#1", time.Minute, c, 0, 1, nil, true, "caught_up")
 		if !errors.Is(err, taskstore.ErrClaimLost) {
 			t.Fatalf("claim while another transaction fences the row = %v, want ErrClaimLost", err)
 		}
@@ -267,7 +269,7 @@ func TestClaimTransactionRaces(t *testing.T) {
 			t.Fatal(err)
 		}
 		txB, _ := fenceAndWrite(t, db, s, c)
-		if _, err := s.ClaimAdvance(ctx, txB, "b#1", time.Minute, c, 0, 1, nil, true, "caught_up"); err != nil {
+		if _, err := claimAdvance(ctx, s, txB, "b#1", time.Minute, c, 0, 1, nil, true, "caught_up"); err != nil {
 			t.Fatalf("the claim after the other fence ended: %v", err)
 		}
 		if err := txB.Commit(); err != nil {
@@ -290,13 +292,35 @@ func TestClaimTransactionRaces(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback() }()
-		if _, err := s.FenceUnowned(ctx, tx, c); !errors.Is(err, taskstore.ErrClaimLost) {
+		if _, err := fenceUnowned(ctx, s, tx, c); !errors.Is(err, taskstore.ErrClaimLost) {
 			t.Fatalf("fence of a claimed row = %v, want ErrClaimLost", err)
 		}
 		// Even when the candidate is re-read at the new version: it has an
 		// owner, so it is a takeover, never claimed this way.
-		if _, err := s.FenceUnowned(ctx, tx, taskstore.Candidate{Key: c.Key, Version: c.Version + 1}); !errors.Is(err, taskstore.ErrClaimLost) {
+		if _, err := fenceUnowned(ctx, s, tx, taskstore.Candidate{Key: c.Key, Version: c.Version + 1}); !errors.Is(err, taskstore.ErrClaimLost) {
 			t.Fatalf("fence of an owned row = %v, want ErrClaimLost", err)
 		}
 	})
+}
+
+// fenceUnowned fences c alone (a group of one), as a worker does for a
+// claim with its first batch; ErrClaimLost if it was not fenced.
+func fenceUnowned(ctx context.Context, s *taskstore.Store, tx bun.Tx, c taskstore.Candidate) (partition.Checkpoint, error) {
+	fenced, err := s.FenceUnownedGroup(ctx, tx, []taskstore.Candidate{c}, 1)
+	if err != nil {
+		return partition.Checkpoint{}, err
+	}
+	if len(fenced) == 0 {
+		return partition.Checkpoint{}, fmt.Errorf("fencing %s@v%d for its claim: %w", c.Key, c.Version, taskstore.ErrClaimLost)
+	}
+	return fenced[0].Checkpoint, nil
+}
+
+// claimAdvance claims c fenced by fenceUnowned with its first batch (a
+// group of one).
+func claimAdvance(ctx context.Context, s *taskstore.Store, tx bun.Tx, owner string, ttl time.Duration, c taskstore.Candidate,
+	from, position int64, state json.RawMessage, release bool, reason string) (partition.Lease, error) {
+	leases, err := s.ClaimAdvanceGroup(ctx, tx, owner, ttl,
+		[]taskstore.ClaimStep{{Candidate: c, From: from, Position: position, State: state, Release: release}}, reason)
+	return leases[0], err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,13 +14,27 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// A group is several unowned partitions claimed, each with its first batch,
-// in one transaction: FenceUnownedGroup fences them all in one statement,
-// the processor writes every member's output, and ClaimAdvanceGroup claims
-// them all (and records their checkpoints, history and, in lock mode, their
-// releases) in one more. Each member's row goes through exactly what
-// FenceUnowned and ClaimAdvance do to a lone candidate, which are a group of
-// one: the same predicates, the same lock modes, the same compare-and-sets.
+// Unowned partitions claimed with their first batches, alone or several in
+// one transaction: FenceUnownedGroup fences them all in one statement, the
+// processor writes every member's output, and ClaimAdvanceGroup claims
+// them all (and records their checkpoints, history and, in lock mode,
+// their releases) in one more. A lone candidate is a group of one: each
+// member's row goes through the same predicates, the same lock modes and
+// the same compare-and-sets whatever the group's size.
+
+// ErrClaimLost is returned by ClaimAdvanceGroup when a candidate was not
+// won (FenceUnownedGroup leaves such a candidate out of its result): its
+// version moved (someone else claimed it), it is no longer claimable,
+// another transaction holds its row in a conflicting mode, or it names an
+// owner (a takeover, which must be claimed with Claim and confirmed).
+var ErrClaimLost = errors.New("claim lost: the candidate is no longer claimable at the version read")
+
+// claimLockClass is the first key of the transaction-scoped advisory lock
+// (class, hash of the partition key) that FenceUnownedGroup takes on each
+// candidate so that two claim transactions do not both process the same
+// partition: it lives in the two-key space, apart from bigint advisory
+// keys (package lock, loads).
+const claimLockClass = 0x62746e31
 
 // Fenced is a candidate fenced by FenceUnownedGroup, with the checkpoint
 // read under the fence.
@@ -28,19 +43,32 @@ type Fenced struct {
 	Checkpoint partition.Checkpoint
 }
 
-// FenceUnownedGroup is FenceUnowned for several candidates in one
-// statement: it tries the candidates in partition_key order and fences
-// each that is still unowned and claimable at the version read, until it
-// has fenced limit of them (all it can if limit <= 0), and returns those
-// (in that order) with their checkpoints. A candidate tried but missing
-// from the result was lost (as FenceUnowned's ErrClaimLost): another claim
-// transaction, or a change of ownership, holds it or moved it; those after
-// the limit was reached were not tried. Each row is locked FOR KEY SHARE
-// SKIP LOCKED after its own transaction-scoped advisory lock is taken
-// without waiting, one candidate at a time: the statement never waits for
-// a lock, so two workers fencing overlapping groups cannot deadlock, and a
-// candidate another worker is fencing is passed over rather than waited
-// for.
+// FenceUnownedGroup is the fence of claims' first batches, for partitions
+// nobody owns (never owned, or released), inside tx, before the claim, in
+// one statement: it tries the candidates in partition_key order and fences
+// each that is still the candidate (same version, no owner) and claimable,
+// until it has fenced limit of them (all it can if limit <= 0), and returns
+// those (in that order) with their checkpoints. A candidate tried but
+// missing from the result was lost: another claim transaction, or a change
+// of ownership, holds it or moved it; those after the limit was reached
+// were not tried.
+//
+// Each row is locked FOR KEY SHARE SKIP LOCKED. Until tx ends no change of
+// ownership can commit on it (they all lock FOR UPDATE, which conflicts
+// with FOR KEY SHARE; Claim skips it), while producers (FOR NO KEY UPDATE)
+// still add work without waiting. The claim itself comes at the end of the
+// batch, in ClaimAdvanceGroup, a compare-and-set on the version read here.
+//
+// FOR KEY SHARE does not exclude another claim transaction's fence, so the
+// fence also takes a transaction-scoped advisory lock on each partition
+// (before its row lock), without waiting (the candidate is lost if another
+// claim transaction holds it): two workers racing for one partition do not
+// both process it, only for one to lose at ClaimAdvanceGroup. Safety does
+// not rest on it (two keys sharing a hash only exclude each other):
+// ClaimAdvanceGroup's compare-and-set decides. One candidate at a time,
+// the statement never waits for a lock, so two workers fencing overlapping
+// groups cannot deadlock, and a candidate another worker is fencing is
+// passed over rather than waited for.
 func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candidate, limit int) ([]Fenced, error) {
 	if len(cands) == 0 {
 		return nil, nil
@@ -91,14 +119,26 @@ type ClaimStep struct {
 	Traceparent string
 }
 
-// ClaimAdvanceGroup is ClaimAdvance for every step in one statement, all
-// or nothing: each member gets exactly ClaimAdvance's compare-and-sets
-// (claim on the version read, FOR UPDATE SKIP LOCKED; checkpoint on the
-// position read), lease, release and history, and the worker's held count
-// rises by the members kept. It returns the members' leases (in the
-// steps' order), or ErrClaimLost if any member was not won: tx must then
-// roll back, with every member's output. reason is recorded with the
-// releases.
+// ClaimAdvanceGroup ends the first batches of unowned partitions fenced by
+// FenceUnownedGroup in the same tx, in one statement, all or nothing: for
+// each step Claim's compare-and-set (FOR UPDATE SKIP LOCKED, version still
+// the candidate's, no owner, claimable), Advance's checkpoint
+// compare-and-set (position still From), and, with Release, ReleaseFor's
+// hand-back (claimable at once, waiting workers notified at commit if work
+// is still pending). A claim's version is the candidate's Version+1; the
+// lease runs for ttl from this statement's arrival (statement_timestamp(),
+// not the transaction's start, which may be a long batch earlier: nothing
+// renews the lease before the claim commits), so a caller's local deadline
+// counts from the moment it sent this statement. A release bumps the
+// version once more. The worker's held count rises by the members kept
+// (no release), as Claim raises it. The history gets "claimed",
+// "first_batch" and, with release, "released" (with reason), all under the
+// claim's version.
+//
+// It returns the members' leases (in the steps' order), or ErrClaimLost if
+// any member was not won (another transaction fences the row too, or the
+// row moved): tx must then roll back, with every member's output.
+// Everything commits together or not at all.
 func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, ttl time.Duration,
 	steps []ClaimStep, reason string) ([]partition.Lease, error) {
 	n := len(steps)
@@ -158,7 +198,7 @@ func groupName(steps []ClaimStep, leases []partition.Lease) string {
 
 // fenceUnownedGroupSQL fences candidates of kind $5 (keys $1, versions
 // $2, in key order) with advisory locks of class $3, at most $4 of them.
-// The lateral subquery is FenceUnowned's predicate, run once per candidate
+// The lateral subquery is the fence's predicate, run once per candidate
 // in array order through the primary key, so the advisory lock is tried
 // only on a row that matched the rest of it; nothing sorts the result (the
 // caller does), so the limit stops the statement at the last row it needs

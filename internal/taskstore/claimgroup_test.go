@@ -61,7 +61,7 @@ func TestClaimGroupFencesInKeyOrderAndClaimsAllTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := beginTx(t, db)
-	if _, err := s.FenceUnowned(ctx, other, byKey["b"]); err != nil {
+	if _, err := fenceUnowned(ctx, s, other, byKey["b"]); err != nil {
 		t.Fatal(err)
 	}
 	tx := beginTx(t, db)
@@ -227,7 +227,7 @@ func TestClaimGroupFenceStopsAtItsLimit(t *testing.T) {
 	db, s, byKey := groupDB(t)
 	ctx := context.Background()
 	other := beginTx(t, db)
-	if _, err := s.FenceUnowned(ctx, other, byKey["b"]); err != nil {
+	if _, err := fenceUnowned(ctx, s, other, byKey["b"]); err != nil {
 		t.Fatal(err)
 	}
 	tx := beginTx(t, db)

@@ -256,7 +256,7 @@ func (h *pgHarness) BeginClaim(ctx context.Context, owner string, c taskstore.Ca
 	if err != nil {
 		return nil, partition.Checkpoint{}, err
 	}
-	cp, err := h.s.FenceUnowned(ctx, tx, c)
+	cp, err := fenceUnowned(ctx, h.s, tx, c)
 	if err != nil {
 		_ = tx.Rollback()
 		return nil, cp, err
@@ -272,7 +272,7 @@ type pgClaimBatch struct {
 }
 
 func (b *pgClaimBatch) ClaimAdvance(ctx context.Context, from, to int64, release bool) (partition.Lease, error) {
-	return b.s.ClaimAdvance(ctx, b.tx, b.owner, storetest.TTL, b.c, from, to, nil, release, "caught_up")
+	return claimAdvance(ctx, b.s, b.tx, b.owner, storetest.TTL, b.c, from, to, nil, release, "caught_up")
 }
 
 func (b *pgClaimBatch) Commit(context.Context) error { return b.tx.Commit() }

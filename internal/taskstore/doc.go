@@ -1,15 +1,15 @@
 // Package taskstore holds the protocol's statements on baton's task
 // table: the reads of claimable partitions (Candidates, StaleCandidates,
-// from a claim floor: FloorMargin), the claims (Claim, and ClaimAdvance
-// and ClaimAdvanceGroup with a first batch), the heartbeat
-// (HeartbeatBelow, Inspect), the fence and checkpoint of a batch (Fence,
-// FenceUnowned, FenceUnownedGroup, Advance), releases and failures
+// from a claim floor: FloorMargin), the claims (Claim, and
+// ClaimAdvanceGroup with first batches), the heartbeat (HeartbeatBelow,
+// Inspect), the fence and checkpoint of a batch (Fence, FenceUnownedGroup,
+// Advance), releases and failures
 // (Release, ReleaseFor, Fail), the fair-share inputs (FairShareLoad,
 // PendingWork, QuarantinedCount), a worker's stop (StopWorker) and the
 // history the protocol writes (Record, RecordFirstBatch, PruneEvents).
 // Package distributor runs them (its renewals through package heartbeat); the
-// safety argument, in package distributor's documentation, is stated in
-// terms of these statements.
+// safety argument, in docs/protocol.md, is stated in terms of these
+// statements.
 //
 // It imports package partition for the types the statements share with
 // their public callers (partition.Lease, partition.Checkpoint,

@@ -15,7 +15,7 @@ import (
 // PrepareWhen returns a copy of s whose coordination statements (Heartbeat,
 // Candidates, StaleCandidates, FairShareLoad), run at every heartbeat and
 // poll of every worker, and the statements that claim unowned partitions
-// with their first batches (FenceUnowned, ClaimAdvance and their groups),
+// with their first batches (FenceUnownedGroup, ClaimAdvanceGroup),
 // are prepared once per connection and their plans
 // reused whenever direct reports true at the time of the call. Otherwise,
 // and by default, they are sent as unnamed statements, parsed and planned
