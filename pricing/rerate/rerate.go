@@ -69,8 +69,8 @@ func NewStore(db *dbconn.DB, schemaName string) *Store {
 	return &Store{tables.New(db, schemaName)}
 }
 
-// Start is StartTx in a transaction of its own (READ COMMITTED), committed
-// when it succeeds.
+// Start is StartTx in a transaction of its own, committed when it
+// succeeds.
 func (s *Store) Start(ctx context.Context, reqs []Request) ([]Started, error) {
 	var out []Started
 	err := s.t.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {

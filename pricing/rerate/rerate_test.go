@@ -384,6 +384,55 @@ func TestStartRefusesUnknownContract(t *testing.T) {
 	}
 }
 
+// StartTx's re-pricing belongs to the caller's transaction: rolled back
+// with it, nothing of it stays (no generation, the partition not
+// rewound); committed with it, the new generation is being priced.
+func TestStartTxInTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
+	ctx := context.Background()
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
+		t.Fatal(err)
+	}
+	runUntilDone(t, db, distributor.Config{BatchSize: 97})
+	generations := rerate.NewStore(db, "")
+	reqs := []rerate.Request{{Contract: "random-mix", NewTiers: vectorTiers(t)["random-mix"], Reason: "tiers corrected"}}
+	startIn := func(commit bool) {
+		t.Helper()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		started, err := generations.StartTx(ctx, tx, reqs)
+		if err != nil || len(started) != 1 || started[0].Generation != 2 {
+			t.Fatalf("StartTx: %+v, %v; want generation 2", started, err)
+		}
+		if commit {
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const taskGeneration = `SELECT generation FROM baton.tasks WHERE kind = 'pricing' AND partition_key = 'random-mix'`
+
+	startIn(false)
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.generations`); n != 0 {
+		t.Errorf("%d generation rows after a rolled back StartTx", n)
+	}
+	if g := count(t, db.DB, taskGeneration); g != 1 {
+		t.Errorf("partition at generation %d after a rolled back StartTx, want 1", g)
+	}
+
+	startIn(true)
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.generations WHERE contract_id = 'random-mix' AND generation = 2 AND state = 'pricing'`); n != 1 {
+		t.Errorf("%d generation 2 rows being priced after a committed StartTx, want 1", n)
+	}
+	if g := count(t, db.DB, taskGeneration); g != 2 {
+		t.Errorf("partition at generation %d after a committed StartTx, want 2", g)
+	}
+}
+
 // writeFile writes lines to a new file in t's temporary directory.
 func writeFile(t *testing.T, name string, lines []string) string {
 	t.Helper()
