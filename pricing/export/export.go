@@ -1,4 +1,7 @@
-// Package export writes the priced records as CSV.
+// Package export writes the priced records as CSV, from a Store bound
+// once to a database handle and the schema of the pricing tables:
+//
+//	n, err := export.NewStore(db, "").WriteComplete(ctx, w)
 //
 // The output has the header contract_id,record_id,gross_minor,
 // discount_minor,net_minor and one row per priced record, ordered by
