@@ -48,7 +48,7 @@ func (e *env) seedTemplate(ctx context.Context, name string, contracts, perContr
 		}
 		defer os.RemoveAll(dir)
 		log.Printf("loading %s: %d contracts × %d records", name, contracts, perContract)
-		rep, err := ingest.Load(ctx, db, ingest.Options{TiersPath: tiers, RecordsPath: records})
+		rep, err := loadPricing(ctx, db, ingest.Options{TiersPath: tiers, RecordsPath: records})
 		if err != nil {
 			return fmt.Errorf("loading %s: %w", name, err)
 		}
@@ -161,7 +161,7 @@ func (p *producer) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rep, err := ingest.Load(ctx, p.db, ingest.Options{RecordsPath: path})
+	rep, err := loadPricing(ctx, p.db, ingest.Options{RecordsPath: path})
 	if err != nil {
 		return fmt.Errorf("loading produced records: %w", err)
 	}

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
-
-	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // victim is a worker frozen (SIGSTOP) while the contracts it holds are
@@ -170,7 +168,7 @@ func dropPricedKey(ctx context.Context, db bun.IDB) error {
 }
 
 // outcome counts duplicated and unpriced records and verifies the output.
-func outcome(ctx context.Context, db bun.IDB) (dups, lost int64, mismatches int, err error) {
+func outcome(ctx context.Context, db *bun.DB) (dups, lost int64, mismatches int, err error) {
 	if err = db.QueryRowContext(ctx, `SELECT count(*) - count(DISTINCT (contract_id, seq)) FROM baton.priced`).Scan(&dups); err != nil {
 		return 0, 0, 0, fmt.Errorf("counting duplicates: %w", err)
 	}
@@ -296,8 +294,8 @@ func sigName(s syscall.Signal) string {
 
 // verify runs the independent SQL recomputation and returns the number of
 // contracts that disagree.
-func verify(ctx context.Context, db bun.IDB) (int, error) {
-	sum, err := pricer.Verify(ctx, db, "")
+func verify(ctx context.Context, db *bun.DB) (int, error) {
+	sum, err := verifyPricing(ctx, db)
 	if err != nil {
 		return 0, err
 	}

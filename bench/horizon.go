@@ -340,7 +340,7 @@ func (e *env) horizonRun(ctx context.Context, ds *dataset, c horizonConfig, pinn
 	if st, err := e.rawStatements(ctx, name, 20); err == nil {
 		r.RawStatements = st
 	}
-	sum, err := pricer.Verify(ctx, db, "")
+	sum, err := verifyPricing(ctx, db)
 	if err != nil {
 		return r, err
 	}

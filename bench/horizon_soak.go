@@ -11,8 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // soakWindow is one sampling window of the soak.
@@ -176,7 +174,7 @@ func (e *env) runSoak(ctx context.Context, c horizonConfig, res *results) (*soak
 		log.Printf("horizon soak: stopping workers: %v", err)
 	}
 	sc.close()
-	sum, err := pricer.Verify(ctx, db, "")
+	sum, err := verifyPricing(ctx, db)
 	if err != nil {
 		return s, err
 	}

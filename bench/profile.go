@@ -252,7 +252,7 @@ func (e *env) inProcess(ctx context.Context, ds *dataset, name string, mode pgx.
 			return r, err
 		}
 		dbs = append(dbs, wdb)
-		d, err := distributor.New(wdb, pricer.New(""), distributor.Config{Name: fmt.Sprintf("inproc-%d", i+1),
+		d, err := distributor.New(wdb, pricer.NewStore(wdb, "").Processor(), distributor.Config{Name: fmt.Sprintf("inproc-%d", i+1),
 			UntilDone: true, KeyAttr: "contract_id", Logger: quiet})
 		if err != nil {
 			return r, err

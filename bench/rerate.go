@@ -14,8 +14,6 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
-
-	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // The rerate scenario: what a re-rating costs against the first pricing
@@ -165,7 +163,7 @@ func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results) er
 		return err
 	}
 	r.Untouched = untouchedAfter == untouchedBefore && moved == len(named)
-	sum, err := pricer.Verify(ctx, db, "")
+	sum, err := verifyPricing(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -232,7 +230,7 @@ func (e *env) rerateAmend(ctx context.Context, r *rerateResult, res *results) er
 		return fmt.Errorf("counting the records re-priced: %w", err)
 	}
 	r.Amend.PerSec = float64(r.Amend.Records) / r.Amend.Seconds
-	sum, err := pricer.Verify(ctx, db, "")
+	sum, err := verifyPricing(ctx, db)
 	if err != nil {
 		return err
 	}

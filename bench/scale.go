@@ -357,7 +357,7 @@ func (p *scalePipeline) verify() error {
 	p.e.checkpoint(p.ctx)
 	log.Printf("scale: %d records: verifying (pricer.Verify)", r.Records)
 	t0 := time.Now()
-	sum, err := pricer.Verify(p.ctx, p.conn, "")
+	sum, err := pricer.NewStore(p.conn, "").Verify(p.ctx)
 	if err != nil {
 		return fmt.Errorf("verifying %d records: %w", r.Records, err)
 	}

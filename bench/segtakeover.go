@@ -181,7 +181,7 @@ func (e *env) segTakeover(ctx context.Context, r *segTakeoverResult, res *result
 		}
 		defer os.RemoveAll(dir)
 		log.Printf("segtakeover: loading %d records, %d in %s", r.Seeded, r.HotSeeded, r.HotContract)
-		if _, err := ingest.Load(ctx, db, ingest.Options{TiersPath: tiers, RecordsPath: recs}); err != nil {
+		if _, err := loadPricing(ctx, db, ingest.Options{TiersPath: tiers, RecordsPath: recs}); err != nil {
 			return fmt.Errorf("loading the seed: %w", err)
 		}
 		return nil
@@ -556,7 +556,7 @@ func (p *hotProducer) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rep, err := ingest.Load(ctx, p.db, ingest.Options{RecordsPath: path})
+	rep, err := loadPricing(ctx, p.db, ingest.Options{RecordsPath: path})
 	if err != nil {
 		return fmt.Errorf("loading produced records: %w", err)
 	}

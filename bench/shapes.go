@@ -14,7 +14,6 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/pricing/ingest"
-	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/seed"
 )
 
@@ -242,7 +241,7 @@ func (e *env) runShape(ctx context.Context, spec shapeSpec, records int64, res *
 		}
 		defer os.RemoveAll(dir)
 		log.Printf("shapes: loading %s: %d records", spec.Label, row.Records)
-		rep, err := ingest.Load(ctx, db, ingest.Options{TiersPath: tiers, RecordsPath: recs})
+		rep, err := loadPricing(ctx, db, ingest.Options{TiersPath: tiers, RecordsPath: recs})
 		if err != nil {
 			return fmt.Errorf("loading %s: %w", spec.Label, err)
 		}
@@ -333,7 +332,7 @@ func (e *env) runShapeWorkers(ctx context.Context, tpl string, row *shapeRow, si
 		r.Statements = st
 		r.Claims = findKind(st, "claim (CAS)").Rows
 	}
-	sum, err := pricer.Verify(ctx, db, "")
+	sum, err := verifyPricing(ctx, db)
 	if err != nil {
 		return r, err
 	}

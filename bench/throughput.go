@@ -8,8 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"time"
-
-	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // runResult is one end-to-end pricing run: a fresh copy of the data set
@@ -218,7 +216,7 @@ func (e *env) runDesign(ctx context.Context, ds *dataset, d design, n, rep int, 
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM baton.events`).Scan(&r.HistoryEvents); err != nil {
 		return r, fmt.Errorf("counting events: %w", err)
 	}
-	sum, err := pricer.Verify(ctx, db, "")
+	sum, err := verifyPricing(ctx, db)
 	if err != nil {
 		return r, err
 	}

@@ -105,13 +105,13 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 	if _, err := schema.Migrate(ctx, db, scratch); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ingest.Load(ctx, db.DB, ingest.Options{Schema: "scratch",
+	if _, err := ingest.NewStore(db, "scratch").Load(ctx, ingest.Options{
 		TiersPath: "../testdata/vectors/tiers.csv", RecordsPath: "../testdata/vectors/records.csv"}); err != nil {
 		t.Fatal(err)
 	}
 	part, cancel := context.WithCancel(ctx)
 	var batches atomic.Int64
-	d, err := distributor.New(db, pricer.New("scratch"), distributor.Config{
+	d, err := distributor.New(db, pricer.NewStore(db, "scratch").Processor(), distributor.Config{
 		Schema: "scratch", Name: "old", Logger: quiet, Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second,
 		BatchSize: 7, MaxPartitions: 2,
 		OnEvent: func(e distributor.Event) {
@@ -187,7 +187,7 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 		t.Errorf("second Migrate = %v, %v; want nothing applied", again, err)
 	}
 
-	d, err = distributor.New(db, pricer.New(""), distributor.Config{
+	d, err = distributor.New(db, pricer.NewStore(db, "").Processor(), distributor.Config{
 		Name: "new", Logger: quiet, Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, UntilDone: true,
 	})
 	if err != nil {
@@ -197,7 +197,7 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if _, err := export.Write(ctx, db.DB, "", &out); err != nil {
+	if _, err := export.NewStore(db, "").Write(ctx, &out); err != nil {
 		t.Fatal(err)
 	}
 	want, err := os.ReadFile("../testdata/vectors/expected.csv")

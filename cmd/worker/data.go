@@ -132,9 +132,8 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			p := newLoadProgress(g.stderr, "loading", g.logFormat)
 			opts.Progress = p.update
 			opts.ReadProgress = p.reading
-			opts.Schema = g.schema
 			g.ownsDurability = true // a NotReplicatedError names the load
-			rep, err := ingest.Load(cmd.Context(), db.DB, opts)
+			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), opts)
 			if errors.Is(err, ingest.ErrInterrupted) {
 				p.end()
 				return &exitError{interruptedCode(cmd.Context()), err}
@@ -259,14 +258,15 @@ output instead). It only reads the database.`,
 				return err
 			}
 			defer db.Close()
-			write := func(w io.Writer) (int64, error) { return export.Write(cmd.Context(), db.DB, g.schema, w) }
+			priced := export.NewStore(db, g.schema)
+			write := func(w io.Writer) (int64, error) { return priced.Write(cmd.Context(), w) }
 			var progress pricer.Progress
 			if generation == "previous" {
-				write = func(w io.Writer) (int64, error) { return export.WritePrevious(cmd.Context(), db.DB, g.schema, w) }
+				write = func(w io.Writer) (int64, error) { return priced.WritePrevious(cmd.Context(), w) }
 			} else if complete {
 				// One snapshot: checked complete, then written.
-				write = func(w io.Writer) (int64, error) { return export.WriteComplete(cmd.Context(), db.DB, g.schema, w) }
-			} else if progress, err = pricer.CheckProgress(cmd.Context(), db, g.schema); err != nil {
+				write = func(w io.Writer) (int64, error) { return priced.WriteComplete(cmd.Context(), w) }
+			} else if progress, err = pricer.NewStore(db, g.schema).CheckProgress(cmd.Context()); err != nil {
 				return err
 			}
 			var n int64
@@ -416,7 +416,7 @@ records.`,
 			}
 			defer db.Close()
 			p := newProgress(g.stderr, "loading")
-			rep, err := ingest.Load(cmd.Context(), db.DB, ingest.Options{Schema: g.schema, TiersPath: tiers, RecordsPath: records, Progress: p.update})
+			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), ingest.Options{TiersPath: tiers, RecordsPath: records, Progress: p.update})
 			if errors.Is(err, ingest.ErrInterrupted) {
 				p.end()
 				return &exitError{interruptedCode(cmd.Context()), err}

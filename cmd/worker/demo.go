@@ -88,7 +88,7 @@ func runDemo(ctx context.Context, g *globals, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	rep, err := ingest.Load(ctx, db.DB, ingest.Options{Schema: g.schema, TiersPath: tiers, RecordsPath: records})
+	rep, err := ingest.NewStore(db, g.schema).Load(ctx, ingest.Options{TiersPath: tiers, RecordsPath: records})
 	if err != nil {
 		return err
 	}
@@ -281,7 +281,7 @@ func keysOf(m map[string]int64) string {
 func demoSummary(ctx context.Context, g *globals, db *dbconn.DB, o demoOptions, total int64, elapsed time.Duration,
 	killed int, tk takeovers, wall time.Duration) error {
 	out := g.stdout
-	sum, err := pricer.Verify(ctx, db, g.schema)
+	sum, err := pricer.NewStore(db, g.schema).Verify(ctx)
 	if err != nil {
 		return err
 	}

@@ -110,12 +110,13 @@ is not pruned, then a summary line; --json prints the same as JSON.
 			}
 			defer db.Close()
 			start := time.Now()
+			tables := pricer.NewStore(db, g.schema)
 			if len(loads) == 0 {
-				if loads, err = pricer.LoadsOlderThan(cmd.Context(), db, g.schema, olderThan); err != nil {
+				if loads, err = tables.LoadsOlderThan(cmd.Context(), olderThan); err != nil {
 					return err
 				}
 			}
-			res, err := pricer.PruneLoads(cmd.Context(), db, pricer.PruneConfig{Schema: g.schema, BatchRecords: batch, DryRun: dryRun,
+			res, err := tables.PruneLoads(cmd.Context(), pricer.PruneConfig{BatchRecords: batch, DryRun: dryRun,
 				OnBatch: func(load, records int64, took time.Duration) {
 					g.logger.Debug("prune batch", "event", "prune_batch", "load_id", load, "records", records, "took_ms", took.Milliseconds())
 				}}, loads)
@@ -215,7 +216,7 @@ func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, a
 		return err
 	}
 	defer db.Close()
-	p, err := rerate.Prune(cmd.Context(), db, g.schema, olderThan)
+	p, err := rerate.NewStore(db, g.schema).Prune(cmd.Context(), olderThan)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ import (
 func TestPruneWhileWorkersPrice(t *testing.T) {
 	t.Parallel()
 	c := cli{t, pgtest.NewURL(t)}
-	db := pgtest.Open(t, c.dsn, dbconn.Options{})
+	db := pgtest.OpenDB(t, c.dsn, dbconn.Options{})
 	ctx := context.Background()
 	count := func(q string, args ...any) int64 {
 		t.Helper()
@@ -101,7 +101,7 @@ func TestPruneWhileWorkersPrice(t *testing.T) {
 			t.Fatalf("worker %d: %v\n%s", i, err, logs[i])
 		}
 	}
-	sum, err := pricer.Verify(ctx, db, "")
+	sum, err := pricer.NewStore(db, "").Verify(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

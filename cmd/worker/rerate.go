@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -12,8 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/pricing/export"
@@ -77,36 +78,25 @@ result and worker diff for what changed.`,
 			}
 			defer db.Close()
 			ctx := cmd.Context()
-			conn, err := db.Conn(ctx)
-			if err != nil {
-				return fmt.Errorf("re-pricing: acquiring a database connection: %w", err)
-			}
-			defer conn.Close()
 			var started []rerate.Started
-			err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
-				return pgx.BeginFunc(ctx, pc, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", loadLockKey); err != nil {
-						return fmt.Errorf("re-pricing: waiting for loads to finish: %w", err)
+			err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+				if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(?)", loadLockKey); err != nil {
+					return fmt.Errorf("re-pricing: waiting for loads to finish: %w", err)
+				}
+				contracts := args
+				if all {
+					if err := tx.NewRaw(schema.SQL(g.schema, `SELECT contract_id FROM {{.Schema}}.contracts ORDER BY contract_id`)).Scan(ctx, &contracts); err != nil {
+						return fmt.Errorf("re-pricing: listing contracts: %w", err)
 					}
-					contracts := args
-					if all {
-						rows, err := tx.Query(ctx, schema.SQL(g.schema, `SELECT contract_id FROM {{.Schema}}.contracts ORDER BY contract_id`))
-						if err != nil {
-							return fmt.Errorf("re-pricing: listing contracts: %w", err)
-						}
-						if contracts, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-							return fmt.Errorf("re-pricing: listing contracts: %w", err)
-						}
-					}
-					reqs := make([]rerate.Request, len(contracts))
-					by := startedBy("reprice")
-					for i, c := range contracts {
-						reqs[i] = rerate.Request{Contract: c, Reason: reason, StartedBy: by}
-					}
-					var err error
-					started, err = rerate.Start(ctx, tx, g.schema, reqs)
-					return err
-				})
+				}
+				reqs := make([]rerate.Request, len(contracts))
+				by := startedBy("reprice")
+				for i, c := range contracts {
+					reqs[i] = rerate.Request{Contract: c, Reason: reason, StartedBy: by}
+				}
+				var err error
+				started, err = rerate.NewStore(db, g.schema).StartTx(ctx, tx, reqs)
+				return err
 			})
 			if errors.Is(err, rerate.ErrUnknownContract) {
 				return usageError("%v; nothing was re-priced", err)
@@ -161,7 +151,7 @@ re-priced are not listed. It only reads the database.`,
 				return err
 			}
 			defer db.Close()
-			gens, err := rerate.List(cmd.Context(), db, g.schema, args)
+			gens, err := rerate.NewStore(db, g.schema).List(cmd.Context(), args)
 			if err != nil {
 				return err
 			}
@@ -227,7 +217,7 @@ by default, or -).`,
 					return 0, err
 				}
 				var n int64
-				diffs, err := rerate.Diff(cmd.Context(), db, g.schema, contracts, func(c rerate.Change) error {
+				diffs, err := rerate.NewStore(db, g.schema).Diff(cmd.Context(), contracts, func(c rerate.Change) error {
 					n++
 					return cw.Write([]string{c.Contract, c.RecordID,
 						strconv.FormatInt(c.OldGross, 10), strconv.FormatInt(c.OldDiscount, 10), strconv.FormatInt(c.OldNet, 10),

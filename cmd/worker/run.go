@@ -233,7 +233,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 		cfg.ListenDB = ldb
 	}
 	pc := workerproc.Config{
-		DB: db, Processor: pricer.New(g.schema), Distributor: cfg, MetricsAddr: r.metricsAddr,
+		DB: db, Processor: pricer.NewStore(db, g.schema).Processor(), Distributor: cfg, MetricsAddr: r.metricsAddr,
 		HorizonWarnAfter: r.console.horizonWarnAfter, TracingService: "baton-worker", Logger: g.logger,
 		Ready: func(ctx context.Context) error {
 			if err := db.PingContext(ctx); err != nil {

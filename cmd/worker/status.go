@@ -178,12 +178,12 @@ func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerSt
 // read after the task rows: a load that commits in between only adds
 // records, so it never makes a consistent contract look inconsistent. Then
 // it reads what holds back vacuum, warning past warnAfter.
-func readStatus(ctx context.Context, db bun.IDB, schemaName string, warnAfter time.Duration) (statusJSON, error) {
+func readStatus(ctx context.Context, db *dbconn.DB, schemaName string, warnAfter time.Duration) (statusJSON, error) {
 	parts, workers, err := pricingStore(db, schemaName).Status(ctx)
 	if err != nil {
 		return statusJSON{}, err
 	}
-	progress, err := pricer.CheckProgress(ctx, db, schemaName)
+	progress, err := pricer.NewStore(db, schemaName).CheckProgress(ctx)
 	if err != nil {
 		return statusJSON{}, err
 	}
@@ -426,7 +426,7 @@ func printHorizon(w io.Writer, h *horizonJSON) {
 // watchStatus redraws the live view until ctx ends. A failed read keeps the
 // last view on screen under a "database unreachable, retrying" line and
 // tries again at the next tick.
-func watchStatus(ctx context.Context, g *globals, db bun.IDB, every, warnAfter time.Duration) error {
+func watchStatus(ctx context.Context, g *globals, db *dbconn.DB, every, warnAfter time.Duration) error {
 	view := newLiveView(g.stdout)
 	view.screen = true
 	if view.tty {

@@ -9,8 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/uptrace/bun"
-
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/ingest"
 )
@@ -29,11 +28,11 @@ func (q loadsQuery) asked() bool { return q.newest || len(q.ids) > 0 }
 
 // readLoads adds the loads asked for to s, and the ids named but not
 // present to s.MissingLoads.
-func readLoads(ctx context.Context, db bun.IDB, schemaName string, q loadsQuery, s *statusJSON) error {
+func readLoads(ctx context.Context, db *dbconn.DB, schemaName string, q loadsQuery, s *statusJSON) error {
 	if !q.asked() {
 		return nil
 	}
-	loads, err := ingest.Loads(ctx, db, schemaName, loadsShown, q.ids...)
+	loads, err := ingest.NewStore(db, schemaName).Loads(ctx, loadsShown, q.ids...)
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func (c *consoleFlags) open(ctx context.Context, g *globals) (console.Config, *b
 	// A contract whose checkpoint lies beyond its stored records is shown
 	// as an error, as status shows it, never as done.
 	cfg.Inconsistent = func(ctx context.Context) (map[string]string, error) {
-		progress, err := pricer.CheckProgress(ctx, db, g.schema)
+		progress, err := pricer.NewStore(db, g.schema).CheckProgress(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -68,7 +68,7 @@ func (c *consoleFlags) open(ctx context.Context, g *globals) (console.Config, *b
 	// A re-priced contract's page lists its generations: who re-priced
 	// it, why, and how its net total changed.
 	cfg.Generations = func(ctx context.Context, contract string) ([]console.Generation, error) {
-		gens, err := rerate.List(ctx, db, g.schema, []string{contract})
+		gens, err := rerate.NewStore(db, g.schema).List(ctx, []string{contract})
 		if err != nil {
 			return nil, err
 		}

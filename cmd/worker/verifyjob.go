@@ -20,7 +20,7 @@ const verifyBuiltin = "verify"
 // verifyJob is the built-in "verify" job: in one snapshot (a read-only
 // REPEATABLE READ transaction, so checkpoints and output agree while
 // workers price), it checks every contract's committed output against its
-// checkpoint and an independent SQL recomputation (pricer.VerifyCommitted),
+// checkpoint and an independent SQL recomputation (pricer.Store.VerifyCommitted),
 // logs every mismatch (event verify_mismatch), reports the count to
 // onResult (for a metric; may be nil), and fails the run, naming the
 // mismatches, if there is any. The worker's statement timeout does not
@@ -36,10 +36,11 @@ func verifyJob(db *dbconn.DB, schemaName string, logger *slog.Logger, onResult f
 					return err
 				}
 				var err error
-				if inFlight, err = pricer.GenerationsInFlight(ctx, tx, schemaName); err != nil {
+				tables := pricer.NewStore(db, schemaName)
+				if inFlight, err = tables.GenerationsInFlightTx(ctx, tx); err != nil {
 					return err
 				}
-				found, err = pricer.VerifyCommitted(ctx, tx, schemaName)
+				found, err = tables.VerifyCommittedTx(ctx, tx)
 				return err
 			})
 		if err != nil {

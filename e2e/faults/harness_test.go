@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/uptrace/bun"
-
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
@@ -81,7 +79,7 @@ type run struct {
 	t       *testing.T
 	rng     *rand.Rand
 	dsn     string
-	db      *bun.DB
+	db      *dbconn.DB
 	dir     string
 	mu      sync.Mutex
 	workers []*proc
@@ -116,7 +114,7 @@ func newRun(t *testing.T, seedValue uint64) *run {
 func newRunOn(t *testing.T, seedValue uint64, dsn string) *run {
 	t.Helper()
 	r := &run{t: t, rng: rand.New(rand.NewPCG(seedValue, 0xfa17)), dsn: dsn, dir: t.TempDir(),
-		db: pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 4}), stats: newStats(t.Name())}
+		db: pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 4}), stats: newStats(t.Name())}
 	t.Cleanup(func() {
 		for _, w := range r.workers {
 			_ = w.cmd.Process.Kill()
@@ -143,7 +141,7 @@ func (r *run) seedData(contracts, perContract int) {
 
 func (r *run) load(records, tiers string) ingest.Report {
 	r.t.Helper()
-	rep, err := ingest.Load(context.Background(), r.db, ingest.Options{TiersPath: tiers, RecordsPath: records})
+	rep, err := ingest.NewStore(r.db, "").Load(context.Background(), ingest.Options{TiersPath: tiers, RecordsPath: records})
 	if err != nil {
 		r.t.Fatalf("loading %s: %v", records, err)
 	}
@@ -374,7 +372,7 @@ func (r *run) check() {
 	r.t.Helper()
 	want := r.expected()
 	var got bytes.Buffer
-	if _, err := export.Write(context.Background(), r.db, "", &got); err != nil {
+	if _, err := export.NewStore(r.db, "").Write(context.Background(), &got); err != nil {
 		r.t.Fatal(err)
 	}
 	gotLines := strings.Split(strings.TrimRight(got.String(), "\n"), "\n")[1:]
@@ -390,7 +388,7 @@ func (r *run) check() {
 			}
 		}
 	}
-	sum, err := pricer.Verify(context.Background(), r.db, "")
+	sum, err := pricer.NewStore(r.db, "").Verify(context.Background())
 	if err != nil {
 		r.t.Fatal(err)
 	}

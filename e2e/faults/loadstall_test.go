@@ -84,7 +84,7 @@ func TestLoadPausedInItsLastStepCostsNoUnrelatedLease(t *testing.T) {
 		<-loadDone
 	})
 	// The load's last step has locked st-a and waits for st-c.
-	pgtest.WaitForLockWait(t, r.db, "JOIN load_affected")
+	pgtest.WaitForLockWait(t, r.db.DB, "JOIN load_affected")
 	if err := load.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -83,8 +83,8 @@ func loadPricing(t *testing.T, dsn string) int64 {
 			t.Fatal(err)
 		}
 	}
-	db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 2})
-	rep, err := ingest.Load(context.Background(), db, ingest.Options{TiersPath: tp, RecordsPath: rp})
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 2})
+	rep, err := ingest.NewStore(db, "").Load(context.Background(), ingest.Options{TiersPath: tp, RecordsPath: rp})
 	if err != nil || rep.RecordsAccepted != total {
 		t.Fatalf("loading: %+v, %v", rep, err)
 	}
@@ -102,7 +102,7 @@ func runPricers(ctx context.Context, t *testing.T, dsn string, n int) error {
 			BatchSize: 250, UntilDone: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		}
 		db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: cfg.PoolSize()})
-		d, err := distributor.New(db, pricer.New(""), cfg)
+		d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), cfg)
 		if err != nil {
 			return err
 		}
@@ -127,8 +127,8 @@ func runPricers(ctx context.Context, t *testing.T, dsn string, n int) error {
 func checkPriced(t *testing.T, dsn string, total int64) {
 	t.Helper()
 	ctx := context.Background()
-	db := pgtest.Open(t, dsn, dbconn.Options{MaxOpenConns: 2})
-	sum, err := pricer.Verify(ctx, db, "")
+	db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 2})
+	sum, err := pricer.NewStore(db, "").Verify(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func checkPriced(t *testing.T, dsn string, total int64) {
 		}
 	}
 	var out bytes.Buffer
-	if n, err := export.WriteComplete(ctx, db, "", &out); err != nil || n != total {
+	if n, err := export.NewStore(db, "").WriteComplete(ctx, &out); err != nil || n != total {
 		t.Errorf("export --complete: %d rows, %v; want %d", n, err, total)
 	}
 }

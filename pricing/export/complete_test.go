@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/export"
@@ -22,7 +23,7 @@ import (
 // contract change nothing.
 func TestWriteComplete(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
 	dir := t.TempDir()
 	tiers, records := filepath.Join(dir, "tiers.csv"), filepath.Join(dir, "records.csv")
@@ -32,7 +33,7 @@ func TestWriteComplete(t *testing.T) {
 	if err := os.WriteFile(records, []byte("contract_id,record_id,amount_minor\na,r1,10\na,r2,20\nb,r1,5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ingest.Load(ctx, db, ingest.Options{TiersPath: tiers, RecordsPath: records}); err != nil {
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: tiers, RecordsPath: records}); err != nil {
 		t.Fatal(err)
 	}
 	// Another kind's partition named like a contract, with work of its own.
@@ -41,7 +42,7 @@ func TestWriteComplete(t *testing.T) {
 	}
 	write := func() (int64, string, error) {
 		var buf bytes.Buffer
-		n, err := export.WriteComplete(ctx, db, "", &buf)
+		n, err := export.NewStore(db, "").WriteComplete(ctx, &buf)
 		return n, buf.String(), err
 	}
 	// Nothing priced.

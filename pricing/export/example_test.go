@@ -39,17 +39,18 @@ func Example() {
 			panic(err)
 		}
 	}
-	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: tiers, RecordsPath: records}); err != nil {
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: tiers, RecordsPath: records}); err != nil {
 		panic(err)
 	}
 
-	_, err = export.WriteComplete(ctx, db.DB, "", io.Discard)
+	priced := export.NewStore(db, "") // the pricing tables in schema baton
+	_, err = priced.WriteComplete(ctx, io.Discard)
 	var incomplete *export.IncompleteError
 	if errors.As(err, &incomplete) {
 		fmt.Printf("not yet: %d of %d records unpriced\n", incomplete.Progress.Unpriced, incomplete.Progress.Records)
 	}
 
-	d, err := distributor.New(db, pricer.New(""), distributor.Config{
+	d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), distributor.Config{
 		Name: "worker-1", UntilDone: true, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -59,7 +60,7 @@ func Example() {
 		panic(err)
 	}
 
-	n, err := export.WriteComplete(ctx, db.DB, "", os.Stdout)
+	n, err := priced.WriteComplete(ctx, os.Stdout)
 	if err != nil {
 		panic(err)
 	}

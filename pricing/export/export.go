@@ -1,4 +1,7 @@
-// Package export writes the priced records as CSV.
+// Package export writes the priced records as CSV, from a Store bound
+// once to a database handle and the schema of the pricing tables:
+//
+//	n, err := export.NewStore(db, "").WriteComplete(ctx, w)
 //
 // The output has the header contract_id,record_id,gross_minor,
 // discount_minor,net_minor and one row per priced record, ordered by
@@ -46,9 +49,9 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/pricing/internal/tables"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
-	"github.com/batonhq/baton/schema"
 )
 
 // Header is the first line Write writes (without its line end).
@@ -66,11 +69,20 @@ const (
 // order (see the package comment).
 var keyOrder = []string{`SET LOCAL enable_sort = off`, `SET LOCAL enable_seqscan = off`}
 
-// Write writes every priced record of the pricing tables in schema
-// schemaName (empty means schema.Default) to w as CSV and returns the
-// number of records written (not counting the header).
-func Write(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (rows int64, err error) {
-	conn, err := db.Conn(ctx)
+// Store is the priced output of the pricing tables in one schema of one
+// database, to be written out.
+type Store struct{ t tables.Tables }
+
+// NewStore returns the priced output of the pricing tables in PostgreSQL
+// schema schemaName (empty means schema.Default, "baton") of db.
+func NewStore(db *dbconn.DB, schemaName string) *Store {
+	return &Store{tables.New(db, schemaName)}
+}
+
+// Write writes every priced record to w as CSV and returns the number of
+// records written (not counting the header).
+func (s *Store) Write(ctx context.Context, w io.Writer) (rows int64, err error) {
+	conn, err := s.t.DB.Conn(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("exporting priced records: acquiring a database connection: %w", err)
 	}
@@ -80,7 +92,7 @@ func Write(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (row
 		return 0, fmt.Errorf("exporting priced records: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if rows, err = copyOut(ctx, conn, tx, schemaName, w); err != nil {
+	if rows, err = s.copyOut(ctx, conn, tx, w); err != nil {
 		return 0, err
 	}
 	return rows, tx.Commit()
@@ -91,8 +103,8 @@ func Write(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (row
 // generation replaced; for any other, its current output. Same format and
 // order. The rows of a re-priced contract are sorted, not read in key
 // order.
-func WritePrevious(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (rows int64, err error) {
-	conn, err := db.Conn(ctx)
+func (s *Store) WritePrevious(ctx context.Context, w io.Writer) (rows int64, err error) {
+	conn, err := s.t.DB.Conn(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("exporting the previous generation: acquiring a database connection: %w", err)
 	}
@@ -102,7 +114,7 @@ func WritePrevious(ctx context.Context, db *bun.DB, schemaName string, w io.Writ
 		return 0, fmt.Errorf("exporting the previous generation: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if rows, err = copyQuery(ctx, conn, schemaName, `COPY (`+rerate.PreviousSQL+`) TO STDOUT WITH (FORMAT csv, HEADER true)`, w); err != nil {
+	if rows, err = s.copyQuery(ctx, conn, `COPY (`+rerate.PreviousSQL+`) TO STDOUT WITH (FORMAT csv, HEADER true)`, w); err != nil {
 		return 0, err
 	}
 	return rows, tx.Commit()
@@ -110,20 +122,20 @@ func WritePrevious(ctx context.Context, db *bun.DB, schemaName string, w io.Writ
 
 // copyOut streams the priced records over conn, in its transaction tx, to
 // w.
-func copyOut(ctx context.Context, conn bun.Conn, tx bun.Tx, schemaName string, w io.Writer) (rows int64, err error) {
+func (s *Store) copyOut(ctx context.Context, conn bun.Conn, tx bun.Tx, w io.Writer) (rows int64, err error) {
 	for _, q := range keyOrder {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return 0, fmt.Errorf("exporting priced records: %w", err)
 		}
 	}
-	return copyQuery(ctx, conn, schemaName, copySQL, w)
+	return s.copyQuery(ctx, conn, copySQL, w)
 }
 
 // copyQuery streams the CSV of the COPY statement q over conn to w.
-func copyQuery(ctx context.Context, conn bun.Conn, schemaName, q string, w io.Writer) (rows int64, err error) {
+func (s *Store) copyQuery(ctx context.Context, conn bun.Conn, q string, w io.Writer) (rows int64, err error) {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
-		tag, err := pc.PgConn().CopyTo(ctx, bw, schema.SQL(schemaName, q))
+		tag, err := pc.PgConn().CopyTo(ctx, bw, s.t.SQL(q))
 		if err != nil {
 			return err
 		}
@@ -144,7 +156,7 @@ func copyQuery(ctx context.Context, conn bun.Conn, schemaName, q string, w io.Wr
 var ErrIncomplete = errors.New("pricing is not complete")
 
 // IncompleteError is WriteComplete's error (it wraps ErrIncomplete): what
-// pricer.CheckProgress found. Nothing was written.
+// pricer.Store.CheckProgress found. Nothing was written.
 type IncompleteError struct{ Progress pricer.Progress }
 
 func (e *IncompleteError) Error() string {
@@ -169,14 +181,14 @@ func (e *IncompleteError) Error() string {
 func (e *IncompleteError) Unwrap() error { return ErrIncomplete }
 
 // WriteComplete is Write for a complete pricing only: in one snapshot
-// (REPEATABLE READ), it checks pricer.CheckProgress and returns an
+// (REPEATABLE READ), it checks pricer.Store.CheckProgress and returns an
 // *IncompleteError, having written nothing, if a record is not priced yet
 // or a contract is inconsistent (its checkpoint or work beyond its
 // records), then writes every priced record and checks that they are as
 // many as the checkpoints cover (an error wrapping ErrIncomplete
 // otherwise, after writing them).
-func WriteComplete(ctx context.Context, db *bun.DB, schemaName string, w io.Writer) (rows int64, err error) {
-	conn, err := db.Conn(ctx)
+func (s *Store) WriteComplete(ctx context.Context, w io.Writer) (rows int64, err error) {
+	conn, err := s.t.DB.Conn(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("exporting priced records: acquiring a database connection: %w", err)
 	}
@@ -186,14 +198,14 @@ func WriteComplete(ctx context.Context, db *bun.DB, schemaName string, w io.Writ
 		return 0, fmt.Errorf("exporting priced records: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	p, err := pricer.CheckProgress(ctx, tx, schemaName)
+	p, err := pricer.NewStore(s.t.DB, s.t.Schema).CheckProgressTx(ctx, tx)
 	if err != nil {
 		return 0, fmt.Errorf("exporting priced records: %w", err)
 	}
 	if !p.Complete() {
 		return 0, &IncompleteError{Progress: p}
 	}
-	if rows, err = copyOut(ctx, conn, tx, schemaName, w); err != nil {
+	if rows, err = s.copyOut(ctx, conn, tx, w); err != nil {
 		return 0, err
 	}
 	if rows != p.Priced {

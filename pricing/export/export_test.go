@@ -9,6 +9,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/pricingschema"
@@ -28,24 +29,24 @@ func insertPriced(t *testing.T, db *bun.DB, contract string, seq int64, recordID
 
 func TestWriteExactBytes(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	// Inserted out of order; contract ids whose byte order differs from a
 	// linguistic order ("B" < "Z-1" < "a" < "b.2" in bytes).
-	insertPriced(t, db, "a", 2, `plain`, 300, 3)
-	insertPriced(t, db, "b.2", 1, "x", 1, 0)
-	insertPriced(t, db, "a", 1, `with,comma`, 200, 2)
-	insertPriced(t, db, "Z-1", 1, `say "hi"`, 100, 1)
-	insertPriced(t, db, "B", 10, ` leading and trailing `, 5000, 500)
-	insertPriced(t, db, "B", 3, `\.`, 7, 0)
-	insertPriced(t, db, "B", 4, `\N`, 8, 0)
-	insertPriced(t, db, "B", 5, `back\slash 'single' ünïcödé €`, 9, 0)
-	insertPriced(t, db, "B", 6, `"`, 10, 0)
-	insertPriced(t, db, "B", 7, `,`, 11, 0)
-	insertPriced(t, db, "a", 3, "line\nbreak", 12, 0) // not loadable, but quoted correctly
-	insertPriced(t, db, "a", 4, "cr\rhere", 13, 0)
+	insertPriced(t, db.DB, "a", 2, `plain`, 300, 3)
+	insertPriced(t, db.DB, "b.2", 1, "x", 1, 0)
+	insertPriced(t, db.DB, "a", 1, `with,comma`, 200, 2)
+	insertPriced(t, db.DB, "Z-1", 1, `say "hi"`, 100, 1)
+	insertPriced(t, db.DB, "B", 10, ` leading and trailing `, 5000, 500)
+	insertPriced(t, db.DB, "B", 3, `\.`, 7, 0)
+	insertPriced(t, db.DB, "B", 4, `\N`, 8, 0)
+	insertPriced(t, db.DB, "B", 5, `back\slash 'single' ünïcödé €`, 9, 0)
+	insertPriced(t, db.DB, "B", 6, `"`, 10, 0)
+	insertPriced(t, db.DB, "B", 7, `,`, 11, 0)
+	insertPriced(t, db.DB, "a", 3, "line\nbreak", 12, 0) // not loadable, but quoted correctly
+	insertPriced(t, db.DB, "a", 4, "cr\rhere", 13, 0)
 
 	var buf bytes.Buffer
-	n, err := export.Write(context.Background(), db, "", &buf)
+	n, err := export.NewStore(db, "").Write(context.Background(), &buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,9 +75,9 @@ func TestWriteExactBytes(t *testing.T) {
 
 func TestWriteEmpty(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	var buf bytes.Buffer
-	n, err := export.Write(context.Background(), db, "", &buf)
+	n, err := export.NewStore(db, "").Write(context.Background(), &buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,18 +95,18 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errDiskFull }
 // A writer error is returned, and the pool stays usable.
 func TestWriteWriterError(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	if _, err := db.ExecContext(context.Background(), `INSERT INTO baton.priced
 		(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
 		SELECT 'c', g, 'r' || g, 1, 0, 1, 1, 'test' FROM generate_series(1, 20000) g`); err != nil {
 		t.Fatal(err)
 	}
-	_, err := export.Write(context.Background(), db, "", failingWriter{})
+	_, err := export.NewStore(db, "").Write(context.Background(), failingWriter{})
 	if !errors.Is(err, errDiskFull) {
 		t.Fatalf("Write to a failing writer = %v, want %v", err, errDiskFull)
 	}
 	var buf bytes.Buffer
-	n, err := export.Write(context.Background(), db, "", &buf)
+	n, err := export.NewStore(db, "").Write(context.Background(), &buf)
 	if err != nil || n != 20000 {
 		t.Fatalf("export after a failed one = %d, %v", n, err)
 	}

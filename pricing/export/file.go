@@ -20,7 +20,7 @@ import (
 // given a buffered writer; Write and WriteComplete fit it:
 //
 //	n, err := export.ToFile("priced.csv", func(w io.Writer) (int64, error) {
-//		return export.Write(ctx, db, "", w)
+//		return export.NewStore(db, "").Write(ctx, w)
 //	})
 //
 // An error wrapping ErrIncomplete is returned as it is.

@@ -53,14 +53,14 @@ func TestOptionsValidate(t *testing.T) {
 		})
 	}
 	// Load checks options before touching the database.
-	if _, err := Load(context.Background(), nil, Options{}); err == nil || !strings.Contains(err.Error(), "nothing to load") {
+	if _, err := load(context.Background(), nil, Options{}); err == nil || !strings.Contains(err.Error(), "nothing to load") {
 		t.Errorf("Load with no files = %v", err)
 	}
 }
 
 func TestMissingFile(t *testing.T) {
 	t.Parallel()
-	_, err := Load(context.Background(), nil, Options{RecordsPath: filepath.Join(t.TempDir(), "missing.csv")})
+	_, err := load(context.Background(), nil, Options{RecordsPath: filepath.Join(t.TempDir(), "missing.csv")})
 	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "loading records") {
 		t.Fatalf("Load of a missing file = %v", err)
 	}
@@ -79,7 +79,7 @@ func TestAllOrNothing(t *testing.T) {
 	}
 	tiers := writeFile(t, "tiers.csv", goodTiers)
 	records := writeFile(t, "records.csv", recs.String())
-	_, err := Load(context.Background(), db, Options{TiersPath: tiers, RecordsPath: records, MaxListed: 5})
+	_, err := load(context.Background(), db, Options{TiersPath: tiers, RecordsPath: records, MaxListed: 5})
 	var ie *InvalidInputError
 	if !errors.As(err, &ie) {
 		t.Fatalf("Load = %v, want *InvalidInputError", err)
@@ -183,7 +183,7 @@ func TestSkipInvalidRejectFile(t *testing.T) {
 		t.Fatalf("reject file of a clean load: %q", got)
 	}
 	reject2 := filepath.Join(dir, "reject2.csv")
-	_, err := Load(context.Background(), db, Options{RecordsPath: writeFile(t, "r.csv", "bad header\n"), SkipInvalid: true, RejectPath: reject2})
+	_, err := load(context.Background(), db, Options{RecordsPath: writeFile(t, "r.csv", "bad header\n"), SkipInvalid: true, RejectPath: reject2})
 	var ie *InvalidInputError
 	if !errors.As(err, &ie) {
 		t.Fatalf("Load = %v", err)
@@ -239,7 +239,7 @@ func TestSameIDOtherAmountAcrossLoads(t *testing.T) {
 	first := writeFile(t, "first.csv", rh+"c1,r1,5\nc1,r2,6\n")
 	rep1 := mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: first})
 	second := writeFile(t, "second.csv", rh+"c1,r3,1\nc1,r2,7\n")
-	_, err := Load(context.Background(), db, Options{RecordsPath: second})
+	_, err := load(context.Background(), db, Options{RecordsPath: second})
 	want := fmt.Sprintf(`%s:3: record_id "r2" of contract c1 has amount_minor 7, but load %d (%s) stored it with amount_minor 6; load the file with --amend to replace the stored amount (nothing was loaded)`,
 		second, rep1.LoadID, first)
 	if err == nil || err.Error() != want {
@@ -307,7 +307,7 @@ func TestTierChangeAfterPricing(t *testing.T) {
 	}
 	before := tableCounts(t, db)
 	changed := writeFile(t, "t2.csv", th+"c2,0,60\nc1,0,0\nc1,1000,200\n")
-	_, err := Load(ctx, db, Options{TiersPath: changed})
+	_, err := load(ctx, db, Options{TiersPath: changed})
 	var ie *InvalidInputError
 	if !errors.As(err, &ie) || ie.Total != 2 ||
 		ie.Errors[0].Error() != changed+":3: tiers of contract c1 cannot change: 1 of its records are already priced; load the tiers with --reprice to re-price it under them" ||
@@ -360,7 +360,7 @@ func TestConcurrentLoads(t *testing.T) {
 	var g errgroup.Group
 	for _, f := range files {
 		g.Go(func() error {
-			_, err := Load(context.Background(), db, Options{RecordsPath: f})
+			_, err := load(context.Background(), db, Options{RecordsPath: f})
 			return err
 		})
 	}
@@ -438,7 +438,7 @@ func TestLoadWhileTasksAreUpdated(t *testing.T) {
 		}
 		path := writeFile(t, "r.csv", b.String())
 		loads.Go(func() error {
-			_, err := Load(ctx, db, Options{RecordsPath: path})
+			_, err := load(ctx, db, Options{RecordsPath: path})
 			return err
 		})
 	}
@@ -497,7 +497,7 @@ func TestCRLFAndBlankLines(t *testing.T) {
 		t.Fatalf("records = %+v", got)
 	}
 	// Line numbers count the blank lines.
-	_, err := Load(context.Background(), db, Options{RecordsPath: writeFile(t, "r2.csv", "contract_id,record_id,amount_minor\r\n\r\n\r\nc1,z,0\r\n")})
+	_, err := load(context.Background(), db, Options{RecordsPath: writeFile(t, "r2.csv", "contract_id,record_id,amount_minor\r\n\r\n\r\nc1,z,0\r\n")})
 	if err == nil || !strings.Contains(err.Error(), "r2.csv:4: amount_minor 0") {
 		t.Fatalf("Load = %v", err)
 	}
@@ -531,7 +531,7 @@ func TestCumulativeGrossAcrossLoads(t *testing.T) {
 	db := pgtest.NewDB(t)
 	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: writeFile(t, "r1.csv", rh+"c1,a,60\nc2,a,60\n")})
 	r2 := writeFile(t, "r2.csv", rh+"c2,b,40\nc1,b,41\nc1,a,60\n")
-	_, err := Load(context.Background(), db, Options{RecordsPath: r2, maxGross: 100})
+	_, err := load(context.Background(), db, Options{RecordsPath: r2, maxGross: 100})
 	if err == nil || err.Error() != r2+":3: cumulative gross of contract c1 would exceed 100 (nothing was loaded)" {
 		t.Fatalf("Load = %v", err)
 	}
@@ -556,7 +556,7 @@ func TestCumulativeGrossCountsPrunedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	r2 := writeFile(t, "r2.csv", rh+"c1,b,41\n")
-	_, err := Load(context.Background(), db, Options{RecordsPath: r2, maxGross: 100})
+	_, err := load(context.Background(), db, Options{RecordsPath: r2, maxGross: 100})
 	if err == nil || err.Error() != r2+":2: cumulative gross of contract c1 would exceed 100 (nothing was loaded)" {
 		t.Fatalf("Load = %v, want the gross limit refused counting the pruned 60", err)
 	}
@@ -574,7 +574,7 @@ func TestUnclosedQuoteInBigFile(t *testing.T) {
 		b.WriteString("c1,x,1\n")
 	}
 	path := writeFile(t, "r.csv", b.String())
-	_, err := Load(context.Background(), pgtest.NewDB(t), Options{RecordsPath: path})
+	_, err := load(context.Background(), pgtest.NewDB(t), Options{RecordsPath: path})
 	want := path + ":3: no CSV record ends within 1048576 bytes from here; is a quote left open? (nothing was loaded)"
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load = %v\nwant %s", err, want)
@@ -623,7 +623,7 @@ func TestRecordsLoadDoesNotWaitForBatches(t *testing.T) {
 	}
 	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	rep, err := Load(lctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,b,2\n")})
+	rep, err := load(lctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,b,2\n")})
 	if err != nil || rep.RecordsAccepted != 1 {
 		t.Fatalf("Load while a batch is in flight = %+v, %v", rep, err)
 	}
@@ -649,7 +649,7 @@ func TestTierChangeWaitsForBatchInFlight(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := Load(ctx, db, Options{TiersPath: writeFile(t, "t2.csv", th+"c1,0,9\n"), RecordsPath: writeFile(t, "r2.csv", rh+"c2,b,1\n")})
+		_, err := load(ctx, db, Options{TiersPath: writeFile(t, "t2.csv", th+"c1,0,9\n"), RecordsPath: writeFile(t, "r2.csv", rh+"c2,b,1\n")})
 		done <- err
 	}()
 	pgtest.WaitForLockWait(t, db, "FOR UPDATE OF t")
@@ -682,7 +682,7 @@ func TestTierChangeWaitsForBatchInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() {
-		_, err := Load(ctx, db2, Options{TiersPath: writeFile(t, "t2.csv", th+"c1,0,9\n")})
+		_, err := load(ctx, db2, Options{TiersPath: writeFile(t, "t2.csv", th+"c1,0,9\n")})
 		done <- err
 	}()
 	pgtest.WaitForLockWait(t, db2, "FOR UPDATE OF t")
@@ -721,7 +721,7 @@ func TestSkipInvalidIncompleteTierSets(t *testing.T) {
 
 	db2 := pgtest.NewDB(t)
 	tiers2 := writeFile(t, "t2.csv", th+"c1,0,0\nc2,\"0,1\nc3,0,0\nc4,0,0\n")
-	_, err := Load(context.Background(), db2, Options{TiersPath: tiers2, SkipInvalid: true, RejectPath: reject + "2"})
+	_, err := load(context.Background(), db2, Options{TiersPath: tiers2, SkipInvalid: true, RejectPath: reject + "2"})
 	var ie *InvalidInputError
 	if !errors.As(err, &ie) || !strings.HasPrefix(err.Error(), tiers2+":3: malformed CSV") ||
 		!strings.Contains(err.Error(), "cannot tell which contract this tier row belongs to") {

@@ -121,7 +121,7 @@ func TestDirectCopyRepeatsStoredRecord(t *testing.T) {
 		t.Fatalf("re-delivery: report = %+v", rep)
 	}
 	path := writeFile(t, "r3.csv", rh+"c1,d,8\nc1,a,9\n")
-	_, err := Load(context.Background(), db, Options{RecordsPath: path})
+	_, err := load(context.Background(), db, Options{RecordsPath: path})
 	want := path + `:3: record_id "a" of contract c1 has amount_minor 9, but load 1 (` + first + `) stored it with amount_minor 5; load the file with --amend to replace the stored amount (nothing was loaded)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load = %v\nwant %s", err, want)

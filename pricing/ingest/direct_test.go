@@ -178,7 +178,7 @@ func TestDirectCopyRepeatWithOtherAmount(t *testing.T) {
 	db := pgtest.NewDB(t)
 	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers)})
 	path := writeFile(t, "r.csv", rh+"c1,r1,5\nc2,r1,7\nc1,r1,6\n")
-	_, err := Load(context.Background(), db, Options{RecordsPath: path})
+	_, err := load(context.Background(), db, Options{RecordsPath: path})
 	want := path + `:4: record_id "r1" of contract c1 has amount_minor 6 here but 5 on line 2 (nothing was loaded)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load = %v\nwant %s", err, want)
@@ -200,7 +200,7 @@ func TestDirectCopyFailure(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "INSERT INTO baton.record_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts) VALUES ('c1', 2, 2, 0, '{stray}', '{1}')"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Load(ctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c2,a,1\nc1,b,1\n")})
+	_, err := load(ctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c2,a,1\nc1,b,1\n")})
 	if err == nil || !strings.Contains(err.Error(), "storing records") || !strings.Contains(err.Error(), "record_chunks_pkey") {
 		t.Fatalf("Load = %v, want a failure storing records on record_chunks_pkey", err)
 	}

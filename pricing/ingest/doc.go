@@ -1,5 +1,10 @@
 // Package ingest loads pricing inputs: tiers files and records files.
 //
+// A Store is bound once to a database handle and the schema of the
+// pricing tables; Load loads, Loads lists the loads committed:
+//
+//	rep, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: "tiers.csv", RecordsPath: "records.csv"})
+//
 // # Input files
 //
 // A tiers file has the header contract_id,threshold_minor,discount_bp and

@@ -33,21 +33,22 @@ func Example() {
 
 	tiers := file("tiers.csv", "contract_id,threshold_minor,discount_bp\nacme,0,0\nacme,10000,500\nglobex,0,250\n")
 	records := file("records.csv", "contract_id,record_id,amount_minor\nacme,a1,6000\nglobex,g1,400\nacme,a2,6000\n")
-	r, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: tiers, RecordsPath: records})
+	loader := ingest.NewStore(db, "") // the pricing tables in schema baton
+	r, err := loader.Load(ctx, ingest.Options{TiersPath: tiers, RecordsPath: records})
 	if err != nil {
 		panic(err)
 	}
 	fmt.Printf("load %d: %d tier rows, %d contracts created, %d records\n", r.LoadID, r.TierRows, r.ContractsCreated, r.RecordsAccepted)
 
 	again := file("again.csv", "contract_id,record_id,amount_minor\nacme,a2,6000\nacme,a3,40000\n")
-	r, err = ingest.Load(ctx, db.DB, ingest.Options{RecordsPath: again})
+	r, err = loader.Load(ctx, ingest.Options{RecordsPath: again})
 	if err != nil {
 		panic(err)
 	}
 	fmt.Printf("load %d: %d records, %d re-delivered\n", r.LoadID, r.RecordsAccepted, r.RecordsRedelivered)
 
 	bad := file("bad.csv", "contract_id,record_id,amount_minor\nacme,a4,100\nacme,a5,-3\ninitech,i1,100\n")
-	_, err = ingest.Load(ctx, db.DB, ingest.Options{RecordsPath: bad})
+	_, err = loader.Load(ctx, ingest.Options{RecordsPath: bad})
 	var invalid *ingest.InvalidInputError
 	if errors.As(err, &invalid) {
 		for _, e := range invalid.Errors {

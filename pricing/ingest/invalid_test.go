@@ -217,7 +217,7 @@ func TestInvalidInput(t *testing.T) {
 			opts.RecordsPath = filepath.Join(dir, "records.csv")
 			writeTo(t, opts.RecordsPath, c.records)
 		}
-		rep, err := Load(ctx, db, opts)
+		rep, err := load(ctx, db, opts)
 		var ie *InvalidInputError
 		if !errors.As(err, &ie) {
 			t.Fatalf("Load = %+v, %v; want an *InvalidInputError", rep, err)

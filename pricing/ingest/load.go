@@ -17,6 +17,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing"
+	"github.com/batonhq/baton/pricing/internal/reprice"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
 	"github.com/batonhq/baton/schema"
@@ -62,9 +63,6 @@ const (
 
 // Options say what to load and how to treat invalid rows.
 type Options struct {
-	// Schema is the PostgreSQL schema holding baton's tables. Defaults to
-	// schema.Default ("baton").
-	Schema string
 	// TiersPath and RecordsPath name the input files; give either or both.
 	// Tiers are applied first, so records may refer to contracts that the
 	// same load creates.
@@ -148,11 +146,13 @@ type Options struct {
 	// recordKey, if set, gives the 64-bit key of a record id within its
 	// contract instead of its hash. Tests set it, to make keys collide.
 	recordKey func(contractID, recordID string) uint64
+	// schema is the PostgreSQL schema holding baton's tables, the Store's.
+	schema string
 }
 
 func (o Options) validate() error {
-	if err := schema.Validate(o.Schema); err != nil {
-		return fmt.Errorf("invalid Schema: %w", err)
+	if err := schema.Validate(o.schema); err != nil {
+		return fmt.Errorf("invalid schema: %w", err)
 	}
 	switch {
 	case o.TiersPath == "" && o.RecordsPath == "":
@@ -224,7 +224,13 @@ type Report struct {
 // the error is an *InvalidInputError listing them. A file that is not a
 // tiers or records file at all (header, empty, unreadable CSV) fails the load
 // with an *InvalidInputError even with SkipInvalid.
-func Load(ctx context.Context, db *bun.DB, opts Options) (Report, error) {
+func (s *Store) Load(ctx context.Context, opts Options) (Report, error) {
+	opts.schema = s.t.Schema
+	return load(ctx, s.t.DB.DB, opts)
+}
+
+// load is Load on db, for the tables in opts.schema.
+func load(ctx context.Context, db *bun.DB, opts Options) (Report, error) {
 	start := time.Now()
 	if err := opts.validate(); err != nil {
 		return Report{}, fmt.Errorf("loading: %w", err)
@@ -363,7 +369,7 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 		return *rep, fmt.Errorf("loading: starting the transaction: %w", err)
 	}
 	defer func() { _ = ptx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
-	var tx pgx.Tx = schemaTx{ptx, l.opts.Schema}
+	var tx pgx.Tx = schemaTx{ptx, l.opts.schema}
 
 	// From the first statement on, a pause between statements ends the
 	// session; waiting for another load is not limited.
@@ -377,7 +383,7 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 		return *rep, err
 	}
 	if err := tx.QueryRow(ctx, sqlInsertLoad, nullIfEmpty(l.opts.TiersPath), nullIfEmpty(l.opts.RecordsPath),
-		cmp.Or(l.opts.Schema, schema.Default)).Scan(&rep.LoadID); err != nil {
+		cmp.Or(l.opts.schema, schema.Default)).Scan(&rep.LoadID); err != nil {
 		return *rep, fmt.Errorf("loading: recording the load: %w", err)
 	}
 	// Sorts and hashes over the staged rows stay in memory up to this
@@ -597,7 +603,7 @@ UPDATE {{.Schema}}.loads SET finished_at = clock_timestamp(), tier_rows = $2, re
 		if err != nil {
 			return err
 		}
-		if err := partition.NewStore(nil, l.opts.Schema).Kind(taskKind).AddWorksPgx(ctx, tx, work); err != nil {
+		if err := partition.NewStore(nil, l.opts.schema).Kind(taskKind).AddWorksPgx(ctx, tx, work); err != nil {
 			return fmt.Errorf("loading: %w", err)
 		}
 	}
@@ -624,7 +630,7 @@ func (l *loader) newWork(ctx context.Context, tx pgx.Tx) ([]partition.Work, erro
 // sqlAffectedRerate adds to load_affected the contracts this load
 // re-prices (changed tiers with Options.Reprice, amended records with
 // Options.Amend), so that their task rows are locked with the others, in
-// the same order, FOR UPDATE (rerate.Start waits for a batch in flight).
+// the same order, FOR UPDATE (reprice.Start waits for a batch in flight).
 const sqlAffectedRerate = `
 WITH c AS (
     SELECT contract_id FROM load_reprice
@@ -706,7 +712,7 @@ SELECT t.contract_id, 0, array_agg(t.threshold_minor ORDER BY t.threshold_minor)
 	if n == 0 && l.rep.RecordsAmended > 0 {
 		return fmt.Errorf("loading: %d records to amend, but no chunk holds them", l.rep.RecordsAmended)
 	}
-	started, err := rerate.Start(ctx, tx, l.opts.Schema, reqs)
+	started, err := reprice.Start(ctx, reprice.Pgx(tx), l.opts.schema, reqs)
 	if err != nil {
 		return fmt.Errorf("loading: %w; nothing was loaded", err)
 	}

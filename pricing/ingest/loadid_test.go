@@ -21,7 +21,7 @@ func TestLoadIDsCountCommittedLoadsOnly(t *testing.T) {
 	fail := func() {
 		t.Helper()
 		var ie *InvalidInputError
-		if _, err := Load(ctx, db, Options{TiersPath: bad}); !errors.As(err, &ie) {
+		if _, err := load(ctx, db, Options{TiersPath: bad}); !errors.As(err, &ie) {
 			t.Fatalf("load of invalid tiers: %v, want an *InvalidInputError", err)
 		}
 	}

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
-
-	"github.com/batonhq/baton/schema"
 )
 
 // LoadInfo is one committed load, as the loads table records it.
@@ -27,11 +24,11 @@ type LoadInfo struct {
 	PrunedAt           *time.Time `json:"pruned_at,omitempty"`
 }
 
-// Loads returns the committed loads of the schema, newest first: those
-// named by ids, or the newest limit when ids is empty. A load id missing
-// from the result was never committed (or did not survive a failover: see
+// Loads returns the committed loads, newest first: those named by ids, or
+// the newest limit when ids is empty. A load id missing from the result
+// was never committed (or did not survive a failover: see
 // NotReplicatedError).
-func Loads(ctx context.Context, db bun.IDB, schemaName string, limit int, ids ...int64) ([]LoadInfo, error) {
+func (s *Store) Loads(ctx context.Context, limit int, ids ...int64) ([]LoadInfo, error) {
 	q := `SELECT load_id, started_at, finished_at, coalesce(tiers_file, ''), coalesce(records_file, ''), tier_rows,
 	             records_accepted, records_redelivered, rows_rejected, records_pruned, pruned_at
 	      FROM {{.Schema}}.loads`
@@ -43,7 +40,7 @@ func Loads(ctx context.Context, db bun.IDB, schemaName string, limit int, ids ..
 		q += ` ORDER BY load_id DESC LIMIT ?`
 		args = append(args, limit)
 	}
-	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, q), args...)
+	rows, err := s.t.DB.QueryContext(ctx, s.t.SQL(q), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading loads: %w", err)
 	}

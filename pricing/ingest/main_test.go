@@ -43,9 +43,9 @@ func tableCounts(t testing.TB, db *bun.DB) counts {
 
 func mustLoad(t testing.TB, db *bun.DB, opts Options) Report {
 	t.Helper()
-	rep, err := Load(context.Background(), db, opts)
+	rep, err := load(context.Background(), db, opts)
 	if err != nil {
-		t.Fatalf("Load(%+v): %v", opts, err)
+		t.Fatalf("load(%+v): %v", opts, err)
 	}
 	return rep
 }

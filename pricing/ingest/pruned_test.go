@@ -24,7 +24,7 @@ func priceAndPrune(t *testing.T, db *dbconn.DB, loads ...int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d, err := distributor.New(db, pricer.New(""), distributor.Config{Name: "w", Heartbeat: 100 * time.Millisecond,
+	d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), distributor.Config{Name: "w", Heartbeat: 100 * time.Millisecond,
 		StaleAfter: time.Second, BatchSize: 500, UntilDone: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +32,7 @@ func priceAndPrune(t *testing.T, db *dbconn.DB, loads ...int64) {
 	if err := d.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	res, err := pricer.PruneLoads(ctx, db.DB, pricer.PruneConfig{BatchRecords: 700}, loads)
+	res, err := pricer.NewStore(db, "").PruneLoads(ctx, pricer.PruneConfig{BatchRecords: 700}, loads)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestRedeliveryAfterPrune(t *testing.T) {
 			}
 			b.WriteString("acme,a1,6000\nacme,a2,6000\nbeta,a1,5\nacme,a10,6000\nacme,r29990,1\nacme,a1,6000\nbeta,a2,6000\n")
 			newIDs = append(newIDs, "a10", "r29990")
-			rep, err := Load(context.Background(), db.DB, opts(writeFile(t, "again.csv", b.String())))
+			rep, err := load(context.Background(), db.DB, opts(writeFile(t, "again.csv", b.String())))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,7 @@ func TestRedeliveryAfterPrune(t *testing.T) {
 			before := tableCounts(t, db.DB)
 			loads := queryInt(t, db, `SELECT count(*) FROM baton.loads`)
 			path := writeFile(t, "changed.csv", "contract_id,record_id,amount_minor\nacme,brand-new,10\nacme,r1000,1\nbeta,a1,5\n")
-			_, err = Load(context.Background(), db.DB, opts(path))
+			_, err = load(context.Background(), db.DB, opts(path))
 			var ie *InvalidInputError
 			if !errors.As(err, &ie) || ie.Total != 1 {
 				t.Fatalf("a pruned id with another amount: %v", err)

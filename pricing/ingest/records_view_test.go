@@ -224,7 +224,7 @@ func startPausedLoad(t *testing.T, db *bun.DB, opts Options) *pausedLoad {
 	}
 	p := &pausedLoad{resume: func() { once.Do(func() { close(resume) }) }}
 	p.async = start(func() (err error) {
-		p.rep, err = Load(context.Background(), db, opts)
+		p.rep, err = load(context.Background(), db, opts)
 		return err
 	})
 	t.Cleanup(func() {
@@ -291,7 +291,7 @@ func TestLoadWaitsForViewInsert(t *testing.T) {
 	}
 	var rep Report
 	load := start(func() (err error) {
-		rep, err = Load(ctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,x,20\n")})
+		rep, err = load(ctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,x,20\n")})
 		return err
 	})
 	if !waitQueued(t, db, "", load) {
@@ -328,7 +328,7 @@ func TestViewInsertThenAddWorkBeforeLoad(t *testing.T) {
 		}
 	}
 	load := start(func() error {
-		_, err := Load(ctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,n4,7\n")})
+		_, err := load(ctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,n4,7\n")})
 		return err
 	})
 	if !waitQueued(t, db, "", load) {
@@ -365,7 +365,7 @@ func TestViewInsertSeqAfterLastStored(t *testing.T) {
 		t.Errorf("inserting seq 2 into a contract without records: %v, want SQLSTATE 23514", err)
 	}
 	// Whatever was let in, a load of five more records must not overlap it.
-	_, err := Load(ctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,n2,1\nc1,n3,1\nc1,n4,1\nc1,n5,1\nc1,n6,1\n")})
+	_, err := load(ctx, db, Options{RecordsPath: writeFile(t, "r2.csv", rh+"c1,n2,1\nc1,n3,1\nc1,n4,1\nc1,n5,1\nc1,n6,1\n")})
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
@@ -374,7 +374,7 @@ func TestViewInsertSeqAfterLastStored(t *testing.T) {
 	if err := viewInsert(ctx, db, "next", "c1", 7, "s", 5); err != nil {
 		t.Fatalf("inserting seq 7 after seq 6: %v", err)
 	}
-	_, err = Load(ctx, db, Options{RecordsPath: writeFile(t, "r3.csv", rh+"c1,m7,1\nc1,m8,1\n")})
+	_, err = load(ctx, db, Options{RecordsPath: writeFile(t, "r3.csv", rh+"c1,m7,1\nc1,m8,1\n")})
 	if err == nil || !strings.Contains(err.Error(), "record_chunks_pkey") {
 		t.Errorf("load after a record stored above available: %v, want a failure on record_chunks_pkey", err)
 	}

@@ -311,7 +311,7 @@ UPDATE load_tiers t
  WHERE s.contract_id = t.contract_id AND s.existed AND s.changed AND (s.position > 0 OR s.in_flight) AND t.err IS NULL`
 
 // sqlTierReprice (with Options.Reprice) sets aside the changed tier sets
-// of contracts with priced records: rerate.Start applies them, under the
+// of contracts with priced records: reprice.Start applies them, under the
 // task row lock, as it starts their new generation.
 const sqlTierReprice = `
 INSERT INTO load_reprice (contract_id)

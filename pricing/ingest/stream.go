@@ -585,7 +585,7 @@ func (l *loader) streamRecords(ctx context.Context, tx pgx.Tx, s *streamer) (boo
 }
 
 func (l *loader) stream(ctx context.Context, tx pgx.Tx, s *streamer) (bool, error) {
-	sql := "COPY " + schema.Ident(l.opts.Schema) +
+	sql := "COPY " + schema.Ident(l.opts.schema) +
 		".record_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts) FROM STDIN (FORMAT binary)"
 	for {
 		s.startSegment()

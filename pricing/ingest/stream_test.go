@@ -211,7 +211,7 @@ func TestStreamRepeatOtherAmountFarApart(t *testing.T) {
 	body := bigFile("n", contracts, per, false)
 	// k5's first record (line 7) comes again at the end with amount 99.
 	path := writeFile(t, "r.csv", rh+body+"k5,n0,99\n")
-	_, err := Load(context.Background(), db, Options{RecordsPath: path, budget: streamBudget})
+	_, err := load(context.Background(), db, Options{RecordsPath: path, budget: streamBudget})
 	want := fmt.Sprintf(`%s:%d: record_id "n0" of contract k5 has amount_minor 99 here but 1 on line 7 (nothing was loaded)`, path, contracts*per+2)
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load = %v\nwant %s", err, want)
@@ -237,7 +237,7 @@ func TestStreamFailureLeavesNothing(t *testing.T) {
 			db := pgtest.NewDB(t)
 			mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", kTiers(contracts)), RecordsPath: writeFile(t, "r0.csv", rh+"k1,first,1\n")})
 			before := tableCounts(t, db)
-			_, err := Load(context.Background(), db, Options{RecordsPath: writeFile(t, "r.csv", rh+body+c.tail), budget: streamBudget})
+			_, err := load(context.Background(), db, Options{RecordsPath: writeFile(t, "r.csv", rh+body+c.tail), budget: streamBudget})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Load = %v, want %q", err, c.want)
 			}

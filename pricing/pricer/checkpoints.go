@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/uptrace/bun"
-
-	"github.com/batonhq/baton/schema"
 )
 
 // CommittedMismatch is a contract whose committed output disagrees with
@@ -58,8 +56,18 @@ func (m CommittedMismatch) String() string {
 // checkpoints and the output agree. Records and priced rows removed by
 // retention count through their sums in pruned_totals (see Verify).
 // Segment rows are not contracts: they are checked as part of theirs.
-func VerifyCommitted(ctx context.Context, db bun.IDB, schemaName string) ([]CommittedMismatch, error) {
-	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
+func (s *Store) VerifyCommitted(ctx context.Context) ([]CommittedMismatch, error) {
+	return s.verifyCommitted(ctx, s.t.DB)
+}
+
+// VerifyCommittedTx is VerifyCommitted in tx, which should be REPEATABLE
+// READ (see VerifyCommitted).
+func (s *Store) VerifyCommittedTx(ctx context.Context, tx bun.Tx) ([]CommittedMismatch, error) {
+	return s.verifyCommitted(ctx, tx)
+}
+
+func (s *Store) verifyCommitted(ctx context.Context, db bun.IDB) ([]CommittedMismatch, error) {
+	rows, err := db.QueryContext(ctx, s.t.SQL(`
 		WITH prog AS (
 			SELECT t.partition_key AS contract_id, t.done_through, t.position,
 			       t.available - t.pending - t.done_through AS after

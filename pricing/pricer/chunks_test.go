@@ -48,7 +48,7 @@ func TestChunkedContractAcrossLoads(t *testing.T) {
 		if i == 0 {
 			opts.TiersPath = tiers
 		}
-		if _, err := ingest.Load(context.Background(), db.DB, opts); err != nil {
+		if _, err := ingest.NewStore(db, "").Load(context.Background(), opts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -76,7 +76,7 @@ func TestChunkedContractAcrossLoads(t *testing.T) {
 	if i != int64(n) {
 		t.Fatalf("%d records of k priced, want %d", i, n)
 	}
-	if s := verifyClean(t, db.DB); s.Priced != s.Records || s.Records != int64(n+n/10) {
+	if s := verifyClean(t, db); s.Priced != s.Records || s.Records != int64(n+n/10) {
 		t.Fatalf("verify: %+v, want %d records priced", s, n+n/10)
 	}
 }
@@ -101,14 +101,14 @@ func TestMissingChunkIsCorrupt(t *testing.T) {
 		if i == 0 {
 			opts.TiersPath = tiers
 		}
-		if _, err := ingest.Load(context.Background(), db.DB, opts); err != nil {
+		if _, err := ingest.NewStore(db, "").Load(context.Background(), opts); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := db.Exec(`DELETE FROM baton.record_chunks WHERE contract_id = 'k' AND first_seq = 3`); err != nil {
 		t.Fatal(err)
 	}
-	d, err := distributor.New(db, pricer.New(""), distributor.Config{Name: "gap", Heartbeat: 50 * time.Millisecond,
+	d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), distributor.Config{Name: "gap", Heartbeat: 50 * time.Millisecond,
 		StaleAfter: time.Second, MaxAttempts: 1, UntilDone: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestMissingChunkIsCorrupt(t *testing.T) {
 func TestVerifyReportsPricedRowsWithoutRecords(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
-	loadVectors(t, db.DB)
+	loadVectors(t, db)
 	runUntilDone(t, db, distributor.Config{Name: "orphans", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
 	var gone int
 	if err := db.QueryRow(`WITH d AS (
@@ -143,7 +143,7 @@ func TestVerifyReportsPricedRowsWithoutRecords(t *testing.T) {
 		SELECT n FROM d`).Scan(&gone); err != nil {
 		t.Fatal(err)
 	}
-	s, err := pricer.Verify(context.Background(), db, "")
+	s, err := pricer.NewStore(db, "").Verify(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

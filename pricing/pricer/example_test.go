@@ -46,11 +46,12 @@ func Example() {
 	}
 	write(tiers, func(w io.Writer) error { return seed.WriteTiers(w, o) })
 	write(records, func(w io.Writer) error { return seed.WriteRecords(w, o, nil) })
-	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: tiers, RecordsPath: records}); err != nil {
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: tiers, RecordsPath: records}); err != nil {
 		panic(err)
 	}
 
-	d, err := distributor.New(db, pricer.New(""), distributor.Config{
+	tables := pricer.NewStore(db, "") // the pricing tables in schema baton
+	d, err := distributor.New(db, tables.Processor(), distributor.Config{
 		Name:      "worker-1",
 		BatchSize: 16,
 		UntilDone: true, // return once no work is left, to end the example
@@ -65,12 +66,12 @@ func Example() {
 		panic(err)
 	}
 
-	p, err := pricer.CheckProgress(ctx, db.DB, "")
+	p, err := tables.CheckProgress(ctx)
 	if err != nil {
 		panic(err)
 	}
 	fmt.Printf("%d contracts, %d of %d records priced, complete: %v\n", p.Contracts, p.Priced, p.Records, p.Complete())
-	s, err := pricer.Verify(ctx, db.DB, "")
+	s, err := tables.Verify(ctx)
 	if err != nil {
 		panic(err)
 	}

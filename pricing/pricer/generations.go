@@ -9,7 +9,6 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/schema"
 )
 
 // Generations. A contract's priced output belongs to a generation; re-rating
@@ -189,9 +188,18 @@ func (p *Processor) switchStatements(ctx context.Context, tx bun.Tx, contract st
 // generation being priced: their output is the previous generation until
 // it becomes current, so they are not complete, and VerifyCommitted skips
 // them.
-func GenerationsInFlight(ctx context.Context, db bun.IDB, schemaName string) ([]string, error) {
+func (s *Store) GenerationsInFlight(ctx context.Context) ([]string, error) {
+	return s.generationsInFlight(ctx, s.t.DB)
+}
+
+// GenerationsInFlightTx is GenerationsInFlight in tx.
+func (s *Store) GenerationsInFlightTx(ctx context.Context, tx bun.Tx) ([]string, error) {
+	return s.generationsInFlight(ctx, tx)
+}
+
+func (s *Store) generationsInFlight(ctx context.Context, db bun.IDB) ([]string, error) {
 	var ids []string
-	rows, err := db.QueryContext(ctx, schema.SQL(schemaName,
+	rows, err := db.QueryContext(ctx, s.t.SQL(
 		`SELECT contract_id FROM {{.Schema}}.generations WHERE state = 'pricing' ORDER BY contract_id`))
 	if err != nil {
 		return nil, fmt.Errorf("listing generations being priced: %w", err)

@@ -73,11 +73,11 @@ func TestGroupPricingEqualsSinglePricing(t *testing.T) {
 			t.Parallel()
 			run := func(group int) (*bun.DB, []string) {
 				db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
-				loadVectors(t, db.DB)
+				loadVectors(t, db)
 				runUntilDone(t, db, distributor.Config{Name: fmt.Sprintf("g%d", group), Heartbeat: 100 * time.Millisecond,
 					StaleAfter: 2 * time.Second, BatchSize: batch, ClaimGroup: group, MaxPartitions: 16})
-				assertGolden(t, exportBytes(t, db.DB))
-				verifyClean(t, db.DB)
+				assertGolden(t, exportBytes(t, db))
+				verifyClean(t, db)
 				return db.DB, dumpOutcome(t, db.DB)
 			}
 			gdb, grouped := run(16)
@@ -106,7 +106,7 @@ func TestGroupPricingEqualsSinglePricing(t *testing.T) {
 func TestGroupWithABadContractPricesTheOthers(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
-	loadVectors(t, db.DB)
+	loadVectors(t, db)
 	// Break one contract's tiers behind the loader's back.
 	if _, err := db.Exec(`DELETE FROM baton.tiers WHERE contract_id = 'implicit-zero-tier'`); err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestGroupWithABadContractPricesTheOthers(t *testing.T) {
 	cfg := distributor.Config{Name: "bad", Heartbeat: 100 * time.Millisecond, StaleAfter: 2 * time.Second,
 		MaxPartitions: 16, MaxAttempts: 1, UntilDone: true}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	d, err := distributor.New(db, pricer.New(""), cfg)
+	d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,8 +188,8 @@ func TestHeldGroupsPriceTheGoldenVectors(t *testing.T) {
 		t.Run(fmt.Sprintf("segments%d", seg), func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 40})
-			loadVectors(t, db.DB)
-			p := &heldGroups{Processor: pricer.New("")}
+			loadVectors(t, db)
+			p := &heldGroups{Processor: pricer.NewStore(db, "").Processor()}
 			cfg := distributor.Config{Name: "held", Heartbeat: 100 * time.Millisecond, StaleAfter: 2 * time.Second,
 				BatchSize: 40, MaxPartitions: 32, ClaimGroup: 16, SegmentRecords: seg, UntilDone: true,
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -202,8 +202,8 @@ func TestHeldGroupsPriceTheGoldenVectors(t *testing.T) {
 			if err := d.Run(ctx); err != nil {
 				t.Fatal(err)
 			}
-			assertGolden(t, exportBytes(t, db.DB))
-			s := verifyClean(t, db.DB)
+			assertGolden(t, exportBytes(t, db))
+			s := verifyClean(t, db)
 			if s.Records != 3544 || s.Priced != 3544 {
 				t.Fatalf("verified %d records, %d priced; want 3544", s.Records, s.Priced)
 			}

@@ -165,7 +165,7 @@ func TestUpgradedPricingDatabaseStaysClaimableByPricingWorkers(t *testing.T) {
 		cfg := distributor.Config{Name: "new", Heartbeat: 50 * time.Millisecond, StaleAfter: time.Second, Confirm: 1,
 			UntilDone: true, BatchSize: 7, Logger: slog.New(slog.DiscardHandler)}
 		wdb := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: cfg.PoolSize()})
-		d, err := distributor.New(wdb, pricer.New(""), cfg)
+		d, err := distributor.New(wdb, pricer.NewStore(wdb, "").Processor(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func TestUpgradedPricingDatabaseStaysClaimableByPricingWorkers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sum, err := pricer.Verify(ctx, db, "")
+	sum, err := pricer.NewStore(db, "").Verify(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,14 +11,14 @@
 //
 // # Use
 //
-// A pricing worker runs New's processor under a distributor of kind Kind
-// over the contracts the loader (package ingest) created:
+// A pricing worker runs a Store's processor under a distributor of kind
+// Kind over the contracts the loader (package ingest) created:
 //
-//	d, err := distributor.New(db, pricer.New(""), distributor.Config{Name: "worker-1"})
+//	d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), distributor.Config{Name: "worker-1"})
 //	...
 //	err = d.Run(ctx)
 //
-// Around it, the package gives an operator what a pricing run needs:
+// Around it, the Store gives an operator what a pricing run needs:
 // CheckProgress (how many records are priced, cheaply, at any time),
 // Verify (once pricing is complete: every contract's total recomputed in
 // SQL numeric arithmetic, independently of the Go engine, and checked
@@ -78,11 +78,10 @@ type Processor struct {
 	schema    string
 }
 
-// New returns a pricing processor for the pricing tables in PostgreSQL
-// schema schemaName (empty means schema.Default, "baton"): the same schema
-// as the distributor's.
-func New(schemaName string) *Processor {
-	return &Processor{schedules: map[schedKey]*pricing.Schedule{}, schema: cmp.Or(schemaName, schema.Default)}
+// newProcessor returns a pricing processor for the pricing tables in
+// PostgreSQL schema schemaName (see Store.Processor).
+func newProcessor(schemaName string) *Processor {
+	return &Processor{schedules: map[schedKey]*pricing.Schedule{}, schema: schemaName}
 }
 
 // sql qualifies q's table names with the processor's schema.

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/uptrace/bun"
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/dbconn"
@@ -33,9 +32,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WithServer(m, pricing
 
 const vectors = "../../testdata/vectors/"
 
-func loadVectors(t *testing.T, db *bun.DB) {
+func loadVectors(t *testing.T, db *dbconn.DB) {
 	t.Helper()
-	if _, err := ingest.Load(context.Background(), db, ingest.Options{
+	if _, err := ingest.NewStore(db, "").Load(context.Background(), ingest.Options{
 		TiersPath: vectors + "tiers.csv", RecordsPath: vectors + "records.csv",
 	}); err != nil {
 		t.Fatal(err)
@@ -48,7 +47,7 @@ func runUntilDone(t *testing.T, db *dbconn.DB, cfg distributor.Config) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	d, err := distributor.New(db, pricer.New(""), cfg)
+	d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +58,10 @@ func runUntilDone(t *testing.T, db *dbconn.DB, cfg distributor.Config) {
 	}
 }
 
-func exportBytes(t *testing.T, db *bun.DB) []byte {
+func exportBytes(t *testing.T, db *dbconn.DB) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	if _, err := export.Write(context.Background(), db, "", &buf); err != nil {
+	if _, err := export.NewStore(db, "").Write(context.Background(), &buf); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -85,9 +84,9 @@ func assertGolden(t *testing.T, got []byte) {
 	}
 }
 
-func verifyClean(t *testing.T, db *bun.DB) pricer.Summary {
+func verifyClean(t *testing.T, db *dbconn.DB) pricer.Summary {
 	t.Helper()
-	s, err := pricer.Verify(context.Background(), db, "")
+	s, err := pricer.NewStore(db, "").Verify(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,10 +99,10 @@ func verifyClean(t *testing.T, db *bun.DB) pricer.Summary {
 func TestGoldenVectorsEndToEnd(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
-	loadVectors(t, db.DB)
+	loadVectors(t, db)
 	runUntilDone(t, db, distributor.Config{Name: "golden", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
-	assertGolden(t, exportBytes(t, db.DB))
-	s := verifyClean(t, db.DB)
+	assertGolden(t, exportBytes(t, db))
+	s := verifyClean(t, db)
 	if s.Records != 3544 || s.Priced != 3544 {
 		t.Fatalf("verified %d records, %d priced; want 3544", s.Records, s.Priced)
 	}
@@ -114,7 +113,7 @@ func TestGoldenVectorsEndToEnd(t *testing.T) {
 func TestGoldenVectorsBySegments(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 32})
-	loadVectors(t, db.DB)
+	loadVectors(t, db)
 	var splits atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -139,8 +138,8 @@ func TestGoldenVectorsBySegments(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d splits, %d segment rows", splits.Load(), segments)
-	assertGolden(t, exportBytes(t, db.DB))
-	s := verifyClean(t, db.DB)
+	assertGolden(t, exportBytes(t, db))
+	s := verifyClean(t, db)
 	if s.Records != 3544 || s.Priced != 3544 {
 		t.Fatalf("verified %d records, %d priced; want 3544", s.Records, s.Priced)
 	}
@@ -159,7 +158,7 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	dsn := pgtest.NewURL(t)
 	db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 16})
-	loadVectors(t, db.DB)
+	loadVectors(t, db)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("TEST_LOG") != "" {
 		quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -190,7 +189,7 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 				}
 			},
 		}
-		d, err := distributor.New(db, pricer.New(""), cfg)
+		d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,8 +211,8 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	assertGolden(t, exportBytes(t, db.DB))
-	verifyClean(t, db.DB)
+	assertGolden(t, exportBytes(t, db))
+	verifyClean(t, db)
 
 	// The stored checkpoint carries the exact cumulative totals.
 	var state []byte
@@ -234,14 +233,14 @@ func TestRandomBatchesAndResumesEqualOnePass(t *testing.T) {
 func TestPricingErrorQuarantinesOnlyThatContract(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
-	loadVectors(t, db.DB)
+	loadVectors(t, db)
 	if _, err := db.Exec(`UPDATE baton.tasks SET checkpoint = '{"cum_gross": 9223372036854775000}', position = 0 WHERE partition_key = 'no-discount'`); err != nil {
 		t.Fatal(err)
 	}
 	cfg := distributor.Config{Name: "q", Heartbeat: 50 * time.Millisecond, StaleAfter: time.Second,
 		MaxAttempts: 2, Backoff: 10 * time.Millisecond, UntilDone: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	d, err := distributor.New(db, pricer.New(""), cfg)
+	d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,6 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
-
-	"github.com/batonhq/baton/schema"
 )
 
 // Progress is how far pricing is, as the contracts' checkpoints say,
@@ -69,11 +67,21 @@ func (i Inconsistent) String() string { return "contract " + i.ContractID + ": "
 // segments not caught up) and one index entry per contract, not the
 // records. A contract's number of records is its highest seq, stored or
 // pruned.
-func CheckProgress(ctx context.Context, db bun.IDB, schemaName string) (Progress, error) {
+func (s *Store) CheckProgress(ctx context.Context) (Progress, error) {
+	return s.checkProgress(ctx, s.t.DB)
+}
+
+// CheckProgressTx is CheckProgress in tx: with REPEATABLE READ, the
+// progress of the snapshot the rest of tx reads.
+func (s *Store) CheckProgressTx(ctx context.Context, tx bun.Tx) (Progress, error) {
+	return s.checkProgress(ctx, tx)
+}
+
+func (s *Store) checkProgress(ctx context.Context, db bun.IDB) (Progress, error) {
 	var p Progress
 	var ids []string
 	var positions, availables, records []int64
-	err := db.QueryRowContext(ctx, schema.SQL(schemaName, progressSQL)).Scan(&p.Contracts, &p.Records, &p.Priced, &p.Unpriced, &p.Pruned,
+	err := db.QueryRowContext(ctx, s.t.SQL(progressSQL)).Scan(&p.Contracts, &p.Records, &p.Priced, &p.Unpriced, &p.Pruned,
 		pgdialect.Array(&ids), pgdialect.Array(&positions), pgdialect.Array(&availables), pgdialect.Array(&records))
 	if err != nil {
 		return p, fmt.Errorf("checking pricing progress: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
@@ -47,7 +48,7 @@ func pricedCount(t *testing.T, db *bun.DB, key string) int {
 // committed rows fails on the primary key.
 func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	loadVectors(t, db)
 	// Batches of several rows (COPY) and of one (INSERT).
 	for _, tc := range []struct {
@@ -58,9 +59,9 @@ func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
 	}
 }
 
-func pricedRowsCommitWithTheBatch(t *testing.T, db *bun.DB, key string, limit int) {
+func pricedRowsCommitWithTheBatch(t *testing.T, db *dbconn.DB, key string, limit int) {
 	ctx := context.Background()
-	lease := claimOne(t, db, "w#1", key)
+	lease := claimOne(t, db.DB, "w#1", key)
 	store := taskstore.NewStore(db, "").Kind(pricer.Kind)
 
 	process := func(commit bool) (distributor.Result, error) {
@@ -78,7 +79,7 @@ func pricedRowsCommitWithTheBatch(t *testing.T, db *bun.DB, key string, limit in
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := pricer.New("").Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Conn: conn, Checkpoint: cp, Limit: limit})
+		res, err := pricer.NewStore(db, "").Processor().Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Conn: conn, Checkpoint: cp, Limit: limit})
 		if err != nil || !commit {
 			return res, err
 		}
@@ -87,14 +88,14 @@ func pricedRowsCommitWithTheBatch(t *testing.T, db *bun.DB, key string, limit in
 	if _, err := process(false); err != nil {
 		t.Fatal(err)
 	}
-	if n := pricedCount(t, db, key); n != 0 {
+	if n := pricedCount(t, db.DB, key); n != 0 {
 		t.Fatalf("%d priced rows survived a rolled-back batch", n)
 	}
 	res, err := process(true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := pricedCount(t, db, key); n == 0 || n > limit || int64(n) != res.Position {
+	if n := pricedCount(t, db.DB, key); n == 0 || n > limit || int64(n) != res.Position {
 		t.Fatalf("%d priced rows after a committed batch up to position %d", n, res.Position)
 	}
 	// The checkpoint was not advanced (no Advance above): the same rows
@@ -110,10 +111,10 @@ func pricedRowsCommitWithTheBatch(t *testing.T, db *bun.DB, key string, limit in
 // processor fails clearly instead of writing outside the transaction.
 func TestBatchWithoutConnection(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	loadVectors(t, db)
 	ctx := context.Background()
-	lease := claimOne(t, db, "w#1", "basic-3-tiers")
+	lease := claimOne(t, db.DB, "w#1", "basic-3-tiers")
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +124,7 @@ func TestBatchWithoutConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = pricer.New("").Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Checkpoint: cp, Limit: 5})
+	_, err = pricer.NewStore(db, "").Processor().Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Checkpoint: cp, Limit: 5})
 	if !errors.Is(err, distributor.ErrNoConn) {
 		t.Fatalf("Process without a connection: %v, want ErrNoConn", err)
 	}

@@ -68,11 +68,8 @@ import (
 // PruneBatchRecordsDefault is PruneConfig.BatchRecords' default.
 const PruneBatchRecordsDefault = 10_000
 
-// PruneConfig configures Prune.
+// PruneConfig configures PruneLoads.
 type PruneConfig struct {
-	// Schema is the PostgreSQL schema of the pricing tables. Defaults to
-	// schema.Default ("baton").
-	Schema string
 	// BatchRecords is about the most records (and priced rows) one
 	// transaction deletes: whole chunks (of up to 1,024 records) until
 	// this many are reached, at least one. Defaults to
@@ -86,14 +83,10 @@ type PruneConfig struct {
 }
 
 func (c *PruneConfig) setDefaults() {
-	c.Schema = cmp.Or(c.Schema, schema.Default)
 	c.BatchRecords = cmp.Or(c.BatchRecords, PruneBatchRecordsDefault)
 }
 
 func (c PruneConfig) validate() error {
-	if err := schema.Validate(c.Schema); err != nil {
-		return err
-	}
 	if c.BatchRecords < 1 {
 		return fmt.Errorf("prune batch size %d: must be at least 1", c.BatchRecords)
 	}
@@ -131,8 +124,8 @@ var ErrNotPruned = errors.New("not every load was pruned")
 
 // LoadsOlderThan returns the ids of the loads that finished more than age
 // ago (by the database clock) and are not pruned yet, oldest first.
-func LoadsOlderThan(ctx context.Context, db bun.IDB, schemaName string, age time.Duration) ([]int64, error) {
-	rows, err := db.QueryContext(ctx, schema.SQL(cmp.Or(schemaName, schema.Default), `
+func (s *Store) LoadsOlderThan(ctx context.Context, age time.Duration) ([]int64, error) {
+	rows, err := s.t.DB.QueryContext(ctx, s.t.SQL(`
 		SELECT load_id FROM {{.Schema}}.loads
 		 WHERE coalesce(finished_at, started_at) < now() - make_interval(secs => ?) AND pruned_at IS NULL
 		 ORDER BY load_id`), age.Seconds())
@@ -157,14 +150,17 @@ func LoadsOlderThan(ctx context.Context, db bun.IDB, schemaName string, age time
 // PruneLoads prunes each of the loads named, in order, and reports on each.
 // A load not found, already pruned, or not entirely priced is reported and
 // left alone, and the others are pruned all the same.
-func PruneLoads(ctx context.Context, db bun.IDB, cfg PruneConfig, ids []int64) ([]LoadPrune, error) {
+func (s *Store) PruneLoads(ctx context.Context, cfg PruneConfig, ids []int64) ([]LoadPrune, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if err := schema.Validate(s.t.Schema); err != nil {
+		return nil, err
+	}
 	var out []LoadPrune
 	for _, id := range ids {
-		lp, err := pruneLoad(ctx, db, cfg, id)
+		lp, err := s.pruneLoad(ctx, cfg, id)
 		if err != nil {
 			return out, err
 		}
@@ -280,9 +276,9 @@ SELECT (SELECT coalesce(sum(n), 0) FROM recs)::bigint, (SELECT count(*) FROM out
        (SELECT count(*) FROM outp WHERE gross_minor - discount_minor <> net_minor)::bigint`
 
 // pruneLoad prunes one load.
-func pruneLoad(ctx context.Context, db bun.IDB, cfg PruneConfig, id int64) (LoadPrune, error) {
+func (s *Store) pruneLoad(ctx context.Context, cfg PruneConfig, id int64) (LoadPrune, error) {
 	lp := LoadPrune{LoadID: id}
-	q := func(s string) string { return schema.SQL(cfg.Schema, s) }
+	db, q := s.t.DB, s.t.SQL
 	var pruned bool
 	var priced int64
 	err := db.QueryRowContext(ctx, q(loadInfoSQL), id).Scan(&lp.LoadID, &lp.LoadedAt, &pruned, &lp.Contracts, &priced, &lp.Unpriced)

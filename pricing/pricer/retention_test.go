@@ -23,7 +23,7 @@ import (
 
 // loadRecords loads n records (amounts varying with the seq) for each
 // contract named, creating those given tiers, and returns the load's id.
-func loadRecords(t *testing.T, db *bun.DB, tiers []string, n map[string]int, tag string) int64 {
+func loadRecords(t *testing.T, db *dbconn.DB, tiers []string, n map[string]int, tag string) int64 {
 	t.Helper()
 	dir := t.TempDir()
 	var tb, rb strings.Builder
@@ -47,7 +47,7 @@ func loadRecords(t *testing.T, db *bun.DB, tiers []string, n map[string]int, tag
 	if err := os.WriteFile(opts.RecordsPath, []byte(rb.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := ingest.Load(context.Background(), db, opts)
+	rep, err := ingest.NewStore(db, "").Load(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func count(t *testing.T, db bun.IDB, q string, args ...any) int64 {
 
 // verifyAll checks the committed output against the checkpoints, and
 // with complete (every record priced) the whole output too.
-func verifyAll(t *testing.T, db *bun.DB, complete bool) {
+func verifyAll(t *testing.T, db *dbconn.DB, complete bool) {
 	t.Helper()
 	if complete {
 		verifyClean(t, db)
@@ -76,7 +76,7 @@ func verifyAll(t *testing.T, db *bun.DB, complete bool) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	bad, err := pricer.VerifyCommitted(ctx, tx, "")
+	bad, err := pricer.NewStore(db, "").VerifyCommittedTx(ctx, tx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,9 +85,9 @@ func verifyAll(t *testing.T, db *bun.DB, complete bool) {
 	}
 }
 
-func prune(t *testing.T, db *bun.DB, cfg pricer.PruneConfig, ids ...int64) []pricer.LoadPrune {
+func prune(t *testing.T, db *dbconn.DB, cfg pricer.PruneConfig, ids ...int64) []pricer.LoadPrune {
 	t.Helper()
-	res, err := pricer.PruneLoads(context.Background(), db, cfg, ids)
+	res, err := pricer.NewStore(db, "").PruneLoads(context.Background(), cfg, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,14 +103,14 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
 	cfg := distributor.Config{Name: "p", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, BatchSize: 700}
-	load1 := loadRecords(t, db.DB, []string{"a", "b"}, map[string]int{"a": 3000, "b": 2500}, "l1")
-	load2 := loadRecords(t, db.DB, []string{"c"}, map[string]int{"a": 1000, "c": 1500}, "l2")
+	load1 := loadRecords(t, db, []string{"a", "b"}, map[string]int{"a": 3000, "b": 2500}, "l1")
+	load2 := loadRecords(t, db, []string{"c"}, map[string]int{"a": 1000, "c": 1500}, "l2")
 	runUntilDone(t, db, cfg)
-	load3 := loadRecords(t, db.DB, nil, map[string]int{"b": 800}, "l3")
+	load3 := loadRecords(t, db, nil, map[string]int{"b": 800}, "l3")
 	chunks3 := count(t, db, `SELECT count(*) FROM baton.record_chunks WHERE load_id = ?`, load3)
 
 	// Load 3 is not priced: skipped, nothing of it removed.
-	res := prune(t, db.DB, pricer.PruneConfig{BatchRecords: 1000}, load3)
+	res := prune(t, db, pricer.PruneConfig{BatchRecords: 1000}, load3)
 	if res[0].Outcome != pricer.PruneSkipped || res[0].Unpriced != 800 || !strings.Contains(res[0].Reason, "800 of its 800 records are not priced yet") {
 		t.Fatalf("load 3: %+v", res[0])
 	}
@@ -119,7 +119,7 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 	}
 
 	// A dry run counts and removes nothing.
-	res = prune(t, db.DB, pricer.PruneConfig{DryRun: true}, load1)
+	res = prune(t, db, pricer.PruneConfig{DryRun: true}, load1)
 	if res[0].Outcome != pricer.PruneWould || res[0].Records != 5500 || res[0].Contracts != 2 {
 		t.Fatalf("dry run: %+v", res[0])
 	}
@@ -127,7 +127,7 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 		t.Fatalf("dry run removed records: %d left", n)
 	}
 
-	res = prune(t, db.DB, pricer.PruneConfig{BatchRecords: 1000}, load1, load3, 99)
+	res = prune(t, db, pricer.PruneConfig{BatchRecords: 1000}, load1, load3, 99)
 	if res[0].Outcome != pricer.PruneDone || res[0].Records != 5500 || res[0].Batches < 5 {
 		t.Fatalf("load 1: %+v", res[0])
 	}
@@ -146,11 +146,11 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 	if n := count(t, db, `SELECT count(*) FROM baton.loads WHERE load_id = ? AND pruned_at IS NOT NULL AND records_pruned = 5500`, load1); n != 1 {
 		t.Fatal("load 1's row does not say it was pruned")
 	}
-	if again := prune(t, db.DB, pricer.PruneConfig{}, load1); again[0].Outcome != pricer.PruneAlready {
+	if again := prune(t, db, pricer.PruneConfig{}, load1); again[0].Outcome != pricer.PruneAlready {
 		t.Fatalf("load 1 again: %+v", again[0])
 	}
-	verifyAll(t, db.DB, false)
-	p, err := pricer.CheckProgress(ctx, db, "")
+	verifyAll(t, db, false)
+	p, err := pricer.NewStore(db, "").CheckProgress(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,21 +161,21 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 	// Pricing load 3 carries on from b's checkpoint (its first 2500
 	// records gone), and the nets still add up.
 	runUntilDone(t, db, cfg)
-	verifyAll(t, db.DB, true)
+	verifyAll(t, db, true)
 	if n := count(t, db, `SELECT min(seq) FROM baton.priced WHERE contract_id = 'b'`); n != 2501 {
 		t.Fatalf("b's first priced seq %d, want 2501", n)
 	}
 
 	// c's only load goes: the contract keeps its count, a later load
 	// numbers on after it, and export --complete agrees.
-	res = prune(t, db.DB, pricer.PruneConfig{BatchRecords: 300}, load2)
+	res = prune(t, db, pricer.PruneConfig{BatchRecords: 300}, load2)
 	if res[0].Outcome != pricer.PruneDone || res[0].Records != 2500 {
 		t.Fatalf("load 2: %+v", res[0])
 	}
 	if n := count(t, db, `SELECT count(*) FROM baton.record_chunks WHERE contract_id = 'c'`); n != 0 {
 		t.Fatalf("c has %d chunks left", n)
 	}
-	load4 := loadRecords(t, db.DB, nil, map[string]int{"c": 10}, "l4")
+	load4 := loadRecords(t, db, nil, map[string]int{"c": 10}, "l4")
 	if n := count(t, db, `SELECT min(seq) FROM baton.records WHERE load_id = ?`, load4); n != 1501 {
 		t.Fatalf("c's next load starts at seq %d, want 1501", n)
 	}
@@ -183,8 +183,8 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 		t.Fatalf("inserting a pruned seq through the view: %v", err)
 	}
 	runUntilDone(t, db, cfg)
-	verifyAll(t, db.DB, true)
-	p, err = pricer.CheckProgress(ctx, db, "")
+	verifyAll(t, db, true)
+	p, err = pricer.NewStore(db, "").CheckProgress(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestPruneRemovesPricedLoadsOnly(t *testing.T) {
 		t.Fatalf("progress: %+v", p)
 	}
 	var buf strings.Builder
-	rows, err := export.WriteComplete(ctx, db.DB, "", &buf)
+	rows, err := export.NewStore(db, "").WriteComplete(ctx, &buf)
 	if err != nil || rows != 810 {
 		t.Fatalf("export --complete after pruning: %d rows, %v", rows, err)
 	}
@@ -204,12 +204,12 @@ func TestPruneRefusesOutputThatDoesNotMatch(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
-	load := loadRecords(t, db.DB, []string{"a"}, map[string]int{"a": 2000}, "x")
+	load := loadRecords(t, db, []string{"a"}, map[string]int{"a": 2000}, "x")
 	runUntilDone(t, db, distributor.Config{Name: "p", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
 	if _, err := db.ExecContext(ctx, `DELETE FROM baton.priced WHERE contract_id = 'a' AND seq = 10`); err != nil {
 		t.Fatal(err)
 	}
-	_, err := pricer.PruneLoads(ctx, db, pricer.PruneConfig{BatchRecords: 100}, []int64{load})
+	_, err := pricer.NewStore(db, "").PruneLoads(ctx, pricer.PruneConfig{BatchRecords: 100}, []int64{load})
 	if !errors.Is(err, pricer.ErrCorrupt) || !strings.Contains(err.Error(), "1024 records") {
 		t.Fatalf("pruning a chunk with a missing priced row: %v", err)
 	}
@@ -225,7 +225,7 @@ func TestPruneRefusesOutputThatDoesNotMatch(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `DELETE FROM baton.priced WHERE contract_id = 'a' AND seq <= 1024`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pricer.PruneLoads(ctx, db, pricer.PruneConfig{}, []int64{load}); !errors.Is(err, pricer.ErrCorrupt) || !strings.Contains(err.Error(), "1 not adding up") {
+	if _, err := pricer.NewStore(db, "").PruneLoads(ctx, pricer.PruneConfig{}, []int64{load}); !errors.Is(err, pricer.ErrCorrupt) || !strings.Contains(err.Error(), "1 not adding up") {
 		t.Fatalf("pruning a priced row whose net does not add up: %v", err)
 	}
 	if n := count(t, db, `SELECT count(*) FROM baton.records`); n != 976 {
@@ -238,24 +238,24 @@ func TestPruneRefusesOutputThatDoesNotMatch(t *testing.T) {
 func TestPruneInterruptedResumes(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
-	load := loadRecords(t, db.DB, []string{"a", "b"}, map[string]int{"a": 3000, "b": 3000}, "x")
+	load := loadRecords(t, db, []string{"a", "b"}, map[string]int{"a": 3000, "b": 3000}, "x")
 	runUntilDone(t, db, distributor.Config{Name: "p", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	res, err := pricer.PruneLoads(ctx, db, pricer.PruneConfig{BatchRecords: 1000, OnBatch: func(int64, int64, time.Duration) { cancel() }}, []int64{load})
+	res, err := pricer.NewStore(db, "").PruneLoads(ctx, pricer.PruneConfig{BatchRecords: 1000, OnBatch: func(int64, int64, time.Duration) { cancel() }}, []int64{load})
 	if err != nil || len(res) != 1 || res[0].Outcome != pricer.PruneInterrupted || res[0].Records != 1024 {
 		t.Fatalf("interrupted prune: %+v, %v", res, err)
 	}
 	if n := count(t, db, `SELECT count(*) FROM baton.loads WHERE load_id = ? AND prune_started_at IS NOT NULL AND pruned_at IS NULL AND records_pruned = 1024`, load); n != 1 {
 		t.Fatal("the loads row does not show a pruning under way")
 	}
-	verifyAll(t, db.DB, true)
-	res = prune(t, db.DB, pricer.PruneConfig{BatchRecords: 1000}, load)
+	verifyAll(t, db, true)
+	res = prune(t, db, pricer.PruneConfig{BatchRecords: 1000}, load)
 	if res[0].Outcome != pricer.PruneDone || res[0].Records != 6000-1024 {
 		t.Fatalf("resumed prune: %+v", res[0])
 	}
 	if n := count(t, db, `SELECT count(*) FROM baton.priced`) + count(t, db, `SELECT count(*) FROM baton.record_chunks`); n != 0 {
 		t.Fatalf("%d rows left", n)
 	}
-	verifyAll(t, db.DB, true)
+	verifyAll(t, db, true)
 }

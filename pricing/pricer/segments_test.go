@@ -52,7 +52,7 @@ func priceSplitRefusing(t *testing.T, db *dbconn.DB, key string) {
 	cfg := distributor.Config{Name: "seg", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second,
 		BatchSize: 100, SegmentRecords: 1, MaxAttempts: 1, UntilDone: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	d, err := distributor.New(db, refuseSegment{Processor: pricer.New(""), key: key}, cfg)
+	d, err := distributor.New(db, refuseSegment{Processor: pricer.NewStore(db, "").Processor(), key: key}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func committedMismatches(t *testing.T, db *dbconn.DB) []pricer.CommittedMismatch
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	bad, err := pricer.VerifyCommitted(ctx, tx, "")
+	bad, err := pricer.NewStore(db, "").VerifyCommittedTx(ctx, tx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +107,8 @@ func TestSplitContractUnpricedSegment(t *testing.T) {
 	ctx := context.Background()
 	// Contract a: 1,500 records in each of two loads (chunks 1–1024,
 	// 1025–1500, 1501–2524, 2525–3000); b: 700 in the first.
-	load1 := loadRecords(t, db.DB, []string{"a", "b"}, map[string]int{"a": 1500, "b": 700}, "l1")
-	load2 := loadRecords(t, db.DB, nil, map[string]int{"a": 1500}, "l2")
+	load1 := loadRecords(t, db, []string{"a", "b"}, map[string]int{"a": 1500, "b": 700}, "l1")
+	load2 := loadRecords(t, db, nil, map[string]int{"a": 1500}, "l2")
 	var first int64
 	if err := db.QueryRow(`SELECT min(first_seq) FROM baton.record_chunks WHERE load_id = ? AND contract_id = 'a'`, load2).Scan(&first); err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestSplitContractUnpricedSegment(t *testing.T) {
 	}
 
 	// Progress and export --complete see the segment's records unpriced.
-	p, err := pricer.CheckProgress(ctx, db, "")
+	p, err := pricer.NewStore(db, "").CheckProgress(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestSplitContractUnpricedSegment(t *testing.T) {
 		t.Fatalf("progress %+v; want %d unpriced, %d priced", p, unpriced, 3700-unpriced)
 	}
 	var out strings.Builder
-	if n, err := export.WriteComplete(ctx, db.DB, "", &out); !errors.Is(err, export.ErrIncomplete) || n != 0 || out.Len() != 0 {
+	if n, err := export.NewStore(db, "").WriteComplete(ctx, &out); !errors.Is(err, export.ErrIncomplete) || n != 0 || out.Len() != 0 {
 		t.Fatalf("export --complete: %d rows, %d bytes, %v; want nothing and ErrIncomplete", n, out.Len(), err)
 	}
 
@@ -152,7 +152,7 @@ func TestSplitContractUnpricedSegment(t *testing.T) {
 
 	// Load 2 is skipped, nothing of it removed; load 1 is all priced.
 	chunks2 := count(t, db, `SELECT count(*) FROM baton.record_chunks WHERE load_id = ?`, load2)
-	res := prune(t, db.DB, pricer.PruneConfig{BatchRecords: 1}, load2, load1)
+	res := prune(t, db, pricer.PruneConfig{BatchRecords: 1}, load2, load1)
 	if res[0].Outcome != pricer.PruneSkipped || res[0].Unpriced != 1500 || !strings.Contains(res[0].Reason, "not priced yet") {
 		t.Fatalf("load 2: %+v", res[0])
 	}
@@ -171,10 +171,10 @@ func TestSplitContractUnpricedSegment(t *testing.T) {
 		t.Fatalf("retrying %s: %v, %v", refused, ok, err)
 	}
 	runUntilDone(t, db, distributor.Config{Name: "p", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, BatchSize: 100})
-	if res := prune(t, db.DB, pricer.PruneConfig{}, load2); res[0].Outcome != pricer.PruneDone || res[0].Records != 1500 {
+	if res := prune(t, db, pricer.PruneConfig{}, load2); res[0].Outcome != pricer.PruneDone || res[0].Records != 1500 {
 		t.Fatalf("load 2 once priced: %+v", res[0])
 	}
-	verifyAll(t, db.DB, true)
+	verifyAll(t, db, true)
 }
 
 // A segment whose checkpoint says it priced records that have no priced
@@ -183,8 +183,8 @@ func TestSplitContractUnpricedSegment(t *testing.T) {
 func TestVerifyCommittedChecksPastThePrefix(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
-	loadRecords(t, db.DB, []string{"a"}, map[string]int{"a": 1500}, "l1")
-	loadRecords(t, db.DB, nil, map[string]int{"a": 1500}, "l2")
+	loadRecords(t, db, []string{"a"}, map[string]int{"a": 1500}, "l1")
+	loadRecords(t, db, nil, map[string]int{"a": 1500}, "l2")
 	refused := partition.SegmentKey("a", 1500)
 	priceSplitRefusing(t, db, refused)
 	if bad := committedMismatches(t, db); len(bad) != 0 {
@@ -211,8 +211,8 @@ func TestVerifyCommittedChecksPastThePrefix(t *testing.T) {
 func TestPruneKeepsChunksOfSegmentBehind(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
-	load1 := loadRecords(t, db.DB, []string{"a"}, map[string]int{"a": 1500}, "l1")
-	load2 := loadRecords(t, db.DB, nil, map[string]int{"a": 1500}, "l2")
+	load1 := loadRecords(t, db, []string{"a"}, map[string]int{"a": 1500}, "l1")
+	load2 := loadRecords(t, db, nil, map[string]int{"a": 1500}, "l2")
 	priceSplitRefusing(t, db, "")
 	behind := partition.SegmentKey("a", 1500)
 	res, err := db.Exec(`UPDATE baton.tasks SET position = 1500 WHERE kind = 'pricing' AND partition_key = ? AND segment_of = 'a' AND position = available`, behind)
@@ -223,7 +223,7 @@ func TestPruneKeepsChunksOfSegmentBehind(t *testing.T) {
 		t.Fatalf("no caught-up segment %s to move back", behind)
 	}
 	chunks2 := count(t, db, `SELECT count(*) FROM baton.record_chunks WHERE load_id = ?`, load2)
-	out := prune(t, db.DB, pricer.PruneConfig{}, load2, load1)
+	out := prune(t, db, pricer.PruneConfig{}, load2, load1)
 	if out[0].Outcome != pricer.PruneSkipped || out[0].Unpriced != 1500 {
 		t.Fatalf("load 2: %+v", out[0])
 	}

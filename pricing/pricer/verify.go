@@ -3,10 +3,6 @@ package pricer
 import (
 	"context"
 	"fmt"
-
-	"github.com/uptrace/bun"
-
-	"github.com/batonhq/baton/schema"
 )
 
 // Mismatch is a contract whose priced output disagrees with the
@@ -37,8 +33,7 @@ type Summary struct {
 // of the Go engine, in SQL numeric arithmetic straight from the tiers and
 // the sum of the records, and checks it against the sum of the per-record
 // nets, together with exactly-once coverage (one priced row per accepted
-// record, same gross) and gross − discount = net on every row. The pricing
-// tables are those in schema schemaName (empty means schema.Default).
+// record, same gross) and gross − discount = net on every row.
 //
 // Records and priced rows removed by retention (PruneLoads) count through
 // their sums in pruned_totals: a contract's totals are what is stored plus
@@ -47,9 +42,10 @@ type Summary struct {
 //
 // A contract with a generation being priced (GenerationsInFlight) is not
 // complete: it is reported as a mismatch saying so.
-func Verify(ctx context.Context, db bun.IDB, schemaName string) (Summary, error) {
+func (st *Store) Verify(ctx context.Context) (Summary, error) {
 	var s Summary
-	inFlightIDs, err := GenerationsInFlight(ctx, db, schemaName)
+	db := st.t.DB
+	inFlightIDs, err := st.generationsInFlight(ctx, db)
 	if err != nil {
 		return s, fmt.Errorf("verifying priced output: %w", err)
 	}
@@ -57,7 +53,7 @@ func Verify(ctx context.Context, db bun.IDB, schemaName string) (Summary, error)
 	for _, id := range inFlightIDs {
 		inFlight[id] = true
 	}
-	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
+	rows, err := db.QueryContext(ctx, st.t.SQL(`
 		WITH stored AS (
 			SELECT contract_id, sum(amount_minor)::numeric AS g, count(*) AS n
 			FROM {{.Schema}}.records GROUP BY contract_id
@@ -126,7 +122,7 @@ func Verify(ctx context.Context, db bun.IDB, schemaName string) (Summary, error)
 	// it would be a lookup per priced row, and records (a view over the
 	// chunks) cannot be looked up by seq.
 	var orphans int64
-	if err := db.QueryRowContext(ctx, schema.SQL(schemaName, `
+	if err := db.QueryRowContext(ctx, st.t.SQL(`
 		SELECT (SELECT coalesce(sum(gross_minor), 0)::text FROM {{.Schema}}.priced),
 		       (SELECT coalesce(sum(net_minor), 0)::text FROM {{.Schema}}.priced),
 		       (SELECT count(*) FROM {{.Schema}}.priced p

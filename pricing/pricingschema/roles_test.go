@@ -57,7 +57,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		return u.String()
 	}
 	ldb := pgtest.OpenDB(t, as(loader), dbconn.Options{})
-	if _, err := ingest.Load(ctx, ldb.DB, ingest.Options{
+	if _, err := ingest.NewStore(ldb, "").Load(ctx, ingest.Options{
 		TiersPath: "../../testdata/vectors/tiers.csv", RecordsPath: "../../testdata/vectors/records.csv",
 	}); err != nil {
 		t.Fatalf("load as %s: %v", loader, err)
@@ -66,7 +66,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	if err := schema.Check(ctx, wdb, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}}); err != nil {
 		t.Fatalf("schema check as %s: %v", worker, err)
 	}
-	d, err := distributor.New(wdb, pricer.New(""), distributor.Config{
+	d, err := distributor.New(wdb, pricer.NewStore(wdb, "").Processor(), distributor.Config{
 		Name: "least", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, UntilDone: true,
 	})
 	if err != nil {
@@ -75,7 +75,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	if err := d.Run(ctx); err != nil {
 		t.Fatalf("pricing as %s: %v", worker, err)
 	}
-	sum, err := pricer.Verify(ctx, wdb, "")
+	sum, err := pricer.NewStore(wdb, "").Verify(ctx)
 	if err != nil || len(sum.Mismatches) > 0 || sum.Priced != 3544 {
 		t.Fatalf("verify as worker: %+v, %v", sum, err)
 	}

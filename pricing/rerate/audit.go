@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
-
-	"github.com/batonhq/baton/schema"
 )
 
 // Generation is one generation of a re-priced contract, as List reports
@@ -34,8 +31,8 @@ type Generation struct {
 // List lists the generations of the re-priced contracts (all of them if
 // contracts is empty), by contract and generation. Contracts never
 // re-priced have no generation rows and are not listed.
-func List(ctx context.Context, db bun.IDB, schemaName string, contracts []string) ([]Generation, error) {
-	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
+func (s *Store) List(ctx context.Context, contracts []string) ([]Generation, error) {
+	rows, err := s.t.DB.QueryContext(ctx, s.t.SQL(`
 SELECT g.contract_id, g.generation, g.state, g.from_seq, g.started_at, g.finished_at, g.started_by, g.reason,
        CASE g.state
          WHEN 'current' THEN (SELECT count(*) FROM {{.Schema}}.priced p WHERE p.contract_id = g.contract_id)
@@ -129,8 +126,8 @@ type ContractDiff struct {
 // discount or net differs, by contract and seq. It returns the contracts'
 // net totals: the previous generation's as frozen when it was superseded,
 // the current one's as priced now.
-func Diff(ctx context.Context, db bun.IDB, schemaName string, contracts []string, fn func(Change) error) ([]ContractDiff, error) {
-	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
+func (s *Store) Diff(ctx context.Context, contracts []string, fn func(Change) error) ([]ContractDiff, error) {
+	rows, err := s.t.DB.QueryContext(ctx, s.t.SQL(`
 WITH prev AS (`+previousSQL+`)
 SELECT v.contract_id, v.previous, v.current_generation, g.net_total,
        (SELECT coalesce(sum(p.net_minor), 0) FROM {{.Schema}}.priced p WHERE p.contract_id = v.contract_id)
@@ -157,7 +154,7 @@ SELECT v.contract_id, v.previous, v.current_generation, g.net_total,
 	}
 	for i := range out {
 		d := &out[i]
-		rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
+		rows, err := s.t.DB.QueryContext(ctx, s.t.SQL(`
 SELECT s.record_id, s.seq, s.gross_minor, s.discount_minor, s.net_minor, p.gross_minor, p.discount_minor, p.net_minor
   FROM {{.Schema}}.priced_superseded s
   JOIN {{.Schema}}.priced p ON p.contract_id = s.contract_id AND p.seq = s.seq
@@ -199,12 +196,12 @@ type Pruned struct {
 // generations and generations being priced are kept, and so are the
 // amendments (the audit trail of amounts). A contract whose previous
 // generation is pruned exports its current rows as its previous ones.
-func Prune(ctx context.Context, db bun.IDB, schemaName string, olderThan time.Duration) (Pruned, error) {
+func (s *Store) Prune(ctx context.Context, olderThan time.Duration) (Pruned, error) {
 	if olderThan < 0 {
 		return Pruned{}, fmt.Errorf("pruning generations: older than %s, want ≥ 0", olderThan)
 	}
 	var p Pruned
-	err := db.QueryRowContext(ctx, schema.SQL(schemaName, `
+	err := s.t.DB.QueryRowContext(ctx, s.t.SQL(`
 WITH old AS (
     DELETE FROM {{.Schema}}.generations
      WHERE state IN ('superseded', 'abandoned')

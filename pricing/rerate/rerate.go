@@ -3,17 +3,17 @@
 // output.
 //
 // A contract's priced output belongs to a generation (generation 1 until
-// it is first re-priced). Start, in the caller's transaction, rewinds the
-// contract's pricing partition (partition.Store.RewindPgx) to the last
-// record whose priced row stays the same: its generation and version go up
-// by one, so a worker still pricing the old generation cannot commit
-// again, and its checkpoint becomes the one the current generation had at
-// that record. Workers then price the new generation through the usual
+// it is first re-priced). Store.StartTx, in the caller's transaction (or
+// Store.Start, in one of its own), rewinds the contract's pricing
+// partition (partition.Store.Rewind) to the last record whose priced row
+// stays the same: its generation and version go up by one, so a worker
+// still pricing the old generation cannot commit again, and its
+// checkpoint becomes the one the current generation had at that record. Workers then price the new generation through the usual
 // protocol (claims, fence, checkpoints, takeover) into priced_pending;
 // readers keep seeing priced, the current generation, until the batch that
 // catches up with the contract's records makes the new generation current
 // in one commit (package pricer, generations.go). The generation it
-// replaced is kept, superseded, for audit until Prune removes it.
+// replaced is kept, superseded, for audit until Store.Prune removes it.
 //
 // Only what changed is priced again: an amended record re-prices its
 // contract from that record on (the records before it keep their
@@ -28,426 +28,80 @@
 package rerate
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"slices"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricing"
-	"github.com/batonhq/baton/pricing/pricer"
-	"github.com/batonhq/baton/schema"
+	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/pricing/internal/reprice"
+	"github.com/batonhq/baton/pricing/internal/tables"
 )
 
-// Request asks for a contract to be re-priced.
-type Request struct {
-	// Contract is the contract's id.
-	Contract string
-	// From is the last record (seq) whose priced row stays as it is:
-	// records after it are priced anew. 0 re-prices the whole contract.
-	From int64
-	// Reason and StartedBy are recorded with the new generation.
-	Reason    string
-	StartedBy string
-	// NewTiers, if set, become the contract's tiers, and the whole
-	// contract is re-priced with them (From is then 0).
-	NewTiers []pricing.Tier
-}
+// Request asks for a contract to be re-priced: Contract, From (the last
+// record whose priced row stays as it is; 0 re-prices the whole
+// contract), Reason and StartedBy (recorded with the new generation) and
+// NewTiers (if set, the contract's new tiers, and the whole contract is
+// re-priced with them).
+type Request = reprice.Request
 
-// Started is what Start did for one contract.
-type Started struct {
-	Contract string `json:"contract_id"`
-	// Generation is the new generation being priced, 0 when none was
-	// needed: nothing after From was priced and no generation was in
-	// flight, so the contract's next batches price the change anyway
-	// (an amended record not priced yet, tiers of a contract with no
-	// priced record).
-	Generation int64 `json:"generation"`
-	// From is the last record whose priced row the new generation shares
-	// with the current one.
-	From int64 `json:"from_seq"`
-	// Abandoned is the generation that was being priced and is replaced
-	// by the new one, 0 if none.
-	Abandoned int64 `json:"abandoned,omitempty"`
-}
+// Started is what Start did for one contract: the new Generation being
+// priced (0 when none was needed), From, the last record whose priced
+// row it shares with the current one, and Abandoned, the generation in
+// flight it replaced (0 if none).
+type Started = reprice.Started
 
 // ErrUnknownContract is returned, wrapped, for a request naming a contract
 // that does not exist.
-var ErrUnknownContract = errors.New("unknown contract")
+var ErrUnknownContract = reprice.ErrUnknownContract
 
 // ErrPruned is returned, wrapped, for a contract whose records were
 // partly removed by retention (worker prune): its output cannot be priced
 // again without them.
-var ErrPruned = errors.New("records were pruned")
+var ErrPruned = reprice.ErrPruned
 
-// contractState is what Start reads of a contract, under its task row's
-// lock.
-type contractState struct {
-	exists       bool
-	hasTask      bool
-	position     int64 // the task row's checkpoint: no record past it is priced
-	doneThrough  int64 // the processed prefix: every record up to it is priced
-	current      int64 // contracts.current_generation
-	generations  int64 // generation rows
-	inFlight     int64 // generation being priced, 0 if none
-	inFlightFrom int64
-	pruned       bool
-	tiersJSON    string
+// Store is the generations of the contracts in the pricing tables of one
+// schema of one database.
+type Store struct{ t tables.Tables }
+
+// NewStore returns the generations of the pricing tables in PostgreSQL
+// schema schemaName (empty means schema.Default, "baton") of db.
+func NewStore(db *dbconn.DB, schemaName string) *Store {
+	return &Store{tables.New(db, schemaName)}
 }
 
-// lockSQL locks the task rows of the contracts $1 (sorted) in
-// partition_key order, FOR UPDATE: a batch in flight (which holds its row
-// FOR KEY SHARE under the fence) ends first, and so does a prune
-// transaction removing the contract's records (worker prune holds the rows
-// FOR KEY SHARE too), so the positions and pruned sums read next are
-// final; no batch or prune starts before commit. It is a statement of its
-// own: readStateSQL, which follows, reads with a snapshot taken after the
-// locks are held, and so sees what those transactions committed.
-const lockSQL = `SELECT t.partition_key FROM {{.Schema}}.tasks t
- WHERE t.kind = '` + pricer.Kind + `' AND t.partition_key = ANY ($1::text[]) AND t.segment_of IS NULL
- ORDER BY t.partition_key
-   FOR UPDATE`
+// Start is StartTx in a transaction of its own, committed when it
+// succeeds.
+func (s *Store) Start(ctx context.Context, reqs []Request) ([]Started, error) {
+	var out []Started
+	err := s.t.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		out, err = s.StartTx(ctx, tx, reqs)
+		return err
+	})
+	return out, err
+}
 
-// readStateSQL reads what Start needs of the contracts $1 (sorted), their
-// task rows already locked (lockSQL), segment rows never: a contract's
-// position and its processed prefix (done_through, which its segments
-// not caught up hold back; they only move it forward meanwhile).
-const readStateSQL = `
-WITH locked AS (
-    SELECT t.partition_key, t.position
-      FROM {{.Schema}}.tasks t
-     WHERE t.kind = '` + pricer.Kind + `' AND t.partition_key = ANY ($1::text[]) AND t.segment_of IS NULL
-     ORDER BY t.partition_key
-       FOR UPDATE
-)
-SELECT k.id, c.contract_id IS NOT NULL, l.partition_key IS NOT NULL, coalesce(l.position, 0),
-       coalesce((SELECT p.done_through FROM {{.Schema}}.partition_progress p
-                  WHERE p.kind = '` + pricer.Kind + `' AND p.partition_key = l.partition_key), 0),
-       coalesce(c.current_generation, 1),
-       (SELECT count(*) FROM {{.Schema}}.generations g WHERE g.contract_id = k.id),
-       coalesce((SELECT g.generation FROM {{.Schema}}.generations g WHERE g.contract_id = k.id AND g.state = 'pricing'), 0),
-       coalesce((SELECT g.from_seq FROM {{.Schema}}.generations g WHERE g.contract_id = k.id AND g.state = 'pricing'), 0),
-       EXISTS (SELECT 1 FROM {{.Schema}}.pruned_totals p WHERE p.contract_id = k.id AND p.records > 0),
-       coalesce((SELECT jsonb_agg(jsonb_build_object('threshold_minor', t.threshold_minor, 'discount_bp', t.discount_bp)
-                                  ORDER BY t.threshold_minor)
-                   FROM {{.Schema}}.tiers t WHERE t.contract_id = k.id), '[]'::jsonb)::text
-  FROM unnest($1::text[]) AS k(id)
-  LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = k.id
-  LEFT JOIN locked l ON l.partition_key = k.id
- ORDER BY k.id`
-
-// Start re-prices the contracts of reqs in tx (which the caller commits):
-// for each, it abandons a generation still being priced (its pending rows
-// are deleted, and the new generation starts at the earlier of the two
-// From), replaces the tiers if NewTiers is set, records generation 1 if
-// the contract was never re-priced, rewinds the contract's partition to
-// From with the checkpoint the current generation had there, and records
-// the new generation as being priced. For a contract split into segments
-// that have records still to price, From is at most its processed prefix
-// (Started.From says where the new generation starts); the rewind removes
-// the segments.
+// StartTx re-prices the contracts of reqs in tx (which the caller
+// commits): for each, it abandons a generation still being priced (its
+// pending rows are deleted, and the new generation starts at the earlier
+// of the two From), replaces the tiers if NewTiers is set, records
+// generation 1 if the contract was never re-priced, rewinds the
+// contract's partition to From with the checkpoint the current generation
+// had there, and records the new generation as being priced. For a
+// contract split into segments that have records still to price, From is
+// at most its processed prefix (Started.From says where the new
+// generation starts); the rewind removes the segments.
 //
 // A rewind is needed only where the partition has priced past From or a
 // generation is in flight; otherwise nothing is priced that the change
 // affects, and the contract's next batches price it (Started.Generation is
 // 0). Requests for the same contract are merged (the lowest From).
 //
-// Start locks the contracts' task rows FOR UPDATE in partition_key order,
-// waiting for a batch in flight on them to end; a caller that locks task
-// rows itself must have locked these already, in the same order. It
+// StartTx locks the contracts' task rows FOR UPDATE in partition_key
+// order, waiting for a batch in flight on them to end; a caller that locks
+// task rows itself must have locked these already, in the same order. It
 // refuses unknown contracts (ErrUnknownContract) and contracts with pruned
 // records (ErrPruned), changing nothing.
-func Start(ctx context.Context, tx pgx.Tx, schemaName string, reqs []Request) ([]Started, error) {
-	reqs, err := merge(reqs)
-	if err != nil || len(reqs) == 0 {
-		return nil, err
-	}
-	q := func(s string) string { return schema.SQL(schemaName, s) }
-	keys := make([]string, len(reqs))
-	for i, r := range reqs {
-		keys[i] = r.Contract
-	}
-	if _, err := tx.Exec(ctx, q(lockSQL), keys); err != nil {
-		return nil, fmt.Errorf("re-pricing: locking %d contracts: %w", len(keys), err)
-	}
-	rows, err := tx.Query(ctx, q(readStateSQL), keys)
-	if err != nil {
-		return nil, fmt.Errorf("re-pricing: reading %d contracts: %w", len(keys), err)
-	}
-	states := make([]contractState, 0, len(keys))
-	var id string
-	var st contractState
-	_, err = pgx.ForEachRow(rows, []any{&id, &st.exists, &st.hasTask, &st.position, &st.doneThrough, &st.current, &st.generations,
-		&st.inFlight, &st.inFlightFrom, &st.pruned, &st.tiersJSON}, func() error {
-		states = append(states, st)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("re-pricing: reading %d contracts: %w", len(keys), err)
-	}
-	if len(states) != len(reqs) {
-		return nil, fmt.Errorf("re-pricing: read %d contracts, want %d", len(states), len(reqs))
-	}
-	for i, r := range reqs {
-		switch s := states[i]; {
-		case !s.exists:
-			return nil, fmt.Errorf("re-pricing contract %s: %w", r.Contract, ErrUnknownContract)
-		case s.pruned:
-			return nil, fmt.Errorf("re-pricing contract %s: %w by worker prune; its output can no longer be priced again", r.Contract, ErrPruned)
-		}
-	}
-
-	var (
-		out     []Started
-		rewinds []partition.Rewind
-		pending []int // indexes into reqs of the rewound contracts, in key order
-		tiers   = make([]string, len(reqs))
-	)
-	for i, r := range reqs {
-		s := states[i]
-		from := r.From
-		if s.inFlight > 0 {
-			from = min(from, s.inFlightFrom)
-		}
-		tiers[i] = s.tiersJSON
-		if r.NewTiers != nil {
-			if tiers[i], err = tiersJSON(r.NewTiers); err != nil {
-				return nil, fmt.Errorf("re-pricing contract %s: %w", r.Contract, err)
-			}
-		}
-		if !s.hasTask || (s.position <= from && s.inFlight == 0) {
-			// Nothing priced that the change affects.
-			if r.NewTiers != nil {
-				if err := replaceTiers(ctx, tx, q, r.Contract, r.NewTiers); err != nil {
-					return nil, err
-				}
-			}
-			out = append(out, Started{Contract: r.Contract, From: from})
-			continue
-		}
-		if s.generations == 0 {
-			// Generation 1, recorded now that it is about to be
-			// superseded: current, priced from the first record, with
-			// the tiers it was priced with (the stored ones, before
-			// NewTiers replace them).
-			if _, err := tx.Exec(ctx, q(`
-INSERT INTO {{.Schema}}.generations (contract_id, generation, state, from_seq, started_at, finished_at, tiers)
-SELECT contract_id, 1, 'current', 0, created_at, created_at, $2::jsonb FROM {{.Schema}}.contracts WHERE contract_id = $1`),
-				r.Contract, s.tiersJSON); err != nil {
-				return nil, fmt.Errorf("re-pricing contract %s: recording generation 1: %w", r.Contract, err)
-			}
-		}
-		// A contract split into segments has records past its processed
-		// prefix that are not priced yet: the new generation starts
-		// where the prefix ends, if that is earlier (the records in
-		// between are priced again, the same where nothing changed).
-		from = min(from, s.doneThrough)
-		started := Started{Contract: r.Contract, From: from}
-		if s.inFlight > 0 {
-			if err := abandon(ctx, tx, q, r.Contract, s.inFlight); err != nil {
-				return nil, err
-			}
-			started.Abandoned = s.inFlight
-		}
-		if r.NewTiers != nil {
-			if err := replaceTiers(ctx, tx, q, r.Contract, r.NewTiers); err != nil {
-				return nil, err
-			}
-		}
-		state, err := checkpointAt(ctx, tx, q, r.Contract, from, tiers[i])
-		if err != nil {
-			return nil, err
-		}
-		rewinds = append(rewinds, partition.Rewind{Key: r.Contract, Position: from, State: state})
-		pending = append(pending, i)
-		out = append(out, started)
-	}
-	if len(rewinds) > 0 {
-		rewound, err := partition.NewStore(nil, schemaName).Kind(pricer.Kind).RewindPgx(ctx, tx, rewinds)
-		if err != nil {
-			return nil, fmt.Errorf("re-pricing: rewinding %d contracts: %w", len(rewinds), err)
-		}
-		byKey := make(map[string]partition.Rewound, len(rewound))
-		for _, rw := range rewound {
-			byKey[rw.Key] = rw
-		}
-		for _, i := range pending {
-			r := reqs[i]
-			rw, ok := byKey[r.Contract]
-			if !ok {
-				return nil, fmt.Errorf("re-pricing contract %s: its partition was not rewound", r.Contract)
-			}
-			if rw.Generation <= states[i].current {
-				return nil, fmt.Errorf("re-pricing contract %s: %w: the partition's generation %d is not past the current generation %d",
-					r.Contract, pricer.ErrCorrupt, rw.Generation, states[i].current)
-			}
-			from := rewinds[slices.IndexFunc(rewinds, func(x partition.Rewind) bool { return x.Key == r.Contract })].Position
-			if _, err := tx.Exec(ctx, q(`
-INSERT INTO {{.Schema}}.generations (contract_id, generation, state, from_seq, started_by, reason, tiers)
-VALUES ($1, $2, 'pricing', $3, $4, $5, $6::jsonb)`), r.Contract, rw.Generation, from, r.StartedBy, r.Reason, tiers[i]); err != nil {
-				return nil, fmt.Errorf("re-pricing contract %s: recording generation %d: %w", r.Contract, rw.Generation, err)
-			}
-			for j := range out {
-				if out[j].Contract == r.Contract {
-					out[j].Generation = rw.Generation
-				}
-			}
-		}
-	}
-	return out, nil
-}
-
-// merge sorts reqs by contract and merges requests for the same one.
-func merge(reqs []Request) ([]Request, error) {
-	out := slices.Clone(reqs)
-	slices.SortStableFunc(out, func(a, b Request) int { return cmp.Compare(a.Contract, b.Contract) })
-	merged := out[:0]
-	for _, r := range out {
-		switch {
-		case r.Contract == "":
-			return nil, errors.New("re-pricing: empty contract id")
-		case r.From < 0:
-			return nil, fmt.Errorf("re-pricing contract %s: from %d, want ≥ 0", r.Contract, r.From)
-		}
-		if r.NewTiers != nil {
-			if _, err := pricing.NewSchedule(r.NewTiers); err != nil {
-				return nil, fmt.Errorf("re-pricing contract %s: %w", r.Contract, err)
-			}
-			r.From = 0
-		}
-		if n := len(merged); n > 0 && merged[n-1].Contract == r.Contract {
-			m := &merged[n-1]
-			if r.NewTiers != nil && m.NewTiers != nil && !slices.Equal(r.NewTiers, m.NewTiers) {
-				return nil, fmt.Errorf("re-pricing contract %s: two different new tier sets", r.Contract)
-			}
-			m.From = min(m.From, r.From)
-			if m.NewTiers == nil {
-				m.NewTiers = r.NewTiers
-			}
-			m.Reason = cmp.Or(m.Reason, r.Reason)
-			m.StartedBy = cmp.Or(m.StartedBy, r.StartedBy)
-			if m.NewTiers != nil {
-				m.From = 0
-			}
-			continue
-		}
-		merged = append(merged, r)
-	}
-	return merged, nil
-}
-
-type tierJSON struct {
-	ThresholdMinor int64 `json:"threshold_minor"`
-	DiscountBP     int64 `json:"discount_bp"`
-}
-
-func tiersJSON(tiers []pricing.Tier) (string, error) {
-	sorted := slices.Clone(tiers)
-	slices.SortFunc(sorted, func(a, b pricing.Tier) int { return cmp.Compare(a.ThresholdMinor, b.ThresholdMinor) })
-	out := make([]tierJSON, len(sorted))
-	for i, t := range sorted {
-		out[i] = tierJSON(t)
-	}
-	b, err := json.Marshal(out)
-	return string(b), err
-}
-
-func parseTiers(s string) ([]pricing.Tier, error) {
-	var ts []tierJSON
-	if err := json.Unmarshal([]byte(s), &ts); err != nil {
-		return nil, err
-	}
-	out := make([]pricing.Tier, len(ts))
-	for i, t := range ts {
-		out[i] = pricing.Tier(t)
-	}
-	return out, nil
-}
-
-func replaceTiers(ctx context.Context, tx pgx.Tx, q func(string) string, contract string, tiers []pricing.Tier) error {
-	th := make([]int64, len(tiers))
-	bp := make([]int64, len(tiers))
-	for i, t := range tiers {
-		th[i], bp[i] = t.ThresholdMinor, t.DiscountBP
-	}
-	// Two statements: an insert does not see a delete of the same
-	// statement, and would conflict with the rows it removes.
-	if _, err := tx.Exec(ctx, q(`DELETE FROM {{.Schema}}.tiers WHERE contract_id = $1`), contract); err != nil {
-		return fmt.Errorf("re-pricing contract %s: replacing its tiers: %w", contract, err)
-	}
-	if _, err := tx.Exec(ctx, q(`
-INSERT INTO {{.Schema}}.tiers (contract_id, threshold_minor, discount_bp)
-SELECT $1, th, bp FROM unnest($2::bigint[], $3::bigint[]) AS u(th, bp) ORDER BY th`), contract, th, bp); err != nil {
-		return fmt.Errorf("re-pricing contract %s: replacing its tiers: %w", contract, err)
-	}
-	return nil
-}
-
-// abandon ends generation gen of contract, still being priced: its totals
-// are frozen as far as it got (the rows it shares with the current
-// generation and its pending rows), and its pending rows are deleted.
-func abandon(ctx context.Context, tx pgx.Tx, q func(string) string, contract string, gen int64) error {
-	if _, err := tx.Exec(ctx, q(`
-WITH g AS (
-    SELECT from_seq FROM {{.Schema}}.generations WHERE contract_id = $1 AND generation = $2
-), gone AS (
-    DELETE FROM {{.Schema}}.priced_pending WHERE contract_id = $1 AND generation = $2
-    RETURNING gross_minor, discount_minor, net_minor
-), t AS (
-    SELECT sum(n) AS n, sum(gr) AS gr, sum(d) AS d, sum(net) AS net FROM (
-        SELECT count(*) AS n, coalesce(sum(gross_minor), 0) AS gr, coalesce(sum(discount_minor), 0) AS d,
-               coalesce(sum(net_minor), 0) AS net
-          FROM {{.Schema}}.priced WHERE contract_id = $1 AND seq <= (SELECT from_seq FROM g)
-        UNION ALL
-        SELECT count(*), coalesce(sum(gross_minor), 0), coalesce(sum(discount_minor), 0), coalesce(sum(net_minor), 0)
-          FROM gone) u
-)
-UPDATE {{.Schema}}.generations ge
-   SET state = 'abandoned', finished_at = now(),
-       records = t.n, gross_total = t.gr, discount_total = t.d, net_total = t.net
-  FROM t
- WHERE ge.contract_id = $1 AND ge.generation = $2 AND ge.state = 'pricing'`), contract, gen); err != nil {
-		return fmt.Errorf("re-pricing contract %s: abandoning generation %d: %w", contract, gen, err)
-	}
-	return nil
-}
-
-// checkpointAt is the pricing checkpoint of contract after record from,
-// under tiers: the cumulative gross of its current generation's priced
-// rows up to from (their amounts are the records' own, unchanged), and
-// the cumulative net the tiers give it.
-func checkpointAt(ctx context.Context, tx pgx.Tx, q func(string) string, contract string, from int64, tiersJSON string) (json.RawMessage, error) {
-	var n, gross int64
-	if err := tx.QueryRow(ctx, q(`SELECT count(*), coalesce(sum(gross_minor), 0)::bigint FROM {{.Schema}}.priced WHERE contract_id = $1 AND seq <= $2`),
-		contract, from).Scan(&n, &gross); err != nil {
-		return nil, fmt.Errorf("re-pricing contract %s: reading its priced records up to seq %d: %w", contract, from, err)
-	}
-	if n != from {
-		return nil, fmt.Errorf("re-pricing contract %s: %w: %d priced records up to seq %d", contract, pricer.ErrCorrupt, n, from)
-	}
-	tiers, err := parseTiers(tiersJSON)
-	if err != nil {
-		return nil, fmt.Errorf("re-pricing contract %s: its tiers: %w", contract, err)
-	}
-	sched, err := pricing.NewSchedule(tiers)
-	if err != nil {
-		return nil, fmt.Errorf("re-pricing contract %s: its tiers: %w", contract, err)
-	}
-	cur, err := sched.Resume(gross)
-	if err != nil {
-		return nil, fmt.Errorf("re-pricing contract %s at gross %d: %w", contract, gross, err)
-	}
-	exact, err := sched.ExactNet(gross)
-	if err != nil {
-		return nil, fmt.Errorf("re-pricing contract %s at gross %d: %w", contract, gross, err)
-	}
-	state, err := json.Marshal(pricer.Checkpoint{CumGross: gross, CumNet: cur.CumNet(), CumNetExact: exact})
-	if err != nil {
-		return nil, err
-	}
-	return state, nil
+func (s *Store) StartTx(ctx context.Context, tx bun.Tx, reqs []Request) ([]Started, error) {
+	return reprice.Start(ctx, reprice.Bun(tx), s.t.Schema, reqs)
 }

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 	"go.uber.org/goleak"
 
@@ -91,7 +90,7 @@ func runUntilDone(t *testing.T, db *dbconn.DB, cfg distributor.Config) {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 	}
-	d, err := distributor.New(db, pricer.New(""), cfg)
+	d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,19 +101,19 @@ func runUntilDone(t *testing.T, db *dbconn.DB, cfg distributor.Config) {
 	}
 }
 
-func exportBytes(t *testing.T, db *bun.DB) []byte {
+func exportBytes(t *testing.T, db *dbconn.DB) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	if _, err := export.WriteComplete(context.Background(), db, "", &buf); err != nil {
+	if _, err := export.NewStore(db, "").WriteComplete(context.Background(), &buf); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
 }
 
-func previousBytes(t *testing.T, db *bun.DB) []byte {
+func previousBytes(t *testing.T, db *dbconn.DB) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	if _, err := export.WritePrevious(context.Background(), db, "", &buf); err != nil {
+	if _, err := export.NewStore(db, "").WritePrevious(context.Background(), &buf); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -143,29 +142,15 @@ func sameBytes(t *testing.T, what string, got, want []byte) {
 	t.Fatalf("%s has %d lines, want %d", what, len(gl), len(wl))
 }
 
-// start runs rerate.Start in a transaction of its own and commits it.
-func start(t *testing.T, db *bun.DB, reqs []rerate.Request) ([]rerate.Started, error) {
+// start runs rerate's Start, in a transaction of its own.
+func start(t *testing.T, db *dbconn.DB, reqs []rerate.Request) ([]rerate.Started, error) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	var out []rerate.Started
-	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
-		return pgx.BeginFunc(ctx, pc, func(tx pgx.Tx) error {
-			var err error
-			out, err = rerate.Start(ctx, tx, "", reqs)
-			return err
-		})
-	})
-	return out, err
+	return rerate.NewStore(db, "").Start(context.Background(), reqs)
 }
 
-func verifyClean(t *testing.T, db *bun.DB) {
+func verifyClean(t *testing.T, db *dbconn.DB) {
 	t.Helper()
-	s, err := pricer.Verify(context.Background(), db, "")
+	s, err := pricer.NewStore(db, "").Verify(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +160,7 @@ func verifyClean(t *testing.T, db *bun.DB) {
 	if s.Records != 3544 || s.Priced != 3544 {
 		t.Errorf("verified %d records, %d priced; want 3544", s.Records, s.Priced)
 	}
-	found, err := pricer.VerifyCommitted(context.Background(), db, "")
+	found, err := pricer.NewStore(db, "").VerifyCommitted(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,17 +187,17 @@ func TestTierChangeRepricesToGolden(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
-	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
 		t.Fatal(err)
 	}
 	runUntilDone(t, db, distributor.Config{BatchSize: 97})
-	first := exportBytes(t, db.DB)
+	first := exportBytes(t, db)
 
 	var reqs []rerate.Request
 	for c, tiers := range vectorTiers(t) {
 		reqs = append(reqs, rerate.Request{Contract: c, NewTiers: tiers, Reason: "tiers corrected", StartedBy: "test"})
 	}
-	started, err := start(t, db.DB, reqs)
+	started, err := start(t, db, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,18 +210,18 @@ func TestTierChangeRepricesToGolden(t *testing.T) {
 		}
 	}
 	// Until the new generation is current, readers see the old one.
-	sameBytes(t, "export while re-pricing", exportBytesAny(t, db.DB), first)
-	if inflight, err := pricer.GenerationsInFlight(ctx, db.DB, ""); err != nil || len(inflight) != 12 {
+	sameBytes(t, "export while re-pricing", exportBytesAny(t, db), first)
+	if inflight, err := pricer.NewStore(db, "").GenerationsInFlight(ctx); err != nil || len(inflight) != 12 {
 		t.Fatalf("generations in flight: %v, %v", inflight, err)
 	}
-	if found, err := pricer.VerifyCommitted(ctx, db.DB, ""); err != nil || len(found) != 0 {
+	if found, err := pricer.NewStore(db, "").VerifyCommitted(ctx); err != nil || len(found) != 0 {
 		t.Fatalf("committed verification while re-pricing: %v, %v", found, err)
 	}
 
 	runUntilDone(t, db, distributor.Config{BatchSize: 13})
-	sameBytes(t, "export after re-pricing", exportBytes(t, db.DB), golden(t))
-	verifyClean(t, db.DB)
-	sameBytes(t, "previous generation", previousBytes(t, db.DB), first)
+	sameBytes(t, "export after re-pricing", exportBytes(t, db), golden(t))
+	verifyClean(t, db)
+	sameBytes(t, "previous generation", previousBytes(t, db), first)
 	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_pending`); n != 0 {
 		t.Errorf("%d pending rows left", n)
 	}
@@ -245,7 +230,7 @@ func TestTierChangeRepricesToGolden(t *testing.T) {
 	}
 
 	var changed int64
-	diffs, err := rerate.Diff(ctx, db.DB, "", nil, func(c rerate.Change) error {
+	diffs, err := rerate.NewStore(db, "").Diff(ctx, nil, func(c rerate.Change) error {
 		changed++
 		if c.OldDiscount != 0 || c.NewDiscount == 0 || c.OldGross != c.NewGross {
 			t.Errorf("change %+v: want no old discount, a new one and the same gross", c)
@@ -262,7 +247,7 @@ func TestTierChangeRepricesToGolden(t *testing.T) {
 		t.Errorf("diff of %d contracts, want 12", len(diffs))
 	}
 
-	gens, err := rerate.List(ctx, db.DB, "", []string{"random-mix"})
+	gens, err := rerate.NewStore(db, "").List(ctx, []string{"random-mix"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,21 +256,21 @@ func TestTierChangeRepricesToGolden(t *testing.T) {
 		t.Fatalf("generations of random-mix: %+v", gens)
 	}
 
-	if p, err := rerate.Prune(ctx, db.DB, "", time.Hour); err != nil || p.Generations != 0 || p.Rows != 0 {
+	if p, err := rerate.NewStore(db, "").Prune(ctx, time.Hour); err != nil || p.Generations != 0 || p.Rows != 0 {
 		t.Fatalf("pruning generations older than an hour: %+v, %v", p, err)
 	}
-	if p, err := rerate.Prune(ctx, db.DB, "", 0); err != nil || p.Generations != 12 || p.Rows != 3544 {
+	if p, err := rerate.NewStore(db, "").Prune(ctx, 0); err != nil || p.Generations != 12 || p.Rows != 3544 {
 		t.Fatalf("pruning every superseded generation: %+v, %v", p, err)
 	}
-	sameBytes(t, "previous generation once pruned", previousBytes(t, db.DB), golden(t))
-	sameBytes(t, "export after pruning", exportBytes(t, db.DB), golden(t))
+	sameBytes(t, "previous generation once pruned", previousBytes(t, db), golden(t))
+	sameBytes(t, "export after pruning", exportBytes(t, db), golden(t))
 }
 
 // exportBytesAny exports without requiring pricing to be complete.
-func exportBytesAny(t *testing.T, db *bun.DB) []byte {
+func exportBytesAny(t *testing.T, db *dbconn.DB) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	if _, err := export.Write(context.Background(), db, "", &buf); err != nil {
+	if _, err := export.NewStore(db, "").Write(context.Background(), &buf); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -314,7 +299,7 @@ func TestRewindFencesTheOldGeneration(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
-	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
 		t.Fatal(err)
 	}
 	const key = "random-mix"
@@ -346,7 +331,7 @@ func TestRewindFencesTheOldGeneration(t *testing.T) {
 		t.Fatal("no checkpoint of " + key)
 	}
 	oldPriced := count(t, db.DB, `SELECT position FROM baton.tasks WHERE partition_key = ?`, key)
-	started, err := start(t, db.DB, []rerate.Request{{Contract: key, NewTiers: vectorTiers(t)[key], Reason: "fence"}})
+	started, err := start(t, db, []rerate.Request{{Contract: key, NewTiers: vectorTiers(t)[key], Reason: "fence"}})
 	close(resume)
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +360,7 @@ func TestRewindFencesTheOldGeneration(t *testing.T) {
 		}
 	}
 	var got bytes.Buffer
-	for _, l := range bytes.SplitAfter(exportBytes(t, db.DB), []byte("\n")) {
+	for _, l := range bytes.SplitAfter(exportBytes(t, db), []byte("\n")) {
 		if bytes.HasPrefix(l, []byte(key+",")) {
 			got.Write(l)
 		}
@@ -387,15 +372,64 @@ func TestRewindFencesTheOldGeneration(t *testing.T) {
 func TestStartRefusesUnknownContract(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
-	if _, err := ingest.Load(context.Background(), db.DB, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: vectors + "records.csv"}); err != nil {
+	if _, err := ingest.NewStore(db, "").Load(context.Background(), ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: vectors + "records.csv"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := start(t, db.DB, []rerate.Request{{Contract: "random-mix"}, {Contract: "nope"}})
+	_, err := start(t, db, []rerate.Request{{Contract: "random-mix"}, {Contract: "nope"}})
 	if !errors.Is(err, rerate.ErrUnknownContract) || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("err = %v, want unknown contract nope", err)
 	}
 	if n := count(t, db.DB, `SELECT count(*) FROM baton.generations`); n != 0 {
 		t.Fatalf("%d generation rows after a refused start", n)
+	}
+}
+
+// StartTx's re-pricing belongs to the caller's transaction: rolled back
+// with it, nothing of it stays (no generation, the partition not
+// rewound); committed with it, the new generation is being priced.
+func TestStartTxInTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
+	ctx := context.Background()
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
+		t.Fatal(err)
+	}
+	runUntilDone(t, db, distributor.Config{BatchSize: 97})
+	generations := rerate.NewStore(db, "")
+	reqs := []rerate.Request{{Contract: "random-mix", NewTiers: vectorTiers(t)["random-mix"], Reason: "tiers corrected"}}
+	startIn := func(commit bool) {
+		t.Helper()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		started, err := generations.StartTx(ctx, tx, reqs)
+		if err != nil || len(started) != 1 || started[0].Generation != 2 {
+			t.Fatalf("StartTx: %+v, %v; want generation 2", started, err)
+		}
+		if commit {
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const taskGeneration = `SELECT generation FROM baton.tasks WHERE kind = 'pricing' AND partition_key = 'random-mix'`
+
+	startIn(false)
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.generations`); n != 0 {
+		t.Errorf("%d generation rows after a rolled back StartTx", n)
+	}
+	if g := count(t, db.DB, taskGeneration); g != 1 {
+		t.Errorf("partition at generation %d after a rolled back StartTx, want 1", g)
+	}
+
+	startIn(true)
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.generations WHERE contract_id = 'random-mix' AND generation = 2 AND state = 'pricing'`); n != 1 {
+		t.Errorf("%d generation 2 rows being priced after a committed StartTx, want 1", n)
+	}
+	if g := count(t, db.DB, taskGeneration); g != 2 {
+		t.Errorf("partition at generation %d after a committed StartTx, want 2", g)
 	}
 }
 
@@ -430,18 +464,18 @@ func testAmend(t *testing.T, batch int) {
 	const key, seq = "random-mix", 1500
 	lines, truth := vectorsWithAWrongAmount(t, key, seq)
 	wrong := writeFile(t, "records.csv", lines)
-	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: wrong}); err != nil {
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: wrong}); err != nil {
 		t.Fatal(err)
 	}
 	runUntilDone(t, db, distributor.Config{BatchSize: batch})
-	first := exportBytes(t, db.DB)
+	first := exportBytes(t, db)
 
 	amend := writeFile(t, "amend.csv", []string{"contract_id,record_id,amount_minor", truth})
 	// Without --amend the load is refused, naming the flag.
-	if _, err := ingest.Load(ctx, db.DB, ingest.Options{RecordsPath: amend}); err == nil || !strings.Contains(err.Error(), "--amend") {
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{RecordsPath: amend}); err == nil || !strings.Contains(err.Error(), "--amend") {
 		t.Fatalf("load of another amount without --amend: %v", err)
 	}
-	rep, err := ingest.Load(ctx, db.DB, ingest.Options{RecordsPath: amend, Amend: true, Reason: "meter corrected", StartedBy: "test"})
+	rep, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{RecordsPath: amend, Amend: true, Reason: "meter corrected", StartedBy: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,9 +483,9 @@ func testAmend(t *testing.T, batch int) {
 		t.Fatalf("report %+v, want 1 record amended, 1 contract re-priced, none accepted", rep)
 	}
 	runUntilDone(t, db, distributor.Config{BatchSize: batch})
-	sameBytes(t, "export after the amendment", exportBytes(t, db.DB), golden(t))
-	verifyClean(t, db.DB)
-	sameBytes(t, "previous generation", previousBytes(t, db.DB), first)
+	sameBytes(t, "export after the amendment", exportBytes(t, db), golden(t))
+	verifyClean(t, db)
+	sameBytes(t, "previous generation", previousBytes(t, db), first)
 	// Only the suffix from the amended record on was priced again.
 	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_superseded WHERE contract_id = ? AND generation = 1 AND seq >= ?`, key, seq); n != 2000-seq+1 {
 		t.Errorf("%d rows of %s superseded from seq %d, want %d", n, key, seq, 2000-seq+1)
@@ -464,7 +498,7 @@ func testAmend(t *testing.T, batch int) {
 		t.Errorf("%d amendment rows, want 1", n)
 	}
 	var changed []int64
-	if _, err := rerate.Diff(ctx, db.DB, "", []string{key}, func(c rerate.Change) error {
+	if _, err := rerate.NewStore(db, "").Diff(ctx, []string{key}, func(c rerate.Change) error {
 		changed = append(changed, c.Seq)
 		return nil
 	}); err != nil {
@@ -473,7 +507,7 @@ func testAmend(t *testing.T, batch int) {
 	if len(changed) == 0 || changed[0] != seq {
 		t.Errorf("changed records %v, want the amended seq %d first", changed, seq)
 	}
-	gens, err := rerate.List(ctx, db.DB, "", nil)
+	gens, err := rerate.NewStore(db, "").List(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,15 +523,15 @@ func TestLoadRepriceToGolden(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
-	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
 		t.Fatal(err)
 	}
 	runUntilDone(t, db, distributor.Config{BatchSize: 64})
-	first := exportBytes(t, db.DB)
-	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: vectors + "tiers.csv"}); err == nil || !strings.Contains(err.Error(), "--reprice") {
+	first := exportBytes(t, db)
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: vectors + "tiers.csv"}); err == nil || !strings.Contains(err.Error(), "--reprice") {
 		t.Fatalf("tier change without --reprice: %v", err)
 	}
-	rep, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: vectors + "tiers.csv", Reprice: true, Reason: "tiers corrected"})
+	rep, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: vectors + "tiers.csv", Reprice: true, Reason: "tiers corrected"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,9 +541,9 @@ func TestLoadRepriceToGolden(t *testing.T) {
 		t.Fatalf("report %+v, want 11 contracts re-priced", rep)
 	}
 	runUntilDone(t, db, distributor.Config{BatchSize: 64})
-	sameBytes(t, "export after re-pricing", exportBytes(t, db.DB), golden(t))
-	verifyClean(t, db.DB)
-	sameBytes(t, "previous generation", previousBytes(t, db.DB), first)
+	sameBytes(t, "export after re-pricing", exportBytes(t, db), golden(t))
+	verifyClean(t, db)
+	sameBytes(t, "previous generation", previousBytes(t, db), first)
 }
 
 // A contract split into segments, one of which has not priced its
@@ -524,7 +558,7 @@ func TestAmendInsideAnUnpricedSegment(t *testing.T) {
 	ctx := context.Background()
 	const key, seq = "random-mix", 1500
 	lines, truth := vectorsWithAWrongAmount(t, key, seq)
-	if _, err := ingest.Load(ctx, db.DB, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: writeFile(t, "records.csv", lines)}); err != nil {
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: writeFile(t, "records.csv", lines)}); err != nil {
 		t.Fatal(err)
 	}
 	runUntilDone(t, db, distributor.Config{BatchSize: 500})
@@ -541,7 +575,7 @@ func TestAmendInsideAnUnpricedSegment(t *testing.T) {
 		}
 	}
 	amend := writeFile(t, "amend.csv", []string{"contract_id,record_id,amount_minor", truth})
-	rep, err := ingest.Load(ctx, db.DB, ingest.Options{RecordsPath: amend, Amend: true, Reason: "meter corrected", StartedBy: "test"})
+	rep, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{RecordsPath: amend, Amend: true, Reason: "meter corrected", StartedBy: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,7 +585,7 @@ func TestAmendInsideAnUnpricedSegment(t *testing.T) {
 	if n := count(t, db.DB, `SELECT count(*) FROM baton.tasks WHERE segment_of IS NOT NULL`); n != 0 {
 		t.Fatalf("%d segment rows left after the rewind", n)
 	}
-	gens, err := rerate.List(ctx, db.DB, "", []string{key})
+	gens, err := rerate.NewStore(db, "").List(ctx, []string{key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,8 +593,8 @@ func TestAmendInsideAnUnpricedSegment(t *testing.T) {
 		t.Fatalf("generations %+v; want the second from seq 1024", gens)
 	}
 	runUntilDone(t, db, distributor.Config{BatchSize: 500})
-	sameBytes(t, "export after the amendment", exportBytes(t, db.DB), golden(t))
-	verifyClean(t, db.DB)
+	sameBytes(t, "export after the amendment", exportBytes(t, db), golden(t))
+	verifyClean(t, db)
 }
 
 // vectorsWithAWrongAmount is the golden records file with the amount of

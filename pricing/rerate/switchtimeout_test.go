@@ -26,12 +26,12 @@ func TestSwitchOutlastingTheStatementTimeoutCompletes(t *testing.T) {
 	url := pgtest.NewURL(t)
 	admin := pgtest.OpenDB(t, url, dbconn.Options{MaxOpenConns: 2})
 	ctx := context.Background()
-	if _, err := ingest.Load(ctx, admin.DB, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
+	if _, err := ingest.NewStore(admin, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
 		t.Fatal(err)
 	}
 	run := func(db *dbconn.DB) {
 		t.Helper()
-		d, err := distributor.New(db, pricer.New(""), distributor.Config{Name: "switch", UntilDone: true, MaxAttempts: 2,
+		d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), distributor.Config{Name: "switch", UntilDone: true, MaxAttempts: 2,
 			Heartbeat: 200 * time.Millisecond, StaleAfter: 4 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
@@ -55,7 +55,7 @@ func TestSwitchOutlastingTheStatementTimeoutCompletes(t *testing.T) {
 	for _, c := range []string{"implicit-zero-tier", "unsorted-tier-rows"} {
 		reqs = append(reqs, rerate.Request{Contract: c, NewTiers: tiers[c], Reason: "tiers corrected", StartedBy: "test"})
 	}
-	if _, err := start(t, admin.DB, reqs); err != nil {
+	if _, err := start(t, admin, reqs); err != nil {
 		t.Fatal(err)
 	}
 	run(pgtest.OpenDB(t, url, dbconn.Options{MaxOpenConns: 12, StatementTimeout: time.Second}))
@@ -65,5 +65,5 @@ func TestSwitchOutlastingTheStatementTimeoutCompletes(t *testing.T) {
 	if n := count(t, admin.DB, `SELECT count(*) FROM baton.tasks WHERE failed_at IS NOT NULL`); n != 0 {
 		t.Fatalf("%d contracts failed", n)
 	}
-	verifyClean(t, admin.DB)
+	verifyClean(t, admin)
 }
