@@ -864,12 +864,30 @@ func (s *soak) drain() []checkResult {
 	// The test's idle connections may have died with the server.
 	s.r.db.SetMaxIdleConns(0)
 	s.r.db.SetMaxIdleConns(2)
+	// Fails on a stall, not on a slow machine: the records left must
+	// keep going down, with no 3 minutes without progress (and all of
+	// them priced within 30 minutes). A contract stuck unpriced stalls
+	// the count; a busy machine only slows it (on one shared by other
+	// test runs a 10,000-fault run left 45,000 records to a drain of
+	// batches of 20, priced within 5 minutes).
 	var left int64
 	var lastErr error
-	if err := pollUntil(testutil.WaitTimeout(3*time.Minute), func() bool {
+	best, progressed := int64(-1), time.Now()
+	stall, total := testutil.WaitTimeout(3*time.Minute), time.Now().Add(testutil.WaitTimeout(30*time.Minute))
+	if err := pollUntil(testutil.WaitTimeout(30*time.Minute), func() bool {
 		left, lastErr = s.pending()
-		return lastErr == nil && left == 0
-	}); err != nil {
+		if lastErr == nil && (best < 0 || left < best) {
+			best, progressed = left, time.Now()
+		}
+		if lastErr == nil && left == 0 {
+			return true
+		}
+		if time.Since(progressed) > stall || time.Now().After(total) {
+			lastErr = fmt.Errorf("no progress for %s (%d records left; last error %v)", time.Since(progressed).Round(time.Second), left, lastErr)
+			return true
+		}
+		return false
+	}); err != nil || left != 0 {
 		t.Logf("the task rows with records left:\n%s", s.unfinished())
 		if to := s.takeoverTimes(); len(to) > 0 {
 			t.Logf("takeover after SIGKILL (%d re-rated contracts): p50 %s, p99 %s, max %s", len(to),
