@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,7 +20,7 @@ import (
 // the batch has a single line. On 15 a COPY cost about 1 ms of server CPU
 // whatever its size (docs/benchmarks.md), which is why batches are sized
 // by time. Here one connection runs transactions that each write priced
-// rows one way, and its backend's CPU (utime + stime from /proc) is read
+// rows one way, and its backend's CPU time (from /proc) is read
 // around each run of them: the set-up is a one-row COPY's CPU less a
 // one-row INSERT's, the cost per row comes from a COPY of copySetupRows.
 
@@ -49,9 +52,9 @@ func (c *copySetup) PerRowUS() float64 {
 	return (c.CopyManyUS - c.CopyOneUS) / float64(c.Rows-1)
 }
 
-// copySetupTransactions is how many transactions of each kind are timed:
-// at 100 ticks a second the CPU clock's resolution is 10 ms, so the total
-// of each kind must be far above it.
+// copySetupTransactions is how many transactions of each kind are timed
+// (where /proc has no schedstat the CPU clock's resolution is 10 ms, so
+// the total of each kind must be far above it).
 func (c config) copySetupTransactions() int {
 	if c.quick {
 		return 150
@@ -174,8 +177,17 @@ func (p *copyProbe) run(ctx context.Context, n int, write func(context.Context) 
 	return after - before, wall, nil
 }
 
-// backendCPU is the backend process's utime + stime.
+// backendCPU is the backend process's time on a CPU: from
+// /proc/<pid>/schedstat, in nanoseconds, or else utime + stime from
+// /proc/<pid>/stat, in clock ticks.
 func (p *copyProbe) backendCPU() (time.Duration, error) {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", p.pid)); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if ns, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				return time.Duration(ns), nil
+			}
+		}
+	}
 	st, err := readStat(p.pid)
 	if err != nil {
 		return 0, fmt.Errorf("reading the backend's CPU: %w", err)

@@ -78,7 +78,7 @@ func versionsSection(w writer, r *results) {
 	}
 
 	w("**COPY set-up.** One connection runs transactions that each write priced rows into a copy of `priced` (indexes included): a one-row `INSERT`, a one-row binary COPY (pgx's `CopyFrom`, as the pricer writes a batch: it describes the table's columns first), a COPY of %d rows; the kinds alternate in 5 rounds. "+
-		"The figure is the backend process's CPU (utime + stime from `/proc`, 10 ms ticks) per transaction, so the machine's load affects it far less than a time would. The set-up is the one-row COPY less the one-row INSERT.\n\n", copySetupRows)
+		"The figure is the backend process's CPU time per transaction (`/proc/<pid>/schedstat`, in nanoseconds), averaged over %d transactions of each kind, so the machine's load affects it far less than a time would. The set-up is the one-row COPY less the one-row INSERT.\n\n", copySetupRows, copyTransactions(runs))
 	header("µs of backend CPU per transaction")
 	get := func(f func(*copySetup) float64) func(versionRun) float64 {
 		return func(v versionRun) float64 {
@@ -292,4 +292,15 @@ func geoMean(v versionRun, labels []string, runs []versionRun, get func(shapeRow
 		return 0
 	}
 	return math.Exp(sum / float64(n))
+}
+
+// copyTransactions is the COPY set-up's transactions of each kind (the
+// same on every major).
+func copyTransactions(runs []versionRun) int {
+	for _, v := range runs {
+		if v.Copy != nil {
+			return v.Copy.Transactions
+		}
+	}
+	return 0
 }
