@@ -97,6 +97,10 @@ func versionsSection(w writer, r *results) {
 	w("\n")
 
 	labels := versionShapeLabels(runs)
+	if vr.ShapesRecords != 1_000_000 {
+		w("The shapes keep their names from the 1,000,000-record table, but hold %s records: the same number of contracts, each with %g %% of the records it holds there (\"200 × 5,000\" is 200 contracts of %s records).\n\n",
+			count(int64(vr.ShapesRecords)), float64(vr.ShapesRecords)/1e4, count(int64(vr.ShapesRecords/200)))
+	}
 	shapeTable := func(title, format string, get func(shapeRow) float64) {
 		w("%s\n\n", title)
 		header("shape")
