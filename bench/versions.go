@@ -42,7 +42,7 @@ type versionsConfig struct {
 func (c *versionsConfig) flags(fs *flag.FlagSet) {
 	c.majors = intList{15, 16, 17, 18}
 	c.shapesRecords.v, c.kills.v = 200_000, 10
-	fs.Var(&c.majors, "versions", "versions: PostgreSQL majors to measure, each on a private server of its own (default 15,16,17,18; one not installed is skipped and reported)")
+	fs.Var(&c.majors, "versions", "versions: PostgreSQL majors to measure, each on a private server of its own (one not installed is skipped and reported)")
 	fs.Var(&c.shapesRecords, "versions-shapes-records", "versions: records of every shape of the shapes table (default 200000; -quick 20000)")
 	fs.Var(&c.kills, "versions-kills", "versions: SIGKILLs of a busy worker at the fast timing, for the takeover figures (default 10; -quick 3)")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -184,9 +185,50 @@ func versionsSection(w writer, r *results) {
 }
 
 // versionsChanges writes what changed against the baseline and what the
-// measurements attribute it to.
+// measurements attribute it to. A major built differently from the
+// baseline (another compiler or flags) is also compared with the first
+// major built alike, where the build does not enter.
 func versionsChanges(w writer, base versionRun, runs []versionRun, labels []string) {
 	w("**What changed and why** (from the figures above; ratios to %d):\n\n", versionsBaseline)
+	for _, v := range runs {
+		if v.Major == base.Major {
+			continue
+		}
+		if parts := compareRuns(v, base, runs, labels); len(parts) > 0 {
+			w("- %d: %s.\n", v.Major, strings.Join(parts, "; "))
+		}
+		if v.build() == base.build() {
+			continue
+		}
+		for _, o := range runs {
+			if o.Major != v.Major && o.Major != base.Major && o.build() == v.build() {
+				if o.Major < v.Major {
+					if parts := compareRuns(v, o, runs, labels); len(parts) > 0 {
+						w("  - against %d, built alike: %s.\n", o.Major, strings.Join(parts, "; "))
+					}
+				}
+				break
+			}
+		}
+	}
+	var builds []string
+	for _, v := range runs {
+		if b := v.build(); b != "" && !slices.Contains(builds, b) {
+			builds = append(builds, b)
+		}
+	}
+	if len(builds) > 1 {
+		w("\nThe majors were not all built alike (`version()`: compiled by %s). 15 is Debian's package, built with `-O2`; 16–18 are the npm package's, built with `-Os` (optimised for size; its configure line is in the binaries): "+
+			"a difference in CPU between 15 and the others is the build's as much as the version's, so the majors built alike are also compared with each other above.\n", strings.Join(builds, "; "))
+	}
+	w("\nThe takeover time is set by the lease timing (stale-after, then confirm × heartbeat, then the next poll), which the server's version does not change; its ratio measures only the noise. ")
+	w("Throughput and database CPU per record move with the cost of each batch's statements on the server, most of it the priced-row writes (\"Mean ms of one priced-row write\"), and with the machine's load, which the ratios do not remove.\n\n")
+}
+
+// compareRuns says how v's figures compare with b's: throughput and
+// database CPU over the shapes, the COPY set-up and the share of the CPU
+// difference it explains, the takeover.
+func compareRuns(v, b versionRun, runs []versionRun, labels []string) []string {
 	perSec := func(s shapeRow) float64 {
 		if s.Run == nil || !s.Run.Verified {
 			return 0
@@ -199,46 +241,43 @@ func versionsChanges(w writer, base versionRun, runs []versionRun, labels []stri
 		}
 		return 1e6 * s.Run.CPU.DB / float64(max(1, s.Run.Records))
 	}
-	// writes per record over the baseline's shapes: how often the COPY
-	// set-up is paid.
+	// Writes per record over b's shapes: how often the COPY set-up is
+	// paid.
 	var writes, records float64
 	for _, l := range labels {
-		if s, ok := base.shape(l); ok && s.Run != nil && s.Run.Verified {
+		if s, ok := b.shape(l); ok && s.Run != nil && s.Run.Verified {
 			writes += float64(findKind(s.Run.Statements, "write priced").Calls)
 			records += float64(s.Run.Records)
 		}
 	}
-	for _, v := range runs {
-		if v.Major == versionsBaseline {
-			continue
-		}
-		var parts []string
-		if b, x := geoMean(base, labels, runs, perSec), geoMean(v, labels, runs, perSec); b > 0 && x > 0 {
-			parts = append(parts, fmt.Sprintf("baton's records/s %.2f× over the shapes", x/b))
-		}
-		bc, xc := geoMean(base, labels, runs, dbcpu), geoMean(v, labels, runs, dbcpu)
-		if bc > 0 && xc > 0 {
-			parts = append(parts, fmt.Sprintf("database CPU per record %.2f× (%.1f against %.1f µs)", xc/bc, xc, bc))
-		}
-		if v.Copy != nil && base.Copy != nil && base.Copy.SetupUS() > 0 && v.Copy.Transactions > 0 {
-			d := v.Copy.SetupUS() - base.Copy.SetupUS()
-			s := fmt.Sprintf("the COPY set-up %.2f× (%.0f against %.0f µs of backend CPU per transaction; a further row %.2f against %.2f µs)",
-				v.Copy.SetupUS()/base.Copy.SetupUS(), v.Copy.SetupUS(), base.Copy.SetupUS(), v.Copy.PerRowUS(), base.Copy.PerRowUS())
-			if records > 0 && writes > 0 && bc > 0 && xc > 0 {
-				s += fmt.Sprintf(", which at the %.2f writes per 1,000 records of these runs accounts for %+.2f µs of the %+.2f µs per record", 1000*writes/records, d*writes/records, xc-bc)
-			}
-			parts = append(parts, s)
-		}
-		if v.Takeover != nil && base.Takeover != nil && v.Takeover.First.N > 0 && base.Takeover.First.N > 0 {
-			parts = append(parts, fmt.Sprintf("the takeover p50 %.2f× (%.0f against %.0f ms)", v.Takeover.First.P50/base.Takeover.First.P50, v.Takeover.First.P50, base.Takeover.First.P50))
-		}
-		if len(parts) == 0 {
-			continue
-		}
-		w("- %d: %s.\n", v.Major, strings.Join(parts, "; "))
+	var parts []string
+	if bp, xp := geoMean(b, labels, runs, perSec), geoMean(v, labels, runs, perSec); bp > 0 && xp > 0 {
+		parts = append(parts, fmt.Sprintf("baton's records/s %.2f× over the shapes", xp/bp))
 	}
-	w("\nThe takeover time is set by the lease timing (stale-after, then confirm × heartbeat, then the next poll), which the server's version does not change; its ratio measures only the noise. ")
-	w("Throughput and database CPU per record move with the cost of each batch's statements on the server, most of it the priced-row writes (\"Mean ms of one priced-row write\"), and with the machine's load, which the ratios do not remove.\n\n")
+	bc, xc := geoMean(b, labels, runs, dbcpu), geoMean(v, labels, runs, dbcpu)
+	if bc > 0 && xc > 0 {
+		parts = append(parts, fmt.Sprintf("database CPU per record %.2f× (%.1f against %.1f µs)", xc/bc, xc, bc))
+	}
+	if v.Copy != nil && b.Copy != nil && b.Copy.SetupUS() > 0 && v.Copy.Transactions > 0 {
+		d := v.Copy.SetupUS() - b.Copy.SetupUS()
+		s := fmt.Sprintf("the COPY set-up %.2f× (%.0f against %.0f µs of backend CPU per transaction; a further row %.2f against %.2f µs; a one-row INSERT's transaction %.0f against %.0f µs)",
+			v.Copy.SetupUS()/b.Copy.SetupUS(), v.Copy.SetupUS(), b.Copy.SetupUS(), v.Copy.PerRowUS(), b.Copy.PerRowUS(), v.Copy.InsertOneUS, b.Copy.InsertOneUS)
+		if records > 0 && writes > 0 && bc > 0 && xc > 0 {
+			s += fmt.Sprintf(", which at the %.2f writes per 1,000 records of these runs accounts for %+.2f µs of the %+.2f µs per record", 1000*writes/records, d*writes/records, xc-bc)
+		}
+		parts = append(parts, s)
+	}
+	if v.Takeover != nil && b.Takeover != nil && v.Takeover.First.N > 0 && b.Takeover.First.N > 0 {
+		parts = append(parts, fmt.Sprintf("the takeover p50 %.2f× (%.0f against %.0f ms)", v.Takeover.First.P50/b.Takeover.First.P50, v.Takeover.First.P50, b.Takeover.First.P50))
+	}
+	return parts
+}
+
+// build is what compiled the server, from its version() ("... compiled
+// by gcc (Debian 12.2.0-14) 12.2.0, 64-bit").
+func (v versionRun) build() string {
+	_, b, _ := strings.Cut(v.Server, "compiled by ")
+	return strings.TrimSuffix(b, ", 64-bit")
 }
 
 // shape returns v's shapes-table row labelled l.

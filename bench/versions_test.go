@@ -91,8 +91,30 @@ func TestVersionsReport(t *testing.T) {
 		t.Errorf("the baseline is compared with itself:\n%s", out)
 	}
 
+	// 17 and 18 built alike, 15 otherwise: 18 is also compared with 17.
+	debian, other := "PostgreSQL 15.1 on x86_64, compiled by gcc (Debian) 12, 64-bit", "PostgreSQL 1x on x86_64, compiled by gcc (Ubuntu) 7, 64-bit"
+	r.Versions.Runs[0].Server, r.Versions.Runs[2].Server = debian, other
+	v18 := versionFixture(18, []float64{800_000, 400_000, 0}, 5, 250, 2200)
+	v18.Server = other
+	r.Versions.Runs = append(r.Versions.Runs, v18)
+	b.Reset()
+	versionsSection(func(f string, a ...any) { b.WriteString(fmt.Sprintf(f, a...)) }, r)
+	out = b.String()
+	for _, want := range []string{
+		"- 18: baton's records/s 4.00× over the shapes",
+		"  - against 17, built alike: baton's records/s 2.00× over the shapes; database CPU per record 1.00× (5.0 against 5.0 µs); the COPY set-up 0.50× (250 against 500 µs",
+		"compiled by gcc (Debian) 12; gcc (Ubuntu) 7",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the section lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "against 15, built alike") || strings.Contains(out, "against 18, built alike") {
+		t.Errorf("a major is compared with the baseline twice or with a later major:\n%s", out)
+	}
+
 	// Without 15 there are figures but no ratios.
-	r.Versions.Runs = r.Versions.Runs[2:]
+	r.Versions.Runs = r.Versions.Runs[2:3]
 	b.Reset()
 	versionsSection(func(f string, a ...any) { b.WriteString(fmt.Sprintf(f, a...)) }, r)
 	if out := b.String(); strings.Contains(out, "×)") || !strings.Contains(out, "| a | 400000 |") || !strings.Contains(out, "PostgreSQL 15 was not measured") {
