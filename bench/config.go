@@ -10,7 +10,7 @@ import (
 )
 
 // scenarioNames are the scenarios in the order they run.
-var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "horizon", "micro", "profile", "scale", "shapes", "rerate", "latency", "segtakeover"}
+var scenarioNames = []string{"throughput", "events", "peers", "coordination", "failover", "horizon", "micro", "profile", "scale", "shapes", "rerate", "latency", "segtakeover", "versions"}
 
 // optInScenarios run only when named: they take far longer than the rest
 // (scale loads, prices and exports 100M records; shapes seeds, loads and
@@ -18,8 +18,9 @@ var scenarioNames = []string{"throughput", "events", "peers", "coordination", "f
 // 1M records, re-prices a tenth, and amends a 100,000-record contract;
 // latency processes 6M items eight times with a stand-in processor;
 // segtakeover seeds 1M records and kills a worker holding segments 12
-// times).
-var optInScenarios = []string{"scale", "shapes", "rerate", "latency", "segtakeover"}
+// times; versions starts a server of every PostgreSQL major in turn and
+// runs the shapes table and the crash series on each).
+var optInScenarios = []string{"scale", "shapes", "rerate", "latency", "segtakeover", "versions"}
 
 // config holds every knob of a report run. Defaults finish the full run in
 // about 15 minutes on a 2-core machine; -quick scales everything down to a
@@ -52,6 +53,8 @@ type config struct {
 	rerate  rerateConfig
 	latency latencyConfig
 	segtake segTakeConfig
+	// versions: a private server of each major, back to back
+	versions versionsConfig
 
 	// peers
 	peerWorkers   intList
@@ -190,6 +193,7 @@ func parseConfig(args []string) (config, error) {
 	c.rerate.flags(fs)
 	c.latency.flags(fs)
 	c.segtake.flags(fs)
+	c.versions.flags(fs)
 	fs.StringVar(&c.previous, "previous", "", "an earlier results.json whose headline figures are shown beside the new ones")
 
 	fs.IntVar(&c.contracts, "contracts", c.contracts, "throughput: contracts")
@@ -243,12 +247,16 @@ func parseConfig(args []string) (config, error) {
 		c.rerate.applyQuick()
 		c.latency.applyQuick()
 		c.segtake.applyQuick()
+		c.versions.applyQuick()
 	}
 	if c.profile != "auto" && c.profile != "always" && c.profile != "never" {
 		return c, fmt.Errorf("-profile %q: want auto, always or never", c.profile)
 	}
 	if c.contracts < 1 || c.perContract < 1 || c.repeat < 1 || c.faultWorkers < 2 || c.foWorkers < 2 {
 		return c, fmt.Errorf("sizes must be positive and the fault and failover experiments need at least 2 workers")
+	}
+	if err := c.versions.validate(); err != nil {
+		return c, err
 	}
 	if c.coordCellsOnly && c.coordTinyOnly {
 		return c, fmt.Errorf("-coord-cells-only and -coord-tiny-only exclude each other")

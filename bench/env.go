@@ -45,20 +45,24 @@ type env struct {
 	serverInfo string
 	mu         sync.Mutex
 	templates  map[string]bool
+	// created holds the databases this env created on its server,
+	// dropped by close.
+	created sync.Map
 }
 
 type setting struct{ Name, Value string }
 
-// serverSettings are the private server's settings beyond pglocal's.
-// They are recorded in the report with the SHOW output.
-func serverSettings() map[string]string {
+// serverSettings are the private server's settings beyond pglocal's, for
+// the binaries in bindir ("": pglocal.BinDir()). They are recorded in the
+// report with the SHOW output.
+func serverSettings(bindir string) map[string]string {
 	s := map[string]string{
 		"track_commit_timestamp": "on",    // commit times from the database (failover)
 		"max_connections":        "400",   // 4 workers × (8 + 4) plus the simulated workers' pool
 		"shared_buffers":         "512MB", // the 1M-record data set and its output stay cached
 		"max_wal_size":           "4GB",   // no forced checkpoint in the middle of a measurement
 	}
-	if hasPGSS() {
+	if hasPGSS(bindir) {
 		s["shared_preload_libraries"] = "pg_stat_statements"
 		s["pg_stat_statements.max"] = "10000"
 		s["pg_stat_statements.track_utility"] = "on"
@@ -67,11 +71,13 @@ func serverSettings() map[string]string {
 }
 
 // hasPGSS reports whether the pg_stat_statements library is installed next
-// to the server binaries.
-func hasPGSS() bool {
-	bindir, err := pglocal.BinDir()
-	if err != nil {
-		return false
+// to the server binaries in bindir ("": pglocal.BinDir()).
+func hasPGSS(bindir string) bool {
+	if bindir == "" {
+		var err error
+		if bindir, err = pglocal.BinDir(); err != nil {
+			return false
+		}
 	}
 	out, err := exec.Command(filepath.Join(bindir, "pg_config"), "--pkglibdir").Output()
 	// Without pg_config (the npm builds of 16–18 have none), next to the
@@ -89,6 +95,12 @@ func hasPGSS() bool {
 }
 
 func newEnv(ctx context.Context, cfg config) (*env, error) {
+	return openEnv(ctx, cfg, os.Getenv("DATABASE_URL"), "")
+}
+
+// openEnv connects to the server at raw, or when raw is empty starts a
+// private one from the binaries in bindir ("": pglocal.BinDir()).
+func openEnv(ctx context.Context, cfg config, raw, bindir string) (_ *env, err error) {
 	tmp, err := os.MkdirTemp("", "baton-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("creating scratch directory: %w", err)
@@ -99,11 +111,15 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 		return nil, err
 	}
 	e := &env{cfg: cfg, tmp: tmp, templates: map[string]bool{}}
-	raw := os.Getenv("DATABASE_URL")
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
 	if raw == "" {
 		log.Printf("starting a private PostgreSQL in %s (durable=%v)", tmp, cfg.durable)
 		e.server, err = pglocal.Start(ctx, pglocal.Options{
-			Dir: filepath.Join(tmp, "pgdata"), Durable: cfg.durable, Settings: serverSettings(),
+			Dir: filepath.Join(tmp, "pgdata"), Durable: cfg.durable, Settings: serverSettings(bindir), BinDir: bindir,
 			Log: func(f string, a ...any) { log.Printf("pglocal: "+f, a...) },
 		})
 		if err != nil {
@@ -197,9 +213,6 @@ func randomSuffix() string {
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
-// databases created by this run, dropped at the end.
-var created sync.Map
-
 // createDB creates a database, from template if given (FILE_COPY: a file
 // copy plus a checkpoint, much faster than WAL-logging every block of a
 // large template).
@@ -211,7 +224,7 @@ func (e *env) createDB(ctx context.Context, name, template string) error {
 	if _, err := e.admin.ExecContext(ctx, stmt); err != nil {
 		return fmt.Errorf("creating database %s: %w", name, err)
 	}
-	created.Store(name, true)
+	e.created.Store(name, true)
 	return nil
 }
 
@@ -219,13 +232,13 @@ func (e *env) dropDB(ctx context.Context, name string) {
 	if _, err := e.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(name)+" WITH (FORCE)"); err != nil {
 		log.Printf("dropping %s: %v", name, err)
 	}
-	created.Delete(name)
+	e.created.Delete(name)
 }
 
 func (e *env) dropAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	created.Range(func(k, _ any) bool {
+	e.created.Range(func(k, _ any) bool {
 		e.dropDB(ctx, k.(string))
 		return true
 	})

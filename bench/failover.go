@@ -78,13 +78,18 @@ func (t timing) goal() time.Duration {
 	return parseDur(t.StaleAfter) + time.Duration(t.Confirm)*parseDur(t.Heartbeat) + 500*time.Millisecond
 }
 
+// failoverRecordsPerContract is the records per contract the failover
+// data set is seeded with (a producer adds more while it runs).
+func (c config) failoverRecordsPerContract() int {
+	if c.quick {
+		return 5_000
+	}
+	return 20_000
+}
+
 func (e *env) runFailover(ctx context.Context, res *results) error {
 	cfg := e.cfg
-	per := 20_000
-	if cfg.quick {
-		per = 5_000
-	}
-	ds, err := e.seedTemplate(ctx, "failover", cfg.foContracts, per)
+	ds, err := e.seedTemplate(ctx, "failover", cfg.foContracts, cfg.failoverRecordsPerContract())
 	if err != nil {
 		return err
 	}

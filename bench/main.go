@@ -8,7 +8,7 @@
 // writes bench/results/report.md, results.json (every measurement) and the
 // plots. Scenarios: throughput, events, peers, coordination, failover,
 // horizon, micro, profile (all by default), scale, shapes, rerate,
-// latency and segtakeover (only when named). -quick is a smoke run of
+// latency, segtakeover and versions (only when named). -quick is a smoke run of
 // about two minutes.
 //
 // It is a module of its own, so that the library's module does not carry
@@ -150,6 +150,7 @@ func run(cfg config) error {
 		{"rerate", e.runRerate},
 		{"latency", e.runLatency},
 		{"segtakeover", e.runSegTakeover},
+		{"versions", e.runVersions},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

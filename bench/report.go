@@ -65,6 +65,7 @@ func writeReport(r *results, dir string) error {
 	coordSection(w, r)
 	failoverSection(w, r)
 	segTakeoverSection(w, r)
+	versionsSection(w, r)
 	horizonSection(w, r)
 	scaleSection(w, r)
 	microSection(w, r)

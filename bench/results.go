@@ -27,6 +27,7 @@ type results struct {
 	Rerate      *rerateResult      `json:"rerate,omitempty"`
 	Latency     *latencyResult     `json:"latency,omitempty"`
 	SegTakeover *segTakeoverResult `json:"segtakeover,omitempty"`
+	Versions    *versionsResult    `json:"versions,omitempty"`
 	Profiles    []profileResult    `json:"profiles,omitempty"`
 	Experiments []modeRun          `json:"experiments,omitempty"`
 	Errors      []string           `json:"errors,omitempty"`
@@ -146,6 +147,8 @@ func (r *results) forget(scenarios []string) {
 			r.Latency = nil
 		case "segtakeover":
 			r.SegTakeover = nil
+		case "versions":
+			r.Versions = nil
 		case "profile":
 			r.Profiles, r.Experiments = nil, nil
 		}
