@@ -222,3 +222,43 @@ func TestSamplesAreWrittenOncePerInterval(t *testing.T) {
 		t.Errorf("history %+v, %v", pts, err)
 	}
 }
+
+// A recording read within the sampling interval of another's publishes
+// that sample's figures instead of reading the task table again.
+func TestAFreshSampleIsPublishedAsItIs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	now := dbNow(t, db)
+	clock := now
+	r, err := backlog.New(db, backlog.Config{Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, db, `INSERT INTO baton.tasks (kind, partition_key, available, position) VALUES ('k', 'a', 100, 0)`)
+	if _, err := r.Sample(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, db, `UPDATE baton.tasks SET position = 60 WHERE partition_key = 'a'`)
+	clock = now.Add(5 * time.Second)
+	figs, err := r.Sample(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := one(t, figs, "k"); k.PendingItems != 100 || !k.At.Equal(now) {
+		t.Errorf("within the interval: %d pending at %s, want the sample's 100 at %s", k.PendingItems, k.At, now)
+	}
+	if figs, err = r.Read(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k := one(t, figs, "k"); k.PendingItems != 40 {
+		t.Errorf("a plain read: %d pending, want 40 (it always reads the table)", k.PendingItems)
+	}
+	clock = now.Add(16 * time.Second)
+	if figs, err = r.Sample(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k := one(t, figs, "k"); k.PendingItems != 40 || !k.RateKnown || k.Rate != 60.0/16 {
+		t.Errorf("past the interval: %d pending, rate %v (known %v); want 40 and 60 items in 16 s", k.PendingItems, k.Rate, k.RateKnown)
+	}
+}

@@ -55,16 +55,24 @@
 //     scaled to zero starts one worker and learns its rate.
 //
 // Samples are written by the readers that record (Reader.Sample: the
-// Publisher of a worker serving metrics, or "worker signals"): at most one
-// per kind per SampleEvery, whichever reader is first, kept for two hours
-// (the console charts the last one). Readers that do not record (status,
-// the console) read the same figures from the samples others wrote.
+// Publisher of a worker serving metrics, or "worker signals"): a recording
+// reader that finds a sample of any kind younger than SampleEvery
+// publishes the newest samples as they are (At is then their time) and
+// does not read the task table; otherwise it computes the figures and
+// stores them. So a fleet of any size scans the task table about once per
+// SampleEvery, whichever worker comes first, and every worker publishes
+// the same figures, at most SampleEvery old. Samples are kept for two
+// hours (the console charts the last one). Readers that do not record
+// (status) always compute the figures, and take the rate's reference from
+// the samples the publishers stored.
 //
 // # Cost
 //
-// The statement scans the task table once (nothing that a checkpoint
-// changes is indexed, so that checkpoints stay heap-only updates) and
-// reads a few samples by primary key. It never runs on the claim path:
-// the Publisher runs it on an interval of its own. The bench measures it
-// at 100,000 partitions, with and without a pinned xmin horizon.
+// Computing the figures scans the task table once (nothing that a
+// checkpoint changes is indexed, so that checkpoints stay heap-only
+// updates) and reads a few samples by primary key; publishing a fresh
+// sample reads the samples only. It never runs on the claim path: the
+// Publisher runs it on an interval of its own. The bench
+// (BenchmarkBacklogStatement) measures it at 100,000 partitions, with
+// and without a pinned xmin horizon.
 package backlog

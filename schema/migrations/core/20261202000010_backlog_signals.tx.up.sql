@@ -63,23 +63,30 @@ FOR EACH ROW
 WHEN (NEW.available > NEW.position)
 EXECUTE FUNCTION {{.Schema}}.tasks_backlog_insert();
 
--- Samples of each kind's totals, written by the workers that publish
--- backlog metrics (at most one per kind per sampling interval, whichever
--- worker is first) and kept for two hours: the processing rate is the
--- change since the newest sample at least a minute old, and the console
--- charts the last hour of them.
---   pending_items      available - position of rows not quarantined
---   quarantined_items  available - position of quarantined rows
---   added_items        sum of available over rows that are not segments
---   rewound_items      sum of rewound_items over rows that are not segments
---   workers            live workers of the kind
+-- Samples of each kind's figures, written by the workers that publish
+-- backlog metrics (Reader.Sample): a reader that finds a sample younger
+-- than its sampling interval publishes that one instead of scanning the
+-- task table, so a fleet costs one scan per interval, not one per worker.
+-- Kept for two hours: the processing rate is the change since the sample
+-- nearest to a minute before, and the console charts the last hour.
+--   pending_items          available - position of rows not quarantined
+--   pending_partitions     partitions with such a row with pending items
+--   quarantined_items      available - position of quarantined rows
+--   quarantined_partitions partitions with a quarantined row
+--   oldest_pending         the earliest pending_since of those pending rows
+--   added_items            sum of available over rows that are not segments
+--   rewound_items          sum of rewound_items over rows that are not segments
+--   workers                live workers of the kind
 CREATE TABLE {{.Schema}}.backlog_samples (
-    kind              text COLLATE "C" NOT NULL,
-    at                timestamptz NOT NULL,
-    pending_items     bigint NOT NULL,
-    quarantined_items bigint NOT NULL,
-    added_items       bigint NOT NULL,
-    rewound_items     bigint NOT NULL,
-    workers           integer NOT NULL,
+    kind                   text COLLATE "C" NOT NULL,
+    at                     timestamptz NOT NULL,
+    pending_items          bigint NOT NULL,
+    pending_partitions     bigint NOT NULL,
+    quarantined_items      bigint NOT NULL,
+    quarantined_partitions bigint NOT NULL,
+    oldest_pending         timestamptz,
+    added_items            bigint NOT NULL,
+    rewound_items          bigint NOT NULL,
+    workers                integer NOT NULL,
     PRIMARY KEY (kind, at)
 );
