@@ -14,9 +14,9 @@ import (
 // every kind from db on cfg.SampleEvery (see package backlog) and
 // publishes them in m: its own interval, never the claim path. Every
 // worker serving metrics runs one, so that each scrape target has the
-// figures and no election is needed; their samples are written at most
-// once per interval whoever is first, and their readings cost one scan
-// of the task table per worker per interval.
+// figures and no election is needed: the first in an interval scans the
+// task table and stores a sample, the others publish that sample (see
+// package backlog), so a fleet scans the table about once per interval.
 func BacklogPublisher(db bun.IDB, cfg backlog.Config, m *metrics.Metrics, log *slog.Logger) (Component, error) {
 	r, err := backlog.New(db, cfg)
 	if err != nil {
