@@ -252,6 +252,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 			return err
 		}
 		defer cdb.Close()
+		ccfg.DrainTarget = r.drainTarget
 		pc.Console, pc.ConsoleDB = &ccfg, cdb
 	}
 	if r.jobs {
