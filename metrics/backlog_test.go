@@ -20,8 +20,9 @@ func watchSampledBacklog(t *testing.T, m *Metrics) {
 	if _, err := db.ExecContext(ctx, `
 		INSERT INTO baton.tasks (kind, partition_key, available, position, pending_since) VALUES ('k', 'a', 40, 10, now() - interval '90 seconds');
 		INSERT INTO baton.workers (instance_id, name, kind, expires_at) VALUES ('w#1', 'w', 'k', now() + interval '1 hour');
-		INSERT INTO baton.backlog_samples (kind, at, pending_items, quarantined_items, added_items, rewound_items, workers)
-		VALUES ('k', now() - interval '60 seconds', 60, 0, 40, 0, 1)`); err != nil {
+		INSERT INTO baton.backlog_samples (kind, at, pending_items, pending_partitions, quarantined_items,
+		       quarantined_partitions, added_items, rewound_items, workers)
+		VALUES ('k', now() - interval '60 seconds', 60, 1, 0, 0, 40, 0, 1)`); err != nil {
 		t.Fatal(err)
 	}
 	r, err := backlog.New(db, backlog.Config{DrainTarget: 11 * time.Second})
