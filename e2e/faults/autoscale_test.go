@@ -40,7 +40,9 @@ func TestAutoscalerDrainsWithinTheTarget(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sig.Process.Kill(); _ = sig.Wait() })
 
-	needed := func() (int, error) { return readGauge("http://"+addr+"/metrics", `baton_backlog_workers_needed{kind="pricing"}`) }
+	needed := func() (int, error) {
+		return readGauge("http://"+addr+"/metrics", `baton_backlog_workers_needed{kind="pricing"}`)
+	}
 	testutil.Eventually(t, 30*time.Second, "the signal published", func() error {
 		_, err := needed()
 		return err
