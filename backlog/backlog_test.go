@@ -262,3 +262,44 @@ func TestAFreshSampleIsPublishedAsItIs(t *testing.T) {
 		t.Errorf("past the interval: %d pending, rate %v (known %v); want 40 and 60 items in 16 s", k.PendingItems, k.Rate, k.RateKnown)
 	}
 }
+
+// A rewind through the producers' own statement (partition.Store.Rewind)
+// puts records back without counting as negative processing, and starts
+// the lag of a caught-up partition at the rewind.
+func TestARewindIsNotNegativeProcessing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	now := dbNow(t, db)
+	clock := now
+	r, err := backlog.New(db, backlog.Config{Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, db, `INSERT INTO baton.tasks (kind, partition_key, available, position) VALUES ('k', 'a', 100, 100), ('k', 'b', 50, 0)`)
+	if _, err := r.Sample(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// b prices 20 of its records; a is rewound to 40 (60 records again).
+	exec(t, db, `UPDATE baton.tasks SET position = 20 WHERE partition_key = 'b'`)
+	exec(t, db, `UPDATE baton.tasks SET pending_since = ? WHERE partition_key = 'b'`, now.Add(-time.Hour))
+	if _, err := partition.NewStore(db, "").Kind("k").Rewind(ctx, db, []partition.Rewind{{Key: "a", Position: 40}}); err != nil {
+		t.Fatal(err)
+	}
+	clock = now.Add(20 * time.Second)
+	figs, err := r.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := one(t, figs, "k")
+	if k.PendingItems != 60+30 || !k.RateKnown || k.Rate != 1 {
+		t.Errorf("after the rewind: %d pending, rate %v (known %v); want 90 and 20 records in 20 s", k.PendingItems, k.Rate, k.RateKnown)
+	}
+	var since time.Time
+	if err := db.QueryRowContext(ctx, `SELECT pending_since FROM baton.tasks WHERE partition_key = 'a'`).Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+	if since.Before(now) {
+		t.Errorf("the rewound partition's backlog began at %s, before the rewind (%s)", since, now)
+	}
+}
