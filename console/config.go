@@ -83,6 +83,9 @@ type Config struct {
 	// highlighted as a warning (package horizon). Defaults to
 	// horizon.WarnAfterDefault (10m).
 	HorizonWarnAfter time.Duration
+	// DrainTarget is the time the backlog section's workers needed drains
+	// the backlog within. Defaults to backlog.DrainTargetDefault (15m).
+	DrainTarget time.Duration
 	// Clock defaults to the real clock.
 	Clock clockwork.Clock
 	// Logger defaults to slog.Default().

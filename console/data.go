@@ -40,6 +40,7 @@ type part struct {
 	LeaseBeatMS, LeaseLeftMS *int64
 	Percent                  float64
 	Rate                     float64 // items/s over the last sample
+	ETAMS                    *int64  // when it will be processed at the current pace (backlog.go); nil if unknown
 }
 
 // Total is processed plus pending items.
@@ -87,6 +88,7 @@ type overview struct {
 	Quarantined int            `json:"quarantined"`
 	Takeovers   takeoverStats  `json:"takeovers_last_hour"`
 	Horizon     horizonView    `json:"horizon"`
+	Signals     *backlogView   `json:"backlog_signals"` // backlog.go
 }
 
 // horizonView is what holds back vacuum (package horizon): the oldest
@@ -255,6 +257,9 @@ func (s *source) read(ctx context.Context) (*snapshot, error) {
 		return nil, err
 	}
 	ov.Horizon = newHorizonView(hr)
+	if ov.Signals, err = s.readBacklog(ctx, snap.Parts); err != nil {
+		return nil, err
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

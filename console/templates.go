@@ -171,7 +171,7 @@ var pageNames = []string{"overview", "partitions", "partition", "workers", "jobs
 func parsePages() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
 	for _, name := range pageNames {
-		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/backlog.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parsing console template %s: %w", name, err)
 		}

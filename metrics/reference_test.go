@@ -34,6 +34,7 @@ func TestMetricsReferenceIsCurrent(t *testing.T) {
 	m.WatchDB(pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 1}))
 	m.OnJobRun("job", "ok", 0)
 	m.SetVerifyMismatches(0)
+	watchSampledBacklog(t, m)
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

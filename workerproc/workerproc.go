@@ -22,6 +22,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/console"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
@@ -58,6 +59,10 @@ type Config struct {
 	// HorizonWarnAfter is the metrics' threshold for a transaction holding
 	// back the xmin horizon. Default: horizon.WarnAfterDefault.
 	HorizonWarnAfter time.Duration
+	// Backlog configures the backlog figures the metrics publish (package
+	// backlog), sampled while Metrics is set. Its Schema defaults to the
+	// distributor's.
+	Backlog backlog.Config
 
 	// Console, if set, is served over ConsoleDB (required with it: a
 	// small pool of its own, so that viewers never take the worker's
@@ -159,6 +164,13 @@ func New(cfg Config) (*Process, error) {
 		m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
 			return horizon.Read(ctx, cfg.DB.DB, schemaName, cfg.HorizonWarnAfter)
 		})
+		bc := cfg.Backlog
+		bc.Schema = cmp.Or(bc.Schema, schemaName)
+		pub, err := BacklogPublisher(cfg.DB.DB, bc, m, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		p.group.Add("backlog", pub)
 		if cfg.MetricsAddr != "" {
 			p.group.Add("metrics", MetricsServer(cfg.MetricsAddr, m, cfg.Ready, cfg.Logger))
 		}

@@ -49,7 +49,8 @@ func TestHelpSaysWhichCommandsChangeData(t *testing.T) {
 		"ui":               database, // with --ui-token
 		"reprice":          database,
 		"generations":      readOnly,
-		"diff":             file, // with --out
+		"diff":             file,     // with --out
+		"signals":          database, // backlog samples
 	}
 	root, _ := newRoot()
 	seen := map[string]bool{}

@@ -277,7 +277,7 @@ Each command's help says whether it changes the database or writes files;
 		newMigrateCmd(g), newLoadCmd(g), newRunCmd(g), newExportCmd(g),
 		newStatusCmd(g), newRetryCmd(g), newSeedCmd(g), newDemoCmd(g), newProbeCmd(g),
 		newScheduleCmd(g),
-		newUICmd(g),
+		newUICmd(g), newSignalsCmd(g),
 		newPruneCmd(g),
 		newRepriceCmd(g), newGenerationsCmd(g), newDiffCmd(g),
 	)

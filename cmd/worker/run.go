@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/metrics"
@@ -32,6 +33,7 @@ type runFlags struct {
 	console     consoleFlags
 	waitForDB   time.Duration
 	listenURL   string
+	drainTarget time.Duration
 }
 
 func (r *runFlags) register(cmd *cobra.Command) {
@@ -54,6 +56,7 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&r.cfg.PollOnly, "poll-only", false, "never LISTEN: look for new work every heartbeat only (for databases without LISTEN/NOTIFY)")
 	f.StringVar(&r.listenURL, "listen-database-url", "", "direct PostgreSQL URL used only to LISTEN for new work, when --database-url goes through a transaction pooler (default $BATON_LISTEN_DATABASE_URL; without either, such workers poll)")
 	f.StringVar(&r.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9090); off when empty")
+	drainTargetFlag(f, &r.drainTarget)
 	r.history.register(f)
 	r.console.register(f, "ui-addr", "ui-token", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
 	f.DurationVar(&r.waitForDB, "wait-for-database", 5*time.Minute, "at start, how long to wait for the database to answer and register the worker, retrying with back-off (0: fail at once if it cannot connect)")
@@ -235,6 +238,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	pc := workerproc.Config{
 		DB: db, Processor: pricer.NewStore(db, g.schema).Processor(), Distributor: cfg, MetricsAddr: r.metricsAddr,
 		HorizonWarnAfter: r.console.horizonWarnAfter, TracingService: "baton-worker", Logger: g.logger,
+		Backlog: backlog.Config{DrainTarget: r.drainTarget},
 		Ready: func(ctx context.Context) error {
 			if err := db.PingContext(ctx); err != nil {
 				return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
@@ -251,6 +255,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 			return err
 		}
 		defer cdb.Close()
+		ccfg.DrainTarget = r.drainTarget
 		pc.Console, pc.ConsoleDB = &ccfg, cdb
 	}
 	if r.jobs {

@@ -47,6 +47,9 @@ type statusJSON struct {
 	// Unlisted counts the contracts in the states asked for that --limit
 	// (or plain status's default limit) left out of Partitions.
 	Unlisted int `json:"unlisted,omitempty"`
+	// Backlog is the pending records, lag, rate and drain estimate
+	// (status_backlog.go); nil where status is built without reading it.
+	Backlog *backlogJSON `json:"backlog,omitempty"`
 }
 
 // horizonJSON is the xmin horizon and the dead row versions of the
@@ -111,6 +114,10 @@ type partitionJSON struct {
 	SegmentsHeld int     `json:"segments_held"`
 	Attempts     int     `json:"attempts"`
 	Error        *string `json:"error"`
+	// ETAMS is when the contract will be priced at the current pace, in
+	// ms from now (status_backlog.go); null without a rate or when it
+	// waits for an operator.
+	ETAMS *int64 `json:"eta_ms"`
 }
 
 type workerJSON struct {
@@ -230,7 +237,7 @@ const statesHelp = `States:
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var asJSON, watch bool
-	var every, warnAfter time.Duration
+	var every, warnAfter, drainTarget time.Duration
 	var loads loadsQuery
 	var filter statusFilter
 	cmd := &cobra.Command{
@@ -302,6 +309,9 @@ the primary, not confirmed by the standby) once the cluster is stable.
 			if err != nil {
 				return err
 			}
+			if err := readBacklog(cmd.Context(), db, g.schema, drainTarget, &s); err != nil {
+				return err
+			}
 			if err := readLoads(cmd.Context(), db, g.schema, loads, &s); err != nil {
 				return err
 			}
@@ -328,6 +338,7 @@ the primary, not confirmed by the standby) once the cluster is stable.
 	cmd.Flags().DurationVar(&every, "interval", time.Second, "refresh interval with --watch")
 	cmd.Flags().DurationVar(&warnAfter, "horizon-warn-after", horizon.WarnAfterDefault,
 		"warn when a transaction has held back the xmin horizon (and so vacuum) this long")
+	drainTargetFlag(cmd.Flags(), &drainTarget)
 	positive(cmd.Flags(), "interval")
 	nonNegative(cmd.Flags(), "limit")
 	positive(cmd.Flags(), "horizon-warn-after")
@@ -338,7 +349,7 @@ the primary, not confirmed by the standby) once the cluster is stable.
 // by state, and the live workers.
 func printStatus(w io.Writer, s statusJSON) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTRACT\tSTATE\tOWNER\tVERSION\tHEARTBEAT\tPROCESSED\tPENDING\tSEGMENTS\tATTEMPTS\tERROR")
+	fmt.Fprintln(tw, "CONTRACT\tSTATE\tOWNER\tVERSION\tHEARTBEAT\tPROCESSED\tPENDING\tETA\tSEGMENTS\tATTEMPTS\tERROR")
 	for _, p := range s.Partitions {
 		owner, hb, errText := "-", "-", "-"
 		if p.Owner != nil {
@@ -350,8 +361,8 @@ func printStatus(w io.Writer, s statusJSON) {
 		if p.Error != nil {
 			errText = strings.Join(strings.Fields(*p.Error), " ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%d\t%s\n", p.ContractID, p.State, owner, p.Version, hb, p.Processed, p.Pending,
-			segmentsText(p), p.Attempts, errText)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", p.ContractID, p.State, owner, p.Version, hb, p.Processed, p.Pending,
+			etaText(p), segmentsText(p), p.Attempts, errText)
 	}
 	tw.Flush()
 	if s.Unlisted > 0 {
@@ -369,6 +380,7 @@ func printStatus(w io.Writer, s statusJSON) {
 		}
 		tw.Flush()
 	}
+	printBacklog(w, s.Backlog)
 	printHorizon(w, s.Horizon)
 }
 

@@ -85,6 +85,7 @@ func (c *consoleFlags) open(ctx context.Context, g *globals) (console.Config, *b
 
 func newUICmd(g *globals) *cobra.Command {
 	var c consoleFlags
+	var drainTarget time.Duration
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve the operator console: contracts, their ownership history, workers (read-only unless --ui-token)",
@@ -106,6 +107,7 @@ never printed.`,
 				return err
 			}
 			defer db.Close()
+			cfg.DrainTarget = drainTarget
 			srv := workerproc.Console(db, cfg, g.logger)
 			if err := srv.Start(cmd.Context()); err != nil {
 				return usageError("%v", err)
@@ -115,5 +117,6 @@ never printed.`,
 		},
 	}
 	c.register(cmd.Flags(), "addr", "ui-token", console.AddrDefault, "listen address (loopback by default)")
+	drainTargetFlag(cmd.Flags(), &drainTarget)
 	return cmd
 }

@@ -23,6 +23,7 @@ GRANT SELECT ON {{.Schema}}.partition_progress TO baton_worker;               --
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{.Schema}}.workers TO baton_worker; -- registration and liveness
 GRANT SELECT, INSERT ON {{.Schema}}.priced TO baton_worker;                  -- output
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.events TO baton_worker;          -- ownership history, pruned by age
+GRANT SELECT, INSERT, DELETE ON {{.Schema}}.backlog_samples TO baton_worker; -- backlog signals of workers serving metrics and "signals", pruned by age
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{.Schema}}.jobs TO baton_worker;    -- scheduled jobs: runs and "worker schedule"
 GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.leaderships TO baton_worker;     -- leader election
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.entity_locks TO baton_worker;    -- entity locks (row method)

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/backlog"
+	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/schema"
+	"github.com/batonhq/baton/workerproc"
+)
+
+func newSignalsCmd(g *globals) *cobra.Command {
+	var addr string
+	var drainTarget, sampleEvery, warnAfter time.Duration
+	cmd := &cobra.Command{
+		Use:   "signals --metrics-addr ADDR",
+		Short: "Serve the backlog, lag, drain and horizon metrics without pricing (for autoscalers and alerts)",
+		Long: `signals serves at /metrics the figures every worker run with --metrics-addr
+serves about the whole fleet: per kind, the pending records and contracts,
+the lag, the rate, the drain time and the workers that would drain the
+backlog within --drain-target (baton_backlog_*), and the xmin horizon. It
+prices nothing and holds nothing, so it keeps publishing while no worker
+runs: run one beside a fleet that an autoscaler scales to zero, so that the
+signal that starts the first worker exists. Like the workers, it stores a
+sample of the totals at most every --sample-every (whoever is first), from
+which the rate is computed.
+
+Changes the database: writes those samples (table backlog_samples) and
+deletes the ones older than two hours.`,
+		Example: `  worker signals --metrics-addr 0.0.0.0:9091 --drain-target 15m`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			db, err := g.openWaiting(ctx, dbconn.Options{MaxOpenConns: 2}, 5*time.Minute)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			m := metrics.New()
+			m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
+				return horizon.Read(ctx, db.DB, g.schema, warnAfter)
+			})
+			pub, err := workerproc.BacklogPublisher(db.DB, backlog.Config{Schema: g.schema, DrainTarget: drainTarget, SampleEvery: sampleEvery}, m, g.logger)
+			if err != nil {
+				return usageError("%v", err)
+			}
+			ready := func(ctx context.Context) error {
+				if err := db.PingContext(ctx); err != nil {
+					return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
+				}
+				return schema.Check(ctx, db, g.schemaConfig())
+			}
+			var grp workerproc.Group
+			grp.Add("backlog", pub)
+			grp.Add("metrics", workerproc.MetricsServer(addr, m, ready, g.logger))
+			if err := grp.Start(ctx); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), workerproc.StopGrace)
+			defer cancel()
+			return grp.Stop(sctx)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 0.0.0.0:9091)")
+	drainTargetFlag(cmd.Flags(), &drainTarget)
+	cmd.Flags().DurationVar(&sampleEvery, "sample-every", backlog.SampleEveryDefault, "interval between readings of the backlog (and stored samples of it)")
+	cmd.Flags().DurationVar(&warnAfter, "horizon-warn-after", horizon.WarnAfterDefault, "warn when a transaction has held back the xmin horizon (and so vacuum) this long")
+	_ = cmd.MarkFlagRequired("metrics-addr")
+	positive(cmd.Flags(), "sample-every", "horizon-warn-after")
+	return cmd
+}
