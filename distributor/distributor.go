@@ -22,7 +22,8 @@ import (
 )
 
 // ErrIncomplete is returned by Run in until-done mode when it finished but
-// some partitions are quarantined with work left.
+// some partitions are quarantined with work left, wrapped in an
+// *IncompleteError that counts them.
 var ErrIncomplete = errors.New("work remains on quarantined partitions")
 
 // errAbandoned cancels batches still running when the shutdown timeout ends.
