@@ -12,13 +12,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/pricing/export"
+	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/rerate"
-	"github.com/batonhq/baton/schema"
 )
 
 // startedBy names who starts a re-pricing: the command and the operating
@@ -33,10 +32,6 @@ func startedBy(command string) string {
 	}
 	return "worker " + command + " (" + who + ")"
 }
-
-// loadLockKey is the load lock (ingest's, "baton-ld"): worker reprice
-// holds it, so that it and loads changing tiers or amounts are serialised.
-const loadLockKey int64 = 0x626174_6f6e2d6c64
 
 type repriceJSON struct {
 	Started   []rerate.Started `json:"contracts"`
@@ -76,38 +71,8 @@ result and worker diff for what changed.`,
 				return err
 			}
 			defer db.Close()
-			ctx := cmd.Context()
-			conn, err := db.Conn(ctx)
-			if err != nil {
-				return fmt.Errorf("re-pricing: acquiring a database connection: %w", err)
-			}
-			defer conn.Close()
-			var started []rerate.Started
-			err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
-				return pgx.BeginFunc(ctx, pc, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", loadLockKey); err != nil {
-						return fmt.Errorf("re-pricing: waiting for loads to finish: %w", err)
-					}
-					contracts := args
-					if all {
-						rows, err := tx.Query(ctx, schema.SQL(g.schema, `SELECT contract_id FROM {{.Schema}}.contracts ORDER BY contract_id`))
-						if err != nil {
-							return fmt.Errorf("re-pricing: listing contracts: %w", err)
-						}
-						if contracts, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-							return fmt.Errorf("re-pricing: listing contracts: %w", err)
-						}
-					}
-					reqs := make([]rerate.Request, len(contracts))
-					by := startedBy("reprice")
-					for i, c := range contracts {
-						reqs[i] = rerate.Request{Contract: c, Reason: reason, StartedBy: by}
-					}
-					var err error
-					started, err = rerate.Start(ctx, tx, g.schema, reqs)
-					return err
-				})
-			})
+			started, err := ingest.Reprice(cmd.Context(), db.DB, ingest.RepriceOptions{Schema: g.schema, Contracts: args, All: all,
+				Reason: reason, StartedBy: startedBy("reprice")})
 			if errors.Is(err, rerate.ErrUnknownContract) {
 				return usageError("%v; nothing was re-priced", err)
 			}
