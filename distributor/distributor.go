@@ -45,6 +45,9 @@ type Distributor struct {
 	// db.ListenURL, closed when it stops.
 	ownListen *dbconn.DB
 
+	// outage is the database's state as the heartbeat finds it (outage.go).
+	outage outage
+
 	mu   sync.Mutex
 	held map[string]*held
 	// claiming holds the keys of claims in flight with their first batch
@@ -176,7 +179,7 @@ func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 		loopDone: make(chan struct{}), done: make(chan struct{}),
 	}
 	hbCfg := cfg.heartbeatConfig()
-	hbCfg.Logger = d.log
+	hbCfg.Logger, hbCfg.OnBeat = d.log, d.observeBeat
 	d.hbConn = &pinnedConn{db: db}
 	hb, err := heartbeat.New(renewer{d.hbConn, d.store, &d.worker, d.wantedMore, cfg.StaleAfter, cfg.renewBelow()}, hbCfg)
 	if err != nil {
@@ -392,6 +395,7 @@ func (d *Distributor) heldCount() int {
 }
 
 func (d *Distributor) emit(e Event) {
+	d.observeEvent(e)
 	if d.cfg.OnEvent != nil {
 		e.Worker = d.worker.InstanceID
 		e.At = d.cfg.Clock.Now()

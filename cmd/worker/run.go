@@ -66,17 +66,11 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	cfg.Logger = g.logger
 	cfg.Schema = g.schema
 	if g.outage != nil {
-		prevBeat, prevEvent := cfg.OnHeartbeat, cfg.OnEvent
-		cfg.OnHeartbeat = func(err error, latency time.Duration, renewed int) {
-			g.outage.heartbeatHook(err, latency)
-			if prevBeat != nil {
-				prevBeat(err, latency, renewed)
-			}
-		}
+		prev := cfg.OnEvent
 		cfg.OnEvent = func(e distributor.Event) {
 			g.outage.eventHook(e)
-			if prevEvent != nil {
-				prevEvent(e)
+			if prev != nil {
+				prev(e)
 			}
 		}
 	}
