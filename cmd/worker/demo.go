@@ -8,6 +8,7 @@ import (
 	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricing/report"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -104,7 +105,7 @@ func (g *globals) demoConfig(c demo.Config) demo.Config {
 type demoView struct{ live *liveView }
 
 func (v *demoView) Draw(parts []partition.PartitionStatus, workers []partition.WorkerStatus, total int64, elapsed time.Duration) {
-	v.live.draw(buildStatus(parts, workers), total, elapsed)
+	v.live.draw(report.Build(parts, workers), total, elapsed)
 }
 
 func (v *demoView) Note(line string) { v.live.note(line) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/report"
 )
 
 // loadsShown is how many of the newest loads status --loads lists.
@@ -118,4 +119,4 @@ func (f statusFilter) apply(s *statusJSON) {
 }
 
 // knownStates are the states status reports (statesHelp).
-var knownStates = append(slices.Clone(stateOrder), stateInconsistent)
+var knownStates = append(slices.Clone(stateOrder), report.StateInconsistent)
