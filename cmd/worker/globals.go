@@ -210,6 +210,3 @@ func (g *globals) notReplicated() error {
 func (g *globals) schemaConfig() schema.Config {
 	return schema.Config{Schema: g.schema, Sets: []*schema.Set{schema.Core, pricingschema.Set}}
 }
-
-// sql qualifies q's table names (schema.Placeholder) with the schema.
-func (g *globals) sql(q string) string { return schema.SQL(g.schema, q) }
