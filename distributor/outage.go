@@ -7,18 +7,22 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/dberr"
 )
 
-// Outage events: the database as the heartbeat finds it. A worker's
+// Outage events: the database as the worker finds it. A worker's
 // heartbeat is its one statement that runs every interval whatever it
 // holds, so its failures and its recovery say when the database is
 // unreachable, once for the worker rather than once per partition and
-// retry.
+// retry; a batch or claim that fails first, for want of a database
+// (dberr.Unreachable), begins the outage a moment sooner.
 const (
 	// EventDatabaseUnreachable: a heartbeat failed (Err: its error;
-	// Attempts: failed heartbeats in a row), or a lease expired locally
-	// for want of a successful one (Err: heartbeat.ErrLeaseExpired). The
-	// first of an outage begins it; the others come while it lasts. A
+	// Attempts: failed heartbeats in a row), or, beginning an outage, a
+	// lease expired locally for want of a successful heartbeat (Err:
+	// heartbeat.ErrLeaseExpired) or a statement failed because the
+	// database cannot be reached (Err: its error; Attempts 0). The first
+	// of an outage begins it; failed heartbeats come while it lasts. A
 	// heartbeat cut short because the worker is stopping emits nothing.
 	EventDatabaseUnreachable EventKind = "database_unreachable"
 	// EventDatabaseBack: the first heartbeat sent after an outage began
@@ -65,10 +69,24 @@ func (d *Distributor) observeBeat(err error, latency time.Duration, renewed int)
 }
 
 // observeEvent begins an outage when e is a lease that expired locally,
-// for want of a successful heartbeat.
+// for want of a successful heartbeat, or a failure (a batch's, a claim
+// round's) for want of a database.
 func (d *Distributor) observeEvent(e Event) {
-	if e.Kind == EventLost && errors.Is(e.Err, heartbeat.ErrLeaseExpired) {
+	switch {
+	case e.Kind == EventDatabaseUnreachable || e.Kind == EventDatabaseBack || e.Err == nil:
+	case e.Kind == EventLost && errors.Is(e.Err, heartbeat.ErrLeaseExpired):
 		d.databaseUnreachable(e.Err, false)
+	default:
+		d.statementFailed(e.Err)
+	}
+}
+
+// statementFailed begins an outage when err, a statement's failure, says
+// that the database cannot be reached (dberr.Unreachable). Call it before
+// logging the failure, so that the log line follows the outage's event.
+func (d *Distributor) statementFailed(err error) {
+	if dberr.Unreachable(err) {
+		d.databaseUnreachable(err, false)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,8 @@ import (
 // expired locally begins one (once) and one lost to another owner does
 // not, a beat cut short by a stop says nothing, a beat sent before the
 // outage began ends nothing, and the first beat sent after it ends it
-// with its length. Config.OnHeartbeat still sees every beat.
+// with its length; a failure for want of a database begins one too.
+// Config.OnHeartbeat still sees every beat.
 func TestOutageEventsFollowTheHeartbeat(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	var got []string
@@ -64,7 +66,17 @@ func TestOutageEventsFollowTheHeartbeat(t *testing.T) {
 	want("a lease expired locally",
 		"database_unreachable attempts=0 down=0s err=lease: "+heartbeat.ErrLeaseExpired.Error(),
 		"lost attempts=0 down=0s err=lease: "+heartbeat.ErrLeaseExpired.Error())
-	if beats != 7 {
-		t.Errorf("OnHeartbeat saw %d beats, want 7", beats)
+	d.observeBeat(nil, 0, 3)
+	got = nil
+	d.emit(Event{Kind: EventFailed, Err: errors.New("bad tiers")})
+	d.emit(Event{Kind: EventFailed, Err: &net.OpError{Op: "dial", Err: refused}})
+	d.emit(Event{Kind: EventClaimRoundFailed, Err: &net.OpError{Op: "dial", Err: refused}})
+	want("failures: one of the processor, then two for want of a database",
+		"failed attempts=0 down=0s err=bad tiers",
+		"database_unreachable attempts=0 down=0s err=dial: connection refused",
+		"failed attempts=0 down=0s err=dial: connection refused",
+		"claim_round_failed attempts=0 down=0s err=dial: connection refused")
+	if beats != 8 {
+		t.Errorf("OnHeartbeat saw %d beats, want 8", beats)
 	}
 }
