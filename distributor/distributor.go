@@ -22,7 +22,8 @@ import (
 )
 
 // ErrIncomplete is returned by Run in until-done mode when it finished but
-// some partitions are quarantined with work left.
+// some partitions are quarantined with work left, wrapped in an
+// *IncompleteError that counts them.
 var ErrIncomplete = errors.New("work remains on quarantined partitions")
 
 // errAbandoned cancels batches still running when the shutdown timeout ends.
@@ -43,6 +44,9 @@ type Distributor struct {
 	// ownListen is the listen handle the distributor opened from
 	// db.ListenURL, closed when it stops.
 	ownListen *dbconn.DB
+
+	// outage is the database's state as the heartbeat finds it (outage.go).
+	outage outage
 
 	mu   sync.Mutex
 	held map[string]*held
@@ -175,7 +179,7 @@ func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 		loopDone: make(chan struct{}), done: make(chan struct{}),
 	}
 	hbCfg := cfg.heartbeatConfig()
-	hbCfg.Logger = d.log
+	hbCfg.Logger, hbCfg.OnBeat = d.log, d.observeBeat
 	d.hbConn = &pinnedConn{db: db}
 	hb, err := heartbeat.New(renewer{d.hbConn, d.store, &d.worker, d.wantedMore, cfg.StaleAfter, cfg.renewBelow()}, hbCfg)
 	if err != nil {
@@ -391,6 +395,7 @@ func (d *Distributor) heldCount() int {
 }
 
 func (d *Distributor) emit(e Event) {
+	d.observeEvent(e)
 	if d.cfg.OnEvent != nil {
 		e.Worker = d.worker.InstanceID
 		e.At = d.cfg.Clock.Now()

@@ -575,6 +575,10 @@ func TestPoisonPartitionQuarantinedAndRetryRevives(t *testing.T) {
 	if !errors.Is(err, distributor.ErrIncomplete) {
 		t.Fatalf("until-done with a poison partition = %v, want ErrIncomplete", err)
 	}
+	var ie *distributor.IncompleteError
+	if !errors.As(err, &ie) || ie.Quarantined != 1 {
+		t.Fatalf("until-done with a poison partition = %#v, want an *IncompleteError with 1 quarantined", err)
+	}
 	store := taskstore.NewStore(e.db, "")
 	parts, _, err := store.Admin().Status(context.Background())
 	if err != nil {

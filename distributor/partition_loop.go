@@ -118,6 +118,7 @@ func (d *Distributor) runPartition(h *held) {
 			continue
 		case dberr.Transient(err) && decide.RetryTransient(transient, d.cfg.MaxAttempts):
 			transient++
+			d.statementFailed(err)
 			d.log.Warn("batch failed with a transient error; retrying while the lease holds",
 				d.cfg.KeyAttr, l.Key, "version", l.Version, "error", err, "attempt", transient)
 			select {

@@ -2,7 +2,6 @@ package distributor
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/batonhq/baton/internal/decide"
@@ -32,7 +31,7 @@ func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
 			return nil, err
 		}
 		if quarantined > 0 {
-			return &finished{fmt.Errorf("%w: %d partition(s) quarantined; see status, then retry", ErrIncomplete, quarantined)}, nil
+			return &finished{&IncompleteError{Quarantined: quarantined}}, nil
 		}
 		d.log.Info("all work done", "event", "done")
 		return &finished{}, nil

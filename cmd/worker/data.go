@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -146,7 +145,7 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			fmt.Fprintf(g.stdout, "load %d: %s, %s created, %s accepted, %d re-delivered (skipped), %d rejected in %s%s\n",
 				rep.LoadID, nounCount(rep.TierRows, "tier row", "tier rows"), nounCount(rep.ContractsCreated, "contract", "contracts"),
 				nounCount(rep.RecordsAccepted, "record", "records"), rep.RecordsRedelivered, rep.RowsRejected,
-				rep.Duration.Round(time.Millisecond), loadRate(rep.RecordsAccepted+rep.RecordsRedelivered, rep.Duration))
+				rep.Duration.Round(time.Millisecond), loadRate(rep))
 			if opts.Reprice || opts.Amend {
 				fmt.Fprintf(g.stdout, "load %d: %s amended, %s re-pricing (see worker generations)\n", rep.LoadID,
 					nounCount(rep.RecordsAmended, "record", "records"), nounCount(rep.ContractsRepriced, "contract", "contracts"))
@@ -199,13 +198,12 @@ func nounCount(n int64, one, many string) string {
 }
 
 // loadRate is " (N records/s)" for a load long and large enough for the
-// figure to mean something (a second or more, 1,000 records or more), and
-// empty otherwise: connecting and committing dominate a short one.
-func loadRate(records int64, d time.Duration) string {
-	if d < time.Second || records < 1000 {
-		return ""
+// figure to mean something (ingest.Report.Rate), and empty otherwise.
+func loadRate(rep ingest.Report) string {
+	if rate, ok := rep.Rate(); ok {
+		return fmt.Sprintf(" (%.0f records/s)", rate)
 	}
-	return fmt.Sprintf(" (%.0f records/s)", float64(records)/d.Seconds())
+	return ""
 }
 
 func newExportCmd(g *globals) *cobra.Command {
@@ -444,27 +442,7 @@ records.`,
 }
 
 func writeSeed(dir string, o seed.Options, p *progress) (tiersPath, recordsPath string, err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
-	}
-	tiersPath, recordsPath = filepath.Join(dir, "tiers.csv"), filepath.Join(dir, "records.csv")
-	write := func(path string, fn func(*os.File) error) error {
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := fn(f); err != nil {
-			f.Close()
-			return fmt.Errorf("writing %s: %w", path, err)
-		}
-		return f.Close()
-	}
-	if err := write(tiersPath, func(f *os.File) error { return seed.WriteTiers(f, o) }); err != nil {
-		return "", "", err
-	}
-	err = write(recordsPath, func(f *os.File) error {
-		return seed.WriteRecords(f, o, func(rows int64) { p.update("records", rows) })
-	})
+	tiersPath, recordsPath, err = seed.WriteFiles(dir, o, func(rows int64) { p.update("records", rows) })
 	p.done()
 	return tiersPath, recordsPath, err
 }

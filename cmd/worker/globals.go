@@ -122,8 +122,7 @@ func (g *globals) open(ctx context.Context, opts dbconn.Options, checkSchema boo
 // migrated. It stays an outdated schema for errors.Is (exit 2, and run
 // waits for it as for a migration under way).
 func (g *globals) missingSchema(ctx context.Context, db *dbconn.DB, err error) error {
-	var exists bool
-	if qerr := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = ?)", g.schema).Scan(&exists); qerr != nil || exists {
+	if exists, qerr := schema.Exists(ctx, db, g.schema); qerr != nil || exists {
 		return err
 	}
 	if g.schema == schema.Default {
@@ -211,6 +210,3 @@ func (g *globals) notReplicated() error {
 func (g *globals) schemaConfig() schema.Config {
 	return schema.Config{Schema: g.schema, Sets: []*schema.Set{schema.Core, pricingschema.Set}}
 }
-
-// sql qualifies q's table names (schema.Placeholder) with the schema.
-func (g *globals) sql(q string) string { return schema.SQL(g.schema, q) }

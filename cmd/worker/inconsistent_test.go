@@ -9,6 +9,8 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+
+	"github.com/batonhq/baton/internal/report"
 )
 
 // A contract whose checkpoint lies beyond its stored records is an error,
@@ -46,11 +48,11 @@ func TestCheckpointBeyondTheRecordsIsAnError(t *testing.T) {
 			continue
 		}
 		found = true
-		if p.State != stateInconsistent || p.Error == nil || !strings.Contains(*p.Error, "beyond the contract's") {
+		if p.State != report.StateInconsistent || p.Error == nil || !strings.Contains(*p.Error, "beyond the contract's") {
 			t.Errorf("%s, checkpoint beyond its records: state %s, error %v; want inconsistent, saying why", key, p.State, p.Error)
 		}
 	}
-	if !found || s.Totals.ByState[stateInconsistent] != 1 {
+	if !found || s.Totals.ByState[report.StateInconsistent] != 1 {
 		t.Errorf("status --json: contract %s found %v, by state %v; want one inconsistent", key, found, s.Totals.ByState)
 	}
 	if out := c.mustRun("status"); !strings.Contains(out, "inconsistent") {

@@ -303,8 +303,6 @@ func horizonLine(h *horizonJSON) string {
 	return fmt.Sprintf("vacuum: %d dead row versions; %s", h.DeadRows, oldest)
 }
 
-func (v *liveView) finish() {}
-
 func pct(a, b int64) int64 {
 	if b <= 0 {
 		return 100

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/batonhq/baton/internal/report"
 )
 
 var escapes = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
@@ -26,7 +28,7 @@ func TestLiveViewFitsAnyTerminalAndData(t *testing.T) {
 				{ContractID: "c", State: "confirming", Processed: math.MaxInt64, Pending: math.MaxInt64},
 				{ContractID: "d", State: "done", Processed: -5, Pending: 0},
 			},
-			Workers: []workerJSON{{Name: strings.Repeat("w", 100), Held: 3}},
+			Workers: []report.Worker{{Name: strings.Repeat("w", 100), Held: 3}},
 			Totals:  totalsJSON{Partitions: 3, Processed: 1 << 62, Pending: -1, ByState: map[string]int{"active": 1, "done": 1, "weird": 1}},
 		},
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/redact"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/ingest"
@@ -156,9 +157,12 @@ func execute(args []string) (code int) {
 func exitCode(err error) int {
 	var ee *exitError
 	var invalid *ingest.InvalidInputError
+	var demoUsage *demo.UsageError
 	switch {
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.As(err, &demoUsage):
+		return exitUsage
 	case errors.As(err, &invalid):
 		return exitBadInput
 	case errors.Is(err, distributor.ErrIncomplete):

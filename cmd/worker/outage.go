@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/distributor"
-	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/dberr"
 )
 
@@ -19,12 +18,11 @@ import (
 const outageRemind = 30 * time.Second
 
 // outageHandler turns a database outage into one line per worker instead of
-// a line per contract and retry. An outage begins with the first of: a
-// failed heartbeat or a lease that expired locally, reported as typed
-// values through the distributor's hooks (heartbeatHook, eventHook), or a
-// warning or error logged with an error that dberr.Unreachable
-// recognises. It logs "database unreachable" at WARN (repeated every
-// outageRemind while it lasts); until a heartbeat succeeds again, the
+// a line per contract and retry. The distributor says when the database
+// is unreachable and when it is back (distributor.EventDatabaseUnreachable
+// and EventDatabaseBack, from its heartbeat; see eventHook): at the first
+// it logs "database unreachable" at WARN (repeated every outageRemind
+// while it lasts), at the second "database reachable again". Meanwhile the
 // warnings and errors that follow from the outage (the heartbeat's own
 // failure, errors of an unreachable database, and the events lost, failed
 // and fenced it causes per partition) are logged at DEBUG only. What needs
@@ -37,7 +35,6 @@ type outageHandler struct {
 }
 
 type outageState struct {
-	now        func() time.Time // the clock of the hooks' lines
 	mu         sync.Mutex
 	down       bool
 	since      time.Time
@@ -47,7 +44,7 @@ type outageState struct {
 }
 
 func newOutageHandler(h slog.Handler) *outageHandler {
-	return &outageHandler{h: h, s: &outageState{now: time.Now}}
+	return &outageHandler{h: h, s: &outageState{}}
 }
 
 func (o *outageHandler) Enabled(ctx context.Context, l slog.Level) bool {
@@ -85,40 +82,27 @@ func (o *outageHandler) Handle(ctx context.Context, r slog.Record) error {
 		attrs = append(attrs, a)
 		return true
 	})
-	if r.Level >= slog.LevelWarn && event != string(distributor.EventQuarantined) {
-		began, err := o.begin(ctx, r.Time, cause)
-		if began {
-			if err != nil {
-				return err
-			}
-			return o.demoted(ctx, r, attrs)
+	if r.Level >= slog.LevelWarn && event != string(distributor.EventQuarantined) && o.follows(cause, event, errs) {
+		if err := o.suppress(ctx, r.Time); err != nil {
+			return err
 		}
-		if o.follows(cause, event, errs) {
-			if err := o.suppress(ctx, r.Time); err != nil {
-				return err
-			}
-			return o.demoted(ctx, r, attrs)
-		}
+		return o.demoted(ctx, r, attrs)
 	}
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
 	out.AddAttrs(cleanAttrs(attrs)...)
 	return o.h.Handle(ctx, out)
 }
 
-// begin starts an outage at t caused by cause, unless cause is nil or an
-// outage is under way, and reports whether it did.
-func (o *outageHandler) begin(ctx context.Context, t time.Time, cause error) (bool, error) {
-	if cause == nil {
-		return false, nil
-	}
+// begin starts an outage at t caused by cause, unless one is under way.
+func (o *outageHandler) begin(ctx context.Context, t time.Time, cause error) error {
 	o.s.mu.Lock()
 	if o.s.down {
 		o.s.mu.Unlock()
-		return false, nil
+		return nil
 	}
 	o.s.down, o.s.since, o.s.lastWarn, o.s.suppressed = true, t, t, 0
 	o.s.mu.Unlock()
-	return true, o.emit(ctx, t, slog.LevelWarn, "database unreachable, retrying (until it is back, what follows from it is logged at debug)",
+	return o.emit(ctx, t, slog.LevelWarn, "database unreachable, retrying (until it is back, what follows from it is logged at debug)",
 		"event", "database_unreachable", "error", cleanError(cause.Error()))
 }
 
@@ -175,43 +159,30 @@ func (o *outageHandler) emit(ctx context.Context, t time.Time, l slog.Level, msg
 	return o.h.Handle(ctx, r)
 }
 
-// heartbeatHook is the distributor's OnHeartbeat hook: a failed heartbeat
-// begins an outage (the heartbeat logs its failure after the hook returns,
-// and that line is demoted), the first successful one sent after the
-// outage began (latency is how long it took) ends it: one that was in
-// flight when the outage began, and got through as the server went down,
-// says nothing of the database now. A heartbeat cut short because the
-// worker is stopping says nothing of the database either.
-func (o *outageHandler) heartbeatHook(err error, latency time.Duration) {
-	now := o.s.now()
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
+// eventHook is the distributor's OnEvent hook: EventDatabaseUnreachable
+// begins an outage (and, from a failed heartbeat, names the failure whose
+// own log line follows the hook, to be demoted), EventDatabaseBack ends it.
+func (o *outageHandler) eventHook(e distributor.Event) {
+	switch e.Kind {
+	case distributor.EventDatabaseUnreachable:
+		if e.Attempts > 0 {
+			o.s.mu.Lock()
+			o.s.beatErr = e.Err
+			o.s.mu.Unlock()
+		}
+		_ = o.begin(context.Background(), e.At, e.Err)
+	case distributor.EventDatabaseBack:
+		o.s.mu.Lock()
+		o.s.beatErr = nil
+		if !o.s.down {
+			o.s.mu.Unlock()
 			return
 		}
-		o.s.mu.Lock()
-		o.s.beatErr = err
+		o.s.down = false
+		n := o.s.suppressed
 		o.s.mu.Unlock()
-		_, _ = o.begin(context.Background(), now, err)
-		return
-	}
-	o.s.mu.Lock()
-	o.s.beatErr = nil
-	if !o.s.down || now.Add(-latency).Before(o.s.since) {
-		o.s.mu.Unlock()
-		return
-	}
-	since, n := o.s.since, o.s.suppressed
-	o.s.down = false
-	o.s.mu.Unlock()
-	_ = o.emit(context.Background(), now, slog.LevelInfo, "database reachable again",
-		"event", "database_reachable", "down_ms", now.Sub(since).Milliseconds(), "suppressed", n)
-}
-
-// eventHook is the distributor's OnEvent hook: a lease that expired
-// locally, for want of a successful heartbeat, begins an outage.
-func (o *outageHandler) eventHook(e distributor.Event) {
-	if e.Kind == distributor.EventLost && errors.Is(e.Err, heartbeat.ErrLeaseExpired) {
-		_, _ = o.begin(context.Background(), o.s.now(), e.Err)
+		_ = o.emit(context.Background(), e.At, slog.LevelInfo, "database reachable again",
+			"event", "database_reachable", "down_ms", e.Duration.Milliseconds(), "suppressed", n)
 	}
 }
 

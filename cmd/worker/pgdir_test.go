@@ -34,7 +34,7 @@ func TestDemoDataDirectoryInUseNamesPGDir(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errs, "is used by a running PostgreSQL server") || !strings.Contains(errs, "--pg-dir") {
 		t.Fatalf("demo on a directory in use: exit %d, want %d naming --pg-dir\nstdout: %s\nstderr: %s", code, exitUsage, out, errs)
 	}
-	if d := defaultPGDir(); os.Geteuid() == 0 && !strings.HasSuffix(d, "baton-pgdata-0") {
+	if d := pglocal.DefaultDir(); os.Geteuid() == 0 && !strings.HasSuffix(d, "baton-pgdata-0") {
 		t.Errorf("root's default data directory %s does not carry its user id", d)
 	}
 }

@@ -33,13 +33,6 @@ type pruneLoadJSON struct {
 	LongestTransactionMS int64 `json:"longest_transaction_ms"`
 }
 
-func pruneCount(n int64, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
 func newPruneCmd(g *globals) *cobra.Command {
 	var loads []int64
 	var olderThan, genOlderThan time.Duration
@@ -156,7 +149,7 @@ is not pruned, then a summary line; --json prints the same as JSON.
 				return &exitError{exitIncomplete, fmt.Errorf("interrupted while pruning load %s: run the same command again to carry on", interrupted[0])}
 			case len(skipped) > 0:
 				return &exitError{exitIncomplete, fmt.Errorf("%s not pruned: not all their records are priced yet",
-					pruneCount(int64(len(skipped)), "load", "loads")+" ("+strings.Join(skipped, ", ")+")")}
+					nounCount(int64(len(skipped)), "load", "loads")+" ("+strings.Join(skipped, ", ")+")")}
 			}
 			return nil
 		},
@@ -190,18 +183,18 @@ func printPrune(g *globals, out pruneJSON) {
 		case pricer.PruneAlready:
 			fmt.Fprintf(g.stdout, "load %d: already pruned\n", l.LoadID)
 		case pricer.PruneInterrupted:
-			fmt.Fprintf(g.stdout, "load %d: interrupted after %s; run the same command again to carry on\n", l.LoadID, pruneCount(l.Records, "record", "records"))
+			fmt.Fprintf(g.stdout, "load %d: interrupted after %s; run the same command again to carry on\n", l.LoadID, nounCount(l.Records, "record", "records"))
 		}
 	}
 	elapsed := (time.Duration(out.ElapsedMS) * time.Millisecond).Round(time.Millisecond)
 	if out.DryRun {
 		fmt.Fprintf(g.stdout, "would prune %s: %s and their priced rows, of %s (dry run: nothing removed)\n",
-			pruneCount(done, "load", "loads"), pruneCount(out.Records, "record", "records"), pruneCount(contracts, "contract", "contracts"))
+			nounCount(done, "load", "loads"), nounCount(out.Records, "record", "records"), nounCount(contracts, "contract", "contracts"))
 		return
 	}
 	fmt.Fprintf(g.stdout, "pruned %s: %s and their priced rows, of %s, in %s (%s, the longest %s)\n",
-		pruneCount(done, "load", "loads"), pruneCount(out.Records, "record", "records"), pruneCount(contracts, "contract", "contracts"),
-		elapsed, pruneCount(int64(out.Transactions), "transaction", "transactions"),
+		nounCount(done, "load", "loads"), nounCount(out.Records, "record", "records"), nounCount(contracts, "contract", "contracts"),
+		elapsed, nounCount(int64(out.Transactions), "transaction", "transactions"),
 		(time.Duration(out.LongestTransactionMS) * time.Millisecond).String())
 }
 
@@ -224,6 +217,6 @@ func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, a
 		return json.NewEncoder(g.stdout).Encode(p)
 	}
 	fmt.Fprintf(g.stdout, "pruned %s and their %s (replaced more than %s ago)\n",
-		pruneCount(p.Generations, "generation", "generations"), pruneCount(p.Rows, "priced row", "priced rows"), olderThan)
+		nounCount(p.Generations, "generation", "generations"), nounCount(p.Rows, "priced row", "priced rows"), olderThan)
 	return nil
 }

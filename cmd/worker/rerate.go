@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -14,12 +13,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/pricing/export"
+	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/rerate"
-	"github.com/batonhq/baton/schema"
 )
 
 // startedBy names who starts a re-pricing: the command and the operating
@@ -34,10 +32,6 @@ func startedBy(command string) string {
 	}
 	return "worker " + command + " (" + who + ")"
 }
-
-// loadLockKey is the load lock (ingest's, "baton-ld"): worker reprice
-// holds it, so that it and loads changing tiers or amounts are serialised.
-const loadLockKey int64 = 0x626174_6f6e2d6c64
 
 type repriceJSON struct {
 	Started   []rerate.Started `json:"contracts"`
@@ -77,27 +71,8 @@ result and worker diff for what changed.`,
 				return err
 			}
 			defer db.Close()
-			ctx := cmd.Context()
-			var started []rerate.Started
-			err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-				if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(?)", loadLockKey); err != nil {
-					return fmt.Errorf("re-pricing: waiting for loads to finish: %w", err)
-				}
-				contracts := args
-				if all {
-					if err := tx.NewRaw(schema.SQL(g.schema, `SELECT contract_id FROM {{.Schema}}.contracts ORDER BY contract_id`)).Scan(ctx, &contracts); err != nil {
-						return fmt.Errorf("re-pricing: listing contracts: %w", err)
-					}
-				}
-				reqs := make([]rerate.Request, len(contracts))
-				by := startedBy("reprice")
-				for i, c := range contracts {
-					reqs[i] = rerate.Request{Contract: c, Reason: reason, StartedBy: by}
-				}
-				var err error
-				started, err = rerate.NewStore(db, g.schema).StartTx(ctx, tx, reqs)
-				return err
-			})
+			started, err := ingest.NewStore(db, g.schema).Reprice(cmd.Context(), ingest.RepriceOptions{Contracts: args, All: all,
+				Reason: reason, StartedBy: startedBy("reprice")})
 			if errors.Is(err, rerate.ErrUnknownContract) {
 				return usageError("%v; nothing was re-priced", err)
 			}

@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
@@ -75,17 +72,11 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	// as long as one that is not there when it starts.
 	cfg.StartTimeout = r.waitForDB
 	if g.outage != nil {
-		prevBeat, prevEvent := cfg.OnHeartbeat, cfg.OnEvent
-		cfg.OnHeartbeat = func(err error, latency time.Duration, renewed int) {
-			g.outage.heartbeatHook(err, latency)
-			if prevBeat != nil {
-				prevBeat(err, latency, renewed)
-			}
-		}
+		prev := cfg.OnEvent
 		cfg.OnEvent = func(e distributor.Event) {
 			g.outage.eventHook(e)
-			if prevEvent != nil {
-				prevEvent(e)
+			if prev != nil {
+				prev(e)
 			}
 		}
 	}
@@ -102,35 +93,21 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 
 // incomplete is the error of run --until-done when contracts are left
 // quarantined (exit 4), in the words of contracts rather than partitions:
-// n contracts (the distributor counts task rows, and a contract split
-// into segments may have several quarantined), or, if n is negative (not
-// known), the distributor's count.
-func incomplete(err error, n int) error {
+// the distributor counts task rows, and a contract split into segments may
+// have several quarantined, so it counts the contracts if it can and
+// otherwise says the distributor's count.
+func incomplete(ctx context.Context, err error, store *partition.Store) error {
 	const what = "; see worker status, then worker retry CONTRACT"
-	if n < 0 {
-		m := quarantinedCount.FindStringSubmatch(err.Error())
-		if m == nil {
+	n, cerr := store.QuarantinedPartitions(ctx)
+	if cerr != nil {
+		var ie *distributor.IncompleteError
+		if !errors.As(err, &ie) {
 			return reworded(err, "work remains: contracts are quarantined"+what)
 		}
-		n, _ = strconv.Atoi(m[1])
+		n = ie.Quarantined
 	}
 	return reworded(err, fmt.Sprintf("work remains: %d %s quarantined%s", n, plural(n, "contract is", "contracts are"), what))
 }
-
-// quarantinedContracts counts the contracts with their own task row or a
-// segment's quarantined, or returns -1 if it cannot read them.
-func quarantinedContracts(ctx context.Context, db bun.IDB, schemaName string) int {
-	var n int
-	if err := db.QueryRowContext(ctx, schema.SQL(schemaName, `
-		SELECT count(DISTINCT coalesce(segment_of, partition_key)) FROM {{.Schema}}.tasks
-		 WHERE kind = ? AND failed_at IS NOT NULL`), pricer.Kind).Scan(&n); err != nil {
-		return -1
-	}
-	return n
-}
-
-// quarantinedCount finds the count in the distributor's ErrIncomplete.
-var quarantinedCount = regexp.MustCompile(`(\d+) partition\(s\) quarantined`)
 
 // plural returns one when n is 1, else many.
 func plural(n int, one, many string) string {
@@ -272,7 +249,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	case errors.As(err, &se):
 		return &exitError{exitUsage, err}
 	case errors.Is(err, distributor.ErrIncomplete):
-		return incomplete(err, quarantinedContracts(context.WithoutCancel(ctx), db, g.schema))
+		return incomplete(context.WithoutCancel(ctx), err, pricingStore(db, g.schema))
 	case err != nil:
 		return fmt.Errorf("worker %s: %w", p.InstanceID(), err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
 )
@@ -240,7 +241,7 @@ func TestDemosInterruptedDropTheirDatabase(t *testing.T) {
 				}
 				return nil
 			})
-			demo := pgtest.Open(t, withDatabase(c.dsn, name), dbconn.Options{})
+			demo := pgtest.Open(t, demo.WithDatabase(c.dsn, name), dbconn.Options{})
 			testutil.Eventually(t, 60*time.Second, "the demo's workers registered in its database", func() error {
 				var n int
 				if err := demo.QueryRow(`SELECT count(*) FROM baton.workers`).Scan(&n); err != nil {

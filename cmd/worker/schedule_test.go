@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -208,25 +209,25 @@ func TestScheduledJobsThroughKillAndStop(t *testing.T) {
 	}
 
 	victims := map[string]bool{killed: true, stopped: true}
-	ticks, err := readJobLog(tickLog)
+	ticks, err := demo.ReadJobLog(tickLog)
 	if err != nil {
 		t.Fatal(err)
 	}
-	leads, err := readJobLog(leadLog)
+	leads, err := demo.ReadJobLog(leadLog)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts, lc := checkSlotRuns(ticks, victims), checkLeaderRuns(leads, victims)
+	ts, lc := demo.CheckSlotRuns(ticks, victims), demo.CheckLeaderRuns(leads, victims)
 	t.Logf("tick: %d runs of %d slots (%s – %s), %d repeated; lead: %d runs, changes %v; killed %s, stopped %s",
-		len(ticks), ts.slots, ts.first.Format(time.RFC3339), ts.last.Format(time.RFC3339), ts.repeated,
-		len(leads), lc.changes, killed, stopped)
-	for _, p := range append(ts.problems, lc.problems...) {
+		len(ticks), ts.Slots, ts.First.Format(time.RFC3339), ts.Last.Format(time.RFC3339), ts.Repeated,
+		len(leads), lc.Changes, killed, stopped)
+	for _, p := range append(ts.Problems, lc.Problems...) {
 		t.Error(p)
 	}
-	if ts.slots < 12 {
-		t.Errorf("only %d tick slots ran", ts.slots)
+	if ts.Slots < 12 {
+		t.Errorf("only %d tick slots ran", ts.Slots)
 	}
-	if len(lc.changes) == 0 {
+	if len(lc.Changes) == 0 {
 		t.Errorf("the leader job never changed worker although its worker was killed")
 	}
 	for id, l := range logs {
@@ -246,19 +247,5 @@ func TestScheduleDemo(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("schedule demo output lacks %q:\n%s", want, out)
 		}
-	}
-}
-
-func TestCheckSlotAndLeaderRuns(t *testing.T) {
-	at := func(s int) time.Time { return time.Unix(int64(1800000000+s), 0).UTC() }
-	victims := map[string]bool{"w1": true}
-	runs := []jobRun{{at(0), "w2"}, {at(1), "w1"}, {at(1), "w3"}, {at(3), "w2"}, {at(3), "w3"}}
-	c := checkSlotRuns(runs, victims)
-	if c.slots != 3 || c.repeated != 2 || len(c.problems) != 2 {
-		t.Fatalf("check: %+v; want a missing slot 2 and slot 3 repeated after a live runner", c)
-	}
-	l := checkLeaderRuns([]jobRun{{at(0), "w1"}, {at(1), "w2"}, {at(2), "w3"}}, victims)
-	if len(l.changes) != 2 || len(l.problems) != 1 {
-		t.Fatalf("leader check: %+v; want the move away from live w2 flagged", l)
 	}
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/pricer"
 )
 
@@ -26,193 +26,14 @@ func pricingStore(db bun.IDB, schemaName string) *partition.Store {
 	return partition.NewStore(db, schemaName).Kind(pricer.Kind)
 }
 
-// stateInconsistent is the state status reports for a contract whose
-// checkpoint or available count lies beyond its stored records
-// (pricer.Inconsistent): an error, neither done nor pending.
-const stateInconsistent = "inconsistent"
-
-// The JSON shape of "worker status --json" is a stable interface: fields
-// may be added, never renamed or removed.
-type statusJSON struct {
-	Partitions []partitionJSON `json:"partitions"`
-	Workers    []workerJSON    `json:"workers"`
-	Totals     totalsJSON      `json:"totals"`
-	// Horizon is what holds back vacuum (nil only where status is built
-	// without reading it, as in the demo).
-	Horizon *horizonJSON `json:"horizon,omitempty"`
-	// Loads are the loads asked for with --loads or --load, newest
-	// first; MissingLoads the ids --load named that are not present.
-	Loads        []ingest.LoadInfo `json:"loads,omitempty"`
-	MissingLoads []int64           `json:"missing_loads,omitempty"`
-	// Unlisted counts the contracts in the states asked for that --limit
-	// (or plain status's default limit) left out of Partitions.
-	Unlisted int `json:"unlisted,omitempty"`
-	// Backlog is the pending records, lag, rate and drain estimate
-	// (status_backlog.go); nil where status is built without reading it.
-	Backlog *backlogJSON `json:"backlog,omitempty"`
-}
-
-// horizonJSON is the xmin horizon and the dead row versions of the
-// schema's tables (package horizon).
-type horizonJSON struct {
-	// OldestAgeMS is the age of the oldest transaction holding back the
-	// xmin horizon, null when none does (or none has a known age).
-	OldestAgeMS *int64          `json:"oldest_xact_age_ms"`
-	WarnAfterMS int64           `json:"warn_after_ms"`
-	Warning     bool            `json:"warning"`
-	Reason      string          `json:"reason,omitempty"`
-	Holders     []holderJSON    `json:"holders"`
-	Hidden      int             `json:"hidden_sessions"`
-	DeadRows    int64           `json:"dead_rows"`
-	Tables      []horizon.Table `json:"tables"`
-}
-
-type holderJSON struct {
-	horizon.Holder
-	AgeMS *int64 `json:"age_ms"`
-}
-
-func buildHorizon(r horizon.Report) *horizonJSON {
-	h := &horizonJSON{WarnAfterMS: r.WarnAfter.Milliseconds(), Warning: r.Warning, Reason: r.Reason,
-		Holders: []holderJSON{}, Hidden: r.Hidden, DeadRows: r.DeadRows(), Tables: r.Tables}
-	if h.Tables == nil {
-		h.Tables = []horizon.Table{}
-	}
-	for _, x := range r.Holders {
-		j := holderJSON{Holder: x}
-		if x.Since != nil {
-			ms := x.Age.Milliseconds()
-			j.AgeMS = &ms
-		}
-		h.Holders = append(h.Holders, j)
-	}
-	if o := r.Oldest(); o != nil && o.Since != nil {
-		ms := o.Age.Milliseconds()
-		h.OldestAgeMS = &ms
-	}
-	return h
-}
-
-type partitionJSON struct {
-	ContractID     string  `json:"contract_id"`
-	Owner          *string `json:"owner"`
-	OwnerInstance  *string `json:"owner_instance"`
-	State          string  `json:"state"`
-	Version        int64   `json:"version"`
-	HeartbeatAgeMS *int64  `json:"heartbeat_age_ms"`
-	Processed      int64   `json:"processed"`
-	Pending        int64   `json:"pending"`
-	// PricedThrough is the contract's processed prefix: its records up
-	// to this seq are all priced. It is processed but for a contract
-	// split into segments, whose segments price records past it at once.
-	PricedThrough int64 `json:"priced_through"`
-	// Segments is how many segments of the contract are not caught up,
-	// SegmentsHeld how many of those a worker holds. Owner, version and
-	// heartbeat are the contract's own row's; state, processed, pending,
-	// attempts and error take its segments in.
-	Segments     int     `json:"segments"`
-	SegmentsHeld int     `json:"segments_held"`
-	Attempts     int     `json:"attempts"`
-	Error        *string `json:"error"`
-	// ETAMS is when the contract will be priced at the current pace, in
-	// ms from now (status_backlog.go); null without a rate or when it
-	// waits for an operator.
-	ETAMS *int64 `json:"eta_ms"`
-}
-
-type workerJSON struct {
-	ID             string    `json:"id"`
-	Name           string    `json:"name"`
-	Host           string    `json:"host"`
-	PID            int       `json:"pid"`
-	Mode           string    `json:"mode"`
-	Wake           string    `json:"wake"`
-	StartedAt      time.Time `json:"started_at"`
-	HeartbeatAgeMS int64     `json:"heartbeat_age_ms"`
-	Held           int       `json:"held"`
-}
-
-type totalsJSON struct {
-	Partitions  int            `json:"partitions"`
-	Processed   int64          `json:"processed"`
-	Pending     int64          `json:"pending"`
-	LiveWorkers int            `json:"live_workers"`
-	ByState     map[string]int `json:"by_state"`
-}
-
-func strPtr(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func msPtr(d *time.Duration) *int64 {
-	if d == nil {
-		return nil
-	}
-	ms := d.Milliseconds()
-	return &ms
-}
-
-func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerStatus) statusJSON {
-	s := statusJSON{Partitions: []partitionJSON{}, Workers: []workerJSON{}, Totals: totalsJSON{ByState: map[string]int{}}}
-	for _, p := range parts {
-		s.Partitions = append(s.Partitions, partitionJSON{
-			ContractID: p.Key, Owner: strPtr(p.Owner), OwnerInstance: strPtr(p.OwnerInstance), State: p.State,
-			Version: p.Version, HeartbeatAgeMS: msPtr(p.HeartbeatAge), Processed: p.Processed, Pending: p.Pending,
-			PricedThrough: p.DoneThrough, Segments: p.Segments, SegmentsHeld: p.SegmentsHeld,
-			Attempts: p.Attempts, Error: strPtr(p.Error),
-		})
-		s.Totals.Partitions++
-		s.Totals.Processed += p.Processed
-		s.Totals.Pending += p.Pending
-		s.Totals.ByState[p.State]++
-	}
-	for _, w := range workers {
-		s.Workers = append(s.Workers, workerJSON{
-			ID: w.InstanceID, Name: w.Name, Host: w.Hostname, PID: w.PID, Mode: w.Mode, Wake: w.Wake,
-			StartedAt: w.StartedAt, HeartbeatAgeMS: w.HeartbeatAge.Milliseconds(), Held: w.Held,
-		})
-	}
-	s.Totals.LiveWorkers = len(workers)
-	return s
-}
-
-// readStatus reads the contracts and live workers and reports as
-// inconsistent, with the problem as their error, the contracts whose
-// pricing partition claims more than their stored records. The records are
-// read after the task rows: a load that commits in between only adds
-// records, so it never makes a consistent contract look inconsistent. Then
-// it reads what holds back vacuum, warning past warnAfter.
-func readStatus(ctx context.Context, db *dbconn.DB, schemaName string, warnAfter time.Duration) (statusJSON, error) {
-	parts, workers, err := pricingStore(db, schemaName).Status(ctx)
-	if err != nil {
-		return statusJSON{}, err
-	}
-	progress, err := pricer.NewStore(db, schemaName).CheckProgress(ctx)
-	if err != nil {
-		return statusJSON{}, err
-	}
-	bad := make(map[string]pricer.Inconsistent, len(progress.Inconsistent))
-	for _, c := range progress.Inconsistent {
-		bad[c.ContractID] = c
-	}
-	if len(bad) > 0 {
-		for i := range parts {
-			if c, ok := bad[parts[i].Key]; ok {
-				parts[i].State, parts[i].Error = stateInconsistent, c.Problem()
-			}
-		}
-	}
-	s := buildStatus(parts, workers)
-	hr, err := horizon.Read(ctx, db, schemaName, warnAfter)
-	if err != nil {
-		return statusJSON{}, err
-	}
-	s.Horizon = buildHorizon(hr)
-	return s, nil
-}
+// The JSON shape of "worker status --json" (package report).
+type (
+	statusJSON    = report.Status
+	partitionJSON = report.Contract
+	horizonJSON   = report.Horizon
+	totalsJSON    = report.Totals
+	holderJSON    = report.Holder
+)
 
 // statesHelp documents the states status reports.
 const statesHelp = `States:
@@ -305,7 +126,7 @@ the primary, not confirmed by the standby) once the cluster is stable.
 			if watch {
 				return watchStatus(cmd.Context(), g, db, every, warnAfter)
 			}
-			s, err := readStatus(cmd.Context(), db, g.schema, warnAfter)
+			s, err := report.Read(cmd.Context(), db, g.schema, warnAfter)
 			if err != nil {
 				return err
 			}
@@ -451,7 +272,7 @@ func watchStatus(ctx context.Context, g *globals, db *dbconn.DB, every, warnAfte
 	var last *statusJSON
 	var downSince time.Time
 	for {
-		s, err := readStatus(ctx, db, g.schema, warnAfter)
+		s, err := report.Read(ctx, db, g.schema, warnAfter)
 		switch {
 		case ctx.Err() != nil:
 			return nil

@@ -10,29 +10,13 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/backlog"
+	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
 )
 
-// backlogJSON is the pricing kind's backlog signals in "status --json"
-// (package backlog defines each figure).
-type backlogJSON struct {
-	PendingItems         int64 `json:"pending_items"`
-	PendingContracts     int64 `json:"pending_contracts"`
-	QuarantinedItems     int64 `json:"quarantined_items"`
-	QuarantinedContracts int64 `json:"quarantined_contracts"`
-	LagMS                int64 `json:"lag_ms"`
-	// RatePerSecond is records priced per second over RateWindowMS; null
-	// while no sample of the workers is old enough.
-	RatePerSecond *float64 `json:"rate_per_second"`
-	RateWindowMS  int64    `json:"rate_window_ms"`
-	LiveWorkers   int      `json:"live_workers"`
-	// DrainMS is the pending records at that rate; null when they do not
-	// drain (no rate, or none priced while records wait).
-	DrainMS       *int64 `json:"drain_ms"`
-	DrainTargetMS int64  `json:"drain_target_ms"`
-	WorkersNeeded int    `json:"workers_needed"`
-}
+// backlogJSON is the pricing kind's backlog signals in "status --json".
+type backlogJSON = report.Backlog
 
 // drainTargetFlag adds --drain-target to f.
 func drainTargetFlag(f *pflag.FlagSet, d *time.Duration) {
@@ -83,7 +67,7 @@ func readBacklog(ctx context.Context, db bun.IDB, schemaName string, drainTarget
 // with the rows of it being priced), nil when it will not without an
 // operator (quarantined, inconsistent) or there is no rate yet.
 func contractETA(f backlog.Figures, p partitionJSON) *int64 {
-	if p.State == partition.StateQuarantined || p.State == stateInconsistent {
+	if p.State == partition.StateQuarantined || p.State == report.StateInconsistent {
 		return nil
 	}
 	held := p.SegmentsHeld

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/ingest"
 )
@@ -117,4 +118,4 @@ func (f statusFilter) apply(s *statusJSON) {
 }
 
 // knownStates are the states status reports (statesHelp).
-var knownStates = append(slices.Clone(stateOrder), stateInconsistent)
+var knownStates = append(slices.Clone(stateOrder), report.StateInconsistent)
