@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
+	"github.com/batonhq/baton/internal/pgxconn"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -175,7 +176,7 @@ func TestEveryTransactionThroughAPoolerHasTheTimeouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after the transaction", got, "0")
-	if err := dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	if err := pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		return pc.QueryRow(ctx, "SELECT 'raw'").Scan(&got)
 	}); err != nil {
 		t.Fatal(err)

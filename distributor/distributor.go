@@ -129,7 +129,7 @@ type held struct {
 // statements through it) and which timeouts its transactions carry. Its
 // driver must be pgx's database/sql driver
 // (github.com/jackc/pgx/v5/stdlib: sql.Open("pgx", url) or stdlib.OpenDB),
-// which batches (Batch.Raw) and LISTEN need; New rejects any other driver
+// which batches (Batch.CopyFrom, Exec, QueryRaw) and LISTEN need; New rejects any other driver
 // rather than lose wake-ups silently.
 func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 	if db == nil {

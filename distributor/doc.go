@@ -285,8 +285,8 @@
 // KEY SHARE where version and owner still match (the fence), reads the
 // checkpoint, lets the Processor write its output, records the new
 // checkpoint and commits. The transaction runs on a connection taken for the
-// batch alone; Batch.Raw hands the processor that connection's driver (for
-// COPY and binary I/O), so whatever it writes there is inside the same
+// batch alone; Batch.CopyFrom, Exec and QueryRaw send COPY, prepared
+// statements and binary reads over that connection, so whatever it writes there is inside the same
 // fenced transaction and commits with the checkpoint or not at all. If the fence finds nothing, the claim is no
 // longer current: the transaction rolls back and the worker drops the
 // partition. A commit whose outcome is unknown is resolved by re-reading
@@ -713,7 +713,7 @@
 //     batch nor change ownership (a claim made with its first batch waits
 //     for them at its claim statement, and they for it from there to its
 //     commit, as for a batch's checkpoint update). Output written
-//     through Batch.Raw (COPY) goes over the same connection inside the
+//     through Batch.CopyFrom (COPY) goes over the same connection inside the
 //     same transaction, so it is covered alike. Heartbeats SKIP LOCKED: a
 //     row another transaction holds (a load adding work locks FOR NO KEY
 //     UPDATE until it commits; a batch's checkpoint update until its

@@ -8,6 +8,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/internal/pgxconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5"
 )
@@ -95,7 +96,7 @@ func (d *Distributor) listenOnce(ctx context.Context, db *dbconn.DB) error {
 		return err
 	}
 	defer conn.Close()
-	return dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	return pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		// The connection is closed when done, so the pool discards it
 		// instead of handing out a connection that is still listening.
 		defer pc.Close(context.Background())

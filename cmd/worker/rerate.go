@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/pgxconn"
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/rerate"
 	"github.com/batonhq/baton/schema"
@@ -83,7 +84,7 @@ result and worker diff for what changed.`,
 			}
 			defer conn.Close()
 			var started []rerate.Started
-			err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+			err = pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 				return pgx.BeginFunc(ctx, pc, func(tx pgx.Tx) error {
 					if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", loadLockKey); err != nil {
 						return fmt.Errorf("re-pricing: waiting for loads to finish: %w", err)

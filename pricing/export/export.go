@@ -45,7 +45,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/pgxconn"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
 	"github.com/batonhq/baton/schema"
@@ -122,7 +122,7 @@ func copyOut(ctx context.Context, conn bun.Conn, tx bun.Tx, schemaName string, w
 // copyQuery streams the CSV of the COPY statement q over conn to w.
 func copyQuery(ctx context.Context, conn bun.Conn, schemaName, q string, w io.Writer) (rows int64, err error) {
 	bw := bufio.NewWriterSize(w, 1<<16)
-	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	err = pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		tag, err := pc.PgConn().CopyTo(ctx, bw, schema.SQL(schemaName, q))
 		if err != nil {
 			return err

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/pgxconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing"
 	"github.com/batonhq/baton/pricing/pricer"
@@ -279,7 +279,7 @@ func Load(ctx context.Context, db *bun.DB, opts Options) (Report, error) {
 	}
 	defer conn.Close()
 	var rep Report
-	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	err = pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		var err error
 		rep, err = l.run(ctx, pc)
 		return err
@@ -430,7 +430,7 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	// An interruption from here on would leave the outcome unknown: the
 	// commit is not interrupted.
 	l.committing = true
-	watch := dbconn.WatchPgx(conn)
+	watch := pgxconn.WatchPgx(conn)
 	cerr := tx.Commit(context.WithoutCancel(ctx))
 	var unconfirmed error
 	if watch.NotReplicated() {

@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/batchconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
@@ -42,7 +43,7 @@ func pricedCount(t *testing.T, db *bun.DB, key string) int {
 	return n
 }
 
-// The priced rows written over Batch.Raw (COPY) belong to the batch's
+// The priced rows written through Batch.CopyFrom and Batch.Exec belong to the batch's
 // transaction: rolled back with it, committed with it, and a repeat of
 // committed rows fails on the primary key.
 func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
@@ -78,7 +79,9 @@ func pricedRowsCommitWithTheBatch(t *testing.T, db *bun.DB, key string, limit in
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := pricer.New("").Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Conn: conn, Checkpoint: cp, Limit: limit})
+		b := &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Checkpoint: cp, Limit: limit}
+		batchconn.Attach(b, conn)
+		res, err := pricer.New("").Process(ctx, b)
 		if err != nil || !commit {
 			return res, err
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/pgxconn"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing"
@@ -153,7 +154,7 @@ func start(t *testing.T, db *bun.DB, reqs []rerate.Request) ([]rerate.Started, e
 	}
 	defer conn.Close()
 	var out []rerate.Started
-	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	err = pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		return pgx.BeginFunc(ctx, pc, func(tx pgx.Tx) error {
 			var err error
 			out, err = rerate.Start(ctx, tx, "", reqs)
