@@ -16,8 +16,8 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
-	"github.com/batonhq/baton/internal/pgxconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/pgxconn"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

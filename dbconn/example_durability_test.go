@@ -46,7 +46,7 @@ func ExampleWatchNotices() {
 	// docs:producer
 	before := db.NotReplicatedCommits()
 	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		_, err := store.AddWork(ctx, tx, "acme", 3)
+		_, err := store.AddWorkTx(ctx, tx, "acme", 3)
 		return err
 	})
 	if err != nil {

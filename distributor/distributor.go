@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/decide"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -38,7 +38,7 @@ type Distributor struct {
 	log   *slog.Logger
 
 	worker taskstore.Worker
-	hb     *heartbeat.Service
+	hb     *keepalive.Service
 	hbConn *pinnedConn
 	// ownListen is the listen handle the distributor opened from
 	// db.ListenURL, closed when it stops.
@@ -106,7 +106,7 @@ type Distributor struct {
 }
 
 type held struct {
-	lease     *heartbeat.Lease
+	lease     *keepalive.Lease
 	takeover  bool
 	claimedAt time.Time
 	prevBeat  time.Time     // takeover: the old owner's last heartbeat (database clock)
@@ -177,7 +177,7 @@ func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 	hbCfg := cfg.heartbeatConfig()
 	hbCfg.Logger = d.log
 	d.hbConn = &pinnedConn{db: db}
-	hb, err := heartbeat.New(renewer{d.hbConn, d.store, &d.worker, d.wantedMore, cfg.StaleAfter, cfg.renewBelow()}, hbCfg)
+	hb, err := keepalive.New(renewer{d.hbConn, d.store, &d.worker, d.wantedMore, cfg.StaleAfter, cfg.renewBelow()}, hbCfg)
 	if err != nil {
 		return nil, err
 	}

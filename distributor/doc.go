@@ -21,13 +21,13 @@
 // opened with dbconn.Wrap (pooled or direct, a direct ListenURL, the
 // timeouts of baton's transactions), apply the core migrations
 // (schema.Migrate, over a direct handle), add work inside
-// your own transactions with partition.Store.AddWork on a store of your
+// your own transactions with partition.Store.AddWorkTx on a store of your
 // kind (it locks the task row in the protocol's order, returns the numbers
 // the new items take, and notifies the workers at commit), implement
 // Processor, then
 //
 //	orders := partition.NewStore(db, "").Kind("orders")
-//	r, err := orders.AddWork(ctx, tx, customer, n) // in the service's transaction: items r.First … r.Last
+//	r, err := orders.AddWorkTx(ctx, tx, customer, n) // in the service's transaction: items r.First … r.Last
 //	d, err := distributor.New(db, myProcessor, distributor.Config{Name: "billing", Kind: "orders"})
 //	err = d.Run(ctx) // until ctx is cancelled; then hands everything back
 //

@@ -47,7 +47,7 @@ func (e *env) addWork(n int64, keys ...string) {
 	for i, k := range keys {
 		work[i] = partition.Work{Key: k, N: n}
 	}
-	if _, err := partition.NewStore(e.db, "").AddWorks(context.Background(), e.db, work); err != nil {
+	if _, err := partition.NewStore(e.db, "").AddWorks(context.Background(), work); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -89,6 +89,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
@@ -159,7 +160,7 @@ func (c Config) validate() error {
 	if c.PollInterval <= 0 {
 		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
 	}
-	return heartbeat.Config{Interval: c.Heartbeat, StaleAfter: c.StaleAfter, Confirm: c.Confirm}.Validate()
+	return keepalive.Config{Interval: c.Heartbeat, StaleAfter: c.StaleAfter, Confirm: c.Confirm}.Validate()
 }
 
 // Elector campaigns for leaderships and keeps those won. Start it before
@@ -168,7 +169,7 @@ func (c Config) validate() error {
 type Elector struct {
 	db  bun.IDB
 	cfg Config
-	hb  *heartbeat.Service
+	hb  *keepalive.Service
 }
 
 // New returns an elector over db (from dbconn.Open or dbconn.Wrap); cfg
@@ -178,7 +179,7 @@ func New(db *dbconn.DB, cfg Config) (*Elector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("invalid elector config: %w", err)
 	}
-	hb, err := heartbeat.New(leaseTable(db, cfg.Schema, cfg.InstanceID, cfg.StaleAfter), heartbeat.Config{Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
+	hb, err := keepalive.New(leaseTable(db, cfg.Schema, cfg.InstanceID, cfg.StaleAfter), keepalive.Config{Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
 		Clock: cfg.Clock, Logger: cfg.Logger, KeyAttr: "leadership"})
 	if err != nil {
 		return nil, fmt.Errorf("invalid elector config: %w", err)
@@ -205,7 +206,7 @@ type Leadership struct {
 	Token int64
 
 	e     *Elector
-	lease *heartbeat.Lease
+	lease *keepalive.Lease
 }
 
 // Done is closed when the leadership is lost (or resigned).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/pgxwork"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
@@ -44,7 +45,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 		}
 		return n.Payload
 	}
-	s := partition.NewStore(db, "")
+	s := partition.NewStore(pgtest.Handle(db), "")
 	ws := taskstore.NewStore(db, "") // the workers' statements
 	if _, err := db.ExecContext(ctx, `CREATE TABLE public.orders (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AddWork(ctx, tx, "gone", 3); err != nil {
+	if _, err := s.AddWorkTx(ctx, tx, "gone", 3); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(); err != nil {
@@ -70,7 +71,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO public.orders VALUES ('o1')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AddWorks(ctx, tx, []partition.Work{{Key: "b", N: 2}, {Key: "a", N: 1}, {Key: "b", N: 3}}); err != nil {
+	if _, err := s.AddWorksTx(ctx, tx, []partition.Work{{Key: "b", N: 2}, {Key: "a", N: 1}, {Key: "b", N: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := ws.Candidates(ctx, 10); err != nil || len(c) != 0 {
@@ -116,7 +117,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	}
 
 	// More work on an existing partition adds to it.
-	if _, err := s.AddWork(ctx, db, "a", 4); err != nil {
+	if _, err := s.AddWork(ctx, "a", 4); err != nil {
 		t.Fatal(err)
 	}
 	if got := next(); !strings.HasPrefix(got, partition.NotifyPayload(partition.NotifyWork, partition.DefaultKind)+" ") {
@@ -128,7 +129,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	}
 
 	for _, bad := range []partition.Work{{Key: "", N: 1}, {Key: "x", N: -1}} {
-		if _, err := s.AddWorks(ctx, db, []partition.Work{bad}); err == nil {
+		if _, err := s.AddWorks(ctx, []partition.Work{bad}); err == nil {
 			t.Errorf("AddWorks(%+v) accepted", bad)
 		}
 	}
@@ -141,9 +142,9 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
+	s := partition.NewStore(pgtest.Handle(db), "")
 	ws := taskstore.NewStore(db, "")
-	if _, err := s.AddWork(ctx, db, "k", 5); err != nil {
+	if _, err := s.AddWork(ctx, "k", 5); err != nil {
 		t.Fatal(err)
 	}
 	won, err := ws.Claim(ctx, "w#1", time.Minute, []taskstore.Candidate{{Key: "k", Version: 0}})
@@ -161,7 +162,7 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := s.AddWork(actx, db, "k", 2); err != nil {
+	if _, err := s.AddWork(actx, "k", 2); err != nil {
 		t.Fatalf("adding work while a batch holds the fence: %v", err)
 	}
 	if err := ws.Advance(ctx, batch, won[0].Lease, 0, 5, nil); err != nil {
@@ -174,14 +175,14 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 	if err != nil || len(rows) != 1 || rows[0].Processed != 5 || rows[0].Pending != 2 {
 		t.Fatalf("after batch and producer: %+v, %v; want position 5, 2 pending", rows, err)
 	}
-	if _, err := s.AddWork(ctx, db, "k", -1); err == nil || !strings.Contains(err.Error(), "taken back") {
+	if _, err := s.AddWork(ctx, "k", -1); err == nil || !strings.Contains(err.Error(), "taken back") {
 		t.Fatalf("negative work: %v", err)
 	}
 }
 
 // AddWorksPgx is the same producer statement on a pgx transaction: keys
 // merged, counts added to existing partitions, nothing kept on rollback.
-func TestAddWorksPgxOnAPgxTransaction(t *testing.T) {
+func TestAddWorksOnAPgxTransaction(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	db := pgtest.Open(t, url, dbconn.Options{})
@@ -191,8 +192,8 @@ func TestAddWorksPgxOnAPgxTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	s := partition.NewStore(db, "")
-	if _, err := s.AddWork(ctx, db, "b", 2); err != nil {
+	s := partition.NewStore(pgtest.Handle(db), "")
+	if _, err := s.AddWork(ctx, "b", 2); err != nil {
 		t.Fatal(err)
 	}
 	for _, commit := range []bool{false, true} {
@@ -200,7 +201,7 @@ func TestAddWorksPgxOnAPgxTransaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.AddWorksPgx(ctx, tx, []partition.Work{{Key: "b", N: 5}, {Key: "a", N: 1}, {Key: "b", N: 1}}); err != nil {
+		if err := pgxwork.AddWorks(ctx, tx, "", partition.DefaultKind, pgxwork.Work{Keys: []string{"b", "a", "b"}, N: []int64{5, 1, 1}}); err != nil {
 			t.Fatal(err)
 		}
 		if commit {
@@ -212,7 +213,7 @@ func TestAddWorksPgxOnAPgxTransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.AddWorksPgx(ctx, conn, []partition.Work{{Key: "c", N: -1}}); err == nil {
+	if err := pgxwork.AddWorks(ctx, conn, "", partition.DefaultKind, pgxwork.Work{Keys: []string{"c"}, N: []int64{-1}}); err == nil {
 		t.Fatal("negative work accepted")
 	}
 	got := map[string]int64{}
@@ -247,7 +248,7 @@ func TestConcurrentProducersNumberTheirItemsWithoutCollision(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE public.items (customer text, seq bigint, producer int, PRIMARY KEY (customer, seq))`); err != nil {
 		t.Fatal(err)
 	}
-	s := partition.NewStore(db, "").Kind("orders")
+	s := partition.NewStore(pgtest.Handle(db), "").Kind("orders")
 	const producers, rounds = 6, 15
 	var g errgroup.Group
 	for p := range producers {
@@ -255,7 +256,7 @@ func TestConcurrentProducersNumberTheirItemsWithoutCollision(t *testing.T) {
 			for i := range rounds {
 				n := int64(1 + (p+i)%4)
 				err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-					r, err := s.AddWork(ctx, tx, "acme", n)
+					r, err := s.AddWorkTx(ctx, tx, "acme", n)
 					if err != nil {
 						return err
 					}
@@ -297,7 +298,7 @@ func TestConcurrentProducersNumberTheirItemsWithoutCollision(t *testing.T) {
 	var rs []partition.Range
 	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var err error
-		rs, err = s.AddWorks(ctx, tx, []partition.Work{{Key: "zeta", N: 2}, {Key: "acme", N: 3}, {Key: "zeta", N: 1}})
+		rs, err = s.AddWorksTx(ctx, tx, []partition.Work{{Key: "zeta", N: 2}, {Key: "acme", N: 3}, {Key: "zeta", N: 1}})
 		return err
 	})
 	if err != nil {
@@ -308,7 +309,7 @@ func TestConcurrentProducersNumberTheirItemsWithoutCollision(t *testing.T) {
 		t.Fatalf("AddWorks ranges = %+v, want %+v", rs, want)
 	}
 	// No items: an empty range after the last.
-	r, err := s.AddWork(ctx, db, "zeta", 0)
+	r, err := s.AddWork(ctx, "zeta", 0)
 	if err != nil || r.First != 4 || r.Last != 3 || r.N() != 0 {
 		t.Fatalf("AddWork(zeta, 0) = %+v, %v; want the empty range 4…3", r, err)
 	}

@@ -17,9 +17,9 @@ func TestStatusFoldsSegmentsIntoTheirPartition(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "").Kind("orders")
+	s := partition.NewStore(pgtest.Handle(db), "").Kind("orders")
 	for key, n := range map[string]int64{"c": 3000, "plain": 10} {
-		if _, err := s.AddWork(ctx, db, key, n); err != nil {
+		if _, err := s.AddWork(ctx, key, n); err != nil {
 			t.Fatal(err)
 		}
 	}

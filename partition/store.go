@@ -12,8 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/uptrace/bun"
-
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -124,9 +123,11 @@ const (
 	WakePoll = "poll"
 )
 
-// Store is the producers' and operators' view of the tasks table, on
-// the task rows of one kind (Kind; DefaultKind unless set): it adds work
-// (AddWork, AddWorks, AddWorksPgx), reports it (Status, Progress,
+// Store is the producers' and operators' view of the tasks table, bound
+// once to a database handle, a schema and the task rows of one kind (Kind;
+// DefaultKind unless set): it adds work (AddWork, AddWorks, each in a
+// transaction of its own, or AddWorkTx, AddWorksTx in the caller's), rewinds it
+// (Rewind, RewindTx), reports it (Status, Progress,
 // History, RecentEvents, Takeovers) and repairs it (Retry). Its methods
 // are safe for concurrent use. The protocol's statements, which claim,
 // renew, fence, advance and release partitions, are the workers' and are
@@ -152,17 +153,19 @@ const (
 //     only, in partition_key order; a producer adding work to several
 //     kinds in one transaction must add it in kind order (byte order) too.
 type Store struct {
-	db     bun.IDB
+	db     *dbconn.DB
 	schema string
 	kind   string
 }
 
-// NewStore returns a Store over db (a *bun.DB, a connection or a
-// transaction) for the task rows of kind DefaultKind in PostgreSQL schema
-// schemaName; empty means schema.Default ("baton"). Every statement names
-// its tables with that schema, so the session's search_path does not
-// matter. Kind binds it to another kind.
-func NewStore(db bun.IDB, schemaName string) *Store {
+// NewStore returns a Store over db for the task rows of kind DefaultKind
+// in PostgreSQL schema schemaName; empty means schema.Default ("baton").
+// Every statement names its tables with that schema, so the session's
+// search_path does not matter. Kind binds it to another kind. The methods
+// without a transaction run on db, each in a transaction of its own; the
+// Tx methods run in the caller's transaction (begun on db with BeginTx or
+// RunInTx).
+func NewStore(db *dbconn.DB, schemaName string) *Store {
 	return &Store{db: db, schema: cmp.Or(schemaName, schema.Default), kind: DefaultKind}
 }
 
@@ -197,7 +200,7 @@ func ValidateKind(kind string) error {
 // refuses (a distributor validates its Config.Kind).
 //
 //	orders := partition.NewStore(db, "").Kind("orders")
-//	r, err := orders.AddWork(ctx, tx, customer, n) // an "orders" partition
+//	r, err := orders.AddWorkTx(ctx, tx, customer, n) // an "orders" partition
 func (s *Store) Kind(kind string) *Store {
 	c := *s
 	c.kind = cmp.Or(kind, DefaultKind)
@@ -209,14 +212,6 @@ func (s *Store) KindName() string { return s.kind }
 
 // sql qualifies q's table names with the store's schema.
 func (s *Store) sql(q string) string { return schema.SQL(s.schema, q) }
-
-// WithDB returns a copy of s whose statements run on db, typically a
-// transaction, with the same options.
-func (s *Store) WithDB(db bun.IDB) *Store {
-	c := *s
-	c.db = db
-	return &c
-}
 
 func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
 
@@ -294,7 +289,7 @@ func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 	}
 	if n > 0 {
 		// With the time of the update: the rows became claimable no
-		// earlier, whenever s.db's transaction commits.
+		// earlier.
 		return true, s.notify(ctx, NotifyRetry+" "+s.kind+" "+strconv.FormatInt(since, 10))
 	}
 	var exists bool

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/schedule"
 )
 
@@ -81,7 +81,7 @@ func runScheduleDemo(ctx context.Context, g *globals, o scheduleDemoOptions) err
 			Command: []string{"sh", "-c", `echo "$BATON_SLOT $BATON_WORKER" >> "$1"`, "lead", leadLog}},
 	}
 	for _, d := range jobs {
-		if err := schedule.Add(ctx, db, g.schema, d); err != nil {
+		if err := schedule.NewStore(db, g.schema).Add(ctx, d); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "job %s: %s, mode %s, missed %s\n", d.Name, d.ScheduleString(), cmpStr(string(d.Mode), "lock"), cmpStr(string(d.Missed), "skip"))
@@ -206,8 +206,8 @@ func cmpStr(s, def string) string {
 	return s
 }
 
-func printJobs(ctx context.Context, w io.Writer, db bun.IDB, schemaName string) error {
-	jobs, err := schedule.List(ctx, db, schemaName)
+func printJobs(ctx context.Context, w io.Writer, db *dbconn.DB, schemaName string) error {
+	jobs, err := schedule.NewStore(db, schemaName).List(ctx)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
@@ -22,7 +21,7 @@ import (
 // pricingStore is the store of the pricing partitions (kind pricer.Kind),
 // the only task rows the CLI's commands read or change: partitions of
 // other processors sharing the schema are not contracts.
-func pricingStore(db bun.IDB, schemaName string) *partition.Store {
+func pricingStore(db *dbconn.DB, schemaName string) *partition.Store {
 	return partition.NewStore(db, schemaName).Kind(pricer.Kind)
 }
 
@@ -178,7 +177,7 @@ func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerSt
 // read after the task rows: a load that commits in between only adds
 // records, so it never makes a consistent contract look inconsistent. Then
 // it reads what holds back vacuum, warning past warnAfter.
-func readStatus(ctx context.Context, db bun.IDB, schemaName string, warnAfter time.Duration) (statusJSON, error) {
+func readStatus(ctx context.Context, db *dbconn.DB, schemaName string, warnAfter time.Duration) (statusJSON, error) {
 	parts, workers, err := pricingStore(db, schemaName).Status(ctx)
 	if err != nil {
 		return statusJSON{}, err
@@ -199,7 +198,7 @@ func readStatus(ctx context.Context, db bun.IDB, schemaName string, warnAfter ti
 		}
 	}
 	s := buildStatus(parts, workers)
-	hr, err := horizon.Read(ctx, db, schemaName, warnAfter)
+	hr, err := horizon.NewReader(db, schemaName).Read(ctx, warnAfter)
 	if err != nil {
 		return statusJSON{}, err
 	}
@@ -426,7 +425,7 @@ func printHorizon(w io.Writer, h *horizonJSON) {
 // watchStatus redraws the live view until ctx ends. A failed read keeps the
 // last view on screen under a "database unreachable, retrying" line and
 // tries again at the next tick.
-func watchStatus(ctx context.Context, g *globals, db bun.IDB, every, warnAfter time.Duration) error {
+func watchStatus(ctx context.Context, g *globals, db *dbconn.DB, every, warnAfter time.Duration) error {
 	view := newLiveView(g.stdout)
 	view.screen = true
 	if view.tty {

@@ -152,7 +152,7 @@ func (h *pgHarness) Rewind(ctx context.Context, key string, position int64, whil
 			done <- outcome{err: err}
 			return
 		}
-		r, err := h.s.Admin().Rewind(ctx, tx, []partition.Rewind{{Key: key, Position: position}})
+		r, err := h.s.Admin().RewindTx(ctx, tx, []partition.Rewind{{Key: key, Position: position}})
 		if err == nil {
 			err = tx.Commit()
 		} else {

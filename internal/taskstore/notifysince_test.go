@@ -16,8 +16,9 @@ import (
 
 // Every notification that makes rows claimable says when they became so,
 // no later than their claimable_at, even when its transaction commits long
-// after: a release, a heartbeat's hand-back and a retry, each here in a
-// transaction of its own that commits after a further statement, so a
+// after: a release and a heartbeat's hand-back, each here in a
+// transaction of its own that commits after a further statement, and a
+// retry, so a
 // worker that hears it lowers its floor below the rows however late the
 // commit came.
 func TestClaimableNotificationsSayWhen(t *testing.T) {
@@ -69,8 +70,9 @@ func TestClaimableNotificationsSayWhen(t *testing.T) {
 			_, err := s.WithDB(tx).Heartbeat(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, nil)
 			return err
 		}},
-		{"retried", partition.NotifyRetry, func(tx bun.Tx) error {
-			_, err := partition.NewStore(tx, "").Retry(ctx, "retried")
+		{"retried", partition.NotifyRetry, func(bun.Tx) error {
+			// A retry commits in a transaction of its own.
+			_, err := s.Admin().Retry(ctx, "retried")
 			return err
 		}},
 	} {

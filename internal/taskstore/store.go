@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
@@ -858,5 +859,11 @@ func (s *Store) Notify(ctx context.Context, reason string) error {
 // Admin is the producers' and operators' Store over the same database,
 // schema and kind as s: AddWork, Status, Progress, History, Retry.
 func (s *Store) Admin() *partition.Store {
-	return partition.NewStore(s.db, s.schema).Kind(s.kind)
+	db, ok := s.db.(*dbconn.DB)
+	if !ok {
+		// A plain handle (tests'): described as pooled, which is never
+		// checked, so wrapping it cannot fail.
+		db, _ = dbconn.Wrap(context.Background(), s.db.(*bun.DB), dbconn.Access{Pooled: true})
+	}
+	return partition.NewStore(db, s.schema).Kind(s.kind)
 }

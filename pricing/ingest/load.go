@@ -15,6 +15,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/pgxconn"
+	"github.com/batonhq/baton/internal/pgxwork"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing"
 	"github.com/batonhq/baton/pricing/pricer"
@@ -597,7 +598,11 @@ UPDATE {{.Schema}}.loads SET finished_at = clock_timestamp(), tier_rows = $2, re
 		if err != nil {
 			return err
 		}
-		if err := partition.NewStore(nil, l.opts.Schema).Kind(taskKind).AddWorksPgx(ctx, tx, work); err != nil {
+		w := pgxwork.Work{Keys: make([]string, len(work)), N: make([]int64, len(work))}
+		for i, x := range work {
+			w.Keys[i], w.N[i] = x.Key, x.N
+		}
+		if err := pgxwork.AddWorks(ctx, tx, l.opts.Schema, taskKind, w); err != nil {
 			return fmt.Errorf("loading: %w", err)
 		}
 	}

@@ -4,7 +4,7 @@
 //
 // A contract's priced output belongs to a generation (generation 1 until
 // it is first re-priced). Start, in the caller's transaction, rewinds the
-// contract's pricing partition (partition.Store.RewindPgx) to the last
+// contract's pricing partition (partition.Store.RewindTx) to the last
 // record whose priced row stays the same: its generation and version go up
 // by one, so a worker still pricing the old generation cannot commit
 // again, and its checkpoint becomes the one the current generation had at
@@ -37,6 +37,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/batonhq/baton/internal/pgxwork"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing"
 	"github.com/batonhq/baton/pricing/pricer"
@@ -267,33 +268,33 @@ SELECT contract_id, 1, 'current', 0, created_at, created_at, $2::jsonb FROM {{.S
 		out = append(out, started)
 	}
 	if len(rewinds) > 0 {
-		rewound, err := partition.NewStore(nil, schemaName).Kind(pricer.Kind).RewindPgx(ctx, tx, rewinds)
+		rw := pgxwork.Rewinds{Keys: make([]string, len(rewinds)), Positions: make([]int64, len(rewinds)), States: make([]json.RawMessage, len(rewinds))}
+		for i, r := range rewinds {
+			rw.Keys[i], rw.Positions[i], rw.States[i] = r.Key, r.Position, r.State
+		}
+		generations, err := pgxwork.Rewind(ctx, tx, schemaName, pricer.Kind, rw)
 		if err != nil {
 			return nil, fmt.Errorf("re-pricing: rewinding %d contracts: %w", len(rewinds), err)
 		}
-		byKey := make(map[string]partition.Rewound, len(rewound))
-		for _, rw := range rewound {
-			byKey[rw.Key] = rw
-		}
 		for _, i := range pending {
 			r := reqs[i]
-			rw, ok := byKey[r.Contract]
+			generation, ok := generations[r.Contract]
 			if !ok {
 				return nil, fmt.Errorf("re-pricing contract %s: its partition was not rewound", r.Contract)
 			}
-			if rw.Generation <= states[i].current {
+			if generation <= states[i].current {
 				return nil, fmt.Errorf("re-pricing contract %s: %w: the partition's generation %d is not past the current generation %d",
-					r.Contract, pricer.ErrCorrupt, rw.Generation, states[i].current)
+					r.Contract, pricer.ErrCorrupt, generation, states[i].current)
 			}
 			from := rewinds[slices.IndexFunc(rewinds, func(x partition.Rewind) bool { return x.Key == r.Contract })].Position
 			if _, err := tx.Exec(ctx, q(`
 INSERT INTO {{.Schema}}.generations (contract_id, generation, state, from_seq, started_by, reason, tiers)
-VALUES ($1, $2, 'pricing', $3, $4, $5, $6::jsonb)`), r.Contract, rw.Generation, from, r.StartedBy, r.Reason, tiers[i]); err != nil {
-				return nil, fmt.Errorf("re-pricing contract %s: recording generation %d: %w", r.Contract, rw.Generation, err)
+VALUES ($1, $2, 'pricing', $3, $4, $5, $6::jsonb)`), r.Contract, generation, from, r.StartedBy, r.Reason, tiers[i]); err != nil {
+				return nil, fmt.Errorf("re-pricing contract %s: recording generation %d: %w", r.Contract, generation, err)
 			}
 			for j := range out {
 				if out[j].Contract == r.Contract {
-					out[j].Generation = rw.Generation
+					out[j].Generation = generation
 				}
 			}
 		}

@@ -1,4 +1,4 @@
-package heartbeat_test
+package keepalive_test
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
@@ -264,7 +264,7 @@ func stoppedBeat() int {
 	// 30 s (a quarter of it), longer than the test takes to see it
 	// waiting on a busy machine.
 	const ttl = 2 * time.Minute
-	svc, err := heartbeat.New(storeRenewer{taskstore.NewStore(db, ""), ttl}, heartbeat.Config{
+	svc, err := keepalive.New(storeRenewer{taskstore.NewStore(db, ""), ttl}, keepalive.Config{
 		Interval: time.Second, StaleAfter: ttl, Logger: quiet(),
 		// What the beat did, for the test's log if it fails.
 		OnBeat: func(err error, latency time.Duration, renewed int) {

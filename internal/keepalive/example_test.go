@@ -1,4 +1,4 @@
-package heartbeat_test
+package keepalive_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -43,7 +43,7 @@ func (t *leaseTable) Inspect(_ context.Context, leases []partition.Lease) ([]par
 // that someone else holds it.
 func Example() {
 	table := &leaseTable{holder: map[string]int64{"acme": 4}}
-	s, err := heartbeat.New(table, heartbeat.Config{
+	s, err := keepalive.New(table, keepalive.Config{
 		Interval: 50 * time.Millisecond, StaleAfter: 10 * time.Second, Confirm: 3,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

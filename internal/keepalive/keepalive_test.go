@@ -1,4 +1,4 @@
-package heartbeat_test
+package keepalive_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/internal/testutil"
@@ -72,9 +73,9 @@ func (f *fakeRenewer) Inspect(_ context.Context, leases []partition.Lease) ([]pa
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newService(t *testing.T, r heartbeat.Renewer, clock clockwork.Clock) *heartbeat.Service {
+func newService(t *testing.T, r keepalive.Renewer, clock clockwork.Clock) *keepalive.Service {
 	t.Helper()
-	s, err := heartbeat.New(r, heartbeat.Config{
+	s, err := keepalive.New(r, keepalive.Config{
 		Interval: time.Second, StaleAfter: 10 * time.Second, SafetyMargin: 2 * time.Second,
 		Confirm: 3, Clock: clock, Logger: quiet(),
 	})
@@ -153,7 +154,7 @@ func TestLostLeaseLogsTheKeyAttr(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
 	var logged bytes.Buffer
-	s, err := heartbeat.New(&fakeRenewer{stolen: map[string]bool{"c-17": true}}, heartbeat.Config{
+	s, err := keepalive.New(&fakeRenewer{stolen: map[string]bool{"c-17": true}}, keepalive.Config{
 		Clock: clock, KeyAttr: "contract_id",
 		Logger: slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
@@ -312,13 +313,13 @@ func TestValidateRejectsImpossibleTimings(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		cfg  heartbeat.Config
+		cfg  keepalive.Config
 	}{
-		{"stale below 3 beats", heartbeat.Config{Interval: time.Second, StaleAfter: 2 * time.Second}},
-		{"margin eats lease", heartbeat.Config{Interval: time.Second, StaleAfter: 5 * time.Second, SafetyMargin: 4500 * time.Millisecond}},
-		{"one renewal of room", heartbeat.Config{Interval: 200 * time.Millisecond, StaleAfter: 800 * time.Millisecond, SafetyMargin: 594 * time.Millisecond}},
-		{"negative interval", heartbeat.Config{Interval: -time.Second}},
-		{"confirm zero", heartbeat.Config{Confirm: -1}},
+		{"stale below 3 beats", keepalive.Config{Interval: time.Second, StaleAfter: 2 * time.Second}},
+		{"margin eats lease", keepalive.Config{Interval: time.Second, StaleAfter: 5 * time.Second, SafetyMargin: 4500 * time.Millisecond}},
+		{"one renewal of room", keepalive.Config{Interval: 200 * time.Millisecond, StaleAfter: 800 * time.Millisecond, SafetyMargin: 594 * time.Millisecond}},
+		{"negative interval", keepalive.Config{Interval: -time.Second}},
+		{"confirm zero", keepalive.Config{Confirm: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.cfg.Validate(); err == nil {
@@ -332,7 +333,7 @@ func TestStartStopRenewsOnTicks(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
 	beats := make(chan int, 10)
-	s, err := heartbeat.New(&fakeRenewer{}, heartbeat.Config{
+	s, err := keepalive.New(&fakeRenewer{}, keepalive.Config{
 		Interval: time.Second, StaleAfter: 10 * time.Second, Clock: clock, Logger: quiet(),
 		OnBeat: func(err error, _ time.Duration, renewed int) { beats <- renewed },
 	})
