@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"slices"
 	"strings"
 	"sync"
@@ -445,7 +446,7 @@ func (s *source) listening(ctx context.Context) (map[string]bool, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT substr(application_name, ?) FROM pg_stat_activity
 		WHERE application_name LIKE ? AND datname = current_database()`,
-		len(partition.ListenApplicationName)+1, partition.ListenApplicationName+"%")
+		len(notify.ListenApplicationName)+1, notify.ListenApplicationName+"%")
 	if err != nil {
 		return nil, fmt.Errorf("reading listening workers: %w", err)
 	}

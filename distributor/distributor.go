@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"log/slog"
 	"os"
 	"sync"
@@ -224,9 +225,9 @@ func (d *Distributor) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.worker.Wake = partition.WakePoll
+	d.worker.Wake = notify.WakePoll
 	if listenDB != nil {
-		d.worker.Wake = partition.WakeListen
+		d.worker.Wake = notify.WakeListen
 	}
 	// A database restarting or failing over as the worker starts answers
 	// with errors that say nothing about the data (the server shutting
@@ -266,10 +267,10 @@ func (d *Distributor) register(ctx context.Context) error {
 	return nil
 }
 
-// Held counts the partitions this worker holds, by local state:
+// PartitionsByState counts the partitions this worker owns, by local state:
 // "confirming" (a takeover waiting for its confirmation heartbeats),
 // "active", and "handing_back" (to be released at the next batch boundary).
-func (d *Distributor) Held() map[string]int {
+func (d *Distributor) PartitionsByState() map[string]int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := map[string]int{"confirming": 0, "active": 0, "handing_back": 0}

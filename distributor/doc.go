@@ -225,7 +225,7 @@
 // does) run as one transaction: each member is fenced by its own claim
 // (the lone batch's fence, FOR KEY SHARE where version and owner match,
 // members in partition_key order), ProcessGroup writes every member's
-// output (Group.Held), every checkpoint is recorded (the lone batch's
+// output (Group.Owned), every checkpoint is recorded (the lone batch's
 // compare-and-set on version and position, in the same order), the
 // members that caught up are released in one statement (lock mode;
 // segments in either mode), and one commit makes it all durable. A

@@ -287,8 +287,8 @@ func (e *env) heldBy() map[string]int {
 	}
 	held := map[string]int{}
 	for _, w := range workers {
-		if w.Held > 0 {
-			held[w.Name] = w.Held
+		if w.Owned > 0 {
+			held[w.Name] = w.Owned
 		}
 	}
 	return held

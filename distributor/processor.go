@@ -105,28 +105,28 @@ type GroupProcessor interface {
 	// g.Tx, and returns their new checkpoints, one Result per batch in
 	// the same order, each as Process would return it for that batch
 	// alone. The distributor records them all in the same transaction
-	// and commits only if every partition's claim is won (or, Held,
+	// and commits only if every partition's claim is won (or, Owned,
 	// still current), so every member's output commits with every
 	// member's checkpoint or none does.
 	//
 	// An error fails the whole group: its transaction rolls back and
 	// each member is then processed on its own (Process), so that an
 	// error is recorded against the partition that causes it. ctx is
-	// cancelled as for Process; for a Held group, when any member's
+	// cancelled as for Process; for an Owned group, when any member's
 	// ownership is lost.
 	ProcessGroup(ctx context.Context, g *Group) ([]Result, error)
 }
 
 // Group is batches of several partitions in one transaction that fences
 // them all: either the first batches of partitions claimed together, or
-// (Held) the next batches of partitions this worker holds.
+// (Owned) the next batches of partitions this worker owns.
 type Group struct {
 	// Owner is this worker's instance id.
 	Owner string
 	// Tx is the fenced transaction: every member's task row is locked
 	// and verified to be still unowned at the version read (a claim's
 	// first batch), or still owned by Owner under the member's Lease
-	// (Held).
+	// (Owned).
 	Tx bun.Tx
 	// Batches are the members, in partition_key order, each with its
 	// Lease (the claim that commits with the group, or that holds the
@@ -134,10 +134,10 @@ type Group struct {
 	// A member may be a segment (Batch.Partition) and may resume from any
 	// checkpoint, as for Process.
 	Batches []*Batch
-	// Held reports that the members are partitions this worker holds
+	// Owned reports that the members are partitions this worker owns
 	// already (their claims committed earlier), not first batches of
 	// claims made with the group.
-	Held bool
+	Owned bool
 
 	conn *txConn // the connection Tx runs on
 }

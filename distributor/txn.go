@@ -246,7 +246,7 @@ func (d *Distributor) runTxn(t *txn) (err error) {
 		limits = shareItems(pending, d.size.batchLimit(), d.size.groupLimit())
 	}
 	tc := &txConn{conn: conn, prepare: d.db.Direct()}
-	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Batches: make([]*Batch, len(in)), Held: in[0].h != nil, conn: tc}
+	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Batches: make([]*Batch, len(in)), Owned: in[0].h != nil, conn: tc}
 	for k, m := range in {
 		if !t.lone {
 			m.ctx, m.span = tracer.Start(ctx, "baton.batch", d.leaseAttrs(m.lease), trace.WithAttributes(batchAttrs(t, m)...))

@@ -4,8 +4,8 @@
 // operators and services use it to see and repair the state of the work.
 // The statements the distributor runs on these rows (claim, renew, fence,
 // advance, release) are internal; the types they share with their callers
-// (Lease, Checkpoint, Held, Renewal, the events and notifications) are
-// here.
+// (Lease, Checkpoint, the events) are
+// here; the notifications' wire format is internal.
 //
 // # Partitions and work items
 //

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"slices"
 
 	"github.com/uptrace/bun"
@@ -119,7 +120,7 @@ func (s *Store) AddWorksTx(ctx context.Context, tx bun.Tx, work []Work) ([]Range
 		return nil, err
 	}
 	rows, err := tx.QueryContext(ctx, s.addWorkSQL("?", "?", "?", "?", "?"),
-		s.kind, pgdialect.Array(keys), pgdialect.Array(ns), NotifyChannel, NotifyPayload(NotifyWork, s.kind))
+		s.kind, pgdialect.Array(keys), pgdialect.Array(ns), notify.Channel, notify.Payload(notify.Work, s.kind))
 	if err != nil {
 		return nil, fmt.Errorf("adding work to %d partition(s) of kind %s: %w", len(keys), s.kind, err)
 	}
@@ -158,7 +159,7 @@ func (s *Store) addWorksPgx(ctx context.Context, tx pgxwork.Tx, work []Work) err
 		return err
 	}
 	if _, err := tx.Exec(ctx, s.addWorkSQL("$1", "$2", "$3", "$4", "$5"),
-		s.kind, keys, ns, NotifyChannel, NotifyPayload(NotifyWork, s.kind)); err != nil {
+		s.kind, keys, ns, notify.Channel, notify.Payload(notify.Work, s.kind)); err != nil {
 		return fmt.Errorf("adding work to %d partition(s) of kind %s: %w", len(keys), s.kind, err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{notify.Channel}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 	next := func() string {
@@ -80,20 +81,20 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if err := ws.Notify(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != partition.NotifyPayload("marker", partition.DefaultKind) {
+	if got := next(); got != notify.Payload("marker", partition.DefaultKind) {
 		t.Fatalf("first notification = %q, want the marker: the producer's was sent before its commit", got)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	payload := next()
-	if reason, kind := partition.ParsePayload(payload); reason != partition.NotifyWork || kind != partition.DefaultKind {
+	if reason, kind := notify.Parse(payload); reason != notify.Work || kind != partition.DefaultKind {
 		t.Fatalf("notification after commit = %q, want work of the default kind", payload)
 	}
 	// It says when the producer's statement made the partition claimable
 	// (before the commit, when the transaction ran): what a worker's floor
 	// is lowered to.
-	since, ok := partition.PayloadSince(payload)
+	since, ok := notify.Since(payload)
 	if !ok {
 		t.Fatalf("notification after commit = %q, without the time the work was added", payload)
 	}
@@ -120,7 +121,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if _, err := s.AddWork(ctx, "a", 4); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); !strings.HasPrefix(got, partition.NotifyPayload(partition.NotifyWork, partition.DefaultKind)+" ") {
+	if got := next(); !strings.HasPrefix(got, notify.Payload(notify.Work, partition.DefaultKind)+" ") {
 		t.Fatalf("notification = %q, want work", got)
 	}
 	var avail int64

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"slices"
 	"strings"
 
@@ -274,7 +275,7 @@ func (s *Store) rewindSQL(rw []Rewind, style string) (string, []any, error) {
 		WHERE (SELECT count(*) FROM n) >= 0 AND (SELECT count(*) FROM d) >= 0
 		ORDER BY w.key`)
 	args := []any{keys, positions, states, s.kind, s.kind, s.kind, string(EventRewound),
-		NotifyChannel, NotifyPayload(NotifyWork, s.kind)}
+		notify.Channel, notify.Payload(notify.Work, s.kind)}
 	if style == "?" {
 		args[0], args[1], args[2] = pgdialect.Array(keys), pgdialect.Array(positions), pgdialect.Array(states)
 	}

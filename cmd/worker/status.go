@@ -153,7 +153,7 @@ func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerSt
 		s.Partitions = append(s.Partitions, partitionJSON{
 			ContractID: p.Key, Owner: strPtr(p.Owner), OwnerInstance: strPtr(p.OwnerInstance), State: p.State,
 			Version: p.Version, HeartbeatAgeMS: msPtr(p.HeartbeatAge), Processed: p.Processed, Pending: p.Pending,
-			PricedThrough: p.DoneThrough, Segments: p.Segments, SegmentsHeld: p.SegmentsHeld,
+			PricedThrough: p.DoneThrough, Segments: p.Segments, SegmentsHeld: p.SegmentsOwned,
 			Attempts: p.Attempts, Error: strPtr(p.Error),
 		})
 		s.Totals.Partitions++
@@ -164,7 +164,7 @@ func buildStatus(parts []partition.PartitionStatus, workers []partition.WorkerSt
 	for _, w := range workers {
 		s.Workers = append(s.Workers, workerJSON{
 			ID: w.InstanceID, Name: w.Name, Host: w.Hostname, PID: w.PID, Mode: w.Mode, Wake: w.Wake,
-			StartedAt: w.StartedAt, HeartbeatAgeMS: w.HeartbeatAge.Milliseconds(), Held: w.Held,
+			StartedAt: w.StartedAt, HeartbeatAgeMS: w.HeartbeatAge.Milliseconds(), Held: w.Owned,
 		})
 	}
 	s.Totals.LiveWorkers = len(workers)

@@ -15,6 +15,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -33,10 +34,10 @@ type Renewer interface {
 	// Renew renews the worker and leases in one statement and returns those
 	// still held; a renewed lease lasts StaleAfter from the database's
 	// now(), one returned Locked or Fresh the Remaining it reports.
-	Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error)
+	Renew(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Renewal, error)
 	// Inspect re-reads leases, returning those still held with their
 	// remaining time by the database clock.
-	Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error)
+	Inspect(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Owned, error)
 }
 
 // Defaults.
@@ -210,8 +211,8 @@ func (s *Service) Release(l *Lease) {
 	s.endLocked(l, heartbeat.ErrReleased)
 }
 
-// Held returns the leases tracked now.
-func (s *Service) Held() []*Lease {
+// Tracked returns the leases tracked now.
+func (s *Service) Tracked() []*Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*Lease, 0, len(s.leases))
@@ -351,7 +352,7 @@ func (s *Service) beat(ctx context.Context) {
 		s.mu.Unlock()
 		return
 	}
-	byKey := make(map[partition.Lease]partition.Renewal, len(renewals))
+	byKey := make(map[partition.Lease]leaseinfo.Renewal, len(renewals))
 	renewed := 0
 	for _, r := range renewals {
 		byKey[r.Lease] = r
@@ -406,7 +407,7 @@ func (s *Service) beat(ctx context.Context) {
 	}
 }
 
-func (s *Service) applyInspect(snapshot []*Lease, held []partition.Held, sent time.Time) {
+func (s *Service) applyInspect(snapshot []*Lease, held []leaseinfo.Owned, sent time.Time) {
 	byKey := make(map[partition.Lease]time.Duration, len(held))
 	for _, h := range held {
 		byKey[h.Lease] = h.Remaining

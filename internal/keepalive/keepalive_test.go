@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"io"
 	"log/slog"
 	"os"
@@ -41,30 +42,30 @@ type fakeRenewer struct {
 	locked  map[string]time.Duration // held by another transaction: time left
 	fresh   map[string]time.Duration // left as is, enough time left: time left
 	renews  int
-	inspect func([]partition.Lease) ([]partition.Held, error)
+	inspect func([]partition.Lease) ([]leaseinfo.Owned, error)
 }
 
-func (f *fakeRenewer) Renew(_ context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+func (f *fakeRenewer) Renew(_ context.Context, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.renews++
 	if f.fail != nil {
 		return nil, f.fail
 	}
-	var out []partition.Renewal
+	var out []leaseinfo.Renewal
 	for _, l := range leases {
 		if left, ok := f.locked[l.Key]; ok {
-			out = append(out, partition.Renewal{Lease: l, Locked: true, Remaining: left})
+			out = append(out, leaseinfo.Renewal{Lease: l, Locked: true, Remaining: left})
 		} else if left, ok := f.fresh[l.Key]; ok {
-			out = append(out, partition.Renewal{Lease: l, Fresh: true, Remaining: left})
+			out = append(out, leaseinfo.Renewal{Lease: l, Fresh: true, Remaining: left})
 		} else if !f.stolen[l.Key] {
-			out = append(out, partition.Renewal{Lease: l})
+			out = append(out, leaseinfo.Renewal{Lease: l})
 		}
 	}
 	return out, nil
 }
 
-func (f *fakeRenewer) Inspect(_ context.Context, leases []partition.Lease) ([]partition.Held, error) {
+func (f *fakeRenewer) Inspect(_ context.Context, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	if f.inspect != nil {
 		return f.inspect(leases)
 	}
@@ -144,7 +145,7 @@ func TestLostLeaseCancelsWithCause(t *testing.T) {
 	if kept.Context().Err() != nil {
 		t.Fatal("the other lease must survive")
 	}
-	if n := len(s.Held()); n != 1 {
+	if n := len(s.Tracked()); n != 1 {
 		t.Fatalf("%d leases tracked after the loss, want 1", n)
 	}
 }
@@ -200,7 +201,7 @@ func TestReleasingLeaseIsLeftToItsOwner(t *testing.T) {
 	if !errors.Is(context.Cause(done.Context()), heartbeat.ErrReleased) {
 		t.Fatalf("released lease: cause = %v, want ErrReleased", context.Cause(done.Context()))
 	}
-	if n := len(s.Held()); n != 0 {
+	if n := len(s.Tracked()); n != 0 {
 		t.Fatalf("%d leases tracked, want 0", n)
 	}
 }
@@ -297,7 +298,7 @@ type lossyRenewer struct {
 	applied int
 }
 
-func (r *lossyRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+func (r *lossyRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	if _, err := r.store.HeartbeatBelow(ctx, r.worker, 10*time.Second, 10*time.Second+time.Hour, leases); err != nil {
 		return nil, err
 	}
@@ -305,7 +306,7 @@ func (r *lossyRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]p
 	return nil, io.ErrUnexpectedEOF
 }
 
-func (r *lossyRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
+func (r *lossyRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	return r.store.Inspect(ctx, r.worker.InstanceID, leases)
 }
 

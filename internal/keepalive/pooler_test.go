@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"net/url"
 	"os"
 	"os/exec"
@@ -286,7 +287,7 @@ type storeRenewer struct {
 	ttl time.Duration
 }
 
-func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	ren, err := r.s.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, r.ttl, r.ttl+time.Hour, leases)
 	// What the renewal found, for the test's log if it fails.
 	for _, r := range ren {
@@ -296,7 +297,7 @@ func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]pa
 	return ren, err
 }
 
-func (r storeRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
+func (r storeRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	return r.s.Inspect(ctx, "w#1", leases)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"testing"
 	"time"
 
@@ -87,12 +88,12 @@ func (h *pgHarness) Claim(ctx context.Context, owner string, cands []taskstore.C
 	return h.s.Claim(ctx, owner, storetest.TTL, cands)
 }
 
-func (h *pgHarness) HeartbeatBelow(ctx context.Context, owner string, wanted int, leases []partition.Lease) ([]partition.Renewal, error) {
+func (h *pgHarness) HeartbeatBelow(ctx context.Context, owner string, wanted int, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	w := taskstore.Worker{InstanceID: owner, Name: owner, Hostname: "test", PID: 1, Mode: "lock", Wanted: wanted}
 	return h.s.HeartbeatBelow(ctx, w, storetest.TTL, storetest.RenewBelow, leases)
 }
 
-func (h *pgHarness) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error) {
+func (h *pgHarness) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	return h.s.Inspect(ctx, owner, leases)
 }
 

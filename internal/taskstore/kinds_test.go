@@ -3,6 +3,7 @@ package taskstore_test
 import (
 	"context"
 	"errors"
+	"github.com/batonhq/baton/internal/notify"
 	"strings"
 	"testing"
 	"time"
@@ -210,10 +211,10 @@ func TestValidateKind(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "white space") {
 		t.Errorf("AddWork with kind %q = %v, want refused", "a b", err)
 	}
-	if r, k := partition.ParsePayload(partition.NotifyPayload(partition.NotifyWork, "orders")); r != partition.NotifyWork || k != "orders" {
+	if r, k := notify.Parse(notify.Payload(notify.Work, "orders")); r != notify.Work || k != "orders" {
 		t.Errorf("ParsePayload(NotifyPayload(work, orders)) = %q, %q", r, k)
 	}
-	if r, k := partition.ParsePayload("work"); r != "work" || k != "" {
+	if r, k := notify.Parse("work"); r != "work" || k != "" {
 		t.Errorf("ParsePayload(work) = %q, %q", r, k)
 	}
 }
