@@ -33,24 +33,12 @@ func (r Range) N() int64 { return r.Last - r.First + 1 }
 
 // AddWork is AddWorkTx in a transaction of its own.
 func (s *Store) AddWork(ctx context.Context, key string, n int64) (Range, error) {
-	var r Range
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		var err error
-		r, err = s.AddWorkTx(ctx, tx, key, n)
-		return err
-	})
-	return r, err
+	return inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) (Range, error) { return s.AddWorkTx(ctx, tx, key, n) })
 }
 
 // AddWorks is AddWorksTx in a transaction of its own.
 func (s *Store) AddWorks(ctx context.Context, work []Work) ([]Range, error) {
-	var rs []Range
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		var err error
-		rs, err = s.AddWorksTx(ctx, tx, work)
-		return err
-	})
-	return rs, err
+	return inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) ([]Range, error) { return s.AddWorksTx(ctx, tx, work) })
 }
 
 // AddWorkTx makes n more work items available on partition key of s's kind,

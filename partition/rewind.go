@@ -42,13 +42,7 @@ var ErrBadRewind = errors.New("cannot rewind")
 
 // Rewind is RewindTx in a transaction of its own.
 func (s *Store) Rewind(ctx context.Context, rw []Rewind) ([]Rewound, error) {
-	var out []Rewound
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		var err error
-		out, err = s.RewindTx(ctx, tx, rw)
-		return err
-	})
-	return out, err
+	return inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) ([]Rewound, error) { return s.RewindTx(ctx, tx, rw) })
 }
 
 // RewindTx makes each partition of rw (of s's kind) start a new generation

@@ -13,6 +13,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/uptrace/bun"
+
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/schema"
 )
@@ -121,6 +123,17 @@ func (s *Store) KindName() string { return s.kind }
 
 // sql qualifies q's table names with the store's schema.
 func (s *Store) sql(q string) string { return schema.SQL(s.schema, q) }
+
+// inTx runs fn in a transaction of its own on db (an X method's XTx).
+func inTx[T any](ctx context.Context, db *dbconn.DB, fn func(ctx context.Context, tx bun.Tx) (T, error)) (T, error) {
+	var out T
+	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		out, err = fn(ctx, tx)
+		return err
+	})
+	return out, err
+}
 
 func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
 
