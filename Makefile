@@ -13,7 +13,7 @@ demo:
 # verbosely so its seeds and summary show.
 test:
 	$(GO) test -count=1 ./...
-	$(GO) test -count=1 -race ./heartbeat ./distributor ./partition
+	$(GO) test -count=1 -race ./internal/keepalive ./distributor ./partition
 	cd bench && $(GO) test -count=1 ./...
 	cd e2e && $(GO) test -count=1 $$($(GO) list ./... | grep -v '/faults$$')
 	cd e2e && $(GO) test -count=1 -v ./faults
@@ -33,13 +33,13 @@ soak:
 # The suite's version-sensitive slice on one PostgreSQL major version:
 # make test-pg PG=17 installs it if needed (scripts/install-pg.sh: 15 is
 # Debian's, 16-18 come from npm) and runs the conformance suite, the
-# distributor, heartbeat, leader, schedule, schema, console and horizon
+# distributor, internal/keepalive, leader, schedule, schema, console and horizon
 # packages, the pricing golden vectors (plain, segments, held groups,
 # re-rating), worker migrate and status, and the fault suite's faults on
 # one server (no standby or pg_auto_failover: those stay on 15).
 .PHONY: test-pg test-pg-install test-pg-packages test-pg-sim test-pg-golden test-pg-worker test-pg-faults
 PG ?= 17
-PG_PACKAGES = ./internal/taskstore ./heartbeat ./leader ./schedule ./schema ./distributor ./console ./horizon
+PG_PACKAGES = ./internal/taskstore ./internal/keepalive ./leader ./schedule ./schema ./distributor ./console ./horizon
 PG_FAULTS = ^Test(SIGKILLAtRandomMoments|SIGSTOPPastLeaseThenSIGCONT|DatabaseRestart|LoadWhileRunning|GracefulStopAllThenRestart|ThroughPgBouncerTransactionPooling|HotContractSplitUnderFaults)$$
 # Each step is a target of its own, so that make -k runs them all and
 # reports every failure.
@@ -47,7 +47,7 @@ test-pg: test-pg-packages test-pg-sim test-pg-golden test-pg-worker test-pg-faul
 # CI's slice on each newer major: the same without the console, horizon and
 # schema packages (their statements are the status and migration ones that
 # test-pg-worker runs), so that three majors fit beside the whole suite.
-PG_CI_PACKAGES = ./internal/taskstore ./heartbeat ./leader ./schedule ./distributor
+PG_CI_PACKAGES = ./internal/taskstore ./internal/keepalive ./leader ./schedule ./distributor
 .PHONY: test-pg-ci test-pg-ci-packages
 test-pg-ci: test-pg-ci-packages test-pg-sim test-pg-golden test-pg-worker test-pg-faults
 test-pg-ci-packages: test-pg-install

@@ -91,7 +91,7 @@ func TestPendingSinceMarksTheStartOfABacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewDB(t)
-	s := partition.NewStore(db, "").Kind("k")
+	s := partition.NewStore(pgtest.Handle(db), "").Kind("k")
 	since := func(key string) time.Time {
 		t.Helper()
 		var at time.Time
@@ -100,19 +100,19 @@ func TestPendingSinceMarksTheStartOfABacklog(t *testing.T) {
 		}
 		return at
 	}
-	if _, err := s.AddWork(ctx, db, "p", 5); err != nil {
+	if _, err := s.AddWork(ctx, "p", 5); err != nil {
 		t.Fatal(err)
 	}
 	first := since("p")
 	exec(t, db, `UPDATE baton.tasks SET pending_since = pending_since - interval '1 hour' WHERE partition_key = 'p'`)
-	if _, err := s.AddWork(ctx, db, "p", 5); err != nil {
+	if _, err := s.AddWork(ctx, "p", 5); err != nil {
 		t.Fatal(err)
 	}
 	if got := since("p"); !got.Equal(first.Add(-time.Hour)) {
 		t.Errorf("adding to a pending row moved pending_since from %s to %s", first.Add(-time.Hour), got)
 	}
 	exec(t, db, `UPDATE baton.tasks SET position = available WHERE partition_key = 'p'`)
-	if _, err := s.AddWork(ctx, db, "p", 1); err != nil {
+	if _, err := s.AddWork(ctx, "p", 1); err != nil {
 		t.Fatal(err)
 	}
 	if got := since("p"); !got.After(first) {
@@ -283,7 +283,7 @@ func TestARewindIsNotNegativeProcessing(t *testing.T) {
 	// b prices 20 of its records; a is rewound to 40 (60 records again).
 	exec(t, db, `UPDATE baton.tasks SET position = 20 WHERE partition_key = 'b'`)
 	exec(t, db, `UPDATE baton.tasks SET pending_since = ? WHERE partition_key = 'b'`, now.Add(-time.Hour))
-	if _, err := partition.NewStore(db, "").Kind("k").Rewind(ctx, db, []partition.Rewind{{Key: "a", Position: 40}}); err != nil {
+	if _, err := partition.NewStore(pgtest.Handle(db), "").Kind("k").Rewind(ctx, []partition.Rewind{{Key: "a", Position: 40}}); err != nil {
 		t.Fatal(err)
 	}
 	clock = now.Add(20 * time.Second)

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/pgxconn"
 )
 
 // The ceiling: the database prices every record itself in ONE statement,
@@ -195,7 +195,7 @@ func (e *env) runCopy(ctx context.Context, db *bun.DB, source string) (copyResul
 	e.checkpoint(ctx)
 	m := startCPU(e.cpu)
 	start := time.Now()
-	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	err = pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		n, err := pc.CopyFrom(ctx, pgx.Identifier{"copy_priced"},
 			[]string{"contract_id", "seq", "record_id", "gross_minor", "discount_minor", "net_minor", "claim_version", "priced_by"},
 			pgx.CopyFromRows(data))

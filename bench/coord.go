@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"log"
 	mrand "math/rand/v2"
 	"os"
@@ -268,7 +269,7 @@ func (s *sim) worker(ctx context.Context, i int, phase time.Duration) {
 	tick := time.NewTicker(s.interval)
 	defer tick.Stop()
 	for n := 0; ; n++ {
-		var renewed []partition.Renewal
+		var renewed []leaseinfo.Renewal
 		err := s.timed("heartbeat", func() (err error) {
 			// As the distributor with its default timings: leases with
 			// more than ttl − 2 intervals left are checked, not rewritten.

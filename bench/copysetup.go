@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/pgxconn"
 )
 
 // The COPY set-up micro-benchmark of the versions scenario. A batch of the
@@ -88,7 +88,7 @@ func (e *env) measureCopySetup(ctx context.Context) (*copySetup, error) {
 	defer conn.Close()
 	n := e.cfg.copySetupTransactions()
 	c := &copySetup{Transactions: n, Rows: copySetupRows}
-	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	err = pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		p := &copyProbe{pc: pc, tick: clockTicks()}
 		if err := pc.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p.pid); err != nil {
 			return fmt.Errorf("reading the backend's pid: %w", err)

@@ -188,10 +188,12 @@ func latencyFill(ctx context.Context, db *bun.DB, r *latencyResult) error {
 	for i := range r.Small {
 		work = append(work, partition.Work{Key: fmt.Sprintf("small-%03d", i), N: r.SmallItems})
 	}
-	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		_, err := partition.NewStore(db, "").Kind(latencyKind).AddWorks(ctx, tx, work)
+	h, err := dbconn.Wrap(ctx, db, dbconn.Access{})
+	if err != nil {
 		return err
-	})
+	}
+	_, err = partition.NewStore(h, "").Kind(latencyKind).AddWorks(ctx, work)
+	return err
 }
 
 // latencyRun processes a fresh copy of the template with n distributors,

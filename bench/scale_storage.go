@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/pgxconn"
 )
 
 // The priced-output layouts compared by the scale scenario. priced holds
@@ -215,7 +215,7 @@ func (e *env) measureLayout(ctx context.Context, db *bun.DB, conn *sql.Conn, dir
 	if err != nil {
 		return r, err
 	}
-	err = dbconn.Raw(conn, func(pc *pgx.Conn) error {
+	err = pgxconn.Raw(conn, func(pc *pgx.Conn) error {
 		_, err := pc.PgConn().CopyTo(ctx, f, `COPY (`+l.source+`) TO STDOUT (FORMAT binary)`)
 		return err
 	})
@@ -233,7 +233,7 @@ func (e *env) measureLayout(ctx context.Context, db *bun.DB, conn *sql.Conn, dir
 	defer f.Close()
 	e.checkpoint(ctx)
 	t0 := time.Now()
-	err = dbconn.Raw(conn, func(pc *pgx.Conn) error {
+	err = pgxconn.Raw(conn, func(pc *pgx.Conn) error {
 		_, err := pc.PgConn().CopyFrom(ctx, f, fmt.Sprintf(`COPY scale_alt.%s FROM STDIN (FORMAT binary)`, l.name))
 		return err
 	})
@@ -269,7 +269,7 @@ func (e *env) measureLayout(ctx context.Context, db *bun.DB, conn *sql.Conn, dir
 	}
 	r.ExportSeconds, err = best(func() error {
 		h := md5.New()
-		err := dbconn.Raw(conn, func(pc *pgx.Conn) error {
+		err := pgxconn.Raw(conn, func(pc *pgx.Conn) error {
 			_, err := pc.PgConn().CopyTo(ctx, h, `COPY (`+exportRead(view)+`) TO STDOUT`)
 			return err
 		})

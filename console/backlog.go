@@ -70,7 +70,7 @@ func (s *source) readBacklog(ctx context.Context, parts []part) (*backlogView, e
 		if p.State == partition.StateQuarantined || p.State == StateInconsistent {
 			continue
 		}
-		held := p.SegmentsHeld
+		held := p.SegmentsOwned
 		if p.OwnerInstance != "" {
 			held++
 		}

@@ -32,7 +32,7 @@ func TestBacklogSignalsOnTheOverview(t *testing.T) {
 		SELECT 'pricing', now() - i * interval '1 minute', 60 + i * 10, 1, 0, 0, 110, 0, 1 FROM generate_series(1, 30) i`); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := console.New(db, console.Config{Addr: "127.0.0.1:0", Kind: "pricing", Noun: "contract", ItemUnit: "records",
+	srv, err := console.New(pgtest.Handle(db), console.Config{Addr: "127.0.0.1:0", Kind: "pricing", Noun: "contract", ItemUnit: "records",
 		DrainTarget: 65 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

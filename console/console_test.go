@@ -48,7 +48,7 @@ func newConsole(t *testing.T, tok string) (*httptest.Server, *taskstore.Store, f
 	if r, err := s.Fail(ctx, "w1#aa", won[0].Lease, "bad record 7", time.Millisecond, time.Millisecond, 1); err != nil || !r.Quarantined {
 		t.Fatalf("fail: %+v %v", r, err)
 	}
-	srv, err := console.New(db, console.Config{Addr: "127.0.0.1:0", Token: tok, Refresh: 200 * time.Millisecond,
+	srv, err := console.New(pgtest.Handle(db), console.Config{Addr: "127.0.0.1:0", Token: tok, Refresh: 200 * time.Millisecond,
 		Noun: "contract", ItemUnit: "records", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -246,11 +246,11 @@ func TestJobsPageAndTrigger(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
-	if err := schedule.Add(ctx, db, "", schedule.Definition{Name: "nightly-export", Cron: "0 2 * * *",
+	if err := schedule.NewStore(pgtest.Handle(db), "").Add(ctx, schedule.Definition{Name: "nightly-export", Cron: "0 2 * * *",
 		Command: []string{"true"}}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := console.New(db, console.Config{Addr: "127.0.0.1:0", Token: token,
+	srv, err := console.New(pgtest.Handle(db), console.Config{Addr: "127.0.0.1:0", Token: token,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/eventscan"
 	"github.com/batonhq/baton/partition"
@@ -160,7 +162,7 @@ type snapshot struct {
 // source reads the tables and remembers the previous positions, so that
 // each read can report items/s.
 type source struct {
-	db    bun.IDB
+	db    *dbconn.DB
 	store *partition.Store
 	cfg   Config
 
@@ -176,7 +178,7 @@ type source struct {
 	last *snapshot
 }
 
-func newSource(db bun.IDB, cfg Config) *source {
+func newSource(db *dbconn.DB, cfg Config) *source {
 	return &source{db: db, store: partition.NewStore(db, cfg.Schema).Kind(cfg.Kind), cfg: cfg, rates: map[string]float64{}}
 }
 
@@ -252,7 +254,7 @@ func (s *source) read(ctx context.Context) (*snapshot, error) {
 	ov.Processed, ov.Partitions, ov.LegacyParts = total, len(parts), len(parts)
 	ov.Takeovers = takeoverStats{Count: tk.Count, P50: tk.P50.Milliseconds(), P90: tk.P90.Milliseconds(),
 		P99: tk.P99.Milliseconds(), Max: tk.Max.Milliseconds()}
-	hr, err := horizon.Read(ctx, s.db, cmp.Or(s.cfg.Schema, schema.Default), s.cfg.HorizonWarnAfter)
+	hr, err := horizon.NewReader(s.db, s.cfg.Schema).Read(ctx, s.cfg.HorizonWarnAfter)
 	if err != nil {
 		return nil, err
 	}
@@ -418,7 +420,7 @@ func (s *source) listening(ctx context.Context) (map[string]bool, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT substr(application_name, ?) FROM pg_stat_activity
 		WHERE application_name LIKE ? AND datname = current_database()`,
-		len(partition.ListenApplicationName)+1, partition.ListenApplicationName+"%")
+		len(notify.ListenApplicationName)+1, notify.ListenApplicationName+"%")
 	if err != nil {
 		return nil, fmt.Errorf("reading listening workers: %w", err)
 	}

@@ -26,7 +26,7 @@ func serve(t *testing.T, db *bun.DB, cfg console.Config) string {
 	t.Helper()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := console.New(db, cfg)
+	srv, err := console.New(pgtest.Handle(db), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,13 +22,13 @@ func Example() {
 	db, done := pgtest.ExampleDB() // a database with baton's schema applied
 	defer done()
 	ctx := context.Background()
-	if _, err := partition.NewStore(db, "").Kind("invoices").AddWorks(ctx, db, []partition.Work{
+	if _, err := partition.NewStore(db, "").Kind("invoices").AddWorks(ctx, []partition.Work{
 		{Key: "acme", N: 10}, {Key: "globex", N: 5}, {Key: "initech", N: 7},
 	}); err != nil {
 		panic(err)
 	}
 
-	srv, err := console.New(db.DB, console.Config{
+	srv, err := console.New(db, console.Config{
 		Addr:     "127.0.0.1:0", // a free loopback port; the default is 127.0.0.1:8080
 		Kind:     "invoices",
 		Noun:     "account",

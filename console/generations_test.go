@@ -23,11 +23,11 @@ func TestContractPageShowsGenerations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
-	store := partition.NewStore(db, "")
-	if _, err := store.AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 4}, {Key: "other", N: 1}, {Key: "broken", N: 1}}); err != nil {
+	store := partition.NewStore(pgtest.Handle(db), "")
+	if _, err := store.AddWorks(ctx, []partition.Work{{Key: "acme", N: 4}, {Key: "other", N: 1}, {Key: "broken", N: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Rewind(ctx, db, []partition.Rewind{{Key: "acme"}}); err != nil {
+	if _, err := store.Rewind(ctx, []partition.Rewind{{Key: "acme"}}); err != nil {
 		t.Fatal(err)
 	}
 	i64 := func(v int64) *int64 { return &v }

@@ -45,7 +45,7 @@ func horizonConsole(t *testing.T, warnAfter time.Duration, app string) (string, 
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET available = available + 1`); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := console.New(db, console.Config{Addr: "127.0.0.1:0", Refresh: 200 * time.Millisecond,
+	srv, err := console.New(pgtest.Handle(db), console.Config{Addr: "127.0.0.1:0", Refresh: 200 * time.Millisecond,
 		Noun: "contract", ItemUnit: "records", HorizonWarnAfter: warnAfter,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

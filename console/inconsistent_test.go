@@ -26,7 +26,7 @@ func TestInconsistentPartitionsAreShownAsErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	const problem = "checkpoint 1509 beyond its 1506 stored records"
-	srv, err := console.New(db, console.Config{Addr: "127.0.0.1:0", Refresh: 200 * time.Millisecond,
+	srv, err := console.New(pgtest.Handle(db), console.Config{Addr: "127.0.0.1:0", Refresh: 200 * time.Millisecond,
 		Noun: "contract", ItemUnit: "records", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Inconsistent: func(context.Context) (map[string]string, error) {
 			return map[string]string{"c-skipped": problem}, nil

@@ -9,13 +9,13 @@ import (
 )
 
 func (s *source) jobs(ctx context.Context) ([]schedule.Status, error) {
-	return schedule.List(ctx, s.db, s.cfg.Schema)
+	return schedule.NewStore(s.db, s.cfg.Schema).List(ctx)
 }
 
 // trigger asks for one extra run of a job now, as "worker schedule
 // trigger" does. It reports false for an unknown job.
 func (s *source) trigger(ctx context.Context, name string) (bool, error) {
-	_, err := schedule.Trigger(ctx, s.db, s.cfg.Schema, name)
+	_, err := schedule.NewStore(s.db, s.cfg.Schema).Trigger(ctx, name)
 	if errors.Is(err, schedule.ErrNotFound) {
 		return false, nil
 	}

@@ -38,7 +38,7 @@ func TestSplitContractIsOneContract(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv, err := console.New(db, console.Config{Addr: "127.0.0.1:0", Token: token, Refresh: 200 * time.Millisecond,
+	srv, err := console.New(pgtest.Handle(db), console.Config{Addr: "127.0.0.1:0", Token: token, Refresh: 200 * time.Millisecond,
 		Noun: "contract", ItemUnit: "records", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/uptrace/bun"
+	"github.com/batonhq/baton/dbconn"
 
 	"github.com/batonhq/baton/partition"
 )
@@ -40,7 +40,7 @@ type Server struct {
 }
 
 // New returns a console over db, listening on cfg.Addr, not yet serving.
-func New(db *bun.DB, cfg Config) (*Server, error) {
+func New(db *dbconn.DB, cfg Config) (*Server, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("invalid console config: %w", err)

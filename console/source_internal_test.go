@@ -25,7 +25,7 @@ func TestSnapshotSharingAndRates(t *testing.T) {
 	clk := clockwork.NewFakeClock()
 	cfg := Config{Clock: clk, Refresh: 2 * time.Second}
 	cfg.setDefaults()
-	src := newSource(db, cfg)
+	src := newSource(pgtest.Handle(db), cfg)
 	read := func() *snapshot {
 		t.Helper()
 		s, err := src.read(ctx)

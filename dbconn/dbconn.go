@@ -577,16 +577,6 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.r.String(e.err.Error()) }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// Raw returns the pgx connection behind a database/sql connection, for COPY
-// and LISTEN, which database/sql cannot express.
-func Raw(conn *sql.Conn, fn func(*pgx.Conn) error) error {
-	return conn.Raw(func(dc any) error {
-		switch c := dc.(type) {
-		case *stdlib.Conn:
-			return fn(c.Conn())
-		case *pooledConn:
-			return fn(c.Conn.Conn())
-		}
-		return fmt.Errorf("unexpected driver connection %T", dc)
-	})
-}
+// PgxConn is the pgx connection behind pc, for baton's internal use
+// (internal/pgxconn).
+func (pc *pooledConn) PgxConn() *pgx.Conn { return pc.Conn.Conn() }

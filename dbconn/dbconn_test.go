@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/pgxconn"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -155,7 +156,7 @@ func TestEveryTransactionThroughAPoolerHasTheTimeouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after the transaction", got, "0")
-	if err := dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	if err := pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		return pc.QueryRow(ctx, "SELECT 'raw'").Scan(&got)
 	}); err != nil {
 		t.Fatal(err)

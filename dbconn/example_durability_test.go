@@ -30,7 +30,13 @@ func ExampleWatchNotices() {
 	cfg.OnNotice = dbconn.WatchNotices(cfg.OnNotice, nil)
 	sqldb := stdlib.OpenDB(*cfg)
 	// docs:end
-	db, err := dbconn.Wrap(ctx, bun.NewDB(sqldb, pgdialect.New()), dbconn.Access{})
+	wrapped, err := dbconn.Wrap(ctx, bun.NewDB(sqldb, pgdialect.New()), dbconn.Access{})
+	if err != nil {
+		panic(err)
+	}
+	defer wrapped.Close()
+
+	db, err := dbconn.Open(url, dbconn.Options{})
 	if err != nil {
 		panic(err)
 	}
@@ -38,24 +44,19 @@ func ExampleWatchNotices() {
 	store := partition.NewStore(db, "")
 
 	// docs:producer
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		panic(err)
-	}
-	defer conn.Close()
-	watch := dbconn.WatchConn(conn.Conn)
-	err = conn.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		_, err := store.AddWork(ctx, tx, "acme", 3)
+	before := db.NotReplicatedCommits()
+	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		_, err := store.AddWorkTx(ctx, tx, "acme", 3)
 		return err
 	})
 	if err != nil {
 		panic(err)
 	}
-	if watch.NotReplicated() {
-		fmt.Println("committed on the primary only: check it after a failover")
+	if db.NotReplicatedCommits() > before {
+		fmt.Println("a commit of the handle's since before went to the primary only: check it after a failover")
 	}
 	// docs:end
-	fmt.Println("not replicated:", watch.NotReplicated())
+	fmt.Println("not replicated:", db.NotReplicatedCommits()-before)
 	// Output:
-	// not replicated: false
+	// not replicated: 0
 }

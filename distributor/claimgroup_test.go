@@ -229,7 +229,7 @@ func TestClaimGroupLostAfterProcessingRollsBackAndFallsBack(t *testing.T) {
 		// More work for c001, added in a transaction left open: its row
 		// lock (FOR NO KEY UPDATE) does not conflict with the group's
 		// fence, but the claim statement skips the row it locks.
-		_, err := partition.NewStore(e.db, "").AddWorks(ctx, producer, []partition.Work{{Key: "c001", N: 1}})
+		_, err := partition.NewStore(e.db, "").AddWorksTx(ctx, producer, []partition.Work{{Key: "c001", N: 1}})
 		return err
 	}
 	ev := newEvents()

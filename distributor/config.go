@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
@@ -46,7 +47,7 @@ const (
 	ShutdownTimeoutDefault = 10 * time.Second
 	EventRetentionDefault  = 7 * 24 * time.Hour
 	EventMaxRowsDefault    = 1_000_000
-	KeyAttrDefault         = heartbeat.KeyAttrDefault
+	KeyAttrDefault         = keepalive.KeyAttrDefault
 )
 
 // The claim floor's defaults (see FloorMargin and FullReadInterval).
@@ -272,8 +273,8 @@ func (c *Config) setDefaults() {
 	}
 }
 
-func (c Config) heartbeatConfig() heartbeat.Config {
-	return heartbeat.Config{
+func (c Config) heartbeatConfig() keepalive.Config {
+	return keepalive.Config{
 		Interval: c.Heartbeat, StaleAfter: c.StaleAfter, SafetyMargin: c.SafetyMargin,
 		Confirm: c.Confirm, Clock: c.Clock, Logger: c.Logger, OnBeat: c.OnHeartbeat, KeyAttr: c.KeyAttr,
 	}

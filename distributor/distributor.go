@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"log/slog"
 	"os"
 	"sync"
@@ -13,9 +14,9 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/decide"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -39,7 +40,7 @@ type Distributor struct {
 	log   *slog.Logger
 
 	worker taskstore.Worker
-	hb     *heartbeat.Service
+	hb     *keepalive.Service
 	hbConn *pinnedConn
 	// ownListen is the listen handle the distributor opened from
 	// db.ListenURL, closed when it stops.
@@ -110,7 +111,7 @@ type Distributor struct {
 }
 
 type held struct {
-	lease     *heartbeat.Lease
+	lease     *keepalive.Lease
 	takeover  bool
 	claimedAt time.Time
 	prevBeat  time.Time     // takeover: the old owner's last heartbeat (database clock)
@@ -133,7 +134,7 @@ type held struct {
 // statements through it) and which timeouts its transactions carry. Its
 // driver must be pgx's database/sql driver
 // (github.com/jackc/pgx/v5/stdlib: sql.Open("pgx", url) or stdlib.OpenDB),
-// which batches (Batch.Raw) and LISTEN need; New rejects any other driver
+// which batches (Batch.CopyFrom, Exec, QueryRaw) and LISTEN need; New rejects any other driver
 // rather than lose wake-ups silently.
 func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 	if db == nil {
@@ -181,7 +182,7 @@ func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 	hbCfg := cfg.heartbeatConfig()
 	hbCfg.Logger, hbCfg.OnBeat = d.log, d.observeBeat
 	d.hbConn = &pinnedConn{db: db}
-	hb, err := heartbeat.New(renewer{d.hbConn, d.store, &d.worker, d.wantedMore, cfg.StaleAfter, cfg.renewBelow()}, hbCfg)
+	hb, err := keepalive.New(renewer{d.hbConn, d.store, &d.worker, d.wantedMore, cfg.StaleAfter, cfg.renewBelow()}, hbCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -228,9 +229,9 @@ func (d *Distributor) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.worker.Wake = partition.WakePoll
+	d.worker.Wake = notify.WakePoll
 	if listenDB != nil {
-		d.worker.Wake = partition.WakeListen
+		d.worker.Wake = notify.WakeListen
 	}
 	// A database restarting or failing over as the worker starts answers
 	// with errors that say nothing about the data (the server shutting
@@ -270,10 +271,10 @@ func (d *Distributor) register(ctx context.Context) error {
 	return nil
 }
 
-// Held counts the partitions this worker holds, by local state:
+// PartitionsByState counts the partitions this worker owns, by local state:
 // "confirming" (a takeover waiting for its confirmation heartbeats),
 // "active", and "handing_back" (to be released at the next batch boundary).
-func (d *Distributor) Held() map[string]int {
+func (d *Distributor) PartitionsByState() map[string]int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := map[string]int{"confirming": 0, "active": 0, "handing_back": 0}

@@ -28,7 +28,7 @@ func Example() {
 		panic(err)
 	}
 	accounts := partition.NewStore(db, "").Kind("invoices")
-	if _, err := accounts.AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 3}, {Key: "globex", N: 2}}); err != nil {
+	if _, err := accounts.AddWorks(ctx, []partition.Work{{Key: "acme", N: 3}, {Key: "globex", N: 2}}); err != nil {
 		panic(err)
 	}
 

@@ -60,7 +60,7 @@ func TestStalledCommitIsClaimedWithinTheFullReadPeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if _, err := partition.NewStore(e.db, "").AddWork(ctx, tx, "late", 5); err != nil {
+	if _, err := partition.NewStore(e.db, "").AddWorkTx(ctx, tx, "late", 5); err != nil {
 		t.Fatal(err)
 	}
 	// The transaction stays open for more than the margin; then another

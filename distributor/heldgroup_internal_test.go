@@ -45,7 +45,7 @@ func (p *heldGroupProc) ProcessGroup(ctx context.Context, g *Group) ([]Result, e
 	if err := g.Tx.QueryRowContext(ctx, `SELECT txid_current()`).Scan(&txid); err != nil {
 		return nil, err
 	}
-	p.groups, p.txids, p.held = append(p.groups, keys), append(p.txids, txid), append(p.held, g.Held)
+	p.groups, p.txids, p.held = append(p.groups, keys), append(p.txids, txid), append(p.held, g.Owned)
 	out := make([]Result, len(g.Batches))
 	for i, b := range g.Batches {
 		r, err := p.Process(ctx, b)

@@ -51,7 +51,7 @@ func heldGroups(p *groupProc) *[][]string {
 	var mu sync.Mutex
 	var out [][]string
 	p.beforeGroup = func(ctx context.Context, g *distributor.Group) error {
-		if !g.Held {
+		if !g.Owned {
 			return nil
 		}
 		var ks []string

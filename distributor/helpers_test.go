@@ -47,7 +47,7 @@ func (e *env) addWork(n int64, keys ...string) {
 	for i, k := range keys {
 		work[i] = partition.Work{Key: k, N: n}
 	}
-	if _, err := partition.NewStore(e.db, "").AddWorks(context.Background(), e.db, work); err != nil {
+	if _, err := partition.NewStore(e.db, "").AddWorks(context.Background(), work); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -287,8 +287,8 @@ func (e *env) heldBy() map[string]int {
 	}
 	held := map[string]int{}
 	for _, w := range workers {
-		if w.Held > 0 {
-			held[w.Name] = w.Held
+		if w.Owned > 0 {
+			held[w.Name] = w.Owned
 		}
 	}
 	return held

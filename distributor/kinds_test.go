@@ -72,7 +72,7 @@ func TestProcessorsOfTwoKindsShareASchema(t *testing.T) {
 		for k, n := range w {
 			ws = append(ws, partition.Work{Key: k, N: n})
 		}
-		if _, err := partition.NewStore(e.db, "").Kind(kind).AddWorks(ctx, e.db, ws); err != nil {
+		if _, err := partition.NewStore(e.db, "").Kind(kind).AddWorks(ctx, ws); err != nil {
 			t.Fatal(err)
 		}
 	}

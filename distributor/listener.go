@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
-	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/internal/pgxconn"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -95,17 +96,17 @@ func (d *Distributor) listenOnce(ctx context.Context, db *dbconn.DB) error {
 		return err
 	}
 	defer conn.Close()
-	return dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	return pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		// The connection is closed when done, so the pool discards it
 		// instead of handing out a connection that is still listening.
 		defer pc.Close(context.Background())
 		// Named so that operators can tell listening workers from polling
 		// ones; LISTEN stays this session's last statement.
 		if _, err := pc.Exec(ctx, "SELECT set_config('application_name', $1, false)",
-			partition.ListenApplicationName+d.worker.InstanceID); err != nil {
+			notify.ListenApplicationName+d.worker.InstanceID); err != nil {
 			return err
 		}
-		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
+		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{notify.Channel}.Sanitize()); err != nil {
 			return err
 		}
 		// Notifications sent before LISTEN took effect (at start, or while
@@ -136,20 +137,20 @@ func (d *Distributor) listenOnce(ctx context.Context, db *dbconn.DB) error {
 // Notifications about partitions of another kind concern other workers and
 // are ignored; one without a kind (sent by hand) wakes every worker.
 func (d *Distributor) notified(payload string) {
-	reason, kind := partition.ParsePayload(payload)
+	reason, kind := notify.Parse(payload)
 	if kind != "" && kind != d.cfg.Kind {
 		return
 	}
-	if since, ok := partition.PayloadSince(payload); ok {
+	if since, ok := notify.Since(payload); ok {
 		// Partitions became claimable then (a producer's work, a
 		// release, a hand-back, a retry), maybe long before the commit:
 		// read the claimable rows from there.
 		d.store.LowerFloor(since)
 	}
 	switch reason {
-	case partition.NotifyLeft:
+	case notify.Left:
 		d.workerLeft.Store(true)
-	case partition.NotifyReleased:
+	case notify.Released:
 	default:
 		d.workChanged.Store(true)
 	}

@@ -3,12 +3,9 @@ package distributor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
-	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/partition"
-	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 )
 
@@ -54,11 +51,8 @@ type Batch struct {
 	// Owner is this worker's instance id.
 	Owner string
 	// Tx is the fenced transaction: the task row is locked and verified
-	// to belong to Lease.
+	// to belong to Lease. Exec, QueryRaw and CopyFrom run in it too.
 	Tx bun.Tx
-	// Conn is the connection Tx runs on (zero when the batch was built
-	// without one). Use it only through Raw.
-	Conn bun.Conn
 	// Checkpoint is the committed progress, read under the fence.
 	Checkpoint partition.Checkpoint
 	// Limit is the most work items to process.
@@ -67,23 +61,8 @@ type Batch struct {
 	// or, for a segment (see Splitter), the partition it was split from.
 	// Read the items, and key the output, by Partition.
 	Partition string
-}
 
-// ErrNoConn is returned by Batch.Raw for a batch built without its
-// connection.
-var ErrNoConn = errors.New("batch has no connection")
-
-// Raw calls fn with the pgx connection that the batch's transaction runs on,
-// for what database/sql cannot express: COPY, binary-format parameters and
-// results. Statements sent through it run inside the fenced transaction, so
-// they are committed with the checkpoint or not at all. fn must not commit,
-// roll back or begin a transaction, and must not keep the connection after
-// it returns.
-func (b *Batch) Raw(fn func(conn *pgx.Conn) error) error {
-	if b.Conn.Conn == nil {
-		return ErrNoConn
-	}
-	return dbconn.Raw(b.Conn.Conn, fn)
+	conn *txConn // the connection Tx runs on; nil for a batch made by hand
 }
 
 // IdempotencyKey names the batch's items for side effects outside the
@@ -126,54 +105,41 @@ type GroupProcessor interface {
 	// g.Tx, and returns their new checkpoints, one Result per batch in
 	// the same order, each as Process would return it for that batch
 	// alone. The distributor records them all in the same transaction
-	// and commits only if every partition's claim is won (or, Held,
+	// and commits only if every partition's claim is won (or, Owned,
 	// still current), so every member's output commits with every
 	// member's checkpoint or none does.
 	//
 	// An error fails the whole group: its transaction rolls back and
 	// each member is then processed on its own (Process), so that an
 	// error is recorded against the partition that causes it. ctx is
-	// cancelled as for Process; for a Held group, when any member's
+	// cancelled as for Process; for an Owned group, when any member's
 	// ownership is lost.
 	ProcessGroup(ctx context.Context, g *Group) ([]Result, error)
 }
 
 // Group is batches of several partitions in one transaction that fences
 // them all: either the first batches of partitions claimed together, or
-// (Held) the next batches of partitions this worker holds.
+// (Owned) the next batches of partitions this worker owns.
 type Group struct {
 	// Owner is this worker's instance id.
 	Owner string
 	// Tx is the fenced transaction: every member's task row is locked
 	// and verified to be still unowned at the version read (a claim's
 	// first batch), or still owned by Owner under the member's Lease
-	// (Held).
+	// (Owned).
 	Tx bun.Tx
-	// Conn is the connection Tx runs on. Use it only through Raw.
-	Conn bun.Conn
 	// Batches are the members, in partition_key order, each with its
 	// Lease (the claim that commits with the group, or that holds the
-	// partition), Checkpoint and Limit; their Tx and Conn are the group's.
+	// partition), Checkpoint and Limit; their Tx is the group's.
 	// A member may be a segment (Batch.Partition) and may resume from any
 	// checkpoint, as for Process.
 	Batches []*Batch
-	// Held reports that the members are partitions this worker holds
+	// Owned reports that the members are partitions this worker owns
 	// already (their claims committed earlier), not first batches of
 	// claims made with the group.
-	Held bool
-	// Prepare reports that Conn reaches PostgreSQL itself, not through a
-	// transaction pooler, so statements sent through Raw may be prepared
-	// and kept on it (pgx.QueryExecModeCacheStatement): a group's few
-	// statements are then parsed and planned once per connection.
-	Prepare bool
-}
+	Owned bool
 
-// Raw is Batch.Raw for the group's transaction.
-func (g *Group) Raw(fn func(conn *pgx.Conn) error) error {
-	if g.Conn.Conn == nil {
-		return ErrNoConn
-	}
-	return dbconn.Raw(g.Conn.Conn, fn)
+	conn *txConn // the connection Tx runs on
 }
 
 // Splitter is a Processor whose partitions can be split: the items after

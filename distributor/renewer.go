@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"sync"
 	"time"
 
@@ -31,7 +32,7 @@ type renewer struct {
 	renewBelow time.Duration
 }
 
-func (r renewer) Renew(ctx context.Context, leases []partition.Lease) (out []partition.Renewal, err error) {
+func (r renewer) Renew(ctx context.Context, leases []partition.Lease) (out []leaseinfo.Renewal, err error) {
 	err = r.conn.do(ctx, func(db bun.IDB) error {
 		w := *r.worker
 		w.Wanted = r.wanted()
@@ -41,7 +42,7 @@ func (r renewer) Renew(ctx context.Context, leases []partition.Lease) (out []par
 	return out, err
 }
 
-func (r renewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
+func (r renewer) Inspect(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	return r.store.Inspect(ctx, r.worker.InstanceID, leases)
 }
 

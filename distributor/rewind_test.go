@@ -111,7 +111,7 @@ func rewindInBackground(e *env, rw ...partition.Rewind) (done chan error, rewoun
 		tx, err := e.db.BeginTx(context.Background(), nil)
 		if err == nil {
 			var r []partition.Rewound
-			if r, err = s.Rewind(context.Background(), tx, rw); err == nil {
+			if r, err = s.RewindTx(context.Background(), tx, rw); err == nil {
 				if err = tx.Commit(); err == nil {
 					rewound <- r
 					return

@@ -262,7 +262,7 @@ func TestAddWorkRefusesASegmentKey(t *testing.T) {
 	if p, start, ok := partition.ParseSegmentKey(key); !ok || p != "hot" || start != 100 {
 		t.Fatalf("ParseSegmentKey(%q) = %q, %d, %v", key, p, start, ok)
 	}
-	_, err := partition.NewStore(e.db, "").AddWork(context.Background(), e.db, key, 1)
+	_, err := partition.NewStore(e.db, "").AddWork(context.Background(), key, 1)
 	if err == nil {
 		t.Fatalf("AddWork(%q) succeeded", key)
 	}

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/dberr"
+	"github.com/batonhq/baton/internal/pgxconn"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 	"github.com/uptrace/bun"
@@ -203,7 +203,7 @@ func (d *Distributor) runTxn(t *txn) (err error) {
 	}
 
 	// A connection of its own, so that the processor can reach the
-	// driver's connection inside the transaction (Batch.Raw).
+	// driver's connection inside the transaction (Batch.CopyFrom).
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("beginning %s: %w", t.what, causeOr(ctx, err))
@@ -245,8 +245,8 @@ func (d *Distributor) runTxn(t *txn) (err error) {
 		}
 		limits = shareItems(pending, d.size.batchLimit(), d.size.groupLimit())
 	}
-	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Conn: conn, Batches: make([]*Batch, len(in)),
-		Prepare: d.db.Direct(), Held: in[0].h != nil}
+	tc := &txConn{conn: conn, prepare: d.db.Direct()}
+	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Batches: make([]*Batch, len(in)), Owned: in[0].h != nil, conn: tc}
 	for k, m := range in {
 		if !t.lone {
 			m.ctx, m.span = tracer.Start(ctx, "baton.batch", d.leaseAttrs(m.lease), trace.WithAttributes(batchAttrs(t, m)...))
@@ -254,8 +254,8 @@ func (d *Distributor) runTxn(t *txn) (err error) {
 		if m.first() {
 			linkPrevious(m.span, m.cp.Traceparent)
 		}
-		m.b = &Batch{Kind: d.cfg.Kind, Lease: m.lease, Owner: d.worker.InstanceID, Tx: tx, Conn: conn,
-			Checkpoint: m.cp, Limit: limits[k], Partition: partition.PartitionOf(m.lease.Key)}
+		m.b = &Batch{Kind: d.cfg.Kind, Lease: m.lease, Owner: d.worker.InstanceID, Tx: tx,
+			Checkpoint: m.cp, Limit: limits[k], Partition: partition.PartitionOf(m.lease.Key), conn: tc}
 		g.Batches[k] = m.b
 		if m.h != nil {
 			m.h.tried = limits[k]
@@ -305,7 +305,7 @@ func (d *Distributor) runTxn(t *txn) (err error) {
 		return err
 	}
 
-	watch := dbconn.WatchConn(conn.Conn)
+	watch := pgxconn.WatchConn(conn.Conn)
 	if cerr := tx.Commit(); cerr != nil {
 		if ctx.Err() != nil || !dberr.UnknownOutcome(cerr) {
 			return fmt.Errorf("committing %s: %w", t.what, causeOr(ctx, cerr))

@@ -3,6 +3,7 @@ package distributor_test
 import (
 	"context"
 	"errors"
+	"github.com/batonhq/baton/internal/notify"
 	"testing"
 	"time"
 
@@ -49,8 +50,8 @@ func TestUntilDoneWorkerHoldingNothingClaimsNotifiedWork(t *testing.T) {
 	})
 	// A notification of work while the worker holds nothing (here one
 	// with no work behind it), then, a few rounds later, the new work.
-	if _, err := e.db.Exec(`SELECT pg_notify(?, ?)`, partition.NotifyChannel,
-		partition.NotifyPayload(partition.NotifyWork, partition.DefaultKind)); err != nil {
+	if _, err := e.db.Exec(`SELECT pg_notify(?, ?)`, notify.Channel,
+		notify.Payload(notify.Work, partition.DefaultKind)); err != nil {
 		t.Fatal(err)
 	}
 	for len(beats) > 0 {

@@ -36,7 +36,7 @@ func Example() {
 		panic(err)
 	}
 
-	r, err := horizon.Read(ctx, db, schema.Default, horizon.WarnAfterDefault)
+	r, err := horizon.NewReader(db, schema.Default).Read(ctx, horizon.WarnAfterDefault)
 	if err != nil {
 		panic(err)
 	}

@@ -32,8 +32,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/schema"
-	"github.com/uptrace/bun"
 )
 
 // WarnAfterDefault is the age of the oldest transaction holding the
@@ -202,11 +202,24 @@ SELECT relname::text, n_live_tup, n_dead_tup, greatest(last_vacuum, last_autovac
  WHERE schemaname = ?
  ORDER BY n_dead_tup DESC, relname`
 
+// Reader reads the horizon's holders over one database handle, and the
+// dead row versions of the tables of one schema.
+type Reader struct {
+	db     *dbconn.DB
+	schema string
+}
+
+// NewReader returns a Reader over db for the tables in schemaName
+// (schema.Default, "baton", when empty).
+func NewReader(db *dbconn.DB, schemaName string) *Reader {
+	return &Reader{db: db, schema: cmp.Or(schemaName, schema.Default)}
+}
+
 // Read reads the holders of the horizon and the dead row versions of the
-// tables in schemaName (schema.Default, "baton", when empty), and warns
-// past warnAfter (WarnAfterDefault when 0; a negative value warns always).
-func Read(ctx context.Context, db bun.IDB, schemaName string, warnAfter time.Duration) (Report, error) {
-	schemaName = cmp.Or(schemaName, schema.Default)
+// reader's tables, and warns past warnAfter (WarnAfterDefault when 0; a
+// negative value warns always).
+func (hr *Reader) Read(ctx context.Context, warnAfter time.Duration) (Report, error) {
+	db, schemaName := hr.db, hr.schema
 	r := Report{WarnAfter: cmp.Or(warnAfter, WarnAfterDefault)}
 	rows, err := db.QueryContext(ctx, holdersSQL)
 	if err != nil {

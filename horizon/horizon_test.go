@@ -91,7 +91,7 @@ func TestReadReportsARepeatableReadTransactionAndDeadRows(t *testing.T) {
 	}
 	// Threshold 1ms: past it as soon as the transaction is a millisecond old.
 	testutil.Eventually(t, 20*time.Second, "the held transaction reported, with a warning and dead task rows", func() error {
-		r, err := horizon.Read(ctx, db, "baton", time.Millisecond)
+		r, err := horizon.NewReader(pgtest.Handle(db), "baton").Read(ctx, time.Millisecond)
 		if err != nil {
 			return err
 		}
@@ -116,7 +116,7 @@ func TestReadReportsARepeatableReadTransactionAndDeadRows(t *testing.T) {
 		return fmt.Errorf("tasks' dead rows not counted yet: %+v", r.Tables)
 	})
 	// Far below an hour-long threshold: listed, no warning from it.
-	r, err := horizon.Read(ctx, db, "baton", time.Hour)
+	r, err := horizon.NewReader(pgtest.Handle(db), "baton").Read(ctx, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestReadReportsARepeatableReadTransactionAndDeadRows(t *testing.T) {
 		t.Fatalf("warning below the threshold: %s", r.Reason)
 	}
 	// No schema named: baton's default one, as everywhere else.
-	r, err = horizon.Read(ctx, db, "", time.Hour)
+	r, err = horizon.NewReader(pgtest.Handle(db), "").Read(ctx, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,6 +86,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/internal/leaseloop"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
@@ -157,7 +158,7 @@ func (c Config) validate() error {
 type Elector struct {
 	db  bun.IDB
 	cfg Config
-	hb  *heartbeat.Service
+	hb  *keepalive.Service
 }
 
 // New returns an elector over db (from dbconn.Open or dbconn.Wrap); cfg
@@ -167,7 +168,7 @@ func New(db *dbconn.DB, cfg Config) (*Elector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("invalid elector config: %w", err)
 	}
-	hb, err := heartbeat.New(leaseTable(db, cfg.Schema, cfg.InstanceID, cfg.StaleAfter), heartbeat.Config{Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
+	hb, err := keepalive.New(leaseTable(db, cfg.Schema, cfg.InstanceID, cfg.StaleAfter), keepalive.Config{Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
 		Clock: cfg.Clock, Logger: cfg.Logger, KeyAttr: "leadership"})
 	if err != nil {
 		return nil, fmt.Errorf("invalid elector config: %w", err)
@@ -194,7 +195,7 @@ type Leadership struct {
 	Token int64
 
 	e     *Elector
-	lease *heartbeat.Lease
+	lease *keepalive.Lease
 }
 
 // Done is closed when the leadership is lost (or resigned).

@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"testing"
 	"time"
 
@@ -36,11 +37,11 @@ func (h *leadershipLeases) exec(query string, args ...any) {
 	}
 }
 
-func (h *leadershipLeases) Renew(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error) {
+func (h *leadershipLeases) Renew(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	return leaseTable(h.db, schema.Default, owner, storetest.TTL).Renew(ctx, leases)
 }
 
-func (h *leadershipLeases) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error) {
+func (h *leadershipLeases) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	return leaseTable(h.db, schema.Default, owner, storetest.TTL).Inspect(ctx, leases)
 }
 

@@ -23,7 +23,7 @@ func Example() {
 	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := partition.NewStore(db, "").Kind("invoices").AddWorks(ctx, db, []partition.Work{
+	if _, err := partition.NewStore(db, "").Kind("invoices").AddWorks(ctx, []partition.Work{
 		{Key: "acme", N: 10}, {Key: "globex", N: 5}, {Key: "initech", N: 7},
 	}); err != nil {
 		panic(err)

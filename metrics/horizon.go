@@ -18,7 +18,7 @@ const HorizonMaxAge = 5 * time.Second
 // horizonTimeout bounds one reading at a scrape.
 const horizonTimeout = 2 * time.Second
 
-// WatchHorizon exposes what read returns (horizon.Read over the worker's
+// WatchHorizon exposes what read returns (horizon.Reader.Read over the worker's
 // database and schema), read at scrape time at most every HorizonMaxAge:
 //
 //   - baton_xmin_horizon_age_seconds: the age of the oldest transaction

@@ -69,7 +69,7 @@ func TestHorizonGaugesReportAHeldTransaction(t *testing.T) {
 
 	m := New()
 	m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
-		return horizon.Read(ctx, db, "baton", time.Millisecond)
+		return horizon.NewReader(pgtest.Handle(db), "baton").Read(ctx, time.Millisecond)
 	})
 	testutil.Eventually(t, 30*time.Second, "the horizon gauges", func() error {
 		g := gauges(t, m)
@@ -95,7 +95,7 @@ func TestHorizonGaugesReportAHeldTransaction(t *testing.T) {
 	}
 	m2 := New()
 	m2.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
-		return horizon.Read(ctx, db, "baton", time.Millisecond)
+		return horizon.NewReader(pgtest.Handle(db), "baton").Read(ctx, time.Millisecond)
 	})
 	if age := gauges(t, m2)["baton_xmin_horizon_age_seconds"]; age < held-0.5 {
 		t.Fatalf("age %v below the held transaction's %v", age, held)

@@ -152,7 +152,7 @@ func (m *Metrics) WatchDB(db *dbconn.DB) {
 }
 
 // Watch reports d's held partitions in baton_partitions_held.
-func (m *Metrics) Watch(d *distributor.Distributor) { m.held = d.Held }
+func (m *Metrics) Watch(d *distributor.Distributor) { m.held = d.PartitionsByState }
 
 // OnEvent counts a protocol event.
 func (m *Metrics) OnEvent(e distributor.Event) {

@@ -4,8 +4,8 @@
 // operators and services use it to see and repair the state of the work.
 // The statements the distributor runs on these rows (claim, renew, fence,
 // advance, release) are internal; the types they share with their callers
-// (Lease, Checkpoint, Held, Renewal, the events and notifications) are
-// here.
+// (Lease, Checkpoint, the events) are
+// here; the notifications' wire format is internal.
 //
 // # Partitions and work items
 //
@@ -21,11 +21,13 @@
 //
 // # Adding work
 //
-// A Store bound to a kind (NewStore(db, "").Kind("orders")) adds work with
-// AddWork (one partition) or AddWorks (several in one statement), inside
-// the producer's own transaction, so the items and the work counter commit
-// or roll back together; the partition is created on first use. AddWork
-// returns the numbers the new items take (Range): the producer writes its
+// A Store is bound once to baton's handle, a schema and a kind
+// (NewStore(db, "").Kind("orders")). It adds work with AddWorkTx (one
+// partition) or AddWorksTx (several in one statement) inside the
+// producer's own transaction (a bun.Tx begun on the handle), so the items
+// and the work counter commit or roll back together; AddWork and AddWorks
+// do the same in a transaction of their own. The partition is created on
+// first use. AddWorkTx returns the numbers the new items take (Range): the producer writes its
 // items under them in the same transaction. The statement holds the task
 // row's lock until the transaction ends, so producers of the same partition
 // running at once are numbered one after the other, never the same. The
@@ -52,7 +54,7 @@
 //
 // # Processing again: generations
 //
-// Rewind (RewindPgx on a pgx transaction) makes partitions process their
+// RewindTx (in the caller's transaction; Rewind in one of its own) makes partitions process their
 // items again from a given position, with the processor state a batch
 // ending there would have committed, under a new generation of their
 // output: for example to re-price a contract after its tiers changed, from
@@ -73,5 +75,5 @@
 // simulator's model. Each names its kind and locks task rows in (kind,
 // partition_key) order, with the lock modes Store's documentation lists; a
 // producer that writes task rows itself must follow the same rules, and
-// should use AddWork instead.
+// should use AddWorkTx instead.
 package partition

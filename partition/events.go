@@ -59,11 +59,6 @@ func (k EventKind) Recorded() bool {
 	return false
 }
 
-// ListenApplicationName prefixes the application_name of a worker's
-// notification connection, followed by its instance id, so operators (and
-// the console) can tell listening workers from polling ones.
-const ListenApplicationName = "baton-listen "
-
 // Event is one row of a partition's ownership history.
 type Event struct {
 	ID           int64          // increasing with insertion

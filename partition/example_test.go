@@ -24,7 +24,7 @@ func Example() {
 	orders := partition.NewStore(db, "").Kind("orders")
 	place := func(customer string, items ...string) {
 		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			r, err := orders.AddWork(ctx, tx, customer, int64(len(items)))
+			r, err := orders.AddWorkTx(ctx, tx, customer, int64(len(items)))
 			if err != nil {
 				return err
 			}

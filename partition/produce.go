@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"slices"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/batonhq/baton/internal/pgxwork"
 )
 
 // Work is n new work items for the partition Key (of the Store's kind).
@@ -29,7 +31,17 @@ type Range struct {
 // N is the number of items in r.
 func (r Range) N() int64 { return r.Last - r.First + 1 }
 
-// AddWork makes n more work items available on partition key of s's kind,
+// AddWork is AddWorkTx in a transaction of its own.
+func (s *Store) AddWork(ctx context.Context, key string, n int64) (Range, error) {
+	return inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) (Range, error) { return s.AddWorkTx(ctx, tx, key, n) })
+}
+
+// AddWorks is AddWorksTx in a transaction of its own.
+func (s *Store) AddWorks(ctx context.Context, work []Work) ([]Range, error) {
+	return inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) ([]Range, error) { return s.AddWorksTx(ctx, tx, work) })
+}
+
+// AddWorkTx makes n more work items available on partition key of s's kind,
 // creating the partition if it does not exist, inside tx: the caller's own
 // transaction, so the work becomes visible (and claimable) atomically with
 // the caller's writes, and the wake-up notification of the kind's workers
@@ -38,7 +50,7 @@ func (r Range) N() int64 { return r.Last - r.First + 1 }
 // the same transaction:
 //
 //	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-//		r, err := orders.AddWork(ctx, tx, customer, int64(len(items)))
+//		r, err := orders.AddWorkTx(ctx, tx, customer, int64(len(items)))
 //		if err != nil {
 //			return err
 //		}
@@ -59,17 +71,17 @@ func (r Range) N() int64 { return r.Last - r.First + 1 }
 //
 // The kind decides which processor the work is for: only a distributor of
 // the same kind (Config.Kind) claims it. A partition of the same key under
-// another kind is another partition, and is left alone. AddWork is
-// AddWorks with one partition.
-func (s *Store) AddWork(ctx context.Context, tx bun.IDB, key string, n int64) (Range, error) {
-	rs, err := s.AddWorks(ctx, tx, []Work{{Key: key, N: n}})
+// another kind is another partition, and is left alone. AddWorkTx is
+// AddWorksTx with one partition.
+func (s *Store) AddWorkTx(ctx context.Context, tx bun.Tx, key string, n int64) (Range, error) {
+	rs, err := s.AddWorksTx(ctx, tx, []Work{{Key: key, N: n}})
 	if err != nil {
 		return Range{}, err
 	}
 	return rs[0], nil
 }
 
-// AddWorks is AddWork for several partitions of s's kind in one
+// AddWorksTx is AddWorkTx for several partitions of s's kind in one
 // statement, returning the range each partition's items took, one per
 // distinct key in byte order (work for the same key more than once is
 // added, and numbered, as one). It follows the protocol's lock order: rows are locked in
@@ -90,13 +102,13 @@ func (s *Store) AddWork(ctx context.Context, tx bun.IDB, key string, n int64) (R
 //   - never change a task row in any other way (version, owner, position,
 //     checkpoint, leases), nor lower available, nor lock task rows FOR
 //     UPDATE: those are the protocol's.
-func (s *Store) AddWorks(ctx context.Context, tx bun.IDB, work []Work) ([]Range, error) {
+func (s *Store) AddWorksTx(ctx context.Context, tx bun.Tx, work []Work) ([]Range, error) {
 	keys, ns, err := s.mergeWork(work)
 	if err != nil || len(keys) == 0 {
 		return nil, err
 	}
 	rows, err := tx.QueryContext(ctx, s.addWorkSQL("?", "?", "?", "?", "?"),
-		s.kind, pgdialect.Array(keys), pgdialect.Array(ns), NotifyChannel, NotifyPayload(NotifyWork, s.kind))
+		s.kind, pgdialect.Array(keys), pgdialect.Array(ns), notify.Channel, notify.Payload(notify.Work, s.kind))
 	if err != nil {
 		return nil, fmt.Errorf("adding work to %d partition(s) of kind %s: %w", len(keys), s.kind, err)
 	}
@@ -125,23 +137,17 @@ func (s *Store) AddWorks(ctx context.Context, tx bun.IDB, work []Work) ([]Range,
 	return ranges, nil
 }
 
-// Execer runs a statement with PostgreSQL's own $n parameters: a pgx.Tx
-// or *pgx.Conn in a transaction.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// AddWorksPgx is AddWorks for a transaction on a pgx connection rather
-// than database/sql (the loader's, which streams records with COPY). The
-// statement, lock order and notification are AddWorks' own; the same rules
-// bind the producer.
-func (s *Store) AddWorksPgx(ctx context.Context, tx Execer, work []Work) error {
+// addWorksPgx is AddWorksTx for a transaction on a pgx connection rather
+// than database/sql (the loader's, which streams records with COPY;
+// internal/pgxwork). The statement, lock order and notification are
+// AddWorksTx's own; the same rules bind the producer.
+func (s *Store) addWorksPgx(ctx context.Context, tx pgxwork.Tx, work []Work) error {
 	keys, ns, err := s.mergeWork(work)
 	if err != nil || len(keys) == 0 {
 		return err
 	}
 	if _, err := tx.Exec(ctx, s.addWorkSQL("$1", "$2", "$3", "$4", "$5"),
-		s.kind, keys, ns, NotifyChannel, NotifyPayload(NotifyWork, s.kind)); err != nil {
+		s.kind, keys, ns, notify.Channel, notify.Payload(notify.Work, s.kind)); err != nil {
 		return fmt.Errorf("adding work to %d partition(s) of kind %s: %w", len(keys), s.kind, err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/pgxwork"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
 )
@@ -31,7 +33,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{notify.Channel}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 	next := func() string {
@@ -44,7 +46,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 		}
 		return n.Payload
 	}
-	s := partition.NewStore(db, "")
+	s := partition.NewStore(pgtest.Handle(db), "")
 	ws := taskstore.NewStore(db, "") // the workers' statements
 	if _, err := db.ExecContext(ctx, `CREATE TABLE public.orders (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
@@ -55,7 +57,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AddWork(ctx, tx, "gone", 3); err != nil {
+	if _, err := s.AddWorkTx(ctx, tx, "gone", 3); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(); err != nil {
@@ -70,7 +72,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO public.orders VALUES ('o1')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AddWorks(ctx, tx, []partition.Work{{Key: "b", N: 2}, {Key: "a", N: 1}, {Key: "b", N: 3}}); err != nil {
+	if _, err := s.AddWorksTx(ctx, tx, []partition.Work{{Key: "b", N: 2}, {Key: "a", N: 1}, {Key: "b", N: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := ws.Candidates(ctx, 10); err != nil || len(c) != 0 {
@@ -79,20 +81,20 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if err := ws.Notify(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != partition.NotifyPayload("marker", partition.DefaultKind) {
+	if got := next(); got != notify.Payload("marker", partition.DefaultKind) {
 		t.Fatalf("first notification = %q, want the marker: the producer's was sent before its commit", got)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	payload := next()
-	if reason, kind := partition.ParsePayload(payload); reason != partition.NotifyWork || kind != partition.DefaultKind {
+	if reason, kind := notify.Parse(payload); reason != notify.Work || kind != partition.DefaultKind {
 		t.Fatalf("notification after commit = %q, want work of the default kind", payload)
 	}
 	// It says when the producer's statement made the partition claimable
 	// (before the commit, when the transaction ran): what a worker's floor
 	// is lowered to.
-	since, ok := partition.PayloadSince(payload)
+	since, ok := notify.Since(payload)
 	if !ok {
 		t.Fatalf("notification after commit = %q, without the time the work was added", payload)
 	}
@@ -116,10 +118,10 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	}
 
 	// More work on an existing partition adds to it.
-	if _, err := s.AddWork(ctx, db, "a", 4); err != nil {
+	if _, err := s.AddWork(ctx, "a", 4); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); !strings.HasPrefix(got, partition.NotifyPayload(partition.NotifyWork, partition.DefaultKind)+" ") {
+	if got := next(); !strings.HasPrefix(got, notify.Payload(notify.Work, partition.DefaultKind)+" ") {
 		t.Fatalf("notification = %q, want work", got)
 	}
 	var avail int64
@@ -128,7 +130,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	}
 
 	for _, bad := range []partition.Work{{Key: "", N: 1}, {Key: "x", N: -1}} {
-		if _, err := s.AddWorks(ctx, db, []partition.Work{bad}); err == nil {
+		if _, err := s.AddWorks(ctx, []partition.Work{bad}); err == nil {
 			t.Errorf("AddWorks(%+v) accepted", bad)
 		}
 	}
@@ -141,9 +143,9 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "")
+	s := partition.NewStore(pgtest.Handle(db), "")
 	ws := taskstore.NewStore(db, "")
-	if _, err := s.AddWork(ctx, db, "k", 5); err != nil {
+	if _, err := s.AddWork(ctx, "k", 5); err != nil {
 		t.Fatal(err)
 	}
 	won, err := ws.Claim(ctx, "w#1", time.Minute, []taskstore.Candidate{{Key: "k", Version: 0}})
@@ -161,7 +163,7 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := s.AddWork(actx, db, "k", 2); err != nil {
+	if _, err := s.AddWork(actx, "k", 2); err != nil {
 		t.Fatalf("adding work while a batch holds the fence: %v", err)
 	}
 	if err := ws.Advance(ctx, batch, won[0].Lease, 0, 5, nil); err != nil {
@@ -174,14 +176,14 @@ func TestAddWorkDoesNotWaitForABatch(t *testing.T) {
 	if err != nil || len(rows) != 1 || rows[0].Processed != 5 || rows[0].Pending != 2 {
 		t.Fatalf("after batch and producer: %+v, %v; want position 5, 2 pending", rows, err)
 	}
-	if _, err := s.AddWork(ctx, db, "k", -1); err == nil || !strings.Contains(err.Error(), "taken back") {
+	if _, err := s.AddWork(ctx, "k", -1); err == nil || !strings.Contains(err.Error(), "taken back") {
 		t.Fatalf("negative work: %v", err)
 	}
 }
 
 // AddWorksPgx is the same producer statement on a pgx transaction: keys
 // merged, counts added to existing partitions, nothing kept on rollback.
-func TestAddWorksPgxOnAPgxTransaction(t *testing.T) {
+func TestAddWorksOnAPgxTransaction(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	db := pgtest.Open(t, url, dbconn.Options{})
@@ -191,8 +193,8 @@ func TestAddWorksPgxOnAPgxTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	s := partition.NewStore(db, "")
-	if _, err := s.AddWork(ctx, db, "b", 2); err != nil {
+	s := partition.NewStore(pgtest.Handle(db), "")
+	if _, err := s.AddWork(ctx, "b", 2); err != nil {
 		t.Fatal(err)
 	}
 	for _, commit := range []bool{false, true} {
@@ -200,7 +202,7 @@ func TestAddWorksPgxOnAPgxTransaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.AddWorksPgx(ctx, tx, []partition.Work{{Key: "b", N: 5}, {Key: "a", N: 1}, {Key: "b", N: 1}}); err != nil {
+		if err := pgxwork.AddWorks(ctx, tx, "", partition.DefaultKind, pgxwork.Work{Keys: []string{"b", "a", "b"}, N: []int64{5, 1, 1}}); err != nil {
 			t.Fatal(err)
 		}
 		if commit {
@@ -212,7 +214,7 @@ func TestAddWorksPgxOnAPgxTransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.AddWorksPgx(ctx, conn, []partition.Work{{Key: "c", N: -1}}); err == nil {
+	if err := pgxwork.AddWorks(ctx, conn, "", partition.DefaultKind, pgxwork.Work{Keys: []string{"c"}, N: []int64{-1}}); err == nil {
 		t.Fatal("negative work accepted")
 	}
 	got := map[string]int64{}
@@ -247,7 +249,7 @@ func TestConcurrentProducersNumberTheirItemsWithoutCollision(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE public.items (customer text, seq bigint, producer int, PRIMARY KEY (customer, seq))`); err != nil {
 		t.Fatal(err)
 	}
-	s := partition.NewStore(db, "").Kind("orders")
+	s := partition.NewStore(pgtest.Handle(db), "").Kind("orders")
 	const producers, rounds = 6, 15
 	var g errgroup.Group
 	for p := range producers {
@@ -255,7 +257,7 @@ func TestConcurrentProducersNumberTheirItemsWithoutCollision(t *testing.T) {
 			for i := range rounds {
 				n := int64(1 + (p+i)%4)
 				err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-					r, err := s.AddWork(ctx, tx, "acme", n)
+					r, err := s.AddWorkTx(ctx, tx, "acme", n)
 					if err != nil {
 						return err
 					}
@@ -297,7 +299,7 @@ func TestConcurrentProducersNumberTheirItemsWithoutCollision(t *testing.T) {
 	var rs []partition.Range
 	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var err error
-		rs, err = s.AddWorks(ctx, tx, []partition.Work{{Key: "zeta", N: 2}, {Key: "acme", N: 3}, {Key: "zeta", N: 1}})
+		rs, err = s.AddWorksTx(ctx, tx, []partition.Work{{Key: "zeta", N: 2}, {Key: "acme", N: 3}, {Key: "zeta", N: 1}})
 		return err
 	})
 	if err != nil {
@@ -308,7 +310,7 @@ func TestConcurrentProducersNumberTheirItemsWithoutCollision(t *testing.T) {
 		t.Fatalf("AddWorks ranges = %+v, want %+v", rs, want)
 	}
 	// No items: an empty range after the last.
-	r, err := s.AddWork(ctx, db, "zeta", 0)
+	r, err := s.AddWork(ctx, "zeta", 0)
 	if err != nil || r.First != 4 || r.Last != 3 || r.N() != 0 {
 		t.Fatalf("AddWork(zeta, 0) = %+v, %v; want the empty range 4…3", r, err)
 	}

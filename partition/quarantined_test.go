@@ -14,14 +14,14 @@ func TestQuarantinedPartitionsCountsSplitPartitionsOnce(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "").Kind("orders")
-	other := partition.NewStore(db, "").Kind("refunds")
+	s := partition.NewStore(pgtest.Handle(db), "").Kind("orders")
+	other := partition.NewStore(pgtest.Handle(db), "").Kind("refunds")
 	for _, key := range []string{"c", "plain", "fine"} {
-		if _, err := s.AddWork(ctx, db, key, 3000); err != nil {
+		if _, err := s.AddWork(ctx, key, 3000); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := other.AddWork(ctx, db, "r", 10); err != nil {
+	if _, err := other.AddWork(ctx, "r", 10); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.QuarantinedPartitions(ctx); err != nil || n != 0 {

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/batonhq/baton/internal/pgxwork"
 )
 
 // Rewind asks for one partition to be processed again from Position, under
@@ -33,25 +36,22 @@ type Rewound struct {
 	PreviousPosition   int64
 }
 
-// Queryer runs a query with PostgreSQL's own $n parameters: a pgx.Tx, or
-// a *pgx.Conn inside a transaction.
-type Queryer interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // ErrBadRewind is wrapped by Rewind's error for a request it refuses: an
 // unknown partition, a position outside 0 … available, a key asked twice.
 var ErrBadRewind = errors.New("cannot rewind")
 
-// Rewind makes each partition of rw (of s's kind) start a new generation
+// Rewind is RewindTx in a transaction of its own.
+func (s *Store) Rewind(ctx context.Context, rw []Rewind) ([]Rewound, error) {
+	return inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) ([]Rewound, error) { return s.RewindTx(ctx, tx, rw) })
+}
+
+// RewindTx makes each partition of rw (of s's kind) start a new generation
 // of its output: in tx, the caller's transaction, each row gets generation
 // + 1, version + 1, the given position and state, no owner, no failure or
 // back-off, and becomes claimable at once; the partition's segments are
 // deleted; the workers of the kind are notified when tx commits. Rows are
 // locked in key order, as every other multi-row locker of task rows does,
 // each partition before its segments are looked for (see rewindLocks).
-// Given a handle that is not a transaction (a *bun.DB), Rewind runs in a
-// transaction of its own.
 //
 // The version bump is the fence: a claim of the previous generation (its
 // owner may be in the middle of a batch) can no longer commit a batch, an
@@ -64,19 +64,10 @@ var ErrBadRewind = errors.New("cannot rewind")
 //
 // Whatever the processor keeps per generation (its output, what the
 // rewind's reason was) it writes in tx too, so that the rewind and its
-// bookkeeping commit together. Rewind returns ErrBadRewind, having
+// bookkeeping commit together. RewindTx returns ErrBadRewind, having
 // changed nothing, if a partition does not exist, a position is out of
 // range or a key is repeated.
-func (s *Store) Rewind(ctx context.Context, tx bun.IDB, rw []Rewind) ([]Rewound, error) {
-	if db, ok := tx.(*bun.DB); ok {
-		var out []Rewound
-		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			var err error
-			out, err = s.Rewind(ctx, tx, rw)
-			return err
-		})
-		return out, err
-	}
+func (s *Store) RewindTx(ctx context.Context, tx bun.Tx, rw []Rewind) ([]Rewound, error) {
 	q, args, err := s.rewindSQL(rw, "?")
 	if err != nil || q == "" {
 		return nil, err
@@ -94,8 +85,9 @@ func (s *Store) Rewind(ctx context.Context, tx bun.IDB, rw []Rewind) ([]Rewound,
 	return s.rewound(rw, rows)
 }
 
-// RewindPgx is Rewind for a transaction on a pgx connection.
-func (s *Store) RewindPgx(ctx context.Context, tx Queryer, rw []Rewind) ([]Rewound, error) {
+// rewindPgx is RewindTx for a transaction on a pgx connection
+// (internal/pgxwork).
+func (s *Store) rewindPgx(ctx context.Context, tx pgxwork.Tx, rw []Rewind) ([]Rewound, error) {
 	q, args, err := s.rewindSQL(rw, "$")
 	if err != nil || q == "" {
 		return nil, err
@@ -277,7 +269,7 @@ func (s *Store) rewindSQL(rw []Rewind, style string) (string, []any, error) {
 		WHERE (SELECT count(*) FROM n) >= 0 AND (SELECT count(*) FROM d) >= 0
 		ORDER BY w.key`)
 	args := []any{keys, positions, states, s.kind, s.kind, s.kind, string(EventRewound),
-		NotifyChannel, NotifyPayload(NotifyWork, s.kind)}
+		notify.Channel, notify.Payload(notify.Work, s.kind)}
 	if style == "?" {
 		args[0], args[1], args[2] = pgdialect.Array(keys), pgdialect.Array(positions), pgdialect.Array(states)
 	}

@@ -25,9 +25,9 @@ func TestRewindDeletesSegmentsSplitWhileItWaits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
-	s := partition.NewStore(db, "")
+	s := partition.NewStore(pgtest.Handle(db), "")
 	ws := taskstore.NewStore(db, "")
-	if _, err := s.AddWorks(ctx, db, []partition.Work{{Key: "p", N: 30}, {Key: "o", N: 5}, {Key: "p!", N: 5}}); err != nil {
+	if _, err := s.AddWorks(ctx, []partition.Work{{Key: "p", N: 30}, {Key: "o", N: 5}, {Key: "p!", N: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	claim := func(owner string) partition.Lease {
@@ -89,7 +89,7 @@ func TestRewindDeletesSegmentsSplitWhileItWaits(t *testing.T) {
 			done <- outcome{err: err}
 			return
 		}
-		r, err := s.Rewind(ctx, tx, []partition.Rewind{{Key: "p!", Position: 1}, {Key: "p", Position: 0}, {Key: "o", Position: 2}})
+		r, err := s.RewindTx(ctx, tx, []partition.Rewind{{Key: "p!", Position: 1}, {Key: "p", Position: 0}, {Key: "o", Position: 2}})
 		if err == nil {
 			err = tx.Commit()
 		} else {

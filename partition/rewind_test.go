@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/pgxwork"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
@@ -25,9 +26,9 @@ func TestRewindStartsANewGenerationAndFencesTheOldClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
-	s := partition.NewStore(db, "")
+	s := partition.NewStore(pgtest.Handle(db), "")
 	ws := taskstore.NewStore(db, "")
-	if _, err := s.AddWorks(ctx, db, []partition.Work{{Key: "a", N: 10}, {Key: "b", N: 5}}); err != nil {
+	if _, err := s.AddWorks(ctx, []partition.Work{{Key: "a", N: 10}, {Key: "b", N: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	claim := func(owner, key string) partition.Lease {
@@ -92,7 +93,7 @@ func TestRewindStartsANewGenerationAndFencesTheOldClaim(t *testing.T) {
 		tx, err := db.BeginTx(ctx, nil)
 		if err == nil {
 			var r []partition.Rewound
-			r, err = s.Rewind(ctx, tx, []partition.Rewind{{Key: "a", Position: 2, State: json.RawMessage(`{"n": 2}`)}})
+			r, err = s.RewindTx(ctx, tx, []partition.Rewind{{Key: "a", Position: 2, State: json.RawMessage(`{"n": 2}`)}})
 			if err == nil {
 				if err = tx.Commit(); err == nil {
 					rewound <- r
@@ -184,8 +185,8 @@ func TestRewindRefusesWhatItCannotDo(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewURL(t)
 	db := pgtest.Open(t, url, dbconn.Options{})
-	s := partition.NewStore(db, "")
-	if _, err := s.AddWorks(ctx, db, []partition.Work{{Key: "a", N: 3}}); err != nil {
+	s := partition.NewStore(pgtest.Handle(db), "")
+	if _, err := s.AddWorks(ctx, []partition.Work{{Key: "a", N: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	for name, rw := range map[string][]partition.Rewind{
@@ -195,7 +196,7 @@ func TestRewindRefusesWhatItCannotDo(t *testing.T) {
 		"asked twice":           {{Key: "a"}, {Key: "a", Position: 1}},
 		"state that is no JSON": {{Key: "a", State: json.RawMessage(`{`)}},
 	} {
-		if _, err := s.Rewind(ctx, db, rw); !errors.Is(err, partition.ErrBadRewind) {
+		if _, err := s.Rewind(ctx, rw); !errors.Is(err, partition.ErrBadRewind) {
 			t.Errorf("%s: %v, want ErrBadRewind", name, err)
 		}
 	}
@@ -217,17 +218,20 @@ func TestRewindRefusesWhatItCannotDo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.RewindPgx(ctx, tx, []partition.Rewind{{Key: "a", Position: 3}})
+	gens, err := pgxwork.Rewind(ctx, tx, "", partition.DefaultKind, pgxwork.Rewinds{Keys: []string{"a"}, Positions: []int64{3}, States: []json.RawMessage{nil}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if len(r) != 1 || r[0].Generation != 2 || r[0].Version != 1 {
-		t.Fatalf("rewound through pgx: %+v", r)
+	if len(gens) != 1 || gens["a"] != 2 {
+		t.Fatalf("rewound through pgx: %+v", gens)
 	}
-	if _, err := s.RewindPgx(ctx, conn, []partition.Rewind{{Key: "nope"}}); !errors.Is(err, partition.ErrBadRewind) {
+	if version, _, err := s.Progress(ctx, "a"); err != nil || version != 1 {
+		t.Fatalf("version after the rewind through pgx: %d, %v; want 1", version, err)
+	}
+	if _, err := pgxwork.Rewind(ctx, conn, "", partition.DefaultKind, pgxwork.Rewinds{Keys: []string{"nope"}, Positions: []int64{0}, States: []json.RawMessage{nil}}); !errors.Is(err, partition.ErrBadRewind) {
 		t.Fatalf("an unknown partition through pgx: %v, want ErrBadRewind", err)
 	}
 }

@@ -53,8 +53,8 @@ type PartitionStatus struct {
 	// segment not caught up if that is lower).
 	DoneThrough int64
 	// Segments is how many segments of it are not caught up, and
-	// SegmentsHeld how many of those a worker holds under a live lease.
-	Segments, SegmentsHeld int
+	// SegmentsOwned how many of those a worker owns under a live lease.
+	Segments, SegmentsOwned int
 	// Attempts is the failed attempts since the last success: its own
 	// row's, or a segment's if more.
 	Attempts int
@@ -74,10 +74,10 @@ type WorkerStatus struct {
 	Hostname     string        // where it runs
 	PID          int           // its process id
 	Mode         string        // lock or leader
-	Wake         string        // WakeListen or WakePoll
+	Wake         string        // how it learns of new work: "listen" (notifications, polling as the fallback) or "poll"
 	StartedAt    time.Time     // registration time
 	HeartbeatAge time.Duration // since its last heartbeat, database clock
-	Held         int           // task rows under a live lease: partitions and segments
+	Owned        int           // task rows it owns under a live lease: partitions and segments
 }
 
 // stateSQL is the state of task row t, as Status reports it.
@@ -140,7 +140,7 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 		var p PartitionStatus
 		var age, remaining sql.NullInt64
 		if err := rows.Scan(&p.Key, &p.OwnerInstance, &p.Version, &p.State, &age, &remaining,
-			&p.Processed, &p.Pending, &p.DoneThrough, &p.Segments, &p.SegmentsHeld,
+			&p.Processed, &p.Pending, &p.DoneThrough, &p.Segments, &p.SegmentsOwned,
 			&p.Attempts, &p.Error, &p.Checkpoint, &p.Generation); err != nil {
 			return nil, nil, fmt.Errorf("reading partition status: %w", err)
 		}
@@ -175,7 +175,7 @@ func (s *Store) Status(ctx context.Context) ([]PartitionStatus, []WorkerStatus, 
 	for wrows.Next() {
 		var w WorkerStatus
 		var age int64
-		if err := wrows.Scan(&w.InstanceID, &w.Name, &w.Hostname, &w.PID, &w.Mode, &w.Wake, &w.StartedAt, &age, &w.Held); err != nil {
+		if err := wrows.Scan(&w.InstanceID, &w.Name, &w.Hostname, &w.PID, &w.Mode, &w.Wake, &w.StartedAt, &age, &w.Owned); err != nil {
 			return nil, nil, fmt.Errorf("reading worker status: %w", err)
 		}
 		w.HeartbeatAge = time.Duration(age) * time.Microsecond

@@ -17,9 +17,9 @@ func TestStatusFoldsSegmentsIntoTheirPartition(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
-	s := partition.NewStore(db, "").Kind("orders")
+	s := partition.NewStore(pgtest.Handle(db), "").Kind("orders")
 	for key, n := range map[string]int64{"c": 3000, "plain": 10} {
-		if _, err := s.AddWork(ctx, db, key, n); err != nil {
+		if _, err := s.AddWork(ctx, key, n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -47,7 +47,7 @@ func TestStatusFoldsSegmentsIntoTheirPartition(t *testing.T) {
 		t.Fatalf("status lists %+v; want c and plain only", parts)
 	}
 	c, plain := parts[0], parts[1]
-	if c.Pending != 1800 || c.Processed != 1200 || c.DoneThrough != 1200 || c.Segments != 2 || c.SegmentsHeld != 1 ||
+	if c.Pending != 1800 || c.Processed != 1200 || c.DoneThrough != 1200 || c.Segments != 2 || c.SegmentsOwned != 1 ||
 		c.State != partition.StateQuarantined || c.Attempts != 5 || c.Error != "items 2001–3000: boom" || c.Owner != "" {
 		t.Fatalf("c: %+v", c)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"strconv"
 	"strings"
 	"time"
@@ -14,66 +15,9 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/schema"
 )
-
-// NotifyChannel is the LISTEN/NOTIFY channel on which producers and
-// releasing workers announce claimable work.
-const NotifyChannel = "baton_work"
-
-// Payloads of the notifications on NotifyChannel: what changed, followed
-// by a space and the kind of the partitions it concerns (see
-// NotifyPayload).
-const (
-	// NotifyWork: a producer added work to partitions.
-	NotifyWork = "work"
-	// NotifyReleased: a worker released partitions that still have work.
-	NotifyReleased = "released"
-	// NotifyRetry: a quarantined partition was re-enabled.
-	NotifyRetry = "retry"
-	// NotifyLeft: a worker stopped gracefully; it releases its partitions
-	// right after, so the others' fair shares grow now.
-	NotifyLeft = "left"
-	// NotifyJoined: a worker registered (its first heartbeat), so the
-	// others' fair shares shrink now rather than at their next rebalance.
-	NotifyJoined = "joined"
-)
-
-// NotifyPayload is the payload of a notification of reason (NotifyWork,
-// NotifyReleased, NotifyRetry, NotifyLeft, NotifyJoined) about partitions of kind: the
-// reason, a space and the kind. Workers ignore notifications about other
-// kinds. Every notification that makes partitions claimable (producers'
-// AddWorks, releases, hand-backs, Retry, splits, rewinds) appends a space
-// and a time, in microseconds since the Unix epoch on the database's
-// clock, no later than the one at which its statement made them
-// claimable (PayloadSince): its transaction may commit long after, and a
-// worker that hears it reads the claimable rows from that time on (it
-// lowers its claim floor).
-func NotifyPayload(reason, kind string) string { return reason + " " + kind }
-
-// ParsePayload splits a notification's payload into its reason and kind;
-// kind is "" for a payload without one (sent by hand, say), which
-// concerns every kind.
-func ParsePayload(payload string) (reason, kind string) {
-	reason, rest, _ := strings.Cut(payload, " ")
-	kind, _, _ = strings.Cut(rest, " ")
-	return reason, kind
-}
-
-// PayloadSince is the time a producer's notification says its partitions
-// became claimable, if it says one.
-func PayloadSince(payload string) (time.Time, bool) {
-	_, rest, _ := strings.Cut(payload, " ")
-	_, since, ok := strings.Cut(rest, " ")
-	if !ok {
-		return time.Time{}, false
-	}
-	us, err := strconv.ParseInt(since, 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.UnixMicro(us), true
-}
 
 // ErrFenced is returned when a write is attempted under a claim that is no
 // longer current: the partition was taken over, released or quarantined.
@@ -90,43 +34,11 @@ type Lease struct {
 // String formats the lease as key@vVERSION, for logs and errors.
 func (l Lease) String() string { return fmt.Sprintf("%s@v%d", l.Key, l.Version) }
 
-// Renewal is one lease a heartbeat found still held, with its work
-// counters: renewed, or, when another transaction had its row locked, left
-// as it was (Locked) with the time it has left by the database clock.
-type Renewal struct {
-	Lease
-	Available int64 // items produced (high-water mark)
-	Position  int64 // checkpoint position
-	// Locked says the row was locked by another transaction (a load
-	// adding work, a batch recording its checkpoint), so the lease was not
-	// renewed this time. It is still this owner's for Remaining.
-	Locked bool
-	// Fresh says the lease had more left than the heartbeat renews
-	// (the renewal threshold), so it was checked, still this owner's, but not
-	// renewed. It is this owner's for Remaining.
-	Fresh     bool
-	Remaining time.Duration // lease time left, database clock (Locked or Fresh)
-}
-
-// Held is what a re-read says about a lease: whether it is still this
-// owner's and how long its lease has left by the database clock.
-type Held struct {
-	Lease
-	Remaining time.Duration // lease time left, database clock
-}
-
-// How a worker learns of new work, as shown by status.
-const (
-	// WakeListen: notifications on a session connection, polling as the
-	// fallback.
-	WakeListen = "listen"
-	// WakePoll: polling only (no session connection to listen on).
-	WakePoll = "poll"
-)
-
-// Store is the producers' and operators' view of the tasks table, on
-// the task rows of one kind (Kind; DefaultKind unless set): it adds work
-// (AddWork, AddWorks, AddWorksPgx), reports it (Status, Progress,
+// Store is the producers' and operators' view of the tasks table, bound
+// once to a database handle, a schema and the task rows of one kind (Kind;
+// DefaultKind unless set): it adds work (AddWork, AddWorks, each in a
+// transaction of its own, or AddWorkTx, AddWorksTx in the caller's), rewinds it
+// (Rewind, RewindTx), reports it (Status, Progress,
 // History, RecentEvents, Takeovers) and repairs it (Retry). Its methods
 // are safe for concurrent use. The protocol's statements, which claim,
 // renew, fence, advance and release partitions, are the workers' and are
@@ -152,17 +64,19 @@ const (
 //     only, in partition_key order; a producer adding work to several
 //     kinds in one transaction must add it in kind order (byte order) too.
 type Store struct {
-	db     bun.IDB
+	db     *dbconn.DB
 	schema string
 	kind   string
 }
 
-// NewStore returns a Store over db (a *bun.DB, a connection or a
-// transaction) for the task rows of kind DefaultKind in PostgreSQL schema
-// schemaName; empty means schema.Default ("baton"). Every statement names
-// its tables with that schema, so the session's search_path does not
-// matter. Kind binds it to another kind.
-func NewStore(db bun.IDB, schemaName string) *Store {
+// NewStore returns a Store over db for the task rows of kind DefaultKind
+// in PostgreSQL schema schemaName; empty means schema.Default ("baton").
+// Every statement names its tables with that schema, so the session's
+// search_path does not matter. Kind binds it to another kind. The methods
+// without a transaction run on db, each in a transaction of its own; the
+// Tx methods run in the caller's transaction (begun on db with BeginTx or
+// RunInTx).
+func NewStore(db *dbconn.DB, schemaName string) *Store {
 	return &Store{db: db, schema: cmp.Or(schemaName, schema.Default), kind: DefaultKind}
 }
 
@@ -197,7 +111,7 @@ func ValidateKind(kind string) error {
 // refuses (a distributor validates its Config.Kind).
 //
 //	orders := partition.NewStore(db, "").Kind("orders")
-//	r, err := orders.AddWork(ctx, tx, customer, n) // an "orders" partition
+//	r, err := orders.AddWorkTx(ctx, tx, customer, n) // an "orders" partition
 func (s *Store) Kind(kind string) *Store {
 	c := *s
 	c.kind = cmp.Or(kind, DefaultKind)
@@ -210,12 +124,15 @@ func (s *Store) KindName() string { return s.kind }
 // sql qualifies q's table names with the store's schema.
 func (s *Store) sql(q string) string { return schema.SQL(s.schema, q) }
 
-// WithDB returns a copy of s whose statements run on db, typically a
-// transaction, with the same options.
-func (s *Store) WithDB(db bun.IDB) *Store {
-	c := *s
-	c.db = db
-	return &c
+// inTx runs fn in a transaction of its own on db (an X method's XTx).
+func inTx[T any](ctx context.Context, db *dbconn.DB, fn func(ctx context.Context, tx bun.Tx) (T, error)) (T, error) {
+	var out T
+	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		out, err = fn(ctx, tx)
+		return err
+	})
+	return out, err
 }
 
 func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
@@ -294,8 +211,8 @@ func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 	}
 	if n > 0 {
 		// With the time of the update: the rows became claimable no
-		// earlier, whenever s.db's transaction commits.
-		return true, s.notify(ctx, NotifyRetry+" "+s.kind+" "+strconv.FormatInt(since, 10))
+		// earlier.
+		return true, s.notify(ctx, notify.Retry+" "+s.kind+" "+strconv.FormatInt(since, 10))
 	}
 	var exists bool
 	if err := s.db.QueryRowContext(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {{.Schema}}.tasks WHERE kind = ? AND partition_key = ?)`), s.kind, key).Scan(&exists); err != nil {
@@ -308,9 +225,9 @@ func (s *Store) RetryBy(ctx context.Context, key, actor string) (bool, error) {
 }
 
 // notify wakes the workers of s's kind waiting for claimable work with
-// payload (NotifyPayload).
+// payload (notify.Payload).
 func (s *Store) notify(ctx context.Context, payload string) error {
-	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, NotifyChannel, payload); err != nil {
+	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, notify.Channel, payload); err != nil {
 		return fmt.Errorf("notifying workers: %w", err)
 	}
 	return nil

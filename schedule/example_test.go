@@ -37,14 +37,14 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	if _, err := schedule.Trigger(ctx, db, "", "nightly-report"); err != nil {
+	if _, err := schedule.NewStore(db, "").Trigger(ctx, "nightly-report"); err != nil {
 		panic(err)
 	}
 	if err := s.Run(ctx); err != nil {
 		panic(err)
 	}
 
-	jobs, err := schedule.List(context.Background(), db, "")
+	jobs, err := schedule.NewStore(db, "").List(context.Background())
 	if err != nil {
 		panic(err)
 	}

@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"database/sql"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"testing"
 	"time"
 
@@ -38,11 +39,11 @@ func (h *jobLeases) exec(query string, args ...any) {
 	}
 }
 
-func (h *jobLeases) Renew(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error) {
+func (h *jobLeases) Renew(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	return leaseTable(h.db, schema.Default, owner, storetest.TTL).Renew(ctx, leases)
 }
 
-func (h *jobLeases) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error) {
+func (h *jobLeases) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	return leaseTable(h.db, schema.Default, owner, storetest.TTL).Inspect(ctx, leases)
 }
 
@@ -68,17 +69,17 @@ func (h *jobLeases) BreakExtra(key string) bool {
 type brokenJobLeases struct {
 	*jobLeases
 	table func(db bun.IDB, owner string) *leaserow.Table
-	renew func(h *brokenJobLeases, ctx context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error)
+	renew func(h *brokenJobLeases, ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Renewal, error)
 }
 
-func (h *brokenJobLeases) Renew(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error) {
+func (h *brokenJobLeases) Renew(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	if h.renew != nil {
 		return h.renew(h, ctx, owner, leases)
 	}
 	return h.table(h.db, owner).Renew(ctx, leases)
 }
 
-func (h *brokenJobLeases) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error) {
+func (h *brokenJobLeases) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	return h.table(h.db, owner).Inspect(ctx, leases)
 }
 
@@ -103,13 +104,13 @@ func TestJobLeaseContractCatchesBrokenRenewals(t *testing.T) {
 		}},
 		{"reports every lease renewed", []string{"Renew/OnlyRowsHeldByTheOwnerAtTheirVersion", "Renew/NothingToRenew"},
 			func(h *brokenJobLeases) {
-				h.renew = func(h *brokenJobLeases, ctx context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error) {
+				h.renew = func(h *brokenJobLeases, ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 					if _, err := jobs(h.db, owner).Renew(ctx, leases); err != nil {
 						return nil, err
 					}
-					out := make([]partition.Renewal, len(leases))
+					out := make([]leaseinfo.Renewal, len(leases))
 					for i, l := range leases {
-						out[i] = partition.Renewal{Lease: l}
+						out[i] = leaseinfo.Renewal{Lease: l}
 					}
 					return out, nil
 				}

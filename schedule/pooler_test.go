@@ -32,7 +32,7 @@ func TestClaimTransactionThroughAPoolerIsEndedWhenItStalls(t *testing.T) {
 	pooled := pgtest.Open(t, pgtest.Bouncer(t, dsn), dbconn.Options{
 		StatementTimeout: time.Minute, LockTimeout: time.Minute, IdleInTransactionTimeout: idle,
 	})
-	if err := Add(ctx, direct, "", Definition{Name: "j", Every: time.Hour}); err != nil {
+	if err := NewStore(pgtest.Handle(direct), "").Add(ctx, Definition{Name: "j", Every: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -76,10 +76,10 @@ func TestClaimTransactionThroughAPoolerIsEndedWhenItStalls(t *testing.T) {
 		t.Fatal("the stalled transaction committed after the server ended it")
 	}
 	// A claim through the pooler.
-	if _, err := Trigger(ctx, direct, "", "j"); err != nil {
+	if _, err := NewStore(pgtest.Handle(direct), "").Trigger(ctx, "j"); err != nil {
 		t.Fatal(err)
 	}
-	s := &store{db: pooled, schema: schema.Default, owner: "w#1", ttl: time.Minute}
+	s := &runStore{db: pooled, schema: schema.Default, owner: "w#1", ttl: time.Minute}
 	cands, _, err := s.candidates(ctx, nil)
 	if err != nil || len(cands) != 1 {
 		t.Fatalf("candidates %v, %v; want job j", cands, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/internal/leaseloop"
 	"github.com/batonhq/baton/partition"
 )
@@ -149,8 +150,8 @@ func (r *Run) Check(ctx context.Context, tx bun.Tx) error {
 type Scheduler struct {
 	db    *dbconn.DB
 	cfg   Config
-	store *store
-	hb    *heartbeat.Service
+	store *runStore
+	hb    *keepalive.Service
 
 	mu      sync.Mutex
 	jobs    map[string]RunFunc // registered in code
@@ -160,7 +161,7 @@ type Scheduler struct {
 }
 
 type heldJob struct {
-	lease   *heartbeat.Lease
+	lease   *keepalive.Lease
 	running bool
 	watched bool // a watchLeader goroutine waits for the lease's end
 	cancel  context.CancelCauseFunc
@@ -175,8 +176,8 @@ func New(db *dbconn.DB, cfg Config) (*Scheduler, error) {
 	}
 	s := &Scheduler{db: db, cfg: cfg, jobs: map[string]RunFunc{}, held: map[string]*heldJob{},
 		wake: make(chan struct{}, 1)}
-	s.store = &store{db: db, schema: cfg.Schema, owner: cfg.InstanceID, ttl: cfg.StaleAfter}
-	hb, err := heartbeat.New(leaseTable(db, cfg.Schema, cfg.InstanceID, cfg.StaleAfter), heartbeat.Config{
+	s.store = &runStore{db: db, schema: cfg.Schema, owner: cfg.InstanceID, ttl: cfg.StaleAfter}
+	hb, err := keepalive.New(leaseTable(db, cfg.Schema, cfg.InstanceID, cfg.StaleAfter), keepalive.Config{
 		Interval: cfg.Heartbeat, StaleAfter: cfg.StaleAfter, Confirm: cfg.Confirm,
 		Clock: cfg.Clock, Logger: cfg.Logger, KeyAttr: "job",
 	})
@@ -190,13 +191,13 @@ func New(db *dbconn.DB, cfg Config) (*Scheduler, error) {
 // InstanceID is the owner name this scheduler claims jobs under.
 func (s *Scheduler) InstanceID() string { return s.cfg.InstanceID }
 
-// Register stores job's definition (as Add) and runs it with job.Run on
+// Register stores job's definition (as Store.Add) and runs it with job.Run on
 // this scheduler. Register before Run.
 func (s *Scheduler) Register(ctx context.Context, job Job) error {
 	if job.Run == nil {
 		return fmt.Errorf("job %s: no function", job.Name)
 	}
-	if err := Add(ctx, s.db, s.cfg.Schema, job.Definition); err != nil {
+	if err := NewStore(s.db, s.cfg.Schema).Add(ctx, job.Definition); err != nil {
 		return err
 	}
 	s.mu.Lock()

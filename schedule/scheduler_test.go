@@ -174,7 +174,7 @@ func TestSkipRunsTheLatestDueSlotOnce(t *testing.T) {
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	createRunLog(t, db)
 	ctx := context.Background()
-	if err := Add(ctx, db, "", Definition{Name: "daily", Every: time.Minute}); err != nil {
+	if err := NewStore(db, "").Add(ctx, Definition{Name: "daily", Every: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// An hour of slots missed.
@@ -214,7 +214,7 @@ func TestStuckRunningJobIsRecoveredByLeaseExpiry(t *testing.T) {
 	createRunLog(t, db)
 	ctx := context.Background()
 	def := Definition{Name: "stuck", Every: time.Hour, Missed: MissedCatchUp}
-	if err := Add(ctx, db, "", def); err != nil {
+	if err := NewStore(db, "").Add(ctx, def); err != nil {
 		t.Fatal(err)
 	}
 	var slot time.Time
@@ -248,19 +248,19 @@ func TestTakenOverRunIsFenced(t *testing.T) {
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
 	def := Definition{Name: "fenced", Every: time.Hour}
-	if err := Add(ctx, db, "", def); err != nil {
+	if err := NewStore(pgtest.Handle(db), "").Add(ctx, def); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`UPDATE baton.jobs SET next_run = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
-	a := &store{db: db, owner: "a#1", ttl: time.Second}
+	a := &runStore{db: db, owner: "a#1", ttl: time.Second}
 	cl, err := a.claim(ctx, candidate{name: "fenced", version: 0})
 	if err != nil || cl == nil {
 		t.Fatalf("claim: %v, %v", cl, err)
 	}
 	// Another claim while a's lease is live loses.
-	b := &store{db: db, owner: "b#1", ttl: time.Second}
+	b := &runStore{db: db, owner: "b#1", ttl: time.Second}
 	if cl2, err := b.claim(ctx, candidate{name: "fenced", version: cl.version}); err != nil || cl2 != nil {
 		t.Fatalf("claim of a held job: %+v, %v; want nothing", cl2, err)
 	}
@@ -299,7 +299,7 @@ func TestLockAtMostForStopsTheRun(t *testing.T) {
 			hung <- context.Cause(ctx)
 			return ctx.Err()
 		}}
-	if err := Add(context.Background(), db, "", job.Definition); err != nil {
+	if err := NewStore(db, "").Add(context.Background(), job.Definition); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`UPDATE baton.jobs SET next_run = now()`); err != nil {
@@ -376,14 +376,14 @@ func TestTriggerRunsOnce(t *testing.T) {
 	createRunLog(t, db)
 	job := Job{Definition: Definition{Name: "nightly", Cron: "0 3 * * *"}, Run: logRun(db)}
 	ctx := context.Background()
-	if err := Add(ctx, db, "", job.Definition); err != nil {
+	if err := NewStore(db, "").Add(ctx, job.Definition); err != nil {
 		t.Fatal(err)
 	}
-	at, err := Trigger(ctx, db, "", "nightly")
+	at, err := NewStore(db, "").Trigger(ctx, "nightly")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Trigger(ctx, db, "", "nope"); !errors.Is(err, ErrNotFound) {
+	if _, err := NewStore(db, "").Trigger(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("trigger of unknown job: %v", err)
 	}
 	var next0 time.Time
@@ -396,7 +396,7 @@ func TestTriggerRunsOnce(t *testing.T) {
 	if len(runs) != 1 || !runs[0].Slot.Equal(at) {
 		t.Fatalf("runs %+v, want one at the trigger time %s", runs, at)
 	}
-	st, err := List(ctx, db, "")
+	st, err := NewStore(db, "").List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +420,7 @@ func TestLostLeaseCancelsTheRun(t *testing.T) {
 			cause <- context.Cause(ctx)
 			return ctx.Err()
 		}}
-	if err := Add(context.Background(), db, "", job.Definition); err != nil {
+	if err := NewStore(db, "").Add(context.Background(), job.Definition); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`UPDATE baton.jobs SET next_run = now()`); err != nil {
@@ -454,15 +454,15 @@ func TestExpireModeAndLockAtLeastFor(t *testing.T) {
 		{Name: "exp", Every: time.Second, Mode: ModeExpire},
 		{Name: "least", Every: time.Second, LockAtLeastFor: time.Hour},
 	} {
-		if err := Add(ctx, db, "", d); err != nil {
+		if err := NewStore(pgtest.Handle(db), "").Add(ctx, d); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := db.Exec(`UPDATE baton.jobs SET next_run = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
-	a := &store{db: db, owner: "a#1", ttl: time.Minute}
-	b := &store{db: db, owner: "b#1", ttl: time.Minute}
+	a := &runStore{db: db, owner: "a#1", ttl: time.Minute}
+	b := &runStore{db: db, owner: "b#1", ttl: time.Minute}
 	for _, name := range []string{"exp", "least"} {
 		cl, err := a.claim(ctx, candidate{name: name, version: 0})
 		if err != nil || cl == nil {

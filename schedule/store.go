@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -25,11 +27,26 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 
 func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
 
+// Store is the operators' view of the jobs table, bound once to a
+// database handle and a schema: it adds, lists, removes and triggers jobs.
+// The statements that claim, fence and complete runs are the Scheduler's.
+type Store struct {
+	db     *dbconn.DB
+	schema string
+}
+
+// NewStore returns a Store over db for the jobs in PostgreSQL schema
+// schemaName (schema.Default, "baton", when empty).
+func NewStore(db *dbconn.DB, schemaName string) *Store {
+	return &Store{db: db, schema: cmp.Or(schemaName, schema.Default)}
+}
+
 // Add stores d, or updates the stored job of that name. A changed schedule
 // restarts the job's slots from the next one after now (database clock); a
 // job that is running keeps running under its old definition until it
 // completes.
-func Add(ctx context.Context, db bun.IDB, schemaName string, d Definition) error {
+func (st *Store) Add(ctx context.Context, d Definition) error {
+	db, schemaName := st.db, st.schema
 	d.setDefaults()
 	if err := d.Validate(); err != nil {
 		return err
@@ -81,7 +98,8 @@ func Add(ctx context.Context, db bun.IDB, schemaName string, d Definition) error
 
 // Remove deletes a job. A run in progress is fenced: its completion finds
 // no row.
-func Remove(ctx context.Context, db bun.IDB, schemaName string, name string) error {
+func (st *Store) Remove(ctx context.Context, name string) error {
+	db, schemaName := st.db, st.schema
 	res, err := db.ExecContext(ctx, schema.SQL(schemaName, `DELETE FROM {{.Schema}}.jobs WHERE name = ?`), name)
 	if err != nil {
 		return fmt.Errorf("removing job %s: %w", name, err)
@@ -94,7 +112,8 @@ func Remove(ctx context.Context, db bun.IDB, schemaName string, name string) err
 
 // Trigger asks for one extra run of a job now (database clock), beside its
 // schedule. Its slot is the time of the request.
-func Trigger(ctx context.Context, db bun.IDB, schemaName string, name string) (time.Time, error) {
+func (st *Store) Trigger(ctx context.Context, name string) (time.Time, error) {
+	db, schemaName := st.db, st.schema
 	var at time.Time
 	err := db.QueryRowContext(ctx, schema.SQL(schemaName, `
 		UPDATE {{.Schema}}.jobs SET trigger_at = coalesce(trigger_at, now()), updated_at = now()
@@ -130,7 +149,8 @@ type Status struct {
 
 // List returns every job, by name. Owner is empty when no live lease holds
 // the job (a lease that ran out names nobody).
-func List(ctx context.Context, db bun.IDB, schemaName string) ([]Status, error) {
+func (st *Store) List(ctx context.Context) ([]Status, error) {
+	db, schemaName := st.db, st.schema
 	rows, err := db.QueryContext(ctx, schema.SQL(schemaName, `
 		SELECT name, state, CASE WHEN lease_expires_at > now() THEN coalesce(owner, '') ELSE '' END,
 		       mode, missed, every_us, cron, command, coalesce(builtin, ''), version, next_run,
@@ -192,8 +212,8 @@ func runInTx(ctx context.Context, db bun.IDB, fn func(tx bun.Tx) error) error {
 	return nil
 }
 
-// store runs the scheduler's protocol statements for one owner.
-type store struct {
+// runStore runs the scheduler's protocol statements for one owner.
+type runStore struct {
 	db     bun.IDB
 	schema string
 	owner  string
@@ -218,7 +238,7 @@ type candidate struct {
 // candidates returns the jobs owner could start now, among names (all
 // when names is nil), and how long until the next slot of any job
 // (database clock; negative when none).
-func (s *store) candidates(ctx context.Context, names []string) ([]candidate, time.Duration, error) {
+func (s *runStore) candidates(ctx context.Context, names []string) ([]candidate, time.Duration, error) {
 	args := []any{s.owner, names == nil, pgdialect.Array(names)}
 	rows, err := s.db.QueryContext(ctx, s.sql(`
 		SELECT j.name, j.version FROM {{.Schema}}.jobs j
@@ -273,7 +293,7 @@ type claimed struct {
 // now(), and sets the job running under owner with a lease of ttl. The
 // version (the fencing token) is bumped unless owner already held the job.
 // It returns nil when someone else got there first.
-func (s *store) claim(ctx context.Context, c candidate) (*claimed, error) {
+func (s *runStore) claim(ctx context.Context, c candidate) (*claimed, error) {
 	var out *claimed
 	err := runInTx(ctx, s.db, func(tx bun.Tx) error {
 		var (
@@ -357,7 +377,7 @@ func (s *store) claim(ctx context.Context, c candidate) (*claimed, error) {
 // the row is read (and read again after a wait for its lock), not with
 // now(), the start of a transaction that may have begun before the lease
 // ran out.
-func (s *store) fence(ctx context.Context, tx bun.IDB, name string, version int64, slot time.Time) error {
+func (s *runStore) fence(ctx context.Context, tx bun.IDB, name string, version int64, slot time.Time) error {
 	var one int
 	err := tx.QueryRowContext(ctx, s.sql(`
 		SELECT 1 FROM {{.Schema}}.jobs
@@ -377,7 +397,7 @@ func (s *store) fence(ctx context.Context, tx bun.IDB, name string, version int6
 // job goes idle, next_run moves past the slot (unless it was a triggered
 // run), and in lock mode the job is released (version bumped, claimable at
 // once by anyone after lock-at-least-for).
-func (s *store) complete(ctx context.Context, name string, version int64, slot, next time.Time, result, errText string) error {
+func (s *runStore) complete(ctx context.Context, name string, version int64, slot, next time.Time, result, errText string) error {
 	var errVal sql.NullString
 	if errText != "" {
 		errVal = sql.NullString{String: truncate(errText, 4000), Valid: true}
@@ -408,7 +428,7 @@ func (s *store) complete(ctx context.Context, name string, version int64, slot, 
 // in progress stays recorded as running, so whoever claims the job next
 // runs its slot again, at once and without waiting for confirmation (the
 // version is bumped, so nothing of the old run can commit).
-func (s *store) release(ctx context.Context, name string, version int64) error {
+func (s *runStore) release(ctx context.Context, name string, version int64) error {
 	_, err := s.db.ExecContext(ctx, s.sql(`
 		UPDATE {{.Schema}}.jobs
 		SET version = version + 1, owner = NULL, heartbeat_at = NULL, lease_expires_at = '-infinity',
@@ -421,7 +441,7 @@ func (s *store) release(ctx context.Context, name string, version int64) error {
 }
 
 // sql qualifies q's table names with the store's schema.
-func (s *store) sql(q string) string { return schema.SQL(s.schema, q) }
+func (s *runStore) sql(q string) string { return schema.SQL(s.schema, q) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

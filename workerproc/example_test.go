@@ -23,7 +23,7 @@ func Example() {
 	defer done()
 	ctx := context.Background()
 	emails := partition.NewStore(db, "").Kind("emails")
-	if _, err := emails.AddWorks(ctx, db, []partition.Work{{Key: "newsletter", N: 40}, {Key: "receipts", N: 7}}); err != nil {
+	if _, err := emails.AddWorks(ctx, []partition.Work{{Key: "newsletter", N: 40}, {Key: "receipts", N: 7}}); err != nil {
 		panic(err)
 	}
 

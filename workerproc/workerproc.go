@@ -20,8 +20,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/uptrace/bun"
-
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/console"
 	"github.com/batonhq/baton/dbconn"
@@ -68,7 +66,7 @@ type Config struct {
 	// small pool of its own, so that viewers never take the worker's
 	// connections; Run does not close it).
 	Console   *console.Config
-	ConsoleDB *bun.DB
+	ConsoleDB *dbconn.DB
 
 	// Jobs, if set, runs the due scheduled jobs beside the distributor,
 	// under its instance id and lease settings: it resolves a job's
@@ -162,7 +160,7 @@ func New(cfg Config) (*Process, error) {
 		m.Watch(d)
 		m.WatchDB(cfg.DB)
 		m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
-			return horizon.Read(ctx, cfg.DB.DB, schemaName, cfg.HorizonWarnAfter)
+			return horizon.NewReader(cfg.DB, schemaName).Read(ctx, cfg.HorizonWarnAfter)
 		})
 		bc := cfg.Backlog
 		bc.Schema = cmp.Or(bc.Schema, schemaName)
@@ -295,7 +293,7 @@ func MetricsServer(addr string, m *metrics.Metrics, ready func(context.Context) 
 
 // Console is the Component serving the operator console configured by cfg
 // over db (which it does not close).
-func Console(db *bun.DB, cfg console.Config, log *slog.Logger) Component {
+func Console(db *dbconn.DB, cfg console.Config, log *slog.Logger) Component {
 	var srv *console.Server
 	return Funcs{
 		StartFunc: func(context.Context) error {

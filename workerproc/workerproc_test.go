@@ -62,7 +62,7 @@ func TestRunUntilDone(t *testing.T) {
 	logs := &lockedBuffer{}
 	cfg := config(t, logs)
 	ctx := context.Background()
-	if _, err := partition.NewStore(cfg.DB, "").Kind("wp").AddWorks(ctx, cfg.DB, []partition.Work{{Key: "a", N: 5}, {Key: "b", N: 3}}); err != nil {
+	if _, err := partition.NewStore(cfg.DB, "").Kind("wp").AddWorks(ctx, []partition.Work{{Key: "a", N: 5}, {Key: "b", N: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	metricsAddr := freeAddr(t)

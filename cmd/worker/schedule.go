@@ -80,7 +80,7 @@ that name (a changed schedule restarts its slots from the next one). Every
 				return err
 			}
 			defer db.Close()
-			if err := schedule.Add(cmd.Context(), db, g.schema, d); err != nil {
+			if err := schedule.NewStore(db, g.schema).Add(cmd.Context(), d); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "job %s: %s, mode %s, missed %s\n", d.Name, d.ScheduleString(), d.Mode, d.Missed)
@@ -156,7 +156,7 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			jobs, err := schedule.List(cmd.Context(), db, g.schema)
+			jobs, err := schedule.NewStore(db, g.schema).List(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -245,7 +245,7 @@ Changes the database: deletes the job's row, with its state and run history.`,
 				return err
 			}
 			defer db.Close()
-			if err := schedule.Remove(cmd.Context(), db, g.schema, args[0]); err != nil {
+			if err := schedule.NewStore(db, g.schema).Remove(cmd.Context(), args[0]); err != nil {
 				return jobNotFound(args[0], err)
 			}
 			fmt.Fprintf(g.stdout, "job %s removed\n", args[0])
@@ -270,7 +270,7 @@ Changes the database: records the request on the job's row.`,
 				return err
 			}
 			defer db.Close()
-			at, err := schedule.Trigger(cmd.Context(), db, g.schema, args[0])
+			at, err := schedule.NewStore(db, g.schema).Trigger(cmd.Context(), args[0])
 			if err != nil {
 				return jobNotFound(args[0], err)
 			}

@@ -44,7 +44,7 @@ deletes the ones older than two hours.`,
 			defer db.Close()
 			m := metrics.New()
 			m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
-				return horizon.Read(ctx, db.DB, g.schema, warnAfter)
+				return horizon.NewReader(db, g.schema).Read(ctx, warnAfter)
 			})
 			pub, err := workerproc.BacklogPublisher(db.DB, backlog.Config{Schema: g.schema, DrainTarget: drainTarget, SampleEvery: sampleEvery}, m, g.logger)
 			if err != nil {

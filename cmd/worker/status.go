@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
@@ -22,7 +21,7 @@ import (
 // pricingStore is the store of the pricing partitions (kind pricer.Kind),
 // the only task rows the CLI's commands read or change: partitions of
 // other processors sharing the schema are not contracts.
-func pricingStore(db bun.IDB, schemaName string) *partition.Store {
+func pricingStore(db *dbconn.DB, schemaName string) *partition.Store {
 	return partition.NewStore(db, schemaName).Kind(pricer.Kind)
 }
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/console"
 	"github.com/batonhq/baton/dbconn"
@@ -43,7 +42,7 @@ func (c *consoleFlags) config(g *globals) console.Config {
 // open completes the console's configuration and opens its own small
 // connection pool, so that viewers never take connections the worker
 // needs; the caller closes it.
-func (c *consoleFlags) open(ctx context.Context, g *globals) (console.Config, *bun.DB, error) {
+func (c *consoleFlags) open(ctx context.Context, g *globals) (console.Config, *dbconn.DB, error) {
 	cfg := c.config(g)
 	if err := cfg.Validate(); err != nil {
 		return cfg, nil, usageError("%v", err)
@@ -80,7 +79,7 @@ func (c *consoleFlags) open(ctx context.Context, g *globals) (console.Config, *b
 		}
 		return out, nil
 	}
-	return cfg, db.DB, nil
+	return cfg, db, nil
 }
 
 func newUICmd(g *globals) *cobra.Command {

@@ -142,7 +142,7 @@ func TestConsoleLayoutFits(t *testing.T) {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	// A job whose last run failed with a long error.
-	if err := schedule.Add(ctx, db, "", schedule.Definition{Name: "nightly-export-of-priced-records-to-the-ledger",
+	if err := schedule.NewStore(pgtest.Handle(db), "").Add(ctx, schedule.Definition{Name: "nightly-export-of-priced-records-to-the-ledger",
 		Cron: "15 2 * * 1-5", Command: []string{"export"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -211,7 +211,7 @@ func migrate(ctx context.Context, db *dbconn.DB, direct string) error {
 // after these, never the same.
 func placeOrders(ctx context.Context, db *dbconn.DB, store *partition.Store, customer string, items []string) error {
 	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		r, err := store.AddWork(ctx, tx, customer, int64(len(items)))
+		r, err := store.AddWorkTx(ctx, tx, customer, int64(len(items)))
 		if err != nil {
 			return err
 		}

@@ -15,11 +15,11 @@ package decide
 
 import (
 	"cmp"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"slices"
 	"time"
 
 	"github.com/batonhq/baton/internal/taskstore"
-	"github.com/batonhq/baton/partition"
 )
 
 // Share is a fair-share decision: the share, and what to claim or hand
@@ -226,7 +226,7 @@ func Rewrite(left, renewBelow time.Duration) bool { return left < renewBelow }
 // renewal r by a heartbeat whose rewrites last ttl: ttl if it rewrote the
 // lease, what the database reported if it only checked it (Fresh) or
 // could not lock it (Locked).
-func LeaseLeft(r partition.Renewal, ttl time.Duration) time.Duration {
+func LeaseLeft(r leaseinfo.Renewal, ttl time.Duration) time.Duration {
 	if r.Fresh || r.Locked {
 		return r.Remaining
 	}

@@ -1,12 +1,12 @@
 package decide
 
 import (
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton/internal/taskstore"
-	"github.com/batonhq/baton/partition"
 )
 
 func TestPlanShare(t *testing.T) {
@@ -219,12 +219,12 @@ func TestRenewal(t *testing.T) {
 	}
 	ttl := 10 * time.Second
 	for _, tc := range []struct {
-		r    partition.Renewal
+		r    leaseinfo.Renewal
 		want time.Duration
 	}{
-		{partition.Renewal{Remaining: 3 * time.Second}, ttl},
-		{partition.Renewal{Fresh: true, Remaining: 9 * time.Second}, 9 * time.Second},
-		{partition.Renewal{Locked: true, Remaining: 2 * time.Second}, 2 * time.Second},
+		{leaseinfo.Renewal{Remaining: 3 * time.Second}, ttl},
+		{leaseinfo.Renewal{Fresh: true, Remaining: 9 * time.Second}, 9 * time.Second},
+		{leaseinfo.Renewal{Locked: true, Remaining: 2 * time.Second}, 2 * time.Second},
 	} {
 		if got := LeaseLeft(tc.r, ttl); got != tc.want {
 			t.Errorf("LeaseLeft(%+v) = %s, want %s", tc.r, got, tc.want)

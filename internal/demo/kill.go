@@ -27,8 +27,8 @@ func (k *kill) strike(procs []*exec.Cmd, parts []partition.PartitionStatus, work
 	victim, held := 0, 0
 	for _, w := range workers {
 		var i int
-		if _, err := fmt.Sscanf(w.Name, "demo-%d", &i); err == nil && w.Held > held {
-			victim, held = i, w.Held
+		if _, err := fmt.Sscanf(w.Name, "demo-%d", &i); err == nil && w.Owned > held {
+			victim, held = i, w.Owned
 		}
 	}
 	if victim == 0 {

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/uptrace/bun"
+	"github.com/batonhq/baton/dbconn"
 
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schedule"
@@ -51,7 +51,7 @@ func runSchedule(ctx context.Context, o ScheduleOptions) error {
 			Command: []string{"sh", "-c", `echo "$BATON_SLOT $BATON_WORKER" >> "$1"`, "lead", leadLog}},
 	}
 	for _, d := range jobs {
-		if err := schedule.Add(ctx, db, schemaName, d); err != nil {
+		if err := schedule.NewStore(db, schemaName).Add(ctx, d); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "job %s: %s, mode %s, missed %s\n", d.Name, d.ScheduleString(), cmp.Or(string(d.Mode), "lock"), cmp.Or(string(d.Missed), "skip"))
@@ -140,8 +140,8 @@ func runSchedule(ctx context.Context, o ScheduleOptions) error {
 
 // jobState is how often "tick" has run and which worker (by name) holds
 // "lead" now ("" for none).
-func jobState(ctx context.Context, db bun.IDB, schemaName string) (ticks int64, leader string, err error) {
-	jobs, err := schedule.List(ctx, db, schemaName)
+func jobState(ctx context.Context, db *dbconn.DB, schemaName string) (ticks int64, leader string, err error) {
+	jobs, err := schedule.NewStore(db, schemaName).List(ctx)
 	if err != nil {
 		return 0, "", err
 	}
@@ -184,8 +184,8 @@ func checkRuns(out io.Writer, tickLog, leadLog string, victims map[string]bool) 
 }
 
 // printJobs lists the demo's jobs and their last runs.
-func printJobs(ctx context.Context, w io.Writer, db bun.IDB, schemaName string) error {
-	jobs, err := schedule.List(ctx, db, schemaName)
+func printJobs(ctx context.Context, w io.Writer, db *dbconn.DB, schemaName string) error {
+	jobs, err := schedule.NewStore(db, schemaName).List(ctx)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
@@ -41,7 +41,7 @@ func Validate(schemaName string, poll, interval, staleAfter time.Duration, confi
 	if poll <= 0 {
 		return fmt.Errorf("poll interval must be positive, got %s", poll)
 	}
-	return heartbeat.Config{Interval: interval, StaleAfter: staleAfter, Confirm: confirm}.Validate()
+	return keepalive.Config{Interval: interval, StaleAfter: staleAfter, Confirm: confirm}.Validate()
 }
 
 // Poll calls attempt at once and then again until ctx ends (Poll returns

@@ -9,6 +9,7 @@ package leaserow
 import (
 	"context"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -52,7 +53,7 @@ func (t *Table) cond() string {
 // match, and Extra holds) to now() + TTL, in one statement, locking rows in
 // key order FOR NO KEY UPDATE (which does not wait for a fenced run). It
 // returns the leases renewed; a lease missing from the result is lost.
-func (t *Table) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+func (t *Table) Renew(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	if len(leases) == 0 {
 		return nil, nil
 	}
@@ -77,9 +78,9 @@ func (t *Table) Renew(ctx context.Context, leases []partition.Lease) ([]partitio
 		return nil, fmt.Errorf("renewing %d %s leases: %w", len(leases), t.Table, err)
 	}
 	defer rows.Close()
-	out := make([]partition.Renewal, 0, len(leases))
+	out := make([]leaseinfo.Renewal, 0, len(leases))
 	for rows.Next() {
-		var r partition.Renewal
+		var r leaseinfo.Renewal
 		if err := rows.Scan(&r.Key, &r.Version); err != nil {
 			return nil, fmt.Errorf("renewing %s leases: %w", t.Table, err)
 		}
@@ -93,7 +94,7 @@ func (t *Table) Renew(ctx context.Context, leases []partition.Lease) ([]partitio
 
 // Inspect re-reads leases without changing them, returning those still held
 // by Owner with their remaining time on the database clock.
-func (t *Table) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
+func (t *Table) Inspect(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	if len(leases) == 0 {
 		return nil, nil
 	}
@@ -110,9 +111,9 @@ func (t *Table) Inspect(ctx context.Context, leases []partition.Lease) ([]partit
 		return nil, fmt.Errorf("re-reading %d %s leases: %w", len(leases), t.Table, err)
 	}
 	defer rows.Close()
-	var out []partition.Held
+	var out []leaseinfo.Owned
 	for rows.Next() {
-		var h partition.Held
+		var h leaseinfo.Owned
 		var micros int64
 		if err := rows.Scan(&h.Key, &h.Version, &micros); err != nil {
 			return nil, fmt.Errorf("re-reading %s leases: %w", t.Table, err)

@@ -3,6 +3,7 @@ package leaserow_test
 import (
 	"context"
 	"errors"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"slices"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func leaderships(t *testing.T) (*bun.DB, *leaserow.Table, []partition.Lease) {
 	return db, tbl, []partition.Lease{{Key: "a", Version: 1}, {Key: "b", Version: 1}, {Key: "c", Version: 1}}
 }
 
-func renewedKeys(rs []partition.Renewal) []string {
+func renewedKeys(rs []leaseinfo.Renewal) []string {
 	var out []string
 	for _, r := range rs {
 		out = append(out, r.Key)
@@ -152,7 +153,7 @@ func TestRenewLocksInKeyOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		rs  []partition.Renewal
+		rs  []leaseinfo.Renewal
 		err error
 	}
 	done := make(chan result, 1)

@@ -342,3 +342,15 @@ func ExampleURL() (url string, drop func()) {
 		_, _ = admin.Exec("DROP DATABASE IF EXISTS " + quoteIdent(name) + " WITH (FORCE)")
 	}
 }
+
+// Handle describes db, a test's plain handle (NewDB, Open), to baton as
+// pooled, which dbconn.Wrap never checks, so that it can be given where a
+// *dbconn.DB is taken (a partition.Store, a console). It shares db's
+// connections; closing either closes both.
+func Handle(db *bun.DB) *dbconn.DB {
+	h, err := dbconn.Wrap(context.Background(), db, dbconn.Access{Pooled: true})
+	if err != nil {
+		panic(fmt.Sprintf("describing a test handle: %v", err))
+	}
+	return h
+}

@@ -182,7 +182,7 @@ func Build(parts []partition.PartitionStatus, workers []partition.WorkerStatus) 
 		s.Partitions = append(s.Partitions, Contract{
 			ContractID: p.Key, Owner: strPtr(p.Owner), OwnerInstance: strPtr(p.OwnerInstance), State: p.State,
 			Version: p.Version, HeartbeatAgeMS: msPtr(p.HeartbeatAge), Processed: p.Processed, Pending: p.Pending,
-			PricedThrough: p.DoneThrough, Segments: p.Segments, SegmentsHeld: p.SegmentsHeld,
+			PricedThrough: p.DoneThrough, Segments: p.Segments, SegmentsHeld: p.SegmentsOwned,
 			Attempts: p.Attempts, Error: strPtr(p.Error),
 		})
 		s.Totals.Partitions++
@@ -193,7 +193,7 @@ func Build(parts []partition.PartitionStatus, workers []partition.WorkerStatus) 
 	for _, w := range workers {
 		s.Workers = append(s.Workers, Worker{
 			ID: w.InstanceID, Name: w.Name, Host: w.Hostname, PID: w.PID, Mode: w.Mode, Wake: w.Wake,
-			StartedAt: w.StartedAt, HeartbeatAgeMS: w.HeartbeatAge.Milliseconds(), Held: w.Held,
+			StartedAt: w.StartedAt, HeartbeatAgeMS: w.HeartbeatAge.Milliseconds(), Held: w.Owned,
 		})
 	}
 	s.Totals.LiveWorkers = len(workers)
@@ -227,7 +227,7 @@ func Read(ctx context.Context, db *dbconn.DB, schemaName string, warnAfter time.
 		}
 	}
 	s := Build(parts, workers)
-	hr, err := horizon.Read(ctx, db, schemaName, warnAfter)
+	hr, err := horizon.NewReader(db, schemaName).Read(ctx, warnAfter)
 	if err != nil {
 		return Status{}, err
 	}

@@ -18,7 +18,7 @@ func TestBuildTotalsAndJSON(t *testing.T) {
 		{Key: "a", Owner: "w1", OwnerInstance: "w1#ab", State: "active", Version: 3, HeartbeatAge: &age, Processed: 10, Pending: 5},
 		{Key: "b", State: "done", Processed: 7},
 		{Key: "c", State: "quarantined", Pending: 2, Attempts: 5, Error: "boom"},
-	}, []partition.WorkerStatus{{InstanceID: "w1#ab", Name: "w1", Held: 1}})
+	}, []partition.WorkerStatus{{InstanceID: "w1#ab", Name: "w1", Owned: 1}})
 	if s.Totals.Partitions != 3 || s.Totals.Processed != 17 || s.Totals.Pending != 7 || s.Totals.LiveWorkers != 1 ||
 		s.Totals.ByState["active"] != 1 || s.Totals.ByState["done"] != 1 || s.Totals.ByState["quarantined"] != 1 {
 		t.Fatalf("totals: %+v", s.Totals)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -236,21 +237,21 @@ func (h *modelHarness) Claim(_ context.Context, owner string, cands []taskstore.
 	return out, asError(r.err)
 }
 
-func (h *modelHarness) HeartbeatBelow(_ context.Context, owner string, wanted int, leases []partition.Lease) ([]partition.Renewal, error) {
+func (h *modelHarness) HeartbeatBelow(_ context.Context, owner string, wanted int, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	r := h.do(&request{kind: reqHeartbeat, owner: h.owner(owner), leases: h.leases(leases), wanted: wanted, renewBelow: storetest.RenewBelow})
-	var out []partition.Renewal
+	var out []leaseinfo.Renewal
 	for _, x := range r.renewals {
-		out = append(out, partition.Renewal{Lease: h.plain(x.leaseID), Available: x.available, Position: x.position,
+		out = append(out, leaseinfo.Renewal{Lease: h.plain(x.leaseID), Available: x.available, Position: x.position,
 			Fresh: x.fresh, Remaining: x.remaining})
 	}
 	return out, asError(r.err)
 }
 
-func (h *modelHarness) Inspect(_ context.Context, owner string, leases []partition.Lease) ([]partition.Held, error) {
+func (h *modelHarness) Inspect(_ context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	r := h.do(&request{kind: reqInspect, owner: h.owner(owner), leases: h.leases(leases)})
-	var out []partition.Held
+	var out []leaseinfo.Owned
 	for _, x := range r.held {
-		out = append(out, partition.Held{Lease: h.plain(x.leaseID), Remaining: x.remaining})
+		out = append(out, leaseinfo.Owned{Lease: h.plain(x.leaseID), Remaining: x.remaining})
 	}
 	return out, asError(r.err)
 }

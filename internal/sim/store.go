@@ -1346,7 +1346,7 @@ func (st *store) countStale(r *row, t *txn) {
 	}
 }
 
-// What a notification says changed (partition.Notify*).
+// What a notification says changed (internal/notify).
 type notifyKind int
 
 const (

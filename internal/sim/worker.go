@@ -1,12 +1,12 @@
 package sim
 
 import (
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"slices"
 	"time"
 
 	"github.com/batonhq/baton/internal/decide"
 	"github.com/batonhq/baton/internal/taskstore"
-	"github.com/batonhq/baton/partition"
 )
 
 type wstate uint8
@@ -683,7 +683,7 @@ func (w *worker) beat() {
 			}
 			// A fresh lease was checked, not rewritten: its deadline
 			// follows what it has left.
-			w.renewed(l, sent, decide.LeaseLeft(partition.Renewal{Fresh: r.fresh, Remaining: r.remaining}, s.cfg.StaleAfter), epoch)
+			w.renewed(l, sent, decide.LeaseLeft(leaseinfo.Renewal{Fresh: r.fresh, Remaining: r.remaining}, s.cfg.StaleAfter), epoch)
 			if r.available > r.position && !l.ended {
 				l.work = true
 				if l.h != nil {

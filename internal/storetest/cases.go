@@ -3,6 +3,7 @@ package storetest
 import (
 	"database/sql"
 	"errors"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"slices"
 	"time"
 
@@ -312,7 +313,7 @@ func heartbeatRenews(c *C, h Harness) {
 	stale := partition.Lease{Key: "a", Version: a.Version - 1}
 	rs, err := h.HeartbeatBelow(c.Ctx, "w1", 0, []partition.Lease{a.Lease, b.Lease, other.Lease, stale})
 	c.must(err, "Heartbeat")
-	got := map[string]partition.Renewal{}
+	got := map[string]leaseinfo.Renewal{}
 	for _, r := range rs {
 		got[r.Key] = r
 	}
@@ -888,7 +889,7 @@ func heartbeatThreshold(c *C, h Harness) {
 	h.AgeLease("b", RenewBelow-time.Second)
 	rs, err := h.HeartbeatBelow(c.Ctx, "w1", 0, []partition.Lease{a.Lease, b.Lease})
 	c.must(err, "Heartbeat")
-	got := map[string]partition.Renewal{}
+	got := map[string]leaseinfo.Renewal{}
 	for _, r := range rs {
 		got[r.Key] = r
 	}

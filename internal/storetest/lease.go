@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"strings"
 	"testing"
 	"time"
@@ -26,9 +27,9 @@ import (
 // for owner with leases of TTL.
 type LeaseTable interface {
 	// Renew is leaserow.Table.Renew for owner.
-	Renew(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Renewal, error)
+	Renew(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Renewal, error)
 	// Inspect is leaserow.Table.Inspect for owner.
-	Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error)
+	Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Owned, error)
 }
 
 // LeaseFixture sets a lease table's rows up and moves time, by

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"slices"
 	"strings"
 	"time"
@@ -13,7 +14,7 @@ import (
 // less than the differences the cases look for.
 const slack = TTL / 10
 
-func renewedLeases(rs []partition.Renewal) []partition.Lease {
+func renewedLeases(rs []leaseinfo.Renewal) []partition.Lease {
 	out := make([]partition.Lease, len(rs))
 	for i, r := range rs {
 		out[i] = r.Lease
@@ -22,7 +23,7 @@ func renewedLeases(rs []partition.Renewal) []partition.Lease {
 	return out
 }
 
-func heldLeases(hs []partition.Held) []partition.Lease {
+func heldLeases(hs []leaseinfo.Owned) []partition.Lease {
 	out := make([]partition.Lease, len(hs))
 	for i, h := range hs {
 		out[i] = h.Lease

@@ -28,6 +28,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -68,8 +69,8 @@ type Store interface {
 	// wants wanted more partitions, rewrites its listed leases with less
 	// than RenewBelow left, returns the others Fresh, and hands back its
 	// unlisted rows past their leases (taskstore.Store.HeartbeatBelow).
-	HeartbeatBelow(ctx context.Context, owner string, wanted int, leases []partition.Lease) ([]partition.Renewal, error)
-	Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error)
+	HeartbeatBelow(ctx context.Context, owner string, wanted int, leases []partition.Lease) ([]leaseinfo.Renewal, error)
+	Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Owned, error)
 	// Release is taskstore.Store.ReleaseFor.
 	Release(ctx context.Context, owner string, leases []partition.Lease) ([]string, error)
 	Fail(ctx context.Context, owner string, l partition.Lease, cause string, maxAttempts int) (taskstore.FailResult, error)

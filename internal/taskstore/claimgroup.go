@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"slices"
 	"strings"
 	"time"
@@ -168,8 +169,8 @@ func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, 
 		leases[i] = partition.Lease{Key: st.Candidate.Key, Version: st.Candidate.Version + 1}
 	}
 	q := claimAdvanceGroupSQL
-	args := []any{keys, versions, froms, positions, states, releases, owner, micros(ttl), traces, partition.NotifyChannel,
-		s.kind, partition.NotifyPayload(partition.NotifyReleased, s.kind)}
+	args := []any{keys, versions, froms, positions, states, releases, owner, micros(ttl), traces, notify.Channel,
+		s.kind, notify.Payload(notify.Released, s.kind)}
 	if !s.noEvents {
 		q, args = claimAdvanceGroupEventsSQL, append(args, reason)
 	}

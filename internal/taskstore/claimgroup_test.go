@@ -144,7 +144,7 @@ func TestClaimGroupIsAllOrNothing(t *testing.T) {
 	// A producer adding work to b, its transaction still open: its row lock
 	// does not conflict with the fence, but the claim skips the row.
 	producer := beginTx(t, db)
-	if _, err := s.Admin().AddWorks(ctx, producer, []partition.Work{{Key: "b", N: 1}}); err != nil {
+	if _, err := s.Admin().AddWorksTx(ctx, producer, []partition.Work{{Key: "b", N: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ClaimAdvanceGroup(ctx, tx, "w#1", time.Minute, steps, "caught_up"); !errors.Is(err, taskstore.ErrClaimLost) {

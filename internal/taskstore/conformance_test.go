@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"testing"
 	"time"
 
@@ -87,12 +88,12 @@ func (h *pgHarness) Claim(ctx context.Context, owner string, cands []taskstore.C
 	return h.s.Claim(ctx, owner, storetest.TTL, cands)
 }
 
-func (h *pgHarness) HeartbeatBelow(ctx context.Context, owner string, wanted int, leases []partition.Lease) ([]partition.Renewal, error) {
+func (h *pgHarness) HeartbeatBelow(ctx context.Context, owner string, wanted int, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	w := taskstore.Worker{InstanceID: owner, Name: owner, Hostname: "test", PID: 1, Mode: "lock", Wanted: wanted}
 	return h.s.HeartbeatBelow(ctx, w, storetest.TTL, storetest.RenewBelow, leases)
 }
 
-func (h *pgHarness) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error) {
+func (h *pgHarness) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	return h.s.Inspect(ctx, owner, leases)
 }
 
@@ -152,7 +153,7 @@ func (h *pgHarness) Rewind(ctx context.Context, key string, position int64, whil
 			done <- outcome{err: err}
 			return
 		}
-		r, err := h.s.Admin().Rewind(ctx, tx, []partition.Rewind{{Key: key, Position: position}})
+		r, err := h.s.Admin().RewindTx(ctx, tx, []partition.Rewind{{Key: key, Position: position}})
 		if err == nil {
 			err = tx.Commit()
 		} else {

@@ -13,7 +13,7 @@
 //
 // It imports package partition for the types the statements share with
 // their public callers (partition.Lease, partition.Checkpoint,
-// partition.Held, partition.Renewal, the events and notifications), and
+// leaseinfo.Owned, leaseinfo.Renewal, the events and notifications), and
 // partition does not import it: the producers' and operators' statements
 // (AddWork, Status, Progress, Retry, History) are partition.Store's, which
 // Store.Admin returns over the same rows.

@@ -3,6 +3,7 @@ package taskstore
 import (
 	"context"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"time"
 
 	"github.com/batonhq/baton/partition"
@@ -53,7 +54,7 @@ func FloorArg(s *Store) string {
 // Heartbeat is HeartbeatBelow rewriting every lease listed, for tests that
 // do not care about the threshold (the workers pass one, and the
 // conformance suite runs theirs).
-func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []partition.Lease) ([]partition.Renewal, error) {
+func (s *Store) Heartbeat(ctx context.Context, w Worker, ttl time.Duration, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	return s.HeartbeatBelow(ctx, w, ttl, ttl+time.Hour, leases)
 }
 

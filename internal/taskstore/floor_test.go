@@ -53,7 +53,7 @@ func TestClaimableSinceIsTheServersTime(t *testing.T) {
 	}
 
 	t0 := now()
-	if _, err := s.Admin().AddWork(ctx, db, "a", 3); err != nil {
+	if _, err := s.Admin().AddWork(ctx, "a", 3); err != nil {
 		t.Fatal(err)
 	}
 	within("inserted by a producer", "a", t0)
@@ -78,7 +78,7 @@ func TestClaimableSinceIsTheServersTime(t *testing.T) {
 
 	// More work for a row already claimable keeps its place in line.
 	before := at("a")
-	if _, err := s.Admin().AddWork(ctx, db, "a", 1); err != nil {
+	if _, err := s.Admin().AddWork(ctx, "a", 1); err != nil {
 		t.Fatal(err)
 	}
 	if got := at("a"); !got.Equal(before) {
@@ -156,7 +156,7 @@ func TestFlooredReadsSkipWhatAHeldSnapshotKeeps(t *testing.T) {
 	for i := range partitions {
 		work = append(work, partition.Work{Key: fmt.Sprintf("p%03d", i), N: 1_000_000})
 	}
-	if _, err := s.Admin().AddWorks(ctx, db, work); err != nil {
+	if _, err := s.Admin().AddWorks(ctx, work); err != nil {
 		t.Fatal(err)
 	}
 	// Every row claimed and released, again and again, as workers would:
@@ -206,7 +206,7 @@ func TestRowsBelowTheFloorAreFound(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	s := taskstore.NewStore(db, "").FloorPolicy(0, time.Minute, clock.Now)
 	taskstore.SetFloorMargin(s, 0) // the floor passes a row made claimable a moment before
-	if _, err := s.Admin().AddWork(ctx, db, "early", 1); err != nil {
+	if _, err := s.Admin().AddWork(ctx, "early", 1); err != nil {
 		t.Fatal(err)
 	}
 	unclaimed := func() int {
@@ -224,7 +224,7 @@ func TestRowsBelowTheFloorAreFound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Admin().AddWork(ctx, tx, key, 1); err != nil {
+		if _, err := s.Admin().AddWorkTx(ctx, tx, key, 1); err != nil {
 			t.Fatal(err)
 		}
 		var since time.Time

@@ -2,6 +2,7 @@ package taskstore_test
 
 import (
 	"context"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func TestHeartbeatSkipsRowsLockedByOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]partition.Renewal{}
+	got := map[string]leaseinfo.Renewal{}
 	for _, r := range ren {
 		got[r.Key] = r
 	}

@@ -3,6 +3,7 @@ package taskstore_test
 import (
 	"context"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func TestOnlyTheFirstHeartbeatNotifiesJoined(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer listener.Close(ctx)
-			if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
+			if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{notify.Channel}.Sanitize()); err != nil {
 				t.Fatal(err)
 			}
 			next := func() string {
@@ -60,7 +61,7 @@ func TestOnlyTheFirstHeartbeatNotifiesJoined(t *testing.T) {
 			// notified nothing.
 			marker := func(name string) string {
 				t.Helper()
-				if _, err := db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, partition.NotifyChannel, name); err != nil {
+				if _, err := db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, notify.Channel, name); err != nil {
 					t.Fatal(err)
 				}
 				return name
@@ -69,7 +70,7 @@ func TestOnlyTheFirstHeartbeatNotifiesJoined(t *testing.T) {
 			if f.num != 0 {
 				s = taskstore.WithServerVersion(s, f.num)
 			}
-			joined := partition.NotifyPayload(partition.NotifyJoined, partition.DefaultKind)
+			joined := notify.Payload(notify.Joined, partition.DefaultKind)
 			w := taskstore.Worker{InstanceID: "w#1", Name: "w"}
 			beat := func() {
 				t.Helper()
@@ -91,7 +92,7 @@ func TestOnlyTheFirstHeartbeatNotifiesJoined(t *testing.T) {
 			if err := s.StopWorker(ctx, w.InstanceID); err != nil {
 				t.Fatal(err)
 			}
-			if got, want := next(), partition.NotifyPayload(partition.NotifyLeft, partition.DefaultKind); got != want {
+			if got, want := next(), notify.Payload(notify.Left, partition.DefaultKind); got != want {
 				t.Fatalf("stopping the worker notified %q, want %q", got, want)
 			}
 			beat()

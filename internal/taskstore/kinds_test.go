@@ -3,9 +3,12 @@ package taskstore_test
 import (
 	"context"
 	"errors"
+	"github.com/batonhq/baton/internal/notify"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
@@ -22,10 +25,10 @@ func TestKindsKeepTheirPartitionsApart(t *testing.T) {
 	ctx := context.Background()
 	pricing := taskstore.NewStore(db, "").Kind("pricing")
 	orders := taskstore.NewStore(db, "").Kind("orders")
-	if _, err := pricing.Admin().AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 5}, {Key: "globex", N: 2}}); err != nil {
+	if _, err := pricing.Admin().AddWorks(ctx, []partition.Work{{Key: "acme", N: 5}, {Key: "globex", N: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := orders.Admin().AddWorks(ctx, db, []partition.Work{{Key: "acme", N: 3}, {Key: "initech", N: 1}}); err != nil {
+	if _, err := orders.Admin().AddWorks(ctx, []partition.Work{{Key: "acme", N: 3}, {Key: "initech", N: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	available := func(kind, key string) (avail, pos int64) {
@@ -204,14 +207,14 @@ func TestValidateKind(t *testing.T) {
 			t.Errorf("ValidateKind(%q) = nil, want an error", k)
 		}
 	}
-	_, err := partition.NewStore(nil, "").Kind("a b").AddWork(context.Background(), nil, "k", 1)
+	_, err := partition.NewStore(nil, "").Kind("a b").AddWorkTx(context.Background(), bun.Tx{}, "k", 1)
 	if err == nil || !strings.Contains(err.Error(), "white space") {
 		t.Errorf("AddWork with kind %q = %v, want refused", "a b", err)
 	}
-	if r, k := partition.ParsePayload(partition.NotifyPayload(partition.NotifyWork, "orders")); r != partition.NotifyWork || k != "orders" {
+	if r, k := notify.Parse(notify.Payload(notify.Work, "orders")); r != notify.Work || k != "orders" {
 		t.Errorf("ParsePayload(NotifyPayload(work, orders)) = %q, %q", r, k)
 	}
-	if r, k := partition.ParsePayload("work"); r != "work" || k != "" {
+	if r, k := notify.Parse("work"); r != "work" || k != "" {
 		t.Errorf("ParsePayload(work) = %q, %q", r, k)
 	}
 }

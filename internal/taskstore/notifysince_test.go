@@ -2,6 +2,7 @@ package taskstore_test
 
 import (
 	"context"
+	"github.com/batonhq/baton/internal/notify"
 	"testing"
 	"time"
 
@@ -16,8 +17,9 @@ import (
 
 // Every notification that makes rows claimable says when they became so,
 // no later than their claimable_at, even when its transaction commits long
-// after: a release, a heartbeat's hand-back and a retry, each here in a
-// transaction of its own that commits after a further statement, so a
+// after: a release and a heartbeat's hand-back, each here in a
+// transaction of its own that commits after a further statement, and a
+// retry, so a
 // worker that hears it lowers its floor below the rows however late the
 // commit came.
 func TestClaimableNotificationsSayWhen(t *testing.T) {
@@ -30,7 +32,7 @@ func TestClaimableNotificationsSayWhen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{notify.Channel}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available, position)
@@ -61,16 +63,17 @@ func TestClaimableNotificationsSayWhen(t *testing.T) {
 		key, reason string
 		do          func(tx bun.Tx) error
 	}{
-		{"released", partition.NotifyReleased, func(tx bun.Tx) error {
+		{"released", notify.Released, func(tx bun.Tx) error {
 			_, err := s.WithDB(tx).Release(ctx, "w#1", []partition.Lease{released})
 			return err
 		}},
-		{"handed-back", partition.NotifyReleased, func(tx bun.Tx) error {
+		{"handed-back", notify.Released, func(tx bun.Tx) error {
 			_, err := s.WithDB(tx).Heartbeat(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, time.Minute, nil)
 			return err
 		}},
-		{"retried", partition.NotifyRetry, func(tx bun.Tx) error {
-			_, err := partition.NewStore(tx, "").Retry(ctx, "retried")
+		{"retried", notify.Retry, func(bun.Tx) error {
+			// A retry commits in a transaction of its own.
+			_, err := s.Admin().Retry(ctx, "retried")
 			return err
 		}},
 	} {
@@ -94,10 +97,10 @@ func TestClaimableNotificationsSayWhen(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: waiting for its notification: %v", c.key, err)
 		}
-		if reason, kind := partition.ParsePayload(n.Payload); reason != c.reason || kind != partition.DefaultKind {
+		if reason, kind := notify.Parse(n.Payload); reason != c.reason || kind != partition.DefaultKind {
 			t.Fatalf("%s: notification %q, want %s of the default kind", c.key, n.Payload, c.reason)
 		}
-		since, ok := partition.PayloadSince(n.Payload)
+		since, ok := notify.Since(n.Payload)
 		if !ok {
 			t.Fatalf("%s: notification %q says not when the row became claimable", c.key, n.Payload)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -75,7 +76,7 @@ func (s *Store) Split(ctx context.Context, tx bun.Tx, l partition.Lease, generat
 		s.kind, l.Key, generation,
 		pgdialect.Array(keys), pgdialect.Array(starts), pgdialect.Array(ends), pgdialect.Array(states),
 		s.kind, l.Key, string(partition.EventSplit), l.Version, segs[0].Start, detail,
-		partition.NotifyChannel, partition.NotifyPayload(partition.NotifyWork, s.kind)).Scan(&n)
+		notify.Channel, notify.Payload(notify.Work, s.kind)).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("splitting %s into %d segments: %w", l, len(segs), err)
 	}

@@ -7,12 +7,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
+	"github.com/batonhq/baton/internal/notify"
 	"math"
 	"time"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
@@ -379,7 +382,7 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 // 8s, ttl 10s and a heartbeat every second, one beat in three. The caller
 // must take a Fresh lease's local deadline from its Remaining, never from
 // ttl.
-func (s *Store) HeartbeatBelow(ctx context.Context, w Worker, ttl, renewBelow time.Duration, leases []partition.Lease) ([]partition.Renewal, error) {
+func (s *Store) HeartbeatBelow(ctx context.Context, w Worker, ttl, renewBelow time.Duration, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	keys, versions := split(leases)
 	num, err := s.versionNum(ctx)
 	if err != nil {
@@ -395,17 +398,17 @@ func (s *Store) HeartbeatBelow(ctx context.Context, w Worker, ttl, renewBelow ti
 		q = heartbeatEventsSQL18
 	}
 	rows, err := s.query(ctx, q,
-		keys, versions, w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, partition.WakeListen), micros(ttl),
-		micros(renewBelow), w.Wanted, s.kind, partition.NotifyChannel, partition.NotifyPayload(partition.NotifyReleased, s.kind),
-		partition.NotifyPayload(partition.NotifyJoined, s.kind))
+		keys, versions, w.InstanceID, w.Name, w.Hostname, w.PID, w.Mode, cmp.Or(w.Wake, notify.WakeListen), micros(ttl),
+		micros(renewBelow), w.Wanted, s.kind, notify.Channel, notify.Payload(notify.Released, s.kind),
+		notify.Payload(notify.Joined, s.kind))
 	if err != nil {
 		s.forgetVersionOn(err)
 		return nil, fmt.Errorf("renewing %d partitions: %w", len(leases), err)
 	}
 	defer rows.Close()
-	out := make([]partition.Renewal, 0, len(leases))
+	out := make([]leaseinfo.Renewal, 0, len(leases))
 	for rows.Next() {
-		var r partition.Renewal
+		var r leaseinfo.Renewal
 		var micros int64
 		if err := rows.Scan(&r.Key, &r.Version, &r.Available, &r.Position, &r.Fresh, &r.Locked, &micros); err != nil {
 			return nil, fmt.Errorf("renewing partitions: %w", err)
@@ -444,8 +447,8 @@ func (s *Store) HeartbeatBelow(ctx context.Context, w Worker, ttl, renewBelow ti
 // renewWaiting renews one lease, waiting at most wait for its row lock. It
 // reports false if the lock did not come, or on any error: the lease then
 // stays as the heartbeat found it.
-func (s *Store) renewWaiting(ctx context.Context, owner string, ttl time.Duration, l partition.Lease, wait time.Duration) (partition.Renewal, bool) {
-	r := partition.Renewal{Lease: l}
+func (s *Store) renewWaiting(ctx context.Context, owner string, ttl time.Duration, l partition.Lease, wait time.Duration) (leaseinfo.Renewal, bool) {
+	r := leaseinfo.Renewal{Lease: l}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return r, false
@@ -467,7 +470,7 @@ func (s *Store) renewWaiting(ctx context.Context, owner string, ttl time.Duratio
 // Inspect re-reads leases without changing them: it is how a heartbeat or
 // commit whose outcome is unknown (the connection failed after sending) is
 // resolved. Leases no longer held by owner are absent from the result.
-func (s *Store) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]partition.Held, error) {
+func (s *Store) Inspect(ctx context.Context, owner string, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	keys, versions := split(leases)
 	rows, err := s.db.QueryContext(ctx, s.sql(`
 		SELECT t.partition_key, t.version,
@@ -481,9 +484,9 @@ func (s *Store) Inspect(ctx context.Context, owner string, leases []partition.Le
 		return nil, fmt.Errorf("re-reading %d leases: %w", len(leases), err)
 	}
 	defer rows.Close()
-	var out []partition.Held
+	var out []leaseinfo.Owned
 	for rows.Next() {
-		var h partition.Held
+		var h leaseinfo.Owned
 		var micros int64
 		if err := rows.Scan(&h.Key, &h.Version, &micros); err != nil {
 			return nil, fmt.Errorf("re-reading leases: %w", err)
@@ -574,8 +577,8 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []p
 			FROM (SELECT 1 FROM r WHERE pending LIMIT 1) p
 		)`+held+events+`
 		SELECT r.partition_key FROM r CROSS JOIN n`),
-		append(append([]any{pgdialect.Array(keys), pgdialect.Array(versions), s.kind, owner, partition.NotifyChannel,
-			partition.NotifyPayload(partition.NotifyReleased, s.kind)}, hargs...), eargs...)...)
+		append(append([]any{pgdialect.Array(keys), pgdialect.Array(versions), s.kind, owner, notify.Channel,
+			notify.Payload(notify.Released, s.kind)}, hargs...), eargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("releasing %d partitions: %w", len(leases), err)
 	}
@@ -832,7 +835,7 @@ func (s *Store) StopWorker(ctx context.Context, instanceID string) error {
 			UPDATE {{.Schema}}.workers SET stopped_at = now(), expires_at = now() WHERE instance_id = ?
 			RETURNING 1
 		)
-		SELECT pg_notify(?, ?) FROM u`), instanceID, partition.NotifyChannel, partition.NotifyPayload(partition.NotifyLeft, s.kind)); err != nil {
+		SELECT pg_notify(?, ?) FROM u`), instanceID, notify.Channel, notify.Payload(notify.Left, s.kind)); err != nil {
 		return fmt.Errorf("marking worker %s stopped: %w", instanceID, err)
 	}
 	// A dead worker's row stays while it owns task rows: they are found
@@ -849,7 +852,7 @@ func (s *Store) StopWorker(ctx context.Context, instanceID string) error {
 // them reason. Inside a transaction the notification is delivered at
 // commit.
 func (s *Store) Notify(ctx context.Context, reason string) error {
-	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, partition.NotifyChannel, partition.NotifyPayload(reason, s.kind)); err != nil {
+	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, notify.Channel, notify.Payload(reason, s.kind)); err != nil {
 		return fmt.Errorf("notifying workers: %w", err)
 	}
 	return nil
@@ -858,5 +861,11 @@ func (s *Store) Notify(ctx context.Context, reason string) error {
 // Admin is the producers' and operators' Store over the same database,
 // schema and kind as s: AddWork, Status, Progress, History, Retry.
 func (s *Store) Admin() *partition.Store {
-	return partition.NewStore(s.db, s.schema).Kind(s.kind)
+	db, ok := s.db.(*dbconn.DB)
+	if !ok {
+		// A plain handle (tests'): described as pooled, which is never
+		// checked, so wrapping it cannot fail.
+		db, _ = dbconn.Wrap(context.Background(), s.db.(*bun.DB), dbconn.Access{Pooled: true})
+	}
+	return partition.NewStore(db, s.schema).Kind(s.kind)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/batonhq/baton/internal/leaseinfo"
+	"github.com/batonhq/baton/internal/notify"
 	"strconv"
 	"strings"
 	"testing"
@@ -309,7 +311,7 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{partition.NotifyChannel}.Sanitize()); err != nil {
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{notify.Channel}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 	next := func() string {
@@ -350,14 +352,14 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 	if err := s.Notify(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != partition.NotifyPayload("marker", partition.DefaultKind) {
+	if got := next(); got != notify.Payload("marker", partition.DefaultKind) {
 		t.Fatalf("first notification %q after releasing a caught-up partition; want none before the marker", got)
 	}
 	rel, err = s.Release(ctx, "w#1", []partition.Lease{pending})
 	if err != nil || len(rel) != 1 || rel[0] != "pending" {
 		t.Fatalf("releasing pending: %v %v", rel, err)
 	}
-	if got := next(); !strings.HasPrefix(got, partition.NotifyPayload(partition.NotifyReleased, partition.DefaultKind)+" ") {
+	if got := next(); !strings.HasPrefix(got, notify.Payload(notify.Released, partition.DefaultKind)+" ") {
 		t.Fatalf("notification %q after releasing a partition with pending work; want released, with a time", got)
 	}
 	// Releasing again is fenced by version: nothing released, no notification.
@@ -367,7 +369,7 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 	if err := s.Notify(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != partition.NotifyPayload("marker", partition.DefaultKind) {
+	if got := next(); got != notify.Payload("marker", partition.DefaultKind) {
 		t.Fatalf("notification %q after a fenced release; want none before the marker", got)
 	}
 }
@@ -535,8 +537,8 @@ func TestHeartbeatIsIndexDriven(t *testing.T) {
 	for _, form := range forms {
 		for _, plan := range explainPrepared(t, db, taskstore.StatementSQL(form),
 			pgdialect.Array(keys), pgdialect.Array(versions), "w#1", "w", "", 0, "lock", "listen", int64(time.Hour/time.Microsecond), int64(2*time.Hour/time.Microsecond), 0,
-			partition.DefaultKind, partition.NotifyChannel, partition.NotifyPayload(partition.NotifyReleased, partition.DefaultKind),
-			partition.NotifyPayload(partition.NotifyJoined, partition.DefaultKind)) {
+			partition.DefaultKind, notify.Channel, notify.Payload(notify.Released, partition.DefaultKind),
+			notify.Payload(notify.Joined, partition.DefaultKind)) {
 			walkPlan(t, plan, func(n map[string]any) {
 				if n["Relation Name"] == "tasks" && n["Node Type"] == "Seq Scan" {
 					t.Fatalf("the heartbeat (%s) reads tasks sequentially:\n%s", form, plan)
@@ -703,7 +705,7 @@ func TestHeartbeatBelowRewritesOnlyLeasesRunningOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]partition.Renewal{}
+	got := map[string]leaseinfo.Renewal{}
 	for _, r := range rs {
 		got[r.Key] = r
 	}

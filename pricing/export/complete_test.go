@@ -37,7 +37,7 @@ func TestWriteComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another kind's partition named like a contract, with work of its own.
-	if _, err := partition.NewStore(db, "").Kind("orders").AddWork(ctx, db, "a", 7); err != nil {
+	if _, err := partition.NewStore(db, "").Kind("orders").AddWork(ctx, "a", 7); err != nil {
 		t.Fatal(err)
 	}
 	write := func() (int64, string, error) {

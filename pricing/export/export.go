@@ -49,6 +49,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/pgxconn"
 	"github.com/batonhq/baton/pricing/internal/tables"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
@@ -134,7 +135,7 @@ func (s *Store) copyOut(ctx context.Context, conn bun.Conn, tx bun.Tx, w io.Writ
 // copyQuery streams the CSV of the COPY statement q over conn to w.
 func (s *Store) copyQuery(ctx context.Context, conn bun.Conn, q string, w io.Writer) (rows int64, err error) {
 	bw := bufio.NewWriterSize(w, 1<<16)
-	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	err = pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		tag, err := pc.PgConn().CopyTo(ctx, bw, s.t.SQL(q))
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/notify"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,7 +20,6 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
-	"github.com/batonhq/baton/partition"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -461,7 +461,7 @@ func TestLoadWhileTasksAreUpdated(t *testing.T) {
 	t.Logf("%d concurrent task updates", beats.Load())
 }
 
-// A load that adds records notifies partition.NotifyChannel on commit.
+// A load that adds records notifies notify.Channel on commit.
 func TestNotify(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
@@ -473,12 +473,12 @@ func TestNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer listener.Close(context.Background())
-	if _, err := listener.Exec(ctx, "LISTEN "+partition.NotifyChannel); err != nil {
+	if _, err := listener.Exec(ctx, "LISTEN "+notify.Channel); err != nil {
 		t.Fatal(err)
 	}
 	mustLoad(t, db, Options{TiersPath: writeFile(t, "t.csv", goodTiers), RecordsPath: writeFile(t, "r.csv", rh+"c1,a,1\n")})
 	n, err := listener.WaitForNotification(ctx)
-	if err != nil || n.Channel != partition.NotifyChannel {
+	if err != nil || n.Channel != notify.Channel {
 		t.Fatalf("notification %+v, %v", n, err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/pgxconn"
 	"github.com/batonhq/baton/pricing/seed"
 )
 
@@ -213,7 +214,7 @@ func copyBaseline(ctx context.Context, db *bun.DB, path string) (int64, error) {
 	}
 	defer conn.Close()
 	var n int64
-	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	err = pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		vals := make([]any, 3)
 		n, err = pc.CopyFrom(ctx, pgx.Identifier{"baseline"}, []string{"contract_id", "record_id", "amount_minor"},
 			pgx.CopyFromFunc(func() ([]any, error) {

@@ -199,7 +199,7 @@
 //  7. As the last statements, the task rows of the contracts that gain
 //     records or change tiers are locked in partition_key order and
 //     checked; then the work is added through the producer API
-//     (partition.Store.AddWorksPgx of kind pricer.Kind: available raised
+//     (partition.Store.AddWorksTx of kind pricer.Kind: available raised
 //     in the same key order, pg_notify delivered on commit). Then commit.
 //     Every statement of the loader that reads, locks or creates task
 //     rows names the pricing kind: another processor's partitions that

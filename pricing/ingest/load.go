@@ -14,7 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
-	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/pgxconn"
+	"github.com/batonhq/baton/internal/pgxwork"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing"
 	"github.com/batonhq/baton/pricing/internal/reprice"
@@ -285,7 +286,7 @@ func load(ctx context.Context, db *bun.DB, opts Options) (Report, error) {
 	}
 	defer conn.Close()
 	var rep Report
-	err = dbconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
+	err = pgxconn.Raw(conn.Conn, func(pc *pgx.Conn) error {
 		var err error
 		rep, err = l.run(ctx, pc)
 		return err
@@ -436,7 +437,7 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 	// An interruption from here on would leave the outcome unknown: the
 	// commit is not interrupted.
 	l.committing = true
-	watch := dbconn.WatchPgx(conn)
+	watch := pgxconn.WatchPgx(conn)
 	cerr := tx.Commit(context.WithoutCancel(ctx))
 	var unconfirmed error
 	if watch.NotReplicated() {
@@ -603,7 +604,11 @@ UPDATE {{.Schema}}.loads SET finished_at = clock_timestamp(), tier_rows = $2, re
 		if err != nil {
 			return err
 		}
-		if err := partition.NewStore(nil, l.opts.schema).Kind(taskKind).AddWorksPgx(ctx, tx, work); err != nil {
+		w := pgxwork.Work{Keys: make([]string, len(work)), N: make([]int64, len(work))}
+		for i, x := range work {
+			w.Keys[i], w.N[i] = x.Key, x.N
+		}
+		if err := pgxwork.AddWorks(ctx, tx, l.opts.schema, taskKind, w); err != nil {
 			return fmt.Errorf("loading: %w", err)
 		}
 	}

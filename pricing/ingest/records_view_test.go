@@ -334,7 +334,7 @@ func TestViewInsertThenAddWorkBeforeLoad(t *testing.T) {
 	if !waitQueued(t, db, "", load) {
 		t.Errorf("the load finished (%v) while the view inserts were uncommitted; want it to wait for the load lock", load.err)
 	}
-	if _, err := partition.NewStore(nil, "").Kind(taskKind).AddWork(ctx, tx, "c1", 2); err != nil {
+	if _, err := partition.NewStore(nil, "").Kind(taskKind).AddWorkTx(ctx, tx, "c1", 2); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {

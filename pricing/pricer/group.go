@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/pricing"
 )
@@ -20,16 +18,6 @@ import (
 // would give it alone.
 
 var _ distributor.GroupProcessor = (*Processor)(nil)
-
-// execMode is how a group's statements are sent: prepared once per
-// connection where the connection allows it, otherwise unnamed with their
-// description cached (as a lone batch's).
-func execMode(g *distributor.Group) pgx.QueryExecMode {
-	if g.Prepare {
-		return pgx.QueryExecModeCacheStatement
-	}
-	return pgx.QueryExecModeCacheDescribe
-}
 
 // groupInsertMax is the most priced rows a group writes with one INSERT of
 // arrays; more are copied (COPY's setup costs more than a small INSERT).
@@ -170,35 +158,27 @@ func (p *Processor) readGroup(ctx context.Context, g *distributor.Group, w *work
 	w.recs, w.ids = w.recs[:0], w.ids[:0]
 	ends = make([]int, n)
 	tiers = make([][]pricing.Tier, n)
-	err = g.Raw(func(conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, p.sql(readGroupSQL), execMode(g),
-			pgx.QueryResultFormats{pgx.BinaryFormatCode}, contracts, after, limits, want)
-		if err != nil {
+	err = g.QueryRaw(ctx, func(raw [][]byte) error {
+		if len(raw) != 6 || len(raw[0]) != 8 || len(raw[1]) != 8 {
+			return fmt.Errorf("%w: unexpected row", ErrCorrupt)
+		}
+		m := int64(binary.BigEndian.Uint64(raw[0]))
+		if m < 1 || m > int64(n) {
+			return fmt.Errorf("row of member %d in a group of %d", m, n)
+		}
+		if binary.BigEndian.Uint64(raw[1]) == 0 { // the member's tiers
+			var err error
+			if tiers[m-1], err = decodeTiers(raw[4], raw[5]); err != nil {
+				return fmt.Errorf("%w: tiers of contract %s: %v", ErrCorrupt, contracts[m-1], err)
+			}
+			return nil
+		}
+		if err := w.appendChunk(raw[1:4], after[m-1], after[m-1]+limits[m-1]); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			raw := rows.RawValues()
-			if len(raw) != 6 || len(raw[0]) != 8 || len(raw[1]) != 8 {
-				return fmt.Errorf("%w: unexpected row", ErrCorrupt)
-			}
-			m := int64(binary.BigEndian.Uint64(raw[0]))
-			if m < 1 || m > int64(n) {
-				return fmt.Errorf("row of member %d in a group of %d", m, n)
-			}
-			if binary.BigEndian.Uint64(raw[1]) == 0 { // the member's tiers
-				if tiers[m-1], err = decodeTiers(raw[4], raw[5]); err != nil {
-					return fmt.Errorf("%w: tiers of contract %s: %v", ErrCorrupt, contracts[m-1], err)
-				}
-				continue
-			}
-			if err := w.appendChunk(raw[1:4], after[m-1], after[m-1]+limits[m-1]); err != nil {
-				return err
-			}
-			ends[m-1] = len(w.recs)
-		}
-		return rows.Err()
-	})
+		ends[m-1] = len(w.recs)
+		return nil
+	}, p.sql(readGroupSQL), contracts, after, limits, want)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading records of %d contracts (%s, …): %w", n, contracts[0], err)
 	}
@@ -277,14 +257,11 @@ func (p *Processor) writeGroupPriced(ctx context.Context, g *distributor.Group, 
 		contracts[i], seqs[i], ids[i] = contractOf(b), r.seq, string(r.recordID)
 		gross[i], discount[i], net[i], versions[i] = l.Gross, l.Discount, l.Net, b.Lease.Version
 	}
-	return g.Raw(func(conn *pgx.Conn) error {
-		tag, err := conn.Exec(ctx, p.sql(insertGroupSQL), execMode(g),
-			contracts, seqs, ids, gross, discount, net, versions, g.Owner)
-		if err == nil && tag.RowsAffected() != int64(n) {
-			err = fmt.Errorf("inserted %d rows, want %d", tag.RowsAffected(), n)
-		}
-		return err
-	})
+	rows, err := g.Exec(ctx, p.sql(insertGroupSQL), contracts, seqs, ids, gross, discount, net, versions, g.Owner)
+	if err == nil && rows != int64(n) {
+		err = fmt.Errorf("inserted %d rows, want %d", rows, n)
+	}
+	return err
 }
 
 // copyGroupPriced is writeGroupPriced with COPY.
@@ -295,7 +272,7 @@ func (p *Processor) copyGroupPriced(ctx context.Context, g *distributor.Group, w
 	vals := w.vals[:len(pricedColumns)]
 	vals[7] = g.Owner
 	i, m := -1, 0
-	src := pgx.CopyFromFunc(func() ([]any, error) {
+	n, err := g.CopyFrom(ctx, []string{p.schema, "priced"}, pricedColumns, func() ([]any, error) {
 		i++
 		if i == len(w.lines) {
 			return nil, nil
@@ -307,11 +284,8 @@ func (p *Processor) copyGroupPriced(ctx context.Context, g *distributor.Group, w
 		vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6] = contractOf(b), r.seq, r.recordID, l.Gross, l.Discount, l.Net, b.Lease.Version
 		return vals, nil
 	})
-	return g.Raw(func(conn *pgx.Conn) error {
-		n, err := conn.CopyFrom(ctx, pgx.Identifier{p.schema, "priced"}, pricedColumns, src)
-		if err == nil && n != int64(len(w.lines)) {
-			err = fmt.Errorf("copied %d rows, want %d", n, len(w.lines))
-		}
-		return err
-	})
+	if err == nil && n != int64(len(w.lines)) {
+		err = fmt.Errorf("copied %d rows, want %d", n, len(w.lines))
+	}
+	return err
 }

@@ -162,7 +162,7 @@ type heldGroups struct {
 }
 
 func (p *heldGroups) ProcessGroup(ctx context.Context, g *distributor.Group) ([]distributor.Result, error) {
-	if g.Held {
+	if g.Owned {
 		p.mu.Lock()
 		p.groups++
 		p.largest = max(p.largest, len(g.Batches))

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/pricing"
 )
 
 // A batch's records are read and its priced rows written over the batch
-// transaction's own pgx connection (distributor.Batch.Raw), so both stay
+// transaction's own connection (distributor.Batch's QueryRaw, Exec and
+// CopyFrom), so both stay
 // inside the fence and commit with the checkpoint:
 //
 //   - records are read in binary from their chunks (the statement's
@@ -65,20 +64,9 @@ ORDER BY first_seq`
 func (p *Processor) readRecords(ctx context.Context, b *distributor.Batch, w *workspace, contract string, after int64, limit int) error {
 	w.recs, w.ids = w.recs[:0], w.ids[:0]
 	last := after + int64(limit)
-	err := b.Raw(func(conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, p.sql(readRecordsSQL), pgx.QueryExecModeCacheDescribe,
-			pgx.QueryResultFormats{pgx.BinaryFormatCode}, contract, after, limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := w.appendChunk(rows.RawValues(), after, last); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	})
+	err := b.QueryRaw(ctx, func(row [][]byte) error {
+		return w.appendChunk(row, after, last)
+	}, p.sql(readRecordsSQL), contract, after, limit)
 	if err != nil {
 		return fmt.Errorf("reading records of contract %s after seq %d: %w", contract, after, err)
 	}
@@ -196,21 +184,15 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 	}
 	if len(w.lines) == 1 && gen > 0 {
 		r, l := &w.recs[0], &w.lines[0]
-		return b.Raw(func(conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, p.sql(insertPendingSQL), pgx.QueryExecModeCacheDescribe,
-				contractOf(b), r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner, gen)
-			return err
-		})
+		_, err := b.Exec(ctx, p.sql(insertPendingSQL),
+			contractOf(b), r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner, gen)
+		return err
 	}
 	if len(w.lines) == 1 {
 		r, l := &w.recs[0], &w.lines[0]
-		return b.Raw(func(conn *pgx.Conn) error {
-			// Described once per connection, sent unnamed: no prepared
-			// statement a transaction pooler could lose.
-			_, err := conn.Exec(ctx, p.sql(insertOneSQL), pgx.QueryExecModeCacheDescribe,
-				contractOf(b), r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner)
-			return err
-		})
+		_, err := b.Exec(ctx, p.sql(insertOneSQL),
+			contractOf(b), r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner)
+		return err
 	}
 	if cap(w.vals) < len(cols) {
 		w.vals = make([]any, len(cols))
@@ -221,7 +203,7 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 		vals[8] = gen
 	}
 	i := -1
-	src := pgx.CopyFromFunc(func() ([]any, error) {
+	n, err := b.CopyFrom(ctx, []string{p.schema, table}, cols, func() ([]any, error) {
 		i++
 		if i == len(w.lines) {
 			return nil, nil
@@ -230,11 +212,8 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 		vals[1], vals[2], vals[3], vals[4], vals[5] = r.seq, r.recordID, l.Gross, l.Discount, l.Net
 		return vals, nil
 	})
-	return b.Raw(func(conn *pgx.Conn) error {
-		n, err := conn.CopyFrom(ctx, pgx.Identifier{p.schema, table}, cols, src)
-		if err == nil && n != int64(len(w.lines)) {
-			err = fmt.Errorf("copied %d rows, want %d", n, len(w.lines))
-		}
-		return err
-	})
+	if err == nil && n != int64(len(w.lines)) {
+		err = fmt.Errorf("copied %d rows, want %d", n, len(w.lines))
+	}
+	return err
 }

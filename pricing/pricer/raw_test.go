@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/batchconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
@@ -43,7 +44,7 @@ func pricedCount(t *testing.T, db *bun.DB, key string) int {
 	return n
 }
 
-// The priced rows written over Batch.Raw (COPY) belong to the batch's
+// The priced rows written through Batch.CopyFrom and Batch.Exec belong to the batch's
 // transaction: rolled back with it, committed with it, and a repeat of
 // committed rows fails on the primary key.
 func TestPricedRowsCommitWithTheBatchTransaction(t *testing.T) {
@@ -79,7 +80,9 @@ func pricedRowsCommitWithTheBatch(t *testing.T, db *dbconn.DB, key string, limit
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := pricer.NewStore(db, "").Processor().Process(ctx, &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Conn: conn, Checkpoint: cp, Limit: limit})
+		b := &distributor.Batch{Lease: lease, Owner: "w#1", Tx: tx, Checkpoint: cp, Limit: limit}
+		batchconn.Attach(b, conn)
+		res, err := pricer.NewStore(db, "").Processor().Process(ctx, b)
 		if err != nil || !commit {
 			return res, err
 		}

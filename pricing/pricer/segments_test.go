@@ -167,7 +167,7 @@ func TestSplitContractUnpricedSegment(t *testing.T) {
 	}
 
 	// The segment retried and priced, load 2 goes too.
-	if ok, err := partition.NewStore(db.DB, "").Kind(pricer.Kind).Retry(ctx, refused); err != nil || !ok {
+	if ok, err := partition.NewStore(pgtest.Handle(db.DB), "").Kind(pricer.Kind).Retry(ctx, refused); err != nil || !ok {
 		t.Fatalf("retrying %s: %v, %v", refused, ok, err)
 	}
 	runUntilDone(t, db, distributor.Config{Name: "p", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, BatchSize: 100})

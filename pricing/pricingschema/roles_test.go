@@ -105,7 +105,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	if err := <-jobsDone; err != nil {
 		t.Fatalf("running jobs as %s: %v", worker, err)
 	}
-	if _, err := schedule.List(ctx, wdb, ""); err != nil {
+	if _, err := schedule.NewStore(wdb, "").List(ctx); err != nil {
 		t.Fatalf("listing jobs as %s: %v", worker, err)
 	}
 	el, err := leader.New(wdb, leader.Config{InstanceID: "least#1", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second, Logger: quiet})

@@ -219,7 +219,7 @@ SELECT contract_id, 1, 'current', 0, created_at, created_at, $2::jsonb FROM {{.S
 		out = append(out, started)
 	}
 	if len(rewinds) > 0 {
-		rewound, err := tx.Rewind(ctx, partition.NewStore(nil, schemaName).Kind(pricer.Kind), rewinds)
+		rewound, err := tx.Rewind(ctx, schemaName, pricer.Kind, rewinds)
 		if err != nil {
 			return nil, fmt.Errorf("re-pricing: rewinding %d contracts: %w", len(rewinds), err)
 		}

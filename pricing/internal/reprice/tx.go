@@ -2,10 +2,12 @@ package reprice
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
+	"github.com/batonhq/baton/internal/pgxwork"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -18,7 +20,9 @@ type Tx interface {
 	// calls fn after each.
 	ForEachRow(ctx context.Context, sql string, args []any, scans []any, fn func() error) error
 	// Rewind rewinds partitions of s in the transaction.
-	Rewind(ctx context.Context, s *partition.Store, rw []partition.Rewind) ([]partition.Rewound, error)
+	// Rewind rewinds partitions of kind in schemaName (partition's
+	// Store.RewindTx); only each result's Key and Generation are set.
+	Rewind(ctx context.Context, schemaName, kind string, rw []partition.Rewind) ([]partition.Rewound, error)
 }
 
 // Row is a row read by Tx.QueryRow.
@@ -47,8 +51,20 @@ func (t pgxTx) ForEachRow(ctx context.Context, sql string, args []any, scans []a
 	return err
 }
 
-func (t pgxTx) Rewind(ctx context.Context, s *partition.Store, rw []partition.Rewind) ([]partition.Rewound, error) {
-	return s.RewindPgx(ctx, t.tx, rw)
+func (t pgxTx) Rewind(ctx context.Context, schemaName, kind string, rw []partition.Rewind) ([]partition.Rewound, error) {
+	in := pgxwork.Rewinds{Keys: make([]string, len(rw)), Positions: make([]int64, len(rw)), States: make([]json.RawMessage, len(rw))}
+	for i, r := range rw {
+		in.Keys[i], in.Positions[i], in.States[i] = r.Key, r.Position, r.State
+	}
+	generations, err := pgxwork.Rewind(ctx, t.tx, schemaName, kind, in)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]partition.Rewound, 0, len(generations))
+	for k, g := range generations {
+		out = append(out, partition.Rewound{Key: k, Generation: g})
+	}
+	return out, nil
 }
 
 // Bun is tx as a Tx. Its statements go to database/sql as they are, not
@@ -84,6 +100,6 @@ func (t bunTx) ForEachRow(ctx context.Context, sql string, args []any, scans []a
 	return rows.Err()
 }
 
-func (t bunTx) Rewind(ctx context.Context, s *partition.Store, rw []partition.Rewind) ([]partition.Rewound, error) {
-	return s.Rewind(ctx, t.tx, rw)
+func (t bunTx) Rewind(ctx context.Context, schemaName, kind string, rw []partition.Rewind) ([]partition.Rewound, error) {
+	return partition.NewStore(nil, schemaName).Kind(kind).RewindTx(ctx, t.tx, rw)
 }

@@ -1,46 +1,21 @@
-// Package heartbeat keeps a worker's leases alive.
+// Package keepalive is baton's renewal service: it keeps a worker's
+// leases alive as package heartbeat documents. The distributor, package
+// leader and the scheduler use it.
 //
-// The distributor and package leader use it; an embedder rarely does.
 // Give New the storage of the leases (a Renewer) and Start the service;
 // Track each lease as soon as it is claimed, process its partition only
 // once Confirmed is closed and only under the lease's Context, which ends
-// when the lease is lost or expires, and Release it when done.
-//
-// Every Interval the service renews the worker and all the leases it tracks
-// with one statement (Renewer.Renew). For each lease it keeps:
-//
-//   - a streak of consecutive successful renewals, and closes Confirmed()
-//     once the streak reaches Confirm (immediately for leases that need no
-//     confirmation);
-//   - a local deadline on the worker's own monotonic clock: the send time of
-//     the last successful renewal plus the remaining lease minus
-//     SafetyMargin. When it passes, even if the database cannot be reached,
-//     the lease's context is cancelled with ErrLeaseExpired, so a cut-off
-//     worker stops before anybody else can claim the partition;
-//   - a context, cancelled with ErrOwnershipLost as soon as a renewal shows
-//     the lease is no longer this worker's.
-//
-// A lease whose task row another transaction holds locked (a load adding
-// work to it) is skipped by that renewal, not waited for: the others are
-// renewed, and the skipped one keeps the time it has left by the database
-// clock, which its local deadline follows. It is lost only if it runs out
-// before a later renewal gets through.
-//
-// A renewer may leave a lease with plenty of time left as it is (Renewal
-// Fresh): it is still this worker's, which counts towards confirmation, and
-// its local deadline follows the time it has left by the database clock.
-//
-// A renewal that fails without a server error (connection lost, reply never
-// arrived) has an unknown outcome: it may have applied. It is resolved by
-// re-reading the leases (Renewer.Inspect), never by guessing, so a write
-// whose reply was lost does not cost the lease.
-package heartbeat
+// when the lease is lost or expires (with heartbeat's causes), and Release
+// it when done. Renewer.Renew renews the worker and all the leases with one
+// statement; Renewer.Inspect re-reads them to resolve a renewal whose
+// outcome is unknown.
+package keepalive
 
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -48,38 +23,28 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/decide"
 	"github.com/batonhq/baton/partition"
 )
-
-// ErrOwnershipLost is the cancellation cause of a lease that a renewal
-// showed to be held by someone else (or released, or quarantined).
-var ErrOwnershipLost = errors.New("partition ownership lost")
-
-// ErrLeaseExpired is the cancellation cause of a lease whose local deadline
-// passed without a successful renewal.
-var ErrLeaseExpired = errors.New("lease expired locally without a successful heartbeat")
-
-// ErrReleased is the cancellation cause of a lease the worker gave up.
-var ErrReleased = errors.New("partition released")
 
 // Renewer is the storage the service needs.
 type Renewer interface {
 	// Renew renews the worker and leases in one statement and returns those
 	// still held; a renewed lease lasts StaleAfter from the database's
 	// now(), one returned Locked or Fresh the Remaining it reports.
-	Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error)
+	Renew(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Renewal, error)
 	// Inspect re-reads leases, returning those still held with their
 	// remaining time by the database clock.
-	Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error)
+	Inspect(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Owned, error)
 }
 
 // Defaults.
 const (
-	IntervalDefault   = time.Second
-	StaleAfterDefault = 10 * time.Second
-	ConfirmDefault    = 3
+	IntervalDefault   = heartbeat.IntervalDefault
+	StaleAfterDefault = heartbeat.StaleAfterDefault
+	ConfirmDefault    = heartbeat.ConfirmDefault
 	KeyAttrDefault    = "partition_key"
 )
 
@@ -198,8 +163,8 @@ type deadline struct {
 // misses the lease after that reports it lost.
 func (l *Lease) SetReleasing(on bool) { l.releasing.Store(on) }
 
-// Context is cancelled, with ErrOwnershipLost, ErrLeaseExpired or
-// ErrReleased as its cause, when the lease ends.
+// Context is cancelled, with heartbeat.ErrOwnershipLost, heartbeat.ErrLeaseExpired or
+// heartbeat.ErrReleased as its cause, when the lease ends.
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Confirmed is closed once the lease may be processed.
@@ -231,7 +196,7 @@ func (s *Service) Track(parent context.Context, l partition.Lease, claimSent tim
 	}
 	s.mu.Lock()
 	if old, ok := s.leases[l.Key]; ok {
-		s.endLocked(old, ErrOwnershipLost)
+		s.endLocked(old, heartbeat.ErrOwnershipLost)
 	}
 	s.leases[l.Key] = tl
 	s.extendLocked(tl, claimSent, s.cfg.StaleAfter)
@@ -239,15 +204,15 @@ func (s *Service) Track(parent context.Context, l partition.Lease, claimSent tim
 	return tl
 }
 
-// Release stops tracking a lease and cancels its context with ErrReleased.
+// Release stops tracking a lease and cancels its context with heartbeat.ErrReleased.
 func (s *Service) Release(l *Lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.endLocked(l, ErrReleased)
+	s.endLocked(l, heartbeat.ErrReleased)
 }
 
-// Held returns the leases tracked now.
-func (s *Service) Held() []*Lease {
+// Tracked returns the leases tracked now.
+func (s *Service) Tracked() []*Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*Lease, 0, len(s.leases))
@@ -276,7 +241,7 @@ func (s *Service) extendLocked(l *Lease, sent time.Time, remaining time.Duration
 		l.deadline.timer.Stop()
 	}
 	if wait <= 0 {
-		s.endLocked(l, ErrLeaseExpired)
+		s.endLocked(l, heartbeat.ErrLeaseExpired)
 		s.cfg.Logger.Warn("lease expired locally", "event", "lost", s.cfg.KeyAttr, l.Key, "version", l.Version)
 		return
 	}
@@ -286,7 +251,7 @@ func (s *Service) extendLocked(l *Lease, sent time.Time, remaining time.Duration
 		if cur, ok := s.leases[l.Key]; ok && cur == l && l.ctx.Err() == nil {
 			s.cfg.Logger.Warn("lease expired locally: no successful heartbeat in time, stopping",
 				"event", "lost", s.cfg.KeyAttr, l.Key, "version", l.Version)
-			s.endLocked(l, ErrLeaseExpired)
+			s.endLocked(l, heartbeat.ErrLeaseExpired)
 		}
 	})}
 }
@@ -387,7 +352,7 @@ func (s *Service) beat(ctx context.Context) {
 		s.mu.Unlock()
 		return
 	}
-	byKey := make(map[partition.Lease]partition.Renewal, len(renewals))
+	byKey := make(map[partition.Lease]leaseinfo.Renewal, len(renewals))
 	renewed := 0
 	for _, r := range renewals {
 		byKey[r.Lease] = r
@@ -418,7 +383,7 @@ func (s *Service) beat(ctx context.Context) {
 		if !ok {
 			s.cfg.Logger.Warn("partition lost: heartbeat found it owned by another claim",
 				"event", "lost", s.cfg.KeyAttr, l.Key, "version", l.Version)
-			s.endLocked(l, ErrOwnershipLost)
+			s.endLocked(l, heartbeat.ErrOwnershipLost)
 			continue
 		}
 		if r.Locked {
@@ -442,7 +407,7 @@ func (s *Service) beat(ctx context.Context) {
 	}
 }
 
-func (s *Service) applyInspect(snapshot []*Lease, held []partition.Held, sent time.Time) {
+func (s *Service) applyInspect(snapshot []*Lease, held []leaseinfo.Owned, sent time.Time) {
 	byKey := make(map[partition.Lease]time.Duration, len(held))
 	for _, h := range held {
 		byKey[h.Lease] = h.Remaining
@@ -460,7 +425,7 @@ func (s *Service) applyInspect(snapshot []*Lease, held []partition.Held, sent ti
 		if !ok {
 			s.cfg.Logger.Warn("partition lost: re-read found it owned by another claim",
 				"event", "lost", s.cfg.KeyAttr, l.Key, "version", l.Version)
-			s.endLocked(l, ErrOwnershipLost)
+			s.endLocked(l, heartbeat.ErrOwnershipLost)
 			continue
 		}
 		// Still ours: whether or not the renewal applied, the database

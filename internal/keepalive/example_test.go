@@ -1,15 +1,16 @@
-package heartbeat_test
+package keepalive_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"io"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -20,19 +21,19 @@ type leaseTable struct {
 	holder map[string]int64 // partition key → version of the current claim
 }
 
-func (t *leaseTable) Renew(_ context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+func (t *leaseTable) Renew(_ context.Context, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var held []partition.Renewal
+	var held []leaseinfo.Renewal
 	for _, l := range leases {
 		if t.holder[l.Key] == l.Version {
-			held = append(held, partition.Renewal{Lease: l})
+			held = append(held, leaseinfo.Renewal{Lease: l})
 		}
 	}
 	return held, nil
 }
 
-func (t *leaseTable) Inspect(_ context.Context, leases []partition.Lease) ([]partition.Held, error) {
+func (t *leaseTable) Inspect(_ context.Context, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	// Called to resolve a renewal whose outcome is unknown (its reply was
 	// lost), which this table's never is.
 	return nil, errors.New("inspect: not needed in memory")
@@ -43,7 +44,7 @@ func (t *leaseTable) Inspect(_ context.Context, leases []partition.Lease) ([]par
 // that someone else holds it.
 func Example() {
 	table := &leaseTable{holder: map[string]int64{"acme": 4}}
-	s, err := heartbeat.New(table, heartbeat.Config{
+	s, err := keepalive.New(table, keepalive.Config{
 		Interval: 50 * time.Millisecond, StaleAfter: 10 * time.Second, Confirm: 3,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -68,7 +69,7 @@ func Example() {
 	table.mu.Unlock()
 	<-l.Context().Done()
 	fmt.Println("stopped:", context.Cause(l.Context()))
-	fmt.Println("leases held:", len(s.Held()))
+	fmt.Println("leases held:", len(s.Tracked()))
 	// Output:
 	// confirmed after at least 3 renewals: true
 	// stopped: partition ownership lost

@@ -1,4 +1,4 @@
-package heartbeat_test
+package keepalive_test
 
 import (
 	"bytes"
@@ -18,7 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/keepalive"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/internal/testutil"
@@ -238,7 +239,7 @@ func stoppedBeat() int {
 	// 30 s (a quarter of it), longer than the test takes to see it
 	// waiting on a busy machine.
 	const ttl = 2 * time.Minute
-	svc, err := heartbeat.New(storeRenewer{taskstore.NewStore(db, ""), ttl}, heartbeat.Config{
+	svc, err := keepalive.New(storeRenewer{taskstore.NewStore(db, ""), ttl}, keepalive.Config{
 		Interval: time.Second, StaleAfter: ttl, Logger: quiet(),
 		// What the beat did, for the test's log if it fails.
 		OnBeat: func(err error, latency time.Duration, renewed int) {
@@ -260,7 +261,7 @@ type storeRenewer struct {
 	ttl time.Duration
 }
 
-func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	ren, err := r.s.HeartbeatBelow(ctx, taskstore.Worker{InstanceID: "w#1", Name: "w"}, r.ttl, r.ttl+time.Hour, leases)
 	// What the renewal found, for the test's log if it fails.
 	for _, r := range ren {
@@ -270,7 +271,7 @@ func (r storeRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]pa
 	return ren, err
 }
 
-func (r storeRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
+func (r storeRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	return r.s.Inspect(ctx, "w#1", leases)
 }
 

@@ -1,10 +1,11 @@
-package heartbeat_test
+package keepalive_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/batonhq/baton/internal/leaseinfo"
 	"io"
 	"log/slog"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/heartbeat"
+	"github.com/batonhq/baton/internal/keepalive"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/internal/testutil"
@@ -40,30 +42,30 @@ type fakeRenewer struct {
 	locked  map[string]time.Duration // held by another transaction: time left
 	fresh   map[string]time.Duration // left as is, enough time left: time left
 	renews  int
-	inspect func([]partition.Lease) ([]partition.Held, error)
+	inspect func([]partition.Lease) ([]leaseinfo.Owned, error)
 }
 
-func (f *fakeRenewer) Renew(_ context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+func (f *fakeRenewer) Renew(_ context.Context, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.renews++
 	if f.fail != nil {
 		return nil, f.fail
 	}
-	var out []partition.Renewal
+	var out []leaseinfo.Renewal
 	for _, l := range leases {
 		if left, ok := f.locked[l.Key]; ok {
-			out = append(out, partition.Renewal{Lease: l, Locked: true, Remaining: left})
+			out = append(out, leaseinfo.Renewal{Lease: l, Locked: true, Remaining: left})
 		} else if left, ok := f.fresh[l.Key]; ok {
-			out = append(out, partition.Renewal{Lease: l, Fresh: true, Remaining: left})
+			out = append(out, leaseinfo.Renewal{Lease: l, Fresh: true, Remaining: left})
 		} else if !f.stolen[l.Key] {
-			out = append(out, partition.Renewal{Lease: l})
+			out = append(out, leaseinfo.Renewal{Lease: l})
 		}
 	}
 	return out, nil
 }
 
-func (f *fakeRenewer) Inspect(_ context.Context, leases []partition.Lease) ([]partition.Held, error) {
+func (f *fakeRenewer) Inspect(_ context.Context, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	if f.inspect != nil {
 		return f.inspect(leases)
 	}
@@ -72,9 +74,9 @@ func (f *fakeRenewer) Inspect(_ context.Context, leases []partition.Lease) ([]pa
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newService(t *testing.T, r heartbeat.Renewer, clock clockwork.Clock) *heartbeat.Service {
+func newService(t *testing.T, r keepalive.Renewer, clock clockwork.Clock) *keepalive.Service {
 	t.Helper()
-	s, err := heartbeat.New(r, heartbeat.Config{
+	s, err := keepalive.New(r, keepalive.Config{
 		Interval: time.Second, StaleAfter: 10 * time.Second, SafetyMargin: 2 * time.Second,
 		Confirm: 3, Clock: clock, Logger: quiet(),
 	})
@@ -143,7 +145,7 @@ func TestLostLeaseCancelsWithCause(t *testing.T) {
 	if kept.Context().Err() != nil {
 		t.Fatal("the other lease must survive")
 	}
-	if n := len(s.Held()); n != 1 {
+	if n := len(s.Tracked()); n != 1 {
 		t.Fatalf("%d leases tracked after the loss, want 1", n)
 	}
 }
@@ -153,7 +155,7 @@ func TestLostLeaseLogsTheKeyAttr(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
 	var logged bytes.Buffer
-	s, err := heartbeat.New(&fakeRenewer{stolen: map[string]bool{"c-17": true}}, heartbeat.Config{
+	s, err := keepalive.New(&fakeRenewer{stolen: map[string]bool{"c-17": true}}, keepalive.Config{
 		Clock: clock, KeyAttr: "contract_id",
 		Logger: slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
@@ -199,7 +201,7 @@ func TestReleasingLeaseIsLeftToItsOwner(t *testing.T) {
 	if !errors.Is(context.Cause(done.Context()), heartbeat.ErrReleased) {
 		t.Fatalf("released lease: cause = %v, want ErrReleased", context.Cause(done.Context()))
 	}
-	if n := len(s.Held()); n != 0 {
+	if n := len(s.Tracked()); n != 0 {
 		t.Fatalf("%d leases tracked, want 0", n)
 	}
 }
@@ -296,7 +298,7 @@ type lossyRenewer struct {
 	applied int
 }
 
-func (r *lossyRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]partition.Renewal, error) {
+func (r *lossyRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Renewal, error) {
 	if _, err := r.store.HeartbeatBelow(ctx, r.worker, 10*time.Second, 10*time.Second+time.Hour, leases); err != nil {
 		return nil, err
 	}
@@ -304,7 +306,7 @@ func (r *lossyRenewer) Renew(ctx context.Context, leases []partition.Lease) ([]p
 	return nil, io.ErrUnexpectedEOF
 }
 
-func (r *lossyRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]partition.Held, error) {
+func (r *lossyRenewer) Inspect(ctx context.Context, leases []partition.Lease) ([]leaseinfo.Owned, error) {
 	return r.store.Inspect(ctx, r.worker.InstanceID, leases)
 }
 
@@ -312,13 +314,13 @@ func TestValidateRejectsImpossibleTimings(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		cfg  heartbeat.Config
+		cfg  keepalive.Config
 	}{
-		{"stale below 3 beats", heartbeat.Config{Interval: time.Second, StaleAfter: 2 * time.Second}},
-		{"margin eats lease", heartbeat.Config{Interval: time.Second, StaleAfter: 5 * time.Second, SafetyMargin: 4500 * time.Millisecond}},
-		{"one renewal of room", heartbeat.Config{Interval: 200 * time.Millisecond, StaleAfter: 800 * time.Millisecond, SafetyMargin: 594 * time.Millisecond}},
-		{"negative interval", heartbeat.Config{Interval: -time.Second}},
-		{"confirm zero", heartbeat.Config{Confirm: -1}},
+		{"stale below 3 beats", keepalive.Config{Interval: time.Second, StaleAfter: 2 * time.Second}},
+		{"margin eats lease", keepalive.Config{Interval: time.Second, StaleAfter: 5 * time.Second, SafetyMargin: 4500 * time.Millisecond}},
+		{"one renewal of room", keepalive.Config{Interval: 200 * time.Millisecond, StaleAfter: 800 * time.Millisecond, SafetyMargin: 594 * time.Millisecond}},
+		{"negative interval", keepalive.Config{Interval: -time.Second}},
+		{"confirm zero", keepalive.Config{Confirm: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.cfg.Validate(); err == nil {
@@ -332,7 +334,7 @@ func TestStartStopRenewsOnTicks(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
 	beats := make(chan int, 10)
-	s, err := heartbeat.New(&fakeRenewer{}, heartbeat.Config{
+	s, err := keepalive.New(&fakeRenewer{}, keepalive.Config{
 		Interval: time.Second, StaleAfter: 10 * time.Second, Clock: clock, Logger: quiet(),
 		OnBeat: func(err error, _ time.Duration, renewed int) { beats <- renewed },
 	})
