@@ -61,7 +61,7 @@ func TestFiguresCountTheTaskRows(t *testing.T) {
 	exec(t, db, `UPDATE baton.tasks SET pending_since = ? WHERE partition_key = 'b'`, now.Add(-90*time.Second))
 	exec(t, db, `UPDATE baton.tasks SET pending_since = ? WHERE partition_key = 'q'`, now.Add(-time.Hour))
 
-	r, err := backlog.New(db, backlog.Config{Now: func() time.Time { return now }})
+	r, err := backlog.New(pgtest.Handle(db), backlog.Config{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestRateCountsProcessedItemsOnly(t *testing.T) {
 	db := pgtest.NewDB(t)
 	now := dbNow(t, db)
 	clock := now
-	r, err := backlog.New(db, backlog.Config{Now: func() time.Time { return clock }, DrainTarget: 10 * time.Second})
+	r, err := backlog.New(pgtest.Handle(db), backlog.Config{Now: func() time.Time { return clock }, DrainTarget: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestSamplesAreWrittenOncePerInterval(t *testing.T) {
 	db := pgtest.NewDB(t)
 	now := dbNow(t, db)
 	clock := now
-	r, err := backlog.New(db, backlog.Config{Now: func() time.Time { return clock }})
+	r, err := backlog.New(pgtest.Handle(db), backlog.Config{Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestAFreshSampleIsPublishedAsItIs(t *testing.T) {
 	db := pgtest.NewDB(t)
 	now := dbNow(t, db)
 	clock := now
-	r, err := backlog.New(db, backlog.Config{Now: func() time.Time { return clock }})
+	r, err := backlog.New(pgtest.Handle(db), backlog.Config{Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestARewindIsNotNegativeProcessing(t *testing.T) {
 	db := pgtest.NewDB(t)
 	now := dbNow(t, db)
 	clock := now
-	r, err := backlog.New(db, backlog.Config{Now: func() time.Time { return clock }})
+	r, err := backlog.New(pgtest.Handle(db), backlog.Config{Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,20 +4,20 @@ import (
 	"context"
 	"time"
 
-	"github.com/uptrace/bun"
+	"github.com/batonhq/baton/dbconn"
 
 	"github.com/batonhq/baton/internal/taskstore"
 )
 
 // Reader reads the backlog figures of every kind from a database.
 type Reader struct {
-	db  bun.IDB
+	db  *dbconn.DB
 	cfg Config
 }
 
-// New returns a Reader over db (a *bun.DB, a connection or a transaction)
+// New returns a Reader over db,
 // with cfg's defaults filled in, or cfg's error.
-func New(db bun.IDB, cfg Config) (*Reader, error) {
+func New(db *dbconn.DB, cfg Config) (*Reader, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -82,7 +82,7 @@ func readBacklog(tb testing.TB, r *backlog.Reader) time.Duration {
 // ago, against the same baseline.
 func BenchmarkBacklogStatement(b *testing.B) {
 	db := backlogTable(b)
-	r, err := backlog.New(db, backlog.Config{})
+	r, err := backlog.New(pgtest.Handle(db), backlog.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func BenchmarkBacklogStatement(b *testing.B) {
 	// What every other worker of a fleet pays in the same interval: a
 	// recording read that finds the sample just stored and publishes it.
 	b.Run("partitions=100000/published-sample", func(b *testing.B) {
-		pub, err := backlog.New(db, backlog.Config{SampleEvery: time.Minute})
+		pub, err := backlog.New(pgtest.Handle(db), backlog.Config{SampleEvery: time.Minute})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -25,7 +25,7 @@ func watchSampledBacklog(t *testing.T, m *Metrics) {
 		VALUES ('k', now() - interval '60 seconds', 60, 1, 0, 0, 40, 0, 1)`); err != nil {
 		t.Fatal(err)
 	}
-	r, err := backlog.New(db, backlog.Config{DrainTarget: 11 * time.Second})
+	r, err := backlog.New(pgtest.Handle(db), backlog.Config{DrainTarget: 11 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestExists(t *testing.T) {
 		t.Fatalf("Exists on an empty database = %v, %v; want false", ok, err)
 	}
 	migrated := pgtest.NewDB(t)
-	if ok, err := schema.Exists(ctx, migrated, schema.Default); err != nil || !ok {
+	if ok, err := schema.Exists(ctx, pgtest.Handle(migrated), schema.Default); err != nil || !ok {
 		t.Fatalf("Exists on a migrated database = %v, %v; want true", ok, err)
 	}
 }

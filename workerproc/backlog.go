@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/uptrace/bun"
+	"github.com/batonhq/baton/dbconn"
 
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/metrics"
@@ -17,7 +17,7 @@ import (
 // figures and no election is needed: the first in an interval scans the
 // task table and stores a sample, the others publish that sample (see
 // package backlog), so a fleet scans the table about once per interval.
-func BacklogPublisher(db bun.IDB, cfg backlog.Config, m *metrics.Metrics, log *slog.Logger) (Component, error) {
+func BacklogPublisher(db *dbconn.DB, cfg backlog.Config, m *metrics.Metrics, log *slog.Logger) (Component, error) {
 	r, err := backlog.New(db, cfg)
 	if err != nil {
 		return nil, err

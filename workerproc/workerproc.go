@@ -164,7 +164,7 @@ func New(cfg Config) (*Process, error) {
 		})
 		bc := cfg.Backlog
 		bc.Schema = cmp.Or(bc.Schema, schemaName)
-		pub, err := BacklogPublisher(cfg.DB.DB, bc, m, cfg.Logger)
+		pub, err := BacklogPublisher(cfg.DB, bc, m, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}

@@ -46,7 +46,7 @@ deletes the ones older than two hours.`,
 			m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
 				return horizon.NewReader(db, g.schema).Read(ctx, warnAfter)
 			})
-			pub, err := workerproc.BacklogPublisher(db.DB, backlog.Config{Schema: g.schema, DrainTarget: drainTarget, SampleEvery: sampleEvery}, m, g.logger)
+			pub, err := workerproc.BacklogPublisher(db, backlog.Config{Schema: g.schema, DrainTarget: drainTarget, SampleEvery: sampleEvery}, m, g.logger)
 			if err != nil {
 				return usageError("%v", err)
 			}

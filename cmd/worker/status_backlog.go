@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/batonhq/baton/dbconn"
 	"github.com/spf13/pflag"
-	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/internal/report"
@@ -28,7 +28,7 @@ func drainTargetFlag(f *pflag.FlagSet, d *time.Duration) {
 // readBacklog reads the pricing kind's backlog figures (without writing
 // a sample: the workers serving metrics write them) and sets s.Backlog
 // and every contract's ETA.
-func readBacklog(ctx context.Context, db bun.IDB, schemaName string, drainTarget time.Duration, s *statusJSON) error {
+func readBacklog(ctx context.Context, db *dbconn.DB, schemaName string, drainTarget time.Duration, s *statusJSON) error {
 	r, err := backlog.New(db, backlog.Config{Schema: schemaName, DrainTarget: drainTarget})
 	if err != nil {
 		return err
