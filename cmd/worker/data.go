@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/progress"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
@@ -128,16 +129,16 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			defer db.Close()
 			opts.MemoryLimit = memoryMiB << 20
 			limitHeap(opts.MemoryLimit)
-			p := newLoadProgress(g.stderr, "loading", g.logFormat)
-			opts.Progress = p.update
-			opts.ReadProgress = p.reading
+			p := progress.NewLoad(g.stderr, "loading", g.logFormat)
+			opts.Progress = p.Update
+			opts.ReadProgress = p.Reading
 			g.ownsDurability = true // a NotReplicatedError names the load
 			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), opts)
 			if errors.Is(err, ingest.ErrInterrupted) {
-				p.end()
+				p.End()
 				return &exitError{interruptedCode(cmd.Context()), err}
 			}
-			p.done()
+			p.Done()
 			var unconfirmed *ingest.NotReplicatedError
 			if err != nil && !errors.As(err, &unconfirmed) {
 				return err
@@ -394,7 +395,7 @@ records.`,
 				// The error reads 'shape "TEXT": reason'.
 				return usageError("--%v", err)
 			}
-			tiers, records, err := writeSeed(dir, o, newProgress(g.stderr, "generating"))
+			tiers, records, err := writeSeed(dir, o, progress.New(g.stderr, "generating"))
 			if err != nil {
 				return err
 			}
@@ -413,13 +414,13 @@ records.`,
 				return err
 			}
 			defer db.Close()
-			p := newProgress(g.stderr, "loading")
-			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), ingest.Options{TiersPath: tiers, RecordsPath: records, Progress: p.update})
+			p := progress.New(g.stderr, "loading")
+			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), ingest.Options{TiersPath: tiers, RecordsPath: records, Progress: p.Update})
 			if errors.Is(err, ingest.ErrInterrupted) {
-				p.end()
+				p.End()
 				return &exitError{interruptedCode(cmd.Context()), err}
 			}
-			p.done()
+			p.Done()
 			if err != nil {
 				return err
 			}
@@ -441,8 +442,8 @@ records.`,
 	return cmd
 }
 
-func writeSeed(dir string, o seed.Options, p *progress) (tiersPath, recordsPath string, err error) {
-	tiersPath, recordsPath, err = seed.WriteFiles(dir, o, func(rows int64) { p.update("records", rows) })
-	p.done()
+func writeSeed(dir string, o seed.Options, p *progress.Counter) (tiersPath, recordsPath string, err error) {
+	tiersPath, recordsPath, err = seed.WriteFiles(dir, o, func(rows int64) { p.Update("records", rows) })
+	p.Done()
 	return tiersPath, recordsPath, err
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonhq/baton/internal/progress"
 	"github.com/batonhq/baton/pricing/pricingschema"
 
 	"github.com/spf13/cobra"
@@ -52,7 +53,7 @@ func (g *globals) register(root *cobra.Command) {
 func (g *globals) setup(cmd *cobra.Command) error {
 	// Logs and progress lines share standard error: a log line ends a
 	// progress line rather than being glued to it.
-	g.stdout, g.stderr = cmd.OutOrStdout(), &termLine{w: cmd.ErrOrStderr()}
+	g.stdout, g.stderr = cmd.OutOrStdout(), progress.NewLine(cmd.ErrOrStderr())
 	if g.databaseURL == "" {
 		g.databaseURL = os.Getenv("DATABASE_URL")
 	}

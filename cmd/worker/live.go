@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/batonhq/baton/internal/progress"
 )
 
 // liveView renders a status snapshot: redrawn in place on a terminal, a
@@ -35,7 +37,7 @@ type liveView struct {
 }
 
 func newLiveView(w io.Writer) *liveView {
-	return &liveView{w: w, tty: isTerminal(w), rows: 8, size: func() (int, int) { return terminalSize(w) }}
+	return &liveView{w: w, tty: progress.IsTerminal(w), rows: 8, size: func() (int, int) { return progress.TerminalSize(w) }}
 }
 
 func (v *liveView) note(s string) {
