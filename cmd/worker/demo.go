@@ -8,6 +8,7 @@ import (
 	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/report"
+	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -38,7 +39,7 @@ directory removed at the end; without DATABASE_URL, the private server's
 data in --pg-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.View = &demoView{live: newLiveView(g.stdout)}
+			o.View = &demoView{live: text.NewLive(g.stdout)}
 			o.Config = g.demoConfig(o.Config)
 			return demo.Pricing(cmd.Context(), o)
 		},
@@ -102,10 +103,10 @@ func (g *globals) demoConfig(c demo.Config) demo.Config {
 }
 
 // demoView shows the pricing demo on the live status view.
-type demoView struct{ live *liveView }
+type demoView struct{ live *text.Live }
 
 func (v *demoView) Draw(parts []partition.PartitionStatus, workers []partition.WorkerStatus, total int64, elapsed time.Duration) {
-	v.live.draw(report.Build(parts, workers), total, elapsed)
+	v.live.Draw(report.Build(parts, workers), total, elapsed)
 }
 
-func (v *demoView) Note(line string) { v.live.note(line) }
+func (v *demoView) Note(line string) { v.live.Note(line) }

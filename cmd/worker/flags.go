@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/batonhq/baton/backlog"
 )
 
 // Flag range annotations, checked for every command before it runs, so that
@@ -115,4 +117,11 @@ func parseNumber(typ, s string) (float64, bool) {
 		return x, err == nil
 	}
 	return 0, false
+}
+
+// drainTargetFlag adds --drain-target to f.
+func drainTargetFlag(f *pflag.FlagSet, d *time.Duration) {
+	f.DurationVar(d, "drain-target", backlog.DrainTargetDefault,
+		"the time the backlog should drain within: workers needed (status, metrics) is computed for it")
+	positive(f, "drain-target")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/schedule"
 )
@@ -172,7 +173,7 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 			fmt.Fprintln(tw, "NAME\tSTATE\tOWNER\tMODE\tSCHEDULE\tCOMMAND\tNEXT RUN\tLAST STARTED\tLAST FINISHED\tRESULT\tRUNS\tERROR")
 			for _, j := range jobs {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", j.Name, j.State, orDash(j.Owner), j.Mode,
-					j.Schedule, fitMiddle(jobCommand(j), commandWidth), j.NextRun.Format(time.RFC3339), timeOrDash(j.LastRunStarted),
+					j.Schedule, text.FitMiddle(jobCommand(j), commandWidth), j.NextRun.Format(time.RFC3339), timeOrDash(j.LastRunStarted),
 					timeOrDash(j.LastRunFinished), orDash(j.LastResult), j.Runs, orDash(oneLine(j.LastError)))
 			}
 			return tw.Flush()
@@ -227,7 +228,7 @@ func timeOrDash(t *time.Time) string {
 
 // oneLine puts s on one line of at most 80 characters.
 func oneLine(s string) string {
-	return fit(strings.Join(strings.Fields(s), " "), 80)
+	return text.Fit(strings.Join(strings.Fields(s), " "), 80)
 }
 
 func newScheduleRemoveCmd(g *globals) *cobra.Command {
