@@ -28,7 +28,6 @@ import (
 	"github.com/batonhq/baton/internal/redact"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/ingest"
-	"github.com/batonhq/baton/schedule"
 )
 
 // Exit codes, as the README's table documents them.
@@ -167,7 +166,7 @@ func exitCode(err error) int {
 		return exitBadInput
 	case errors.Is(err, distributor.ErrIncomplete):
 		return exitIncomplete
-	case errors.Is(err, partition.ErrNotFound), errors.Is(err, schedule.ErrNotFound):
+	case errors.Is(err, partition.ErrNotFound):
 		return exitNotFound
 	case errors.Is(err, dbconn.ErrNotReplicated):
 		return exitNotReplicated

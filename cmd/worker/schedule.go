@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schedule"
 )
 
@@ -284,7 +285,7 @@ Changes the database: records the request on the job's row.`,
 // jobNotFound words a missing job for the command line (exit 5), and
 // leaves other errors as they are.
 func jobNotFound(name string, err error) error {
-	if errors.Is(err, schedule.ErrNotFound) {
+	if errors.Is(err, partition.ErrNotFound) {
 		return &exitError{exitNotFound, fmt.Errorf("no such job %s (see worker schedule list)", name)}
 	}
 	return err
