@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/report"
 
 	"github.com/batonhq/baton/internal/progress"
@@ -298,7 +299,7 @@ func padMiddle(s string, n int) string {
 }
 
 // horizonLine sums up what holds back vacuum in one line.
-func horizonLine(h *report.Horizon) string {
+func horizonLine(h *horizon.View) string {
 	oldest := "nothing holds back the xmin horizon"
 	if len(h.Holders) > 0 {
 		x := h.Holders[0]

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/report"
 )
 
@@ -183,9 +184,9 @@ func TestLiveViewLayoutGivesRoomWhereItIsNeeded(t *testing.T) {
 // On a terminal the live view shows the warning and the horizon line.
 func TestHorizonLiveViewShowsWarning(t *testing.T) {
 	age := int64(720000)
-	s := report.Status{Totals: report.Totals{ByState: map[string]int{}}, Horizon: &report.Horizon{
+	s := report.Status{Totals: report.Totals{ByState: map[string]int{}}, Horizon: &horizon.View{
 		Warning: true, Reason: "a transaction open for 12m0s holds back the xmin horizon", DeadRows: 42,
-		Holders: []report.Holder{{AgeMS: &age}},
+		Holders: []horizon.ViewHolder{{AgeMS: &age}},
 	}}
 	s.Horizon.Holders[0].PID, s.Horizon.Holders[0].Kind = 77, "session"
 	var buf bytes.Buffer

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/report"
 )
 
@@ -68,7 +69,7 @@ func segmentsText(p report.Contract) string {
 // printHorizon writes what holds back vacuum: a WARNING line first when
 // the threshold is passed, then the oldest holders and the dead row
 // versions of baton's tables.
-func printHorizon(w io.Writer, h *report.Horizon) {
+func printHorizon(w io.Writer, h *horizon.View) {
 	if h == nil {
 		return
 	}
