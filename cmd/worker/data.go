@@ -143,17 +143,7 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			if err != nil && !errors.As(err, &unconfirmed) {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "load %d: %s, %s created, %s accepted, %d re-delivered (skipped), %d rejected in %s%s\n",
-				rep.LoadID, nounCount(rep.TierRows, "tier row", "tier rows"), nounCount(rep.ContractsCreated, "contract", "contracts"),
-				nounCount(rep.RecordsAccepted, "record", "records"), rep.RecordsRedelivered, rep.RowsRejected,
-				rep.Duration.Round(time.Millisecond), loadRate(rep))
-			if opts.Reprice || opts.Amend {
-				fmt.Fprintf(g.stdout, "load %d: %s amended, %s re-pricing (see worker generations)\n", rep.LoadID,
-					nounCount(rep.RecordsAmended, "record", "records"), nounCount(rep.ContractsRepriced, "contract", "contracts"))
-			}
-			if rep.RowsRejected > 0 {
-				fmt.Fprintf(g.stdout, "rejected rows and their reasons: %s\n", opts.RejectPath)
-			}
+			rep.WriteSummary(g.stdout, opts)
 			return err // nil, or committed but not confirmed by the standby (exit 6)
 		},
 	}
@@ -189,23 +179,6 @@ func limitHeap(budget int64) {
 // loadHeapOverhead is the memory a load takes besides its records' budget
 // (read-ahead batches, connection buffers, the runtime).
 const loadHeapOverhead = 64 << 20
-
-// nounCount is n with the noun that goes with it.
-func nounCount(n int64, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
-// loadRate is " (N records/s)" for a load long and large enough for the
-// figure to mean something (ingest.Report.Rate), and empty otherwise.
-func loadRate(rep ingest.Report) string {
-	if rate, ok := rep.Rate(); ok {
-		return fmt.Sprintf(" (%.0f records/s)", rate)
-	}
-	return ""
-}
 
 func newExportCmd(g *globals) *cobra.Command {
 	var out, generation string
@@ -395,7 +368,9 @@ records.`,
 				// The error reads 'shape "TEXT": reason'.
 				return usageError("--%v", err)
 			}
-			tiers, records, err := writeSeed(dir, o, progress.New(g.stderr, "generating"))
+			p := progress.New(g.stderr, "generating")
+			tiers, records, err := seed.WriteFiles(dir, o, func(rows int64) { p.Update("records", rows) })
+			p.Done()
 			if err != nil {
 				return err
 			}
@@ -414,7 +389,7 @@ records.`,
 				return err
 			}
 			defer db.Close()
-			p := progress.New(g.stderr, "loading")
+			p = progress.New(g.stderr, "loading")
 			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), ingest.Options{TiersPath: tiers, RecordsPath: records, Progress: p.Update})
 			if errors.Is(err, ingest.ErrInterrupted) {
 				p.End()
@@ -440,10 +415,4 @@ records.`,
 	nonNegative(f, "records-per-contract")
 	anyValue(f, "seed")
 	return cmd
-}
-
-func writeSeed(dir string, o seed.Options, p *progress.Counter) (tiersPath, recordsPath string, err error) {
-	tiersPath, recordsPath, err = seed.WriteFiles(dir, o, func(rows int64) { p.Update("records", rows) })
-	p.Done()
-	return tiersPath, recordsPath, err
 }

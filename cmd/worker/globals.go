@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/internal/progress"
 	"github.com/batonhq/baton/pricing/pricingschema"
 
@@ -30,7 +31,6 @@ type globals struct {
 	logLevel    string
 	logger      *slog.Logger
 	redactor    *redact.Redactor // hides database passwords in all output
-	outage      *outageHandler   // folds a database outage into one line per worker
 	stderr      io.Writer
 	stdout      io.Writer
 	// opened are the handles the command opened, whose commits PostgreSQL
@@ -74,13 +74,12 @@ func (g *globals) setup(cmd *cobra.Command) error {
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(g.logFormat) {
 	case "text":
-		g.outage = newOutageHandler(g.redactor.Handler(slog.NewTextHandler(g.stderr, opts)))
+		g.logger = slog.New(g.redactor.Handler(slog.NewTextHandler(g.stderr, opts)))
 	case "json":
-		g.outage = newOutageHandler(g.redactor.Handler(slog.NewJSONHandler(g.stderr, opts)))
+		g.logger = slog.New(g.redactor.Handler(slog.NewJSONHandler(g.stderr, opts)))
 	default:
 		return usageError("--log-format %q: want text or json", g.logFormat)
 	}
-	g.logger = slog.New(g.outage)
 	slog.SetDefault(g.logger)
 	return nil
 }
@@ -161,7 +160,7 @@ func (g *globals) openWaiting(ctx context.Context, opts dbconn.Options, wait tim
 		}
 		if !warned {
 			g.logger.Warn("database not ready, waiting for it", "event", "database_unreachable",
-				"error", cleanError(err.Error()), "wait", wait.String())
+				"error", dberr.Message(err), "wait", wait.String())
 			warned = true
 		}
 		select {
@@ -203,7 +202,7 @@ func (g *globals) notReplicated() error {
 		return nil
 	}
 	return fmt.Errorf("%s of this command: %w; check its changes once the cluster is stable (worker status), and run it again if they are missing",
-		nounCount(n, "commit", "commits"), dbconn.ErrNotReplicated)
+		noun.Count(n, "commit", "commits"), dbconn.ErrNotReplicated)
 }
 
 // schemaConfig is the schema and migration sets the worker command uses:

@@ -24,6 +24,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/redact"
 	"github.com/batonhq/baton/partition"
@@ -145,9 +146,9 @@ func execute(args []string) (code int) {
 		return 0
 	}
 	if g.logger != nil && g.logFormat == "json" {
-		g.logger.Error("command failed", "event", "error", "error", cleanError(err.Error()))
+		g.logger.Error("command failed", "event", "error", "error", dberr.Message(err))
 	} else {
-		fmt.Fprintln(stderr, "worker:", cleanError(err.Error()))
+		fmt.Fprintln(stderr, "worker:", dberr.Message(err))
 	}
 	return exitCode(err)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
 )
@@ -149,7 +150,7 @@ is not pruned, then a summary line; --json prints the same as JSON.
 				return &exitError{exitIncomplete, fmt.Errorf("interrupted while pruning load %s: run the same command again to carry on", interrupted[0])}
 			case len(skipped) > 0:
 				return &exitError{exitIncomplete, fmt.Errorf("%s not pruned: not all their records are priced yet",
-					nounCount(int64(len(skipped)), "load", "loads")+" ("+strings.Join(skipped, ", ")+")")}
+					noun.Count(int64(len(skipped)), "load", "loads")+" ("+strings.Join(skipped, ", ")+")")}
 			}
 			return nil
 		},
@@ -183,18 +184,18 @@ func printPrune(g *globals, out pruneJSON) {
 		case pricer.PruneAlready:
 			fmt.Fprintf(g.stdout, "load %d: already pruned\n", l.LoadID)
 		case pricer.PruneInterrupted:
-			fmt.Fprintf(g.stdout, "load %d: interrupted after %s; run the same command again to carry on\n", l.LoadID, nounCount(l.Records, "record", "records"))
+			fmt.Fprintf(g.stdout, "load %d: interrupted after %s; run the same command again to carry on\n", l.LoadID, noun.Count(l.Records, "record", "records"))
 		}
 	}
 	elapsed := (time.Duration(out.ElapsedMS) * time.Millisecond).Round(time.Millisecond)
 	if out.DryRun {
 		fmt.Fprintf(g.stdout, "would prune %s: %s and their priced rows, of %s (dry run: nothing removed)\n",
-			nounCount(done, "load", "loads"), nounCount(out.Records, "record", "records"), nounCount(contracts, "contract", "contracts"))
+			noun.Count(done, "load", "loads"), noun.Count(out.Records, "record", "records"), noun.Count(contracts, "contract", "contracts"))
 		return
 	}
 	fmt.Fprintf(g.stdout, "pruned %s: %s and their priced rows, of %s, in %s (%s, the longest %s)\n",
-		nounCount(done, "load", "loads"), nounCount(out.Records, "record", "records"), nounCount(contracts, "contract", "contracts"),
-		elapsed, nounCount(int64(out.Transactions), "transaction", "transactions"),
+		noun.Count(done, "load", "loads"), noun.Count(out.Records, "record", "records"), noun.Count(contracts, "contract", "contracts"),
+		elapsed, noun.Count(int64(out.Transactions), "transaction", "transactions"),
 		(time.Duration(out.LongestTransactionMS) * time.Millisecond).String())
 }
 
@@ -217,6 +218,6 @@ func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, a
 		return json.NewEncoder(g.stdout).Encode(p)
 	}
 	fmt.Fprintf(g.stdout, "pruned %s and their %s (replaced more than %s ago)\n",
-		nounCount(p.Generations, "generation", "generations"), nounCount(p.Rows, "priced row", "priced rows"), olderThan)
+		noun.Count(p.Generations, "generation", "generations"), noun.Count(p.Rows, "priced row", "priced rows"), olderThan)
 	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/jobs"
+	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
@@ -71,15 +73,6 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	// A database that goes away while the worker registers is waited for
 	// as long as one that is not there when it starts.
 	cfg.StartTimeout = r.waitForDB
-	if g.outage != nil {
-		prev := cfg.OnEvent
-		cfg.OnEvent = func(e distributor.Event) {
-			g.outage.eventHook(e)
-			if prev != nil {
-				prev(e)
-			}
-		}
-	}
 	r.history.apply(&cfg)
 	if err := r.check(); err != nil {
 		return cfg, err
@@ -106,15 +99,7 @@ func incomplete(ctx context.Context, err error, store *partition.Store) error {
 		}
 		n = ie.Quarantined
 	}
-	return reworded(err, fmt.Sprintf("work remains: %d %s quarantined%s", n, plural(n, "contract is", "contracts are"), what))
-}
-
-// plural returns one when n is 1, else many.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
+	return reworded(err, fmt.Sprintf("work remains: %s quarantined%s", noun.Count(n, "contract is", "contracts are"), what))
 }
 
 // check refuses flag values the distributor would refuse, in the flags'
@@ -192,7 +177,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	stmt, lock, idle := cfg.ConnectionLimits()
 	db, err := g.openWaiting(ctx, dbconn.Options{
 		ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,
-		IdleInTransactionTimeout: idle, MaxOpenConns: cfg.PoolSize() + 1 + jobConns(r.jobs),
+		IdleInTransactionTimeout: idle, MaxOpenConns: cfg.PoolSize() + 1 + jobs.Conns(r.jobs),
 	}, r.waitForDB)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -236,7 +221,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 		pc.Console, pc.ConsoleDB = &ccfg, cdb
 	}
 	if r.jobs {
-		pc.Jobs = resolveJob(db, g.schema, g.logger, pc.Metrics)
+		pc.Jobs = jobs.Resolve(db, g.schema, g.logger, pc.Metrics)
 	}
 	p, err := workerproc.New(pc)
 	if err != nil {

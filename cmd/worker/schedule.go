@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/jobs"
 	"github.com/batonhq/baton/internal/report/text"
-	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schedule"
 )
@@ -139,8 +138,8 @@ func checkScheduleFlags(cmd *cobra.Command, d schedule.Definition) error {
 		return usageError("schedule add %s: give a command after -- or --builtin", d.Name)
 	case len(d.Command) > 0 && d.Builtin != "":
 		return usageError("schedule add %s: give a command after -- or --builtin, not both", d.Name)
-	case d.Builtin != "" && d.Builtin != verifyBuiltin:
-		return usageError("--builtin %q: no such built-in job (known: %s)", d.Builtin, verifyBuiltin)
+	case d.Builtin != "" && d.Builtin != jobs.VerifyBuiltin:
+		return usageError("--builtin %q: no such built-in job (known: %s)", d.Builtin, jobs.VerifyBuiltin)
 	}
 	return nil
 }
@@ -289,32 +288,4 @@ func jobNotFound(name string, err error) error {
 		return &exitError{exitNotFound, fmt.Errorf("no such job %s (see worker schedule list)", name)}
 	}
 	return err
-}
-
-// jobConns is how many more connections a worker needs to run jobs.
-func jobConns(enabled bool) int {
-	if enabled {
-		return 3
-	}
-	return 0
-}
-
-// resolveJob resolves the jobs a worker runs beside the distributor: a
-// command, or the built-in verify job. m, if set, gets the verify job's
-// mismatch count.
-func resolveJob(db *dbconn.DB, schemaName string, logger *slog.Logger, m *metrics.Metrics) func(schedule.Definition) (schedule.RunFunc, bool) {
-	var onVerify func(int)
-	if m != nil {
-		onVerify = m.SetVerifyMismatches
-	}
-	return func(d schedule.Definition) (schedule.RunFunc, bool) {
-		switch {
-		case len(d.Command) > 0:
-			return schedule.Command(d.Command, 0, logger), true
-		case d.Builtin == verifyBuiltin:
-			return verifyJob(db, schemaName, logger, onVerify), true
-		default:
-			return nil, false // a built-in this binary does not know
-		}
-	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/partition"
@@ -171,5 +172,5 @@ func missingLoads(ids []int64) error {
 		names[i] = fmt.Sprint(id)
 	}
 	return fmt.Errorf("%s not present: %w (it never committed, or its commit did not survive a failover: load its files again)",
-		nounCount(int64(len(ids)), "load "+strings.Join(names, ", "), "loads "+strings.Join(names, ", ")), partition.ErrNotFound)
+		noun.Count(int64(len(ids)), "load "+strings.Join(names, ", "), "loads "+strings.Join(names, ", ")), partition.ErrNotFound)
 }

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/internal/report"
 
 	"github.com/batonhq/baton/internal/progress"
@@ -245,10 +246,7 @@ func ownerText(p report.Contract) string {
 	case p.Owner != nil:
 		return *p.Owner
 	case p.SegmentsHeld > 0:
-		if p.SegmentsHeld == 1 {
-			return "1 segment"
-		}
-		return fmt.Sprintf("%d segments", p.SegmentsHeld)
+		return noun.Count(p.SegmentsHeld, "segment", "segments")
 	}
 	return "-"
 }
