@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/progress"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/export"
@@ -156,13 +157,13 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 	f.BoolVar(&opts.Amend, "amend", false, "a stored record id with another amount replaces the amount and re-prices from that record")
 	f.StringVar(&opts.Reason, "reason", "", "why, recorded with the re-pricing (with --reprice or --amend)")
 	f.IntVar(&opts.MaxListed, "max-errors", ingest.MaxListedDefault, "invalid rows listed in the error, 0 for all (all are counted either way)")
-	nonNegative(f, "max-errors")
+	cliflags.NonNegative(f, "max-errors")
 	f.DurationVar(&opts.StatementTimeout, "statement-timeout", ingest.StatementTimeoutDefault, "longest statement of the load (0: no limit)")
 	f.DurationVar(&opts.LockTimeout, "lock-timeout", ingest.LockTimeoutDefault, "longest wait for a row lock held by a worker (0: no limit); waiting for another load is not limited")
 	f.DurationVar(&opts.IdleInTransactionTimeout, "idle-timeout", ingest.IdleInTransactionTimeoutDefault, "the server ends a load that pauses this long between statements (stalled, cut off), releasing its locks (0: no limit)")
-	nonNegative(f, "statement-timeout", "lock-timeout", "idle-timeout")
+	cliflags.NonNegative(f, "statement-timeout", "lock-timeout", "idle-timeout")
 	f.Int64Var(&memoryMiB, "memory", ingest.MemoryLimitDefault>>20, "MiB the load may take for the records whatever the file's size (at least 1); more writes less to temporary files")
-	positive(f, "memory")
+	cliflags.Positive(f, "memory")
 	return cmd
 }
 
@@ -411,8 +412,8 @@ records.`,
 	f.StringVar(&o.Prefix, "prefix", "c", "contract id prefix")
 	f.StringVar(&dir, "dir", ".", "directory for tiers.csv and records.csv")
 	f.BoolVar(&load, "load", false, "load the generated files into the database")
-	positive(f, "contracts")
-	nonNegative(f, "records-per-contract")
-	anyValue(f, "seed")
+	cliflags.Positive(f, "contracts")
+	cliflags.NonNegative(f, "records-per-contract")
+	cliflags.AnyValue(f, "seed")
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/report"
@@ -52,9 +53,9 @@ data in --pg-dir.`,
 	f.StringVar(&o.PGDir, "pg-dir", pglocal.DefaultDir(), "data directory of the private PostgreSQL (without DATABASE_URL)")
 	f.BoolVar(&o.Fresh, "fresh", false, "delete --pg-dir first")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed for the synthetic data, any value")
-	positive(f, "contracts", "records-per-contract", "workers")
-	nonNegative(f, "kill-at")
-	anyValue(f, "seed")
+	cliflags.Positive(f, "contracts", "records-per-contract", "workers")
+	cliflags.NonNegative(f, "kill-at")
+	cliflags.AnyValue(f, "seed")
 	return cmd
 }
 
@@ -89,7 +90,7 @@ data in --pg-dir.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.Workers, "workers", 3, "worker processes (at least 3)")
-	atLeast(f, "workers", "3")
+	cliflags.AtLeast(f, "workers", "3")
 	f.StringVar(&o.PGDir, "pg-dir", pglocal.DefaultDir(), "data directory of the private PostgreSQL (without DATABASE_URL)")
 	f.BoolVar(&o.Fresh, "fresh", false, "delete --pg-dir first")
 	return cmd

@@ -24,6 +24,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/redact"
@@ -267,8 +268,8 @@ Each command's help says whether it changes the database or writes files;
 			return usageError("a command is required")
 		},
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFlagRanges(cmd); err != nil {
-				return err
+			if err := cliflags.Check(cmd); err != nil {
+				return usageError("%v", err)
 			}
 			return g.setup(cmd)
 		},

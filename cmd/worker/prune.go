@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
@@ -162,9 +163,9 @@ is not pruned, then a summary line; --json prints the same as JSON.
 	f.IntVar(&batch, "batch-size", pricer.PruneBatchRecordsDefault, "about the most records (with their priced rows) one transaction removes: whole chunks of up to 1,024")
 	f.BoolVar(&dryRun, "dry-run", false, "only report what would be removed")
 	f.BoolVar(&asJSON, "json", false, "print JSON (stable field names) for scripts")
-	positive(f, "older-than", "batch-size")
-	nonNegative(f, "generations-older-than")
-	anyValue(f, "load")
+	cliflags.Positive(f, "older-than", "batch-size")
+	cliflags.NonNegative(f, "generations-older-than")
+	cliflags.AnyValue(f, "load")
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/jobs"
 	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/metrics"
@@ -59,8 +60,8 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	r.history.register(f)
 	r.console.register(f, "ui-addr", "ui-token", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
 	f.DurationVar(&r.waitForDB, "wait-for-database", 5*time.Minute, "at start, how long to wait for the database to answer and register the worker, retrying with back-off (0: fail at once if it cannot connect)")
-	positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "claim-group", "claim-group-records", "segment-records", "max-attempts", "shutdown-timeout")
-	nonNegative(f, "wait-for-database", "batch-target")
+	cliflags.Positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "claim-group", "claim-group-records", "segment-records", "max-attempts", "shutdown-timeout")
+	cliflags.NonNegative(f, "wait-for-database", "batch-target")
 }
 
 func (r *runFlags) config(g *globals) (distributor.Config, error) {
@@ -104,7 +105,7 @@ func incomplete(ctx context.Context, err error, store *partition.Store) error {
 
 // check refuses flag values the distributor would refuse, in the flags'
 // own words rather than its configuration fields'. (Zero and negative
-// values are refused before, by checkFlagRanges.)
+// values are refused before, by cliflags.Check.)
 func (r *runFlags) check() error {
 	switch distributor.Mode(r.mode) {
 	case distributor.ModeLock, distributor.ModeLeader:
@@ -152,11 +153,11 @@ trigger jobs (see "worker ui").`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return r.run(cmd.Context(), g) },
 	}
 	r.register(cmd)
-	groupFlags(cmd,
-		flagGroup{"Flags most runs need", []string{"id", "until-done", "max-partitions", "metrics-addr", "log-format"}},
-		flagGroup{"Operating", []string{"mode", "jobs", "ui-addr", "ui-token", "events", "event-retention",
+	cliflags.Grouped(cmd,
+		cliflags.Group{Title: "Flags most runs need", Names: []string{"id", "until-done", "max-partitions", "metrics-addr", "log-format"}},
+		cliflags.Group{Title: "Operating", Names: []string{"mode", "jobs", "ui-addr", "ui-token", "events", "event-retention",
 			"wait-for-database", "shutdown-timeout", "listen-database-url", "poll-only"}},
-		flagGroup{"Tuning (the defaults suit most fleets)", []string{"heartbeat", "stale-after", "confirm", "batch-size",
+		cliflags.Group{Title: "Tuning (the defaults suit most fleets)", Names: []string{"heartbeat", "stale-after", "confirm", "batch-size",
 			"batch-target", "claim-group", "claim-group-records", "segment-records", "max-attempts"}},
 	)
 	return cmd

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/jobs"
 	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/partition"
@@ -96,9 +97,9 @@ that name (a changed schedule restarts its slots from the next one). Every
 	f.DurationVar(&d.LockAtMostFor, "lock-at-most-for", schedule.LockAtMostForDefault, "longest a run may hold the job; the command is then stopped (SIGTERM, then SIGKILL)")
 	f.DurationVar(&d.LockAtLeastFor, "lock-at-least-for", 0, "shortest time between two runs' starts (0: no minimum)")
 	f.StringVar(&d.Builtin, "builtin", "", "run a built-in job instead of a command: verify")
-	atLeast(f, "every", minEvery.String())
-	atLeast(f, "lock-at-most-for", "1ms")
-	nonNegative(f, "lock-at-least-for")
+	cliflags.AtLeast(f, "every", minEvery.String())
+	cliflags.AtLeast(f, "lock-at-most-for", "1ms")
+	cliflags.NonNegative(f, "lock-at-least-for")
 	return cmd
 }
 
@@ -108,7 +109,7 @@ that name (a changed schedule restarts its slots from the next one). Every
 const minEvery = time.Second
 
 // checkScheduleFlags refuses what schedule.Definition.Validate would, in
-// the flags' own words. Ranges are checked before, by checkFlagRanges.
+// the flags' own words. Ranges are checked before, by cliflags.Check.
 func checkScheduleFlags(cmd *cobra.Command, d schedule.Definition) error {
 	everySet := cmd.Flags().Changed("every")
 	switch {

@@ -10,6 +10,7 @@ import (
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/schema"
 	"github.com/batonhq/baton/workerproc"
@@ -73,6 +74,6 @@ deletes the ones older than two hours.`,
 	cmd.Flags().DurationVar(&sampleEvery, "sample-every", backlog.SampleEveryDefault, "interval between readings of the backlog (and stored samples of it)")
 	cmd.Flags().DurationVar(&warnAfter, "horizon-warn-after", horizon.WarnAfterDefault, "warn when a transaction has held back the xmin horizon (and so vacuum) this long")
 	_ = cmd.MarkFlagRequired("metrics-addr")
-	positive(cmd.Flags(), "sample-every", "horizon-warn-after")
+	cliflags.Positive(cmd.Flags(), "sample-every", "horizon-warn-after")
 	return cmd
 }

@@ -9,13 +9,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/spf13/pflag"
 )
 
 // pricingStore is the store of the pricing partitions (kind pricer.Kind),
@@ -151,9 +154,9 @@ the primary, not confirmed by the standby) once the cluster is stable.
 	cmd.Flags().DurationVar(&warnAfter, "horizon-warn-after", horizon.WarnAfterDefault,
 		"warn when a transaction has held back the xmin horizon (and so vacuum) this long")
 	drainTargetFlag(cmd.Flags(), &drainTarget)
-	positive(cmd.Flags(), "interval")
-	nonNegative(cmd.Flags(), "limit")
-	positive(cmd.Flags(), "horizon-warn-after")
+	cliflags.Positive(cmd.Flags(), "interval")
+	cliflags.NonNegative(cmd.Flags(), "limit")
+	cliflags.Positive(cmd.Flags(), "horizon-warn-after")
 	return cmd
 }
 
@@ -173,4 +176,11 @@ func missingLoads(ids []int64) error {
 	}
 	return fmt.Errorf("%s not present: %w (it never committed, or its commit did not survive a failover: load its files again)",
 		noun.Count(int64(len(ids)), "load "+strings.Join(names, ", "), "loads "+strings.Join(names, ", ")), partition.ErrNotFound)
+}
+
+// drainTargetFlag adds --drain-target to f.
+func drainTargetFlag(f *pflag.FlagSet, d *time.Duration) {
+	f.DurationVar(d, "drain-target", backlog.DrainTargetDefault,
+		"the time the backlog should drain within: workers needed (status, metrics) is computed for it")
+	cliflags.Positive(f, "drain-target")
 }
