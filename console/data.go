@@ -315,7 +315,7 @@ var (
 // events (first batches, caught-up releases) cannot push them out. A
 // takeover carries the takeover time of its claim's first batch, if that
 // committed.
-func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([]partition.Event, error) {
+func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([]partition.HistoryEntry, error) {
 	rows, err := s.db.QueryContext(ctx, schema.SQL(s.cfg.Schema, `
 		SELECT `+eventscan.Columns(`CASE WHEN e.kind = ? THEN (
 		           SELECT f.takeover_ms FROM {{.Schema}}.events f
@@ -333,7 +333,7 @@ func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([
 	if err != nil {
 		return nil, fmt.Errorf("reading notable events: %w", err)
 	}
-	out, err := eventscan.Scan(rows, func(e eventscan.Event[partition.EventKind]) partition.Event { return partition.Event(e) })
+	out, err := eventscan.Scan(rows, func(e eventscan.Row[partition.EventKind]) partition.HistoryEntry { return partition.HistoryEntry(e) })
 	if err != nil {
 		return nil, fmt.Errorf("reading notable events: %w", err)
 	}
@@ -344,7 +344,7 @@ func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([
 // failure, a quarantine), warn (a takeover, a lost lease, a release for an
 // unusual reason), ok (a first batch, a caught-up release), info (a claim,
 // a retry) or neutral (a routine hand-back).
-func severity(e partition.Event) string {
+func severity(e partition.HistoryEntry) string {
 	switch e.Kind {
 	case partition.EventFenced, partition.EventFailed, partition.EventQuarantined:
 		return "bad"
