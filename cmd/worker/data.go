@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/cliflags"
+	"github.com/batonhq/baton/internal/interrupt"
 	"github.com/batonhq/baton/internal/progress"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/export"
@@ -137,7 +138,7 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), opts)
 			if errors.Is(err, ingest.ErrInterrupted) {
 				p.End()
-				return &exitError{interruptedCode(cmd.Context()), err}
+				return &exitError{interrupt.ExitCode(cmd.Context()), err}
 			}
 			p.Done()
 			var unconfirmed *ingest.NotReplicatedError
@@ -394,7 +395,7 @@ records.`,
 			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), ingest.Options{TiersPath: tiers, RecordsPath: records, Progress: p.Update})
 			if errors.Is(err, ingest.ErrInterrupted) {
 				p.End()
-				return &exitError{interruptedCode(cmd.Context()), err}
+				return &exitError{interrupt.ExitCode(cmd.Context()), err}
 			}
 			p.Done()
 			if err != nil {

@@ -1,7 +1,8 @@
 // Package text renders a status (package report) for people: the plain
 // table of "worker status" (Print), and the live view of "worker status
 // --watch" and the demo (Live, Watch), which fits the terminal it is drawn
-// on and redraws in place.
+// on and redraws in place; and the table of "worker schedule list"
+// (PrintJobs).
 package text
 
 import (
