@@ -16,25 +16,6 @@ import (
 	"github.com/batonhq/baton/pricing/rerate"
 )
 
-// pruneJSON is "worker prune --json": stable field names.
-type pruneJSON struct {
-	DryRun bool `json:"dry_run"`
-	// Loads is one entry per load named or found, with its outcome:
-	// pruned, would_prune, skipped, already_pruned, not_found,
-	// interrupted.
-	Loads     []pruneLoadJSON `json:"loads"`
-	Records   int64           `json:"records"` // removed (would be, with --dry-run), with as many priced rows
-	ElapsedMS int64           `json:"elapsed_ms"`
-	// LongestTransactionMS is the longest of the batch transactions.
-	LongestTransactionMS int64 `json:"longest_transaction_ms"`
-	Transactions         int   `json:"transactions"`
-}
-
-type pruneLoadJSON struct {
-	pricer.LoadPrune
-	LongestTransactionMS int64 `json:"longest_transaction_ms"`
-}
-
 func newPruneCmd(g *globals) *cobra.Command {
 	var loads []int64
 	var olderThan, genOlderThan time.Duration
@@ -115,23 +96,7 @@ is not pruned, then a summary line; --json prints the same as JSON.
 				OnBatch: func(load, records int64, took time.Duration) {
 					g.logger.Debug("prune batch", "event", "prune_batch", "load_id", load, "records", records, "took_ms", took.Milliseconds())
 				}}, loads)
-			out := pruneJSON{DryRun: dryRun, Loads: []pruneLoadJSON{}, ElapsedMS: time.Since(start).Milliseconds()}
-			var skipped, missing, interrupted []string
-			for _, lp := range res {
-				out.Loads = append(out.Loads, pruneLoadJSON{LoadPrune: lp, LongestTransactionMS: lp.LongestBatch.Milliseconds()})
-				out.Records += lp.Records
-				out.Transactions += lp.Batches
-				out.LongestTransactionMS = max(out.LongestTransactionMS, lp.LongestBatch.Milliseconds())
-				id := strconv.FormatInt(lp.LoadID, 10)
-				switch lp.Outcome {
-				case pricer.PruneSkipped:
-					skipped = append(skipped, id)
-				case pricer.PruneNotFound:
-					missing = append(missing, id)
-				case pricer.PruneInterrupted:
-					interrupted = append(interrupted, id)
-				}
-			}
+			out := pricer.NewPruneReport(res, time.Since(start), dryRun)
 			if err != nil {
 				return err
 			}
@@ -142,8 +107,9 @@ is not pruned, then a summary line; --json prints the same as JSON.
 					return err
 				}
 			} else {
-				printPrune(g, out)
+				out.WriteText(g.stdout)
 			}
+			missing, interrupted, skipped := out.IDs(pricer.PruneNotFound), out.IDs(pricer.PruneInterrupted), out.IDs(pricer.PruneSkipped)
 			switch {
 			case len(missing) > 0:
 				return &exitError{exitNotFound, fmt.Errorf("no such load: %s", strings.Join(missing, ", "))}
@@ -167,37 +133,6 @@ is not pruned, then a summary line; --json prints the same as JSON.
 	cliflags.NonNegative(f, "generations-older-than")
 	cliflags.AnyValue(f, "load")
 	return cmd
-}
-
-// printPrune writes a line for each load not pruned (skipped, missing,
-// already pruned, interrupted) and a one-line summary.
-func printPrune(g *globals, out pruneJSON) {
-	var done, contracts int64
-	for _, l := range out.Loads {
-		switch l.Outcome {
-		case pricer.PruneDone, pricer.PruneWould:
-			done++
-			contracts += l.Contracts
-		case pricer.PruneSkipped:
-			fmt.Fprintf(g.stdout, "load %d: skipped: %s\n", l.LoadID, strings.TrimPrefix(l.Reason, fmt.Sprintf("load %d: ", l.LoadID)))
-		case pricer.PruneNotFound:
-			fmt.Fprintf(g.stdout, "load %d: not found\n", l.LoadID)
-		case pricer.PruneAlready:
-			fmt.Fprintf(g.stdout, "load %d: already pruned\n", l.LoadID)
-		case pricer.PruneInterrupted:
-			fmt.Fprintf(g.stdout, "load %d: interrupted after %s; run the same command again to carry on\n", l.LoadID, noun.Count(l.Records, "record", "records"))
-		}
-	}
-	elapsed := (time.Duration(out.ElapsedMS) * time.Millisecond).Round(time.Millisecond)
-	if out.DryRun {
-		fmt.Fprintf(g.stdout, "would prune %s: %s and their priced rows, of %s (dry run: nothing removed)\n",
-			noun.Count(done, "load", "loads"), noun.Count(out.Records, "record", "records"), noun.Count(contracts, "contract", "contracts"))
-		return
-	}
-	fmt.Fprintf(g.stdout, "pruned %s: %s and their priced rows, of %s, in %s (%s, the longest %s)\n",
-		noun.Count(done, "load", "loads"), noun.Count(out.Records, "record", "records"), noun.Count(contracts, "contract", "contracts"),
-		elapsed, noun.Count(int64(out.Transactions), "transaction", "transactions"),
-		(time.Duration(out.LongestTransactionMS) * time.Millisecond).String())
 }
 
 // pruneGenerations is "worker prune --generations-older-than".

@@ -83,7 +83,7 @@ func TestPruneWhileWorkersPrice(t *testing.T) {
 	if err := db.QueryRowContext(ctx, `SELECT clock_timestamp()`).Scan(&to); err != nil {
 		t.Fatal(err)
 	}
-	var res pruneJSON
+	var res pricer.PruneReport
 	if err := json.Unmarshal([]byte(js), &res); err != nil {
 		t.Fatalf("%v\n%s", err, js)
 	}
