@@ -210,3 +210,14 @@ func (g *globals) notReplicated() error {
 func (g *globals) schemaConfig() schema.Config {
 	return schema.Config{Schema: g.schema, Sets: []*schema.Set{schema.Core, pricingschema.Set}}
 }
+
+// ready is a worker's readiness check on db (its /readyz): the database
+// answers, and its schema matches this binary.
+func (g *globals) ready(db *dbconn.DB) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := db.PingContext(ctx); err != nil {
+			return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
+		}
+		return schema.Check(ctx, db, g.schemaConfig())
+	}
+}

@@ -19,7 +19,6 @@ import (
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
-	"github.com/batonhq/baton/schema"
 	"github.com/batonhq/baton/workerproc"
 )
 
@@ -202,12 +201,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 		DB: db, Processor: pricer.NewStore(db, g.schema).Processor(), Distributor: cfg, MetricsAddr: r.metricsAddr,
 		HorizonWarnAfter: r.console.horizonWarnAfter, TracingService: "baton-worker", Logger: g.logger,
 		Backlog: backlog.Config{DrainTarget: r.drainTarget},
-		Ready: func(ctx context.Context) error {
-			if err := db.PingContext(ctx); err != nil {
-				return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
-			}
-			return schema.Check(ctx, db, g.schemaConfig())
-		},
+		Ready:   g.ready(db),
 	}
 	if r.metricsAddr != "" {
 		pc.Metrics = metrics.New()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,7 +11,6 @@ import (
 	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/metrics"
-	"github.com/batonhq/baton/schema"
 	"github.com/batonhq/baton/workerproc"
 )
 
@@ -51,15 +49,9 @@ deletes the ones older than two hours.`,
 			if err != nil {
 				return usageError("%v", err)
 			}
-			ready := func(ctx context.Context) error {
-				if err := db.PingContext(ctx); err != nil {
-					return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
-				}
-				return schema.Check(ctx, db, g.schemaConfig())
-			}
 			var grp workerproc.Group
 			grp.Add("backlog", pub)
-			grp.Add("metrics", workerproc.MetricsServer(addr, m, ready, g.logger))
+			grp.Add("metrics", workerproc.MetricsServer(addr, m, g.ready(db), g.logger))
 			if err := grp.Start(ctx); err != nil {
 				return err
 			}
