@@ -281,3 +281,10 @@ func Newest[H any, T interface{ Compare(T) int }](held []H, claimedAt func(H) T)
 func NewestDur[H any](held []H, claimedAt func(H) time.Duration) {
 	slices.SortStableFunc(held, func(a, b H) int { return cmp.Compare(claimedAt(b), claimedAt(a)) })
 }
+
+// TakeBeyondShare reports whether a worker takes a dead worker's
+// partition beyond its fair share (up to MaxPartitions) once it has seen
+// it waiting for waited: after wait, during which the other live workers
+// may take it (their part of the takeover); at once when wait is negative
+// (takeovers not spread).
+func TakeBeyondShare(waited, wait time.Duration) bool { return wait < 0 || waited >= wait }

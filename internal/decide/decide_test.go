@@ -279,3 +279,28 @@ func TestNewest(t *testing.T) {
 		t.Fatalf("NewestDur = %v", vs)
 	}
 }
+
+// A dead worker's partitions not yet past the spread wait count against
+// the share like unowned ones; once past it, only against room.
+func TestTakeBeyondShare(t *testing.T) {
+	if TakeBeyondShare(time.Second, 2*time.Second) || !TakeBeyondShare(2*time.Second, 2*time.Second) {
+		t.Error("TakeBeyondShare: after the wait, not before")
+	}
+	if !TakeBeyondShare(0, -1) {
+		t.Error("TakeBeyondShare: at once when takeovers are not spread")
+	}
+	type c struct {
+		k      string
+		stale  bool
+		beyond bool
+	}
+	cands := []c{{"s1", true, false}, {"s2", true, false}, {"s3", true, true}, {"s4", true, false}, {"f1", false, false}}
+	try, rest := PickClaims(cands, func(x c) bool { return x.stale && x.beyond }, 2, 6)
+	var got []string
+	for _, x := range try {
+		got = append(got, x.k)
+	}
+	if want := []string{"s1", "s2", "s3"}; !slices.Equal(got, want) || len(rest) != 2 {
+		t.Fatalf("PickClaims with want 2 = %v (rest %d); want %v: two within the share, the one past its wait beyond it", got, len(rest), want)
+	}
+}
