@@ -28,13 +28,21 @@ type failoverEvent struct {
 }
 
 type failoverSeries struct {
-	Timing   timing          `json:"timing"`
-	Kind     string          `json:"kind"` // crash or graceful
-	Signal   string          `json:"signal"`
-	Events   []failoverEvent `json:"events"`
-	First    dist            `json:"first"` // ms, over events that resumed
-	All      dist            `json:"all"`
-	TimedOut int             `json:"timed_out"`
+	Timing timing          `json:"timing"`
+	Kind   string          `json:"kind"` // crash or graceful
+	Signal string          `json:"signal"`
+	Events []failoverEvent `json:"events"`
+	First  dist            `json:"first"` // ms, over events that resumed
+	All    dist            `json:"all"`
+	// Each is per contract: from the signal to the first batch another
+	// worker committed on it, over every contract of every event that
+	// resumed within the wait (ms); NotResumed counts those that did not.
+	// With several survivors this shows what the first-batch figure
+	// hides: a contract taken by one survivor and handed to another
+	// before its first batch.
+	Each       dist `json:"each_contract"`
+	NotResumed int  `json:"contracts_not_resumed"`
+	TimedOut   int  `json:"timed_out"`
 	// BoundS is stale_after + confirm × heartbeat + poll (poll = heartbeat),
 	// the documented takeover bound before the first batch (the headline
 	// allows one batch, 0.5 s, on top); GoalS is stale_after + confirm ×
@@ -228,7 +236,7 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		}
 		all, live = append(all, p), append(keep, p)
 	}
-	var first, allDone []float64
+	var first, allDone, each []float64
 	for _, ev := range s.Events {
 		if ev.FirstS >= 0 {
 			first = append(first, ev.FirstS*1000)
@@ -236,8 +244,12 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		if ev.AllS >= 0 {
 			allDone = append(allDone, ev.AllS*1000)
 		}
+		for _, d := range ev.EachS {
+			each = append(each, d*1000)
+		}
+		s.NotResumed += ev.Held - ev.Resumed
 	}
-	s.First, s.All = summarizeMs(first), summarizeMs(allDone)
+	s.First, s.All, s.Each = summarizeMs(first), summarizeMs(allDone), summarizeMs(each)
 	// Drain: stop producing, let the workers price what is left, stop
 	// them, and check the output.
 	stopProducer()
@@ -255,8 +267,9 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		return s, err
 	}
 	s.WallSeconds = time.Since(began).Seconds()
-	log.Printf("failover: %s at %s: first p50 %.0fms p99 %.0fms max %.0fms (bound %.1fs); %d duplicates, %d lost",
-		s.Signal, tm, s.First.P50, s.First.P99, s.First.Max, s.BoundS, s.Duplicates, s.Lost)
+	log.Printf("failover: %s at %s: first p50 %.0fms p99 %.0fms max %.0fms (bound %.1fs); per contract (%d) p50 %.0fms p95 %.0fms max %.0fms, %d not resumed; %d duplicates, %d lost",
+		s.Signal, tm, s.First.P50, s.First.P99, s.First.Max, s.BoundS, s.Each.N, s.Each.P50, s.Each.P95, s.Each.Max, s.NotResumed,
+		s.Duplicates, s.Lost)
 	return s, nil
 }
 
