@@ -12,21 +12,6 @@ import (
 	"github.com/batonhq/baton/internal/testutil"
 )
 
-// busyProc is the test processor slowed to 10 ms a batch, so that
-// partitions of a million items stay busy for the whole test.
-func busyProc() *proc {
-	p := newProc()
-	p.before = func(ctx context.Context, b *distributor.Batch) error {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-			return nil
-		}
-	}
-	return p
-}
-
 // registerGhost registers instance id as a live worker for an hour,
 // holding nothing, as its first heartbeat would.
 func registerGhost(t *testing.T, e *env, id string) {
