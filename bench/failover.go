@@ -42,7 +42,10 @@ type failoverSeries struct {
 	// before its first batch.
 	Each       dist `json:"each_contract"`
 	NotResumed int  `json:"contracts_not_resumed"`
-	TimedOut   int  `json:"timed_out"`
+	// Fates: the series' takeovers, from the ownership history, and those
+	// handed back for rebalance (before a batch, or after).
+	Fates    takeoverFates `json:"takeover_fates"`
+	TimedOut int           `json:"timed_out"`
 	// BoundS is stale_after + confirm × heartbeat + poll (poll = heartbeat),
 	// the documented takeover bound before the first batch (the headline
 	// allows one batch, 0.5 s, on top); GoalS is stale_after + confirm ×
@@ -250,6 +253,9 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		s.NotResumed += ev.Held - ev.Resumed
 	}
 	s.First, s.All, s.Each = summarizeMs(first), summarizeMs(allDone), summarizeMs(each)
+	if s.Fates, err = readTakeoverFates(ctx, db); err != nil {
+		return s, err
+	}
 	// Drain: stop producing, let the workers price what is left, stop
 	// them, and check the output.
 	stopProducer()
@@ -267,8 +273,9 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		return s, err
 	}
 	s.WallSeconds = time.Since(began).Seconds()
-	log.Printf("failover: %s at %s: first p50 %.0fms p99 %.0fms max %.0fms (bound %.1fs); per contract (%d) p50 %.0fms p95 %.0fms max %.0fms, %d not resumed; %d duplicates, %d lost",
+	log.Printf("failover: %s at %s: first p50 %.0fms p99 %.0fms max %.0fms (bound %.1fs); per contract (%d) p50 %.0fms p95 %.0fms max %.0fms, %d not resumed; %d takeovers, %d handed back (%d before a batch); %d duplicates, %d lost",
 		s.Signal, tm, s.First.P50, s.First.P99, s.First.Max, s.BoundS, s.Each.N, s.Each.P50, s.Each.P95, s.Each.Max, s.NotResumed,
+		s.Fates.Takeovers, s.Fates.HandedBack, s.Fates.HandedBackUnbatch,
 		s.Duplicates, s.Lost)
 	return s, nil
 }
