@@ -183,7 +183,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	}
 	if len(cands) > 0 && d.cfg.SpreadTakeovers >= 0 {
 		// The share decides how many of them this worker takes now.
-		if want, room, err = d.spreadShare(ctx, len(cands), want, room); err != nil {
+		if want, room, err = d.spreadShare(ctx); err != nil {
 			return started, err
 		}
 		idle = false
@@ -246,7 +246,9 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	// A dead worker's partitions are taken within the share, like unowned
 	// ones, and beyond it (up to room) only those the other live workers
 	// have left for SpreadTakeovers (spread.go).
-	beyond := d.takeovers.beyondShare(cands, d.cfg.Clock.Now(), d.cfg.SpreadTakeovers)
+	beyond, first := d.takeovers.beyondShare(cands, d.cfg.Clock.Now(), d.cfg.SpreadTakeovers)
+	taken := map[string]bool{}
+	defer func() { d.leftToOthers(ctx, first, taken) }()
 	anyShare := func(c taskstore.Candidate) bool { return c.Owned && beyond[c.Key] }
 	if left := countStale(cands) - len(beyond); left > 0 {
 		d.log.Debug("spreading a dead worker's partitions", "stale", countStale(cands), "beyond_share", len(beyond),
@@ -307,6 +309,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 		}
 		started += len(won)
 		for _, c := range won {
+			taken[c.Key] = true
 			d.reportClaim(c)
 			d.start(c, sent)
 			if !c.Takeover || !beyond[c.Key] {

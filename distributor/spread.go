@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/decide"
+	"github.com/batonhq/baton/internal/notify"
 	"github.com/batonhq/baton/internal/taskstore"
 )
 
@@ -24,12 +25,13 @@ type seenStale struct {
 
 // beyondShare returns the stale candidates among cands that this worker
 // takes whatever its share (up to MaxPartitions): those it has seen
-// waiting at least wait, or all of them when wait is negative. It forgets
-// the rows no longer among cands (claimed, or no longer stale), and
-// starts the wait of those it sees for the first time at now.
-func (w *takeoverWait) beyondShare(cands []taskstore.Candidate, now time.Time, wait time.Duration) map[string]bool {
+// waiting at least wait, or all of them when wait is negative; and those
+// it sees for the first time (at now, when their wait starts). It forgets
+// the rows no longer among cands (claimed, or no longer stale).
+func (w *takeoverWait) beyondShare(cands []taskstore.Candidate, now time.Time, wait time.Duration) (beyond, first map[string]bool) {
 	seen := make(map[string]seenStale, len(cands))
 	out := map[string]bool{}
+	first = map[string]bool{}
 	for _, c := range cands {
 		if !c.Owned {
 			continue
@@ -37,6 +39,7 @@ func (w *takeoverWait) beyondShare(cands []taskstore.Candidate, now time.Time, w
 		s, ok := w.seen[c.Key]
 		if !ok || s.version != c.Version {
 			s = seenStale{version: c.Version, at: now}
+			first[c.Key] = true
 		}
 		seen[c.Key] = s
 		if decide.TakeBeyondShare(now.Sub(s.at), wait) {
@@ -44,7 +47,28 @@ func (w *takeoverWait) beyondShare(cands []taskstore.Candidate, now time.Time, w
 		}
 	}
 	w.seen = seen
-	return out
+	return out, first
+}
+
+// leftToOthers wakes the other workers when this round left to them
+// a dead worker's partitions it saw for the first time (first, less
+// those it won): they take their share of them now rather than at their
+// next poll. Rows seen before were announced then, so two workers leaving
+// rows to each other do not wake each other without end. A failure only
+// costs the others that poll's wait.
+func (d *Distributor) leftToOthers(ctx context.Context, first map[string]bool, won map[string]bool) {
+	if d.cfg.SpreadTakeovers < 0 {
+		return
+	}
+	for k := range first {
+		if won[k] {
+			continue
+		}
+		if err := d.store.Notify(ctx, notify.Stale); err != nil {
+			d.log.Debug("could not wake the other workers for a dead worker's partitions", "error", err)
+		}
+		return
+	}
 }
 
 // spreadShare recomputes the fair share when a claim round has found a
@@ -55,10 +79,7 @@ func (w *takeoverWait) beyondShare(cands []taskstore.Candidate, now time.Time, w
 // included, so that this worker takes its part of them now and leaves
 // the rest to the others. It returns the share's want and room as
 // wanted does.
-func (d *Distributor) spreadShare(ctx context.Context, stale int, want, room int) (int, int, error) {
-	if stale == 0 || d.cfg.SpreadTakeovers < 0 {
-		return want, room, nil
-	}
+func (d *Distributor) spreadShare(ctx context.Context) (want, room int, err error) {
 	load, err := d.store.FairShareLoad(ctx, d.worker.InstanceID, d.cfg.MaxPartitions, d.cfg.StaleAfter)
 	if err != nil {
 		return 0, 0, err
