@@ -42,8 +42,9 @@ type failoverSeries struct {
 	// before its first batch.
 	Each       dist `json:"each_contract"`
 	NotResumed int  `json:"contracts_not_resumed"`
-	// Fates: the series' takeovers, from the ownership history, and those
-	// handed back for rebalance (before a batch, or after).
+	// Fates: the takeovers of the killed workers' contracts, from the
+	// ownership history, and those handed back for rebalance (to another
+	// survivor, before a batch or after).
 	Fates    takeoverFates `json:"takeover_fates"`
 	TimedOut int           `json:"timed_out"`
 	// BoundS is stale_after + confirm × heartbeat + poll (poll = heartbeat),
@@ -182,8 +183,16 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 	// the newest included, holds its share.
 	settle := max(1500*time.Millisecond, 6*hb)
 	log.Printf("failover: %d × %s at %s", count, s.Signal, tm)
+	// The fates of the last strike's takeovers, read once the survivors
+	// have had the settling pause to rebalance.
+	var fates func() error
 	for i := 0; i < count; i++ {
 		time.Sleep(settle)
+		if fates != nil {
+			if err := fates(); err != nil {
+				return s, err
+			}
+		}
 		var v *victim
 		var at time.Time
 		if sig == syscall.SIGKILL {
@@ -222,6 +231,23 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		}
 		log.Printf("failover: %s %d/%d of %s (held %d): first %.2fs, all %.2fs", s.Signal, i+1, count, v.p.id, r.Held, ev.FirstS, ev.AllS)
 		s.Events = append(s.Events, ev)
+		if sig == syscall.SIGKILL {
+			var contracts, survivors []string
+			for c := range v.held {
+				contracts = append(contracts, c)
+			}
+			for _, p := range live {
+				if p != v.p {
+					survivors = append(survivors, p.id)
+				}
+			}
+			dbAt := at.Add(offset)
+			fates = func() error {
+				f, err := readTakeoverFates(ctx, db, contracts, dbAt, survivors)
+				s.Fates.add(f)
+				return err
+			}
+		}
 		select {
 		case <-v.p.done:
 		case <-time.After(20 * time.Second):
@@ -253,8 +279,11 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		s.NotResumed += ev.Held - ev.Resumed
 	}
 	s.First, s.All, s.Each = summarizeMs(first), summarizeMs(allDone), summarizeMs(each)
-	if s.Fates, err = readTakeoverFates(ctx, db); err != nil {
-		return s, err
+	if fates != nil {
+		time.Sleep(settle)
+		if err := fates(); err != nil {
+			return s, err
+		}
 	}
 	// Drain: stop producing, let the workers price what is left, stop
 	// them, and check the output.
@@ -273,9 +302,9 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		return s, err
 	}
 	s.WallSeconds = time.Since(began).Seconds()
-	log.Printf("failover: %s at %s: first p50 %.0fms p99 %.0fms max %.0fms (bound %.1fs); per contract (%d) p50 %.0fms p95 %.0fms max %.0fms, %d not resumed; %d takeovers, %d handed back (%d before a batch); %d duplicates, %d lost",
+	log.Printf("failover: %s at %s: first p50 %.0fms p99 %.0fms max %.0fms (bound %.1fs); per contract (%d) p50 %.0fms p95 %.0fms max %.0fms, %d not resumed; %d takeovers, %d handed back (%d to a survivor, %d of them before a batch); %d duplicates, %d lost",
 		s.Signal, tm, s.First.P50, s.First.P99, s.First.Max, s.BoundS, s.Each.N, s.Each.P50, s.Each.P95, s.Each.Max, s.NotResumed,
-		s.Fates.Takeovers, s.Fates.HandedBack, s.Fates.HandedBackUnbatch,
+		s.Fates.Takeovers, s.Fates.HandedBack, s.Fates.ToSurvivor, s.Fates.ToSurvivorUnbatched,
 		s.Duplicates, s.Lost)
 	return s, nil
 }
