@@ -14,13 +14,7 @@ import (
 // that it takes it itself once it has waited Config.SpreadTakeovers. Only
 // the claim loop uses it.
 type takeoverWait struct {
-	seen map[string]seenStale
-}
-
-// seenStale is when a stale row, at the version read, was first seen.
-type seenStale struct {
-	version int64
-	at      time.Time
+	seen map[string]decide.StaleSighting[time.Time]
 }
 
 // beyondShare returns the stale candidates among cands that this worker
@@ -29,25 +23,15 @@ type seenStale struct {
 // it sees for the first time (at now, when their wait starts). It forgets
 // the rows no longer among cands (claimed, or no longer stale).
 func (w *takeoverWait) beyondShare(cands []taskstore.Candidate, now time.Time, wait time.Duration) (beyond, first map[string]bool) {
-	seen := make(map[string]seenStale, len(cands))
-	out := map[string]bool{}
-	first = map[string]bool{}
+	var keys []string
+	var versions []int64
 	for _, c := range cands {
-		if !c.Owned {
-			continue
-		}
-		s, ok := w.seen[c.Key]
-		if !ok || s.version != c.Version {
-			s = seenStale{version: c.Version, at: now}
-			first[c.Key] = true
-		}
-		seen[c.Key] = s
-		if decide.TakeBeyondShare(now.Sub(s.at), wait) {
-			out[c.Key] = true
+		if c.Owned {
+			keys, versions = append(keys, c.Key), append(versions, c.Version)
 		}
 	}
-	w.seen = seen
-	return out, first
+	w.seen, beyond, first = decide.SightStale(w.seen, keys, versions, now, now.Sub, wait)
+	return beyond, first
 }
 
 // leftToOthers wakes the other workers when this round left to them

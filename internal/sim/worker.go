@@ -39,7 +39,7 @@ type worker struct {
 	// staleSeen is Distributor.takeovers: when, by its clock, the worker
 	// first saw each dead worker's partition (at a version) it left to
 	// the others.
-	staleSeen map[int]seenStale
+	staleSeen map[int]decide.StaleSighting[time.Duration]
 
 	// Local monotonic clock: clockBase + (t − clockAt) × (1 + ppm/1e6),
 	// frozen while suspended.
@@ -1015,19 +1015,7 @@ func (w *worker) claim() {
 		stale := resp.cands
 		if len(stale) > 0 && w.s.cfg.SpreadTakeovers >= 0 {
 			// Distributor.spreadShare: the share recomputed with them.
-			w.clRPC = w.poolCall(w.loadRequest(), 0, nil, func(resp response) {
-				if resp.err != errNone {
-					w.roundErr = true
-					w.claimWait()
-					return
-				}
-				w.rebalance(resp.load)
-				if want, room = w.wanted(); room <= 0 {
-					w.claimWait()
-					return
-				}
-				w.claimStale(stale, want, room, false)
-			})
+			w.recomputeShare(func(want, room int) { w.claimStale(stale, want, room, false) })
 			return
 		}
 		w.claimStale(stale, want, room, idle)
@@ -1085,6 +1073,16 @@ func (w *worker) claimCands(cands []candidate, want, room int, idle bool) {
 	}
 	// The share was computed with no work in sight: recompute it before
 	// claiming.
+	w.recomputeShare(func(newWant, newRoom int) {
+		want, room = newWant, newRoom
+		round()
+	})
+}
+
+// recomputeShare reads the load and applies it (rebalance), then goes on
+// with the share's want and room, or waits for the next round when it
+// leaves no room.
+func (w *worker) recomputeShare(next func(want, room int)) {
 	w.clRPC = w.poolCall(w.loadRequest(), 0, nil, func(resp response) {
 		if resp.err != errNone {
 			w.roundErr = true
@@ -1092,11 +1090,12 @@ func (w *worker) claimCands(cands []candidate, want, room int, idle bool) {
 			return
 		}
 		w.rebalance(resp.load)
-		if want, room = w.wanted(); room <= 0 {
+		want, room := w.wanted()
+		if room <= 0 {
 			w.claimWait()
 			return
 		}
-		round()
+		next(want, room)
 	})
 }
 
@@ -1119,34 +1118,22 @@ func (w *worker) wanted() (want, room int) {
 	return decide.Wanted(share, w.s.cfg.MaxPartitions, len(w.held)+len(w.claiming), w.overflow, handingBack)
 }
 
-// seenStale is when a stale row, at the version read, was first seen.
-type seenStale struct {
-	version int64
-	at      time.Duration
-}
-
 // beyondShare is takeoverWait.beyondShare: the stale candidates the
 // worker takes whatever its share, those it has seen waiting for
 // SpreadTakeovers.
 func (w *worker) beyondShare(cands []candidate) map[int]bool {
-	now := w.local()
-	seen := make(map[int]seenStale, len(cands))
-	out := map[int]bool{}
+	var keys []int
+	var versions []int64
 	for _, c := range cands {
-		if !c.owned {
-			continue
-		}
-		s, ok := w.staleSeen[c.key]
-		if !ok || s.version != c.version {
-			s = seenStale{version: c.version, at: now}
-		}
-		seen[c.key] = s
-		if decide.TakeBeyondShare(now-s.at, w.s.cfg.SpreadTakeovers) {
-			out[c.key] = true
+		if c.owned {
+			keys, versions = append(keys, c.key), append(versions, c.version)
 		}
 	}
-	w.staleSeen = seen
-	return out
+	now := w.local()
+	var beyond map[int]bool
+	w.staleSeen, beyond, _ = decide.SightStale(w.staleSeen, keys, versions, now,
+		func(at time.Duration) time.Duration { return now - at }, w.s.cfg.SpreadTakeovers)
+	return beyond
 }
 
 func (w *worker) claimRound(round int, cands []candidate, want, room int, beyond map[int]bool) {
