@@ -28,13 +28,25 @@ type failoverEvent struct {
 }
 
 type failoverSeries struct {
-	Timing   timing          `json:"timing"`
-	Kind     string          `json:"kind"` // crash or graceful
-	Signal   string          `json:"signal"`
-	Events   []failoverEvent `json:"events"`
-	First    dist            `json:"first"` // ms, over events that resumed
-	All      dist            `json:"all"`
-	TimedOut int             `json:"timed_out"`
+	Timing timing          `json:"timing"`
+	Kind   string          `json:"kind"` // crash or graceful
+	Signal string          `json:"signal"`
+	Events []failoverEvent `json:"events"`
+	First  dist            `json:"first"` // ms, over events that resumed
+	All    dist            `json:"all"`
+	// Each is per contract: from the signal to the first batch another
+	// worker committed on it, over every contract of every event that
+	// resumed within the wait (ms); NotResumed counts those that did not.
+	// With several survivors this shows what the first-batch figure
+	// hides: a contract taken by one survivor and handed to another
+	// before its first batch.
+	Each       dist `json:"each_contract"`
+	NotResumed int  `json:"contracts_not_resumed"`
+	// Fates: the takeovers of the killed workers' contracts, from the
+	// ownership history, and those handed back for rebalance (to another
+	// survivor, before a batch or after).
+	Fates    takeoverFates `json:"takeover_fates"`
+	TimedOut int           `json:"timed_out"`
 	// BoundS is stale_after + confirm × heartbeat + poll (poll = heartbeat),
 	// the documented takeover bound before the first batch (the headline
 	// allows one batch, 0.5 s, on top); GoalS is stale_after + confirm ×
@@ -171,8 +183,16 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 	// the newest included, holds its share.
 	settle := max(1500*time.Millisecond, 6*hb)
 	log.Printf("failover: %d × %s at %s", count, s.Signal, tm)
+	// The fates of the last strike's takeovers, read once the survivors
+	// have had the settling pause to rebalance.
+	var fates func() error
 	for i := 0; i < count; i++ {
 		time.Sleep(settle)
+		if fates != nil {
+			if err := fates(); err != nil {
+				return s, err
+			}
+		}
 		var v *victim
 		var at time.Time
 		if sig == syscall.SIGKILL {
@@ -211,6 +231,23 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		}
 		log.Printf("failover: %s %d/%d of %s (held %d): first %.2fs, all %.2fs", s.Signal, i+1, count, v.p.id, r.Held, ev.FirstS, ev.AllS)
 		s.Events = append(s.Events, ev)
+		if sig == syscall.SIGKILL {
+			var contracts, survivors []string
+			for c := range v.held {
+				contracts = append(contracts, c)
+			}
+			for _, p := range live {
+				if p != v.p {
+					survivors = append(survivors, p.id)
+				}
+			}
+			dbAt := at.Add(offset)
+			fates = func() error {
+				f, err := readTakeoverFates(ctx, db, contracts, dbAt, survivors)
+				s.Fates.add(f)
+				return err
+			}
+		}
 		select {
 		case <-v.p.done:
 		case <-time.After(20 * time.Second):
@@ -228,7 +265,7 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		}
 		all, live = append(all, p), append(keep, p)
 	}
-	var first, allDone []float64
+	var first, allDone, each []float64
 	for _, ev := range s.Events {
 		if ev.FirstS >= 0 {
 			first = append(first, ev.FirstS*1000)
@@ -236,8 +273,18 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		if ev.AllS >= 0 {
 			allDone = append(allDone, ev.AllS*1000)
 		}
+		for _, d := range ev.EachS {
+			each = append(each, d*1000)
+		}
+		s.NotResumed += ev.Held - ev.Resumed
 	}
-	s.First, s.All = summarizeMs(first), summarizeMs(allDone)
+	s.First, s.All, s.Each = summarizeMs(first), summarizeMs(allDone), summarizeMs(each)
+	if fates != nil {
+		time.Sleep(settle)
+		if err := fates(); err != nil {
+			return s, err
+		}
+	}
 	// Drain: stop producing, let the workers price what is left, stop
 	// them, and check the output.
 	stopProducer()
@@ -255,8 +302,10 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 		return s, err
 	}
 	s.WallSeconds = time.Since(began).Seconds()
-	log.Printf("failover: %s at %s: first p50 %.0fms p99 %.0fms max %.0fms (bound %.1fs); %d duplicates, %d lost",
-		s.Signal, tm, s.First.P50, s.First.P99, s.First.Max, s.BoundS, s.Duplicates, s.Lost)
+	log.Printf("failover: %s at %s: first p50 %.0fms p99 %.0fms max %.0fms (bound %.1fs); per contract (%d) p50 %.0fms p95 %.0fms max %.0fms, %d not resumed; %d takeovers, %d handed back (%d to a survivor, %d of them before a batch); %d duplicates, %d lost",
+		s.Signal, tm, s.First.P50, s.First.P99, s.First.Max, s.BoundS, s.Each.N, s.Each.P50, s.Each.P95, s.Each.Max, s.NotResumed,
+		s.Fates.Takeovers, s.Fates.HandedBack, s.Fates.ToSurvivor, s.Fates.ToSurvivorUnbatched,
+		s.Duplicates, s.Lost)
 	return s, nil
 }
 

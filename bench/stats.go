@@ -12,6 +12,7 @@ type dist struct {
 	Min  float64 `json:"min_ms"`
 	P50  float64 `json:"p50_ms"`
 	P90  float64 `json:"p90_ms"`
+	P95  float64 `json:"p95_ms"`
 	P99  float64 `json:"p99_ms"`
 	Max  float64 `json:"max_ms"`
 	Mean float64 `json:"mean_ms"`
@@ -38,7 +39,7 @@ func summarizeMs(ms []float64) dist {
 	for _, v := range s {
 		sum += v
 	}
-	return dist{N: len(s), Min: s[0], P50: quantile(s, 0.5), P90: quantile(s, 0.9), P99: quantile(s, 0.99),
+	return dist{N: len(s), Min: s[0], P50: quantile(s, 0.5), P90: quantile(s, 0.9), P95: quantile(s, 0.95), P99: quantile(s, 0.99),
 		Max: s[len(s)-1], Mean: sum / float64(len(s))}
 }
 

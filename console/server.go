@@ -259,37 +259,6 @@ type partitionView struct {
 	Generations []generationRow // newest first; none without Config.Generations
 }
 
-// takeover is one takeover of a partition, its claim joined with its first
-// batch: who took it from whom, and how long after the old owner's last
-// heartbeat the new owner's first batch committed (nil while confirming).
-type takeover struct {
-	At       time.Time
-	From, To string
-	Version  int64
-	Time     *time.Duration
-}
-
-// takeovers pairs each takeover in a history (newest first) with the first
-// batch of the same claim, and shows that batch's takeover time on the
-// takeover's row too.
-func takeovers(hist []partition.HistoryEntry) []takeover {
-	first := map[int64]*time.Duration{}
-	for _, e := range hist {
-		if e.Kind == partition.EventFirstBatch {
-			first[e.Version] = e.TakeoverTime
-		}
-	}
-	var out []takeover
-	for i, e := range hist {
-		if e.Kind != partition.EventTakeover {
-			continue
-		}
-		hist[i].TakeoverTime = first[e.Version]
-		out = append(out, takeover{At: e.At, From: e.PrevOwner, To: e.Worker, Version: e.Version, Time: first[e.Version]})
-	}
-	return out
-}
-
 func (s *Server) partitionPage(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	snap, ok := s.snapshot(w, r)
@@ -321,7 +290,7 @@ func (s *Server) partitionPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.render(w, r, http.StatusOK, "partition", page{Title: s.terms().NounTitle() + " " + id, Nav: "partitions", Snap: snap,
-		Data: partitionView{Part: *c, History: hist, Takeovers: takeovers(hist), Generations: generationRows(gens)}})
+		Data: partitionView{Part: *c, History: hist, Takeovers: takeovers(hist, c.Version, c.OwnerInstance), Generations: generationRows(gens)}})
 }
 
 func (s *Server) workersPage(w http.ResponseWriter, r *http.Request) {

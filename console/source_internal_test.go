@@ -66,8 +66,8 @@ func TestTakeoversPairClaimsWithFirstBatches(t *testing.T) {
 		{Kind: partition.EventTakeover, Version: 3, Worker: "b#2", PrevOwner: "a#1"},
 		{Kind: partition.EventClaimed, Version: 1, Worker: "a#1"},
 	}
-	got := takeovers(hist)
-	if len(got) != 2 || got[0].Time != nil || got[0].From != "b#2" || got[1].Time == nil || *got[1].Time != d ||
+	got := takeovers(hist, 5, "c#3")
+	if len(got) != 2 || got[0].Time != nil || got[0].Outcome != "" || got[0].From != "b#2" || got[1].Time == nil || *got[1].Time != d ||
 		got[1].From != "a#1" || got[1].To != "b#2" {
 		t.Fatalf("takeovers %+v", got)
 	}

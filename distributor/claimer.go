@@ -157,12 +157,16 @@ type finished struct{ err error }
 // spread over different rows, and claimed in one compare-and-set
 // statement.
 //
-// A dead worker's partitions (still owned, lease expired) are claimed up to
-// MaxPartitions whatever the share: otherwise they would wait for a
-// survivor below its share, and when every survivor is at its share that is
-// the next rebalance after the dead worker's registration expires, beyond
-// the takeover bound. The share corrects itself afterwards (the dead worker
-// leaves the live count; surplus is handed back at batch boundaries).
+// A dead worker's partitions (still owned, lease expired) are spread over
+// the live workers: a round that finds some recomputes the share first
+// (the share in hand may still count the dead worker, and its partitions,
+// as live), claims them within that share, ahead of unowned ones, and
+// leaves the rest to the others, who find them at their next poll. One it
+// has seen waiting for Config.SpreadTakeovers it claims whatever the
+// share, up to MaxPartitions, so none waits for a live worker that does
+// not take it (at its own MaxPartitions, say) beyond the takeover bound.
+// So no survivor takes all of them only to hand some back after
+// confirming them.
 func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	want, room, idle := d.wanted()
 	if room <= 0 {
@@ -176,6 +180,16 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	cands, err := d.store.StaleCandidates(ctx, decide.StaleReadLimit(room))
 	if err != nil {
 		return started, err
+	}
+	if len(cands) > 0 && d.cfg.SpreadTakeovers >= 0 {
+		// The share decides how many of them this worker takes now.
+		if want, room, err = d.spreadShare(ctx); err != nil {
+			return started, err
+		}
+		idle = false
+		if room <= 0 {
+			return started, nil
+		}
 	}
 	if decide.ReadHead(want, len(cands), room) {
 		// Rows being claimed with their first batch still read as
@@ -229,9 +243,20 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	// ones still ahead of the unowned ones (pickClaims takes them first).
 	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	decide.StaleFirst(cands, candOwned)
+	// A dead worker's partitions are taken within the share, like unowned
+	// ones, and beyond it (up to room) only those the other live workers
+	// have left for SpreadTakeovers (spread.go).
+	beyond, first := d.takeovers.beyondShare(cands, d.cfg.Clock.Now(), d.cfg.SpreadTakeovers)
+	taken := map[string]bool{}
+	defer func() { d.leftToOthers(ctx, first, taken) }()
+	anyShare := func(c taskstore.Candidate) bool { return c.Owned && beyond[c.Key] }
+	if left := countStale(cands) - len(beyond); left > 0 {
+		d.log.Debug("spreading a dead worker's partitions", "stale", countStale(cands), "beyond_share", len(beyond),
+			"left_to_others_unless_in_share", left, "want", want, "room", room)
+	}
 	for round := 0; round < 2 && room > 0 && len(cands) > 0; round++ {
 		var try []taskstore.Candidate
-		try, cands = decide.PickClaims(cands, candOwned, want, room)
+		try, cands = decide.PickClaims(cands, anyShare, want, room)
 		if len(try) == 0 {
 			break
 		}
@@ -284,9 +309,10 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 		}
 		started += len(won)
 		for _, c := range won {
+			taken[c.Key] = true
 			d.reportClaim(c)
 			d.start(c, sent)
-			if !c.Takeover {
+			if !c.Takeover || !beyond[c.Key] {
 				want--
 			}
 			room--
@@ -300,6 +326,17 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 
 // candOwned reports whether a candidate is a dead worker's partition.
 func candOwned(c taskstore.Candidate) bool { return c.Owned }
+
+// countStale counts the dead workers' partitions among cands.
+func countStale(cands []taskstore.Candidate) int {
+	n := 0
+	for _, c := range cands {
+		if c.Owned {
+			n++
+		}
+	}
+	return n
+}
 
 // wanted is how many more partitions the share allows (want) and
 // MaxPartitions allows (room), and whether the share was computed when

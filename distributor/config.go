@@ -167,6 +167,19 @@ type Config struct {
 	// RebalanceInterval is how often the fair share is recomputed.
 	// Defaults to 5 × Heartbeat.
 	RebalanceInterval time.Duration
+	// SpreadTakeovers is how long a worker leaves a dead worker's
+	// partitions beyond its fair share (recomputed when it finds them:
+	// the live workers, what they hold and what is claimable) to the other
+	// live workers, who find them at their next poll; once it has seen
+	// one waiting this long it takes it itself, up to MaxPartitions. So a
+	// dead worker's partitions spread over the survivors at takeover
+	// instead of going to the first that notices and being handed back
+	// after confirmation, and none waits longer than this for a live
+	// worker that does not take it (one at its own MaxPartitions, say).
+	// A worker alone takes them all at once. Defaults to 2 ×
+	// PollInterval; negative takes every one found at once, up to
+	// MaxPartitions, whatever the share.
+	SpreadTakeovers time.Duration
 	// FloorMargin is how far below the earliest claimable partition its
 	// last read found a worker's next read of the claimable partitions
 	// starts (the claim floor; see docs/protocol.md): longer
@@ -251,6 +264,7 @@ func (c *Config) setDefaults() {
 	c.Mode = cmp.Or(c.Mode, ModeLock)
 	c.PollInterval = cmp.Or(c.PollInterval, c.Heartbeat)
 	c.RebalanceInterval = cmp.Or(c.RebalanceInterval, 5*c.Heartbeat)
+	c.SpreadTakeovers = cmp.Or(c.SpreadTakeovers, 2*c.PollInterval)
 	c.FloorMargin = cmp.Or(c.FloorMargin, FloorMarginDefault)
 	c.FullReadInterval = cmp.Or(c.FullReadInterval, FullReadIntervalDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)

@@ -59,6 +59,9 @@ type Distributor struct {
 	// at their fence: skipped while at the same version, for a lease's
 	// length at most (that transaction has ended by then).
 	lostClaims map[string]lostClaim
+	// takeovers: the dead workers' partitions this worker leaves to the
+	// others for a while (spread.go); the claim loop's alone.
+	takeovers takeoverWait
 	// dying are partitions whose claim transaction this worker gave up
 	// on mid-statement (its deadline passed): the server may still hold
 	// their rows until it notices, so a fence that finds them locked then

@@ -485,16 +485,7 @@ func TestThreeWorkersShareThirtyPartitionsFairly(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.addWork(100000, keys("f", 30)...)
-	p := newProc()
-	p.before = func(ctx context.Context, b *distributor.Batch) error {
-		// Simulated work so partitions stay busy while shares settle.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-			return nil
-		}
-	}
+	p := busyProc() // simulated work so partitions stay busy while shares settle
 	evs := []*events{newEvents(), newEvents(), newEvents()}
 	var ds []*distributor.Distributor
 	for i, name := range []string{"x", "y", "z"} {

@@ -41,7 +41,11 @@
 // worker dies, another resumes at the last committed checkpoint within
 // StaleAfter + PollInterval + Confirm × Heartbeat + one batch of the crash
 // (with a survivor below MaxPartitions); a graceful stop hands partitions
-// over at once. All times that decide ownership are the database's now();
+// over at once. A dead worker's partitions spread over the survivors at
+// the takeover: each takes its fair share of them, recomputed when it finds
+// them, and leaves the rest to the others (Config.SpreadTakeovers bounds
+// how long a part left to a live worker that does not take it waits), so
+// none is confirmed by one survivor only to be handed back to another. All times that decide ownership are the database's now();
 // a worker's clock only ever makes it stop earlier. Output written in the
 // database is exactly once; side effects outside it are at least once
 // (Batch.IdempotencyKey).

@@ -112,6 +112,21 @@ func (p *proc) Process(ctx context.Context, b *distributor.Batch) (distributor.R
 	return distributor.Result{Position: end, State: []byte(fmt.Sprintf(`{"last": %d}`, end))}, nil
 }
 
+// busyProc is the test processor slowed to 10 ms a batch, so that
+// partitions of a million items stay busy for the whole test.
+func busyProc() *proc {
+	p := newProc()
+	p.before = func(ctx context.Context, b *distributor.Batch) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+			return nil
+		}
+	}
+	return p
+}
+
 // events collects distributor events and lets tests wait for one.
 type events struct {
 	mu   sync.Mutex

@@ -150,7 +150,7 @@ func (d *Distributor) notified(payload string) {
 	switch reason {
 	case notify.Left:
 		d.workerLeft.Store(true)
-	case notify.Released:
+	case notify.Released, notify.Stale:
 	default:
 		d.workChanged.Store(true)
 	}

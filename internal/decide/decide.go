@@ -281,3 +281,43 @@ func Newest[H any, T interface{ Compare(T) int }](held []H, claimedAt func(H) T)
 func NewestDur[H any](held []H, claimedAt func(H) time.Duration) {
 	slices.SortStableFunc(held, func(a, b H) int { return cmp.Compare(claimedAt(b), claimedAt(a)) })
 }
+
+// StaleSighting is when a worker first saw a dead worker's partition, at
+// the version it read, on its clock (T: a time, or a virtual clock's
+// duration).
+type StaleSighting[T any] struct {
+	Version int64
+	At      T
+}
+
+// SightStale is the bookkeeping of the wait before a dead worker's
+// partitions are taken beyond the share: given the sightings so far, the
+// stale rows a claim round found now (keys and the versions read), the
+// time now and how long ago a time was (since), it returns the sightings
+// to keep (the rows found now, each first seen now unless seen before at
+// the same version), those to take beyond the share (TakeBeyondShare
+// after wait), and those seen for the first time.
+func SightStale[K comparable, T any](prev map[K]StaleSighting[T], keys []K, versions []int64, now T,
+	since func(T) time.Duration, wait time.Duration) (seen map[K]StaleSighting[T], beyond, first map[K]bool) {
+	seen = make(map[K]StaleSighting[T], len(keys))
+	beyond, first = map[K]bool{}, map[K]bool{}
+	for i, k := range keys {
+		s, ok := prev[k]
+		if !ok || s.Version != versions[i] {
+			s = StaleSighting[T]{Version: versions[i], At: now}
+			first[k] = true
+		}
+		seen[k] = s
+		if TakeBeyondShare(since(s.At), wait) {
+			beyond[k] = true
+		}
+	}
+	return seen, beyond, first
+}
+
+// TakeBeyondShare reports whether a worker takes a dead worker's
+// partition beyond its fair share (up to MaxPartitions) once it has seen
+// it waiting for waited: after wait, during which the other live workers
+// may take it (their part of the takeover); at once when wait is negative
+// (takeovers not spread).
+func TakeBeyondShare(waited, wait time.Duration) bool { return wait < 0 || waited >= wait }

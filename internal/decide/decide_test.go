@@ -279,3 +279,47 @@ func TestNewest(t *testing.T) {
 		t.Fatalf("NewestDur = %v", vs)
 	}
 }
+
+// A dead worker's partitions not yet past the spread wait count against
+// the share like unowned ones; once past it, only against room.
+func TestTakeBeyondShare(t *testing.T) {
+	if TakeBeyondShare(time.Second, 2*time.Second) || !TakeBeyondShare(2*time.Second, 2*time.Second) {
+		t.Error("TakeBeyondShare: after the wait, not before")
+	}
+	if !TakeBeyondShare(0, -1) {
+		t.Error("TakeBeyondShare: at once when takeovers are not spread")
+	}
+	type c struct {
+		k      string
+		stale  bool
+		beyond bool
+	}
+	cands := []c{{"s1", true, false}, {"s2", true, false}, {"s3", true, true}, {"s4", true, false}, {"f1", false, false}}
+	try, rest := PickClaims(cands, func(x c) bool { return x.stale && x.beyond }, 2, 6)
+	var got []string
+	for _, x := range try {
+		got = append(got, x.k)
+	}
+	if want := []string{"s1", "s2", "s3"}; !slices.Equal(got, want) || len(rest) != 2 {
+		t.Fatalf("PickClaims with want 2 = %v (rest %d); want %v: two within the share, the one past its wait beyond it", got, len(rest), want)
+	}
+}
+
+// The wait before a stale row is taken beyond the share starts when it is
+// first seen at its version, on a virtual clock as on a real one.
+func TestSightStale(t *testing.T) {
+	since := func(now time.Duration) func(time.Duration) time.Duration {
+		return func(at time.Duration) time.Duration { return now - at }
+	}
+	seen, beyond, first := SightStale[int, time.Duration](nil, []int{1, 2}, []int64{3, 4}, 10, since(10), 5)
+	if len(beyond) != 0 || !first[1] || !first[2] || len(seen) != 2 {
+		t.Fatalf("first sight: seen %v, beyond %v, first %v", seen, beyond, first)
+	}
+	seen, beyond, first = SightStale(seen, []int{1, 2}, []int64{3, 6}, 15, since(15), 5)
+	if !beyond[1] || beyond[2] || len(first) != 1 || !first[2] || seen[2].At != 15 {
+		t.Fatalf("after the wait: seen %v, beyond %v, first %v; want 1 beyond, 2 seen afresh at its new version", seen, beyond, first)
+	}
+	if seen, _, _ = SightStale(seen, []int{2}, []int64{6}, 16, since(16), 5); len(seen) != 1 {
+		t.Fatalf("rows no longer stale kept: %v", seen)
+	}
+}

@@ -32,10 +32,14 @@ const (
 	// Joined: a worker registered (its first heartbeat), so the
 	// others' fair shares shrink now rather than at their next rebalance.
 	Joined = "joined"
+	// Stale: a worker found a dead worker's partitions and took only its
+	// share of them, so the others look for theirs now rather than at
+	// their next poll.
+	Stale = "stale"
 )
 
 // Payload is the payload of a notification of reason (Work,
-// Released, Retry, Left, Joined) about partitions of kind: the
+// Released, Retry, Left, Joined, Stale) about partitions of kind: the
 // reason, a space and the kind. Workers ignore notifications about other
 // kinds. Every notification that makes partitions claimable (producers'
 // AddWorks, releases, hand-backs, Retry, splits, rewinds) appends a space

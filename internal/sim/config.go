@@ -201,13 +201,17 @@ type Config struct {
 	SafetyMargin      time.Duration
 	PollInterval      time.Duration
 	RebalanceInterval time.Duration
-	ShutdownTimeout   time.Duration
-	BatchSize         int
-	MaxPartitions     int
-	MaxAttempts       int
-	Backoff           time.Duration
-	MaxBackoff        time.Duration
-	Mode              Mode
+	// SpreadTakeovers is distributor.Config.SpreadTakeovers: how long a
+	// worker leaves a dead worker's partitions beyond its share to the
+	// others (default 2 × PollInterval; negative: takes them at once).
+	SpreadTakeovers time.Duration
+	ShutdownTimeout time.Duration
+	BatchSize       int
+	MaxPartitions   int
+	MaxAttempts     int
+	Backoff         time.Duration
+	MaxBackoff      time.Duration
+	Mode            Mode
 
 	// Server-side limits, as distributor.Config.ConnectionLimits sets
 	// them: IdleTxTimeout StaleAfter/2, LockTimeout StaleAfter/4,
@@ -293,6 +297,7 @@ func (c *Config) setDefaults() {
 	c.SafetyMargin = orDur(c.SafetyMargin, max(c.Heartbeat/2, c.StaleAfter/5))
 	c.PollInterval = orDur(c.PollInterval, c.Heartbeat)
 	c.RebalanceInterval = orDur(c.RebalanceInterval, 5*c.Heartbeat)
+	c.SpreadTakeovers = orDur(c.SpreadTakeovers, 2*c.PollInterval)
 	c.ShutdownTimeout = orDur(c.ShutdownTimeout, c.StaleAfter)
 	c.BatchSize = orInt(c.BatchSize, 20)
 	c.MaxPartitions = orInt(c.MaxPartitions, 8)

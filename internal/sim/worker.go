@@ -36,6 +36,11 @@ type worker struct {
 	id   int // instance id, the owner written into rows
 	slot int
 
+	// staleSeen is Distributor.takeovers: when, by its clock, the worker
+	// first saw each dead worker's partition (at a version) it left to
+	// the others.
+	staleSeen map[int]decide.StaleSighting[time.Duration]
+
 	// Local monotonic clock: clockBase + (t − clockAt) × (1 + ppm/1e6),
 	// frozen while suspended.
 	ppm          int64
@@ -984,8 +989,9 @@ func (w *worker) rebalance(load taskstore.Load) {
 }
 
 // claim is Distributor.claim: up to the share from the head of the
-// claimable index, or, at the share, dead workers' partitions (stale
-// candidates) up to MaxPartitions.
+// claimable index, dead workers' partitions (stale candidates) first,
+// within a share recomputed when it finds them, and beyond it, up to
+// MaxPartitions, those it has seen waiting for SpreadTakeovers.
 func (w *worker) claim() {
 	if w.stopping {
 		w.claimLoopDone()
@@ -1007,29 +1013,41 @@ func (w *worker) claim() {
 			return
 		}
 		stale := resp.cands
-		if !decide.ReadHead(want, len(stale), room) {
-			w.claimCands(stale, want, room, idle)
+		if len(stale) > 0 && w.s.cfg.SpreadTakeovers >= 0 {
+			// Distributor.spreadShare: the share recomputed with them.
+			w.recomputeShare(func(want, room int) { w.claimStale(stale, want, room, false) })
 			return
 		}
-		inFlight := len(w.claiming) + len(w.lostClaims)
-		w.clRPC = w.poolCall(&request{kind: reqCandidates, limit: decide.HeadReadLimit(want, inFlight, w.s.cfg.MaxPartitions)}, 0, nil, func(resp response) {
-			if resp.err != errNone {
-				w.roundErr = true
-				w.claimWait()
-				return
+		w.claimStale(stale, want, room, idle)
+	})
+}
+
+// claimStale is the rest of Distributor.claim once the stale candidates
+// are read (and the share recomputed for them): the head of the claimable
+// index too when the share wants more and they do not fill the room.
+func (w *worker) claimStale(stale []candidate, want, room int, idle bool) {
+	if !decide.ReadHead(want, len(stale), room) {
+		w.claimCands(stale, want, room, idle)
+		return
+	}
+	inFlight := len(w.claiming) + len(w.lostClaims)
+	w.clRPC = w.poolCall(&request{kind: reqCandidates, limit: decide.HeadReadLimit(want, inFlight, w.s.cfg.MaxPartitions)}, 0, nil, func(resp response) {
+		if resp.err != errNone {
+			w.roundErr = true
+			w.claimWait()
+			return
+		}
+		seen := map[int]bool{}
+		for _, c := range stale {
+			seen[c.key] = true
+		}
+		cands := stale
+		for _, c := range resp.cands {
+			if !seen[c.key] {
+				cands = append(cands, c)
 			}
-			seen := map[int]bool{}
-			for _, c := range stale {
-				seen[c.key] = true
-			}
-			cands := stale
-			for _, c := range resp.cands {
-				if !seen[c.key] {
-					cands = append(cands, c)
-				}
-			}
-			w.claimCands(cands, want, room, idle)
-		})
+		}
+		w.claimCands(cands, want, room, idle)
 	})
 }
 
@@ -1047,7 +1065,7 @@ func (w *worker) claimCands(cands []candidate, want, room int, idle bool) {
 	round := func() {
 		s.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 		decide.StaleFirst(cands, candOwned)
-		w.claimRound(0, cands, want, room)
+		w.claimRound(0, cands, want, room, w.beyondShare(cands))
 	}
 	if !idle || want <= 0 {
 		round()
@@ -1055,6 +1073,16 @@ func (w *worker) claimCands(cands []candidate, want, room int, idle bool) {
 	}
 	// The share was computed with no work in sight: recompute it before
 	// claiming.
+	w.recomputeShare(func(newWant, newRoom int) {
+		want, room = newWant, newRoom
+		round()
+	})
+}
+
+// recomputeShare reads the load and applies it (rebalance), then goes on
+// with the share's want and room, or waits for the next round when it
+// leaves no room.
+func (w *worker) recomputeShare(next func(want, room int)) {
 	w.clRPC = w.poolCall(w.loadRequest(), 0, nil, func(resp response) {
 		if resp.err != errNone {
 			w.roundErr = true
@@ -1062,11 +1090,12 @@ func (w *worker) claimCands(cands []candidate, want, room int, idle bool) {
 			return
 		}
 		w.rebalance(resp.load)
-		if want, room = w.wanted(); room <= 0 {
+		want, room := w.wanted()
+		if room <= 0 {
 			w.claimWait()
 			return
 		}
-		round()
+		next(want, room)
 	})
 }
 
@@ -1089,12 +1118,30 @@ func (w *worker) wanted() (want, room int) {
 	return decide.Wanted(share, w.s.cfg.MaxPartitions, len(w.held)+len(w.claiming), w.overflow, handingBack)
 }
 
-func (w *worker) claimRound(round int, cands []candidate, want, room int) {
+// beyondShare is takeoverWait.beyondShare: the stale candidates the
+// worker takes whatever its share, those it has seen waiting for
+// SpreadTakeovers.
+func (w *worker) beyondShare(cands []candidate) map[int]bool {
+	var keys []int
+	var versions []int64
+	for _, c := range cands {
+		if c.owned {
+			keys, versions = append(keys, c.key), append(versions, c.version)
+		}
+	}
+	now := w.local()
+	var beyond map[int]bool
+	w.staleSeen, beyond, _ = decide.SightStale(w.staleSeen, keys, versions, now,
+		func(at time.Duration) time.Duration { return now - at }, w.s.cfg.SpreadTakeovers)
+	return beyond
+}
+
+func (w *worker) claimRound(round int, cands []candidate, want, room int, beyond map[int]bool) {
 	if round >= 2 || room <= 0 || len(cands) == 0 || w.stopping {
 		w.claimWait()
 		return
 	}
-	try, rest := decide.PickClaims(cands, candOwned, want, room)
+	try, rest := decide.PickClaims(cands, func(c candidate) bool { return c.owned && beyond[c.key] }, want, room)
 	if w.s.cfg.ClaimWithBatch {
 		// Unowned candidates are claimed each with its first batch;
 		// takeovers together, to be confirmed.
@@ -1118,12 +1165,12 @@ func (w *worker) claimRound(round int, cands []candidate, want, room int) {
 			for _, c := range cs {
 				w.tracef("claimed %s (takeover=%v)", c.leaseID, c.takeover)
 				w.startPartition(c, sent, epoch)
-				if !c.takeover {
+				if !c.takeover || !beyond[c.key] {
 					want--
 				}
 				room--
 			}
-			w.claimRound(round+1, rest, want, room)
+			w.claimRound(round+1, rest, want, room, beyond)
 		}
 		switch {
 		case resp.err == errNone:

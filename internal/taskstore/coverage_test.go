@@ -30,6 +30,7 @@ var notStatements = map[string]string{
 	"Admin":            "the producers' and operators' Store over the same rows",
 	"LowerFloor":       "moves where the store's next read of claimable rows starts; runs nothing",
 	"FloorPolicy":      "sets the claim floor's margin, full-read period and clock; runs nothing",
+	"Notify":           "wakes the kind's workers; reads and writes no row",
 }
 
 // operatorStatements are Store methods the suite exercises that the
