@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -170,10 +169,12 @@ func newDiffCmd(g *globals) *cobra.Command {
 		Short: "List the records whose priced amounts changed between each re-priced contract's previous and current generation",
 		Long: `diff writes, for each re-priced contract whose previous generation is
 kept (those given with --contract, or all), the records whose gross,
-discount or net differ between its previous and current generation, as CSV:
+discount or net differ between its previous and current generation, or
+that only one of them priced (its old or new columns empty), as CSV:
 ` + diffHeader + `
 ordered by contract and acceptance order; and, on stderr, each contract's
-old and new net totals. It only reads the database.
+old and new net totals, which its rows sum to exactly. It only reads the
+database.
 
 Writes a file with --out, replacing a file of that name (standard output
 by default, or -).`,
@@ -194,9 +195,7 @@ by default, or -).`,
 				var n int64
 				diffs, err := rerate.NewStore(db, g.schema).Diff(cmd.Context(), contracts, func(c rerate.Change) error {
 					n++
-					return cw.Write([]string{c.Contract, c.RecordID,
-						strconv.FormatInt(c.OldGross, 10), strconv.FormatInt(c.OldDiscount, 10), strconv.FormatInt(c.OldNet, 10),
-						strconv.FormatInt(c.NewGross, 10), strconv.FormatInt(c.NewDiscount, 10), strconv.FormatInt(c.NewNet, 10)})
+					return cw.Write(c.Columns())
 				})
 				if err != nil {
 					return n, err
