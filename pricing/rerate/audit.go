@@ -66,4 +66,3 @@ SELECT g.contract_id, g.generation, g.state, g.from_seq, g.started_at, g.finishe
 	}
 	return out, nil
 }
-
