@@ -123,7 +123,7 @@ func (e *env) rerate(ctx context.Context, r *rerateResult, res *results) error {
 
 // rerateTiers changes the tiers of every retierEvery-th contract and
 // measures their re-pricing.
-func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results, ds dataset, name string, db *bun.DB, dir string) error {
+func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results, ds *dataset, name string, db *bun.DB, dir string) error {
 	tiers := filepath.Join(dir, "tiers-new.csv")
 	var b bytes.Buffer
 	b.WriteString("contract_id,threshold_minor,discount_bp\n")
@@ -141,11 +141,15 @@ func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results, ds
 	if err != nil {
 		return err
 	}
+	since, err := rerateStart(ctx, db)
+	if err != nil {
+		return err
+	}
 	if _, err := e.workerCLI(ctx, name, "load", "--tiers", tiers, "--reprice", "--reason", "bench: tiers corrected"); err != nil {
 		return err
 	}
 	res.addCommand("worker load --tiers tiers-new.csv --reprice --reason ...")
-	if r.Reprice, r.Verified, err = e.rerateRepricing(ctx, name, db, "reprice"); err != nil {
+	if r.Reprice, r.Verified, err = e.rerateRepricing(ctx, name, db, "reprice", since); err != nil {
 		return err
 	}
 	r.Ratio = r.Reprice.PerSec / r.First.PerSec
@@ -205,11 +209,15 @@ func (e *env) rerateAmend(ctx context.Context, r *rerateResult, res *results, na
 	if err := os.WriteFile(file, b.Bytes(), 0o644); err != nil {
 		return err
 	}
+	since, err := rerateStart(ctx, db)
+	if err != nil {
+		return err
+	}
 	if _, err := e.workerCLI(ctx, name, "load", "--records", file, "--amend", "--reason", "bench: meter corrected"); err != nil {
 		return err
 	}
 	res.addCommand("worker load --records amend.csv --amend --reason ...")
-	if r.Amend, r.AmendVerified, err = e.rerateRepricing(ctx, name, db, "amend"); err != nil {
+	if r.Amend, r.AmendVerified, err = e.rerateRepricing(ctx, name, db, "amend", since); err != nil {
 		return err
 	}
 	r.AmendRatio = r.Amend.PerSec / r.First.PerSec
@@ -218,10 +226,19 @@ func (e *env) rerateAmend(ctx context.Context, r *rerateResult, res *results, na
 	return nil
 }
 
-// rerateRepricing runs the workers over the generations just started and
-// counts the records they re-priced (each current generation's records
-// after its from_seq), then verifies the whole output.
-func (e *env) rerateRepricing(ctx context.Context, name string, db *bun.DB, label string) (rerateRun, bool, error) {
+// rerateStart is the database clock before a re-rating's load.
+func rerateStart(ctx context.Context, db *bun.DB) (time.Time, error) {
+	var t time.Time
+	if err := db.QueryRowContext(ctx, `SELECT now()`).Scan(&t); err != nil {
+		return t, fmt.Errorf("reading the database clock: %w", err)
+	}
+	return t, nil
+}
+
+// rerateRepricing runs the workers over the generations started since
+// since and counts the records they re-priced (each such generation's
+// records after its from_seq), then verifies the whole output.
+func (e *env) rerateRepricing(ctx context.Context, name string, db *bun.DB, label string, since time.Time) (rerateRun, bool, error) {
 	run, err := e.rerateWorkers(ctx, name, db, label)
 	if err != nil {
 		return run, false, err
@@ -229,7 +246,7 @@ func (e *env) rerateRepricing(ctx context.Context, name string, db *bun.DB, labe
 	if err := db.QueryRowContext(ctx, `SELECT coalesce(sum(t.available - g.from_seq), 0) FROM baton.generations g
 		JOIN baton.contracts c ON c.contract_id = g.contract_id AND c.current_generation = g.generation
 		JOIN baton.tasks t ON t.kind = 'pricing' AND t.segment_of IS NULL AND t.partition_key = g.contract_id
-		WHERE g.generation > 1 AND g.finished_at >= now() - make_interval(secs => ?)`, run.Seconds+60).Scan(&run.Records); err != nil {
+		WHERE g.generation > 1 AND g.started_at >= ?`, since).Scan(&run.Records); err != nil {
 		return run, false, fmt.Errorf("counting the records re-priced: %w", err)
 	}
 	run.PerSec = float64(run.Records) / run.Seconds
