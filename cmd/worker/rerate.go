@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -138,14 +139,11 @@ re-priced are not listed. It only reads the database.`,
 				return enc.Encode(gens)
 			}
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "CONTRACT\tGENERATION\tSTATE\tSTARTED\tFINISHED\tFROM_SEQ\tRECORDS\tNET_TOTAL\tREASON")
+			fmt.Fprintln(w, "CONTRACT\tGENERATION\tSTATE\tREQUESTED\tPRICING_STARTED\tFINISHED\tFROM_SEQ\tRECORDS\tNET_TOTAL\tSTARTED_BY\tREASON")
 			for _, x := range gens {
-				finished := "-"
-				if x.FinishedAt != nil {
-					finished = x.FinishedAt.UTC().Format(time.RFC3339)
-				}
-				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", x.Contract, x.Generation, x.State,
-					x.StartedAt.UTC().Format(time.RFC3339), finished, x.FromSeq, x.Records, x.NetTotal, x.Reason)
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Contract, x.Generation, x.State,
+					x.StartedAt.UTC().Format(time.RFC3339), timeCell(x.PricingStartedAt), timeCell(x.FinishedAt), x.FromSeq, x.Records, x.NetTotal,
+					cmp.Or(x.StartedBy, "-"), x.Reason)
 			}
 			if err := w.Flush(); err != nil {
 				return err
@@ -224,4 +222,12 @@ by default, or -).`,
 	cmd.Flags().StringSliceVar(&contracts, "contract", nil, "only these contracts (repeat or separate with commas)")
 	cmd.Flags().StringVar(&out, "out", "", "output file, or - for standard output (the default)")
 	return cmd
+}
+
+// timeCell formats t for a table cell, "-" if nil.
+func timeCell(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
 }

@@ -46,9 +46,9 @@ type genState struct {
 	pending bool // the generation is being priced (not current yet)
 }
 
-// readGenerationSQL reads a contract's current generation and the state of
-// generation ?1 (of contract ?0).
-const readGenerationSQL = `SELECT c.current_generation, coalesce(g.state, '')
+// readGenerationSQL reads a contract's current generation, the state of
+// generation ?1 (of contract ?0) and whether its pricing started.
+const readGenerationSQL = `SELECT c.current_generation, coalesce(g.state, ''), g.pricing_started_at IS NOT NULL
   FROM {{.Schema}}.contracts c
   LEFT JOIN {{.Schema}}.generations g ON g.contract_id = c.contract_id AND g.generation = ?1
  WHERE c.contract_id = ?0`
@@ -61,8 +61,9 @@ func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract stri
 	var (
 		current int64
 		state   string
+		started bool
 	)
-	err := tx.QueryRowContext(ctx, p.sql(readGenerationSQL), contract, gen).Scan(&current, &state)
+	err := tx.QueryRowContext(ctx, p.sql(readGenerationSQL), contract, gen).Scan(&current, &state, &started)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return genState{}, fmt.Errorf("%w: partition of contract %s has no contract", ErrCorrupt, contract)
@@ -71,10 +72,26 @@ func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract stri
 	case current == gen:
 		return genState{}, nil
 	case current < gen && state == "pricing":
+		if !started {
+			if err := p.markPricingStarted(ctx, tx, contract, gen); err != nil {
+				return genState{}, err
+			}
+		}
 		return genState{pending: true}, nil
 	}
 	return genState{}, fmt.Errorf("%w: contract %s: a batch of generation %d (%q), the current generation is %d",
 		ErrCorrupt, contract, gen, state, current)
+}
+
+// markPricingStarted records, with a generation's first batch, when its
+// pricing started. Batches of the contract's segments may race to it: the
+// later ones wait for the first's commit and then change nothing.
+func (p *Processor) markPricingStarted(ctx context.Context, tx bun.Tx, contract string, gen int64) error {
+	if _, err := tx.ExecContext(ctx, p.sql(`UPDATE {{.Schema}}.generations SET pricing_started_at = now()
+		WHERE contract_id = ? AND generation = ? AND pricing_started_at IS NULL`), contract, gen); err != nil {
+		return fmt.Errorf("recording the start of generation %d of contract %s: %w", gen, contract, err)
+	}
+	return nil
 }
 
 // switchSQL makes generation ?1 of contract ?0 current: the current one

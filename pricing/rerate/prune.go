@@ -134,3 +134,39 @@ func (s *Store) Prune(ctx context.Context, olderThan time.Duration) (Pruned, err
 	}
 	return p, nil
 }
+
+// prunePlanSQL counts what Prune(?0 seconds) would mark and delete: the
+// generations it would mark, and the rows of those and of generations
+// already pruned that a row of a generation up to the oldest one kept
+// after theirs replaces.
+const prunePlanSQL = `WITH old AS (
+    SELECT g.contract_id, g.generation
+      FROM {{.Schema}}.generations g
+     WHERE g.state IN ('superseded', 'abandoned')
+       AND coalesce(g.superseded_at, g.finished_at) < now() - make_interval(secs => ?0)
+), gone AS (
+    SELECT g.contract_id, g.generation,
+           (SELECT min(k.generation) FROM {{.Schema}}.generations k
+             WHERE k.contract_id = g.contract_id AND k.generation > g.generation
+               AND k.state IN ('pricing', 'current', 'superseded')
+               AND NOT EXISTS (SELECT 1 FROM old o WHERE o.contract_id = k.contract_id AND o.generation = k.generation)) AS kept
+      FROM {{.Schema}}.generations g
+     WHERE g.state = 'pruned' OR EXISTS (SELECT 1 FROM old o WHERE o.contract_id = g.contract_id AND o.generation = g.generation)
+)
+SELECT (SELECT count(*) FROM old),
+       (SELECT count(*) FROM gone x JOIN {{.Schema}}.priced_rows r ON r.contract_id = x.contract_id AND r.generation = x.generation
+         WHERE EXISTS (SELECT 1 FROM {{.Schema}}.priced_rows n
+                        WHERE n.contract_id = r.contract_id AND n.seq = r.seq AND n.generation > r.generation AND n.generation <= x.kept))`
+
+// PrunePlan reports what Prune(ctx, olderThan) would remove now, and
+// changes nothing ("worker prune --generations-older-than --dry-run").
+func (s *Store) PrunePlan(ctx context.Context, olderThan time.Duration) (Pruned, error) {
+	if olderThan < 0 {
+		return Pruned{}, fmt.Errorf("planning the pruning of generations: older than %s, want ≥ 0", olderThan)
+	}
+	var p Pruned
+	if err := s.t.DB.QueryRowContext(ctx, s.t.SQL(prunePlanSQL), olderThan.Seconds()).Scan(&p.Generations, &p.Rows); err != nil {
+		return p, fmt.Errorf("planning the pruning of generations older than %s: %w", olderThan, err)
+	}
+	return p, nil
+}

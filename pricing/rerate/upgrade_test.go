@@ -129,9 +129,16 @@ func TestUpgradeKeepsEveryGenerationsRows(t *testing.T) {
 			t.Errorf("after the upgrade, %s: %d, want %d", q, got, want)
 		}
 	}
+	plan, err := rerate.NewStore(db, "").PrunePlan(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p, err := rerate.NewStore(db, "").Prune(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if plan != p {
+		t.Errorf("the dry run planned %+v, the prune did %+v", plan, p)
 	}
 	// Generation 1's rows 5–10 and generation 2's 7–10 are replaced in
 	// generation 3; its rows 1–4 and generation 2's 5–6 stay, shared.

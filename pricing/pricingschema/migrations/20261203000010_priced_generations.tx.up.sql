@@ -150,3 +150,9 @@ ALTER TABLE {{.Schema}}.generations DROP CONSTRAINT generations_state_check;
 ALTER TABLE {{.Schema}}.generations ADD CONSTRAINT generations_state_check
     CHECK (state IN ('pricing', 'current', 'superseded', 'abandoned', 'pruned'));
 ALTER TABLE {{.Schema}}.generations ADD COLUMN pruned_at timestamptz;
+
+-- When workers started pricing the generation: its first batch's commit
+-- (started_at is when it was requested, by a load or worker reprice;
+-- finished_at when it became current). NULL for generation 1 and for
+-- generations converted from the former layout.
+ALTER TABLE {{.Schema}}.generations ADD COLUMN pricing_started_at timestamptz;
