@@ -258,6 +258,11 @@ func TestTierChangeRepricesToGolden(t *testing.T) {
 		gens[1].StartedBy != "test" || gens[0].Records != 2000 || gens[1].Records != 2000 {
 		t.Fatalf("generations of random-mix: %+v", gens)
 	}
+	// Generation 2's pricing started with its first batch, after it was
+	// requested, and finished when it became current.
+	if g := gens[1]; g.PricingStartedAt == nil || g.FinishedAt == nil || g.PricingStartedAt.Before(g.StartedAt) || g.FinishedAt.Before(*g.PricingStartedAt) {
+		t.Errorf("generation 2 requested %v, pricing started %v, finished %v", g.StartedAt, g.PricingStartedAt, g.FinishedAt)
+	}
 
 	if p, err := rerate.NewStore(db, "").Prune(ctx, time.Hour); err != nil || p.Generations != 0 || p.Rows != 0 {
 		t.Fatalf("pruning generations older than an hour: %+v, %v", p, err)
