@@ -23,7 +23,7 @@ func TestExportReadsInKeyOrderWithoutSorting(t *testing.T) {
 		SELECT 'c' || (i % 97), i, 'r' || i, i, 0, i, 1, 'test' FROM generate_series(1, 20000) i`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `ANALYZE baton.priced`); err != nil {
+	if _, err := db.ExecContext(ctx, `ANALYZE baton.priced_rows, baton.contracts`); err != nil {
 		t.Fatal(err)
 	}
 	plan := func(keyOrdered bool) string {
