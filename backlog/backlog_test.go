@@ -30,6 +30,20 @@ func dbNow(t *testing.T, db bun.IDB) time.Time {
 	return now
 }
 
+// newReader is a reader with cfg over a fresh database, and the clock it
+// reads (Config.Now), set to the database's now.
+func newReader(t *testing.T, cfg backlog.Config) (*bun.DB, *backlog.Reader, *time.Time) {
+	t.Helper()
+	db := pgtest.NewDB(t)
+	clock := dbNow(t, db)
+	cfg.Now = func() time.Time { return clock }
+	r, err := backlog.New(pgtest.Handle(db), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, r, &clock
+}
+
 func one(t *testing.T, figs []backlog.Figures, kind string) backlog.Figures {
 	t.Helper()
 	for _, f := range figs {
@@ -130,13 +144,8 @@ func TestPendingSinceMarksTheStartOfABacklog(t *testing.T) {
 func TestRateCountsProcessedItemsOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.NewDB(t)
-	now := dbNow(t, db)
-	clock := now
-	r, err := backlog.New(pgtest.Handle(db), backlog.Config{Now: func() time.Time { return clock }, DrainTarget: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, r, clock := newReader(t, backlog.Config{DrainTarget: 10 * time.Second})
+	now := *clock
 	exec(t, db, `INSERT INTO baton.tasks (kind, partition_key, available, position) VALUES ('k', 'a', 100, 0), ('k', 'b', 50, 0)`)
 	exec(t, db, `INSERT INTO baton.workers (instance_id, name, kind, expires_at) VALUES ('w#1', 'w', 'k', ? ), ('w#2', 'w', 'k', ?)`,
 		now.Add(time.Hour), now.Add(time.Hour))
@@ -147,7 +156,7 @@ func TestRateCountsProcessedItemsOnly(t *testing.T) {
 	// segment (40,100] processed 10 of it); b got 20 more items,
 	// processed 30, then was rewound to 10 under a new generation; a
 	// third row is quarantined with 9 pending.
-	clock = now.Add(time.Minute)
+	*clock = now.Add(time.Minute)
 	exec(t, db, `UPDATE baton.tasks SET position = 100 WHERE partition_key = 'a'`)
 	exec(t, db, `INSERT INTO baton.tasks (kind, partition_key, segment_of, available, position) VALUES ('k', ?, 'a', 100, 50)`,
 		partition.SegmentKey("a", 40))
@@ -185,13 +194,8 @@ func TestRateCountsProcessedItemsOnly(t *testing.T) {
 func TestSamplesAreWrittenOncePerInterval(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.NewDB(t)
-	now := dbNow(t, db)
-	clock := now
-	r, err := backlog.New(pgtest.Handle(db), backlog.Config{Now: func() time.Time { return clock }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, r, clock := newReader(t, backlog.Config{})
+	now := *clock
 	exec(t, db, `INSERT INTO baton.tasks (kind, partition_key, available, position) VALUES ('k', 'a', 100, 0)`)
 	count := func() int {
 		var n int
@@ -205,7 +209,7 @@ func TestSamplesAreWrittenOncePerInterval(t *testing.T) {
 		record bool
 		want   int
 	}{{0, false, 0}, {0, true, 1}, {5 * time.Second, true, 1}, {16 * time.Second, true, 2}, {3 * time.Hour, true, 1}} {
-		clock = now.Add(step.after)
+		*clock = now.Add(step.after)
 		read := r.Read
 		if step.record {
 			read = r.Sample
@@ -228,19 +232,14 @@ func TestSamplesAreWrittenOncePerInterval(t *testing.T) {
 func TestAFreshSampleIsPublishedAsItIs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.NewDB(t)
-	now := dbNow(t, db)
-	clock := now
-	r, err := backlog.New(pgtest.Handle(db), backlog.Config{Now: func() time.Time { return clock }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, r, clock := newReader(t, backlog.Config{})
+	now := *clock
 	exec(t, db, `INSERT INTO baton.tasks (kind, partition_key, available, position) VALUES ('k', 'a', 100, 0)`)
 	if _, err := r.Sample(ctx); err != nil {
 		t.Fatal(err)
 	}
 	exec(t, db, `UPDATE baton.tasks SET position = 60 WHERE partition_key = 'a'`)
-	clock = now.Add(5 * time.Second)
+	*clock = now.Add(5 * time.Second)
 	figs, err := r.Sample(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +253,7 @@ func TestAFreshSampleIsPublishedAsItIs(t *testing.T) {
 	if k := one(t, figs, "k"); k.PendingItems != 40 {
 		t.Errorf("a plain read: %d pending, want 40 (it always reads the table)", k.PendingItems)
 	}
-	clock = now.Add(16 * time.Second)
+	*clock = now.Add(16 * time.Second)
 	if figs, err = r.Sample(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -269,13 +268,8 @@ func TestAFreshSampleIsPublishedAsItIs(t *testing.T) {
 func TestARewindIsNotNegativeProcessing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.NewDB(t)
-	now := dbNow(t, db)
-	clock := now
-	r, err := backlog.New(pgtest.Handle(db), backlog.Config{Now: func() time.Time { return clock }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, r, clock := newReader(t, backlog.Config{})
+	now := *clock
 	exec(t, db, `INSERT INTO baton.tasks (kind, partition_key, available, position) VALUES ('k', 'a', 100, 100), ('k', 'b', 50, 0)`)
 	if _, err := r.Sample(ctx); err != nil {
 		t.Fatal(err)
@@ -286,7 +280,7 @@ func TestARewindIsNotNegativeProcessing(t *testing.T) {
 	if _, err := partition.NewStore(pgtest.Handle(db), "").Kind("k").Rewind(ctx, []partition.Rewind{{Key: "a", Position: 40}}); err != nil {
 		t.Fatal(err)
 	}
-	clock = now.Add(20 * time.Second)
+	*clock = now.Add(20 * time.Second)
 	figs, err := r.Read(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -89,58 +89,8 @@ type overview struct {
 	Held        map[string]int `json:"held_by_state"`
 	Quarantined int            `json:"quarantined"`
 	Takeovers   takeoverStats  `json:"takeovers_last_hour"`
-	Horizon     horizonView    `json:"horizon"`
+	Horizon     horizon.View   `json:"horizon"`
 	Signals     *backlogView   `json:"backlog_signals"` // backlog.go
-}
-
-// horizonView is what holds back vacuum (package horizon): the oldest
-// transactions holding the xmin horizon and the dead row versions of the
-// schema's tables.
-type horizonView struct {
-	// OldestAgeMS is the age of the oldest transaction holding back the
-	// horizon; nil when none does.
-	OldestAgeMS *int64 `json:"oldest_xact_age_ms"`
-	WarnAfterMS int64  `json:"warn_after_ms"`
-	Warning     bool   `json:"warning"`
-	Reason      string `json:"reason,omitempty"`
-	// Oldest says who the oldest holder is (pid, application, state,
-	// the query's first characters without its literals).
-	Oldest   string          `json:"oldest,omitempty"`
-	Holders  []horizonHolder `json:"holders"`
-	Hidden   int             `json:"hidden_sessions"`
-	DeadRows int64           `json:"dead_rows"`
-	Tables   []horizon.Table `json:"tables"`
-}
-
-type horizonHolder struct {
-	horizon.Holder
-	AgeMS *int64 `json:"age_ms"`
-	// Over is set when its age is past the warning threshold.
-	Over bool `json:"past_threshold"`
-}
-
-func newHorizonView(r horizon.Report) horizonView {
-	v := horizonView{WarnAfterMS: r.WarnAfter.Milliseconds(), Warning: r.Warning, Reason: r.Reason,
-		Holders: []horizonHolder{}, Hidden: r.Hidden, DeadRows: r.DeadRows(), Tables: r.Tables}
-	if v.Tables == nil {
-		v.Tables = []horizon.Table{}
-	}
-	for _, h := range r.Holders {
-		x := horizonHolder{Holder: h}
-		if h.Since != nil {
-			ms := h.Age.Milliseconds()
-			x.AgeMS, x.Over = &ms, h.Age >= r.WarnAfter
-		}
-		v.Holders = append(v.Holders, x)
-	}
-	if o := r.Oldest(); o != nil {
-		v.Oldest = o.Describe()
-		if o.Since != nil {
-			ms := o.Age.Milliseconds()
-			v.OldestAgeMS = &ms
-		}
-	}
-	return v
 }
 
 type takeoverStats struct {
@@ -258,7 +208,7 @@ func (s *source) read(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	ov.Horizon = newHorizonView(hr)
+	ov.Horizon = hr.View()
 	if ov.Signals, err = s.readBacklog(ctx, snap.Parts); err != nil {
 		return nil, err
 	}
@@ -365,7 +315,7 @@ var (
 // events (first batches, caught-up releases) cannot push them out. A
 // takeover carries the takeover time of its claim's first batch, if that
 // committed.
-func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([]partition.Event, error) {
+func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([]partition.HistoryEntry, error) {
 	rows, err := s.db.QueryContext(ctx, schema.SQL(s.cfg.Schema, `
 		SELECT `+eventscan.Columns(`CASE WHEN e.kind = ? THEN (
 		           SELECT f.takeover_ms FROM {{.Schema}}.events f
@@ -383,7 +333,7 @@ func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([
 	if err != nil {
 		return nil, fmt.Errorf("reading notable events: %w", err)
 	}
-	out, err := eventscan.Scan(rows, func(e eventscan.Event[partition.EventKind]) partition.Event { return partition.Event(e) })
+	out, err := eventscan.Scan(rows, func(e eventscan.Row[partition.EventKind]) partition.HistoryEntry { return partition.HistoryEntry(e) })
 	if err != nil {
 		return nil, fmt.Errorf("reading notable events: %w", err)
 	}
@@ -394,7 +344,7 @@ func (s *source) notable(ctx context.Context, since time.Duration, limit int) ([
 // failure, a quarantine), warn (a takeover, a lost lease, a release for an
 // unusual reason), ok (a first batch, a caught-up release), info (a claim,
 // a retry) or neutral (a routine hand-back).
-func severity(e partition.Event) string {
+func severity(e partition.HistoryEntry) string {
 	switch e.Kind {
 	case partition.EventFenced, partition.EventFailed, partition.EventQuarantined:
 		return "bad"

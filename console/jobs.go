@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schedule"
 )
 
@@ -16,7 +17,7 @@ func (s *source) jobs(ctx context.Context) ([]schedule.Status, error) {
 // trigger" does. It reports false for an unknown job.
 func (s *source) trigger(ctx context.Context, name string) (bool, error) {
 	_, err := schedule.NewStore(s.db, s.cfg.Schema).Trigger(ctx, name)
-	if errors.Is(err, schedule.ErrNotFound) {
+	if errors.Is(err, partition.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {

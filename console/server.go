@@ -198,7 +198,7 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Snap: snap,
 		Data: struct {
 			States []string
-			Recent []partition.Event
+			Recent []partition.HistoryEntry
 		}{states, recent}})
 }
 
@@ -254,7 +254,7 @@ func (s *Server) partitionsPage(w http.ResponseWriter, r *http.Request) {
 // partitionView is a partition's page data.
 type partitionView struct {
 	Part        part
-	History     []partition.Event
+	History     []partition.HistoryEntry
 	Takeovers   []takeover      // newest first
 	Generations []generationRow // newest first; none without Config.Generations
 }
@@ -272,7 +272,7 @@ type takeover struct {
 // takeovers pairs each takeover in a history (newest first) with the first
 // batch of the same claim, and shows that batch's takeover time on the
 // takeover's row too.
-func takeovers(hist []partition.Event) []takeover {
+func takeovers(hist []partition.HistoryEntry) []takeover {
 	first := map[int64]*time.Duration{}
 	for _, e := range hist {
 		if e.Kind == partition.EventFirstBatch {

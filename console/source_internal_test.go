@@ -60,7 +60,7 @@ func TestSnapshotSharingAndRates(t *testing.T) {
 // first batch; a takeover still confirming has none.
 func TestTakeoversPairClaimsWithFirstBatches(t *testing.T) {
 	d := 1600 * time.Millisecond
-	hist := []partition.Event{ // newest first
+	hist := []partition.HistoryEntry{ // newest first
 		{Kind: partition.EventTakeover, Version: 5, Worker: "c#3", PrevOwner: "b#2"},
 		{Kind: partition.EventFirstBatch, Version: 3, Worker: "b#2", TakeoverTime: &d},
 		{Kind: partition.EventTakeover, Version: 3, Worker: "b#2", PrevOwner: "a#1"},

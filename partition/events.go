@@ -13,7 +13,7 @@ import (
 
 // EventKind names an event in a partition's life. It is the one
 // vocabulary of baton's events: the kinds of the history recorded in the
-// events table (Event.Kind), of the distributor's runtime events
+// events table (HistoryEntry.Kind), of the distributor's runtime events
 // (distributor.Event, whose EventKind is this type), and the "event"
 // attribute of the corresponding log lines. The names are stable: they are
 // stored, and operators' queries and alerts match them.
@@ -59,8 +59,10 @@ func (k EventKind) Recorded() bool {
 	return false
 }
 
-// Event is one row of a partition's ownership history.
-type Event struct {
+// HistoryEntry is one row of a partition's ownership history (the
+// events table); distributor.Event is what a worker sees happen, as it
+// happens.
+type HistoryEntry struct {
 	ID           int64          // increasing with insertion
 	At           time.Time      // database clock
 	Key          string         // the partition
@@ -78,13 +80,13 @@ type Event struct {
 
 // History returns up to limit of the events of s's kind's partition key,
 // newest first.
-func (s *Store) History(ctx context.Context, key string, limit int) ([]Event, error) {
+func (s *Store) History(ctx context.Context, key string, limit int) ([]HistoryEntry, error) {
 	return s.readEvents(ctx, `WHERE partition_key = ? AND task_kind = ? ORDER BY event_id DESC LIMIT ?`, key, s.kind, limit)
 }
 
 // RecentEvents returns up to limit events of s's kind's partitions of the
 // last since, newest first, optionally of the given event kinds only.
-func (s *Store) RecentEvents(ctx context.Context, since time.Duration, limit int, kinds ...EventKind) ([]Event, error) {
+func (s *Store) RecentEvents(ctx context.Context, since time.Duration, limit int, kinds ...EventKind) ([]HistoryEntry, error) {
 	if len(kinds) == 0 {
 		return s.readEvents(ctx, `WHERE at > now() - ?::interval AND task_kind = ? ORDER BY event_id DESC LIMIT ?`,
 			interval(since), s.kind, limit)
@@ -94,14 +96,14 @@ func (s *Store) RecentEvents(ctx context.Context, since time.Duration, limit int
 }
 
 // readEvents reads the events rows where selects, newest first.
-func (s *Store) readEvents(ctx context.Context, where string, args ...any) ([]Event, error) {
+func (s *Store) readEvents(ctx context.Context, where string, args ...any) ([]HistoryEntry, error) {
 	rows, err := s.db.QueryContext(ctx, s.sql(`
 		SELECT `+eventscan.Columns("e.takeover_ms")+`
 		FROM {{.Schema}}.events e `+where), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading events: %w", err)
 	}
-	out, err := eventscan.Scan(rows, func(e eventscan.Event[EventKind]) Event { return Event(e) })
+	out, err := eventscan.Scan(rows, func(e eventscan.Row[EventKind]) HistoryEntry { return HistoryEntry(e) })
 	if err != nil {
 		return nil, fmt.Errorf("reading events: %w", err)
 	}

@@ -20,8 +20,10 @@ import (
 )
 
 // ErrFenced is returned when a write is attempted under a claim that is no
-// longer current: the partition was taken over, released or quarantined.
-var ErrFenced = errors.New("partition claim is no longer current")
+// longer current: the partition was taken over, released or quarantined;
+// or (package schedule) a job run's job was taken over, or its lease ran
+// out.
+var ErrFenced = errors.New("claim is no longer current")
 
 // Lease identifies one claim: a partition at the version its claim set.
 // Every change of ownership bumps the version, so (Key, Version) names one
@@ -170,8 +172,9 @@ func (s *Store) Progress(ctx context.Context, key string) (version, position int
 	return version, position, nil
 }
 
-// ErrNotFound is returned by Retry for an unknown partition.
-var ErrNotFound = errors.New("no such partition")
+// ErrNotFound is returned for an unknown partition (Retry) or job
+// (package schedule), wrapped with what was looked for.
+var ErrNotFound = errors.New("not found")
 
 // Retry re-enables a quarantined or backing-off partition of s's kind,
 // and its segments that are (a partition split into segments is

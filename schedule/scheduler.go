@@ -137,7 +137,7 @@ type Run struct {
 }
 
 // Check locks the job row inside tx if this run still holds its job, and
-// returns ErrFenced otherwise. The lock is held until tx ends, so no other
+// returns partition.ErrFenced otherwise. The lock is held until tx ends, so no other
 // worker can take the job over between the check and the commit: a run's
 // database writes made in tx after Check commit only while the run holds
 // the job, like a batch behind a partition's fence.

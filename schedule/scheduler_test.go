@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/heartbeat"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/partition"
 )
 
 // The tests leave no goroutine behind (the server is torn down first).
@@ -277,11 +278,11 @@ func TestTakenOverRunIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if err := a.fence(ctx, tx, "fenced", cl.version, cl.slot); !errors.Is(err, ErrFenced) {
-		t.Fatalf("stale fence: %v, want ErrFenced", err)
+	if err := a.fence(ctx, tx, "fenced", cl.version, cl.slot); !errors.Is(err, partition.ErrFenced) {
+		t.Fatalf("stale fence: %v, want partition.ErrFenced", err)
 	}
-	if err := a.complete(ctx, "fenced", cl.version, cl.slot, cl.slot.Add(time.Hour), "ok", ""); !errors.Is(err, ErrFenced) {
-		t.Fatalf("stale completion: %v, want ErrFenced", err)
+	if err := a.complete(ctx, "fenced", cl.version, cl.slot, cl.slot.Add(time.Hour), "ok", ""); !errors.Is(err, partition.ErrFenced) {
+		t.Fatalf("stale completion: %v, want partition.ErrFenced", err)
 	}
 	if err := b.complete(ctx, "fenced", cl2.version, cl2.slot, cl2.slot.Add(time.Hour), "ok", ""); err != nil {
 		t.Fatalf("current completion: %v", err)
@@ -383,7 +384,7 @@ func TestTriggerRunsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewStore(db, "").Trigger(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+	if _, err := NewStore(db, "").Trigger(ctx, "nope"); !errors.Is(err, partition.ErrNotFound) {
 		t.Fatalf("trigger of unknown job: %v", err)
 	}
 	var next0 time.Time

@@ -12,16 +12,9 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
-
-// ErrFenced is returned when a run's write or completion is attempted
-// after the run stopped holding its job: it was taken over, or the lease
-// ran out.
-var ErrFenced = errors.New("job run no longer holds its job")
-
-// ErrNotFound is returned for an unknown job.
-var ErrNotFound = errors.New("no such job")
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
@@ -105,7 +98,7 @@ func (st *Store) Remove(ctx context.Context, name string) error {
 		return fmt.Errorf("removing job %s: %w", name, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("removing job %s: %w", name, ErrNotFound)
+		return fmt.Errorf("removing job %s: %w", name, partition.ErrNotFound)
 	}
 	return nil
 }
@@ -119,7 +112,7 @@ func (st *Store) Trigger(ctx context.Context, name string) (time.Time, error) {
 		UPDATE {{.Schema}}.jobs SET trigger_at = coalesce(trigger_at, now()), updated_at = now()
 		WHERE name = ? RETURNING trigger_at`), name).Scan(&at)
 	if errors.Is(err, sql.ErrNoRows) {
-		return at, fmt.Errorf("triggering job %s: %w", name, ErrNotFound)
+		return at, fmt.Errorf("triggering job %s: %w", name, partition.ErrNotFound)
 	}
 	if err != nil {
 		return at, fmt.Errorf("triggering job %s: %w", name, err)
@@ -385,7 +378,7 @@ func (s *runStore) fence(ctx context.Context, tx bun.IDB, name string, version i
 		  AND lease_expires_at > clock_timestamp()
 		FOR KEY SHARE`), name, version, s.owner, slot).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("job %s slot %s fence %d: %w", name, slot.Format(time.RFC3339Nano), version, ErrFenced)
+		return fmt.Errorf("job %s slot %s fence %d: %w", name, slot.Format(time.RFC3339Nano), version, partition.ErrFenced)
 	}
 	if err != nil {
 		return fmt.Errorf("fencing job %s: %w", name, err)
@@ -419,7 +412,7 @@ func (s *runStore) complete(ctx context.Context, name string, version int64, slo
 		return fmt.Errorf("recording run of job %s: %w", name, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("recording run of job %s slot %s: %w", name, slot.Format(time.RFC3339Nano), ErrFenced)
+		return fmt.Errorf("recording run of job %s slot %s: %w", name, slot.Format(time.RFC3339Nano), partition.ErrFenced)
 	}
 	return nil
 }

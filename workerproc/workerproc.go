@@ -82,7 +82,10 @@ type Config struct {
 	// stopping. Default: twice Distributor.ShutdownTimeout (the
 	// distributor's graceful stop, then the jobs') plus StopGrace.
 	StopTimeout time.Duration
-	// Logger defaults to slog.Default().
+	// Logger is every component's log. Defaults to slog.Default(). While
+	// the distributor finds the database unreachable, what follows from
+	// the outage is logged at DEBUG under one WARN line (and a reminder
+	// every 30 s), and one INFO line says when it is back (outage.go).
 	Logger *slog.Logger
 }
 
@@ -96,10 +99,20 @@ func (c *Config) setDefaults() {
 	}
 	c.HorizonWarnAfter = cmp.Or(c.HorizonWarnAfter, horizon.WarnAfterDefault)
 	c.StopTimeout = cmp.Or(c.StopTimeout, 2*cmp.Or(c.Distributor.ShutdownTimeout, distributor.ShutdownTimeoutDefault)+StopGrace)
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+	outage := newOutageHandler(cmp.Or(c.Logger, slog.Default()).Handler())
+	c.Logger = slog.New(outage)
+	if c.Distributor.Logger == nil {
+		c.Distributor.Logger = c.Logger
+	} else {
+		c.Distributor.Logger = slog.New(outage.over(c.Distributor.Logger.Handler()))
 	}
-	c.Distributor.Logger = cmp.Or(c.Distributor.Logger, c.Logger)
+	onEvent := c.Distributor.OnEvent
+	c.Distributor.OnEvent = func(e distributor.Event) {
+		outage.eventHook(e)
+		if onEvent != nil {
+			onEvent(e)
+		}
+	}
 }
 
 // validate rejects a Config Run cannot run (after defaults). The

@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/report"
 )
 
 // writeFile writes content to name in a new temporary directory.
@@ -237,7 +238,7 @@ func TestStatusShowsConfirmingAndLiveLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := func() (string, int) {
-		var s statusJSON
+		var s report.Status
 		if err := json.Unmarshal([]byte(c.mustRun("status", "--json")), &s); err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/cliflags"
+	"github.com/batonhq/baton/internal/interrupt"
+	"github.com/batonhq/baton/internal/progress"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
@@ -128,31 +131,21 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			defer db.Close()
 			opts.MemoryLimit = memoryMiB << 20
 			limitHeap(opts.MemoryLimit)
-			p := newLoadProgress(g.stderr, "loading", g.logFormat)
-			opts.Progress = p.update
-			opts.ReadProgress = p.reading
+			p := progress.NewLoad(g.stderr, "loading", g.logFormat)
+			opts.Progress = p.Update
+			opts.ReadProgress = p.Reading
 			g.ownsDurability = true // a NotReplicatedError names the load
 			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), opts)
 			if errors.Is(err, ingest.ErrInterrupted) {
-				p.end()
-				return &exitError{interruptedCode(cmd.Context()), err}
+				p.End()
+				return &exitError{interrupt.ExitCode(cmd.Context()), err}
 			}
-			p.done()
+			p.Done()
 			var unconfirmed *ingest.NotReplicatedError
 			if err != nil && !errors.As(err, &unconfirmed) {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "load %d: %s, %s created, %s accepted, %d re-delivered (skipped), %d rejected in %s%s\n",
-				rep.LoadID, nounCount(rep.TierRows, "tier row", "tier rows"), nounCount(rep.ContractsCreated, "contract", "contracts"),
-				nounCount(rep.RecordsAccepted, "record", "records"), rep.RecordsRedelivered, rep.RowsRejected,
-				rep.Duration.Round(time.Millisecond), loadRate(rep))
-			if opts.Reprice || opts.Amend {
-				fmt.Fprintf(g.stdout, "load %d: %s amended, %s re-pricing (see worker generations)\n", rep.LoadID,
-					nounCount(rep.RecordsAmended, "record", "records"), nounCount(rep.ContractsRepriced, "contract", "contracts"))
-			}
-			if rep.RowsRejected > 0 {
-				fmt.Fprintf(g.stdout, "rejected rows and their reasons: %s\n", opts.RejectPath)
-			}
+			rep.WriteSummary(g.stdout, opts)
 			return err // nil, or committed but not confirmed by the standby (exit 6)
 		},
 	}
@@ -165,13 +158,13 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 	f.BoolVar(&opts.Amend, "amend", false, "a stored record id with another amount replaces the amount and re-prices from that record")
 	f.StringVar(&opts.Reason, "reason", "", "why, recorded with the re-pricing (with --reprice or --amend)")
 	f.IntVar(&opts.MaxListed, "max-errors", ingest.MaxListedDefault, "invalid rows listed in the error, 0 for all (all are counted either way)")
-	nonNegative(f, "max-errors")
+	cliflags.NonNegative(f, "max-errors")
 	f.DurationVar(&opts.StatementTimeout, "statement-timeout", ingest.StatementTimeoutDefault, "longest statement of the load (0: no limit)")
 	f.DurationVar(&opts.LockTimeout, "lock-timeout", ingest.LockTimeoutDefault, "longest wait for a row lock held by a worker (0: no limit); waiting for another load is not limited")
 	f.DurationVar(&opts.IdleInTransactionTimeout, "idle-timeout", ingest.IdleInTransactionTimeoutDefault, "the server ends a load that pauses this long between statements (stalled, cut off), releasing its locks (0: no limit)")
-	nonNegative(f, "statement-timeout", "lock-timeout", "idle-timeout")
+	cliflags.NonNegative(f, "statement-timeout", "lock-timeout", "idle-timeout")
 	f.Int64Var(&memoryMiB, "memory", ingest.MemoryLimitDefault>>20, "MiB the load may take for the records whatever the file's size (at least 1); more writes less to temporary files")
-	positive(f, "memory")
+	cliflags.Positive(f, "memory")
 	return cmd
 }
 
@@ -188,23 +181,6 @@ func limitHeap(budget int64) {
 // loadHeapOverhead is the memory a load takes besides its records' budget
 // (read-ahead batches, connection buffers, the runtime).
 const loadHeapOverhead = 64 << 20
-
-// nounCount is n with the noun that goes with it.
-func nounCount(n int64, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
-// loadRate is " (N records/s)" for a load long and large enough for the
-// figure to mean something (ingest.Report.Rate), and empty otherwise.
-func loadRate(rep ingest.Report) string {
-	if rate, ok := rep.Rate(); ok {
-		return fmt.Sprintf(" (%.0f records/s)", rate)
-	}
-	return ""
-}
 
 func newExportCmd(g *globals) *cobra.Command {
 	var out, generation string
@@ -394,7 +370,9 @@ records.`,
 				// The error reads 'shape "TEXT": reason'.
 				return usageError("--%v", err)
 			}
-			tiers, records, err := writeSeed(dir, o, newProgress(g.stderr, "generating"))
+			p := progress.New(g.stderr, "generating")
+			tiers, records, err := seed.WriteFiles(dir, o, func(rows int64) { p.Update("records", rows) })
+			p.Done()
 			if err != nil {
 				return err
 			}
@@ -413,13 +391,13 @@ records.`,
 				return err
 			}
 			defer db.Close()
-			p := newProgress(g.stderr, "loading")
-			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), ingest.Options{TiersPath: tiers, RecordsPath: records, Progress: p.update})
+			p = progress.New(g.stderr, "loading")
+			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), ingest.Options{TiersPath: tiers, RecordsPath: records, Progress: p.Update})
 			if errors.Is(err, ingest.ErrInterrupted) {
-				p.end()
-				return &exitError{interruptedCode(cmd.Context()), err}
+				p.End()
+				return &exitError{interrupt.ExitCode(cmd.Context()), err}
 			}
-			p.done()
+			p.Done()
 			if err != nil {
 				return err
 			}
@@ -435,14 +413,8 @@ records.`,
 	f.StringVar(&o.Prefix, "prefix", "c", "contract id prefix")
 	f.StringVar(&dir, "dir", ".", "directory for tiers.csv and records.csv")
 	f.BoolVar(&load, "load", false, "load the generated files into the database")
-	positive(f, "contracts")
-	nonNegative(f, "records-per-contract")
-	anyValue(f, "seed")
+	cliflags.Positive(f, "contracts")
+	cliflags.NonNegative(f, "records-per-contract")
+	cliflags.AnyValue(f, "seed")
 	return cmd
-}
-
-func writeSeed(dir string, o seed.Options, p *progress) (tiersPath, recordsPath string, err error) {
-	tiersPath, recordsPath, err = seed.WriteFiles(dir, o, func(rows int64) { p.update("records", rows) })
-	p.done()
-	return tiersPath, recordsPath, err
 }

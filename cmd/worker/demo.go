@@ -5,9 +5,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/report"
+	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/partition"
 )
 
@@ -38,7 +40,7 @@ directory removed at the end; without DATABASE_URL, the private server's
 data in --pg-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.View = &demoView{live: newLiveView(g.stdout)}
+			o.View = &demoView{live: text.NewLive(g.stdout)}
 			o.Config = g.demoConfig(o.Config)
 			return demo.Pricing(cmd.Context(), o)
 		},
@@ -51,9 +53,9 @@ data in --pg-dir.`,
 	f.StringVar(&o.PGDir, "pg-dir", pglocal.DefaultDir(), "data directory of the private PostgreSQL (without DATABASE_URL)")
 	f.BoolVar(&o.Fresh, "fresh", false, "delete --pg-dir first")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed for the synthetic data, any value")
-	positive(f, "contracts", "records-per-contract", "workers")
-	nonNegative(f, "kill-at")
-	anyValue(f, "seed")
+	cliflags.Positive(f, "contracts", "records-per-contract", "workers")
+	cliflags.NonNegative(f, "kill-at")
+	cliflags.AnyValue(f, "seed")
 	return cmd
 }
 
@@ -88,7 +90,7 @@ data in --pg-dir.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.Workers, "workers", 3, "worker processes (at least 3)")
-	atLeast(f, "workers", "3")
+	cliflags.AtLeast(f, "workers", "3")
 	f.StringVar(&o.PGDir, "pg-dir", pglocal.DefaultDir(), "data directory of the private PostgreSQL (without DATABASE_URL)")
 	f.BoolVar(&o.Fresh, "fresh", false, "delete --pg-dir first")
 	return cmd
@@ -102,10 +104,10 @@ func (g *globals) demoConfig(c demo.Config) demo.Config {
 }
 
 // demoView shows the pricing demo on the live status view.
-type demoView struct{ live *liveView }
+type demoView struct{ live *text.Live }
 
 func (v *demoView) Draw(parts []partition.PartitionStatus, workers []partition.WorkerStatus, total int64, elapsed time.Duration) {
-	v.live.draw(report.Build(parts, workers), total, elapsed)
+	v.live.Draw(report.Build(parts, workers), total, elapsed)
 }
 
-func (v *demoView) Note(line string) { v.live.note(line) }
+func (v *demoView) Note(line string) { v.live.Note(line) }

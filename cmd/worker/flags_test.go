@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/batonhq/baton/internal/cliflags"
 )
 
 // zeroAllowed lists the numeric and duration flags for which 0 means
@@ -63,12 +65,12 @@ func TestEveryNumericFlagRefusesZeroNegativeAndMalformedValues(t *testing.T) {
 		}
 		path := strings.TrimPrefix(c.CommandPath(), root.Name()+" ")
 		c.Flags().VisitAll(func(fl *pflag.Flag) {
-			if numericFlag(fl.Value.Type()) {
+			if cliflags.Numeric(fl.Value.Type()) {
 				flags = append(flags, flagCase{path, fl})
 			}
 		})
 		c.InheritedFlags().VisitAll(func(fl *pflag.Flag) {
-			if numericFlag(fl.Value.Type()) {
+			if cliflags.Numeric(fl.Value.Type()) {
 				flags = append(flags, flagCase{path, fl})
 			}
 		})
@@ -81,12 +83,7 @@ func TestEveryNumericFlagRefusesZeroNegativeAndMalformedValues(t *testing.T) {
 	for _, fc := range flags {
 		key := fc.path + " --" + fc.flag.Name
 		seen[key] = true
-		annotated := false
-		for _, a := range []string{annotPositive, annotNonNegative, annotMin, annotAnyValue} {
-			_, ok := fc.flag.Annotations[a]
-			annotated = annotated || ok
-		}
-		if !annotated {
+		if !cliflags.Annotated(fc.flag) {
 			t.Errorf("worker %s: no range annotation (positive, nonNegative, atLeast or anyValue)", key)
 		}
 		zero, neg := "0", "-1"

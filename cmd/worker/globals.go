@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonhq/baton/internal/noun"
+	"github.com/batonhq/baton/internal/progress"
 	"github.com/batonhq/baton/pricing/pricingschema"
 
 	"github.com/spf13/cobra"
@@ -29,7 +31,6 @@ type globals struct {
 	logLevel    string
 	logger      *slog.Logger
 	redactor    *redact.Redactor // hides database passwords in all output
-	outage      *outageHandler   // folds a database outage into one line per worker
 	stderr      io.Writer
 	stdout      io.Writer
 	// opened are the handles the command opened, whose commits PostgreSQL
@@ -52,7 +53,7 @@ func (g *globals) register(root *cobra.Command) {
 func (g *globals) setup(cmd *cobra.Command) error {
 	// Logs and progress lines share standard error: a log line ends a
 	// progress line rather than being glued to it.
-	g.stdout, g.stderr = cmd.OutOrStdout(), &termLine{w: cmd.ErrOrStderr()}
+	g.stdout, g.stderr = cmd.OutOrStdout(), progress.NewLine(cmd.ErrOrStderr())
 	if g.databaseURL == "" {
 		g.databaseURL = os.Getenv("DATABASE_URL")
 	}
@@ -73,13 +74,12 @@ func (g *globals) setup(cmd *cobra.Command) error {
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(g.logFormat) {
 	case "text":
-		g.outage = newOutageHandler(g.redactor.Handler(slog.NewTextHandler(g.stderr, opts)))
+		g.logger = slog.New(g.redactor.Handler(slog.NewTextHandler(g.stderr, opts)))
 	case "json":
-		g.outage = newOutageHandler(g.redactor.Handler(slog.NewJSONHandler(g.stderr, opts)))
+		g.logger = slog.New(g.redactor.Handler(slog.NewJSONHandler(g.stderr, opts)))
 	default:
 		return usageError("--log-format %q: want text or json", g.logFormat)
 	}
-	g.logger = slog.New(g.outage)
 	slog.SetDefault(g.logger)
 	return nil
 }
@@ -160,7 +160,7 @@ func (g *globals) openWaiting(ctx context.Context, opts dbconn.Options, wait tim
 		}
 		if !warned {
 			g.logger.Warn("database not ready, waiting for it", "event", "database_unreachable",
-				"error", cleanError(err.Error()), "wait", wait.String())
+				"error", dberr.Message(err), "wait", wait.String())
 			warned = true
 		}
 		select {
@@ -202,11 +202,22 @@ func (g *globals) notReplicated() error {
 		return nil
 	}
 	return fmt.Errorf("%s of this command: %w; check its changes once the cluster is stable (worker status), and run it again if they are missing",
-		nounCount(n, "commit", "commits"), dbconn.ErrNotReplicated)
+		noun.Count(n, "commit", "commits"), dbconn.ErrNotReplicated)
 }
 
 // schemaConfig is the schema and migration sets the worker command uses:
 // the distributor's core set and the pricing set.
 func (g *globals) schemaConfig() schema.Config {
 	return schema.Config{Schema: g.schema, Sets: []*schema.Set{schema.Core, pricingschema.Set}}
+}
+
+// ready is a worker's readiness check on db (its /readyz): the database
+// answers, and its schema matches this binary.
+func (g *globals) ready(db *dbconn.DB) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := db.PingContext(ctx); err != nil {
+			return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
+		}
+		return schema.Check(ctx, db, g.schemaConfig())
+	}
 }

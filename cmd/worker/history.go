@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/cliflags"
 )
 
 // historyFlags configure the ownership history (the events table).
@@ -17,7 +18,7 @@ type historyFlags struct {
 func (h *historyFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&h.events, "events", true, "record each contract's ownership history (claims, takeovers, releases, failures) for the console")
 	f.DurationVar(&h.retention, "event-retention", distributor.EventRetentionDefault, "how long history events are kept (--events=false keeps none)")
-	positive(f, "event-retention")
+	cliflags.Positive(f, "event-retention")
 }
 
 func (h *historyFlags) apply(cfg *distributor.Config) {

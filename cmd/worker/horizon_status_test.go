@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/internal/testutil"
 )
 
@@ -77,7 +78,7 @@ func TestHorizonStatusReportsAHeldTransaction(t *testing.T) {
 		return fmt.Errorf("no WARNING line:\n%s", out)
 	})
 
-	var s statusJSON
+	var s report.Status
 	if err := json.Unmarshal([]byte(c.mustRun("status", "--json", "--horizon-warn-after", "1ms")), &s); err != nil {
 		t.Fatal(err)
 	}
@@ -156,22 +157,5 @@ func TestHorizonStatusWatchWarns(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("status --watch: %v\n%s", err, stderr.String())
-	}
-}
-
-// On a terminal the live view shows the warning and the horizon line.
-func TestHorizonLiveViewShowsWarning(t *testing.T) {
-	age := int64(720000)
-	s := statusJSON{Totals: totalsJSON{ByState: map[string]int{}}, Horizon: &horizonJSON{
-		Warning: true, Reason: "a transaction open for 12m0s holds back the xmin horizon", DeadRows: 42,
-		Holders: []holderJSON{{AgeMS: &age}},
-	}}
-	s.Horizon.Holders[0].PID, s.Horizon.Holders[0].Kind = 77, "session"
-	var buf bytes.Buffer
-	v := &liveView{w: &buf, tty: true, screen: true, rows: 8, size: func() (int, int) { return 200, 24 }}
-	v.draw(s, 0, time.Second)
-	out := escapes.ReplaceAllString(buf.String(), "")
-	if !strings.Contains(out, "WARNING: a transaction open for 12m0s") || !strings.Contains(out, "vacuum: 42 dead row versions; oldest transaction holding the horizon 12m0s: pid 77") {
-		t.Fatalf("live view:\n%s", out)
 	}
 }

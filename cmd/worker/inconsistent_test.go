@@ -35,7 +35,7 @@ func TestCheckpointBeyondTheRecordsIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var s statusJSON
+	var s report.Status
 	if err := json.Unmarshal([]byte(c.mustRun("status", "--json")), &s); err != nil {
 		t.Fatal(err)
 	}

@@ -9,26 +9,24 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
-	"runtime"
 	"runtime/debug"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/buildinfo"
+	"github.com/batonhq/baton/internal/cliflags"
+	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/demo"
+	"github.com/batonhq/baton/internal/interrupt"
 	"github.com/batonhq/baton/internal/redact"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/ingest"
-	"github.com/batonhq/baton/schedule"
 )
 
 // Exit codes, as the README's table documents them.
@@ -136,7 +134,7 @@ func execute(args []string) (code int) {
 	root.SetArgs(args)
 	root.SetOut(os.Stdout)
 	root.SetErr(stderr)
-	ctx, stop := signalContext()
+	ctx, stop := interrupt.Context()
 	defer stop()
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -146,9 +144,9 @@ func execute(args []string) (code int) {
 		return 0
 	}
 	if g.logger != nil && g.logFormat == "json" {
-		g.logger.Error("command failed", "event", "error", "error", cleanError(err.Error()))
+		g.logger.Error("command failed", "event", "error", "error", dberr.Message(err))
 	} else {
-		fmt.Fprintln(stderr, "worker:", cleanError(err.Error()))
+		fmt.Fprintln(stderr, "worker:", dberr.Message(err))
 	}
 	return exitCode(err)
 }
@@ -167,7 +165,7 @@ func exitCode(err error) int {
 		return exitBadInput
 	case errors.Is(err, distributor.ErrIncomplete):
 		return exitIncomplete
-	case errors.Is(err, partition.ErrNotFound), errors.Is(err, schedule.ErrNotFound):
+	case errors.Is(err, partition.ErrNotFound):
 		return exitNotFound
 	case errors.Is(err, dbconn.ErrNotReplicated):
 		return exitNotReplicated
@@ -195,47 +193,6 @@ func databaseURLArgs(args []string) []string {
 		}
 	}
 	return urls
-}
-
-// signalContext is cancelled by the first SIGINT or SIGTERM, which asks
-// for a graceful stop; a second one exits at once, with exit code 1. The
-// context's cause is a signalCause naming the signal.
-func signalContext() (context.Context, func()) {
-	ctx, cancelCause := context.WithCancelCause(context.Background())
-	cancel := func() { cancelCause(context.Canceled) }
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		select {
-		case sig := <-ch:
-			slog.Info("signal received: stopping gracefully (send again to exit at once)", "event", "signal", "signal", sig.String())
-			cancelCause(signalCause{sig})
-		case <-ctx.Done():
-			return
-		}
-		sig := <-ch
-		slog.Warn("second signal: exiting now, abandoning the graceful stop", "event", "signal", "signal", sig.String())
-		os.Exit(exitFailure)
-	}()
-	return ctx, func() { signal.Stop(ch); cancel() }
-}
-
-// signalCause is the cause of a context cancelled by a signal.
-type signalCause struct{ sig os.Signal }
-
-func (s signalCause) Error() string { return "stopped by " + s.sig.String() }
-
-// interruptedCode is the exit code of a command stopped part-way by the
-// signal that cancelled ctx: 128 + the signal's number (130 for SIGINT, 143
-// for SIGTERM), as shells report a process killed by it.
-func interruptedCode(ctx context.Context) int {
-	var sc signalCause
-	if errors.As(context.Cause(ctx), &sc) {
-		if n, ok := sc.sig.(syscall.Signal); ok {
-			return 128 + int(n)
-		}
-	}
-	return 128 + int(syscall.SIGINT)
 }
 
 func newRoot() (*cobra.Command, *globals) {
@@ -267,13 +224,13 @@ Each command's help says whether it changes the database or writes files;
 			return usageError("a command is required")
 		},
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFlagRanges(cmd); err != nil {
-				return err
+			if err := cliflags.Check(cmd); err != nil {
+				return usageError("%v", err)
 			}
 			return g.setup(cmd)
 		},
 	}
-	root.Version = versionInfo()
+	root.Version = buildinfo.Version("worker")
 	root.SetVersionTemplate("{{.Version}}")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{exitUsage, err} })
 	g.register(root)
@@ -306,32 +263,6 @@ Each command's help says whether it changes the database or writes files;
 	}
 	walk(root)
 	return root, g
-}
-
-// versionInfo is what worker --version prints: the module version, the
-// commit it was built from (with "(modified)" for uncommitted changes) and
-// the Go version, as the build recorded them.
-func versionInfo() string {
-	version, commit, modified := "(devel)", "unknown", false
-	goVersion := runtime.Version()
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		goVersion = bi.GoVersion
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				commit = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-	}
-	if modified {
-		commit += " (modified)"
-	}
-	return fmt.Sprintf("worker %s\ncommit %s\n%s %s/%s\n", version, commit, goVersion, runtime.GOOS, runtime.GOARCH)
 }
 
 // usageArgs makes the errors of an argument check usage errors.

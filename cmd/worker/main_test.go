@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/pricing/pricingschema"
 )
 
@@ -170,7 +171,7 @@ func TestExitCodesAndMessages(t *testing.T) {
 		t.Fatalf("invalid tiers: exit %d, %q", code, errs)
 	}
 	status := c.mustRun("status", "--json")
-	var s statusJSON
+	var s report.Status
 	if err := json.Unmarshal([]byte(status), &s); err != nil {
 		t.Fatal(err)
 	}

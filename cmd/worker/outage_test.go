@@ -189,18 +189,6 @@ func TestRunWaitsForTheDatabaseAndLogsAnOutageOnce(t *testing.T) {
 	t.Logf("WARN lines:\n%s\n%s", strings.Join(warns, "\n"), reachable[0])
 }
 
-func TestCleanErrorDropsTheRefusedTLSAttempt(t *testing.T) {
-	in := "failed to connect to `user=baton database=baton`:\n\t127.0.0.1:5432 (127.0.0.1): tls error: server refused TLS connection\n\t127.0.0.1:5432 (127.0.0.1): server error: FATAL: the database system is starting up (SQLSTATE 57P03)"
-	want := "failed to connect to `user=baton database=baton`: 127.0.0.1:5432 (127.0.0.1): server error: FATAL: the database system is starting up (SQLSTATE 57P03)"
-	if got := cleanError(in); got != want {
-		t.Fatalf("cleanError:\n got %q\nwant %q", got, want)
-	}
-	plain := "failed to connect to `user=baton database=baton`: 127.0.0.1:5432 (127.0.0.1): dial error: connection refused"
-	if got := cleanError(plain); got != plain {
-		t.Fatalf("cleanError changed %q to %q", plain, got)
-	}
-}
-
 // SIGTERM while waiting for the database at start is a graceful stop.
 func TestRunStoppedWhileWaitingExitsZero(t *testing.T) {
 	t.Parallel()

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/internal/cliflags"
 )
 
 // newProbeCmd is a health check for minimal container images: it GETs a URL
@@ -54,7 +56,7 @@ It only reads: neither the database nor files are changed.`,
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "request timeout")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "also print the response body")
-	positive(cmd.Flags(), "timeout")
+	cliflags.Positive(cmd.Flags(), "timeout")
 	return cmd
 }
 

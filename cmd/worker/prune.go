@@ -10,28 +10,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/cliflags"
+	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
 )
-
-// pruneJSON is "worker prune --json": stable field names.
-type pruneJSON struct {
-	DryRun bool `json:"dry_run"`
-	// Loads is one entry per load named or found, with its outcome:
-	// pruned, would_prune, skipped, already_pruned, not_found,
-	// interrupted.
-	Loads     []pruneLoadJSON `json:"loads"`
-	Records   int64           `json:"records"` // removed (would be, with --dry-run), with as many priced rows
-	ElapsedMS int64           `json:"elapsed_ms"`
-	// LongestTransactionMS is the longest of the batch transactions.
-	LongestTransactionMS int64 `json:"longest_transaction_ms"`
-	Transactions         int   `json:"transactions"`
-}
-
-type pruneLoadJSON struct {
-	pricer.LoadPrune
-	LongestTransactionMS int64 `json:"longest_transaction_ms"`
-}
 
 func newPruneCmd(g *globals) *cobra.Command {
 	var loads []int64
@@ -113,23 +96,7 @@ is not pruned, then a summary line; --json prints the same as JSON.
 				OnBatch: func(load, records int64, took time.Duration) {
 					g.logger.Debug("prune batch", "event", "prune_batch", "load_id", load, "records", records, "took_ms", took.Milliseconds())
 				}}, loads)
-			out := pruneJSON{DryRun: dryRun, Loads: []pruneLoadJSON{}, ElapsedMS: time.Since(start).Milliseconds()}
-			var skipped, missing, interrupted []string
-			for _, lp := range res {
-				out.Loads = append(out.Loads, pruneLoadJSON{LoadPrune: lp, LongestTransactionMS: lp.LongestBatch.Milliseconds()})
-				out.Records += lp.Records
-				out.Transactions += lp.Batches
-				out.LongestTransactionMS = max(out.LongestTransactionMS, lp.LongestBatch.Milliseconds())
-				id := strconv.FormatInt(lp.LoadID, 10)
-				switch lp.Outcome {
-				case pricer.PruneSkipped:
-					skipped = append(skipped, id)
-				case pricer.PruneNotFound:
-					missing = append(missing, id)
-				case pricer.PruneInterrupted:
-					interrupted = append(interrupted, id)
-				}
-			}
+			out := pricer.NewPruneReport(res, time.Since(start), dryRun)
 			if err != nil {
 				return err
 			}
@@ -140,8 +107,9 @@ is not pruned, then a summary line; --json prints the same as JSON.
 					return err
 				}
 			} else {
-				printPrune(g, out)
+				out.WriteText(g.stdout)
 			}
+			missing, interrupted, skipped := out.IDs(pricer.PruneNotFound), out.IDs(pricer.PruneInterrupted), out.IDs(pricer.PruneSkipped)
 			switch {
 			case len(missing) > 0:
 				return &exitError{exitNotFound, fmt.Errorf("no such load: %s", strings.Join(missing, ", "))}
@@ -149,7 +117,7 @@ is not pruned, then a summary line; --json prints the same as JSON.
 				return &exitError{exitIncomplete, fmt.Errorf("interrupted while pruning load %s: run the same command again to carry on", interrupted[0])}
 			case len(skipped) > 0:
 				return &exitError{exitIncomplete, fmt.Errorf("%s not pruned: not all their records are priced yet",
-					nounCount(int64(len(skipped)), "load", "loads")+" ("+strings.Join(skipped, ", ")+")")}
+					noun.Count(int64(len(skipped)), "load", "loads")+" ("+strings.Join(skipped, ", ")+")")}
 			}
 			return nil
 		},
@@ -161,41 +129,10 @@ is not pruned, then a summary line; --json prints the same as JSON.
 	f.IntVar(&batch, "batch-size", pricer.PruneBatchRecordsDefault, "about the most records (with their priced rows) one transaction removes: whole chunks of up to 1,024")
 	f.BoolVar(&dryRun, "dry-run", false, "only report what would be removed")
 	f.BoolVar(&asJSON, "json", false, "print JSON (stable field names) for scripts")
-	positive(f, "older-than", "batch-size")
-	nonNegative(f, "generations-older-than")
-	anyValue(f, "load")
+	cliflags.Positive(f, "older-than", "batch-size")
+	cliflags.NonNegative(f, "generations-older-than")
+	cliflags.AnyValue(f, "load")
 	return cmd
-}
-
-// printPrune writes a line for each load not pruned (skipped, missing,
-// already pruned, interrupted) and a one-line summary.
-func printPrune(g *globals, out pruneJSON) {
-	var done, contracts int64
-	for _, l := range out.Loads {
-		switch l.Outcome {
-		case pricer.PruneDone, pricer.PruneWould:
-			done++
-			contracts += l.Contracts
-		case pricer.PruneSkipped:
-			fmt.Fprintf(g.stdout, "load %d: skipped: %s\n", l.LoadID, strings.TrimPrefix(l.Reason, fmt.Sprintf("load %d: ", l.LoadID)))
-		case pricer.PruneNotFound:
-			fmt.Fprintf(g.stdout, "load %d: not found\n", l.LoadID)
-		case pricer.PruneAlready:
-			fmt.Fprintf(g.stdout, "load %d: already pruned\n", l.LoadID)
-		case pricer.PruneInterrupted:
-			fmt.Fprintf(g.stdout, "load %d: interrupted after %s; run the same command again to carry on\n", l.LoadID, nounCount(l.Records, "record", "records"))
-		}
-	}
-	elapsed := (time.Duration(out.ElapsedMS) * time.Millisecond).Round(time.Millisecond)
-	if out.DryRun {
-		fmt.Fprintf(g.stdout, "would prune %s: %s and their priced rows, of %s (dry run: nothing removed)\n",
-			nounCount(done, "load", "loads"), nounCount(out.Records, "record", "records"), nounCount(contracts, "contract", "contracts"))
-		return
-	}
-	fmt.Fprintf(g.stdout, "pruned %s: %s and their priced rows, of %s, in %s (%s, the longest %s)\n",
-		nounCount(done, "load", "loads"), nounCount(out.Records, "record", "records"), nounCount(contracts, "contract", "contracts"),
-		elapsed, nounCount(int64(out.Transactions), "transaction", "transactions"),
-		(time.Duration(out.LongestTransactionMS) * time.Millisecond).String())
 }
 
 // pruneGenerations is "worker prune --generations-older-than".
@@ -221,6 +158,6 @@ func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, a
 		return json.NewEncoder(g.stdout).Encode(p)
 	}
 	fmt.Fprintf(g.stdout, verb+" %s and their %s (replaced more than %s ago)\n",
-		nounCount(p.Generations, "generation", "generations"), nounCount(p.Rows, "priced row", "priced rows"), olderThan)
+		noun.Count(p.Generations, "generation", "generations"), noun.Count(p.Rows, "priced row", "priced rows"), olderThan)
 	return nil
 }

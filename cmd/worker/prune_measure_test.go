@@ -8,6 +8,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // The figures the README gives for pruning 1M records: seeds 1,000
@@ -39,7 +40,7 @@ func TestPruneMeasure1M(t *testing.T) {
 		stored := size(`SELECT pg_total_relation_size('baton.record_chunks') + pg_total_relation_size('baton.priced')`)
 		start = time.Now()
 		out := c.mustRun("prune", "--load", "1", "--batch-size", batch, "--json")
-		var res pruneJSON
+		var res pricer.PruneReport
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/pricing/pricer"
 )
@@ -82,7 +83,7 @@ func TestPruneWhileWorkersPrice(t *testing.T) {
 	if err := db.QueryRowContext(ctx, `SELECT clock_timestamp()`).Scan(&to); err != nil {
 		t.Fatal(err)
 	}
-	var res pruneJSON
+	var res pricer.PruneReport
 	if err := json.Unmarshal([]byte(js), &res); err != nil {
 		t.Fatalf("%v\n%s", err, js)
 	}
@@ -115,7 +116,7 @@ func TestPruneWhileWorkersPrice(t *testing.T) {
 	if lines := strings.Count(exp, "\n"); lines != 60001 {
 		t.Fatalf("export --complete: %d lines, want a header and 60000 rows", lines)
 	}
-	var st statusJSON
+	var st report.Status
 	if err := json.Unmarshal([]byte(c.mustRun("status", "--json")), &st); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/rerate"
@@ -96,7 +97,7 @@ result and worker diff for what changed.`,
 				return enc.Encode(out)
 			}
 			fmt.Fprintf(g.stdout, "reprice: %s re-pricing as a new generation, %d with nothing priced to re-price\n",
-				nounCount(int64(out.Repricing), "contract", "contracts"), out.Unchanged)
+				noun.Count(int64(out.Repricing), "contract", "contracts"), out.Unchanged)
 			return nil
 		},
 	}
@@ -148,7 +149,7 @@ re-priced are not listed. It only reads the database.`,
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stderr, "%s\n", nounCount(int64(len(gens)), "generation", "generations"))
+			fmt.Fprintf(g.stderr, "%s\n", noun.Count(int64(len(gens)), "generation", "generations"))
 			return nil
 		},
 	}
@@ -205,10 +206,10 @@ by default, or -).`,
 				for _, d := range diffs {
 					fmt.Fprintf(g.stderr, "contract %s: generation %d net total %d, generation %d net total %d (%+d), %s changed\n",
 						d.Contract, d.Previous, d.OldNetTotal, d.Current, d.NewNetTotal, d.NewNetTotal-d.OldNetTotal,
-						nounCount(d.ChangedRecords, "record", "records"))
+						noun.Count(d.ChangedRecords, "record", "records"))
 				}
-				fmt.Fprintf(g.stderr, "diff: %s of %s\n", nounCount(n, "changed record", "changed records"),
-					nounCount(int64(len(diffs)), "re-priced contract", "re-priced contracts"))
+				fmt.Fprintf(g.stderr, "diff: %s of %s\n", noun.Count(n, "changed record", "changed records"),
+					noun.Count(int64(len(diffs)), "re-priced contract", "re-priced contracts"))
 				return n, nil
 			}
 			if out == "" || out == "-" {

@@ -13,10 +13,12 @@ import (
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/cliflags"
+	"github.com/batonhq/baton/internal/jobs"
+	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
-	"github.com/batonhq/baton/schema"
 	"github.com/batonhq/baton/workerproc"
 )
 
@@ -57,8 +59,8 @@ func (r *runFlags) register(cmd *cobra.Command) {
 	r.history.register(f)
 	r.console.register(f, "ui-addr", "ui-token", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
 	f.DurationVar(&r.waitForDB, "wait-for-database", 5*time.Minute, "at start, how long to wait for the database to answer and register the worker, retrying with back-off (0: fail at once if it cannot connect)")
-	positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "claim-group", "claim-group-records", "segment-records", "max-attempts", "shutdown-timeout")
-	nonNegative(f, "wait-for-database", "batch-target")
+	cliflags.Positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "claim-group", "claim-group-records", "segment-records", "max-attempts", "shutdown-timeout")
+	cliflags.NonNegative(f, "wait-for-database", "batch-target")
 }
 
 func (r *runFlags) config(g *globals) (distributor.Config, error) {
@@ -71,15 +73,6 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	// A database that goes away while the worker registers is waited for
 	// as long as one that is not there when it starts.
 	cfg.StartTimeout = r.waitForDB
-	if g.outage != nil {
-		prev := cfg.OnEvent
-		cfg.OnEvent = func(e distributor.Event) {
-			g.outage.eventHook(e)
-			if prev != nil {
-				prev(e)
-			}
-		}
-	}
 	r.history.apply(&cfg)
 	if err := r.check(); err != nil {
 		return cfg, err
@@ -106,20 +99,12 @@ func incomplete(ctx context.Context, err error, store *partition.Store) error {
 		}
 		n = ie.Quarantined
 	}
-	return reworded(err, fmt.Sprintf("work remains: %d %s quarantined%s", n, plural(n, "contract is", "contracts are"), what))
-}
-
-// plural returns one when n is 1, else many.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
+	return reworded(err, fmt.Sprintf("work remains: %s quarantined%s", noun.Count(n, "contract is", "contracts are"), what))
 }
 
 // check refuses flag values the distributor would refuse, in the flags'
 // own words rather than its configuration fields'. (Zero and negative
-// values are refused before, by checkFlagRanges.)
+// values are refused before, by cliflags.Check.)
 func (r *runFlags) check() error {
 	switch distributor.Mode(r.mode) {
 	case distributor.ModeLock, distributor.ModeLeader:
@@ -167,11 +152,11 @@ trigger jobs (see "worker ui").`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return r.run(cmd.Context(), g) },
 	}
 	r.register(cmd)
-	groupFlags(cmd,
-		flagGroup{"Flags most runs need", []string{"id", "until-done", "max-partitions", "metrics-addr", "log-format"}},
-		flagGroup{"Operating", []string{"mode", "jobs", "ui-addr", "ui-token", "events", "event-retention",
+	cliflags.Grouped(cmd,
+		cliflags.Group{Title: "Flags most runs need", Names: []string{"id", "until-done", "max-partitions", "metrics-addr", "log-format"}},
+		cliflags.Group{Title: "Operating", Names: []string{"mode", "jobs", "ui-addr", "ui-token", "events", "event-retention",
 			"wait-for-database", "shutdown-timeout", "listen-database-url", "poll-only"}},
-		flagGroup{"Tuning (the defaults suit most fleets)", []string{"heartbeat", "stale-after", "confirm", "batch-size",
+		cliflags.Group{Title: "Tuning (the defaults suit most fleets)", Names: []string{"heartbeat", "stale-after", "confirm", "batch-size",
 			"batch-target", "claim-group", "claim-group-records", "segment-records", "max-attempts"}},
 	)
 	return cmd
@@ -192,7 +177,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	stmt, lock, idle := cfg.ConnectionLimits()
 	db, err := g.openWaiting(ctx, dbconn.Options{
 		ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,
-		IdleInTransactionTimeout: idle, MaxOpenConns: cfg.PoolSize() + 1 + jobConns(r.jobs),
+		IdleInTransactionTimeout: idle, MaxOpenConns: cfg.PoolSize() + 1 + jobs.Conns(r.jobs),
 	}, r.waitForDB)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -216,12 +201,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 		DB: db, Processor: pricer.NewStore(db, g.schema).Processor(), Distributor: cfg, MetricsAddr: r.metricsAddr,
 		HorizonWarnAfter: r.console.horizonWarnAfter, TracingService: "baton-worker", Logger: g.logger,
 		Backlog: backlog.Config{DrainTarget: r.drainTarget},
-		Ready: func(ctx context.Context) error {
-			if err := db.PingContext(ctx); err != nil {
-				return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
-			}
-			return schema.Check(ctx, db, g.schemaConfig())
-		},
+		Ready:   g.ready(db),
 	}
 	if r.metricsAddr != "" {
 		pc.Metrics = metrics.New()
@@ -236,7 +216,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 		pc.Console, pc.ConsoleDB = &ccfg, cdb
 	}
 	if r.jobs {
-		pc.Jobs = resolveJob(db, g.schema, g.logger, pc.Metrics)
+		pc.Jobs = jobs.Resolve(db, g.schema, g.logger, pc.Metrics)
 	}
 	p, err := workerproc.New(pc)
 	if err != nil {

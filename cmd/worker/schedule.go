@@ -5,16 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/internal/cliflags"
+	"github.com/batonhq/baton/internal/jobs"
+	"github.com/batonhq/baton/internal/report/text"
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schedule"
 )
 
@@ -95,9 +95,9 @@ that name (a changed schedule restarts its slots from the next one). Every
 	f.DurationVar(&d.LockAtMostFor, "lock-at-most-for", schedule.LockAtMostForDefault, "longest a run may hold the job; the command is then stopped (SIGTERM, then SIGKILL)")
 	f.DurationVar(&d.LockAtLeastFor, "lock-at-least-for", 0, "shortest time between two runs' starts (0: no minimum)")
 	f.StringVar(&d.Builtin, "builtin", "", "run a built-in job instead of a command: verify")
-	atLeast(f, "every", minEvery.String())
-	atLeast(f, "lock-at-most-for", "1ms")
-	nonNegative(f, "lock-at-least-for")
+	cliflags.AtLeast(f, "every", minEvery.String())
+	cliflags.AtLeast(f, "lock-at-most-for", "1ms")
+	cliflags.NonNegative(f, "lock-at-least-for")
 	return cmd
 }
 
@@ -107,7 +107,7 @@ that name (a changed schedule restarts its slots from the next one). Every
 const minEvery = time.Second
 
 // checkScheduleFlags refuses what schedule.Definition.Validate would, in
-// the flags' own words. Ranges are checked before, by checkFlagRanges.
+// the flags' own words. Ranges are checked before, by cliflags.Check.
 func checkScheduleFlags(cmd *cobra.Command, d schedule.Definition) error {
 	everySet := cmd.Flags().Changed("every")
 	switch {
@@ -137,8 +137,8 @@ func checkScheduleFlags(cmd *cobra.Command, d schedule.Definition) error {
 		return usageError("schedule add %s: give a command after -- or --builtin", d.Name)
 	case len(d.Command) > 0 && d.Builtin != "":
 		return usageError("schedule add %s: give a command after -- or --builtin, not both", d.Name)
-	case d.Builtin != "" && d.Builtin != verifyBuiltin:
-		return usageError("--builtin %q: no such built-in job (known: %s)", d.Builtin, verifyBuiltin)
+	case d.Builtin != "" && d.Builtin != jobs.VerifyBuiltin:
+		return usageError("--builtin %q: no such built-in job (known: %s)", d.Builtin, jobs.VerifyBuiltin)
 	}
 	return nil
 }
@@ -168,66 +168,11 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(jobs)
 			}
-			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tOWNER\tMODE\tSCHEDULE\tCOMMAND\tNEXT RUN\tLAST STARTED\tLAST FINISHED\tRESULT\tRUNS\tERROR")
-			for _, j := range jobs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", j.Name, j.State, orDash(j.Owner), j.Mode,
-					j.Schedule, fitMiddle(jobCommand(j), commandWidth), j.NextRun.Format(time.RFC3339), timeOrDash(j.LastRunStarted),
-					timeOrDash(j.LastRunFinished), orDash(j.LastResult), j.Runs, orDash(oneLine(j.LastError)))
-			}
-			return tw.Flush()
+			return text.PrintJobs(g.stdout, jobs)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (with each job's whole command)")
 	return cmd
-}
-
-// commandWidth is the most characters of a job's command the table shows:
-// a longer one loses its middle, keeping the program and its last
-// arguments.
-const commandWidth = 48
-
-// jobCommand is what a job runs, as a shell would take it (arguments
-// quoted where needed), or "builtin NAME".
-func jobCommand(j schedule.Status) string {
-	if j.Builtin != "" {
-		return "builtin " + j.Builtin
-	}
-	if len(j.Command) == 0 {
-		return "-"
-	}
-	args := make([]string, len(j.Command))
-	for i, a := range j.Command {
-		args[i] = shellQuote(a)
-	}
-	return strings.Join(strings.Fields(strings.Join(args, " ")), " ")
-}
-
-// shellQuote quotes s for a POSIX shell unless it needs none.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func timeOrDash(t *time.Time) string {
-	if t == nil {
-		return "-"
-	}
-	return t.Format(time.RFC3339)
-}
-
-// oneLine puts s on one line of at most 80 characters.
-func oneLine(s string) string {
-	return fit(strings.Join(strings.Fields(s), " "), 80)
 }
 
 func newScheduleRemoveCmd(g *globals) *cobra.Command {
@@ -283,36 +228,8 @@ Changes the database: records the request on the job's row.`,
 // jobNotFound words a missing job for the command line (exit 5), and
 // leaves other errors as they are.
 func jobNotFound(name string, err error) error {
-	if errors.Is(err, schedule.ErrNotFound) {
+	if errors.Is(err, partition.ErrNotFound) {
 		return &exitError{exitNotFound, fmt.Errorf("no such job %s (see worker schedule list)", name)}
 	}
 	return err
-}
-
-// jobConns is how many more connections a worker needs to run jobs.
-func jobConns(enabled bool) int {
-	if enabled {
-		return 3
-	}
-	return 0
-}
-
-// resolveJob resolves the jobs a worker runs beside the distributor: a
-// command, or the built-in verify job. m, if set, gets the verify job's
-// mismatch count.
-func resolveJob(db *dbconn.DB, schemaName string, logger *slog.Logger, m *metrics.Metrics) func(schedule.Definition) (schedule.RunFunc, bool) {
-	var onVerify func(int)
-	if m != nil {
-		onVerify = m.SetVerifyMismatches
-	}
-	return func(d schedule.Definition) (schedule.RunFunc, bool) {
-		switch {
-		case len(d.Command) > 0:
-			return schedule.Command(d.Command, 0, logger), true
-		case d.Builtin == verifyBuiltin:
-			return verifyJob(db, schemaName, logger, onVerify), true
-		default:
-			return nil, false // a built-in this binary does not know
-		}
-	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/report"
 )
 
 // A contract split into segments is one contract to the operator: status
@@ -77,7 +78,7 @@ func TestSplitContractIsOneContract(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var s statusJSON
+	var s report.Status
 	if err := json.Unmarshal([]byte(c.mustRun("status", "--json")), &s); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -10,8 +9,8 @@ import (
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/metrics"
-	"github.com/batonhq/baton/schema"
 	"github.com/batonhq/baton/workerproc"
 )
 
@@ -50,15 +49,9 @@ deletes the ones older than two hours.`,
 			if err != nil {
 				return usageError("%v", err)
 			}
-			ready := func(ctx context.Context) error {
-				if err := db.PingContext(ctx); err != nil {
-					return fmt.Errorf("database unreachable: %w", dbconn.RedactError(g.databaseURL, err))
-				}
-				return schema.Check(ctx, db, g.schemaConfig())
-			}
 			var grp workerproc.Group
 			grp.Add("backlog", pub)
-			grp.Add("metrics", workerproc.MetricsServer(addr, m, ready, g.logger))
+			grp.Add("metrics", workerproc.MetricsServer(addr, m, g.ready(db), g.logger))
 			if err := grp.Start(ctx); err != nil {
 				return err
 			}
@@ -73,6 +66,6 @@ deletes the ones older than two hours.`,
 	cmd.Flags().DurationVar(&sampleEvery, "sample-every", backlog.SampleEveryDefault, "interval between readings of the backlog (and stored samples of it)")
 	cmd.Flags().DurationVar(&warnAfter, "horizon-warn-after", horizon.WarnAfterDefault, "warn when a transaction has held back the xmin horizon (and so vacuum) this long")
 	_ = cmd.MarkFlagRequired("metrics-addr")
-	positive(cmd.Flags(), "sample-every", "horizon-warn-after")
+	cliflags.Positive(cmd.Flags(), "sample-every", "horizon-warn-after")
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/report"
 )
 
 // status reports the backlog exactly as the task rows have it, with the
@@ -30,7 +31,7 @@ func TestStatusReportsTheBacklog(t *testing.T) {
 		INSERT INTO baton.workers (instance_id, name, kind, expires_at) VALUES ('w#1', 'w', 'pricing', now() + interval '1 hour')`); err != nil {
 		t.Fatal(err)
 	}
-	var s statusJSON
+	var s report.Status
 	if err := json.Unmarshal([]byte(c.mustRun("status", "--json", "--drain-target", "1h")), &s); err != nil {
 		t.Fatal(err)
 	}

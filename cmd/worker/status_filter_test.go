@@ -7,6 +7,7 @@ import (
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/report"
 )
 
 // status lists the contracts in the states asked for, at most --limit of
@@ -20,7 +21,7 @@ func TestStatusFiltersByStateAndLimits(t *testing.T) {
 		WHERE partition_key IN (SELECT partition_key FROM baton.tasks ORDER BY partition_key LIMIT 2)`); err != nil {
 		t.Fatal(err)
 	}
-	var s statusJSON
+	var s report.Status
 	if err := json.Unmarshal([]byte(c.mustRun("status", "--json", "--state", "quarantined")), &s); err != nil {
 		t.Fatal(err)
 	}

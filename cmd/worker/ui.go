@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton/console"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
 	"github.com/batonhq/baton/workerproc"
@@ -31,7 +32,7 @@ func (c *consoleFlags) register(f *pflag.FlagSet, addrFlag, tokenFlag, addrDefau
 	f.StringVar(&c.addr, addrFlag, addrDefault, addrHelp)
 	f.StringVar(&c.token, tokenFlag, "", "enable the console's actions (retry, trigger) behind this token, at least 8 characters; read-only without it. Prefer $"+console.TokenEnv+": other users can read a command line (ps)")
 	f.DurationVar(&c.horizonWarnAfter, "horizon-warn-after", horizon.WarnAfterDefault, "warn when a transaction has held back the xmin horizon (and so vacuum) this long")
-	positive(f, "horizon-warn-after")
+	cliflags.Positive(f, "horizon-warn-after")
 }
 
 // config completes the flags from the environment.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/jobs"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/schedule"
 )
@@ -27,7 +28,7 @@ func TestVerifyJobReportsMismatches(t *testing.T) {
 	var logs bytes.Buffer
 	logger := newTestLogger(&logs)
 	var found []int
-	job := verifyJob(db, "", logger, func(n int) { found = append(found, n) })
+	job := jobs.Verify(db, "", logger, func(n int) { found = append(found, n) })
 	run := &schedule.Run{Job: "verify", Slot: time.Now().UTC()}
 	if err := job(ctx, run); err != nil {
 		t.Fatalf("verify of correct output: %v", err)

@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-// Event is one row of the events table. Its fields are partition.Event's,
+// Row is one row of the events table. Its fields are partition.HistoryEntry's,
 // in the same order and of the same types (Kind is partition.EventKind),
-// so that a caller converts it: partition.Event(e). A field added to one
+// so that a caller converts it: partition.HistoryEntry(e). A field added to one
 // and not the other stops that conversion compiling.
-type Event[K ~string] struct {
+type Row[K ~string] struct {
 	ID           int64
 	At           time.Time
 	Key          string
@@ -39,12 +39,12 @@ func Columns(takeoverMS string) string {
 }
 
 // Scan reads every row of rows, selected with Columns, as the caller's
-// event type (as converts: partition.Event(e)), and closes rows.
-func Scan[K ~string, T any](rows *sql.Rows, as func(Event[K]) T) ([]T, error) {
+// event type (as converts: partition.HistoryEntry(e)), and closes rows.
+func Scan[K ~string, T any](rows *sql.Rows, as func(Row[K]) T) ([]T, error) {
 	defer rows.Close()
 	var out []T
 	for rows.Next() {
-		var e Event[K]
+		var e Row[K]
 		var prev sql.NullTime
 		var pos, items, ms sql.NullInt64
 		var attempts sql.NullInt32

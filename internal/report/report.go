@@ -31,7 +31,7 @@ type Status struct {
 	Totals     Totals     `json:"totals"`
 	// Horizon is what holds back vacuum (nil only where status is built
 	// without reading it, as in the demo).
-	Horizon *Horizon `json:"horizon,omitempty"`
+	Horizon *horizon.View `json:"horizon,omitempty"`
 	// Loads are the loads asked for with --loads or --load, newest
 	// first; MissingLoads the ids --load named that are not present.
 	Loads        []ingest.LoadInfo `json:"loads,omitempty"`
@@ -62,49 +62,6 @@ type Backlog struct {
 	DrainMS       *int64 `json:"drain_ms"`
 	DrainTargetMS int64  `json:"drain_target_ms"`
 	WorkersNeeded int    `json:"workers_needed"`
-}
-
-// Horizon is the xmin horizon and the dead row versions of the
-// schema's tables (package horizon).
-type Horizon struct {
-	// OldestAgeMS is the age of the oldest transaction holding back the
-	// xmin horizon, null when none does (or none has a known age).
-	OldestAgeMS *int64          `json:"oldest_xact_age_ms"`
-	WarnAfterMS int64           `json:"warn_after_ms"`
-	Warning     bool            `json:"warning"`
-	Reason      string          `json:"reason,omitempty"`
-	Holders     []Holder        `json:"holders"`
-	Hidden      int             `json:"hidden_sessions"`
-	DeadRows    int64           `json:"dead_rows"`
-	Tables      []horizon.Table `json:"tables"`
-}
-
-// Holder is a transaction holding back the xmin horizon, with its age.
-type Holder struct {
-	horizon.Holder
-	AgeMS *int64 `json:"age_ms"`
-}
-
-// buildHorizon is r in the shape of Status.Horizon.
-func buildHorizon(r horizon.Report) *Horizon {
-	h := &Horizon{WarnAfterMS: r.WarnAfter.Milliseconds(), Warning: r.Warning, Reason: r.Reason,
-		Holders: []Holder{}, Hidden: r.Hidden, DeadRows: r.DeadRows(), Tables: r.Tables}
-	if h.Tables == nil {
-		h.Tables = []horizon.Table{}
-	}
-	for _, x := range r.Holders {
-		j := Holder{Holder: x}
-		if x.Since != nil {
-			ms := x.Age.Milliseconds()
-			j.AgeMS = &ms
-		}
-		h.Holders = append(h.Holders, j)
-	}
-	if o := r.Oldest(); o != nil && o.Since != nil {
-		ms := o.Age.Milliseconds()
-		h.OldestAgeMS = &ms
-	}
-	return h
 }
 
 // Contract is a contract's row: its own task row's owner, version and
@@ -231,6 +188,7 @@ func Read(ctx context.Context, db *dbconn.DB, schemaName string, warnAfter time.
 	if err != nil {
 		return Status{}, err
 	}
-	s.Horizon = buildHorizon(hr)
+	v := hr.View()
+	s.Horizon = &v
 	return s, nil
 }

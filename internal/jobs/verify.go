@@ -1,4 +1,7 @@
-package main
+// Package jobs is the scheduled jobs a pricing worker knows (package
+// schedule runs them): a command, or the built-in verify job, which checks
+// the committed prices against an independent recomputation.
+package jobs
 
 import (
 	"context"
@@ -14,10 +17,10 @@ import (
 	"github.com/batonhq/baton/schedule"
 )
 
-// verifyBuiltin is the name of the built-in consistency-check job.
-const verifyBuiltin = "verify"
+// VerifyBuiltin is the name of the built-in consistency-check job.
+const VerifyBuiltin = "verify"
 
-// verifyJob is the built-in "verify" job: in one snapshot (a read-only
+// Verify is the built-in "verify" job: in one snapshot (a read-only
 // REPEATABLE READ transaction, so checkpoints and output agree while
 // workers price), it checks every contract's committed output against its
 // checkpoint and an independent SQL recomputation (pricer.Store.VerifyCommitted),
@@ -26,7 +29,7 @@ const verifyBuiltin = "verify"
 // mismatches, if there is any. The worker's statement timeout does not
 // apply (a check of a large database takes a while); the run's
 // lock-at-most-for bounds it.
-func verifyJob(db *dbconn.DB, schemaName string, logger *slog.Logger, onResult func(mismatches int)) schedule.RunFunc {
+func Verify(db *dbconn.DB, schemaName string, logger *slog.Logger, onResult func(mismatches int)) schedule.RunFunc {
 	return func(ctx context.Context, r *schedule.Run) error {
 		var found []pricer.CommittedMismatch
 		var inFlight []string

@@ -1,6 +1,11 @@
-package main
+// Package cliflags is what the worker command's flags share beyond cobra:
+// range annotations, checked before a command runs so that a zero or
+// negative value is refused naming the flag (ranges.go), and --help
+// listing a command's flags in titled groups (groups.go).
+package cliflags
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -22,19 +27,19 @@ const (
 	annotAnyValue    = "baton_any_value"    // every value the type takes is meaningful (a seed)
 )
 
-// positive marks flags whose value must be greater than zero.
-func positive(f *pflag.FlagSet, names ...string) { annotate(f, annotPositive, names, "true") }
+// Positive marks flags whose value must be greater than zero.
+func Positive(f *pflag.FlagSet, names ...string) { annotate(f, annotPositive, names, "true") }
 
-// nonNegative marks flags whose value must not be negative; their help says
+// NonNegative marks flags whose value must not be negative; their help says
 // what 0 means.
-func nonNegative(f *pflag.FlagSet, names ...string) { annotate(f, annotNonNegative, names, "true") }
+func NonNegative(f *pflag.FlagSet, names ...string) { annotate(f, annotNonNegative, names, "true") }
 
-// atLeast marks a flag whose value must be at least min (a number or a
-// duration, as the flag takes it; min itself is positive).
-func atLeast(f *pflag.FlagSet, name, min string) { annotate(f, annotMin, []string{name}, min) }
+// AtLeast marks a flag whose value must be at least min (a number or a
+// duration, as the flag takes it; min itself is Positive).
+func AtLeast(f *pflag.FlagSet, name, min string) { annotate(f, annotMin, []string{name}, min) }
 
-// anyValue marks flags for which every value of their type is meaningful.
-func anyValue(f *pflag.FlagSet, names ...string) { annotate(f, annotAnyValue, names, "true") }
+// AnyValue marks flags for which every value of their type is meaningful.
+func AnyValue(f *pflag.FlagSet, names ...string) { annotate(f, annotAnyValue, names, "true") }
 
 func annotate(f *pflag.FlagSet, key string, names []string, value string) {
 	for _, n := range names {
@@ -44,10 +49,10 @@ func annotate(f *pflag.FlagSet, key string, names []string, value string) {
 	}
 }
 
-// checkFlagRanges checks the annotated flags of cmd that were given on the
+// Check checks the annotated flags of cmd that were given on the
 // command line (defaults are this binary's own, and a default of 0 may mean
 // "not given", as for schedule add's --every).
-func checkFlagRanges(cmd *cobra.Command) error {
+func Check(cmd *cobra.Command) error {
 	var err error
 	cmd.Flags().VisitAll(func(fl *pflag.Flag) {
 		if err != nil || !fl.Changed {
@@ -64,27 +69,37 @@ func checkFlagRanges(cmd *cobra.Command) error {
 			return
 		}
 		if math.IsNaN(v) {
-			err = usageError("--%s must be a number, got %s", fl.Name, fl.Value.String())
+			err = fmt.Errorf("--%s must be a number, got %s", fl.Name, fl.Value.String())
 			return
 		}
 		switch {
 		case hasMin:
 			m, _ := parseNumber(fl.Value.Type(), minv[0])
 			if v < m {
-				err = usageError("--%s must be at least %s, got %s", fl.Name, minv[0], fl.Value.String())
+				err = fmt.Errorf("--%s must be at least %s, got %s", fl.Name, minv[0], fl.Value.String())
 			}
 		case pos && v <= 0:
-			err = usageError("--%s must be greater than zero, got %s", fl.Name, fl.Value.String())
+			err = fmt.Errorf("--%s must be greater than zero, got %s", fl.Name, fl.Value.String())
 		case nonNeg && v < 0:
-			err = usageError("--%s must not be negative, got %s", fl.Name, fl.Value.String())
+			err = fmt.Errorf("--%s must not be negative, got %s", fl.Name, fl.Value.String())
 		}
 	})
 	return err
 }
 
-// numericFlag reports whether a flag of this type takes a number or a
+// Annotated reports whether fl carries a range annotation.
+func Annotated(fl *pflag.Flag) bool {
+	for _, a := range []string{annotPositive, annotNonNegative, annotMin, annotAnyValue} {
+		if _, ok := fl.Annotations[a]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Numeric reports whether a flag of this type takes a number or a
 // duration.
-func numericFlag(typ string) bool {
+func Numeric(typ string) bool {
 	switch typ {
 	case "duration", "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64",
 		"float32", "float64":

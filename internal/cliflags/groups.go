@@ -1,4 +1,4 @@
-package main
+package cliflags
 
 import (
 	"fmt"
@@ -8,18 +8,18 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// flagGroup is a titled set of a command's flags, shown together in its
+// Group is a titled set of a command's flags, shown together in its
 // --help so that the few flags most users need are not lost among tuning
 // knobs.
-type flagGroup struct {
-	title string
-	names []string
+type Group struct {
+	Title string
+	Names []string
 }
 
-// groupFlags makes cmd's usage list its flags by group, in the groups'
+// Grouped makes cmd's usage list its flags by group, in the groups'
 // order; flags in no group follow under "Other flags", and the global
 // flags last. A global flag named in a group is shown there instead.
-func groupFlags(cmd *cobra.Command, groups ...flagGroup) {
+func Grouped(cmd *cobra.Command, groups ...Group) {
 	cmd.SetUsageFunc(func(c *cobra.Command) error {
 		var b strings.Builder
 		fmt.Fprintf(&b, "Usage:\n  %s\n", c.UseLine())
@@ -34,16 +34,16 @@ func groupFlags(cmd *cobra.Command, groups ...flagGroup) {
 			return c.InheritedFlags().Lookup(name)
 		}
 		for _, g := range groups {
-			fs := pflag.NewFlagSet(g.title, pflag.ContinueOnError)
+			fs := pflag.NewFlagSet(g.Title, pflag.ContinueOnError)
 			fs.SortFlags = false // the group's own order: most needed first
-			for _, n := range g.names {
+			for _, n := range g.Names {
 				if f := lookup(n); f != nil && !f.Hidden {
 					fs.AddFlag(f)
 					shown[n] = true
 				}
 			}
 			if fs.HasAvailableFlags() {
-				fmt.Fprintf(&b, "\n%s:\n%s", g.title, fs.FlagUsages())
+				fmt.Fprintf(&b, "\n%s:\n%s", g.Title, fs.FlagUsages())
 			}
 		}
 		for _, set := range []struct {

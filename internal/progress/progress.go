@@ -1,4 +1,8 @@
-package main
+// Package progress draws a command's progress on a terminal: a one-line
+// counter (Counter) that stays silent off a terminal, and the standard
+// error (Line) that it shares with logs and warnings, so that what else is
+// written there ends the progress line first instead of running on from it.
+package progress
 
 import (
 	"fmt"
@@ -11,63 +15,63 @@ import (
 	"golang.org/x/term"
 )
 
-// progress draws a one-line counter on a terminal and stays silent
+// Counter draws a one-line counter on a terminal and stays silent
 // otherwise (logs and pipes get the final summary only).
-type progress struct {
-	line  *termLine
+type Counter struct {
+	line  *Line
 	label string
 	tty   bool
 	start time.Time
 	now   func() time.Time
 }
 
-// newProgress draws on w, which should be the command's standard error
-// (globals.stderr, a *termLine), so that what else is written there ends
+// New draws on w, which should be the command's standard error
+// (a *Line, see NewLine), so that what else is written there ends
 // the progress line first instead of running on from it.
-func newProgress(w io.Writer, label string) *progress {
-	line, ok := w.(*termLine)
+func New(w io.Writer, label string) *Counter {
+	line, ok := w.(*Line)
 	if !ok {
-		line = &termLine{w: w}
+		line = &Line{w: w}
 	}
-	return &progress{line: line, label: label, tty: isTerminal(w), start: time.Now(), now: time.Now}
+	return &Counter{line: line, label: label, tty: IsTerminal(w), start: time.Now(), now: time.Now}
 }
 
-// newLoadProgress is newProgress for a load, which also stays silent when
+// NewLoad is New for a load, which also stays silent when
 // the logs are JSON: whoever reads them is a program.
-func newLoadProgress(w io.Writer, label, logFormat string) *progress {
-	p := newProgress(w, label)
-	p.tty = showProgress(p.tty, logFormat)
+func NewLoad(w io.Writer, label, logFormat string) *Counter {
+	p := New(w, label)
+	p.tty = Shown(p.tty, logFormat)
 	return p
 }
 
-// showProgress decides whether a progress line is drawn: only on a
+// Shown decides whether a progress line is drawn: only on a
 // terminal, and not among JSON logs.
-func showProgress(terminal bool, logFormat string) bool {
+func Shown(terminal bool, logFormat string) bool {
 	return terminal && !strings.EqualFold(logFormat, "json")
 }
 
-// reading draws the progress of reading a records file: rows read, the
+// Reading draws the progress of reading a records file: rows read, the
 // rate, and with the file's size, the share read and the time left.
-func (p *progress) reading(rows, read, size int64) {
+func (p *Counter) Reading(rows, read, size int64) {
 	if p == nil || !p.tty {
 		return
 	}
-	p.line.draw(readingLine(p.label, rows, read, size, p.now().Sub(p.start)))
+	p.line.draw(ReadingLine(p.label, rows, read, size, p.now().Sub(p.start)))
 }
 
-// readingLine is the progress line of a file being read: rows read so
+// ReadingLine is the progress line of a file being read: rows read so
 // far, rows/s since the start, and when the size is known the share of
 // the bytes read and the time left at the rate so far.
-func readingLine(label string, rows, read, size int64, elapsed time.Duration) string {
+func ReadingLine(label string, rows, read, size int64, elapsed time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: reading records: %s rows", label, thousands(rows))
+	fmt.Fprintf(&b, "%s: reading records: %s rows", label, Thousands(rows))
 	if size > 0 {
 		fmt.Fprintf(&b, " (%d%%)", min(100, read*100/size))
 	}
 	if elapsed < time.Second || rows == 0 {
 		return b.String()
 	}
-	fmt.Fprintf(&b, ", %s rows/s", thousands(int64(float64(rows)/elapsed.Seconds())))
+	fmt.Fprintf(&b, ", %s rows/s", Thousands(int64(float64(rows)/elapsed.Seconds())))
 	if size > 0 && read > 0 && read < size {
 		left := time.Duration(float64(elapsed) * float64(size-read) / float64(read))
 		fmt.Fprintf(&b, ", %s left", left.Round(time.Second))
@@ -75,8 +79,8 @@ func readingLine(label string, rows, read, size int64, elapsed time.Duration) st
 	return b.String()
 }
 
-// thousands writes n with commas between groups of three digits.
-func thousands(n int64) string {
+// Thousands writes n with commas between groups of three digits.
+func Thousands(n int64) string {
 	s := fmt.Sprint(n)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")
@@ -93,7 +97,9 @@ func thousands(n int64) string {
 	return b.String()
 }
 
-func (p *progress) update(stage string, rows int64) {
+// Update draws the stage a load is in and the rows read so far (the
+// shape of ingest.Options.Progress).
+func (p *Counter) Update(stage string, rows int64) {
 	if p == nil || !p.tty {
 		return
 	}
@@ -105,32 +111,35 @@ func (p *progress) update(stage string, rows int64) {
 	}
 }
 
-// done clears the progress line, for the summary that follows.
-func (p *progress) done() {
+// Done clears the progress line, for the summary that follows.
+func (p *Counter) Done() {
 	if p != nil && p.tty {
 		p.line.clear()
 	}
 }
 
-// end leaves the progress line as it is and ends it, so that what follows
+// End leaves the progress line as it is and ends it, so that what follows
 // (why the command stopped) starts on a line of its own.
-func (p *progress) end() {
+func (p *Counter) End() {
 	if p != nil && p.tty {
 		p.line.end()
 	}
 }
 
-// termLine is a command's standard error, shared by a progress line and
+// Line is a command's standard error, shared by a progress line and
 // everything else written there (logs, warnings): a write while the
 // progress line is drawn ends that line first, so that nothing is glued to
 // it.
-type termLine struct {
+type Line struct {
 	mu   sync.Mutex
 	w    io.Writer
 	open bool // a progress line is drawn and not yet ended or cleared
 }
 
-func (t *termLine) Write(p []byte) (int, error) {
+// NewLine returns w shared between a progress line and everything else.
+func NewLine(w io.Writer) *Line { return &Line{w: w} }
+
+func (t *Line) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.open {
@@ -143,10 +152,10 @@ func (t *termLine) Write(p []byte) (int, error) {
 }
 
 // Unwrap returns the writer written to (to ask whether it is a terminal).
-func (t *termLine) Unwrap() io.Writer { return t.w }
+func (t *Line) Unwrap() io.Writer { return t.w }
 
 // draw replaces the progress line with s.
-func (t *termLine) draw(s string) {
+func (t *Line) draw(s string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, _ = io.WriteString(t.w, "\r\033[K"+s)
@@ -154,7 +163,7 @@ func (t *termLine) draw(s string) {
 }
 
 // clear erases the progress line, if one is drawn.
-func (t *termLine) clear() {
+func (t *Line) clear() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.open {
@@ -164,7 +173,7 @@ func (t *termLine) clear() {
 }
 
 // end ends the progress line, if one is drawn, keeping it on screen.
-func (t *termLine) end() {
+func (t *Line) end() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.open {
@@ -173,8 +182,8 @@ func (t *termLine) end() {
 	}
 }
 
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
+// IsTerminal reports whether w is a terminal.
+func IsTerminal(w io.Writer) bool {
 	f, ok := file(w)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
@@ -194,9 +203,9 @@ func file(w io.Writer) (*os.File, bool) {
 	}
 }
 
-// terminalSize is the width and height of w's terminal, or zeros if
+// TerminalSize is the width and height of w's terminal, or zeros if
 // unknown.
-func terminalSize(w io.Writer) (int, int) {
+func TerminalSize(w io.Writer) (int, int) {
 	f, ok := file(w)
 	if !ok {
 		return 0, 0

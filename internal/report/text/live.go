@@ -1,4 +1,4 @@
-package main
+package text
 
 import (
 	"fmt"
@@ -7,14 +7,20 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/internal/noun"
+	"github.com/batonhq/baton/internal/report"
+
+	"github.com/batonhq/baton/internal/progress"
 )
 
-// liveView renders a status snapshot: redrawn in place on a terminal, a
+// Live renders a status snapshot: redrawn in place on a terminal, a
 // line per second elsewhere. On a terminal every line is cut to the
 // terminal's width, so nothing wraps and a redraw always overwrites exactly
 // what the previous one drew, and the contract list is cut to its height
 // with an "N more" line.
-type liveView struct {
+type Live struct {
 	w      io.Writer
 	tty    bool
 	screen bool // redraw from the top of the screen (status --watch) rather than in place below earlier output
@@ -34,11 +40,14 @@ type liveView struct {
 	size func() (int, int)
 }
 
-func newLiveView(w io.Writer) *liveView {
-	return &liveView{w: w, tty: isTerminal(w), rows: 8, size: func() (int, int) { return terminalSize(w) }}
+// NewLive returns a live view drawn on w, in place when w is a terminal.
+func NewLive(w io.Writer) *Live {
+	return &Live{w: w, tty: progress.IsTerminal(w), rows: 8, size: func() (int, int) { return progress.TerminalSize(w) }}
 }
 
-func (v *liveView) note(s string) {
+// Note adds a line under the view (a terminal) or writes it with a time
+// stamp (elsewhere).
+func (v *Live) Note(s string) {
 	stamp := time.Now().Format("15:04:05.000")
 	if v.tty {
 		v.notes = append(v.notes, stamp+"  "+s)
@@ -59,29 +68,25 @@ func bar(done, total int64, width int) string {
 	return strings.Repeat("█", n) + strings.Repeat("░", width-n)
 }
 
-// stateOrder lists the states, held ones first (what is being worked on
-// now), then the backlog.
-var stateOrder = []string{"confirming", "active", "caught_up", "stale", "backoff", "quarantined", "pending", "done"}
-
 func stateRank(s string) int {
-	for i, x := range stateOrder {
+	for i, x := range report.StateOrder {
 		if x == s {
 			return i
 		}
 	}
-	return len(stateOrder)
+	return len(report.StateOrder)
 }
 
-// byState formats the state counts in stateOrder: "active 3, done 10".
+// byState formats the state counts in report.StateOrder: "active 3, done 10".
 func byState(m map[string]int) string {
 	var parts []string
-	for _, s := range stateOrder {
+	for _, s := range report.StateOrder {
 		if m[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", s, m[s]))
 		}
 	}
 	for s, n := range m { // states this binary does not know, if any
-		if stateRank(s) == len(stateOrder) && n > 0 {
+		if stateRank(s) == len(report.StateOrder) && n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", s, n))
 		}
 	}
@@ -91,7 +96,9 @@ func byState(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
+// Draw draws s, of which total records are to be priced, elapsed after
+// the start.
+func (v *Live) Draw(s report.Status, total int64, elapsed time.Duration) {
 	now := time.Now()
 	if v.seen != nil && now.Sub(v.seenAt) > 0 {
 		v.rates = map[string]float64{}
@@ -143,7 +150,7 @@ func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
 		}
 		lines = append(lines, horizonLine(h))
 	}
-	parts := append([]partitionJSON(nil), s.Partitions...)
+	parts := append([]report.Contract(nil), s.Partitions...)
 	sort.SliceStable(parts, func(i, j int) bool {
 		if ri, rj := stateRank(parts[i].State), stateRank(parts[j].State); ri != rj {
 			return ri < rj
@@ -183,7 +190,7 @@ func (v *liveView) draw(s statusJSON, total int64, elapsed time.Duration) {
 		fmt.Fprintf(&b, "\033[%dA\r", v.lines)
 	}
 	for _, l := range lines {
-		b.WriteString(fit(l, width-1))
+		b.WriteString(Fit(l, width-1))
 		b.WriteString("\033[K\n")
 	}
 	if v.screen {
@@ -210,7 +217,7 @@ type columns struct{ id, owner int }
 // wraps): ids take what they need and no more, the owner column grows
 // into what is left (an owner with segments, "w1#a1b2 +3 seg", is long),
 // and when room is short ids give way first, cut in the middle.
-func layout(width int, parts []partitionJSON) columns {
+func layout(width int, parts []report.Contract) columns {
 	avail := width - 1 - 2 - (colState + 1) - (colBar + 1) - (colRate + 2 + 1) - (colLeft + 5) - 1
 	wantID, wantOwner := len("CONTRACT"), colOwner
 	for _, p := range parts {
@@ -232,25 +239,25 @@ func contractHeader(c columns) string {
 }
 
 // ownerText is who holds a contract, with the segments held.
-func ownerText(p partitionJSON) string {
+func ownerText(p report.Contract) string {
 	switch {
 	case p.Owner != nil && p.SegmentsHeld > 0:
 		return fmt.Sprintf("%s +%d seg", *p.Owner, p.SegmentsHeld)
 	case p.Owner != nil:
 		return *p.Owner
 	case p.SegmentsHeld > 0:
-		return fmt.Sprintf("%d %s", p.SegmentsHeld, plural(p.SegmentsHeld, "segment", "segments"))
+		return noun.Count(p.SegmentsHeld, "segment", "segments")
 	}
 	return "-"
 }
 
-func contractLine(p partitionJSON, rate float64, c columns) string {
+func contractLine(p report.Contract, rate float64, c columns) string {
 	return fmt.Sprintf("  %s %s %s %s %*.0f/s %*d left", padMiddle(p.ContractID, c.id), pad(p.State, colState),
 		pad(ownerText(p), c.owner), bar(p.Processed, p.Processed+p.Pending, colBar), colRate, rate, colLeft, p.Pending)
 }
 
-// fit cuts s to at most n characters (runes), ending a cut line with "…".
-func fit(s string, n int) string {
+// Fit cuts s to at most n characters (runes), ending a cut line with "…".
+func Fit(s string, n int) string {
 	if n <= 0 {
 		return ""
 	}
@@ -261,10 +268,10 @@ func fit(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// fitMiddle cuts s to at most n characters (runes) by taking them out of
+// FitMiddle cuts s to at most n characters (runes) by taking them out of
 // its middle, marked "…": ids that share a long prefix (c-2024-…-0041,
 // c-2024-…-0042) still differ by their ends. The end keeps the larger half.
-func fitMiddle(s string, n int) string {
+func FitMiddle(s string, n int) string {
 	if n <= 0 {
 		return ""
 	}
@@ -279,18 +286,18 @@ func fitMiddle(s string, n int) string {
 
 // pad fits s into exactly n characters.
 func pad(s string, n int) string {
-	s = fit(s, n)
+	s = Fit(s, n)
 	return s + strings.Repeat(" ", max(0, n-utf8.RuneCountInString(s)))
 }
 
 // padMiddle fits s into exactly n characters, cutting its middle.
 func padMiddle(s string, n int) string {
-	s = fitMiddle(s, n)
+	s = FitMiddle(s, n)
 	return s + strings.Repeat(" ", max(0, n-utf8.RuneCountInString(s)))
 }
 
 // horizonLine sums up what holds back vacuum in one line.
-func horizonLine(h *horizonJSON) string {
+func horizonLine(h *horizon.View) string {
 	oldest := "nothing holds back the xmin horizon"
 	if len(h.Holders) > 0 {
 		x := h.Holders[0]
@@ -310,7 +317,7 @@ func pct(a, b int64) int64 {
 	return int64(100 * float64(min(max(a, 0), b)) / float64(b))
 }
 
-func workerSummary(s statusJSON) string {
+func workerSummary(s report.Status) string {
 	var b strings.Builder
 	for _, w := range s.Workers {
 		fmt.Fprintf(&b, " %s=%d", w.Name, w.Held)

@@ -1,4 +1,4 @@
-package main
+package text
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/report"
 )
 
@@ -20,21 +21,21 @@ var escapes = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
 func TestLiveViewFitsAnyTerminalAndData(t *testing.T) {
 	owner := "w1"
 	long := strings.Repeat("y", 64)
-	snapshots := map[string]statusJSON{
-		"empty": {Totals: totalsJSON{ByState: map[string]int{}}},
+	snapshots := map[string]report.Status{
+		"empty": {Totals: report.Totals{ByState: map[string]int{}}},
 		"odd numbers": {
-			Partitions: []partitionJSON{
+			Partitions: []report.Contract{
 				{ContractID: long, State: "active", Owner: &owner, Processed: 500, Pending: -20},
 				{ContractID: "c", State: "confirming", Processed: math.MaxInt64, Pending: math.MaxInt64},
 				{ContractID: "d", State: "done", Processed: -5, Pending: 0},
 			},
 			Workers: []report.Worker{{Name: strings.Repeat("w", 100), Held: 3}},
-			Totals:  totalsJSON{Partitions: 3, Processed: 1 << 62, Pending: -1, ByState: map[string]int{"active": 1, "done": 1, "weird": 1}},
+			Totals:  report.Totals{Partitions: 3, Processed: 1 << 62, Pending: -1, ByState: map[string]int{"active": 1, "done": 1, "weird": 1}},
 		},
 	}
-	many := statusJSON{Totals: totalsJSON{ByState: map[string]int{}}}
+	many := report.Status{Totals: report.Totals{ByState: map[string]int{}}}
 	for i := range 500 {
-		many.Partitions = append(many.Partitions, partitionJSON{ContractID: fmt.Sprintf("%s-%03d", long[:60], i), State: "pending", Pending: int64(i)})
+		many.Partitions = append(many.Partitions, report.Contract{ContractID: fmt.Sprintf("%s-%03d", long[:60], i), State: "pending", Pending: int64(i)})
 		many.Totals.ByState["pending"]++
 	}
 	snapshots["many"] = many
@@ -43,11 +44,11 @@ func TestLiveViewFitsAnyTerminalAndData(t *testing.T) {
 			for _, height := range []int{0, 1, 2, 3, 5, 24, 100} {
 				for _, screen := range []bool{false, true} {
 					var buf bytes.Buffer
-					v := &liveView{w: &buf, tty: true, screen: screen, rows: 8, size: func() (int, int) { return width, height }}
-					v.note("a note that is longer than a narrow terminal is wide")
+					v := &Live{w: &buf, tty: true, screen: screen, rows: 8, size: func() (int, int) { return width, height }}
+					v.Note("a note that is longer than a narrow terminal is wide")
 					v.alert = "database unreachable, retrying"
 					for _, total := range []int64{0, -3, s.Totals.Processed, 10} {
-						v.draw(s, total, time.Second)
+						v.Draw(s, total, time.Second)
 					}
 					limit := width - 1
 					if width <= 0 {
@@ -74,13 +75,13 @@ func TestLiveViewFitsAnyTerminalAndData(t *testing.T) {
 // still shows the end that tells them apart.
 func TestLiveViewCutsIdsInTheMiddle(t *testing.T) {
 	prefix := strings.Repeat("W", 60)
-	s := statusJSON{Totals: totalsJSON{ByState: map[string]int{"pending": 3}}}
+	s := report.Status{Totals: report.Totals{ByState: map[string]int{"pending": 3}}}
 	for _, n := range []int{41, 42, 43} {
-		s.Partitions = append(s.Partitions, partitionJSON{ContractID: fmt.Sprintf("%s%04d", prefix, n), State: "pending", Pending: int64(n)})
+		s.Partitions = append(s.Partitions, report.Contract{ContractID: fmt.Sprintf("%s%04d", prefix, n), State: "pending", Pending: int64(n)})
 	}
 	var buf bytes.Buffer
-	v := &liveView{w: &buf, tty: true, screen: true, rows: 8, size: func() (int, int) { return 80, 24 }}
-	v.draw(s, 10, time.Second)
+	v := &Live{w: &buf, tty: true, screen: true, rows: 8, size: func() (int, int) { return 80, 24 }}
+	v.Draw(s, 10, time.Second)
 	ids := map[string]bool{}
 	for _, line := range strings.Split(escapes.ReplaceAllString(buf.String(), ""), "\n") {
 		if !strings.HasPrefix(line, "  WWW") {
@@ -125,12 +126,12 @@ func TestFitMiddle(t *testing.T) {
 		{"äöüßéèêëç", 5, "äö…ëç"},
 		{strings.Repeat("W", 60) + "0042", 15, "WWWWWWW…WWW0042"},
 	} {
-		got := fitMiddle(c.s, c.n)
+		got := FitMiddle(c.s, c.n)
 		if got != c.want {
-			t.Errorf("fitMiddle(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
+			t.Errorf("FitMiddle(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
 		}
 		if n := utf8.RuneCountInString(got); n > max(c.n, 0) {
-			t.Errorf("fitMiddle(%q, %d): %d characters", c.s, c.n, n)
+			t.Errorf("FitMiddle(%q, %d): %d characters", c.s, c.n, n)
 		}
 		if p := padMiddle(c.s, c.n); c.n > 0 && utf8.RuneCountInString(p) != c.n {
 			t.Errorf("padMiddle(%q, %d) = %q: want exactly %d characters", c.s, c.n, p, c.n)
@@ -143,14 +144,14 @@ func TestFitMiddle(t *testing.T) {
 func TestLiveViewShowsSegmentsHeld(t *testing.T) {
 	w := "w1"
 	for _, tc := range []struct {
-		p    partitionJSON
+		p    report.Contract
 		want string
 	}{
-		{partitionJSON{ContractID: "c", State: "active", Owner: &w, Segments: 3, SegmentsHeld: 2}, "w1 +2 seg"},
-		{partitionJSON{ContractID: "c", State: "active", Segments: 3, SegmentsHeld: 1}, "1 segment "},
-		{partitionJSON{ContractID: "c", State: "pending", Segments: 3}, " - "},
+		{report.Contract{ContractID: "c", State: "active", Owner: &w, Segments: 3, SegmentsHeld: 2}, "w1 +2 seg"},
+		{report.Contract{ContractID: "c", State: "active", Segments: 3, SegmentsHeld: 1}, "1 segment "},
+		{report.Contract{ContractID: "c", State: "pending", Segments: 3}, " - "},
 	} {
-		if got := contractLine(tc.p, 0, layout(100, []partitionJSON{tc.p})); !strings.Contains(got, tc.want) {
+		if got := contractLine(tc.p, 0, layout(100, []report.Contract{tc.p})); !strings.Contains(got, tc.want) {
 			t.Errorf("%+v: %q does not show %q", tc.p, got, tc.want)
 		}
 	}
@@ -160,7 +161,7 @@ func TestLiveViewShowsSegmentsHeld(t *testing.T) {
 // while a long owner is cut; at 80 a long id gives way first.
 func TestLiveViewLayoutGivesRoomWhereItIsNeeded(t *testing.T) {
 	owner := "pricer-eu-west-1a#7f3c9e2b"
-	parts := []partitionJSON{
+	parts := []report.Contract{
 		{ContractID: "c-000042", State: "active", Owner: &owner, SegmentsHeld: 3, Processed: 5, Pending: 5},
 		{ContractID: "c-000043", State: "pending", Processed: 0, Pending: 10},
 	}
@@ -172,10 +173,27 @@ func TestLiveViewLayoutGivesRoomWhereItIsNeeded(t *testing.T) {
 	if n := utf8.RuneCountInString(line); n > 159 {
 		t.Errorf("at 160 columns the line has %d characters", n)
 	}
-	long := []partitionJSON{{ContractID: strings.Repeat("x", 70) + "-0042", State: "active", Owner: &owner}}
+	long := []report.Contract{{ContractID: strings.Repeat("x", 70) + "-0042", State: "active", Owner: &owner}}
 	narrow := layout(80, long)
 	line = contractLine(long[0], 0, narrow)
 	if n := utf8.RuneCountInString(line); n > 79 || !strings.Contains(line, "-0042") || narrow.owner != colOwner {
 		t.Errorf("at 80 columns: %q (%d characters, columns %+v): want the id's end kept within 79 and the owner at its width", line, n, narrow)
+	}
+}
+
+// On a terminal the live view shows the warning and the horizon line.
+func TestHorizonLiveViewShowsWarning(t *testing.T) {
+	age := int64(720000)
+	s := report.Status{Totals: report.Totals{ByState: map[string]int{}}, Horizon: &horizon.View{
+		Warning: true, Reason: "a transaction open for 12m0s holds back the xmin horizon", DeadRows: 42,
+		Holders: []horizon.ViewHolder{{AgeMS: &age}},
+	}}
+	s.Horizon.Holders[0].PID, s.Horizon.Holders[0].Kind = 77, "session"
+	var buf bytes.Buffer
+	v := &Live{w: &buf, tty: true, screen: true, rows: 8, size: func() (int, int) { return 200, 24 }}
+	v.Draw(s, 0, time.Second)
+	out := escapes.ReplaceAllString(buf.String(), "")
+	if !strings.Contains(out, "WARNING: a transaction open for 12m0s") || !strings.Contains(out, "vacuum: 42 dead row versions; oldest transaction holding the horizon 12m0s: pid 77") {
+		t.Fatalf("live view:\n%s", out)
 	}
 }

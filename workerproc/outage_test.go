@@ -1,4 +1,4 @@
-package main
+package workerproc
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"encoding/json"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/heartbeat"
 )
@@ -44,7 +45,14 @@ func (l *outageLog) logAt(level slog.Level, msg string, args ...any) {
 // lines returns the lines logged since the last call as "LEVEL msg".
 func (l *outageLog) lines() []string {
 	var out []string
-	for _, m := range logLines(l.t, l.buf.String()) {
+	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			l.t.Fatalf("log line is not JSON: %q", line)
+		}
 		out = append(out, fmt.Sprintf("%s %s", m["level"], m["msg"]))
 	}
 	l.buf.Reset()

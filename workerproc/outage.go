@@ -1,11 +1,9 @@
-package main
+package workerproc
 
 import (
 	"context"
 	"errors"
 	"log/slog"
-	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,8 +15,9 @@ import (
 // unreachable.
 const outageRemind = 30 * time.Second
 
-// outageHandler turns a database outage into one line per worker instead of
-// a line per contract and retry. The distributor says when the database
+// outageHandler is the process's log during a database outage: one line
+// per worker instead of a line per partition and retry, from every
+// component (the distributor, the jobs, the backlog and metrics). The distributor says when the database
 // is unreachable and when it is back (distributor.EventDatabaseUnreachable
 // and EventDatabaseBack, from its heartbeat; see eventHook): at the first
 // it logs "database unreachable" at WARN (repeated every outageRemind
@@ -28,7 +27,7 @@ const outageRemind = 30 * time.Second
 // and fenced it causes per partition) are logged at DEBUG only. What needs
 // a human (a quarantined partition, a failure unrelated to connectivity)
 // keeps its level. It also drops pgx's note of the refused TLS attempt that
-// sslmode=prefer makes before connecting without TLS.
+// sslmode=prefer makes before connecting without TLS (dberr.Message).
 type outageHandler struct {
 	h slog.Handler
 	s *outageState
@@ -45,6 +44,11 @@ type outageState struct {
 
 func newOutageHandler(h slog.Handler) *outageHandler {
 	return &outageHandler{h: h, s: &outageState{}}
+}
+
+// over is a handler writing to h that shares o's outage.
+func (o *outageHandler) over(h slog.Handler) *outageHandler {
+	return &outageHandler{h: h, s: o.s}
 }
 
 func (o *outageHandler) Enabled(ctx context.Context, l slog.Level) bool {
@@ -103,7 +107,7 @@ func (o *outageHandler) begin(ctx context.Context, t time.Time, cause error) err
 	o.s.down, o.s.since, o.s.lastWarn, o.s.suppressed = true, t, t, 0
 	o.s.mu.Unlock()
 	return o.emit(ctx, t, slog.LevelWarn, "database unreachable, retrying (until it is back, what follows from it is logged at debug)",
-		"event", "database_unreachable", "error", cleanError(cause.Error()))
+		"event", "database_unreachable", "error", dberr.Message(cause))
 }
 
 // follows reports whether a warning with these attributes follows from the
@@ -190,31 +194,9 @@ func cleanAttrs(attrs []slog.Attr) []slog.Attr {
 	out := make([]slog.Attr, len(attrs))
 	for i, a := range attrs {
 		if err, ok := a.Value.Any().(error); ok && a.Value.Kind() == slog.KindAny {
-			a = slog.String(a.Key, cleanError(err.Error()))
+			a = slog.String(a.Key, dberr.Message(err))
 		}
 		out[i] = a
 	}
 	return out
-}
-
-// tlsAttempt is pgx's account of the TLS attempt sslmode=prefer makes
-// first; when the attempt without TLS that follows failed too, that one is
-// the one that matters.
-var tlsAttempt = regexp.MustCompile(`\n\t[^\n]*: tls error: [^\n]*`)
-
-// cleanError drops the TLS attempts from a connection error's text when
-// another attempt is reported, and puts a single remaining attempt on the
-// same line.
-func cleanError(s string) string {
-	if !strings.Contains(s, "tls error: ") {
-		return s
-	}
-	cut := tlsAttempt.ReplaceAllString(s, "")
-	if !strings.Contains(cut, "\n\t") {
-		return s // TLS was the only attempt: keep it
-	}
-	if strings.Count(cut, "\n\t") == 1 {
-		cut = strings.Replace(cut, ":\n\t", ": ", 1)
-	}
-	return cut
 }

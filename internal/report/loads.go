@@ -1,0 +1,42 @@
+package report
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/pricing/ingest"
+)
+
+// LoadsShown is how many of the newest loads ReadLoads lists.
+const LoadsShown = 20
+
+// LoadsQuery is what status was asked of the loads: the newest
+// (--loads), or the ones named (--load N), which it checks are present.
+type LoadsQuery struct {
+	Newest bool
+	IDs    []int64
+}
+
+// Asked reports whether any load was asked for.
+func (q LoadsQuery) Asked() bool { return q.Newest || len(q.IDs) > 0 }
+
+// ReadLoads adds the loads asked for to s, and the ids named but not
+// present to s.MissingLoads.
+func ReadLoads(ctx context.Context, db *dbconn.DB, schemaName string, q LoadsQuery, s *Status) error {
+	if !q.Asked() {
+		return nil
+	}
+	loads, err := ingest.NewStore(db, schemaName).Loads(ctx, LoadsShown, q.IDs...)
+	if err != nil {
+		return fmt.Errorf("reading the loads asked for: %w", err)
+	}
+	s.Loads = loads
+	for _, id := range q.IDs {
+		if !slices.ContainsFunc(loads, func(l ingest.LoadInfo) bool { return l.LoadID == id }) {
+			s.MissingLoads = append(s.MissingLoads, id)
+		}
+	}
+	return nil
+}
