@@ -116,7 +116,8 @@ type ceilingResult struct {
 func (e *env) runCeiling(ctx context.Context, db *bun.DB, variant string) (ceilingResult, error) {
 	r := ceilingResult{Variant: variant}
 	table := "ceiling_" + variant
-	if _, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE baton.priced INCLUDING ALL)`, table)); err != nil {
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE %[1]s (LIKE baton.priced_rows INCLUDING ALL);
+		ALTER TABLE %[1]s ALTER COLUMN generation SET DEFAULT 1`, table)); err != nil {
 		return r, fmt.Errorf("creating %s: %w", table, err)
 	}
 	e.checkpoint(ctx)
@@ -184,7 +185,8 @@ func (e *env) runCopy(ctx context.Context, db *bun.DB, source string) (copyResul
 	if err := rows.Err(); err != nil {
 		return r, fmt.Errorf("reading rows to copy: %w", err)
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE copy_priced (LIKE baton.priced INCLUDING ALL)`); err != nil {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE copy_priced (LIKE baton.priced_rows INCLUDING ALL);
+		ALTER TABLE copy_priced ALTER COLUMN generation SET DEFAULT 1`); err != nil {
 		return r, fmt.Errorf("creating copy_priced: %w", err)
 	}
 	conn, err := db.Conn(ctx)

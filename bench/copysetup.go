@@ -78,7 +78,8 @@ func (e *env) measureCopySetup(ctx context.Context) (*copySetup, error) {
 		return nil, err
 	}
 	defer func() { db.Close(); e.dropDB(ctx, name) }()
-	if _, err := db.ExecContext(ctx, `CREATE TABLE copy_probe (LIKE baton.priced INCLUDING ALL)`); err != nil {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE copy_probe (LIKE baton.priced_rows INCLUDING ALL);
+		ALTER TABLE copy_probe ALTER COLUMN generation SET DEFAULT 1`); err != nil {
 		return nil, fmt.Errorf("creating copy_probe: %w", err)
 	}
 	conn, err := db.Conn(ctx)

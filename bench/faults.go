@@ -151,17 +151,17 @@ type faultResult struct {
 	Command      string    `json:"command"`
 }
 
-// dropPricedKey replaces priced's primary key with a plain index, so that
+// dropPricedKey replaces priced_rows' unique key with a plain index, so that
 // a design that prices a record twice shows it as a duplicate row instead
 // of a failed batch: the experiments measure the design's own guarantee,
 // not the last line of defence.
 func dropPricedKey(ctx context.Context, db bun.IDB) error {
 	for _, s := range []string{
-		`ALTER TABLE baton.priced DROP CONSTRAINT priced_pkey`,
-		`CREATE INDEX priced_contract_seq ON baton.priced (contract_id, seq)`,
+		`DROP INDEX baton.priced_rows_key`,
+		`CREATE INDEX priced_rows_contract_seq ON baton.priced_rows (contract_id, seq, generation DESC)`,
 	} {
 		if _, err := db.ExecContext(ctx, s); err != nil {
-			return fmt.Errorf("replacing priced's primary key: %w", err)
+			return fmt.Errorf("replacing priced_rows' unique key: %w", err)
 		}
 	}
 	return nil
@@ -169,7 +169,7 @@ func dropPricedKey(ctx context.Context, db bun.IDB) error {
 
 // outcome counts duplicated and unpriced records and verifies the output.
 func outcome(ctx context.Context, db *bun.DB) (dups, lost int64, mismatches int, err error) {
-	if err = db.QueryRowContext(ctx, `SELECT count(*) - count(DISTINCT (contract_id, seq)) FROM baton.priced`).Scan(&dups); err != nil {
+	if err = db.QueryRowContext(ctx, `SELECT count(*) - count(DISTINCT (contract_id, seq, generation)) FROM baton.priced_rows`).Scan(&dups); err != nil {
 		return 0, 0, 0, fmt.Errorf("counting duplicates: %w", err)
 	}
 	if err = db.QueryRowContext(ctx, `SELECT count(*) FROM baton.records r

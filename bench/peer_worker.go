@@ -360,8 +360,8 @@ func (w *peer) batch(ctx context.Context, tx pgx.Tx, contract string, pos, cum i
 		return fmt.Errorf("contract %s: no records after %d", contract, pos)
 	}
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO baton.priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
-		SELECT $1, s, r, g, d, n, 0, $2
+		INSERT INTO baton.priced_rows (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by, generation)
+		SELECT $1, s, r, g, d, n, 0, $2, 1
 		FROM unnest($3::bigint[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[]) AS u(s, r, g, d, n)`,
 		contract, w.o.id, seqs, ids, gross, disc, net); err != nil {
 		return fmt.Errorf("writing priced rows of %s: %w", contract, err)

@@ -17,36 +17,38 @@ import (
 )
 
 // The rerate scenario: what a re-rating costs against the first pricing
-// of the same records, in the same run.
+// of the same records, back to back in one database with the same worker
+// processes.
 //
-//  1. A tier change for a tenth of the contracts of 1,000 × 1,000
-//     (worker load --tiers --reprice), re-priced by 2 `worker run
-//     --until-done` processes, against those processes' first pricing of
-//     all the records: records/s of each, and their ratio. The contracts
-//     not named must keep generation 1 and their priced rows unchanged
-//     (fingerprints before and after).
-//  2. An amendment of one record in the middle of a 100,000-record
-//     contract (worker load --records --amend): only the records from it
-//     on are re-priced; the records re-priced and the time are reported.
+//  1. The first pricing of 1,000,000 records over 200 contracts by 2
+//     `worker run --until-done` processes.
+//  2. A tier change of every contract (worker load --tiers --reprice; of
+//     every Nth with -rerate-retier-every), re-priced by the same
+//     processes: records/s of the records re-priced, over the first
+//     pricing's. The contracts not named must keep their generation and
+//     their priced rows unchanged (fingerprints before and after).
+//  3. An amendment of each contract's middle record (worker load --records
+//     --amend): only the records from it on are re-priced; records/s of
+//     those, over the first pricing's.
+//
+// pricer.Verify must pass after each re-pricing.
 
 // rerateConfig holds the scenario's knobs.
 type rerateConfig struct {
-	records, amendRecords, workers intFlag
+	records, contracts, retierEvery, workers intFlag
 }
 
 func (c *rerateConfig) flags(fs *flag.FlagSet) {
-	c.records.v, c.amendRecords.v, c.workers.v = 1_000_000, 100_000, 2
-	fs.Var(&c.records, "rerate-records", "rerate: records of the tier-change data set, 1,000 contracts (default 1000000; -quick 100000)")
-	fs.Var(&c.amendRecords, "rerate-amend-records", "rerate: records of the amended contract (default 100000; -quick 20000)")
+	c.records.v, c.contracts.v, c.retierEvery.v, c.workers.v = 1_000_000, 200, 1, 2
+	fs.Var(&c.records, "rerate-records", "rerate: records of the data set (default 1000000; -quick 100000)")
+	fs.Var(&c.contracts, "rerate-contracts", "rerate: contracts of the data set (default 200)")
+	fs.Var(&c.retierEvery, "rerate-retier-every", "rerate: the tier change names every Nth contract (default 1: all)")
 	fs.Var(&c.workers, "rerate-workers", "rerate: worker processes (default 2)")
 }
 
 func (c *rerateConfig) applyQuick() {
 	if !c.records.set {
 		c.records.v = 100_000
-	}
-	if !c.amendRecords.set {
-		c.amendRecords.v = 20_000
 	}
 }
 
@@ -70,36 +72,30 @@ type rerateResult struct {
 	Retiered  int       `json:"retiered_contracts"`
 	Reprice   rerateRun `json:"reprice"`
 	Ratio     float64   `json:"ratio"`
-	Untouched bool      `json:"untouched"` // contracts not named kept generation 1 and their priced rows
+	Untouched bool      `json:"untouched"` // contracts not named kept their generation and their priced rows
 	Verified  bool      `json:"verified"`  // pricer.Verify after the re-pricing: no mismatch, all priced
-	// The amendment: a contract of AmendContract records, the record at
-	// AmendedSeq amended, AmendRepriced records re-priced.
-	AmendContract int64     `json:"amend_contract_records"`
-	AmendedSeq    int64     `json:"amended_seq"`
-	AmendFirst    rerateRun `json:"amend_first"`
+	// The amendment of each contract's middle record: Amend the re-pricing
+	// of the records from it on, AmendRatio its records/s over First's.
 	Amend         rerateRun `json:"amend"`
+	AmendRatio    float64   `json:"amend_ratio"`
 	AmendVerified bool      `json:"amend_verified"`
 	Error         string    `json:"error,omitempty"`
 }
 
 func (e *env) runRerate(ctx context.Context, res *results) error {
 	c := e.cfg.rerate
-	r := &rerateResult{Workers: c.workers.v, Seed: e.cfg.seed, Contracts: 1000}
+	r := &rerateResult{Workers: c.workers.v, Seed: e.cfg.seed, Contracts: c.contracts.v}
 	res.Rerate = r
-	if err := e.rerateTiers(ctx, r, res); err != nil {
-		r.Error = err.Error()
-		return err
-	}
-	if err := e.rerateAmend(ctx, r, res); err != nil {
+	if err := e.rerate(ctx, r, res); err != nil {
 		r.Error = err.Error()
 		return err
 	}
 	return nil
 }
 
-// rerateTiers measures the first pricing and the re-pricing of a tenth of
-// the contracts after a tier change.
-func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results) error {
+// rerate prices the data set, re-prices it after a tier change and again
+// after an amendment of each contract's middle record.
+func (e *env) rerate(ctx context.Context, r *rerateResult, res *results) error {
 	per := max(1, e.cfg.rerate.records.v/r.Contracts)
 	ds, err := e.seedTemplate(ctx, "rerate", r.Contracts, per)
 	if err != nil {
@@ -115,17 +111,24 @@ func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results) er
 		return err
 	}
 	r.First.Records = r.Records
-
-	// Every tenth contract gets new tiers.
 	dir := filepath.Join(e.tmp, "rerate")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	if err := e.rerateTiers(ctx, r, res, ds, name, db, dir); err != nil {
+		return err
+	}
+	return e.rerateAmend(ctx, r, res, name, db, dir)
+}
+
+// rerateTiers changes the tiers of every retierEvery-th contract and
+// measures their re-pricing.
+func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results, ds *dataset, name string, db *bun.DB, dir string) error {
 	tiers := filepath.Join(dir, "tiers-new.csv")
 	var b bytes.Buffer
 	b.WriteString("contract_id,threshold_minor,discount_bp\n")
 	var named []string
-	for i := 0; i < r.Contracts; i += 10 {
+	for i := 0; i < r.Contracts; i += max(1, e.cfg.rerate.retierEvery.v) {
 		id := ds.opts.ContractID(i)
 		named = append(named, id)
 		fmt.Fprintf(&b, "%s,0,100\n%s,50000,750\n%s,500000,1500\n", id, id, id)
@@ -138,22 +141,18 @@ func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results) er
 	if err != nil {
 		return err
 	}
+	since, err := rerateStart(ctx, db)
+	if err != nil {
+		return err
+	}
 	if _, err := e.workerCLI(ctx, name, "load", "--tiers", tiers, "--reprice", "--reason", "bench: tiers corrected"); err != nil {
 		return err
 	}
 	res.addCommand("worker load --tiers tiers-new.csv --reprice --reason ...")
-	if r.Reprice, err = e.rerateWorkers(ctx, name, db, "reprice"); err != nil {
+	if r.Reprice, r.Verified, err = e.rerateRepricing(ctx, name, db, "reprice", since); err != nil {
 		return err
 	}
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(sum(available - from_seq), 0) FROM baton.generations g
-		JOIN baton.tasks t ON t.kind = 'pricing' AND t.partition_key = g.contract_id
-		WHERE g.generation > 1 AND g.state = 'current'`).Scan(&r.Reprice.Records); err != nil {
-		return fmt.Errorf("counting the records re-priced: %w", err)
-	}
-	r.Reprice.PerSec = float64(r.Reprice.Records) / r.Reprice.Seconds
-	if r.First.PerSec > 0 {
-		r.Ratio = r.Reprice.PerSec / r.First.PerSec
-	}
+	r.Ratio = r.Reprice.PerSec / r.First.PerSec
 	untouchedAfter, err := untouchedDigest(ctx, db, named)
 	if err != nil {
 		return err
@@ -163,11 +162,6 @@ func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results) er
 		return err
 	}
 	r.Untouched = untouchedAfter == untouchedBefore && moved == len(named)
-	sum, err := verifyPricing(ctx, db)
-	if err != nil {
-		return err
-	}
-	r.Verified = len(sum.Mismatches) == 0 && sum.Priced == sum.Records
 	log.Printf("rerate: first pricing %.0f records/s; %d contracts re-priced after a tier change: %d records at %.0f records/s (%.2f×); others untouched: %v; verified: %v",
 		r.First.PerSec, r.Retiered, r.Reprice.Records, r.Reprice.PerSec, r.Ratio, r.Untouched, r.Verified)
 	return nil
@@ -187,57 +181,80 @@ func untouchedDigest(ctx context.Context, db *bun.DB, named []string) (string, e
 	return d, nil
 }
 
-// rerateAmend measures the amendment of the middle record of one large
-// contract: only its suffix is re-priced.
-func (e *env) rerateAmend(ctx context.Context, r *rerateResult, res *results) error {
-	n := e.cfg.rerate.amendRecords.v
-	ds, err := e.seedTemplate(ctx, "rerate_amend", 1, n)
+// rerateAmend amends the middle record of each contract (its amount + 1)
+// and measures the re-pricing of the records from it on.
+func (e *env) rerateAmend(ctx context.Context, r *rerateResult, res *results, name string, db *bun.DB, dir string) error {
+	rows, err := db.QueryContext(ctx, `SELECT r.contract_id, r.record_id, r.amount_minor FROM baton.tasks t
+		JOIN baton.records r ON r.contract_id = t.partition_key AND r.seq = greatest(1, t.available / 2)
+		WHERE t.kind = 'pricing' AND t.segment_of IS NULL ORDER BY r.contract_id`)
 	if err != nil {
+		return fmt.Errorf("reading the records to amend: %w", err)
+	}
+	var b bytes.Buffer
+	b.WriteString("contract_id,record_id,amount_minor\n")
+	for rows.Next() {
+		var contract, id string
+		var amount int64
+		if err := rows.Scan(&contract, &id, &amount); err != nil {
+			rows.Close()
+			return fmt.Errorf("reading the records to amend: %w", err)
+		}
+		fmt.Fprintf(&b, "%s,%s,%d\n", contract, id, amount+1)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading the records to amend: %w", err)
+	}
+	file := filepath.Join(dir, "amend.csv")
+	if err := os.WriteFile(file, b.Bytes(), 0o644); err != nil {
 		return err
 	}
-	r.AmendContract = ds.Records
-	name, db, err := e.fresh(ctx, ds.template, "rerate_amend")
+	since, err := rerateStart(ctx, db)
 	if err != nil {
-		return err
-	}
-	defer func() { db.Close(); e.dropDB(ctx, name) }()
-	if r.AmendFirst, err = e.rerateWorkers(ctx, name, db, "amend-first"); err != nil {
-		return err
-	}
-	r.AmendFirst.Records = ds.Records
-	contract := ds.opts.ContractID(0)
-	r.AmendedSeq = ds.Records / 2
-	var id string
-	var amount int64
-	if err := db.QueryRowContext(ctx, `SELECT record_id, amount_minor FROM baton.records WHERE contract_id = ? AND seq = ?`,
-		contract, r.AmendedSeq).Scan(&id, &amount); err != nil {
-		return fmt.Errorf("reading the record to amend: %w", err)
-	}
-	file := filepath.Join(e.tmp, "rerate", "amend.csv")
-	if err := os.WriteFile(file, fmt.Appendf(nil, "contract_id,record_id,amount_minor\n%s,%s,%d\n", contract, id, amount+1), 0o644); err != nil {
 		return err
 	}
 	if _, err := e.workerCLI(ctx, name, "load", "--records", file, "--amend", "--reason", "bench: meter corrected"); err != nil {
 		return err
 	}
 	res.addCommand("worker load --records amend.csv --amend --reason ...")
-	if r.Amend, err = e.rerateWorkers(ctx, name, db, "amend"); err != nil {
+	if r.Amend, r.AmendVerified, err = e.rerateRepricing(ctx, name, db, "amend", since); err != nil {
 		return err
 	}
-	if err := db.QueryRowContext(ctx, `SELECT t.available - g.from_seq FROM baton.generations g
-		JOIN baton.tasks t ON t.kind = 'pricing' AND t.partition_key = g.contract_id
-		WHERE g.contract_id = ? AND g.state = 'current'`, contract).Scan(&r.Amend.Records); err != nil {
-		return fmt.Errorf("counting the records re-priced: %w", err)
+	r.AmendRatio = r.Amend.PerSec / r.First.PerSec
+	log.Printf("rerate: each contract's middle record amended: %d records re-priced at %.0f records/s (%.2f× the first pricing); verified: %v",
+		r.Amend.Records, r.Amend.PerSec, r.AmendRatio, r.AmendVerified)
+	return nil
+}
+
+// rerateStart is the database clock before a re-rating's load.
+func rerateStart(ctx context.Context, db *bun.DB) (time.Time, error) {
+	var t time.Time
+	if err := db.QueryRowContext(ctx, `SELECT now()`).Scan(&t); err != nil {
+		return t, fmt.Errorf("reading the database clock: %w", err)
 	}
-	r.Amend.PerSec = float64(r.Amend.Records) / r.Amend.Seconds
+	return t, nil
+}
+
+// rerateRepricing runs the workers over the generations started since
+// since and counts the records they re-priced (each such generation's
+// records after its from_seq), then verifies the whole output.
+func (e *env) rerateRepricing(ctx context.Context, name string, db *bun.DB, label string, since time.Time) (rerateRun, bool, error) {
+	run, err := e.rerateWorkers(ctx, name, db, label)
+	if err != nil {
+		return run, false, err
+	}
+	if err := db.QueryRowContext(ctx, `SELECT coalesce(sum(t.available - g.from_seq), 0) FROM baton.generations g
+		JOIN baton.contracts c ON c.contract_id = g.contract_id AND c.current_generation = g.generation
+		JOIN baton.tasks t ON t.kind = 'pricing' AND t.segment_of IS NULL AND t.partition_key = g.contract_id
+		WHERE g.generation > 1 AND g.started_at >= ?`, since).Scan(&run.Records); err != nil {
+		return run, false, fmt.Errorf("counting the records re-priced: %w", err)
+	}
+	run.PerSec = float64(run.Records) / run.Seconds
 	sum, err := verifyPricing(ctx, db)
 	if err != nil {
-		return err
+		return run, false, err
 	}
-	r.AmendVerified = len(sum.Mismatches) == 0 && sum.Priced == sum.Records
-	log.Printf("rerate: record %d of a %d-record contract amended: %d records re-priced in %.2f s (first pricing %.2f s); verified: %v",
-		r.AmendedSeq, r.AmendContract, r.Amend.Records, r.Amend.Seconds, r.AmendFirst.Seconds, r.AmendVerified)
-	return nil
+	return run, len(sum.Mismatches) == 0 && sum.Priced == sum.Records, nil
 }
 
 // rerateWorkers runs the scenario's workers until done on database name

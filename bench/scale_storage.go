@@ -107,10 +107,10 @@ const (
 
 var layouts = []layout{
 	{name: "row", description: "priced as it is: one row per record, every column, primary key (contract_id, seq)",
-		table: `CREATE TABLE scale_alt.row (LIKE baton.priced INCLUDING ALL)`, view: pricedRowView,
+		table: `CREATE TABLE scale_alt.row (LIKE baton.priced_rows INCLUDING ALL)`, view: pricedRowView,
 		source: `SELECT * FROM baton.priced ORDER BY contract_id, seq`},
 	{name: "row_nokey", description: "the same rows without the primary key",
-		table: `CREATE TABLE scale_alt.row_nokey (LIKE baton.priced INCLUDING DEFAULTS)`, view: pricedRowView,
+		table: `CREATE TABLE scale_alt.row_nokey (LIKE baton.priced_rows INCLUDING DEFAULTS)`, view: pricedRowView,
 		source: `SELECT * FROM baton.priced ORDER BY contract_id, seq`, noKey: true},
 	{name: "narrow", description: "one row per record of (contract_id, seq, discount_minor, claim_version), primary key (contract_id, seq); record_id and gross from records, net = gross − discount",
 		table: fmt.Sprintf(narrowTable, "narrow", `, PRIMARY KEY (contract_id, seq)`), view: narrowView, source: narrowSource},

@@ -133,7 +133,7 @@ func TestLastContract(t *testing.T) {
 	if id, span, alone, err = lastContract(ctx, db); err != nil || id != "d" || span != 5 || alone != 5 {
 		t.Fatalf("got %q span %v alone %v (%v), want d, 5, 5", id, span, alone, err)
 	}
-	if _, err := db.ExecContext(ctx, `TRUNCATE baton.priced`); err != nil {
+	if _, err := db.ExecContext(ctx, `TRUNCATE baton.priced_rows`); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, _, err := lastContract(ctx, db); err == nil {

@@ -103,7 +103,7 @@ func TestHorizonStatusReportsAHeldTransaction(t *testing.T) {
 	for _, tb := range h.Tables {
 		tables[tb.Name] = true
 	}
-	if !tables["tasks"] || !tables["record_chunks"] || !tables["priced"] {
+	if !tables["tasks"] || !tables["record_chunks"] || !tables["priced_rows"] {
 		t.Fatalf("tables: %+v", h.Tables)
 	}
 	var raw map[string]json.RawMessage

@@ -68,10 +68,10 @@ is not pruned, then a summary line; --json prints the same as JSON.
 				}
 			}
 			if cmd.Flags().Changed("generations-older-than") {
-				if len(loads) > 0 || cmd.Flags().Changed("older-than") || dryRun {
-					return usageError("--generations-older-than goes alone (not with --load, --older-than or --dry-run)")
+				if len(loads) > 0 || cmd.Flags().Changed("older-than") {
+					return usageError("--generations-older-than goes alone (not with --load or --older-than)")
 				}
-				return pruneGenerations(cmd, g, genOlderThan, asJSON)
+				return pruneGenerations(cmd, g, genOlderThan, asJSON, dryRun)
 			}
 			switch {
 			case len(loads) == 0 && !cmd.Flags().Changed("older-than"):
@@ -136,7 +136,7 @@ is not pruned, then a summary line; --json prints the same as JSON.
 }
 
 // pruneGenerations is "worker prune --generations-older-than".
-func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, asJSON bool) error {
+func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, asJSON, dryRun bool) error {
 	if olderThan < 0 {
 		return usageError("--generations-older-than %s: must not be negative", olderThan)
 	}
@@ -146,14 +146,18 @@ func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, a
 		return err
 	}
 	defer db.Close()
-	p, err := rerate.NewStore(db, g.schema).Prune(cmd.Context(), olderThan)
+	prune, verb := rerate.NewStore(db, g.schema).Prune, "pruned"
+	if dryRun {
+		prune, verb = rerate.NewStore(db, g.schema).PrunePlan, "would prune"
+	}
+	p, err := prune(cmd.Context(), olderThan)
 	if err != nil {
 		return err
 	}
 	if asJSON {
 		return json.NewEncoder(g.stdout).Encode(p)
 	}
-	fmt.Fprintf(g.stdout, "pruned %s and their %s (replaced more than %s ago)\n",
+	fmt.Fprintf(g.stdout, verb+" %s and their %s (replaced more than %s ago)\n",
 		noun.Count(p.Generations, "generation", "generations"), noun.Count(p.Rows, "priced row", "priced rows"), olderThan)
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -140,14 +140,11 @@ re-priced are not listed. It only reads the database.`,
 				return enc.Encode(gens)
 			}
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "CONTRACT\tGENERATION\tSTATE\tSTARTED\tFINISHED\tFROM_SEQ\tRECORDS\tNET_TOTAL\tREASON")
+			fmt.Fprintln(w, "CONTRACT\tGENERATION\tSTATE\tREQUESTED\tPRICING_STARTED\tFINISHED\tFROM_SEQ\tRECORDS\tNET_TOTAL\tSTARTED_BY\tREASON")
 			for _, x := range gens {
-				finished := "-"
-				if x.FinishedAt != nil {
-					finished = x.FinishedAt.UTC().Format(time.RFC3339)
-				}
-				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", x.Contract, x.Generation, x.State,
-					x.StartedAt.UTC().Format(time.RFC3339), finished, x.FromSeq, x.Records, x.NetTotal, x.Reason)
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Contract, x.Generation, x.State,
+					x.StartedAt.UTC().Format(time.RFC3339), timeCell(x.PricingStartedAt), timeCell(x.FinishedAt), x.FromSeq, x.Records, x.NetTotal,
+					cmp.Or(x.StartedBy, "-"), x.Reason)
 			}
 			if err := w.Flush(); err != nil {
 				return err
@@ -171,10 +168,12 @@ func newDiffCmd(g *globals) *cobra.Command {
 		Short: "List the records whose priced amounts changed between each re-priced contract's previous and current generation",
 		Long: `diff writes, for each re-priced contract whose previous generation is
 kept (those given with --contract, or all), the records whose gross,
-discount or net differ between its previous and current generation, as CSV:
+discount or net differ between its previous and current generation, or
+that only one of them priced (its old or new columns empty), as CSV:
 ` + diffHeader + `
 ordered by contract and acceptance order; and, on stderr, each contract's
-old and new net totals. It only reads the database.
+old and new net totals, which its rows sum to exactly. It only reads the
+database.
 
 Writes a file with --out, replacing a file of that name (standard output
 by default, or -).`,
@@ -195,9 +194,7 @@ by default, or -).`,
 				var n int64
 				diffs, err := rerate.NewStore(db, g.schema).Diff(cmd.Context(), contracts, func(c rerate.Change) error {
 					n++
-					return cw.Write([]string{c.Contract, c.RecordID,
-						strconv.FormatInt(c.OldGross, 10), strconv.FormatInt(c.OldDiscount, 10), strconv.FormatInt(c.OldNet, 10),
-						strconv.FormatInt(c.NewGross, 10), strconv.FormatInt(c.NewDiscount, 10), strconv.FormatInt(c.NewNet, 10)})
+					return cw.Write(c.Columns())
 				})
 				if err != nil {
 					return n, err
@@ -226,4 +223,12 @@ by default, or -).`,
 	cmd.Flags().StringSliceVar(&contracts, "contract", nil, "only these contracts (repeat or separate with commas)")
 	cmd.Flags().StringVar(&out, "out", "", "output file, or - for standard output (the default)")
 	return cmd
+}
+
+// timeCell formats t for a table cell, "-" if nil.
+func timeCell(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
 }

@@ -84,6 +84,10 @@ func TestRerateCommands(t *testing.T) {
 	if len(gens) != 2 || gens[0].State != "superseded" || gens[1].State != "current" || gens[1].Reason != "tiers corrected" {
 		t.Fatalf("generations of random-mix: %+v", gens)
 	}
+	if table := c.mustRun("generations", "random-mix"); !strings.Contains(table, "PRICING_STARTED") || !strings.Contains(table, "STARTED_BY") ||
+		!strings.Contains(table, "tiers corrected") {
+		t.Fatalf("generations table of random-mix:\n%s", table)
+	}
 
 	// worker reprice under the current tiers: a third generation, same
 	// output.
@@ -96,6 +100,9 @@ func TestRerateCommands(t *testing.T) {
 	}
 	if out := c.mustRun("prune", "--generations-older-than", "1h"); !strings.HasPrefix(out, "pruned 0 generations") {
 		t.Fatalf("prune of generations older than an hour:\n%s", out)
+	}
+	if out := c.mustRun("prune", "--generations-older-than", "0s", "--dry-run"); !strings.HasPrefix(out, "would prune 12 generations") {
+		t.Fatalf("dry run of the prune of every superseded generation:\n%s", out)
 	}
 	if out := c.mustRun("prune", "--generations-older-than", "0s"); !strings.HasPrefix(out, "pruned 12 generations") {
 		t.Fatalf("prune of every superseded generation:\n%s", out)

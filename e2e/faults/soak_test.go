@@ -1187,8 +1187,8 @@ func (s *soak) lockHolds() ([]lockHold, map[string]int64) {
 
 // takeoverTimes measures, for every contract a SIGKILLed worker held with
 // records left, the time from the kill to the first batch another process
-// committed on it, in whichever generation: its rows are in priced, or in
-// priced_pending or priced_superseded if a re-rating came after. The
+// committed on it, in whichever generation: priced_rows keeps every
+// generation's rows, superseded ones until they are pruned. The
 // process that replaces the killed one runs under the same name and
 // counts as another: it is a new instance, and excluding it (as an
 // earlier version of this measure did, by name) timed the contracts it
@@ -1203,10 +1203,7 @@ func (s *soak) takeoverTimes() []time.Duration {
 				continue
 			}
 			var first *time.Time
-			if err := s.r.db.QueryRow(`SELECT min(priced_at) FROM (
-					SELECT priced_at, priced_by, contract_id FROM baton.priced
-					UNION ALL SELECT priced_at, priced_by, contract_id FROM baton.priced_pending
-					UNION ALL SELECT priced_at, priced_by, contract_id FROM baton.priced_superseded) p
+			if err := s.r.db.QueryRow(`SELECT min(priced_at) FROM baton.priced_rows
 				WHERE contract_id = ? AND priced_at > ? AND priced_by <> ?`, partition.PartitionOf(c), o.at, o.instance).Scan(&first); err != nil {
 				s.t.Fatal(err)
 			}

@@ -17,23 +17,25 @@ import (
 // batch of the old generation in flight cannot commit, and its position
 // goes back to the generation's from_seq). The new generation is priced
 // through the same protocol, batch by batch under the fence, into
-// priced_pending, while priced keeps the current generation for every
-// reader. The batch that catches up with the contract's records (its new
-// position at or beyond the available count its fence read) switches, in
-// its own transaction, so with its checkpoint:
+// priced_rows under its own generation number, where its rows stay: the
+// records up to from_seq keep the rows of the generations before, shared.
 //
-//  1. the current generation's totals are frozen on its generations row,
-//     which becomes superseded;
-//  2. its priced rows past the new generation's from_seq move to
-//     priced_superseded (the rows up to from_seq are the same in both
-//     generations and stay);
-//  3. the new generation's pending rows move into priced, its totals are
-//     frozen on its row, which becomes current, and
-//     contracts.current_generation is set to it.
+// Generation G's rows of a contract are, for each seq, the row of the
+// greatest generation <= G (the SQL function priced_generation), and the
+// contract's current rows, which every reader sees through the priced view,
+// are its current generation's: a generation being priced is newer than
+// the current one and invisible there. The batch that catches up with the
+// contract's records (its new position at or beyond the available count
+// its fence read) switches, in its own transaction, so with its checkpoint
+// and its last rows: the current generation's row becomes superseded, the
+// new one's current, and contracts.current_generation is set to it. Three
+// single-row updates, whatever the contract's size; no priced row is read
+// or moved. Totals are read from the rows when asked (rerate.List) and
+// frozen when a generation's rows are pruned.
 //
-// Exactly once per generation: the pending rows are keyed (contract,
-// generation, seq) and written under the fence like priced rows, and a
-// switch happens once, in the batch that commits the last position.
+// Exactly once per generation: rows are keyed (contract, seq, generation)
+// and written under the fence, and a switch happens once, in the batch
+// that commits the last position.
 
 // generationOf is the generation of b's checkpoint (1 for a partition
 // never rewound).
@@ -41,13 +43,12 @@ func generationOf(b *distributor.Batch) int64 { return max(b.Checkpoint.Generati
 
 // genState is what a batch of a generation past the first needs to know.
 type genState struct {
-	pending bool  // the generation is being priced (not current yet)
-	fromSeq int64 // its from_seq
+	pending bool // the generation is being priced (not current yet)
 }
 
-// readGenerationSQL reads a contract's current generation and the state
-// and from_seq of generation ?1 (of contract ?0).
-const readGenerationSQL = `SELECT c.current_generation, coalesce(g.state, ''), coalesce(g.from_seq, 0)
+// readGenerationSQL reads a contract's current generation, the state of
+// generation ?1 (of contract ?0) and whether its pricing started.
+const readGenerationSQL = `SELECT c.current_generation, coalesce(g.state, ''), g.pricing_started_at IS NOT NULL
   FROM {{.Schema}}.contracts c
   LEFT JOIN {{.Schema}}.generations g ON g.contract_id = c.contract_id AND g.generation = ?1
  WHERE c.contract_id = ?0`
@@ -58,10 +59,11 @@ const readGenerationSQL = `SELECT c.current_generation, coalesce(g.state, ''), c
 // fenced out every claim of the ones before.
 func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract string, gen int64) (genState, error) {
 	var (
-		current, from int64
-		state         string
+		current int64
+		state   string
+		started bool
 	)
-	err := tx.QueryRowContext(ctx, p.sql(readGenerationSQL), contract, gen).Scan(&current, &state, &from)
+	err := tx.QueryRowContext(ctx, p.sql(readGenerationSQL), contract, gen).Scan(&current, &state, &started)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return genState{}, fmt.Errorf("%w: partition of contract %s has no contract", ErrCorrupt, contract)
@@ -70,116 +72,61 @@ func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract stri
 	case current == gen:
 		return genState{}, nil
 	case current < gen && state == "pricing":
-		return genState{pending: true, fromSeq: from}, nil
+		if !started {
+			if err := p.markPricingStarted(ctx, tx, contract, gen); err != nil {
+				return genState{}, err
+			}
+		}
+		return genState{pending: true}, nil
 	}
 	return genState{}, fmt.Errorf("%w: contract %s: a batch of generation %d (%q), the current generation is %d",
 		ErrCorrupt, contract, gen, state, current)
 }
 
-// supersedeSQL freezes the totals of the contract's current generation
-// (all of priced), marks it superseded and moves its rows past ?1 (the
-// new generation's from_seq) to priced_superseded. It returns the old
-// generation and the rows moved.
-const supersedeSQL = `WITH old AS (
-    SELECT current_generation AS generation FROM {{.Schema}}.contracts WHERE contract_id = ?0
-), totals AS (
-    SELECT count(*) AS n, coalesce(sum(gross_minor), 0) AS g, coalesce(sum(discount_minor), 0) AS d,
-           coalesce(sum(net_minor), 0) AS net
-      FROM {{.Schema}}.priced WHERE contract_id = ?0
-), marked AS (
-    UPDATE {{.Schema}}.generations g
-       SET state = 'superseded', superseded_at = now(),
-           records = t.n, gross_total = t.g, discount_total = t.d, net_total = t.net
-      FROM totals t, old o
-     WHERE g.contract_id = ?0 AND g.generation = o.generation AND g.state = 'current'
-    RETURNING g.generation
-), moved AS (
-    DELETE FROM {{.Schema}}.priced WHERE contract_id = ?0 AND seq > ?1
-    RETURNING *
-), kept AS (
-    INSERT INTO {{.Schema}}.priced_superseded
-        (contract_id, generation, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by, priced_at)
-    SELECT m.contract_id, o.generation, m.seq, m.record_id, m.gross_minor, m.discount_minor, m.net_minor,
-           m.claim_version, m.priced_by, m.priced_at
-      FROM moved m, old o
-    RETURNING 1
-)
-SELECT (SELECT generation FROM old), (SELECT count(*) FROM marked), (SELECT count(*) FROM kept)`
+// markPricingStarted records, with a generation's first batch, when its
+// pricing started. Batches of the contract's segments may race to it: the
+// later ones wait for the first's commit and then change nothing.
+func (p *Processor) markPricingStarted(ctx context.Context, tx bun.Tx, contract string, gen int64) error {
+	if _, err := tx.ExecContext(ctx, p.sql(`UPDATE {{.Schema}}.generations SET pricing_started_at = now()
+		WHERE contract_id = ? AND generation = ? AND pricing_started_at IS NULL`), contract, gen); err != nil {
+		return fmt.Errorf("recording the start of generation %d of contract %s: %w", gen, contract, err)
+	}
+	return nil
+}
 
-// promoteSQL moves generation ?1's pending rows into priced, freezes its
-// totals (the rows kept in priced up to its from_seq and the ones moved
-// in), marks it current and makes it the contract's current generation.
-// It returns the rows moved in and the generation rows updated.
-const promoteSQL = `WITH pending AS (
-    DELETE FROM {{.Schema}}.priced_pending WHERE contract_id = ?0 AND generation = ?1
-    RETURNING *
-), moved AS (
-    INSERT INTO {{.Schema}}.priced
-        (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by, priced_at)
-    SELECT contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by, priced_at
-      FROM pending
-    RETURNING gross_minor, discount_minor, net_minor
-), totals AS (
-    SELECT sum(n) AS n, sum(g) AS g, sum(d) AS d, sum(net) AS net FROM (
-        SELECT count(*) AS n, coalesce(sum(gross_minor), 0) AS g, coalesce(sum(discount_minor), 0) AS d,
-               coalesce(sum(net_minor), 0) AS net
-          FROM {{.Schema}}.priced WHERE contract_id = ?0
-        UNION ALL
-        SELECT count(*), coalesce(sum(gross_minor), 0), coalesce(sum(discount_minor), 0), coalesce(sum(net_minor), 0)
-          FROM moved) u
-), marked AS (
+// switchSQL makes generation ?1 of contract ?0 current: the current one
+// superseded, ?1 (being priced) current, contracts.current_generation set.
+// All its CTEs see the statement's snapshot, so old is the generation
+// current before it. It returns the old generation and the rows updated.
+const switchSQL = `WITH old AS (
     UPDATE {{.Schema}}.generations g
-       SET state = 'current', finished_at = now(),
-           records = t.n, gross_total = t.g, discount_total = t.d, net_total = t.net
-      FROM totals t
-     WHERE g.contract_id = ?0 AND g.generation = ?1 AND g.state = 'pricing'
+       SET state = 'superseded', superseded_at = now()
+      FROM {{.Schema}}.contracts c
+     WHERE c.contract_id = ?0 AND g.contract_id = ?0 AND g.generation = c.current_generation AND g.state = 'current'
+    RETURNING g.generation
+), promoted AS (
+    UPDATE {{.Schema}}.generations
+       SET state = 'current', finished_at = now()
+     WHERE contract_id = ?0 AND generation = ?1 AND state = 'pricing'
     RETURNING 1
 ), switched AS (
     UPDATE {{.Schema}}.contracts SET current_generation = ?1 WHERE contract_id = ?0
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM marked), (SELECT count(*) FROM switched)`
+SELECT coalesce((SELECT generation FROM old), 0), (SELECT count(*) FROM promoted), (SELECT count(*) FROM switched)`
 
 // switchGeneration makes generation gen of contract current (see above),
-// in the batch's transaction.
-//
-// Its two statements move the contract's output between tables, so their
-// time grows with the contract's records, unlike a batch's other
-// statements, which the batch size bounds and the statement timeout
-// limits: a smaller retried batch would not make them shorter, and a
-// contract whose switch outlasted the statement timeout would fail until
-// quarantined. They run without it. Their work is bounded, their lock
-// waits keep lock_timeout, the lease's context still cancels them when the
-// partition is lost, and the timeout is restored before the batch goes on.
-func (p *Processor) switchGeneration(ctx context.Context, tx bun.Tx, contract string, gen, fromSeq int64) error {
-	var timeout string
-	if err := tx.QueryRowContext(ctx, `SELECT current_setting('statement_timeout'), set_config('statement_timeout', '0', true)`).
-		Scan(&timeout, new(string)); err != nil {
-		return fmt.Errorf("switching contract %s to generation %d: lifting the statement timeout: %w", contract, gen, err)
+// in the batch's transaction. It touches one row of contracts and two of
+// generations, so the statement timeout applies to it as to the batch's
+// other statements.
+func (p *Processor) switchGeneration(ctx context.Context, tx bun.Tx, contract string, gen int64) error {
+	var old, promoted, switched int64
+	if err := tx.QueryRowContext(ctx, p.sql(switchSQL), contract, gen).Scan(&old, &promoted, &switched); err != nil {
+		return fmt.Errorf("switching contract %s to generation %d: %w", contract, gen, err)
 	}
-	if err := p.switchStatements(ctx, tx, contract, gen, fromSeq); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `SELECT set_config('statement_timeout', ?, true)`, timeout); err != nil {
-		return fmt.Errorf("switching contract %s to generation %d: restoring the statement timeout: %w", contract, gen, err)
-	}
-	return nil
-}
-
-func (p *Processor) switchStatements(ctx context.Context, tx bun.Tx, contract string, gen, fromSeq int64) error {
-	var old, marked, moved int64
-	if err := tx.QueryRowContext(ctx, p.sql(supersedeSQL), contract, fromSeq).Scan(&old, &marked, &moved); err != nil {
-		return fmt.Errorf("superseding the current generation of contract %s: %w", contract, err)
-	}
-	if old >= gen || marked != 1 {
-		return fmt.Errorf("%w: contract %s: generation %d cannot supersede generation %d (%d current rows)", ErrCorrupt, contract, gen, old, marked)
-	}
-	var in, genRows, contracts int64
-	if err := tx.QueryRowContext(ctx, p.sql(promoteSQL), contract, gen).Scan(&in, &genRows, &contracts); err != nil {
-		return fmt.Errorf("making generation %d of contract %s current: %w", gen, contract, err)
-	}
-	if genRows != 1 || contracts != 1 {
-		return fmt.Errorf("%w: contract %s: generation %d is not being priced", ErrCorrupt, contract, gen)
+	if old == 0 || old >= gen || promoted != 1 || switched != 1 {
+		return fmt.Errorf("%w: contract %s: generation %d cannot supersede generation %d (%d being priced)",
+			ErrCorrupt, contract, gen, old, promoted)
 	}
 	return nil
 }

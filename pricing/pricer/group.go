@@ -225,14 +225,16 @@ func decodeTiers(thresholds, discounts []byte) ([]pricing.Tier, error) {
 	return out, nil
 }
 
-const insertGroupSQL = `INSERT INTO {{.Schema}}.priced
-(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
-SELECT contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, $8
+// insertGroupSQL writes a group's rows, all of generation 1 (a re-priced
+// contract's batches are priced one by one, see ProcessGroup).
+const insertGroupSQL = `INSERT INTO {{.Schema}}.priced_rows
+(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by, generation)
+SELECT contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, $8, 1
 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
 	AS u(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version)`
 
 // writeGroupPriced writes every member's priced lines (w.lines, in
-// w.recs's order; ends as readGroupRecords returned) into priced, each
+// w.recs's order; ends as readGroupRecords returned) into priced_rows, each
 // under its member's claim version: one INSERT of arrays, or COPY for many
 // rows.
 func (p *Processor) writeGroupPriced(ctx context.Context, g *distributor.Group, w *workspace, ends []int) error {
@@ -270,9 +272,9 @@ func (p *Processor) copyGroupPriced(ctx context.Context, g *distributor.Group, w
 		w.vals = make([]any, len(pricedColumns))
 	}
 	vals := w.vals[:len(pricedColumns)]
-	vals[7] = g.Owner
+	vals[7], vals[8] = g.Owner, int64(1)
 	i, m := -1, 0
-	n, err := g.CopyFrom(ctx, []string{p.schema, "priced"}, pricedColumns, func() ([]any, error) {
+	n, err := g.CopyFrom(ctx, []string{p.schema, "priced_rows"}, pricedColumns, func() ([]any, error) {
 		i++
 		if i == len(w.lines) {
 			return nil, nil

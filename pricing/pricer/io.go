@@ -156,54 +156,35 @@ func (a *binArray) next() ([]byte, error) {
 	return e, nil
 }
 
-var (
-	pricedColumns  = []string{"contract_id", "seq", "record_id", "gross_minor", "discount_minor", "net_minor", "claim_version", "priced_by"}
-	pendingColumns = append(pricedColumns[:len(pricedColumns):len(pricedColumns)], "generation")
-)
+// pricedColumns are the columns a batch writes into priced_rows.
+var pricedColumns = []string{"contract_id", "seq", "record_id", "gross_minor", "discount_minor", "net_minor", "claim_version", "priced_by", "generation"}
 
 // insertOneSQL writes a batch of one priced line: for a single row an
 // INSERT costs the server a fraction of a COPY's setup (a one-record
-// contract's batch, or the tail of a larger one). Same table, same primary
-// key, same transaction.
-const insertOneSQL = `INSERT INTO {{.Schema}}.priced
-(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
-
-// insertPendingSQL is insertOneSQL for a generation being priced.
-const insertPendingSQL = `INSERT INTO {{.Schema}}.priced_pending
+// contract's batch, or the tail of a larger one). Same table, same key,
+// same transaction.
+const insertOneSQL = `INSERT INTO {{.Schema}}.priced_rows
 (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by, generation)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
-// writePriced copies w's priced lines into priced (a single line is
-// inserted), or, for gen > 0, into priced_pending as rows of generation
-// gen.
+// writePriced copies w's priced lines into priced_rows as rows of
+// generation gen (a single line is inserted): where they stay, whether gen
+// is current or being priced.
 func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *workspace, gen int64) error {
-	table, cols := "priced", pricedColumns
-	if gen > 0 {
-		table, cols = "priced_pending", pendingColumns
-	}
-	if len(w.lines) == 1 && gen > 0 {
-		r, l := &w.recs[0], &w.lines[0]
-		_, err := b.Exec(ctx, p.sql(insertPendingSQL),
-			contractOf(b), r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner, gen)
-		return err
-	}
+	cols := pricedColumns
 	if len(w.lines) == 1 {
 		r, l := &w.recs[0], &w.lines[0]
 		_, err := b.Exec(ctx, p.sql(insertOneSQL),
-			contractOf(b), r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner)
+			contractOf(b), r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner, gen)
 		return err
 	}
 	if cap(w.vals) < len(cols) {
 		w.vals = make([]any, len(cols))
 	}
 	vals := w.vals[:len(cols)]
-	vals[0], vals[6], vals[7] = contractOf(b), b.Lease.Version, b.Owner
-	if gen > 0 {
-		vals[8] = gen
-	}
+	vals[0], vals[6], vals[7], vals[8] = contractOf(b), b.Lease.Version, b.Owner, gen
 	i := -1
-	n, err := b.CopyFrom(ctx, []string{p.schema, table}, cols, func() ([]any, error) {
+	n, err := b.CopyFrom(ctx, []string{p.schema, "priced_rows"}, cols, func() ([]any, error) {
 		i++
 		if i == len(w.lines) {
 			return nil, nil

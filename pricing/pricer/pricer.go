@@ -102,12 +102,11 @@ type record struct {
 
 // Process prices the next batch of b's contract.
 //
-// A batch of generation 1 (a contract never re-priced) writes into priced.
-// A batch of a later generation reads the contract's current generation
-// first: if its own is current it writes into priced too; if it is newer
-// (being priced, see generations.go) it writes into priced_pending, and
-// the batch that catches up with the contract's records makes it current
-// in the same transaction.
+// A batch writes its rows into priced_rows under its generation (1 for a
+// contract never re-priced). A batch of a later generation reads the
+// contract's current generation first: if its own is newer (being priced,
+// see generations.go), the batch that catches up with the contract's
+// records makes it current in the same transaction.
 func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
 	contract := contractOf(b)
 	cp, err := checkpointOf(b)
@@ -135,17 +134,14 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 	if err != nil {
 		return distributor.Result{}, err
 	}
-	if !st.pending {
-		if err := p.writePriced(ctx, b, w, 0); err != nil {
-			return distributor.Result{}, fmt.Errorf("writing %d priced records of contract %s: %w", len(w.lines), contract, err)
-		}
-		return res, nil
-	}
 	if err := p.writePriced(ctx, b, w, gen); err != nil {
 		return distributor.Result{}, fmt.Errorf("writing %d priced records of generation %d of contract %s: %w", len(w.lines), gen, contract, err)
 	}
+	if !st.pending {
+		return res, nil
+	}
 	if res.Position >= b.Checkpoint.Available {
-		if err := p.switchGeneration(ctx, b.Tx, contract, gen, st.fromSeq); err != nil {
+		if err := p.switchGeneration(ctx, b.Tx, contract, gen); err != nil {
 			return distributor.Result{}, err
 		}
 	}

@@ -249,11 +249,17 @@ WITH pick AS (
 ), kept AS (
     INSERT INTO {{.Schema}}.pruned_chunks (contract_id, first_seq, last_seq, load_id, record_ids, amounts)
     SELECT contract_id, first_seq, last_seq, load_id, record_ids, amounts FROM gone
-), outp AS (
-    DELETE FROM {{.Schema}}.priced p
+), deleted AS (
+    DELETE FROM {{.Schema}}.priced_rows p
      USING gone g
      WHERE p.contract_id = g.contract_id AND p.seq BETWEEN g.first_seq AND g.last_seq
-    RETURNING p.contract_id, p.gross_minor, p.discount_minor, p.net_minor
+    RETURNING p.contract_id, p.seq, p.generation, p.gross_minor, p.discount_minor, p.net_minor
+), outp AS (
+    -- The current rows among the deleted rows of every generation.
+    SELECT DISTINCT ON (d.contract_id, d.seq) d.contract_id, d.gross_minor, d.discount_minor, d.net_minor
+      FROM deleted d JOIN {{.Schema}}.contracts c ON c.contract_id = d.contract_id
+     WHERE d.generation <= c.current_generation
+     ORDER BY d.contract_id, d.seq, d.generation DESC
 ), recs AS (
     SELECT contract_id, sum(last_seq - first_seq + 1) AS n, max(last_seq) AS last_seq FROM gone GROUP BY contract_id
 ), money AS (

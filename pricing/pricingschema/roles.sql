@@ -21,14 +21,14 @@ GRANT UPDATE (version, owner, claimed_at, heartbeat_at, lease_expires_at, positi
 GRANT INSERT, DELETE ON {{.Schema}}.tasks TO baton_worker;                   -- segments split off a contract, and removed once priced
 GRANT SELECT ON {{.Schema}}.partition_progress TO baton_worker;               -- a contract's progress with its segments'
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{.Schema}}.workers TO baton_worker; -- registration and liveness
-GRANT SELECT, INSERT ON {{.Schema}}.priced TO baton_worker;                  -- output
+GRANT SELECT, INSERT ON {{.Schema}}.priced_rows TO baton_worker;             -- output, every generation's
+GRANT SELECT ON {{.Schema}}.priced TO baton_worker;                          -- the current rows (a view of priced_rows)
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.events TO baton_worker;          -- ownership history, pruned by age
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.backlog_samples TO baton_worker; -- backlog signals of workers serving metrics and "signals", pruned by age
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{.Schema}}.jobs TO baton_worker;    -- scheduled jobs: runs and "worker schedule"
 GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.leaderships TO baton_worker;     -- leader election
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.entity_locks TO baton_worker;    -- entity locks (row method)
-GRANT DELETE ON {{.Schema}}.priced TO baton_worker;                          -- a new generation replaces rows of the current one
-GRANT SELECT, INSERT, DELETE ON {{.Schema}}.priced_pending, {{.Schema}}.priced_superseded TO baton_worker; -- generations being priced, superseded ones (pruned)
+GRANT DELETE ON {{.Schema}}.priced_rows TO baton_worker;                     -- rows of pruned generations and records
 GRANT SELECT, UPDATE, DELETE ON {{.Schema}}.generations TO baton_worker;     -- a generation becomes current; pruned
 GRANT SELECT ON {{.Schema}}.amendments TO baton_worker;
 GRANT UPDATE (current_generation) ON {{.Schema}}.contracts TO baton_worker;
@@ -49,8 +49,8 @@ GRANT UPDATE (amounts) ON {{.Schema}}.record_chunks TO baton_loader;
 GRANT SELECT, INSERT ON {{.Schema}}.amendments TO baton_loader;
 GRANT USAGE ON SEQUENCE {{.Schema}}.amendments_amendment_id_seq TO baton_loader;
 GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.generations TO baton_loader;
-GRANT SELECT, DELETE ON {{.Schema}}.priced_pending TO baton_loader;
-GRANT SELECT ON {{.Schema}}.priced, {{.Schema}}.priced_superseded, {{.Schema}}.pruned_totals TO baton_loader;
+GRANT SELECT, DELETE ON {{.Schema}}.priced_rows TO baton_loader;             -- an abandoned generation's rows
+GRANT SELECT ON {{.Schema}}.priced, {{.Schema}}.pruned_totals TO baton_loader;
 GRANT SELECT ON {{.Schema}}.pruned_chunks, {{.Schema}}.pruned_records TO baton_loader; -- record ids of pruned loads: re-deliveries
 GRANT UPDATE (generation, version, owner, lease_expires_at, position, checkpoint, failed_at, attempts, last_error, traceparent, updated_at)
     ON {{.Schema}}.tasks TO baton_loader;                                    -- the rewind of a re-priced contract

@@ -9,11 +9,13 @@
 // stays the same: its generation and version go up by one, so a worker
 // still pricing the old generation cannot commit again, and its
 // checkpoint becomes the one the current generation had at that record. Workers then price the new generation through the usual
-// protocol (claims, fence, checkpoints, takeover) into priced_pending;
-// readers keep seeing priced, the current generation, until the batch that
-// catches up with the contract's records makes the new generation current
-// in one commit (package pricer, generations.go). The generation it
-// replaced is kept, superseded, for audit until Store.Prune removes it.
+// protocol (claims, fence, checkpoints, takeover), writing its rows once,
+// into priced_rows under its generation number; readers keep seeing
+// priced, the current generation's view, until the batch that catches up
+// with the contract's records makes the new generation current in one
+// commit that changes no priced row (package pricer, generations.go). The
+// generation it replaced stays readable in place (its view,
+// priced_generation) for audit until Store.Prune removes its rows.
 //
 // Only what changed is priced again: an amended record re-prices its
 // contract from that record on (the records before it keep their
@@ -21,7 +23,7 @@
 // re-prices the whole contract, and contracts not named are untouched.
 //
 // The generations table records, for each generation of a re-priced
-// contract, its state (pricing, current, superseded or abandoned), the
+// contract, its state (pricing, current, superseded, abandoned or pruned), the
 // record from which it priced anew (from_seq), who started it and why,
 // when it started and finished, the tiers it priced with and its totals;
 // the amendments table the amounts an amendment replaced.

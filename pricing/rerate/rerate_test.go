@@ -222,11 +222,14 @@ func TestTierChangeRepricesToGolden(t *testing.T) {
 	sameBytes(t, "export after re-pricing", exportBytes(t, db), golden(t))
 	verifyClean(t, db)
 	sameBytes(t, "previous generation", previousBytes(t, db), first)
-	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_pending`); n != 0 {
-		t.Errorf("%d pending rows left", n)
+	// Each re-priced record was written once, by generation 2, and
+	// generation 1's rows stay where they were written.
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE generation = 2`); n != 3544 {
+		t.Errorf("%d rows of generation 2, want 3544", n)
 	}
-	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_superseded WHERE generation = 1`); n != 3544 {
-		t.Errorf("%d superseded rows, want 3544", n)
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows p JOIN baton.generations g
+		ON g.contract_id = p.contract_id AND g.generation = 1 WHERE p.generation = 1`); n != 3544 {
+		t.Errorf("%d rows of the re-priced contracts' generation 1, want 3544", n)
 	}
 
 	var changed int64
@@ -255,12 +258,25 @@ func TestTierChangeRepricesToGolden(t *testing.T) {
 		gens[1].StartedBy != "test" || gens[0].Records != 2000 || gens[1].Records != 2000 {
 		t.Fatalf("generations of random-mix: %+v", gens)
 	}
+	// Generation 2's pricing started with its first batch, after it was
+	// requested, and finished when it became current.
+	if g := gens[1]; g.PricingStartedAt == nil || g.FinishedAt == nil || g.PricingStartedAt.Before(g.StartedAt) || g.FinishedAt.Before(*g.PricingStartedAt) {
+		t.Errorf("generation 2 requested %v, pricing started %v, finished %v", g.StartedAt, g.PricingStartedAt, g.FinishedAt)
+	}
 
 	if p, err := rerate.NewStore(db, "").Prune(ctx, time.Hour); err != nil || p.Generations != 0 || p.Rows != 0 {
 		t.Fatalf("pruning generations older than an hour: %+v, %v", p, err)
 	}
 	if p, err := rerate.NewStore(db, "").Prune(ctx, 0); err != nil || p.Generations != 12 || p.Rows != 3544 {
 		t.Fatalf("pruning every superseded generation: %+v, %v", p, err)
+	}
+	// A pruned generation keeps its row, its record count and its totals.
+	pruned, err := rerate.NewStore(db, "").List(ctx, []string{"random-mix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pruned) != 2 || pruned[0].State != "pruned" || pruned[0].Records != gens[0].Records || pruned[0].NetTotal != gens[0].NetTotal {
+		t.Fatalf("generations of random-mix once pruned: %+v, before %+v", pruned, gens)
 	}
 	sameBytes(t, "previous generation once pruned", previousBytes(t, db), golden(t))
 	sameBytes(t, "export after pruning", exportBytes(t, db), golden(t))
@@ -345,12 +361,12 @@ func TestRewindFencesTheOldGeneration(t *testing.T) {
 	default:
 		t.Error("the old generation's claim was neither fenced nor lost")
 	}
-	// Generation 2 was priced from the first record, once: every pending
-	// row moved into priced at the switch, each record's under one claim.
+	// Generation 2 was priced from the first record, once, each record's
+	// row under one claim; generation 1's rows stay, superseded.
 	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced WHERE contract_id = ?`, key); n != 2000 {
 		t.Errorf("%d priced rows of %s, want 2000", n, key)
 	}
-	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_superseded WHERE contract_id = ? AND generation = 1`, key); n != oldPriced {
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE contract_id = ? AND generation = 1`, key); n != oldPriced {
 		t.Errorf("%d superseded rows of %s, want the %d the old generation priced", n, key, oldPriced)
 	}
 	var want bytes.Buffer
@@ -487,11 +503,11 @@ func testAmend(t *testing.T, batch int) {
 	verifyClean(t, db)
 	sameBytes(t, "previous generation", previousBytes(t, db), first)
 	// Only the suffix from the amended record on was priced again.
-	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_superseded WHERE contract_id = ? AND generation = 1 AND seq >= ?`, key, seq); n != 2000-seq+1 {
-		t.Errorf("%d rows of %s superseded from seq %d, want %d", n, key, seq, 2000-seq+1)
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE contract_id = ? AND generation = 2 AND seq >= ?`, key, seq); n != 2000-seq+1 {
+		t.Errorf("%d rows of %s priced by generation 2 from seq %d, want %d", n, key, seq, 2000-seq+1)
 	}
-	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_superseded`); n != 2000-seq+1 {
-		t.Errorf("%d rows superseded in all, want %d", n, 2000-seq+1)
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE generation > 1`); n != 2000-seq+1 {
+		t.Errorf("%d rows of generation 2 in all, want %d", n, 2000-seq+1)
 	}
 	if n := count(t, db.DB, `SELECT count(*) FROM baton.amendments WHERE contract_id = ? AND seq = ? AND generation = 2 AND reason = 'meter corrected'
 		AND new_amount_minor = old_amount_minor - 123457`, key, seq); n != 1 {
@@ -566,7 +582,7 @@ func TestAmendInsideAnUnpricedSegment(t *testing.T) {
 	// that has priced none of them; the contract's row stays at 2000.
 	seg := partition.SegmentKey(key, 1024)
 	for _, q := range []string{
-		`DELETE FROM baton.priced WHERE contract_id = '` + key + `' AND seq > 1024`,
+		`DELETE FROM baton.priced_rows WHERE contract_id = '` + key + `' AND seq > 1024`,
 		`INSERT INTO baton.tasks (kind, partition_key, segment_of, generation, position, available)
 		 VALUES ('pricing', '` + seg + `', '` + key + `', 1, 1024, 2000)`,
 	} {

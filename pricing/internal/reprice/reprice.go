@@ -340,23 +340,16 @@ SELECT $1, th, bp FROM unnest($2::bigint[], $3::bigint[]) AS u(th, bp) ORDER BY 
 }
 
 // abandon ends generation gen of contract, still being priced: its totals
-// are frozen as far as it got (the rows it shares with the current
-// generation and its pending rows), and its pending rows are deleted.
+// are frozen as far as it got (its view: the rows it shares with the
+// current generation and the ones it priced), and its rows are deleted.
 func abandon(ctx context.Context, tx Tx, q func(string) string, contract string, gen int64) error {
 	if err := tx.Exec(ctx, q(`
-WITH g AS (
-    SELECT from_seq FROM {{.Schema}}.generations WHERE contract_id = $1 AND generation = $2
+WITH t AS (
+    SELECT count(*) AS n, coalesce(sum(gross_minor), 0) AS gr, coalesce(sum(discount_minor), 0) AS d,
+           coalesce(sum(net_minor), 0) AS net
+      FROM {{.Schema}}.priced_generation($1, $2)
 ), gone AS (
-    DELETE FROM {{.Schema}}.priced_pending WHERE contract_id = $1 AND generation = $2
-    RETURNING gross_minor, discount_minor, net_minor
-), t AS (
-    SELECT sum(n) AS n, sum(gr) AS gr, sum(d) AS d, sum(net) AS net FROM (
-        SELECT count(*) AS n, coalesce(sum(gross_minor), 0) AS gr, coalesce(sum(discount_minor), 0) AS d,
-               coalesce(sum(net_minor), 0) AS net
-          FROM {{.Schema}}.priced WHERE contract_id = $1 AND seq <= (SELECT from_seq FROM g)
-        UNION ALL
-        SELECT count(*), coalesce(sum(gross_minor), 0), coalesce(sum(discount_minor), 0), coalesce(sum(net_minor), 0)
-          FROM gone) u
+    DELETE FROM {{.Schema}}.priced_rows WHERE contract_id = $1 AND generation = $2
 )
 UPDATE {{.Schema}}.generations ge
    SET state = 'abandoned', finished_at = now(),
