@@ -200,6 +200,7 @@ func printStatus(w io.Writer, s statusJSON) {
 		}
 		tw.Flush()
 	}
+	report.WritePaused(w, s.Paused)
 	printBacklog(w, s.Backlog)
 	printHorizon(w, s.Horizon)
 }

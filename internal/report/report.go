@@ -8,6 +8,7 @@ package report
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
@@ -42,6 +43,9 @@ type Status struct {
 	// Backlog is the pending records, lag, rate and drain estimate
 	// (package backlog); nil where status is built without reading it.
 	Backlog *Backlog `json:"backlog,omitempty"`
+	// Paused is the pauses in force (paused.go): empty when nothing is
+	// paused.
+	Paused []Paused `json:"paused"`
 }
 
 // Backlog is the pricing kind's backlog signals (package backlog defines
@@ -197,6 +201,7 @@ func Build(parts []partition.PartitionStatus, workers []partition.WorkerStatus) 
 		})
 	}
 	s.Totals.LiveWorkers = len(workers)
+	s.Paused = []Paused{}
 	return s
 }
 
@@ -207,9 +212,18 @@ func Build(parts []partition.PartitionStatus, workers []partition.WorkerStatus) 
 // records, so it never makes a consistent contract look inconsistent. Then
 // it reads what holds back vacuum, warning past warnAfter.
 func Read(ctx context.Context, db *dbconn.DB, schemaName string, warnAfter time.Duration) (Status, error) {
-	parts, workers, err := partition.NewStore(db, schemaName).Kind(pricer.Kind).Status(ctx)
+	store := partition.NewStore(db, schemaName).Kind(pricer.Kind)
+	parts, workers, err := store.Status(ctx)
 	if err != nil {
 		return Status{}, err
+	}
+	pauses, err := store.Paused(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	var now time.Time
+	if err := db.QueryRowContext(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return Status{}, fmt.Errorf("reading the database's clock: %w", err)
 	}
 	progress, err := pricer.NewStore(db, schemaName).CheckProgress(ctx)
 	if err != nil {
@@ -227,6 +241,7 @@ func Read(ctx context.Context, db *dbconn.DB, schemaName string, warnAfter time.
 		}
 	}
 	s := Build(parts, workers)
+	s.Paused = buildPaused(pauses, now)
 	hr, err := horizon.NewReader(db, schemaName).Read(ctx, warnAfter)
 	if err != nil {
 		return Status{}, err
