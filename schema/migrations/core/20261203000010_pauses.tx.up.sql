@@ -21,3 +21,12 @@ CREATE TABLE {{.Schema}}.pauses (
     reason        text NOT NULL DEFAULT '',
     PRIMARY KEY (kind, partition_key)
 );
+
+-- The backlog figures (package backlog) count paused work apart: it is
+-- not lag the fleet can drain. Samples taken before this migration have
+-- none.
+--   paused_items       available - position of paused rows not quarantined
+--   paused_partitions  partitions (with their segments) that are paused
+ALTER TABLE {{.Schema}}.backlog_samples
+    ADD COLUMN paused_items bigint NOT NULL DEFAULT 0,
+    ADD COLUMN paused_partitions bigint NOT NULL DEFAULT 0;
