@@ -30,11 +30,11 @@ import (
 // Pause is one pause in force: of the partition Key, or of the whole kind
 // when Key is "".
 type Pause struct {
-	Kind   string
-	Key    string    // the partition; "" for the whole kind
-	Since  time.Time // when it was paused, by the database's clock
-	By     string    // who paused it
-	Reason string    // why
+	Kind   string    `json:"kind"`
+	Key    string    `json:"key"`    // the partition; "" for the whole kind
+	Since  time.Time `json:"since"`  // when it was paused, by the database's clock
+	By     string    `json:"by"`     // who paused it
+	Reason string    `json:"reason"` // why
 }
 
 // Pause pauses the partitions keys of s's kind, or the whole kind when
