@@ -39,11 +39,11 @@ func staleRows(k, limit string) string {
 				FROM {{.Schema}}.tasks t
 				WHERE t.owner = w.instance_id AND t.kind = ` + k + `
 				  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
-				  AND ` + notPausedT + `
+				  AND ` + partitionNotPausedT + `
 				ORDER BY t.lease_expires_at
 				LIMIT ` + limit + `
 			) t
-			WHERE NOT (w.expires_at > now() AND w.stopped_at IS NULL)`
+			WHERE NOT (w.expires_at > now() AND w.stopped_at IS NULL) AND ` + kindNotPaused(k)
 }
 
 // candidatesSQL reads up to $1 claimable rows of kind $2, earliest
@@ -57,7 +57,7 @@ var candidatesSQL = `
 			(SELECT partition_key, version, false AS owned, claimable_at AS at
 			 FROM {{.Schema}}.tasks t
 			 WHERE kind = $2 AND claimable_at >= $3::timestamptz AND claimable_at <= now()
-			   AND ` + notPausedT + `
+			   AND ` + partitionNotPausedT + ` AND ` + kindNotPaused("$2") + `
 			 ORDER BY claimable_at
 			 LIMIT $1)
 			UNION ALL
@@ -260,7 +260,7 @@ var fairShareSQL = `
 		         count(*) FILTER (WHERE NOT owned) AS unowned FROM (
 		    (SELECT greatest(available - position, 0) AS backlog, claimable_at AS at, false AS owned FROM {{.Schema}}.tasks t
 		     WHERE kind = $4 AND claimable_at >= $5::timestamptz AND claimable_at <= now()
-		       AND ` + notPausedT + `
+		       AND ` + partitionNotPausedT + ` AND ` + kindNotPaused("$4") + `
 		     ORDER BY claimable_at
 		     LIMIT (SELECT n FROM cap))
 		    UNION ALL
