@@ -17,24 +17,29 @@ type pauseFlags struct {
 	kind, by, reason string
 }
 
-// target is the store of the kind named (pricing unless --kind) and a
-// description of what the arguments name; with no contracts the command
-// acts on the whole kind, which only an explicit --kind may ask for.
-func (f *pauseFlags) target(cmd *cobra.Command, g *globals, db *dbconn.DB, contracts []string) (*partition.Store, string, error) {
-	store := pricingStore(db, g.schema)
+// run opens the database and calls do with the store of the kind named
+// (pricing unless --kind) and a description of what the arguments name;
+// with no contracts the command acts on the whole kind, which only an
+// explicit --kind may ask for.
+func (f *pauseFlags) run(cmd *cobra.Command, g *globals, contracts []string, do func(*partition.Store, string) error) error {
 	if cmd.Flags().Changed("kind") {
 		if err := partition.ValidateKind(f.kind); err != nil {
-			return nil, "", usageError("--kind: %v", err)
+			return usageError("--kind: %v", err)
 		}
-		store = store.Kind(f.kind)
+	} else if len(contracts) == 0 {
+		return usageError("name the contracts, or --kind for every contract of a kind")
 	}
-	if len(contracts) == 0 {
-		if !cmd.Flags().Changed("kind") {
-			return nil, "", usageError("name the contracts, or --kind for every contract of a kind")
-		}
-		return store, "kind " + store.KindName(), nil
+	db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
+	if err != nil {
+		return err
 	}
-	return store, strings.Join(contracts, ", "), nil
+	defer db.Close()
+	store := pricingStore(db, g.schema).Kind(f.kind)
+	what := "kind " + store.KindName()
+	if len(contracts) > 0 {
+		what = strings.Join(contracts, ", ")
+	}
+	return do(store, what)
 }
 
 func newPauseCmd(g *globals) *cobra.Command {
@@ -56,21 +61,14 @@ pauses in force.`,
   worker pause --kind pricing --reason "month-end freeze"`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			store, what, err := f.target(cmd, g, db, args)
-			if err != nil {
-				return err
-			}
-			made, err := store.Pause(cmd.Context(), f.by, f.reason, args...)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(g.stdout, "paused %s (%d new, the rest paused already)\n", what, len(made))
-			return nil
+			return f.run(cmd, g, args, func(store *partition.Store, what string) error {
+				made, err := store.Pause(cmd.Context(), f.by, f.reason, args...)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "paused %s (%d new, the rest paused already)\n", what, len(made))
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&f.kind, "kind", pricer.Kind, "the kind of the contracts; with no contract named, pause the whole kind")
@@ -95,27 +93,19 @@ each contract's history.`,
   worker resume --kind pricing`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			store, what, err := f.target(cmd, g, db, args)
-			if err != nil {
-				return err
-			}
-			lifted, err := store.Resume(cmd.Context(), f.by, args...)
-			if err != nil {
-				return err
-			}
-			if len(lifted) == 0 {
-				fmt.Fprintf(g.stdout, "%s: not paused, nothing to do\n", what)
+			return f.run(cmd, g, args, func(store *partition.Store, what string) error {
+				lifted, err := store.Resume(cmd.Context(), f.by, args...)
+				if err != nil {
+					return err
+				}
+				if len(lifted) == 0 {
+					fmt.Fprintf(g.stdout, "%s: not paused, nothing to do\n", what)
+				}
+				for _, p := range lifted {
+					fmt.Fprintf(g.stdout, "resumed %s (paused since %s by %s)\n", pauseName(p), p.Since.UTC().Format(time.RFC3339), p.By)
+				}
 				return nil
-			}
-			for _, p := range lifted {
-				fmt.Fprintf(g.stdout, "resumed %s (paused since %s by %s)\n", pauseName(p), p.Since.UTC().Format(time.RFC3339), p.By)
-			}
-			return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&f.kind, "kind", pricer.Kind, "the kind of the contracts; with no contract named, resume the kind")
