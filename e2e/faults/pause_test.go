@@ -67,7 +67,7 @@ func TestPauseWhileBatchesInFlight(t *testing.T) {
 				var owned int
 				if err := r.db.QueryRow(`SELECT count(*) FROM baton.tasks t JOIN baton.workers w ON w.instance_id = t.owner
 					WHERE t.kind = ? AND coalesce(t.segment_of, t.partition_key) IN (?) AND w.expires_at > now() AND w.stopped_at IS NULL`,
-					pricer.Kind, bun.In(paused)).Scan(&owned); err != nil {
+					pricer.Kind, bun.List(paused)).Scan(&owned); err != nil {
 					t.Fatal(err)
 				}
 				if owned > 0 {
@@ -77,7 +77,7 @@ func TestPauseWhileBatchesInFlight(t *testing.T) {
 			})
 			var claims int
 			if err := r.db.QueryRow(`SELECT count(*) FROM baton.events WHERE task_kind = ? AND kind IN ('claimed', 'takeover')
-				AND at > ? AND partition_key IN (?)`, pricer.Kind, pausedAt, bun.In(paused)).Scan(&claims); err != nil {
+				AND at > ? AND partition_key IN (?)`, pricer.Kind, pausedAt, bun.List(paused)).Scan(&claims); err != nil {
 				t.Fatal(err)
 			}
 			if claims > 0 {
