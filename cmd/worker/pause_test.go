@@ -18,6 +18,18 @@ func TestPauseAndResumeCommands(t *testing.T) {
 		t.Fatalf("pause with nothing named: exit %d, %q; want usage naming --kind", code, stderr)
 	}
 	c.mustRun("pause", "random-mix", "--reason", "tiers under review", "--by", "alice")
+	var b struct {
+		Backlog struct {
+			PausedItems     int64 `json:"paused_items"`
+			PausedContracts int64 `json:"paused_contracts"`
+		} `json:"backlog"`
+	}
+	if err := json.Unmarshal([]byte(c.mustRun("status", "--json")), &b); err != nil {
+		t.Fatal(err)
+	}
+	if b.Backlog.PausedContracts != 1 || b.Backlog.PausedItems == 0 {
+		t.Fatalf("status --json backlog: %+v; want random-mix's records paused apart", b.Backlog)
+	}
 	c.mustRun("pause", "--kind", "pricing", "--reason", "month-end freeze")
 	paused := func() []map[string]any {
 		t.Helper()

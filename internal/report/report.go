@@ -55,7 +55,11 @@ type Backlog struct {
 	PendingContracts     int64 `json:"pending_contracts"`
 	QuarantinedItems     int64 `json:"quarantined_items"`
 	QuarantinedContracts int64 `json:"quarantined_contracts"`
-	LagMS                int64 `json:"lag_ms"`
+	// PausedItems and PausedContracts are paused work, not in the
+	// pending figures nor the lag (package backlog).
+	PausedItems     int64 `json:"paused_items"`
+	PausedContracts int64 `json:"paused_contracts"`
+	LagMS           int64 `json:"lag_ms"`
 	// RatePerSecond is records priced per second over RateWindowMS; null
 	// while no sample of the workers is old enough.
 	RatePerSecond *float64 `json:"rate_per_second"`
