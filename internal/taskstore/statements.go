@@ -133,9 +133,10 @@ func heartbeatCTEs(joined string) string {
 			FROM {{.Schema}}.tasks
 			WHERE owner = $3 AND kind = $12
 		), h AS (
-			-- Still ours as of this statement's snapshot.
-			SELECT t.partition_key, t.version, t.available, t.position, t.lease_expires_at,
-			       ` + pausedT + ` AS paused
+			-- Still ours as of this statement's snapshot. (Whether each
+			-- is paused is read at the end: the registration below stays
+			-- within the text pg_stat_activity shows, 1,024 bytes.)
+			SELECT t.kind, t.partition_key, t.segment_of, t.version, t.available, t.position, t.lease_expires_at
 			FROM {{.Schema}}.tasks t
 			JOIN unnest($1::text[], $2::bigint[]) AS h(key, version)
 			  ON t.kind = $12 AND t.partition_key = h.key AND t.version = h.version
@@ -218,8 +219,8 @@ const heartbeatResult = `
 		       lease_expires_at >= now() + $10::bigint * interval '1 microsecond',
 		       lease_expires_at < now() + $10::bigint * interval '1 microsecond',
 		       greatest(0, (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint),
-		       paused
-		FROM h WHERE partition_key NOT IN (SELECT partition_key FROM u)`
+		       ` + pausedT + `
+		FROM h t WHERE partition_key NOT IN (SELECT partition_key FROM u)`
 
 // fairShareSQL reads the fair-share inputs for worker $3 of kind $4 with
 // room for $1 partitions whose leases last $2 microseconds: the kind's
