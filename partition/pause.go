@@ -108,7 +108,9 @@ func (s *Store) ResumeTx(ctx context.Context, tx bun.Tx, by string, keys ...stri
 			  FROM d LEFT JOIN {{.Schema}}.tasks t ON t.kind = d.kind AND t.partition_key = d.partition_key
 		), since AS (
 			SELECT least(statement_timestamp(), (
-				SELECT min(t.claimable_at) FROM {{.Schema}}.tasks t
+				-- (A row made claimable by hand at '-infinity' counts
+				-- as the epoch: a time the notification can carry.)
+				SELECT min(greatest(t.claimable_at, 'epoch'::timestamptz)) FROM {{.Schema}}.tasks t
 				 WHERE t.kind = ? AND t.claimable_at IS NOT NULL
 				   AND ('' = ANY (?::text[]) OR t.partition_key = ANY (?::text[]) OR t.segment_of = ANY (?::text[])))) AS at
 		), n AS (
