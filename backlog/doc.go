@@ -11,7 +11,8 @@
 // them) and the live workers, at one instant (At, the database clock):
 //
 //   - PendingItems: available − position summed over the kind's task rows
-//     that are not quarantined (failed_at unset), segments included. Each
+//     that are neither quarantined (failed_at unset) nor paused, segments
+//     included. Each
 //     item not yet processed is counted once: a split partition's own row
 //     moves past the items of its segments, which count them. Rows backing
 //     off after a failure count (they are retried without an operator).
@@ -21,8 +22,20 @@
 //     rows, which wait for an operator's retry and are not in the pending
 //     figures. A partition with one segment quarantined and another
 //     pending counts in both.
+//   - PausedItems, PausedPartitions: work an operator paused
+//     (partition.Store's Pause: the partition, its segments, or every
+//     partition of a paused kind) is not in the pending figures, nor in
+//     Lag, DrainTime and WorkersNeeded: no number of workers drains it
+//     until it is resumed, so it must not make an autoscaler start
+//     workers. PausedItems is available − position over paused rows that
+//     are not quarantined (a quarantined paused row counts as
+//     quarantined); PausedPartitions counts the paused partitions that
+//     exist, with pending work or not (a pause of a partition with no
+//     task row yet counts once its first work arrives). The processed
+//     count below takes paused items in with pending and quarantined
+//     ones, so a pause or a resume is not processing.
 //   - Lag: At − the earliest pending_since of a pending row that is not
-//     quarantined, 0 when none is pending. A row's pending_since is the
+//     quarantined nor paused, 0 when none is pending. A row's pending_since is the
 //     time it last went from no pending work to some (kept by a trigger,
 //     so every writer keeps it right; a segment inherits its partition's),
 //     so Lag is the longest time a partition has had pending work without
@@ -34,8 +47,8 @@
 //     items are counted from totals that splits and segment clean-ups do
 //     not change: items added (the sum of available over rows that are
 //     not segments) plus items rewinds put back (rewound_items, kept by a
-//     trigger) less the growth of everything not processed (pending and
-//     quarantined items). So a split, a quarantine or a retry is not
+//     trigger) less the growth of everything not processed (pending,
+//     quarantined and paused items). So a split, a quarantine or a retry is not
 //     processing, and a rewind is not negative processing. (One case is
 //     not exact: a rewind of a partition whose segments are not caught
 //     up deletes them, and their items count as processed in the windows

@@ -17,6 +17,8 @@ type Figures struct {
 	PendingPartitions     int64 `json:"pending_partitions"`
 	QuarantinedItems      int64 `json:"quarantined_items"`
 	QuarantinedPartitions int64 `json:"quarantined_partitions"`
+	PausedItems           int64 `json:"paused_items"`
+	PausedPartitions      int64 `json:"paused_partitions"`
 
 	Lag time.Duration `json:"lag_ns"`
 
@@ -46,6 +48,7 @@ func derive(r taskstore.BacklogRow, cfg Config) Figures {
 		Kind: r.Kind, At: r.At,
 		PendingItems: r.PendingItems, PendingPartitions: r.PendingPartitions,
 		QuarantinedItems: r.QuarantinedItems, QuarantinedPartitions: r.QuarantinedPartitions,
+		PausedItems: r.PausedItems, PausedPartitions: r.PausedPartitions,
 		Workers: r.Workers, DrainTarget: cfg.DrainTarget,
 	}
 	if !r.OldestPending.IsZero() {

@@ -43,6 +43,9 @@ type part struct {
 	Percent                  float64
 	Rate                     float64 // items/s over the last sample
 	ETAMS                    *int64  // when it will be processed at the current pace (backlog.go); nil if unknown
+	// Pause is the pause in force on it (its own, else its kind's); nil
+	// when it is not paused (pause.go).
+	Pause *partition.Pause
 }
 
 // Total is processed plus pending items.
@@ -89,8 +92,10 @@ type overview struct {
 	Held        map[string]int `json:"held_by_state"`
 	Quarantined int            `json:"quarantined"`
 	Takeovers   takeoverStats  `json:"takeovers_last_hour"`
-	Horizon     horizon.View   `json:"horizon"`
-	Signals     *backlogView   `json:"backlog_signals"` // backlog.go
+	// Paused is the pauses in force of the kind: its own (key "") first.
+	Paused  []partition.Pause `json:"paused"`
+	Horizon horizon.View      `json:"horizon"`
+	Signals *backlogView      `json:"backlog_signals"` // backlog.go
 }
 
 type takeoverStats struct {
@@ -167,6 +172,11 @@ func (s *source) read(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	pauses, err := s.store.Paused(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pauseOf := pausedBy(pauses)
 	byID := make(map[string]*worker, len(workers))
 	for i := range workers {
 		byID[workers[i].InstanceID] = &workers[i]
@@ -175,9 +185,10 @@ func (s *source) read(ctx context.Context) (*snapshot, error) {
 	snap := &snapshot{At: now, Workers: workers}
 	ov := &snap.Overview
 	ov.ByState, ov.Held = map[string]int{}, map[string]int{}
+	ov.Paused = append([]partition.Pause{}, pauses...)
 	var total int64
 	for _, p := range parts {
-		c := part{PartitionStatus: p, LeaseBeatMS: msPtr(p.HeartbeatAge), LeaseLeftMS: msPtr(p.LeaseRemaining)}
+		c := part{PartitionStatus: p, LeaseBeatMS: msPtr(p.HeartbeatAge), LeaseLeftMS: msPtr(p.LeaseRemaining), Pause: pauseOf(p.Key)}
 		if w := byID[p.OwnerInstance]; w != nil && p.OwnerInstance != "" {
 			ms := w.HeartbeatMS
 			c.OwnerBeatMS, c.OwnerStatus = &ms, w.Status
@@ -301,13 +312,14 @@ func (s *source) workers(ctx context.Context) ([]worker, error) {
 
 // Events worth an operator's attention whatever their number: a takeover
 // (the previous owner's lease expired), a fence rejection, a lost lease, a
-// failure, a quarantine, an operator's retry. A release is routine when
+// failure, a quarantine, an operator's retry, pause or resume. A release is routine when
 // its reason is one the distributor gives in normal operation; a first
 // batch is shown on its takeover's row.
 var (
 	notableKinds = []partition.EventKind{partition.EventTakeover, partition.EventFenced, partition.EventLost,
-		partition.EventFailed, partition.EventQuarantined, partition.EventRetried}
-	normalReleases = []string{"", "caught_up", "rebalance", "shutdown"}
+		partition.EventFailed, partition.EventQuarantined, partition.EventRetried, partition.EventPaused, partition.EventResumed}
+	// A release because of a pause follows the pause's own event.
+	normalReleases = []string{"", "caught_up", "rebalance", "shutdown", "paused"}
 )
 
 // notable returns up to limit notable events of the last since, newest

@@ -112,6 +112,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+list, s.partitionsPage)
 	mux.HandleFunc("GET "+list+"/{id}", s.partitionPage)
 	mux.HandleFunc("POST "+list+"/{id}/retry", s.retry)
+	mux.HandleFunc("POST "+list+"/{id}/pause", s.pause)
+	mux.HandleFunc("POST "+list+"/{id}/resume", s.resume)
+	mux.HandleFunc("POST /pause", s.pause) // the whole kind
+	mux.HandleFunc("POST /resume", s.resume)
 	mux.HandleFunc("GET /workers", s.workersPage)
 	mux.HandleFunc("GET /jobs", s.jobsPage)
 	mux.HandleFunc("POST /jobs/{name}/trigger", s.triggerJob)

@@ -50,8 +50,24 @@
 // database is exactly once; side effects outside it are at least once
 // (Batch.IdempotencyKey).
 //
+// # Pauses
+//
+// An operator may pause partitions, or a whole kind (partition.Store's
+// Pause): a paused partition and its segments are never claimed, by any
+// statement that reads or claims candidates (the pause is part of the
+// statement, read under its snapshot, not a check made before it). A
+// pause is an input to claiming and renewal, not a change of ownership: it
+// locks no task row. A claim that committed before the pause was visible
+// to it is an ordinary claim; the heartbeat reports the pause with the
+// lease, and the owner releases the partition at its next batch
+// boundary, so the batch in flight commits (or rolls back) whole with its
+// checkpoint and the release, within one heartbeat, is the ordinary fenced
+// release. Resume notifies the workers with the time the rows became
+// claimable, so they read the claimable rows from below it (the claim
+// floor) and claim them at once.
+//
 // The protocol in full (the task row, claims, fair shares, confirmation,
-// the fence, states, the takeover bound, the claim floor, PostgreSQL
-// versions, where each step lives in this package) and the safety argument
-// are in docs/protocol.md in the repository.
+// the fence, pauses, states, the takeover bound, the claim floor,
+// PostgreSQL versions, where each step lives in this package) and the
+// safety argument are in docs/protocol.md in the repository.
 package distributor

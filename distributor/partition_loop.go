@@ -92,6 +92,12 @@ func (d *Distributor) runPartition(h *held) {
 			d.release(h, "rebalance")
 			return
 		}
+		if l.Paused() {
+			// Paused by an operator: the last batch committed whole;
+			// nothing more until it is resumed.
+			d.release(h, "paused")
+			return
+		}
 		_, caughtUp, released, err := d.heldBatch(h)
 		switch {
 		case err == nil:

@@ -15,6 +15,9 @@ import (
 //   - baton_backlog_pending_items, baton_backlog_pending_partitions:
 //     work not processed, quarantined rows left out;
 //   - baton_backlog_quarantined_items, baton_backlog_quarantined_partitions;
+//   - baton_paused_partitions, baton_backlog_paused_items: partitions an
+//     operator paused and their items not processed, not in the pending
+//     figures (BatonPausedTooLong watches the first);
 //   - baton_backlog_lag_seconds: how long the longest-waiting partition
 //     has had pending work;
 //   - baton_backlog_rate_items_per_second: items processed per second
@@ -37,6 +40,8 @@ func (m *Metrics) WatchBacklog(p *backlog.Publisher) {
 		pendingParts:   desc("baton_backlog_pending_partitions", "Partitions (with their segments) having a task row that is not quarantined with pending items."),
 		quarItems:      desc("baton_backlog_quarantined_items", "Work items not processed on quarantined task rows (waiting for a retry)."),
 		quarParts:      desc("baton_backlog_quarantined_partitions", "Partitions (with their segments) having a quarantined task row."),
+		pausedParts:    desc("baton_paused_partitions", "Partitions paused by an operator (by name or with their kind), with pending work or not: never claimed until resumed."),
+		pausedItems:    desc("baton_backlog_paused_items", "Work items not processed on paused task rows that are not quarantined: not in the pending figures."),
 		lag:            desc("baton_backlog_lag_seconds", "Time since the pending partition waiting longest last had no pending work: an upper bound on the age of the oldest pending item (0 when none is pending)."),
 		rate:           desc("baton_backlog_rate_items_per_second", "Work items processed per second over the rate window (about a minute), from samples of the task table's totals."),
 		drain:          desc("baton_backlog_drain_seconds", "Pending items divided by the rate: the estimated time to drain the backlog (+Inf when work is pending and none is processed)."),
@@ -51,12 +56,12 @@ func (m *Metrics) WatchBacklog(p *backlog.Publisher) {
 type backlogCollector struct {
 	p                                                                                   *backlog.Publisher
 	pendingItems, pendingParts, quarItems, quarParts, lag, rate, drain, target, workers *prometheus.Desc
-	needed, age, readErrorsDesc                                                         *prometheus.Desc
+	needed, age, readErrorsDesc, pausedParts, pausedItems                               *prometheus.Desc
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.pendingItems, c.pendingParts, c.quarItems, c.quarParts, c.lag, c.rate,
-		c.drain, c.target, c.workers, c.needed, c.age, c.readErrorsDesc} {
+		c.drain, c.target, c.workers, c.needed, c.age, c.readErrorsDesc, c.pausedParts, c.pausedItems} {
 		ch <- d
 	}
 }
@@ -76,6 +81,8 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.pendingParts, float64(f.PendingPartitions), f.Kind)
 		gauge(c.quarItems, float64(f.QuarantinedItems), f.Kind)
 		gauge(c.quarParts, float64(f.QuarantinedPartitions), f.Kind)
+		gauge(c.pausedParts, float64(f.PausedPartitions), f.Kind)
+		gauge(c.pausedItems, float64(f.PausedItems), f.Kind)
 		gauge(c.lag, f.Lag.Seconds(), f.Kind)
 		if f.RateKnown {
 			gauge(c.rate, f.Rate, f.Kind)

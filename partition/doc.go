@@ -52,6 +52,14 @@
 // version and position. Retry re-enables a partition that failed
 // too often (quarantined) or is backing off.
 //
+// # Pausing
+//
+// Pause stops named partitions, or the whole kind, from being processed
+// until Resume: they are never claimed, and a worker that owns one
+// releases it at its next batch boundary, within a heartbeat. Work is
+// still accepted and waits. Paused lists the pauses in force (see
+// pause.go for the details).
+//
 // # Processing again: generations
 //
 // RewindTx (in the caller's transaction; Rewind in one of its own) makes partitions process their

@@ -34,6 +34,8 @@ const (
 	EventRetried     EventKind = "retried"     // an operator re-enabled the partition
 	EventRewound     EventKind = "rewound"     // re-processing from Position under a new generation (Store.Rewind; Detail: the generations)
 	EventSplit       EventKind = "split"       // the backlog after Position was split into segments (Detail: how many, up to where)
+	EventPaused      EventKind = "paused"      // an operator paused the partition, or its kind under the key "" (Worker: who, Detail: why)
+	EventResumed     EventKind = "resumed"     // an operator resumed it (Worker: who)
 )
 
 // Event kinds of the distributor's runtime events only, never recorded.

@@ -41,7 +41,8 @@ func (l Lease) String() string { return fmt.Sprintf("%s@v%d", l.Key, l.Version) 
 // DefaultKind unless set): it adds work (AddWork, AddWorks, each in a
 // transaction of its own, or AddWorkTx, AddWorksTx in the caller's), rewinds it
 // (Rewind, RewindTx), reports it (Status, Progress,
-// History, RecentEvents, Takeovers) and repairs it (Retry). Its methods
+// History, RecentEvents, Takeovers), repairs it (Retry) and pauses it
+// (Pause, PauseTx, Resume, ResumeTx, Paused). Its methods
 // are safe for concurrent use. The protocol's statements, which claim,
 // renew, fence, advance and release partitions, are the workers' and are
 // not part of this package's API.

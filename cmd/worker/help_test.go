@@ -37,6 +37,8 @@ func TestHelpSaysWhichCommandsChangeData(t *testing.T) {
 		"export":           file,
 		"status":           readOnly,
 		"retry":            database,
+		"pause":            database,
+		"resume":           database,
 		"prune":            database,
 		"seed":             both, // files, and the database with --load
 		"demo":             demo,

@@ -236,7 +236,7 @@ Each command's help says whether it changes the database or writes files;
 	g.register(root)
 	root.AddCommand(
 		newMigrateCmd(g), newLoadCmd(g), newRunCmd(g), newExportCmd(g),
-		newStatusCmd(g), newRetryCmd(g), newSeedCmd(g), newDemoCmd(g), newProbeCmd(g),
+		newStatusCmd(g), newRetryCmd(g), newPauseCmd(g), newResumeCmd(g), newSeedCmd(g), newDemoCmd(g), newProbeCmd(g),
 		newScheduleCmd(g),
 		newUICmd(g), newSignalsCmd(g),
 		newPruneCmd(g),

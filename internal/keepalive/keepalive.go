@@ -142,6 +142,8 @@ type Lease struct {
 	// releasing: the owner is releasing the lease in a transaction of its
 	// own, so a renewal that no longer finds it is that release, not a loss.
 	releasing atomic.Bool
+	// paused: the last renewal found the partition paused.
+	paused atomic.Bool
 
 	// guarded by svc.mu
 	streak   int
@@ -174,8 +176,12 @@ func (l *Lease) Confirmed() <-chan struct{} { return l.confirmed }
 func (l *Lease) IsConfirmed() bool { return isClosed(l.confirmed) }
 
 // Work receives a value when a renewal reports pending work (available >
-// position) on the partition.
+// position) on the partition, or that it is paused.
 func (l *Lease) Work() <-chan struct{} { return l.work }
+
+// Paused reports whether the last renewal found the partition, or its
+// kind, paused: its owner releases it at the next batch boundary.
+func (l *Lease) Paused() bool { return l.paused.Load() }
 
 // Streak is the number of consecutive successful renewals since the claim.
 func (l *Lease) Streak() int {
@@ -386,6 +392,7 @@ func (s *Service) beat(ctx context.Context) {
 			s.endLocked(l, heartbeat.ErrOwnershipLost)
 			continue
 		}
+		l.paused.Store(r.Paused)
 		if r.Locked {
 			// Not renewed, not lost: the lease keeps what it has left, and
 			// ends locally only if that runs out before a renewal.
@@ -398,7 +405,7 @@ func (s *Service) beat(ctx context.Context) {
 		// A fresh lease was checked, not rewritten: its deadline follows
 		// what it has left, never a renewal that did not happen.
 		s.renewedLocked(l, sent, decide.LeaseLeft(r, s.cfg.StaleAfter))
-		if r.Available > r.Position {
+		if r.Available > r.Position || r.Paused {
 			select {
 			case l.work <- struct{}{}:
 			default:

@@ -25,6 +25,9 @@ type Renewal struct {
 	// renewed. It is this owner's for Remaining.
 	Fresh     bool
 	Remaining time.Duration // lease time left, database clock (Locked or Fresh)
+	// Paused says the partition (or its kind) is paused: the owner
+	// releases it at its next batch boundary.
+	Paused bool
 }
 
 // Owned is what a re-read says about a lease: that it is still this

@@ -36,13 +36,15 @@ const (
 	// share of them, so the others look for theirs now rather than at
 	// their next poll.
 	Stale = "stale"
+	// Resumed: an operator resumed paused partitions or a kind.
+	Resumed = "resumed"
 )
 
 // Payload is the payload of a notification of reason (Work,
 // Released, Retry, Left, Joined, Stale) about partitions of kind: the
 // reason, a space and the kind. Workers ignore notifications about other
 // kinds. Every notification that makes partitions claimable (producers'
-// AddWorks, releases, hand-backs, Retry, splits, rewinds) appends a space
+// AddWorks, releases, hand-backs, Retry, resumes, splits, rewinds) appends a space
 // and a time, in microseconds since the Unix epoch on the database's
 // clock, no later than the one at which its statement made them
 // claimable (Since): its transaction may commit long after, and a

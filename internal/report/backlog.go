@@ -32,6 +32,7 @@ func ReadBacklog(ctx context.Context, db *dbconn.DB, schemaName string, drainTar
 	b := &Backlog{
 		PendingItems: f.PendingItems, PendingContracts: f.PendingPartitions,
 		QuarantinedItems: f.QuarantinedItems, QuarantinedContracts: f.QuarantinedPartitions,
+		PausedItems: f.PausedItems, PausedContracts: f.PausedPartitions,
 		LagMS: f.Lag.Milliseconds(), RateWindowMS: f.RateWindow.Milliseconds(), LiveWorkers: f.Workers,
 		DrainTargetMS: f.DrainTarget.Milliseconds(), WorkersNeeded: f.WorkersNeeded,
 	}

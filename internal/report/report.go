@@ -8,6 +8,7 @@ package report
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
@@ -42,6 +43,9 @@ type Status struct {
 	// Backlog is the pending records, lag, rate and drain estimate
 	// (package backlog); nil where status is built without reading it.
 	Backlog *Backlog `json:"backlog,omitempty"`
+	// Paused is the pauses in force (paused.go): empty when nothing is
+	// paused.
+	Paused []Paused `json:"paused"`
 }
 
 // Backlog is the pricing kind's backlog signals (package backlog defines
@@ -51,7 +55,11 @@ type Backlog struct {
 	PendingContracts     int64 `json:"pending_contracts"`
 	QuarantinedItems     int64 `json:"quarantined_items"`
 	QuarantinedContracts int64 `json:"quarantined_contracts"`
-	LagMS                int64 `json:"lag_ms"`
+	// PausedItems and PausedContracts are paused work, not in the
+	// pending figures nor the lag (package backlog).
+	PausedItems     int64 `json:"paused_items"`
+	PausedContracts int64 `json:"paused_contracts"`
+	LagMS           int64 `json:"lag_ms"`
 	// RatePerSecond is records priced per second over RateWindowMS; null
 	// while no sample of the workers is old enough.
 	RatePerSecond *float64 `json:"rate_per_second"`
@@ -154,6 +162,7 @@ func Build(parts []partition.PartitionStatus, workers []partition.WorkerStatus) 
 		})
 	}
 	s.Totals.LiveWorkers = len(workers)
+	s.Paused = []Paused{}
 	return s
 }
 
@@ -164,9 +173,18 @@ func Build(parts []partition.PartitionStatus, workers []partition.WorkerStatus) 
 // records, so it never makes a consistent contract look inconsistent. Then
 // it reads what holds back vacuum, warning past warnAfter.
 func Read(ctx context.Context, db *dbconn.DB, schemaName string, warnAfter time.Duration) (Status, error) {
-	parts, workers, err := partition.NewStore(db, schemaName).Kind(pricer.Kind).Status(ctx)
+	store := partition.NewStore(db, schemaName).Kind(pricer.Kind)
+	parts, workers, err := store.Status(ctx)
 	if err != nil {
 		return Status{}, err
+	}
+	pauses, err := store.Paused(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	var now time.Time
+	if err := db.QueryRowContext(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return Status{}, fmt.Errorf("reading the database's clock: %w", err)
 	}
 	progress, err := pricer.NewStore(db, schemaName).CheckProgress(ctx)
 	if err != nil {
@@ -184,6 +202,7 @@ func Read(ctx context.Context, db *dbconn.DB, schemaName string, warnAfter time.
 		}
 	}
 	s := Build(parts, workers)
+	s.Paused = buildPaused(pauses, now)
 	hr, err := horizon.NewReader(db, schemaName).Read(ctx, warnAfter)
 	if err != nil {
 		return Status{}, err

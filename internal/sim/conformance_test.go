@@ -193,6 +193,15 @@ func (h *modelHarness) ExpireLease(key string) {
 	}
 }
 
+func (h *modelHarness) Pause(key string) {
+	if h.s.st.paused == nil {
+		h.s.st.paused = map[int]bool{}
+	}
+	h.s.st.paused[h.keys[key]] = true
+}
+
+func (h *modelHarness) Resume(key string) { delete(h.s.st.paused, h.keys[key]) }
+
 func (h *modelHarness) AgeLease(key string, left time.Duration) {
 	if r := h.s.st.rows[h.keys[key]]; r.leaseExp > h.s.now && r.leaseExp != posInf {
 		r.leaseExp = h.s.now + left
@@ -242,7 +251,7 @@ func (h *modelHarness) HeartbeatBelow(_ context.Context, owner string, wanted in
 	var out []leaseinfo.Renewal
 	for _, x := range r.renewals {
 		out = append(out, leaseinfo.Renewal{Lease: h.plain(x.leaseID), Available: x.available, Position: x.position,
-			Fresh: x.fresh, Remaining: x.remaining})
+			Fresh: x.fresh, Remaining: x.remaining, Paused: x.paused})
 	}
 	return out, asError(r.err)
 }

@@ -113,6 +113,7 @@ type renewal struct {
 	// is then what it has left.
 	fresh     bool
 	remaining time.Duration
+	paused    bool // the partition is paused (pausedRow)
 }
 
 type heldLease struct {
@@ -305,6 +306,15 @@ func claimable(r *row, now time.Duration) bool {
 	return decide.Claimable(r.available > r.position, r.failed, left(r.leaseExp, now))
 }
 
+// pausedRow reports whether r's partition (a segment's: the partition it
+// belongs to) is paused.
+func (st *store) pausedRow(r *row) bool {
+	if r.segment {
+		return st.paused[r.parent]
+	}
+	return st.paused[r.key]
+}
+
 // live is decide.Live on owner's worker row; an owner without one (never
 // registered) is not live.
 func (st *store) live(owner int, now time.Duration) bool {
@@ -399,6 +409,10 @@ type store struct {
 	// segKeys finds segment rows by partition and start: the primary key
 	// of a segment (partition.SegmentKey).
 	segKeys map[segKey]*row
+	// paused are the partitions an operator paused (the pauses table;
+	// set by the conformance harness only): never claimed, and reported
+	// to their owners by heartbeats.
+	paused map[int]bool
 }
 
 type segKey struct {
@@ -813,7 +827,8 @@ func (st *store) exec(x *stmt) {
 				continue
 			}
 			if rem := left(r.leaseExp, x.start); !decide.Rewrite(rem, req.renewBelow) {
-				fresh = append(fresh, renewal{leaseID: l, available: r.available, position: r.position, fresh: true, remaining: max(0, rem)})
+				fresh = append(fresh, renewal{leaseID: l, available: r.available, position: r.position, fresh: true, remaining: max(0, rem),
+					paused: st.pausedRow(r)})
 				continue
 			}
 			rows = append(rows, r)
@@ -835,7 +850,8 @@ func (st *store) exec(x *stmt) {
 					for _, r := range renewed {
 						r.heartbeatAt = x.start
 						r.leaseExp = x.start + s.cfg.StaleAfter
-						out = append(out, renewal{leaseID: leaseID{r.key, r.version}, available: r.available, position: r.position})
+						out = append(out, renewal{leaseID: leaseID{r.key, r.version}, available: r.available, position: r.position,
+							paused: st.pausedRow(r)})
 					}
 					notify := false
 					for _, r := range back {
@@ -887,7 +903,7 @@ func (st *store) exec(x *stmt) {
 			if !r.visible() {
 				continue
 			}
-			if st.stale(r, x.start) || !staleOnly && r.owner == 0 && claimable(r, x.start) {
+			if !st.pausedRow(r) && (st.stale(r, x.start) || !staleOnly && r.owner == 0 && claimable(r, x.start)) {
 				rows = append(rows, r)
 			}
 		}
@@ -922,6 +938,9 @@ func (st *store) exec(x *stmt) {
 				if r.version != c.version || !claimable(r, x.start) {
 					continue
 				}
+			}
+			if st.pausedRow(r) {
+				continue
 			}
 			if st.lockedByOthers(t, r) {
 				continue // SKIP LOCKED
@@ -1074,7 +1093,7 @@ func (st *store) exec(x *stmt) {
 		// candidate's version, FOR KEY SHARE SKIP LOCKED, and the
 		// transaction-scoped advisory lock, not waited for.
 		r := st.rows[t.lease.key]
-		if !r.visible() || !claimable(r, x.start) || r.owner != 0 || (mut&MutClaimNoCAS == 0 && r.version != t.cand.version) {
+		if !r.visible() || !claimable(r, x.start) || r.owner != 0 || st.pausedRow(r) || (mut&MutClaimNoCAS == 0 && r.version != t.cand.version) {
 			s.tracef("store: txn%d fence of unowned %s by w%d finds %s", t.id, t.cand.leaseID, req.owner, st.describe(r))
 			st.done(x, response{err: errClaimLost})
 			return
@@ -1108,7 +1127,7 @@ func (st *store) exec(x *stmt) {
 			st.done(x, response{err: errClaimLost})
 			return
 		}
-		if !r.visible() || !claimable(r, x.start) || (mut&MutClaimNoCAS == 0 && (r.version != t.cand.version || r.owner != 0)) || r.position != t.readPos {
+		if !r.visible() || !claimable(r, x.start) || st.pausedRow(r) || (mut&MutClaimNoCAS == 0 && (r.version != t.cand.version || r.owner != 0)) || r.position != t.readPos {
 			s.tracef("store: txn%d claim of %s finds %s", t.id, t.lease, st.describe(r))
 			st.done(x, response{err: errClaimLost})
 			return
@@ -1607,6 +1626,8 @@ func (st *store) fairShareLoad(self, maxPartitions int, now time.Duration) tasks
 			l.Backlog += max(0, r.available-r.position)
 		}
 		switch {
+		case st.pausedRow(r):
+			// Never claimed while paused: not in the share's count.
 		case r.owner == 0 && claimable(r, now):
 			unowned = append(unowned, r)
 		case st.stale(r, now):

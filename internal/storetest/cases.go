@@ -57,6 +57,7 @@ func Cases() []Case {
 		{"ClaimWithBatch/LostToACommittedClaim", claimBatchLost},
 		{"ClaimWithBatch/RolledBackChangesNothing", claimBatchRollback},
 		{"PendingWork/OwnedUnownedBackingOffNotQuarantined", pendingWork},
+		{"Pause/NeverClaimedOwnerToldResumedClaimable", pauseCase},
 		{kindCasePrefix + "CandidatesOfTheStoresKindOnly", kindCandidates},
 		{kindCasePrefix + "ClaimWinsOnlyTheStoresKind", kindClaim},
 	}
@@ -1363,4 +1364,70 @@ func pendingWork(c *C, h Harness) {
 		c.Fatalf("Fail = %+v, %v; want quarantined", r, err)
 	}
 	want("with a quarantined partition only", false)
+}
+
+// pauseCase: a paused partition is neither a candidate (unowned or stale)
+// nor claimed, by a claim, a claim with its first batch or a takeover, nor
+// counted as claimable in the fair share; its owner's heartbeat reports it
+// paused (and still its owner's); resumed, it is claimable again.
+func pauseCase(c *C, h Harness) {
+	h.AddPartition("a", 5)
+	h.AddPartition("b", 5)
+	h.AddPartition("held", 5)
+	h.AddPartition("dead", 5)
+	held := c.claimOne(h, "w1", "held")
+	c.claimOne(h, "w9", "dead")
+	h.ExpireLease("dead")
+	h.ExpireWorker("w9")
+	cands := c.candidates(h, 10)
+	c.wantKeys("candidates before pausing", candKeys(cands), []string{"a", "b", "dead"})
+	for _, k := range []string{"a", "held", "dead"} {
+		h.Pause(k)
+	}
+	c.wantKeys("candidates while paused", candKeys(c.candidates(h, 10)), []string{"b"})
+	st, err := h.StaleCandidates(c.Ctx, 10)
+	c.must(err, "StaleCandidates")
+	c.wantKeys("stale candidates while paused", candKeys(st), nil)
+	if n := c.load(h).Unclaimed; n != 1 {
+		c.Errorf("fair share counts %d unclaimed; want 1 (b)", n)
+	}
+	// A read made before the pause wins nothing paused.
+	var paused []taskstore.Candidate
+	for _, cd := range cands {
+		if cd.Key != "b" {
+			paused = append(paused, cd)
+		}
+	}
+	won, err := h.Claim(c.Ctx, "w2", paused)
+	c.must(err, "Claim")
+	if len(won) != 0 {
+		c.Errorf("claims of paused partitions won %+v", won)
+	}
+	for _, cd := range paused {
+		if cd.Owned {
+			continue
+		}
+		b, _, err := h.BeginClaim(c.Ctx, "w2", cd)
+		if err == nil {
+			b.Rollback()
+			c.Errorf("claim with a first batch fenced the paused %s", cd.Key)
+		}
+	}
+	rs, err := h.HeartbeatBelow(c.Ctx, "w1", 0, []partition.Lease{held.Lease})
+	c.must(err, "Heartbeat")
+	if len(rs) != 1 || !rs[0].Paused {
+		c.Errorf("heartbeat of the paused, held partition = %+v; want it still held, Paused", rs)
+	}
+	for _, k := range []string{"a", "held", "dead"} {
+		h.Resume(k)
+	}
+	rs, err = h.HeartbeatBelow(c.Ctx, "w1", 0, []partition.Lease{held.Lease})
+	c.must(err, "Heartbeat")
+	if len(rs) != 1 || rs[0].Paused {
+		c.Errorf("heartbeat after the resume = %+v; want not Paused", rs)
+	}
+	c.wantKeys("candidates after resuming", candKeys(c.candidates(h, 10)), []string{"a", "b", "dead"})
+	won, err = h.Claim(c.Ctx, "w2", c.candidates(h, 10))
+	c.must(err, "Claim")
+	c.wantKeys("claims after resuming", claimedKeys(won), []string{"a", "b", "dead"})
 }

@@ -177,6 +177,11 @@ type Fixture interface {
 	// AgeLease makes the partition's lease end in left from now (a
 	// running lease only).
 	AgeLease(key string, left time.Duration)
+	// Pause and Resume pause and resume the partition, as an operator
+	// does (partition.Store.Pause, Resume), between the store's
+	// statements.
+	Pause(key string)
+	Resume(key string)
 }
 
 // Harness is one implementation under test.

@@ -39,13 +39,19 @@ type BacklogRow struct {
 	// clock, or a fresh sample's time when they come from it.
 	At time.Time
 	// PendingItems is available − position summed over the kind's task
-	// rows (partitions and segments) that are not quarantined;
+	// rows (partitions and segments) that are neither quarantined nor
+	// paused;
 	// PendingPartitions counts the partitions (a partition and its
 	// segments once) with such a row with pending items.
 	PendingItems, PendingPartitions int64
 	// QuarantinedItems and QuarantinedPartitions are the same over
 	// quarantined rows (failed_at set).
 	QuarantinedItems, QuarantinedPartitions int64
+	// PausedItems is available − position over paused rows (a paused
+	// partition, its segments, or any row of a paused kind) that are not
+	// quarantined: not in PendingItems. PausedPartitions counts the
+	// paused partitions, with pending work or not.
+	PausedItems, PausedPartitions int64
 	// OldestPending is the earliest pending_since of a pending row that is
 	// not quarantined; zero when there is none.
 	OldestPending time.Time
@@ -75,15 +81,21 @@ type BacklogSample struct {
 const backlogScan = `
 	cur AS (
 		SELECT t.kind,
-		       coalesce(sum(t.available - t.position) FILTER (WHERE t.failed_at IS NULL), 0)::bigint AS pending_items,
+		       coalesce(sum(t.available - t.position) FILTER (WHERE t.failed_at IS NULL AND NOT t.paused), 0)::bigint AS pending_items,
 		       count(DISTINCT coalesce(t.segment_of, t.partition_key))
-		             FILTER (WHERE t.available > t.position AND t.failed_at IS NULL) AS pending_partitions,
+		             FILTER (WHERE t.available > t.position AND t.failed_at IS NULL AND NOT t.paused) AS pending_partitions,
 		       coalesce(sum(t.available - t.position) FILTER (WHERE t.failed_at IS NOT NULL), 0)::bigint AS quarantined_items,
 		       count(DISTINCT coalesce(t.segment_of, t.partition_key)) FILTER (WHERE t.failed_at IS NOT NULL) AS quarantined_partitions,
-		       min(t.pending_since) FILTER (WHERE t.available > t.position AND t.failed_at IS NULL) AS oldest,
+		       min(t.pending_since) FILTER (WHERE t.available > t.position AND t.failed_at IS NULL AND NOT t.paused) AS oldest,
 		       coalesce(sum(t.available) FILTER (WHERE t.segment_of IS NULL), 0)::bigint AS added_items,
-		       coalesce(sum(t.rewound_items) FILTER (WHERE t.segment_of IS NULL), 0)::bigint AS rewound_items
-		  FROM {{.Schema}}.tasks t
+		       coalesce(sum(t.rewound_items) FILTER (WHERE t.segment_of IS NULL), 0)::bigint AS rewound_items,
+		       coalesce(sum(t.available - t.position) FILTER (WHERE t.failed_at IS NULL AND t.paused), 0)::bigint AS paused_items,
+		       count(DISTINCT coalesce(t.segment_of, t.partition_key)) FILTER (WHERE t.paused) AS paused_partitions
+		  FROM (SELECT t.*,
+		               -- Hashed subplans over the few pauses: one probe per row.
+		               (t.kind, '') IN (SELECT kind, partition_key FROM {{.Schema}}.pauses)
+		               OR (t.kind, coalesce(t.segment_of, t.partition_key)) IN (SELECT kind, partition_key FROM {{.Schema}}.pauses) AS paused
+		          FROM {{.Schema}}.tasks t) t
 		 WHERE (SELECT at FROM fresh) IS NULL
 		 GROUP BY t.kind
 	),
@@ -99,7 +111,8 @@ const backlogScan = `
 		       coalesce(cur.quarantined_items, 0) AS quarantined_items,
 		       coalesce(cur.quarantined_partitions, 0) AS quarantined_partitions,
 		       cur.oldest, coalesce(cur.added_items, 0) AS added_items, coalesce(cur.rewound_items, 0) AS rewound_items,
-		       coalesce(w.workers, 0)::integer AS workers
+		       coalesce(w.workers, 0)::integer AS workers,
+		       coalesce(cur.paused_items, 0) AS paused_items, coalesce(cur.paused_partitions, 0) AS paused_partitions
 		  FROM cur FULL JOIN w ON w.kind = cur.kind CROSS JOIN p
 	)`
 
@@ -108,9 +121,9 @@ const backlogScan = `
 const backlogRecord = `,
 	ins AS (
 		INSERT INTO {{.Schema}}.backlog_samples (kind, at, pending_items, pending_partitions, quarantined_items,
-		       quarantined_partitions, oldest_pending, added_items, rewound_items, workers)
+		       quarantined_partitions, oldest_pending, added_items, rewound_items, workers, paused_items, paused_partitions)
 		SELECT kind, at, pending_items, pending_partitions, quarantined_items, quarantined_partitions, oldest,
-		       added_items, rewound_items, workers
+		       added_items, rewound_items, workers, paused_items, paused_partitions
 		  FROM scan
 		ON CONFLICT DO NOTHING
 		RETURNING 1
@@ -131,7 +144,7 @@ const backlogSelect = `,
 		SELECT *, false AS from_sample FROM scan
 		UNION ALL
 		SELECT s.kind, s.at, s.pending_items, s.pending_partitions, s.quarantined_items, s.quarantined_partitions,
-		       s.oldest_pending, s.added_items, s.rewound_items, s.workers, true
+		       s.oldest_pending, s.added_items, s.rewound_items, s.workers, s.paused_items, s.paused_partitions, true
 		  FROM {{.Schema}}.backlog_samples s
 		 WHERE s.at = (SELECT at FROM fresh)
 	)
@@ -139,14 +152,15 @@ const backlogSelect = `,
 	       k.quarantined_items, k.quarantined_partitions, k.oldest, k.workers,
 	       r.at,
 	       coalesce((k.added_items - r.added_items) + (k.rewound_items - r.rewound_items)
-	                - ((k.pending_items + k.quarantined_items) - (r.pending_items + r.quarantined_items)), 0),
+	                - ((k.pending_items + k.quarantined_items + k.paused_items)
+	                   - (r.pending_items + r.quarantined_items + r.paused_items)), 0),
 	       coalesce((SELECT (sum(s.workers) + k.workers)::float8 / (count(*) + 1)
 	                   FROM {{.Schema}}.backlog_samples s
 	                  WHERE s.kind = k.kind AND s.at >= r.at AND s.at < k.at), k.workers),
-	       k.from_sample
+	       k.from_sample, k.paused_items, k.paused_partitions
 	  FROM k
 	  LEFT JOIN LATERAL (
-	        SELECT s.at, s.pending_items, s.quarantined_items, s.added_items, s.rewound_items
+	        SELECT s.at, s.pending_items, s.quarantined_items, s.added_items, s.rewound_items, s.paused_items
 	          FROM {{.Schema}}.backlog_samples s
 	         WHERE s.kind = k.kind AND s.at <= k.at - ?::bigint * interval '1 microsecond'
 	           AND s.at >= k.at - ?::bigint * interval '1 microsecond'
@@ -199,7 +213,7 @@ func ReadBacklog(ctx context.Context, db bun.IDB, schemaName string, p BacklogPa
 		var oldest, refAt sql.NullTime
 		if err := rows.Scan(&r.Kind, &r.At, &r.PendingItems, &r.PendingPartitions,
 			&r.QuarantinedItems, &r.QuarantinedPartitions, &oldest, &r.Workers, &refAt,
-			&r.Processed, &r.MeanWorkers, &r.FromSample); err != nil {
+			&r.Processed, &r.MeanWorkers, &r.FromSample, &r.PausedItems, &r.PausedPartitions); err != nil {
 			return nil, fmt.Errorf("reading the backlog: %w", err)
 		}
 		r.OldestPending, r.RefAt = oldest.Time, refAt.Time

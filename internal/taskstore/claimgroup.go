@@ -215,6 +215,7 @@ const fenceUnownedGroupSQL = `
 			FROM {{.Schema}}.tasks t
 			WHERE t.kind = $5 AND t.partition_key = c.key AND t.version = c.version AND t.owner IS NULL
 			  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
+			  AND ` + notPausedT + `
 			  AND pg_try_advisory_xact_lock($3, hashtext(t.kind || ' ' || t.partition_key))
 			FOR KEY SHARE OF t SKIP LOCKED
 		) f
@@ -240,6 +241,7 @@ const claimAdvanceGroupCTEs = `
 				WHERE t.kind = $11 AND t.partition_key = m.key AND t.version = m.version AND t.owner IS NULL
 				  AND t.position = m.from_pos
 				  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
+				  AND ` + notPausedT + `
 				FOR UPDATE OF t SKIP LOCKED
 			) l
 		), u AS (

@@ -66,6 +66,18 @@ func (h *pgHarness) OfKind(kind string) storetest.Store {
 	return &pgHarness{t: h.t, db: h.db, s: h.s.Kind(kind)}
 }
 
+func (h *pgHarness) Pause(key string) {
+	if _, err := h.s.Admin().Pause(context.Background(), "conformance", "", key); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *pgHarness) Resume(key string) {
+	if _, err := h.s.Admin().Resume(context.Background(), "conformance", key); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 func (h *pgHarness) AgeLease(key string, left time.Duration) {
 	h.exec(`UPDATE baton.tasks SET lease_expires_at = now() + ? * interval '1 microsecond'
 		WHERE kind = ? AND partition_key = ? AND lease_expires_at > now() AND lease_expires_at < 'infinity'`,

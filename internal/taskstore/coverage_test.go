@@ -35,8 +35,8 @@ var notStatements = map[string]string{
 
 // operatorStatements are Store methods the suite exercises that the
 // workers do not call: the operator's (cmd/worker retry, the console)
-// and a processor's owner's (Rewind, pricing's re-rating).
-var operatorStatements = map[string]bool{"Retry": true, "Rewind": true, "RewindTx": true}
+// and a processor's owner's (Rewind, pricing's re-rating), and pauses.
+var operatorStatements = map[string]bool{"Retry": true, "Rewind": true, "RewindTx": true, "Pause": true, "Resume": true}
 
 // storeCalls lists the methods of *taskstore.Store called in the non-test
 // Go files of dir on an expression that names a store (its text contains

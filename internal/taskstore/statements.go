@@ -39,10 +39,11 @@ func staleRows(k, limit string) string {
 				FROM {{.Schema}}.tasks t
 				WHERE t.owner = w.instance_id AND t.kind = ` + k + `
 				  AND t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
+				  AND ` + partitionNotPausedT + `
 				ORDER BY t.lease_expires_at
 				LIMIT ` + limit + `
 			) t
-			WHERE NOT (w.expires_at > now() AND w.stopped_at IS NULL)`
+			WHERE NOT (w.expires_at > now() AND w.stopped_at IS NULL) AND ` + kindNotPaused(k)
 }
 
 // candidatesSQL reads up to $1 claimable rows of kind $2, earliest
@@ -54,8 +55,9 @@ func staleRows(k, limit string) string {
 var candidatesSQL = `
 		SELECT partition_key, version, owned, extract(epoch FROM at)::float8, extract(epoch FROM now())::float8 FROM (
 			(SELECT partition_key, version, false AS owned, claimable_at AS at
-			 FROM {{.Schema}}.tasks
+			 FROM {{.Schema}}.tasks t
 			 WHERE kind = $2 AND claimable_at >= $3::timestamptz AND claimable_at <= now()
+			   AND ` + partitionNotPausedT + ` AND ` + kindNotPaused("$2") + `
 			 ORDER BY claimable_at
 			 LIMIT $1)
 			UNION ALL
@@ -81,7 +83,8 @@ var staleCandidatesSQL = `
 // lease its owner stopped renewing, or a claim it never learnt of),
 // notifying channel $13 with payload $14, followed by the statement's
 // time (the rows became claimable no earlier: PayloadSince), when they
-// have pending work. A
+// have pending work. Each lease comes back with whether its partition is
+// paused (pausedT), for its owner to release it. A
 // worker's first heartbeat, which registers it, notifies channel $13 with
 // payload $15.
 //
@@ -130,8 +133,10 @@ func heartbeatCTEs(joined string) string {
 			FROM {{.Schema}}.tasks
 			WHERE owner = $3 AND kind = $12
 		), h AS (
-			-- Still ours as of this statement's snapshot.
-			SELECT t.partition_key, t.version, t.available, t.position, t.lease_expires_at
+			-- Still ours as of this statement's snapshot. (Whether each
+			-- is paused is read at the end: the registration below stays
+			-- within the text pg_stat_activity shows, 1,024 bytes.)
+			SELECT t.kind, t.partition_key, t.segment_of, t.version, t.available, t.position, t.lease_expires_at
 			FROM {{.Schema}}.tasks t
 			JOIN unnest($1::text[], $2::bigint[]) AS h(key, version)
 			  ON t.kind = $12 AND t.partition_key = h.key AND t.version = h.version
@@ -177,7 +182,7 @@ func heartbeatCTEs(joined string) string {
 			SET heartbeat_at = now(), lease_expires_at = now() + $9::bigint * interval '1 microsecond'
 			FROM l
 			WHERE t.kind = $12 AND t.partition_key = l.partition_key
-			RETURNING t.partition_key, t.version, t.available, t.position
+			RETURNING t.partition_key, t.version, t.available, t.position, ` + pausedT + ` AS paused
 		), xl AS (
 			-- Rows of this worker that it does not list (it stopped
 			-- processing them, or never learnt of their claim) and whose
@@ -206,15 +211,16 @@ func heartbeatCTEs(joined string) string {
 }
 
 const heartbeatResult = `
-		SELECT partition_key, version, available, position, false, false, 0::bigint FROM u
+		SELECT partition_key, version, available, position, false, false, 0::bigint, paused FROM u
 		UNION ALL
 		-- Not renewed, still ours as of this statement's snapshot: with
 		-- enough lease left (fresh), or skipped because locked.
 		SELECT partition_key, version, available, position,
 		       lease_expires_at >= now() + $10::bigint * interval '1 microsecond',
 		       lease_expires_at < now() + $10::bigint * interval '1 microsecond',
-		       greatest(0, (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint)
-		FROM h WHERE partition_key NOT IN (SELECT partition_key FROM u)`
+		       greatest(0, (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint),
+		       ` + pausedT + `
+		FROM h t WHERE partition_key NOT IN (SELECT partition_key FROM u)`
 
 // fairShareSQL reads the fair-share inputs for worker $3 of kind $4 with
 // room for $1 partitions whose leases last $2 microseconds: the kind's
@@ -253,8 +259,9 @@ var fairShareSQL = `
 		  SELECT count(*) AS n, coalesce(sum(backlog), 0) AS backlog,
 		         min(at) FILTER (WHERE NOT owned) AS earliest,
 		         count(*) FILTER (WHERE NOT owned) AS unowned FROM (
-		    (SELECT greatest(available - position, 0) AS backlog, claimable_at AS at, false AS owned FROM {{.Schema}}.tasks
+		    (SELECT greatest(available - position, 0) AS backlog, claimable_at AS at, false AS owned FROM {{.Schema}}.tasks t
 		     WHERE kind = $4 AND claimable_at >= $5::timestamptz AND claimable_at <= now()
+		       AND ` + partitionNotPausedT + ` AND ` + kindNotPaused("$4") + `
 		     ORDER BY claimable_at
 		     LIMIT (SELECT n FROM cap))
 		    UNION ALL

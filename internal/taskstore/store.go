@@ -320,6 +320,7 @@ func (s *Store) Claim(ctx context.Context, owner string, ttl time.Duration, cand
 			JOIN unnest(?::text[], ?::bigint[]) AS c(key, version)
 			  ON t.kind = ? AND t.partition_key = c.key AND t.version = c.version
 			WHERE t.available > t.position AND t.failed_at IS NULL AND t.lease_expires_at <= now()
+			  AND `+notPausedT+`
 			ORDER BY t.partition_key
 			FOR UPDATE OF t SKIP LOCKED
 		), u AS (
@@ -410,7 +411,7 @@ func (s *Store) HeartbeatBelow(ctx context.Context, w Worker, ttl, renewBelow ti
 	for rows.Next() {
 		var r leaseinfo.Renewal
 		var micros int64
-		if err := rows.Scan(&r.Key, &r.Version, &r.Available, &r.Position, &r.Fresh, &r.Locked, &micros); err != nil {
+		if err := rows.Scan(&r.Key, &r.Version, &r.Available, &r.Position, &r.Fresh, &r.Locked, &micros, &r.Paused); err != nil {
 			return nil, fmt.Errorf("renewing partitions: %w", err)
 		}
 		r.Remaining = time.Duration(micros) * time.Microsecond

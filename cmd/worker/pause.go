@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricing/pricer"
+)
+
+// pauseFlags are pause's and resume's flags.
+type pauseFlags struct {
+	kind, by, reason string
+}
+
+// run opens the database and calls do with the store of the kind named
+// (pricing unless --kind) and a description of what the arguments name;
+// with no contracts the command acts on the whole kind, which only an
+// explicit --kind may ask for.
+func (f *pauseFlags) run(cmd *cobra.Command, g *globals, contracts []string, do func(*partition.Store, string) error) error {
+	if cmd.Flags().Changed("kind") {
+		if err := partition.ValidateKind(f.kind); err != nil {
+			return usageError("--kind: %v", err)
+		}
+	} else if len(contracts) == 0 {
+		return usageError("name the contracts, or --kind for every contract of a kind")
+	}
+	db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	store := pricingStore(db, g.schema).Kind(f.kind)
+	what := "kind " + store.KindName()
+	if len(contracts) > 0 {
+		what = strings.Join(contracts, ", ")
+	}
+	return do(store, what)
+}
+
+func newPauseCmd(g *globals) *cobra.Command {
+	f := &pauseFlags{}
+	cmd := &cobra.Command{
+		Use:   "pause [--kind K] [CONTRACT...] [--reason TEXT] [--by NAME]",
+		Short: "Pause contracts, or a whole kind, until resumed",
+		Long: `pause stops the named contracts (with their segments), or with --kind and no
+contract every partition of that kind, including those created later, from
+being processed until "worker resume". A worker pricing one finishes or rolls
+back the batch in flight and releases it within a heartbeat; nothing is lost
+and order is kept. Records are still loaded while paused, and wait.
+
+Changes the database: records the pause (who, when, why) and a "paused"
+event in each contract's history. A contract need not exist yet; pausing
+what is paused already keeps the first pause. "worker status" lists the
+pauses in force.`,
+		Example: `  worker pause c-17 --reason "tiers under review"
+  worker pause --kind pricing --reason "month-end freeze"`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.run(cmd, g, args, func(store *partition.Store, what string) error {
+				made, err := store.Pause(cmd.Context(), f.by, f.reason, args...)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "paused %s (%d new, the rest paused already)\n", what, len(made))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&f.kind, "kind", pricer.Kind, "the kind of the contracts; with no contract named, pause the whole kind")
+	cmd.Flags().StringVar(&f.reason, "reason", "", "why, recorded with the pause and shown by status")
+	cmd.Flags().StringVar(&f.by, "by", startedBy("pause"), "who pauses, recorded with the pause")
+	return cmd
+}
+
+func newResumeCmd(g *globals) *cobra.Command {
+	f := &pauseFlags{}
+	cmd := &cobra.Command{
+		Use:   "resume [--kind K] [CONTRACT...] [--by NAME]",
+		Short: "Resume paused contracts, or a paused kind",
+		Long: `resume lifts the pauses of the named contracts, or with --kind and no contract
+the kind's own pause (contracts paused by name stay paused), and wakes the
+workers: the contracts are claimable at once, in their places in line. A
+contract of a paused kind stays paused until the kind is resumed.
+
+Changes the database: removes the pause and records a "resumed" event in
+each contract's history.`,
+		Example: `  worker resume c-17
+  worker resume --kind pricing`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.run(cmd, g, args, func(store *partition.Store, what string) error {
+				lifted, err := store.Resume(cmd.Context(), f.by, args...)
+				if err != nil {
+					return err
+				}
+				if len(lifted) == 0 {
+					fmt.Fprintf(g.stdout, "%s: not paused, nothing to do\n", what)
+				}
+				for _, p := range lifted {
+					fmt.Fprintf(g.stdout, "resumed %s (paused since %s by %s)\n", pauseName(p), p.Since.UTC().Format(time.RFC3339), p.By)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&f.kind, "kind", pricer.Kind, "the kind of the contracts; with no contract named, resume the kind")
+	cmd.Flags().StringVar(&f.by, "by", startedBy("resume"), "who resumes, recorded in the history")
+	return cmd
+}
+
+// pauseName names what a pause covers.
+func pauseName(p partition.Pause) string {
+	if p.Key == "" {
+		return "kind " + p.Kind
+	}
+	return p.Key
+}

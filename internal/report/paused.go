@@ -1,0 +1,51 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/batonhq/baton/partition"
+)
+
+// Paused is a pause in force of the pricing kind: of one contract, or of
+// every contract when ContractID is null.
+type Paused struct {
+	ContractID *string   `json:"contract_id"` // null: the whole kind
+	Kind       string    `json:"kind"`
+	Since      time.Time `json:"since"`
+	AgeMS      int64     `json:"age_ms"` // since Since, by the database's clock at the read
+	By         string    `json:"by"`
+	Reason     string    `json:"reason"`
+}
+
+// buildPaused shapes the pauses read at now (the database's clock).
+func buildPaused(ps []partition.Pause, now time.Time) []Paused {
+	out := make([]Paused, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, Paused{ContractID: strPtr(p.Key), Kind: p.Kind, Since: p.Since,
+			AgeMS: max(0, now.Sub(p.Since).Milliseconds()), By: p.By, Reason: p.Reason})
+	}
+	return out
+}
+
+// WritePaused writes the pauses in force as status shows them: nothing
+// when there are none.
+func WritePaused(w io.Writer, ps []Paused) {
+	if len(ps) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%d paused (worker resume lifts a pause)\n", len(ps))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PAUSED\tSINCE\tFOR\tBY\tREASON")
+	for _, p := range ps {
+		what := "every contract of kind " + p.Kind
+		if p.ContractID != nil {
+			what = *p.ContractID
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", what, p.Since.UTC().Format(time.RFC3339),
+			(time.Duration(p.AgeMS) * time.Millisecond).Round(time.Second), p.By, p.Reason)
+	}
+	tw.Flush()
+}
