@@ -104,11 +104,8 @@ func (g *globals) open(ctx context.Context, opts dbconn.Options, checkSchema boo
 	if checkSchema {
 		if err := schema.Check(ctx, db, g.schemaConfig()); err != nil {
 			db.Close()
-			err = fmt.Errorf("checking schema of %s: %w", dbconn.Redact(g.databaseURL), err)
-			if errors.Is(err, schema.ErrOutdated) || errors.Is(err, schema.ErrTooNew) {
-				return nil, &exitError{exitUsage, err}
-			}
-			return nil, err
+			// A schema mismatch is a usage error (exitCode).
+			return nil, fmt.Errorf("checking schema of %s: %w", dbconn.Redact(g.databaseURL), err)
 		}
 	}
 	return db, nil
@@ -124,15 +121,11 @@ func (g *globals) openWaiting(ctx context.Context, opts dbconn.Options, wait tim
 }
 
 // retryable reports whether waiting may cure err (dberr.WorthWaiting).
-// open marks what the flags got wrong (a malformed URL, a schema mismatch)
-// as usage errors, which no wait cures, except an outdated schema: a
-// migration may be running beside this start.
+// open marks what the flags got wrong (no or a malformed URL) as usage
+// errors, which no wait cures.
 func retryable(err error) bool {
 	var ee *exitError
-	if errors.As(err, &ee) && !errors.Is(err, schema.ErrOutdated) {
-		return false
-	}
-	return dberr.WorthWaiting(err)
+	return !errors.As(err, &ee) && dberr.WorthWaiting(err)
 }
 
 // notReplicated is the error of a command that succeeded but some of
