@@ -16,6 +16,12 @@
 // Wrap, so that nothing silently LISTENs, prepares statements or takes
 // session advisory locks through a pooler.
 //
+// A process that may start before its database (a container beside the
+// database's own) opens it through Wait, which retries what its caller
+// says a wait may cure, with back-off, for up to a timeout, and fails at
+// once on the rest: a malformed URL, a refused password, a schema that
+// does not exist (schema.MissingError).
+//
 // Through a pooler the handles use no named prepared statements, no
 // startup parameters a pooler rejects once it has rejected them, and no
 // session state across transactions; DSNs are redacted so that passwords

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -85,41 +86,50 @@ func (d *Definition) setDefaults() {
 	}
 }
 
-// Validate reports what is wrong with d (after defaults).
+// Validate reports what is wrong with d (after defaults): a
+// *FieldError for each problem, joined.
 func (d Definition) Validate() error {
 	d.setDefaults()
 	var errs []error
+	wrong := func(field, value, problem string) {
+		errs = append(errs, &FieldError{Job: d.Name, Fields: []string{field}, Value: value, Problem: problem})
+	}
+	exclusive := func(problem string, fields ...string) {
+		errs = append(errs, &FieldError{Job: d.Name, Fields: fields, Problem: problem})
+	}
 	if !nameFormat.MatchString(d.Name) {
-		errs = append(errs, fmt.Errorf("job name %q: want 1-64 of letters, digits, '.', '_', ':' or '-'", d.Name))
+		wrong("name", strconv.Quote(d.Name), "want 1-64 of letters, digits, '.', '_', ':' or '-'")
 	}
 	switch {
-	case (d.Every == 0) == (d.Cron == ""):
-		errs = append(errs, fmt.Errorf("job %s: set exactly one of every and cron", d.Name))
+	case d.Every != 0 && d.Cron != "":
+		exclusive("give one, not both", "every", "cron")
+	case d.Every == 0 && d.Cron == "":
+		exclusive("give one (an interval or a cron expression)", "every", "cron")
 	case d.Every < 0 || (d.Every > 0 && d.Every%time.Microsecond != 0):
-		errs = append(errs, fmt.Errorf("job %s: every %s must be positive and whole microseconds", d.Name, d.Every))
+		wrong("every", d.Every.String(), "want a positive whole number of microseconds")
 	case d.Cron != "":
 		if _, err := parseCron(d.Cron); err != nil {
-			errs = append(errs, fmt.Errorf("job %s: cron %q: %w", d.Name, d.Cron, err))
+			wrong("cron", strconv.Quote(d.Cron), err.Error())
 		}
 	}
 	switch d.Mode {
 	case ModeLock, ModeExpire, ModeLeader:
 	default:
-		errs = append(errs, fmt.Errorf("job %s: mode %q: want lock, expire or leader", d.Name, d.Mode))
+		wrong("mode", strconv.Quote(string(d.Mode)), fmt.Sprintf("want %s, %s or %s", ModeLock, ModeExpire, ModeLeader))
 	}
 	switch d.Missed {
 	case MissedSkip, MissedCatchUp:
 	default:
-		errs = append(errs, fmt.Errorf("job %s: missed-slot policy %q: want skip or catch-up", d.Name, d.Missed))
+		wrong("missed", strconv.Quote(string(d.Missed)), fmt.Sprintf("want %s or %s", MissedSkip, MissedCatchUp))
 	}
 	if d.LockAtMostFor < time.Millisecond {
-		errs = append(errs, fmt.Errorf("job %s: lock-at-most-for %s must be at least 1ms", d.Name, d.LockAtMostFor))
+		wrong("lock-at-most-for", d.LockAtMostFor.String(), "want at least 1ms")
 	}
 	if d.LockAtLeastFor < 0 {
-		errs = append(errs, fmt.Errorf("job %s: lock-at-least-for %s must not be negative", d.Name, d.LockAtLeastFor))
+		wrong("lock-at-least-for", d.LockAtLeastFor.String(), "must not be negative")
 	}
 	if len(d.Command) > 0 && d.Builtin != "" {
-		errs = append(errs, fmt.Errorf("job %s: set at most one of command and builtin", d.Name))
+		exclusive("give one, not both", "command", "builtin")
 	}
 	return errors.Join(errs...)
 }

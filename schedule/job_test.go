@@ -1,6 +1,8 @@
 package schedule
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,22 +44,37 @@ func TestDefinitionValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		d    Definition
-		ok   bool
+		want string // the field error's message; empty: valid
 	}{
-		{"every", Definition{Name: "a", Every: time.Second}, true},
-		{"cron", Definition{Name: "a", Cron: "*/5 * * * *", Mode: ModeLeader, Missed: MissedCatchUp}, true},
-		{"both", Definition{Name: "a", Every: time.Second, Cron: "* * * * *"}, false},
-		{"neither", Definition{Name: "a"}, false},
-		{"bad cron", Definition{Name: "a", Cron: "every tuesday"}, false},
-		{"bad name", Definition{Name: "a b", Every: time.Second}, false},
-		{"bad mode", Definition{Name: "a", Every: time.Second, Mode: "auto"}, false},
-		{"bad missed", Definition{Name: "a", Every: time.Second, Missed: "all"}, false},
-		{"negative least", Definition{Name: "a", Every: time.Second, LockAtLeastFor: -time.Second}, false},
-		{"command and builtin", Definition{Name: "a", Every: time.Second, Command: []string{"true"}, Builtin: "verify"}, false},
+		{"every", Definition{Name: "a", Every: time.Second}, ""},
+		{"cron", Definition{Name: "a", Cron: "*/5 * * * *", Mode: ModeLeader, Missed: MissedCatchUp}, ""},
+		{"both", Definition{Name: "a", Every: time.Second, Cron: "* * * * *"}, "job a: every and cron: give one, not both"},
+		{"neither", Definition{Name: "a"}, "job a: every and cron: give one (an interval or a cron expression)"},
+		{"not microseconds", Definition{Name: "a", Every: time.Second + time.Nanosecond}, "job a: every 1.000000001s: want a positive whole number of microseconds"},
+		{"bad cron", Definition{Name: "a", Cron: "every tuesday"}, `job a: cron "every tuesday": `},
+		{"bad name", Definition{Name: "a b", Every: time.Second}, `job a b: name "a b": want 1-64`},
+		{"bad mode", Definition{Name: "a", Every: time.Second, Mode: "auto"}, `job a: mode "auto": want lock, expire or leader`},
+		{"bad missed", Definition{Name: "a", Every: time.Second, Missed: "all"}, `job a: missed "all": want skip or catch-up`},
+		{"short most", Definition{Name: "a", Every: time.Second, LockAtMostFor: time.Microsecond}, "job a: lock-at-most-for 1µs: want at least 1ms"},
+		{"negative least", Definition{Name: "a", Every: time.Second, LockAtLeastFor: -time.Second}, "job a: lock-at-least-for -1s: must not be negative"},
+		{"command and builtin", Definition{Name: "a", Every: time.Second, Command: []string{"true"}, Builtin: "verify"}, "job a: command and builtin: give one, not both"},
 	} {
 		err := tc.d.Validate()
-		if (err == nil) != tc.ok {
-			t.Errorf("%s: Validate() = %v, want ok=%v", tc.name, err, tc.ok)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: Validate() = %v, want nil", tc.name, err)
+			}
+			continue
 		}
+		fe, ok := errors.AsType[*FieldError](err)
+		if !ok || !strings.HasPrefix(fe.Error(), tc.want) {
+			t.Errorf("%s: Validate() = %v, want a FieldError %q", tc.name, err, tc.want)
+		}
+	}
+	// A command line names its flags.
+	err := Definition{Name: "a", Every: time.Second, Mode: "auto"}.Validate()
+	fe, _ := errors.AsType[*FieldError](err)
+	if got := fe.Format(func(f string) string { return "--" + f }); got != `--mode "auto": want lock, expire or leader` {
+		t.Errorf("Format = %q", got)
 	}
 }

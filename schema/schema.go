@@ -25,6 +25,7 @@
 package schema
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -276,7 +277,8 @@ func (s *Set) inspect(ctx context.Context, db *bun.DB, schemaName string, st *St
 }
 
 // Check returns nil when cfg's sets are current, and otherwise an error
-// wrapping ErrOutdated or ErrTooNew that tells the operator what to do.
+// wrapping ErrOutdated or ErrTooNew that tells the operator what to do: a
+// *MissingError when the schema does not exist at all.
 func Check(ctx context.Context, db *dbconn.DB, cfg Config) error {
 	st, err := Inspect(ctx, db, cfg)
 	if err != nil {
@@ -286,6 +288,10 @@ func Check(ctx context.Context, db *dbconn.DB, cfg Config) error {
 		return fmt.Errorf("%w: it has %s applied; upgrade this worker", ErrTooNew, strings.Join(st.Unknown, ", "))
 	}
 	if len(st.Pending) > 0 {
+		name := cmp.Or(cfg.Schema, Default)
+		if exists, err := Exists(ctx, db, name); err == nil && !exists {
+			return &MissingError{Schema: name}
+		}
 		return fmt.Errorf("%w: %d migration(s) pending (%s); run \"worker migrate\" first",
 			ErrOutdated, len(st.Pending), strings.Join(st.Pending, ", "))
 	}

@@ -29,6 +29,32 @@ func TestCheckRefusesUnmigratedDatabase(t *testing.T) {
 	if !errors.Is(err, schema.ErrOutdated) {
 		t.Fatalf("Check on empty database = %v, want ErrOutdated", err)
 	}
+	// The schema does not exist at all: a MissingError naming it, still
+	// ErrOutdated.
+	var missing *schema.MissingError
+	if !errors.As(err, &missing) || missing.Schema != schema.Default {
+		t.Fatalf("Check on empty database = %v, want a MissingError for %s", err, schema.Default)
+	}
+	err = schema.Check(context.Background(), db, schema.Config{Schema: "nosuch"})
+	if !errors.As(err, &missing) || missing.Schema != "nosuch" || err.Error() != "schema nosuch does not exist: run worker migrate --schema nosuch (or check --schema and $BATON_SCHEMA)" {
+		t.Fatalf("Check of schema nosuch = %v, want a MissingError naming it", err)
+	}
+}
+
+// A schema that exists but lacks migrations is outdated, not missing:
+// a migration may be running beside this check.
+func TestCheckOutdatedExistingSchemaIsNotMissing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.OpenDB(t, pgtest.NewEmptyURL(t), dbconn.Options{})
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA half"); err != nil {
+		t.Fatal(err)
+	}
+	err := schema.Check(ctx, db, schema.Config{Schema: "half"})
+	var missing *schema.MissingError
+	if !errors.Is(err, schema.ErrOutdated) || errors.As(err, &missing) {
+		t.Fatalf("Check of an empty existing schema = %v, want ErrOutdated and no MissingError", err)
+	}
 }
 
 // Many workers starting at once against a fresh database must apply each

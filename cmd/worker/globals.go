@@ -103,86 +103,29 @@ func (g *globals) open(ctx context.Context, opts dbconn.Options, checkSchema boo
 	}
 	if checkSchema {
 		if err := schema.Check(ctx, db, g.schemaConfig()); err != nil {
-			if errors.Is(err, schema.ErrOutdated) {
-				err = g.missingSchema(ctx, db, err)
-			}
 			db.Close()
-			err = fmt.Errorf("checking schema of %s: %w", dbconn.Redact(g.databaseURL), err)
-			if errors.Is(err, schema.ErrOutdated) || errors.Is(err, schema.ErrTooNew) {
-				return nil, &exitError{exitUsage, err}
-			}
-			return nil, err
+			// A schema mismatch is a usage error (exitCode).
+			return nil, fmt.Errorf("checking schema of %s: %w", dbconn.Redact(g.databaseURL), err)
 		}
 	}
 	return db, nil
 }
 
-// missingSchema rewords err, a schema that lacks migrations, when the
-// schema does not exist at all: a mistyped --schema, or a database never
-// migrated. It stays an outdated schema for errors.Is (exit 2, and run
-// waits for it as for a migration under way).
-func (g *globals) missingSchema(ctx context.Context, db *dbconn.DB, err error) error {
-	if exists, qerr := schema.Exists(ctx, db, g.schema); qerr != nil || exists {
-		return err
-	}
-	if g.schema == schema.Default {
-		return &noSchemaError{reworded(err, fmt.Sprintf("schema %s does not exist: run worker migrate", g.schema))}
-	}
-	return &noSchemaError{reworded(err, fmt.Sprintf("schema %s does not exist: run worker migrate --schema %s (or check --schema and $BATON_SCHEMA)", g.schema, g.schema))}
-}
-
-// noSchemaError is a schema that does not exist at all: a mistyped
-// --schema, or a database never migrated. Unlike a schema that lacks a
-// migration (one may be running beside this start), waiting does not
-// cure it, so worker run fails at once rather than wait for it.
-type noSchemaError struct{ error }
-
-func (e *noSchemaError) Unwrap() error { return e.error }
-
-// openWaiting is open with a wait: while the database does not answer it
-// retries with back-off (1s doubling to 15s) for up to wait, saying so once.
+// openWaiting is open with a wait (dbconn.Wait): while the database does
+// not answer it retries with back-off for up to wait, saying so once.
 // Errors no retry can fix (bad URL, authentication, an unknown database, a
-// schema mismatch) fail at once.
+// schema mismatch or a schema that does not exist) fail at once.
 func (g *globals) openWaiting(ctx context.Context, opts dbconn.Options, wait time.Duration) (*dbconn.DB, error) {
-	deadline := time.Now().Add(wait)
-	delay := time.Second
-	warned := false
-	for {
-		db, err := g.open(ctx, opts, true)
-		if err == nil {
-			if warned {
-				g.logger.Info("database reachable", "event", "database_reachable")
-			}
-			return db, nil
-		}
-		if !retryable(err) || time.Now().Add(delay).After(deadline) {
-			return nil, err
-		}
-		if !warned {
-			g.logger.Warn("database not ready, waiting for it", "event", "database_unreachable",
-				"error", dberr.Message(err), "wait", wait.String())
-			warned = true
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 15*time.Second)
-	}
+	return dbconn.Wait(ctx, dbconn.WaitConfig{Timeout: wait, Retryable: retryable, Message: dberr.Message, Logger: g.logger},
+		func(ctx context.Context) (*dbconn.DB, error) { return g.open(ctx, opts, true) })
 }
 
 // retryable reports whether waiting may cure err (dberr.WorthWaiting).
-// open marks what the flags got wrong (a malformed URL, a schema mismatch)
-// as usage errors, which no wait cures, except an outdated schema: a
-// migration may be running beside this start.
+// open marks what the flags got wrong (no or a malformed URL) as usage
+// errors, which no wait cures.
 func retryable(err error) bool {
 	var ee *exitError
-	var missing *noSchemaError
-	if errors.As(err, &missing) || errors.As(err, &ee) && !errors.Is(err, schema.ErrOutdated) {
-		return false
-	}
-	return dberr.WorthWaiting(err)
+	return !errors.As(err, &ee) && dberr.WorthWaiting(err)
 }
 
 // notReplicated is the error of a command that succeeded but some of

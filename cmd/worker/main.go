@@ -27,6 +27,7 @@ import (
 	"github.com/batonhq/baton/internal/redact"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/schema"
 )
 
 // Exit codes, as the README's table documents them.
@@ -151,27 +152,44 @@ func execute(args []string) (code int) {
 	return exitCode(err)
 }
 
-// exitCode maps an error to the documented exit codes.
+// exitCode maps an error to the documented exit codes: the code an
+// exitError carries, else the first row of exitCodes that matches.
 func exitCode(err error) int {
-	var ee *exitError
-	var invalid *ingest.InvalidInputError
-	var demoUsage *demo.UsageError
-	switch {
-	case errors.As(err, &ee):
+	if ee, ok := errors.AsType[*exitError](err); ok {
 		return ee.code
-	case errors.As(err, &demoUsage):
-		return exitUsage
-	case errors.As(err, &invalid):
-		return exitBadInput
-	case errors.Is(err, distributor.ErrIncomplete):
-		return exitIncomplete
-	case errors.Is(err, partition.ErrNotFound):
-		return exitNotFound
-	case errors.Is(err, dbconn.ErrNotReplicated):
-		return exitNotReplicated
-	default:
-		return exitFailure
 	}
+	for _, row := range exitCodes {
+		if row.matches(err) {
+			return row.code
+		}
+	}
+	return exitFailure
+}
+
+// exitCodes maps the typed errors of the packages the commands call to
+// the exit codes README's table documents.
+var exitCodes = []struct {
+	code    int
+	matches func(error) bool
+}{
+	{exitUsage, isType[*demo.UsageError]},
+	// A schema that does not exist, lacks migrations or is newer than
+	// this binary: the flags (--schema) or the deployment are wrong.
+	{exitUsage, is(schema.ErrOutdated)},
+	{exitUsage, is(schema.ErrTooNew)},
+	{exitBadInput, isType[*ingest.InvalidInputError]},
+	{exitIncomplete, is(distributor.ErrIncomplete)},
+	{exitNotFound, is(partition.ErrNotFound)},
+	{exitNotReplicated, is(dbconn.ErrNotReplicated)},
+}
+
+func is(target error) func(error) bool {
+	return func(err error) bool { return errors.Is(err, target) }
+}
+
+func isType[E error](err error) bool {
+	_, ok := errors.AsType[E](err)
+	return ok
 }
 
 // testHookGuarded, when set (by tests only), runs once standard error is

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
-	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
@@ -68,12 +68,8 @@ that name (a changed schedule restarts its slots from the next one). Every
 			}
 			d.Name, d.Command = args[0], args[dash:]
 			d.Mode, d.Missed = schedule.Mode(mode), schedule.Missed(missed)
-			if err := checkScheduleFlags(cmd, d); err != nil {
+			if err := checkScheduleFlags(d); err != nil {
 				return err
-			}
-			if err := d.Validate(); err != nil {
-				// The checks above name the flags; this catches what they miss.
-				return usageError("%v", err)
 			}
 			db, err := g.openForSchedule(cmd.Context())
 			if err != nil {
@@ -106,41 +102,48 @@ that name (a changed schedule restarts its slots from the next one). Every
 // behind one another.
 const minEvery = time.Second
 
-// checkScheduleFlags refuses what schedule.Definition.Validate would, in
-// the flags' own words. Ranges are checked before, by cliflags.Check.
-func checkScheduleFlags(cmd *cobra.Command, d schedule.Definition) error {
-	everySet := cmd.Flags().Changed("every")
-	switch {
-	case everySet && d.Cron != "":
-		return usageError("schedule add %s: give one of --every and --cron, not both", d.Name)
-	case !everySet && d.Cron == "":
-		return usageError("schedule add %s: give --every DURATION or --cron \"EXPR\"", d.Name)
-	case d.Every%time.Microsecond != 0:
-		return usageError("--every must be whole microseconds, got %s", d.Every)
-	case d.Cron != "":
-		if _, err := cron.ParseStandard(d.Cron); err != nil {
-			return usageError("--cron %q: %v", d.Cron, err)
+// checkScheduleFlags refuses what schedule.Definition.Validate does, in
+// the flags' own words, and what only the command line needs: something
+// to run, a built-in it knows. Ranges are checked before, by
+// cliflags.Check.
+func checkScheduleFlags(d schedule.Definition) error {
+	if err := d.Validate(); err != nil {
+		var msgs []string
+		for _, e := range joined(err) {
+			if fe, ok := errors.AsType[*schedule.FieldError](e); ok {
+				msgs = append(msgs, fe.Format(scheduleFlag))
+			} else {
+				msgs = append(msgs, e.Error())
+			}
 		}
-	}
-	switch d.Mode {
-	case schedule.ModeLock, schedule.ModeExpire, schedule.ModeLeader:
-	default:
-		return usageError("--mode must be %s, %s or %s, got %q", schedule.ModeLock, schedule.ModeExpire, schedule.ModeLeader, d.Mode)
-	}
-	switch d.Missed {
-	case schedule.MissedSkip, schedule.MissedCatchUp:
-	default:
-		return usageError("--missed must be %s or %s, got %q", schedule.MissedSkip, schedule.MissedCatchUp, d.Missed)
+		return usageError("schedule add %s: %s", d.Name, strings.Join(msgs, "; "))
 	}
 	switch {
 	case len(d.Command) == 0 && d.Builtin == "":
 		return usageError("schedule add %s: give a command after -- or --builtin", d.Name)
-	case len(d.Command) > 0 && d.Builtin != "":
-		return usageError("schedule add %s: give a command after -- or --builtin, not both", d.Name)
 	case d.Builtin != "" && d.Builtin != jobs.VerifyBuiltin:
 		return usageError("--builtin %q: no such built-in job (known: %s)", d.Builtin, jobs.VerifyBuiltin)
 	}
 	return nil
+}
+
+// scheduleFlag names a schedule.Definition field as schedule add takes it.
+func scheduleFlag(field string) string {
+	switch field {
+	case "name":
+		return "NAME"
+	case "command":
+		return "a command after --"
+	}
+	return "--" + field
+}
+
+// joined returns the errors errors.Join joined in err, or err alone.
+func joined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 func newScheduleListCmd(g *globals) *cobra.Command {

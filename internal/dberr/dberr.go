@@ -137,12 +137,13 @@ func RefusesClient(err error) bool {
 // database and checking its schema: the server is down, starting or
 // unreachable, or a migration running beside this start has not finished
 // (schema.ErrOutdated), rather than the server refusing this client
-// (RefusesClient) or the schema being newer than this binary
-// (schema.ErrTooNew), which no wait changes. A cancelled context is not
+// (RefusesClient), the schema being newer than this binary
+// (schema.ErrTooNew) or not existing at all (schema.MissingError), which
+// no wait changes. A cancelled context is not
 // worth waiting for either: whoever cancelled it is no longer waiting.
 func WorthWaiting(err error) bool {
 	switch {
-	case err == nil:
+	case err == nil, errors.As(err, new(*schema.MissingError)):
 		return false
 	case errors.Is(err, schema.ErrOutdated):
 		return true

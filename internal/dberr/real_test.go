@@ -127,6 +127,9 @@ func TestClassifiersOnRealErrors(t *testing.T) {
 		{"schema outdated", func(t *testing.T) error {
 			return fmt.Errorf("checking schema: %w", schema.ErrOutdated)
 		}, classes{unknown: true, worthWaiting: true}},
+		{"schema missing", func(t *testing.T) error {
+			return fmt.Errorf("checking schema: %w", &schema.MissingError{Schema: "nosuch"})
+		}, classes{unknown: true}}, // outdated, but no migration under way will create it
 		{"schema too new", func(t *testing.T) error {
 			return fmt.Errorf("checking schema: %w", schema.ErrTooNew)
 		}, classes{unknown: true}},
