@@ -1319,8 +1319,9 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 	}
 }
 
-// keepEvidence copies what the checker read, and every process's log, out of
-// the test's temporary directory, for a failed run to be looked into.
+// keepEvidence copies what the checker read, every process's log and the
+// database server's log (passwords redacted) out of the test's temporary
+// directory, for a failed run to be looked into.
 func (s *soak) keepEvidence() {
 	dir := filepath.Join(os.TempDir(), fmt.Sprintf("baton-soak-%d", s.seed))
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
@@ -1339,11 +1340,13 @@ func (s *soak) keepEvidence() {
 	}
 	s.mu.Unlock()
 	errs = append(errs, os.WriteFile(filepath.Join(dir, "faults.tsv"), []byte(faults.String()), 0o644))
+	clean := s.redactor()
 	for _, p := range s.procs() {
-		errs = append(errs, os.WriteFile(filepath.Join(dir, "logs", p.name+".log"), []byte(p.logs()), 0o644))
+		errs = append(errs, os.WriteFile(filepath.Join(dir, "logs", p.name+".log"), []byte(clean(p.logs())), 0o644))
 	}
+	errs = append(errs, s.keepServerLogs(dir))
 	if err := errors.Join(errs...); err != nil {
 		s.t.Logf("keeping the evidence: %v", err)
 	}
-	s.t.Logf("the jobs' evidence, the fault log (faults.tsv) and every process's log are kept in %s", dir)
+	s.t.Logf("the jobs' evidence, the fault log (faults.tsv), every process's log (logs/) and the database's (server/) are kept in %s", dir)
 }
