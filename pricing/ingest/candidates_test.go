@@ -12,13 +12,14 @@ import (
 )
 
 // The records of the repeat candidates are found with each pruned chunk
-// of their contracts unnested once, not once per candidate: a pruned file
+// of their contracts unnested once, not once per candidate, on the direct
+// copy and on the staged path: a pruned file
 // loaded again makes every one of its records a candidate, and a plan
 // that unnested each pruned chunk per candidate (as the planner chose for
 // the plain join) took longer than the soak's database stayed up between
 // restarts, so that such a load never committed (it failed with the
 // connection lost, "checking repeated record ids: unexpected EOF").
-func TestCandidateRecordsUnnestPrunedChunksOnce(t *testing.T) {
+func TestRepeatLookupsUnnestEachPrunedChunkOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, pgtest.NewURL(t))
@@ -88,13 +89,54 @@ SELECT c, 'r' || s FROM generate_series(1, $2::int) n, format('c%s', n) c, gener
 		}
 	}
 
-	var plan []struct{ Plan planNode }
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql(sqlCandidateRecords)).Scan(&plan); err != nil {
+	if n := unnests(t, tx, sql(sqlCandidateRecords)); n > contracts*chunks {
+		t.Fatalf("the direct copy's plan unnested %d chunks for the %d pruned ones", n, contracts*chunks)
+	}
+
+	// The staged path's comparison, the candidates staged as a file's
+	// rows with the amounts they were pruned with.
+	if _, err := tx.Exec(ctx, sqlCreateStaging); err != nil {
 		t.Fatal(err)
 	}
-	if n := plan[0].Plan.unnests(); n > contracts*chunks {
-		t.Fatalf("the plan unnested %d chunks for the %d pruned ones", n, contracts*chunks)
+	if _, err := tx.Exec(ctx, `
+INSERT INTO load_records (line, contract_id, record_id, amount_minor)
+SELECT row_number() OVER (), contract_id, record_id, substr(record_id, 2)::bigint % 997 + 1
+  FROM load_candidates WHERE record_id <> 'new'`); err != nil {
+		t.Fatal(err)
 	}
+	if _, err := tx.Exec(ctx, "ANALYZE load_records ("+recordsAnalyzed+")"); err != nil {
+		t.Fatal(err)
+	}
+	if n := unnests(t, tx, sql(sqlRecordPruned)); n > contracts*chunks {
+		t.Fatalf("the staged path's plan unnested %d chunks for the %d pruned ones", n, contracts*chunks)
+	}
+	if _, err := tx.Exec(ctx, sql(sqlRecordPruned)); err != nil {
+		t.Fatal(err)
+	}
+	var redelivered int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM load_records WHERE redelivered AND err IS NULL`).Scan(&redelivered); err != nil {
+		t.Fatal(err)
+	}
+	if redelivered != want {
+		t.Fatalf("the staged path found %d rows re-delivered, want %d", redelivered, want)
+	}
+}
+
+// unnests runs q under EXPLAIN ANALYZE, rolled back, and returns how many
+// times its plan's function scans (the unnests of chunks) ran.
+func unnests(t *testing.T, tx pgx.Tx, q string) int {
+	t.Helper()
+	ctx := context.Background()
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Rollback(ctx)
+	var plan []struct{ Plan planNode }
+	if err := sp.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+q).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	return plan[0].Plan.unnests()
 }
 
 // planNode is a node of EXPLAIN (FORMAT JSON)'s plan.

@@ -80,11 +80,14 @@ func (l *loader) stageRecords(ctx context.Context, tx pgx.Tx) error {
 		[]string{"line", "contract_id", "record_id", "amount_minor", "raw", "err"}, src, "")
 }
 
+// recordsAnalyzed is what ANALYZE of the staged records reads.
+const recordsAnalyzed = "contract_id, err, redelivered"
+
 // validateRecords runs the checks over the staged records: unknown
 // contracts, record ids that repeat one already stored or one earlier in
 // the file (checkRepeats), and the cumulative gross.
 func (l *loader) validateRecords(ctx context.Context, tx pgx.Tx) error {
-	if err := analyze(ctx, tx, "load_records", "contract_id, err, redelivered"); err != nil {
+	if err := analyze(ctx, tx, "load_records", recordsAnalyzed); err != nil {
 		return err
 	}
 	l.stage(StageValidating)
