@@ -32,7 +32,6 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pglocal"
 	"github.com/batonhq/baton/internal/testutil"
-	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -889,9 +888,8 @@ func (s *soak) drain() []checkResult {
 		return false
 	}); err != nil || left != 0 {
 		t.Logf("the task rows with records left:\n%s", s.unfinished())
-		if to := s.takeoverTimes(); len(to) > 0 {
-			t.Logf("takeover after SIGKILL (%d re-rated contracts): p50 %s, p99 %s, max %s", len(to),
-				percentile(to, 0.5).Round(time.Millisecond), percentile(to, 0.99).Round(time.Millisecond), percentile(to, 1).Round(time.Millisecond))
+		if tr := takeoverReport(s.takeovers()); tr != "" {
+			t.Log(tr)
 		}
 		s.keepEvidence()
 		t.Fatalf("every record priced after the faults: %v: %d records left (last error %v)", err, left, lastErr)
@@ -1185,36 +1183,6 @@ func (s *soak) lockHolds() ([]lockHold, map[string]int64) {
 	return out, counters
 }
 
-// takeoverTimes measures, for every contract a SIGKILLed worker held with
-// records left, the time from the kill to the first batch another process
-// committed on it, in whichever generation: priced_rows keeps every
-// generation's rows, superseded ones until they are pruned. The
-// process that replaces the killed one runs under the same name and
-// counts as another: it is a new instance, and excluding it (as an
-// earlier version of this measure did, by name) timed the contracts it
-// took over by the next move to a worker of another name, minutes later.
-// The pruned contracts are left out: the rows of that first batch may
-// have been pruned since.
-func (s *soak) takeoverTimes() []time.Duration {
-	var out []time.Duration
-	for _, o := range s.orphans {
-		for _, c := range o.contracts {
-			if i, err := strconv.Atoi(strings.TrimPrefix(partition.PartitionOf(c), "f-")); err == nil && pruneClass(i) {
-				continue
-			}
-			var first *time.Time
-			if err := s.r.db.QueryRow(`SELECT min(priced_at) FROM baton.priced_rows
-				WHERE contract_id = ? AND priced_at > ? AND priced_by <> ?`, partition.PartitionOf(c), o.at, o.instance).Scan(&first); err != nil {
-				s.t.Fatal(err)
-			}
-			if first != nil {
-				out = append(out, first.Sub(o.at))
-			}
-		}
-	}
-	return out
-}
-
 // report prints the soak's table and fails the test on any violation.
 func (s *soak) report(results []checkResult, phases string, wall time.Duration) {
 	t := s.t
@@ -1279,10 +1247,7 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 		fmt.Fprintf(&b, "failover after a killed primary (kill → another node accepting writes, %d failovers): p50 %s, max %s\n",
 			len(s.failovers), percentile(s.failovers, 0.5).Round(time.Millisecond), percentile(s.failovers, 1).Round(time.Millisecond))
 	}
-	if to := s.takeoverTimes(); len(to) > 0 {
-		fmt.Fprintf(&b, "takeover after SIGKILL (kill → first batch by another worker, %d re-rated contracts): p50 %s, p99 %s, max %s\n",
-			len(to), percentile(to, 0.5).Round(time.Millisecond), percentile(to, 0.99).Round(time.Millisecond), percentile(to, 1).Round(time.Millisecond))
-	}
+	b.WriteString(takeoverReport(s.takeovers()))
 
 	fmt.Fprintln(&b)
 	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
@@ -1316,8 +1281,9 @@ func (s *soak) report(results []checkResult, phases string, wall time.Duration) 
 	}
 }
 
-// keepEvidence copies what the checker read, and every process's log, out of
-// the test's temporary directory, for a failed run to be looked into.
+// keepEvidence copies what the checker read, every process's log and the
+// database server's log (passwords redacted) out of the test's temporary
+// directory, for a failed run to be looked into.
 func (s *soak) keepEvidence() {
 	dir := filepath.Join(os.TempDir(), fmt.Sprintf("baton-soak-%d", s.seed))
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
@@ -1336,11 +1302,13 @@ func (s *soak) keepEvidence() {
 	}
 	s.mu.Unlock()
 	errs = append(errs, os.WriteFile(filepath.Join(dir, "faults.tsv"), []byte(faults.String()), 0o644))
+	clean := s.redactor()
 	for _, p := range s.procs() {
-		errs = append(errs, os.WriteFile(filepath.Join(dir, "logs", p.name+".log"), []byte(p.logs()), 0o644))
+		errs = append(errs, os.WriteFile(filepath.Join(dir, "logs", p.name+".log"), []byte(clean(p.logs())), 0o644))
 	}
+	errs = append(errs, s.keepServerLogs(dir))
 	if err := errors.Join(errs...); err != nil {
 		s.t.Logf("keeping the evidence: %v", err)
 	}
-	s.t.Logf("the jobs' evidence, the fault log (faults.tsv) and every process's log are kept in %s", dir)
+	s.t.Logf("the jobs' evidence, the fault log (faults.tsv), every process's log (logs/) and the database's (server/) are kept in %s", dir)
 }
