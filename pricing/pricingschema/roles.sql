@@ -25,6 +25,7 @@ GRANT SELECT, INSERT ON {{.Schema}}.priced_rows TO baton_worker;             -- 
 GRANT SELECT ON {{.Schema}}.priced TO baton_worker;                          -- the current rows (a view of priced_rows)
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.events TO baton_worker;          -- ownership history, pruned by age
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.backlog_samples TO baton_worker; -- backlog signals of workers serving metrics and "signals", pruned by age
+GRANT SELECT ON {{.Schema}}.pauses TO baton_worker;                          -- paused partitions and kinds are not claimed
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{.Schema}}.jobs TO baton_worker;    -- scheduled jobs: runs and "worker schedule"
 GRANT SELECT, INSERT, UPDATE ON {{.Schema}}.leaderships TO baton_worker;     -- leader election
 GRANT SELECT, INSERT, DELETE ON {{.Schema}}.entity_locks TO baton_worker;    -- entity locks (row method)
