@@ -25,8 +25,8 @@ const outageRemind = 30 * time.Second
 // warnings and errors that follow from the outage (the heartbeat's own
 // failure, errors of an unreachable database, and the events lost, failed
 // and fenced it causes per partition) are logged at DEBUG only. What needs
-// a human (a quarantined partition, a failure unrelated to connectivity)
-// keeps its level. It also drops pgx's note of the refused TLS attempt that
+// a human (a quarantined partition, a job run lost or not recorded, a
+// failure unrelated to connectivity) keeps its level. It also drops pgx's note of the refused TLS attempt that
 // sslmode=prefer makes before connecting without TLS (dberr.Message).
 type outageHandler struct {
 	h slog.Handler
@@ -63,6 +63,14 @@ func (o *outageHandler) WithGroup(name string) slog.Handler {
 	return &outageHandler{h: o.h.WithGroup(name), s: o.s}
 }
 
+// keepsLevel are the events that need a human even during an outage: a
+// quarantined partition, and a job run whose lease was lost or whose
+// completion was not recorded (its slot may run again elsewhere: the
+// line says which run that was).
+var keepsLevel = map[string]bool{
+	string(distributor.EventQuarantined): true, "job_lost": true, "job_fenced": true,
+}
+
 // consequences are the events an outage causes per partition.
 var consequences = map[string]bool{
 	string(distributor.EventLost): true, string(distributor.EventFailed): true, string(distributor.EventFenced): true,
@@ -86,7 +94,7 @@ func (o *outageHandler) Handle(ctx context.Context, r slog.Record) error {
 		attrs = append(attrs, a)
 		return true
 	})
-	if r.Level >= slog.LevelWarn && event != string(distributor.EventQuarantined) && o.follows(cause, event, errs) {
+	if r.Level >= slog.LevelWarn && !keepsLevel[event] && o.follows(cause, event, errs) {
 		if err := o.suppress(ctx, r.Time); err != nil {
 			return err
 		}

@@ -102,7 +102,10 @@ func TestOutageFollowsTheDistributorsEvents(t *testing.T) {
 
 	l.logAt(slog.LevelError, "partition quarantined after repeated failures", "event", "quarantined", "error", &net.OpError{Op: "read", Err: errors.New("reset")})
 	l.logAt(slog.LevelWarn, "could not flush traces", "error", errors.New("exporter refused"))
-	l.want("what needs a human", "ERROR partition quarantined after repeated failures", "WARN could not flush traces")
+	l.logAt(slog.LevelWarn, "job run stopped: lease lost", "event", "job_lost", "cause", heartbeat.ErrLeaseExpired.Error())
+	l.logAt(slog.LevelWarn, "job run completion not recorded", "event", "job_fenced", "error", &net.OpError{Op: "read", Err: errors.New("reset")})
+	l.want("what needs a human", "ERROR partition quarantined after repeated failures", "WARN could not flush traces",
+		"WARN job run stopped: lease lost", "WARN job run completion not recorded")
 
 	l.now = l.now.Add(outageRemind)
 	l.logAt(slog.LevelWarn, "partition lost", "event", "lost")
