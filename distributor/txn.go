@@ -141,9 +141,14 @@ func (d *Distributor) runTxn(t *txn) (err error) {
 		// A group ends with any member's lease: that member's fence
 		// would fail the commit anyway.
 		lctx, key := m.h.lease.Context(), m.lease.Key
-		stops = append(stops, context.AfterFunc(lctx, func() {
-			cancel(fmt.Errorf("lease of %s ended: %w", key, context.Cause(lctx)))
-		}))
+		ended := func() { cancel(fmt.Errorf("lease of %s ended: %w", key, context.Cause(lctx))) }
+		stops = append(stops, context.AfterFunc(lctx, ended))
+		if lctx.Err() != nil {
+			// AfterFunc runs ended in a goroutine of its own, which a
+			// quick group could outrun to its commit: a lease already
+			// ended ends the group before it begins.
+			ended()
+		}
 	}
 	defer func() {
 		for _, stop := range stops {
