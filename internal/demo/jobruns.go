@@ -40,7 +40,7 @@ func ReadJobLog(path string) ([]JobRun, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		out = append(out, JobRun{slot, partition.InstanceName(fs[1])})
+		out = append(out, JobRun{slot.UTC(), partition.InstanceName(fs[1])})
 	}
 	return out, sc.Err()
 }
@@ -53,15 +53,16 @@ type SlotCheck struct {
 }
 
 // CheckSlotRuns checks a 1-second job's runs: every slot from the first to
-// the last ran, and a slot ran again only after a run by a victim.
-func CheckSlotRuns(runs []JobRun, victims map[string]bool) SlotCheck {
+// the last ran, and a slot ran again only after a run by a victim or one
+// its worker reported lost (lost: the job's runs from Lost.Runs).
+func CheckSlotRuns(runs []JobRun, victims map[string]bool, lost map[JobRun]bool) SlotCheck {
 	var c SlotCheck
 	seen := map[time.Time]string{}
 	for _, r := range runs {
 		if prev, ok := seen[r.Slot]; ok {
 			c.Repeated++
-			if !victims[prev] {
-				c.Problems = append(c.Problems, fmt.Sprintf("slot %s ran twice: by %s (neither killed nor stopped), then %s",
+			if !victims[prev] && !lost[JobRun{r.Slot.UTC(), prev}] {
+				c.Problems = append(c.Problems, fmt.Sprintf("slot %s ran twice: by %s (neither killed nor stopped, and it did not report the run lost), then %s",
 					r.Slot.Format(time.RFC3339), prev, r.Worker))
 			}
 		}
@@ -98,8 +99,9 @@ type LeaderCheck struct {
 }
 
 // CheckLeaderRuns checks a leader-mode job's runs: the worker changes only
-// after a victim's run.
-func CheckLeaderRuns(runs []JobRun, victims map[string]bool) LeaderCheck {
+// after a victim's run or a run of a worker that reported losing the job
+// (lost: the job's workers from Lost.Workers).
+func CheckLeaderRuns(runs []JobRun, victims, lost map[string]bool) LeaderCheck {
 	var c LeaderCheck
 	for i := 1; i < len(runs); i++ {
 		prev, cur := runs[i-1].Worker, runs[i].Worker
@@ -107,8 +109,8 @@ func CheckLeaderRuns(runs []JobRun, victims map[string]bool) LeaderCheck {
 			continue
 		}
 		c.Changes = append(c.Changes, prev+" → "+cur)
-		if !victims[prev] {
-			c.Problems = append(c.Problems, fmt.Sprintf("leader job moved from %s to %s at %s although %s was alive",
+		if !victims[prev] && !lost[prev] {
+			c.Problems = append(c.Problems, fmt.Sprintf("leader job moved from %s to %s at %s although %s was alive and did not report losing it",
 				prev, cur, runs[i].Slot.Format(time.RFC3339), prev))
 		}
 	}

@@ -135,7 +135,13 @@ func runSchedule(ctx context.Context, o ScheduleOptions) error {
 	if err := printJobs(ctx, out, db, schemaName); err != nil {
 		return err
 	}
-	return checkRuns(out, tickLog, leadLog, map[string]bool{killed: true, stopped: true})
+	var lost Lost
+	for id := range procs {
+		if err := lost.readFile(id, env.logPath(id)); err != nil {
+			return err
+		}
+	}
+	return checkRuns(out, tickLog, leadLog, map[string]bool{killed: true, stopped: true}, lost)
 }
 
 // jobState is how often "tick" has run and which worker (by name) holds
@@ -157,7 +163,7 @@ func jobState(ctx context.Context, db *dbconn.DB, schemaName string) (ticks int6
 }
 
 // checkRuns checks and reports the runs the jobs logged.
-func checkRuns(out io.Writer, tickLog, leadLog string, victims map[string]bool) error {
+func checkRuns(out io.Writer, tickLog, leadLog string, victims map[string]bool, lost Lost) error {
 	ticks, err := ReadJobLog(tickLog)
 	if err != nil {
 		return err
@@ -166,10 +172,10 @@ func checkRuns(out io.Writer, tickLog, leadLog string, victims map[string]bool) 
 	if err != nil {
 		return err
 	}
-	ts := CheckSlotRuns(ticks, victims)
-	lc := CheckLeaderRuns(leads, victims)
+	ts := CheckSlotRuns(ticks, victims, lost.Runs["tick"])
+	lc := CheckLeaderRuns(leads, victims, lost.Workers["lead"])
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "tick  %d slots from %s to %s, %d runs; slots run twice: %d (first runner killed or stopped)\n",
+	fmt.Fprintf(out, "tick  %d slots from %s to %s, %d runs; slots run twice: %d (first runner killed, stopped or reporting the run lost)\n",
 		ts.Slots, ts.First.Format(time.TimeOnly), ts.Last.Format(time.TimeOnly), len(ticks), ts.Repeated)
 	fmt.Fprintf(out, "lead  %d runs; the leader changed %d times: %s\n", len(leads), len(lc.Changes), strings.Join(lc.Changes, ", "))
 	problems := append(ts.Problems, lc.Problems...)
@@ -179,7 +185,7 @@ func checkRuns(out io.Writer, tickLog, leadLog string, victims map[string]bool) 
 		}
 		return fmt.Errorf("schedule demo: %d problem(s)", len(problems))
 	}
-	fmt.Fprintln(out, "OK: every slot ran, none twice but after a killed or stopped runner; the leader moved only when its worker died")
+	fmt.Fprintln(out, "OK: every slot ran, none twice but after a killed or stopped runner (or one that reported the run lost); the leader moved only when its worker died or lost it")
 	return nil
 }
 
