@@ -2,20 +2,14 @@ package pricer_test
 
 import (
 	"context"
-	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/batonhq/baton/pricing/pricingschema"
-
-	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/migrate"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
@@ -25,55 +19,10 @@ import (
 	"github.com/batonhq/baton/schema"
 )
 
-// kindsMigration is the core migration that gave task rows a kind.
+// kindsMigration is the core migration that gave task rows a kind: the
+// database of a release without kinds has every core and pricing
+// migration before it.
 const kindsMigration = "20261126000010_task_kinds.tx.up.sql"
-
-// migrateBeforeKinds applies the migrations of a release without kinds:
-// every core and pricing migration older than kindsMigration, recorded as
-// schema.Migrate records them, so that it applies the rest.
-func migrateBeforeKinds(t *testing.T, db *bun.DB) {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, `CREATE SCHEMA baton`); err != nil {
-		t.Fatal(err)
-	}
-	for _, sd := range [][2]string{
-		{"core", filepath.Join("..", "..", "schema", "migrations", "core")},
-		{"pricing", filepath.Join("..", "pricingschema", "migrations")},
-	} {
-		set, dir := sd[0], sd[1]
-		files := fstest.MapFS{}
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			if e.Name() >= kindsMigration[:14] {
-				continue
-			}
-			data, err := fs.ReadFile(os.DirFS(dir), e.Name())
-			if err != nil {
-				t.Fatal(err)
-			}
-			files[e.Name()] = &fstest.MapFile{Data: data}
-		}
-		ms := migrate.NewMigrations()
-		if err := ms.Discover(files); err != nil {
-			t.Fatal(err)
-		}
-		m := migrate.NewMigrator(db, ms,
-			migrate.WithTableName(`"baton".`+set+"_migrations"),
-			migrate.WithLocksTableName(`"baton".`+set+"_migration_locks"),
-			migrate.WithTemplateData(struct{ Schema string }{`"baton"`}),
-			migrate.WithMarkAppliedOnSuccess(true))
-		if err := m.Init(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := m.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // A pricing database of a release without kinds, mid-way (some contracts
 // priced in part, one held by a worker), upgraded: its contracts' rows,
@@ -85,7 +34,9 @@ func TestUpgradedPricingDatabaseStaysClaimableByPricingWorkers(t *testing.T) {
 	dsn := pgtest.NewEmptyURL(t)
 	db := pgtest.OpenDB(t, dsn, dbconn.Options{MaxOpenConns: 4})
 	ctx := context.Background()
-	migrateBeforeKinds(t, db.DB)
+	pgtest.MigrateBefore(t, db.DB, kindsMigration[:14],
+		pgtest.Migrations{Set: "core", Dir: filepath.Join("..", "..", "schema", "migrations", "core")},
+		pgtest.Migrations{Set: "pricing", Dir: filepath.Join("..", "pricingschema", "migrations")})
 	st, err := schema.Inspect(ctx, db, schema.Config{Sets: []*schema.Set{schema.Core, pricingschema.Set}})
 	if err != nil || len(st.Pending) < 1 || !strings.Contains(st.Pending[0], kindsMigration[:14]) {
 		t.Fatalf("before the upgrade: pending %v, %v; want the kinds migration first (later ones follow)", st.Pending, err)

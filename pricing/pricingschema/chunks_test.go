@@ -3,14 +3,10 @@ package pricingschema_test
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"testing/fstest"
-
-	"github.com/uptrace/bun/migrate"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
@@ -39,23 +35,7 @@ func TestRecordsMovedIntoChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The pricing set as it was before record_chunks: its first migration.
-	init, err := os.ReadFile("migrations/20261122000001_init.tx.up.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := migrate.NewMigrations()
-	if err := ms.Discover(fstest.MapFS{"20261122000001_init.tx.up.sql": {Data: init}}); err != nil {
-		t.Fatal(err)
-	}
-	m := migrate.NewMigrator(db.DB, ms, migrate.WithTableName(`"baton".pricing_migrations`),
-		migrate.WithLocksTableName(`"baton".pricing_migration_locks`),
-		migrate.WithTemplateData(struct{ Schema string }{`"baton"`}), migrate.WithMarkAppliedOnSuccess(true))
-	if err := m.Init(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.MigrateBefore(t, db.DB, "20261122000002", pgtest.Migrations{Set: "pricing", Dir: "migrations"})
 
 	// Contract a: 2,600 records from load 1 then 100 from load 2; b: load
 	// 1, 3, then 1 again.

@@ -2,14 +2,8 @@ package rerate_test
 
 import (
 	"context"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"testing"
-	"testing/fstest"
-
-	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/migrate"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
@@ -22,49 +16,11 @@ import (
 // generation's rows in priced_rows.
 const generationsMigration = "20261203000010"
 
-// migrateBefore applies every core and pricing migration whose name sorts
-// before prefix, recorded as schema.Migrate records them.
-func migrateBefore(t *testing.T, db *bun.DB, prefix string) {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, `CREATE SCHEMA baton`); err != nil {
-		t.Fatal(err)
-	}
-	for _, sd := range [][2]string{
-		{"core", filepath.Join("..", "..", "schema", "migrations", "core")},
-		{"pricing", filepath.Join("..", "pricingschema", "migrations")},
-	} {
-		files := fstest.MapFS{}
-		entries, err := os.ReadDir(sd[1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			if e.Name() >= prefix {
-				continue
-			}
-			data, err := fs.ReadFile(os.DirFS(sd[1]), e.Name())
-			if err != nil {
-				t.Fatal(err)
-			}
-			files[e.Name()] = &fstest.MapFile{Data: data}
-		}
-		ms := migrate.NewMigrations()
-		if err := ms.Discover(files); err != nil {
-			t.Fatal(err)
-		}
-		m := migrate.NewMigrator(db, ms,
-			migrate.WithTableName(`"baton".`+sd[0]+"_migrations"),
-			migrate.WithLocksTableName(`"baton".`+sd[0]+"_migration_locks"),
-			migrate.WithTemplateData(struct{ Schema string }{`"baton"`}),
-			migrate.WithMarkAppliedOnSuccess(true))
-		if err := m.Init(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := m.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+// releaseSets are the migration sets of an earlier release, from this
+// package's directory.
+var releaseSets = []pgtest.Migrations{
+	{Set: "core", Dir: filepath.Join("..", "..", "schema", "migrations", "core")},
+	{Set: "pricing", Dir: filepath.Join("..", "pricingschema", "migrations")},
 }
 
 // A database of the release that moved rows between priced,
@@ -78,7 +34,7 @@ func TestUpgradeKeepsEveryGenerationsRows(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewEmptyURL(t), dbconn.Options{MaxOpenConns: 2})
 	ctx := context.Background()
-	migrateBefore(t, db.DB, generationsMigration)
+	pgtest.MigrateBefore(t, db.DB, generationsMigration, releaseSets...)
 	for _, q := range []string{
 		`INSERT INTO baton.contracts (contract_id, current_generation) VALUES ('acme', 3), ('plain', 1)`,
 		`INSERT INTO baton.generations (contract_id, generation, state, from_seq, started_at, finished_at, superseded_at, tiers) VALUES
