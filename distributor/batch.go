@@ -38,10 +38,11 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 // heldTxn is the transaction of hs's batches: alone (gp nil, one member)
 // or as a group.
 func (d *Distributor) heldTxn(gp GroupProcessor, hs []*held) *txn {
-	t := &txn{stmts: heldStatements{d}, lone: len(hs) == 1, group: gp, groupSpan: "baton.batch_group", spanFirst: true,
+	t := &txn{stmts: heldStatements{d}, lone: len(hs) == 1, group: gp, spanName: "baton.batch_group", spanFirst: true,
 		resolveEach: true, batchBound: true, members: make([]*member, len(hs))}
 	for i, h := range hs {
-		t.members[i] = &member{lease: h.lease.Lease, h: h}
+		t.members[i] = newMember(h.lease.Lease)
+		t.members[i].h = h
 	}
 	t.what = fmt.Sprintf("batches of %d held partitions", len(hs))
 	if t.lone {
@@ -92,7 +93,7 @@ func (s heldStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member
 		case cp.Position >= cp.Available:
 			m.state, m.caughtUp = memberOut, true
 			continue
-		case !t.lone && d.wouldSplit(m.lease.Key, cp):
+		case !t.lone && d.wouldSplit(m, cp):
 			m.state = memberAlone
 			continue
 		}
@@ -154,11 +155,11 @@ func (s heldStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*mem
 	return nil
 }
 
-// wouldSplit reports whether a batch of key at cp would split its
-// partition (split.go), which it then does alone.
-func (d *Distributor) wouldSplit(key string, cp partition.Checkpoint) bool {
+// wouldSplit reports whether m's batch at cp would split its partition
+// (split.go), which it then does alone.
+func (d *Distributor) wouldSplit(m *member, cp partition.Checkpoint) bool {
 	_, ok := d.proc.(Splitter)
-	return ok && partition.PartitionOf(key) == key && cp.Available-cp.Position > 2*d.cfg.SegmentRecords
+	return ok && !m.segment() && cp.Available-cp.Position > 2*d.cfg.SegmentRecords
 }
 
 // movedOr tells a batch that collided with a late commit of its own claim
@@ -175,9 +176,7 @@ func (d *Distributor) movedOr(ctx context.Context, l partition.Lease, from int64
 	if ctx.Err() != nil || dberr.Transient(err) || errors.Is(err, partition.ErrFenced) {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
-	defer cancel()
-	v, pos, rerr := d.admin.Progress(rctx, l.Key)
+	v, pos, rerr := d.reread(l.Key, 1)
 	if rerr != nil || v != l.Version || pos == from {
 		return err
 	}

@@ -232,9 +232,9 @@ func (d *Distributor) claimTxn(gp GroupProcessor, cands, spares []taskstore.Cand
 	// margin, as any batch's local deadline allows; one that would is
 	// rolled back and claimed on its own, to run under heartbeats.
 	t := &txn{stmts: cs, lone: len(cands) == 1, group: gp, deadline: d.cfg.StaleAfter - d.cfg.SafetyMargin,
-		groupSpan: "baton.claim_group", members: make([]*member, len(cands))}
+		spanName: "baton.claim_group", members: make([]*member, len(cands))}
 	for i, c := range cands {
-		t.members[i] = &member{lease: partition.Lease{Key: c.Key, Version: c.Version + 1}, cand: c}
+		t.members[i] = claimMember(c)
 	}
 	t.what = fmt.Sprintf("claim of %d partitions with their first batches", len(cands))
 	if t.lone {
@@ -283,6 +283,10 @@ func (s *claimStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*memb
 	for _, f := range fenced {
 		in[f.Key] = f.Checkpoint
 	}
+	made := make(map[string]*member, len(t.members))
+	for _, m := range t.members {
+		made[m.lease.Key] = m
+	}
 	t.members = make([]*member, 0, len(fenced))
 	for _, c := range tried {
 		cp, ok := in[c.Key]
@@ -290,10 +294,22 @@ func (s *claimStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*memb
 			s.lost = append(s.lost, c)
 			continue
 		}
-		t.members = append(t.members, &member{lease: partition.Lease{Key: c.Key, Version: c.Version + 1}, cand: c,
-			state: memberIn, cp: cp})
+		m := made[c.Key]
+		if m == nil { // a spare
+			m = claimMember(c)
+		}
+		m.state, m.cp = memberIn, cp
+		t.members = append(t.members, m)
 	}
 	return t.members, nil
+}
+
+// claimMember is the member claiming c: its lease, if the claim commits,
+// is the version read plus one.
+func claimMember(c taskstore.Candidate) *member {
+	m := newMember(partition.Lease{Key: c.Key, Version: c.Version + 1})
+	m.cand = c
+	return m
 }
 
 // record claims every member, records its checkpoint and history and, in

@@ -151,7 +151,7 @@ func (d *Distributor) runPartition(h *held) {
 		if !caughtUp {
 			continue
 		}
-		if d.releasesCaughtUp(l.Key) {
+		if d.releasesCaughtUp(partition.PartitionOf(l.Key) != l.Key) {
 			d.release(h, "caught_up")
 			return
 		}
