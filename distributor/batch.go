@@ -9,7 +9,6 @@ import (
 
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
-	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -78,12 +77,12 @@ type heldStatements struct{ d *Distributor }
 // fails with its fence's error; in a group a member lost there drops out
 // with it (as a lone batch would), one found caught up is told so, and one
 // that would split runs alone.
-func (s heldStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member, error) {
+func (s heldStatements) fence(ctx context.Context, t *txn) ([]*member, error) {
 	d := s.d
 	order := slices.SortedFunc(slices.Values(t.members), func(a, b *member) int { return strings.Compare(a.lease.Key, b.lease.Key) })
 	var in []*member
 	for _, m := range order {
-		cp, err := d.store.Fence(ctx, tx, d.worker.InstanceID, m.lease)
+		cp, err := t.store.Fence(ctx, m.lease)
 		switch {
 		case errors.Is(err, partition.ErrFenced):
 			m.state, m.err = memberOut, causeOr(ctx, err)
@@ -108,19 +107,18 @@ func (s heldStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member
 // members caught up in one statement: FOR UPDATE over the fence's FOR KEY
 // SHARE (this transaction's own, so no wait but for a renewal in flight),
 // version bumped, committed with the output or not at all.
-func (s heldStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*member) error {
+func (s heldStatements) record(ctx context.Context, t *txn) error {
 	d := s.d
 	var release []partition.Lease
-	for _, m := range in {
-		if err := d.store.Advance(m.ctx, tx, m.lease, m.cp.Position, m.res.Position, m.res.State); err != nil {
+	for _, m := range t.in {
+		if err := t.store.Advance(m.ctx, m.lease, m.cp.Position, m.res.Position, m.res.State); err != nil {
 			if t.lone {
 				return d.movedOr(ctx, m.lease, m.cp.Position, causeOr(ctx, err))
 			}
 			return causeOr(ctx, err)
 		}
 		if !m.h.started {
-			if err := d.store.RecordFirstBatch(m.ctx, tx, d.worker.InstanceID, m.lease, m.res.Position,
-				m.items, m.h.prevBeat); err != nil {
+			if err := t.store.RecordFirstBatch(m.ctx, m.lease, m.res.Position, m.items, m.h.prevBeat); err != nil {
 				return causeOr(ctx, err)
 			}
 		}
@@ -138,7 +136,7 @@ func (s heldStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*mem
 	}
 	rctx, rspan := tracer.Start(ctx, "baton.release", attrs, trace.WithAttributes(
 		attribute.String("baton.reason", "caught_up"), attribute.Bool("baton.with_batch", true)))
-	keys, err := d.store.WithDB(tx).ReleaseFor(rctx, d.worker.InstanceID, "caught_up", release)
+	keys, err := t.store.ReleaseFor(rctx, "caught_up", release)
 	switch {
 	case err == nil && t.lone && len(keys) == 0:
 		err = fmt.Errorf("releasing %s with its last batch: %w", release[0], partition.ErrFenced)
@@ -149,7 +147,7 @@ func (s heldStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*mem
 	if err != nil {
 		return causeOr(ctx, err)
 	}
-	for _, m := range in {
+	for _, m := range t.in {
 		m.released = m.release
 	}
 	return nil

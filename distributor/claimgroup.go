@@ -10,7 +10,6 @@ import (
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
-	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -259,13 +258,13 @@ type claimStatements struct {
 // each will have if the claim commits is the version read plus one: the
 // processor writes under it, and its output commits with the claim or not
 // at all.
-func (s *claimStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member, error) {
+func (s *claimStatements) fence(ctx context.Context, t *txn) ([]*member, error) {
 	tried := slices.SortedFunc(slices.Values(slices.Concat(s.cands, s.untried)), func(a, b taskstore.Candidate) int {
 		return strings.Compare(a.Key, b.Key)
 	})
 	// A lone candidate is a group of one: missing from the result, it was
 	// lost (another claim transaction holds it, or it moved).
-	fenced, err := s.d.store.FenceUnownedGroup(ctx, tx, tried, len(s.cands))
+	fenced, err := t.store.FenceUnownedGroup(ctx, tried, len(s.cands))
 	if err != nil {
 		return nil, causeOr(ctx, err)
 	}
@@ -319,8 +318,8 @@ func claimMember(c taskstore.Candidate) *member {
 // same statement). Each member's checkpoint
 // stores its batch span's trace context. A lone claim that finds its
 // fenced row locked (errClaimBusy) lost no race.
-func (s *claimStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*member) error {
-	d := s.d
+func (s *claimStatements) record(ctx context.Context, t *txn) error {
+	d, in := s.d, t.in
 	steps := make([]taskstore.ClaimStep, len(in))
 	released := 0
 	for i, m := range in {
@@ -342,7 +341,7 @@ func (s *claimStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*m
 	t.sent = d.cfg.Clock.Now()
 	// A lone member is a group of one; its step's trace context is its
 	// batch span's, which is also the statement's context.
-	_, err := d.store.ClaimAdvanceGroup(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, steps, "caught_up")
+	_, err := t.store.ClaimAdvanceGroup(ctx, d.cfg.StaleAfter, steps, "caught_up")
 	won := 0
 	if err == nil {
 		won = len(steps)

@@ -35,21 +35,25 @@ import (
 // outcomes afterwards (batch and heldGroup for held partitions, runClaim
 // for claims).
 
-// txnStatements are a transaction's fence and record steps.
+// txnStatements are a transaction's fence and record steps, which run
+// their statements through t.store.
 type txnStatements interface {
-	// fence fences t's members in tx, marks each (in, or out with its
-	// outcome, or alone) and returns those in, in the order of their
-	// locks. An error fails the whole transaction.
-	fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member, error)
-	// record writes the checkpoints of in (processed, in range), with
+	// fence fences t's members, marks each (in, or out with its outcome,
+	// or alone) and returns those in, in the order of their locks. An
+	// error fails the whole transaction.
+	fence(ctx context.Context, t *txn) ([]*member, error)
+	// record writes the checkpoints of t.in (processed, in range), with
 	// the claims of unowned members, and releases those marked release,
 	// setting released.
-	record(ctx context.Context, tx bun.Tx, t *txn, in []*member) error
+	record(ctx context.Context, t *txn) error
 }
 
 // txn is one transaction of the pipeline and, once run, its outcome.
 type txn struct {
 	stmts txnStatements
+	// store runs the protocol's statements on the transaction, once
+	// begun.
+	store taskstore.Txn
 	// what names the transaction in errors.
 	what string
 	// members are its partitions, in the caller's order (claims: the
@@ -146,7 +150,7 @@ func (d *Distributor) runTxn(t *txn) (err error) {
 		return err
 	}
 	defer func() { _ = tx.Rollback(); _ = conn.Close() }()
-	if t.in, err = t.stmts.fence(ctx, tx, t); err != nil || len(t.in) == 0 {
+	if t.in, err = t.stmts.fence(ctx, t); err != nil || len(t.in) == 0 {
 		return err
 	}
 	if !t.spanFirst {
@@ -163,7 +167,7 @@ func (d *Distributor) runTxn(t *txn) (err error) {
 	if err := d.check(t); err != nil {
 		return err
 	}
-	if err := t.stmts.record(ctx, tx, t, t.in); err != nil {
+	if err := t.stmts.record(ctx, t); err != nil {
 		return err
 	}
 	return d.commit(ctx, t, conn, tx, start)
@@ -261,8 +265,8 @@ func endSpans(t *txn, err error) {
 }
 
 // begin takes a connection of its own, so that the processor can reach
-// the driver's connection inside the transaction (Batch.CopyFrom), begins
-// and sets the local timeouts.
+// the driver's connection inside the transaction (Batch.CopyFrom), begins,
+// sets the local timeouts and makes t's statements on the transaction.
 func (d *Distributor) begin(ctx context.Context, t *txn) (bun.Conn, bun.Tx, error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
@@ -279,6 +283,7 @@ func (d *Distributor) begin(ctx context.Context, t *txn) (bun.Conn, bun.Tx, erro
 		_ = conn.Close()
 		return conn, tx, fmt.Errorf("beginning %s: %w", t.what, causeOr(ctx, err))
 	}
+	t.store = d.store.InTx(tx, d.worker.InstanceID)
 	return conn, tx, nil
 }
 
