@@ -32,16 +32,8 @@ func TestClaimableNotificationsSayWhen(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := taskstore.NewStore(db, "")
-	claim := func(key string) partition.Lease {
-		t.Helper()
-		won, err := s.Claim(ctx, "w#1", time.Minute, []taskstore.Candidate{{Key: key, Version: 0}})
-		if err != nil || len(won) != 1 {
-			t.Fatalf("claiming %s: %v %v", key, won, err)
-		}
-		return won[0].Lease
-	}
-	released := claim("released")
-	claim("handed-back")
+	released := claimOne(t, s, "released")
+	claimOne(t, s, "handed-back")
 	// Its lease ended without its owner listing it: the owner's next
 	// heartbeat hands it back.
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET lease_expires_at = now() - interval '1 second' WHERE partition_key = 'handed-back'`); err != nil {

@@ -118,6 +118,16 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 // connection does, and returns its plans (EXPLAIN ANALYZE, JSON) executed
 // with args both as a custom plan and as the generic plan the server may
 // switch to after a few executions: both must be index-driven.
+// claimOne claims key, unowned at version 0, for worker w#1.
+func claimOne(t *testing.T, s *taskstore.Store, key string) partition.Lease {
+	t.Helper()
+	won, err := s.Claim(context.Background(), "w#1", time.Minute, []taskstore.Candidate{{Key: key, Version: 0}})
+	if err != nil || len(won) != 1 {
+		t.Fatalf("claiming %s: %v %v", key, won, err)
+	}
+	return won[0].Lease
+}
+
 func explainPrepared(t *testing.T, db *bun.DB, q string, args ...any) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -311,15 +321,7 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := taskstore.NewStore(db, "")
-	claim := func(key string) partition.Lease {
-		t.Helper()
-		won, err := s.Claim(ctx, "w#1", time.Minute, []taskstore.Candidate{{Key: key, Version: 0}})
-		if err != nil || len(won) != 1 {
-			t.Fatalf("claiming %s: %v %v", key, won, err)
-		}
-		return won[0].Lease
-	}
-	done, pending := claim("done"), claim("pending")
+	done, pending := claimOne(t, s, "done"), claimOne(t, s, "pending")
 	// The owner's last batch catches "done" up.
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET position = available WHERE partition_key = 'done'`); err != nil {
 		t.Fatal(err)
