@@ -244,7 +244,7 @@ func (e *env) failoverSeries(ctx context.Context, ds *dataset, tm timing, sig sy
 			dbAt := at.Add(offset)
 			fates = func() error {
 				f, err := readTakeoverFates(ctx, db, contracts, dbAt, survivors)
-				s.Fates.add(f)
+				addCounts(&s.Fates, f)
 				return err
 			}
 		}

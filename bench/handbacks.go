@@ -24,13 +24,6 @@ type takeoverFates struct {
 	ToSurvivorUnbatched int `json:"takeovers_handed_to_a_survivor_before_a_batch"`
 }
 
-func (f *takeoverFates) add(g takeoverFates) {
-	f.Takeovers += g.Takeovers
-	f.HandedBack += g.HandedBack
-	f.ToSurvivor += g.ToSurvivor
-	f.ToSurvivorUnbatched += g.ToSurvivorUnbatched
-}
-
 // readTakeoverFates reads the fates of the takeovers of contracts since
 // dbAt (the kill, on the database's clock), survivors being the names of
 // the workers running at the kill besides the victim.

@@ -187,15 +187,6 @@ type events struct {
 	Failed    int `json:"failed"`
 }
 
-func (a *events) add(b events) {
-	a.Claimed += b.Claimed
-	a.Takeovers += b.Takeovers
-	a.Released += b.Released
-	a.Lost += b.Lost
-	a.Fenced += b.Fenced
-	a.Failed += b.Failed
-}
-
 func countEvents(path string) events {
 	var ev events
 	f, err := os.Open(path)
@@ -235,7 +226,7 @@ func countEvents(path string) events {
 func sumEvents(ps []*proc) events {
 	var ev events
 	for _, p := range ps {
-		ev.add(countEvents(p.logPath))
+		addCounts(&ev, countEvents(p.logPath))
 	}
 	return ev
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/partition"
-	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -38,10 +37,11 @@ func (d *Distributor) batch(h *held) (items int64, caughtUp, released bool, err 
 // heldTxn is the transaction of hs's batches: alone (gp nil, one member)
 // or as a group.
 func (d *Distributor) heldTxn(gp GroupProcessor, hs []*held) *txn {
-	t := &txn{stmts: heldStatements{d}, lone: len(hs) == 1, group: gp, groupSpan: "baton.batch_group", spanFirst: true,
+	t := &txn{stmts: heldStatements{d}, lone: len(hs) == 1, group: gp, spanName: "baton.batch_group", spanFirst: true,
 		resolveEach: true, batchBound: true, members: make([]*member, len(hs))}
 	for i, h := range hs {
-		t.members[i] = &member{lease: h.lease.Lease, h: h}
+		t.members[i] = newMember(h.lease.Lease)
+		t.members[i].h = h
 	}
 	t.what = fmt.Sprintf("batches of %d held partitions", len(hs))
 	if t.lone {
@@ -77,12 +77,12 @@ type heldStatements struct{ d *Distributor }
 // fails with its fence's error; in a group a member lost there drops out
 // with it (as a lone batch would), one found caught up is told so, and one
 // that would split runs alone.
-func (s heldStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member, error) {
+func (s heldStatements) fence(ctx context.Context, t *txn) ([]*member, error) {
 	d := s.d
 	order := slices.SortedFunc(slices.Values(t.members), func(a, b *member) int { return strings.Compare(a.lease.Key, b.lease.Key) })
 	var in []*member
 	for _, m := range order {
-		cp, err := d.store.Fence(ctx, tx, d.worker.InstanceID, m.lease)
+		cp, err := t.store.Fence(ctx, m.lease)
 		switch {
 		case errors.Is(err, partition.ErrFenced):
 			m.state, m.err = memberOut, causeOr(ctx, err)
@@ -92,7 +92,7 @@ func (s heldStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member
 		case cp.Position >= cp.Available:
 			m.state, m.caughtUp = memberOut, true
 			continue
-		case !t.lone && d.wouldSplit(m.lease.Key, cp):
+		case !t.lone && d.wouldSplit(m, cp):
 			m.state = memberAlone
 			continue
 		}
@@ -107,19 +107,18 @@ func (s heldStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member
 // members caught up in one statement: FOR UPDATE over the fence's FOR KEY
 // SHARE (this transaction's own, so no wait but for a renewal in flight),
 // version bumped, committed with the output or not at all.
-func (s heldStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*member) error {
+func (s heldStatements) record(ctx context.Context, t *txn) error {
 	d := s.d
 	var release []partition.Lease
-	for _, m := range in {
-		if err := d.store.Advance(m.ctx, tx, m.lease, m.cp.Position, m.res.Position, m.res.State); err != nil {
+	for _, m := range t.in {
+		if err := t.store.Advance(m.ctx, m.lease, m.cp.Position, m.res.Position, m.res.State); err != nil {
 			if t.lone {
 				return d.movedOr(ctx, m.lease, m.cp.Position, causeOr(ctx, err))
 			}
 			return causeOr(ctx, err)
 		}
 		if !m.h.started {
-			if err := d.store.RecordFirstBatch(m.ctx, tx, d.worker.InstanceID, m.lease, m.res.Position,
-				m.items, m.h.prevBeat); err != nil {
+			if err := t.store.RecordFirstBatch(m.ctx, m.lease, m.res.Position, m.items, m.h.prevBeat); err != nil {
 				return causeOr(ctx, err)
 			}
 		}
@@ -137,7 +136,7 @@ func (s heldStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*mem
 	}
 	rctx, rspan := tracer.Start(ctx, "baton.release", attrs, trace.WithAttributes(
 		attribute.String("baton.reason", "caught_up"), attribute.Bool("baton.with_batch", true)))
-	keys, err := d.store.WithDB(tx).ReleaseFor(rctx, d.worker.InstanceID, "caught_up", release)
+	keys, err := t.store.ReleaseFor(rctx, "caught_up", release)
 	switch {
 	case err == nil && t.lone && len(keys) == 0:
 		err = fmt.Errorf("releasing %s with its last batch: %w", release[0], partition.ErrFenced)
@@ -148,17 +147,17 @@ func (s heldStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*mem
 	if err != nil {
 		return causeOr(ctx, err)
 	}
-	for _, m := range in {
+	for _, m := range t.in {
 		m.released = m.release
 	}
 	return nil
 }
 
-// wouldSplit reports whether a batch of key at cp would split its
-// partition (split.go), which it then does alone.
-func (d *Distributor) wouldSplit(key string, cp partition.Checkpoint) bool {
+// wouldSplit reports whether m's batch at cp would split its partition
+// (split.go), which it then does alone.
+func (d *Distributor) wouldSplit(m *member, cp partition.Checkpoint) bool {
 	_, ok := d.proc.(Splitter)
-	return ok && partition.PartitionOf(key) == key && cp.Available-cp.Position > 2*d.cfg.SegmentRecords
+	return ok && !m.segment() && cp.Available-cp.Position > 2*d.cfg.SegmentRecords
 }
 
 // movedOr tells a batch that collided with a late commit of its own claim
@@ -175,9 +174,7 @@ func (d *Distributor) movedOr(ctx context.Context, l partition.Lease, from int64
 	if ctx.Err() != nil || dberr.Transient(err) || errors.Is(err, partition.ErrFenced) {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
-	defer cancel()
-	v, pos, rerr := d.admin.Progress(rctx, l.Key)
+	v, pos, rerr := d.reread(l.Key, 1)
 	if rerr != nil || v != l.Version || pos == from {
 		return err
 	}

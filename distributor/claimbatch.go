@@ -96,7 +96,7 @@ var errClaimBusy = errors.New("the fenced row was locked by another transaction 
 // claimAlone claims c with a committed claim of its own after its combined
 // transaction rolled back, and runs it as a claimed partition; with cause
 // set, that run records the failure first.
-func (d *Distributor) claimAlone(c taskstore.Candidate, cause error, unreserve func()) {
+func (d *Distributor) claimAlone(c taskstore.Candidate, cause error) {
 	ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
 	defer cancel()
 	sent := d.cfg.Clock.Now()
@@ -105,7 +105,7 @@ func (d *Distributor) claimAlone(c taskstore.Candidate, cause error, unreserve f
 		won, err = d.resolveClaims([]taskstore.Candidate{c})
 	}
 	if err != nil || len(won) == 0 {
-		unreserve()
+		d.unreserve(c)
 		if err != nil {
 			level := slog.LevelWarn
 			if dberr.Transient(err) {

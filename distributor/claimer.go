@@ -36,42 +36,12 @@ func (d *Distributor) claimLoop() {
 		ctx, cancel := context.WithTimeout(d.base, d.cfg.StaleAfter/2)
 		now := d.cfg.Clock.Now()
 		var roundErr error
-		// A notification that work was loaded or retried means the share
-		// may be stale: a worker with room recomputes it now rather than at
-		// the next rebalance, at most once a heartbeat (loads can be
-		// frequent). A worker that left changes the live count: that
-		// recompute is not rate-limited (departures are rare), so the
-		// partitions it releases right after are claimed at once.
-		// A notification inside that heartbeat is kept, not dropped: the
-		// loop comes back for it when the heartbeat has passed.
-		// While a recompute is owed, the share in hand is known to be stale
-		// (computed, say, when this worker was alone or there was no work),
-		// so the round claims nothing: claiming up to a stale share would
-		// take other workers' partitions, and only a rebalance, possibly an
-		// hour away, would give them back.
 		// A round that reads the load anyway (its interval is up, or an
 		// until-done worker holding nothing looks for the end) recomputes
-		// the share with it: a notification's recompute is then not owed
-		// but made. Deferring it instead would defer it for ever when
-		// every round reads the load, since each read resets the
-		// once-a-heartbeat limit (the worker would claim nothing while
-		// work waits).
+		// the share with it.
 		due := lastRebalance.IsZero() || now.Sub(lastRebalance) >= d.rebalanceInterval() ||
 			d.cfg.UntilDone && d.heldCount() == 0 && !claimed
-		recompute, owed := false, false
-		var deferred <-chan time.Time
-		if room := d.hasRoom(); room && d.workerLeft.Swap(false) {
-			recompute = true
-			d.workChanged.Store(false)
-		} else if room && d.workChanged.Load() {
-			if wait := d.cfg.Heartbeat - now.Sub(lastRebalance); wait > 0 && !lastRebalance.IsZero() && !due {
-				deferred = d.cfg.Clock.After(wait)
-				owed = true
-			} else {
-				recompute = true
-				d.workChanged.Store(false)
-			}
-		}
+		recompute, owed, deferred := d.notifiedRecompute(now, lastRebalance, due)
 		if due || recompute {
 			finished, err := d.rebalance(ctx)
 			if err != nil {
@@ -106,16 +76,9 @@ func (d *Distributor) claimLoop() {
 			claimed = n > 0 || full && skipped
 		}
 		cancel()
-		// A failed round is retried after a backoff rather than at the next
-		// poll: the work it was looking for is still waiting.
 		var retry <-chan time.Time
 		if roundErr != nil {
-			delay := decide.ClaimRetryDelay(d.cfg.Backoff, d.cfg.MaxBackoff, d.cfg.PollInterval, failures)
-			failures++
-			d.emit(Event{Kind: EventClaimRoundFailed, Err: roundErr, Attempts: failures})
-			d.log.Warn("claim round failed", "event", string(EventClaimRoundFailed), "error", roundErr,
-				"failures", failures, "retry_in", delay)
-			retry = d.cfg.Clock.After(delay)
+			retry = d.roundFailed(roundErr, &failures)
 		} else {
 			failures = 0
 			if skipped && !claimed && d.cfg.UntilDone && d.heldCount() == 0 {
@@ -131,6 +94,52 @@ func (d *Distributor) claimLoop() {
 		case <-deferred:
 		}
 	}
+}
+
+// notifiedRecompute decides what a round does about notifications since
+// the share was last computed (at lastRebalance; due: the round reads the
+// load anyway). A notification that work was loaded or retried means the
+// share may be stale: a worker with room recomputes it now rather than at
+// the next rebalance, at most once a heartbeat (loads can be frequent). A
+// worker that left changes the live count: that recompute is not
+// rate-limited (departures are rare), so the partitions it releases right
+// after are claimed at once. A notification inside that heartbeat is
+// kept, not dropped (owed): the loop comes back for it when the heartbeat
+// has passed (deferred). While a recompute is owed, the share in hand is
+// known to be stale (computed, say, when this worker was alone or there
+// was no work), so the round claims nothing: claiming up to a stale share
+// would take other workers' partitions, and only a rebalance, possibly an
+// hour away, would give them back. A round due to read the load makes a
+// notification's recompute rather than owing it. Deferring it instead
+// would defer it for ever when every round reads the load, since each read
+// resets the once-a-heartbeat limit (the worker would claim nothing while
+// work waits).
+func (d *Distributor) notifiedRecompute(now, lastRebalance time.Time, due bool) (recompute, owed bool, deferred <-chan time.Time) {
+	room := d.hasRoom()
+	switch {
+	case room && d.workerLeft.Swap(false):
+		d.workChanged.Store(false)
+		return true, false, nil
+	case !room || !d.workChanged.Load():
+		return false, false, nil
+	}
+	if wait := d.cfg.Heartbeat - now.Sub(lastRebalance); wait > 0 && !lastRebalance.IsZero() && !due {
+		return false, true, d.cfg.Clock.After(wait)
+	}
+	d.workChanged.Store(false)
+	return true, false, nil
+}
+
+// roundFailed reports a failed claim round and returns when to retry it:
+// after a backoff rather than at the next poll, since the work it was
+// looking for is still waiting. failures counts the failed rounds in a row.
+func (d *Distributor) roundFailed(err error, failures *int) <-chan time.Time {
+	delay := decide.ClaimRetryDelay(d.cfg.Backoff, d.cfg.MaxBackoff, d.cfg.PollInterval, *failures)
+	*failures++
+	d.emit(Event{Kind: EventClaimRoundFailed, Err: err, Attempts: *failures})
+	d.log.Warn("claim round failed", "event", string(EventClaimRoundFailed), "error", err,
+		"failures", *failures, "retry_in", delay)
+	return d.cfg.Clock.After(delay)
 }
 
 // rebalanceInterval is how long the share in hand may serve: a worker
@@ -168,70 +177,9 @@ type finished struct{ err error }
 // So no survivor takes all of them only to hand some back after
 // confirming them.
 func (d *Distributor) claim(ctx context.Context) (started int, err error) {
-	want, room, idle := d.wanted()
-	if room <= 0 {
-		return 0, nil
-	}
-	// A dead worker's partitions first: their work has started and was
-	// interrupted, and their owner's lease has run out already. Unowned
-	// rows sort first in the claimable index (-infinity), so with many of
-	// them waiting the stale ones would never reach a window read from its
-	// head: they are read from just past the unowned rows.
-	cands, err := d.store.StaleCandidates(ctx, decide.StaleReadLimit(room))
-	if err != nil {
-		return started, err
-	}
-	if len(cands) > 0 && d.cfg.SpreadTakeovers >= 0 {
-		// The share decides how many of them this worker takes now.
-		if want, room, err = d.spreadShare(ctx); err != nil {
-			return started, err
-		}
-		idle = false
-		if room <= 0 {
-			return started, nil
-		}
-	}
-	if decide.ReadHead(want, len(cands), room) {
-		// Rows being claimed with their first batch still read as
-		// claimable at the head of the index: read past those this worker
-		// knows of (its own, and those it lost to others), which it skips,
-		// and widen the window by as many again as it could hold, so that
-		// picks spread beyond rows another worker is claiming (each such
-		// pick costs a fence that finds it taken).
-		d.mu.Lock()
-		inFlight := len(d.claiming) + len(d.lostClaims)
-		d.mu.Unlock()
-		head, err := d.store.Candidates(ctx, decide.HeadReadLimit(want, inFlight, d.cfg.MaxPartitions))
-		if err != nil {
-			return started, err
-		}
-		// The head may repeat stale rows already read.
-		stale := make(map[string]bool, len(cands))
-		for _, c := range cands {
-			stale[c.Key] = true
-		}
-		for _, c := range head {
-			if !stale[c.Key] {
-				cands = append(cands, c)
-			}
-		}
-	}
-	if len(cands) == 0 {
-		return started, nil
-	}
-	if idle && want > 0 {
-		// The share was computed when there was no work (1 of nothing, or
-		// all of it for a worker that was alone); work has arrived since,
-		// perhaps seen by this poll before its notification: recompute
-		// before claiming. This costs one load read per idle-to-busy turn.
-		load, err := d.store.FairShareLoad(ctx, d.worker.InstanceID, d.cfg.MaxPartitions, d.cfg.StaleAfter)
-		if err != nil {
-			return started, err
-		}
-		d.applyShare(load)
-		if want, room, _ = d.wanted(); room <= 0 {
-			return started, nil
-		}
+	cands, want, room, err := d.claimCandidates(ctx)
+	if err != nil || len(cands) == 0 {
+		return 0, err
 	}
 	// A candidate this worker is claiming already (its claim commits with
 	// its first batch) still reads as claimable: leave it alone.
@@ -255,7 +203,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 			"left_to_others_unless_in_share", left, "want", want, "room", room)
 	}
 	for round := 0; round < 2 && room > 0 && len(cands) > 0; round++ {
-		var try []taskstore.Candidate
+		var try, fresh, spares []taskstore.Candidate
 		try, cands = decide.PickClaims(cands, anyShare, want, room)
 		if len(try) == 0 {
 			break
@@ -264,64 +212,158 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 		// first batch, several in one when the processor can group them
 		// (claimFreshAll); a lost one wakes the loop for another round.
 		// Takeovers are claimed together here, to be confirmed.
-		var fresh []taskstore.Candidate
-		try = slices.DeleteFunc(try, func(c taskstore.Candidate) bool {
-			if c.Owned {
-				return false
-			}
-			fresh = append(fresh, c)
-			want--
-			room--
-			return true
-		})
-		// Spares: more unowned candidates than there is room for, which a
-		// group fences in place of members it loses to other workers.
-		var spares []taskstore.Candidate
-		if len(fresh) > 1 {
-			cands = slices.DeleteFunc(cands, func(c taskstore.Candidate) bool {
-				if c.Owned || len(spares) > len(fresh)/2 {
-					return false
-				}
-				spares = append(spares, c)
-				return true
-			})
-		}
+		try, fresh, spares, cands = freshAndSpares(try, cands)
+		want, room = want-len(fresh), room-len(fresh)
 		d.claimFreshAll(fresh, spares)
 		started += len(fresh)
 		if len(try) == 0 {
 			break
 		}
-		sent := d.cfg.Clock.Now()
-		won, err := d.claimTraced(ctx, try)
+		won, err := d.claimTakeovers(ctx, try)
 		if err != nil {
-			if !dberr.UnknownOutcome(err) {
-				return started, err
-			}
-			// The claim may have applied with its reply lost: re-read, and
-			// adopt whatever is ours so it is processed or handed back
-			// rather than left owned until its lease expires.
-			adopted, rerr := d.resolveClaims(try)
-			if rerr != nil {
-				return started, fmt.Errorf("%w (outcome re-read: %v)", err, rerr)
-			}
-			d.log.Warn("claim outcome was unknown; re-read it", "error", err, "adopted", len(adopted))
-			won = adopted
+			return started, err
 		}
 		started += len(won)
 		for _, c := range won {
 			taken[c.Key] = true
-			d.reportClaim(c)
-			d.start(c, sent)
 			if !c.Takeover || !beyond[c.Key] {
 				want--
 			}
 			room--
 		}
-		if lost := len(try) - len(won); lost > 0 {
-			d.emit(Event{Kind: EventClaimLost, Items: lost})
-		}
 	}
 	return started, nil
+}
+
+// claimCandidates reads the candidates of a claim round and how many this
+// worker wants and has room for; none when it has no room or finds none.
+func (d *Distributor) claimCandidates(ctx context.Context) (cands []taskstore.Candidate, want, room int, err error) {
+	want, room, idle := d.wanted()
+	if room <= 0 {
+		return nil, 0, 0, nil
+	}
+	// A dead worker's partitions first: their work has started and was
+	// interrupted, and their owner's lease has run out already. Unowned
+	// rows sort first in the claimable index (-infinity), so with many of
+	// them waiting the stale ones would never reach a window read from its
+	// head: they are read from just past the unowned rows.
+	cands, err = d.store.StaleCandidates(ctx, decide.StaleReadLimit(room))
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if len(cands) > 0 && d.cfg.SpreadTakeovers >= 0 {
+		// The share decides how many of them this worker takes now.
+		if want, room, err = d.spreadShare(ctx); err != nil || room <= 0 {
+			return nil, 0, 0, err
+		}
+		idle = false
+	}
+	if decide.ReadHead(want, len(cands), room) {
+		if cands, err = d.headCandidates(ctx, cands, want); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	if len(cands) == 0 {
+		return nil, 0, 0, nil
+	}
+	if idle && want > 0 {
+		// The share was computed when there was no work (1 of nothing, or
+		// all of it for a worker that was alone); work has arrived since,
+		// perhaps seen by this poll before its notification: recompute
+		// before claiming. This costs one load read per idle-to-busy turn.
+		load, err := d.store.FairShareLoad(ctx, d.worker.InstanceID, d.cfg.MaxPartitions, d.cfg.StaleAfter)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		d.applyShare(load)
+		if want, room, _ = d.wanted(); room <= 0 {
+			return nil, 0, 0, nil
+		}
+	}
+	return cands, want, room, nil
+}
+
+// headCandidates adds the head of the claimable index to the stale
+// candidates read. Rows being claimed with their first batch still read as
+// claimable at the head of the index: it reads past those this worker
+// knows of (its own, and those it lost to others), which it skips, and
+// widens the window by as many again as it could hold, so that picks
+// spread beyond rows another worker is claiming (each such pick costs a
+// fence that finds it taken).
+func (d *Distributor) headCandidates(ctx context.Context, stale []taskstore.Candidate, want int) ([]taskstore.Candidate, error) {
+	d.mu.Lock()
+	inFlight := len(d.claiming) + len(d.lostClaims)
+	d.mu.Unlock()
+	head, err := d.store.Candidates(ctx, decide.HeadReadLimit(want, inFlight, d.cfg.MaxPartitions))
+	if err != nil {
+		return nil, err
+	}
+	// The head may repeat stale rows already read.
+	seen := make(map[string]bool, len(stale))
+	for _, c := range stale {
+		seen[c.Key] = true
+	}
+	cands := stale
+	for _, c := range head {
+		if !seen[c.Key] {
+			cands = append(cands, c)
+		}
+	}
+	return cands, nil
+}
+
+// freshAndSpares takes the unowned candidates (fresh) out of try, leaving
+// the takeovers, and when there are two or more of them, spares out of
+// cands: more unowned candidates than there is room for, which a group
+// fences in place of members it loses to other workers.
+func freshAndSpares(try, cands []taskstore.Candidate) (takeovers, fresh, spares, rest []taskstore.Candidate) {
+	takeovers = slices.DeleteFunc(try, func(c taskstore.Candidate) bool {
+		if c.Owned {
+			return false
+		}
+		fresh = append(fresh, c)
+		return true
+	})
+	rest = cands
+	if len(fresh) > 1 {
+		rest = slices.DeleteFunc(cands, func(c taskstore.Candidate) bool {
+			if c.Owned || len(spares) > len(fresh)/2 {
+				return false
+			}
+			spares = append(spares, c)
+			return true
+		})
+	}
+	return takeovers, fresh, spares, rest
+}
+
+// claimTakeovers claims try (a dead worker's partitions) together, to be
+// confirmed, and starts those won.
+func (d *Distributor) claimTakeovers(ctx context.Context, try []taskstore.Candidate) ([]taskstore.Claimed, error) {
+	sent := d.cfg.Clock.Now()
+	won, err := d.claimTraced(ctx, try)
+	if err != nil {
+		if !dberr.UnknownOutcome(err) {
+			return nil, err
+		}
+		// The claim may have applied with its reply lost: re-read, and
+		// adopt whatever is ours so it is processed or handed back
+		// rather than left owned until its lease expires.
+		adopted, rerr := d.resolveClaims(try)
+		if rerr != nil {
+			return nil, fmt.Errorf("%w (outcome re-read: %v)", err, rerr)
+		}
+		d.log.Warn("claim outcome was unknown; re-read it", "error", err, "adopted", len(adopted))
+		won = adopted
+	}
+	for _, c := range won {
+		d.reportClaim(c)
+		d.start(c, sent)
+	}
+	if lost := len(try) - len(won); lost > 0 {
+		d.emit(Event{Kind: EventClaimLost, Items: lost})
+	}
+	return won, nil
 }
 
 // candOwned reports whether a candidate is a dead worker's partition.

@@ -10,7 +10,6 @@ import (
 	"github.com/batonhq/baton/internal/dberr"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/partition"
-	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -74,65 +73,86 @@ func (d *Distributor) runClaim(gp GroupProcessor, cands, spares []taskstore.Cand
 	for i, m := range t.members {
 		members[i] = m.cand
 	}
-	unreserve := func(cs ...taskstore.Candidate) {
-		d.mu.Lock()
-		for _, c := range cs {
-			delete(d.claiming, c.Key)
-		}
-		d.mu.Unlock()
-	}
-	unreserve(cs.untried...)
+	d.unreserve(cs.untried...)
 	if t.lone && errors.Is(err, errClaimLost) {
 		// Lost at its claim statement as its transaction ended: as if at
 		// its fence.
 		cs.lost, members, err = members, nil, nil
 	}
-	if len(cs.lost) > 0 {
-		// Another worker is processing them (or claimed them): skipped
-		// for a while rather than picked again from the head of the
-		// index, where they still read as claimable. Lost to this
-		// worker's own dying transaction instead, they are tried again
-		// at the next poll. A group's room is given back once it is over
-		// (the claim loop is woken then), so that it is filled by a group
-		// of its own rather than claim by claim while this group runs.
-		d.mu.Lock()
-		others := d.noteLost(cs.lost)
-		d.mu.Unlock()
-		if others > 0 {
-			d.emit(Event{Kind: EventClaimLost, Items: others})
-		}
-		if others > 0 || !t.lone {
-			defer d.wake()
+	if d.claimsLost(t, cs.lost) {
+		defer d.wake()
+	}
+	if err == nil {
+		d.claimsCommitted(t)
+		return
+	}
+	d.claimRolledBack(t, err, members)
+}
+
+// unreserve ends claimFreshAll's reservation of cands.
+func (d *Distributor) unreserve(cands ...taskstore.Candidate) {
+	d.mu.Lock()
+	for _, c := range cands {
+		delete(d.claiming, c.Key)
+	}
+	d.mu.Unlock()
+}
+
+// claimsLost notes the candidates of t lost at its fence. Another worker
+// is processing them (or claimed them): skipped for a while rather than
+// picked again from the head of the index, where they still read as
+// claimable. Lost to this worker's own dying transaction instead, they are
+// tried again at the next poll. It reports whether the claim loop is to be
+// woken once t's claim is over: a group's room is given back then, so
+// that it is filled by a group of its own rather than claim by claim while
+// this group runs.
+func (d *Distributor) claimsLost(t *txn, lost []taskstore.Candidate) (wake bool) {
+	if len(lost) == 0 {
+		return false
+	}
+	d.mu.Lock()
+	others := d.noteLost(lost)
+	d.mu.Unlock()
+	if others > 0 {
+		d.emit(Event{Kind: EventClaimLost, Items: others})
+	}
+	return others > 0 || !t.lone
+}
+
+// claimsCommitted reports t's committed claims and releases or holds each
+// on. The members released with their batches leave the worker's count
+// together, before the claim loop is woken: a round woken by the first
+// would otherwise see room for only one.
+func (d *Distributor) claimsCommitted(t *txn) {
+	released := false
+	d.mu.Lock()
+	for _, m := range t.members {
+		if m.released {
+			delete(d.claiming, m.lease.Key)
+			released = true
 		}
 	}
+	d.mu.Unlock()
+	for _, m := range t.members {
+		if m.committed {
+			d.claimedWithBatch(t, m)
+		}
+	}
+	if released || !t.lone {
+		d.wake()
+	}
+}
+
+// claimRolledBack does what follows t's rollback (err) for its members
+// (still reserved): leave them claimable, or claim each on its own.
+func (d *Distributor) claimRolledBack(t *txn, err error, members []taskstore.Candidate) {
 	switch {
-	case err == nil:
-		// The members released with their batches leave the worker's
-		// count together, before the claim loop is woken: a round woken
-		// by the first would otherwise see room for only one.
-		released := false
-		d.mu.Lock()
-		for _, m := range t.members {
-			if m.released {
-				delete(d.claiming, m.lease.Key)
-				released = true
-			}
-		}
-		d.mu.Unlock()
-		for _, m := range t.members {
-			if m.committed {
-				d.claimedWithBatch(t, m)
-			}
-		}
-		if released || !t.lone {
-			d.wake()
-		}
 	case errors.Is(err, errClaimBusy):
 		// Rolled back, still unowned at its version: tried again at the
 		// next poll. Noted as lost, it would be skipped for StaleAfter by
 		// this worker as by every other claimer that lost its fence to
 		// this one, and the partition would wait that long for an owner.
-		unreserve(members...)
+		d.unreserve(members...)
 		d.emit(Event{Kind: EventClaimLost, Items: 1})
 		d.log.Debug("claim with its first batch found its row locked by a producer; the partition stays claimable",
 			d.cfg.KeyAttr, members[0].Key, "error", err)
@@ -140,41 +160,18 @@ func (d *Distributor) runClaim(gp GroupProcessor, cands, spares []taskstore.Cand
 		// If the commit applied, every member is owned (or released)
 		// with a lease nobody renews: those expire and are taken over,
 		// confirmed, from the committed checkpoints.
-		unreserve(members...)
+		d.unreserve(members...)
 		d.log.Warn("claim with first batches: commit outcome unknown; leaving the leases to expire",
 			d.cfg.KeyAttr, members[0].Key, "partitions", len(members), "error", err)
 	case d.isLeaving() || context.Cause(d.abandon) != nil:
-		unreserve(members...) // rolled back: nothing held, nothing to hand back
+		d.unreserve(members...) // rolled back: nothing held, nothing to hand back
 	case !errors.Is(err, errClaimLost) && dberr.TooLong(err):
-		// Rolled back: the first batches take longer than a lease, or
-		// than the statement timeout. Fewer items from now on
-		// (sizing.go): a lone partition is claimed on its own and runs
-		// its batches under heartbeats, which renew the lease while a
-		// batch runs; each member of a group is claimed with its first
-		// batch on its own (forming the same group again would fail the
-		// same way, for ever).
-		if errors.Is(err, context.DeadlineExceeded) {
-			// Given up mid-statement: the server may hold the rows a
-			// while longer; their own claims must not take that for
-			// another worker's claim.
-			d.markDying(members)
-		}
-		if t.lone {
-			limit, _ := d.size.batchTooLong(t.tried, t.elapsed)
-			d.log.Info("first batch too long for one transaction; claiming the partition on its own with smaller batches",
-				d.cfg.KeyAttr, members[0].Key, "items", t.tried, "batch_limit", limit, "error", err)
-			d.claimAlone(members[0], nil, func() { unreserve(members...) })
-			return
-		}
-		limit := d.size.groupTooLong(t.tried, t.elapsed)
-		d.log.Info("claim of a group with its first batches too long for one transaction; claiming each on its own",
-			"partitions", len(members), "items", t.tried, "group_limit", limit, "error", err)
-		d.claimEachAlone(members)
+		d.claimTooLong(t, err, members)
 	case !errors.Is(err, errClaimLost) && (dberr.Transient(err) || errors.Is(err, partition.ErrCheckpointMoved)):
 		// Rolled back, every member claimable as before: the next poll
 		// tries again (the database may be out of reach; nothing was
 		// lost, so this is no warning).
-		unreserve(members...)
+		d.unreserve(members...)
 		d.log.Debug("claim with first batches failed with a transient error; the partitions stay claimable",
 			d.cfg.KeyAttr, members[0].Key, "partitions", len(members), "error", err)
 		if !t.lone {
@@ -184,7 +181,7 @@ func (d *Distributor) runClaim(gp GroupProcessor, cands, spares []taskstore.Cand
 		// The processor failed (or the batch broke a rule): rolled back.
 		// Claim it and record the failure, so that it backs off and is
 		// quarantined after MaxAttempts as any failed batch.
-		d.claimAlone(members[0], err, func() { unreserve(members...) })
+		d.claimAlone(members[0], err)
 	default:
 		// A member's claim was lost after processing, the processor
 		// failed, or the group took longer than a lease: rolled back.
@@ -195,6 +192,32 @@ func (d *Distributor) runClaim(gp GroupProcessor, cands, spares []taskstore.Cand
 			"partitions", len(members), "error", err)
 		d.claimEachAlone(members)
 	}
+}
+
+// claimTooLong follows a rollback because the first batches took longer
+// than a lease, or than the statement timeout. Fewer items from now on
+// (sizing.go): a lone partition is claimed on its own and runs its
+// batches under heartbeats, which renew the lease while a batch runs; each
+// member of a group is claimed with its first batch on its own (forming
+// the same group again would fail the same way, for ever).
+func (d *Distributor) claimTooLong(t *txn, err error, members []taskstore.Candidate) {
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Given up mid-statement: the server may hold the rows a while
+		// longer; their own claims must not take that for another
+		// worker's claim.
+		d.markDying(members)
+	}
+	if t.lone {
+		limit, _ := d.size.batchTooLong(t.tried, t.elapsed)
+		d.log.Info("first batch too long for one transaction; claiming the partition on its own with smaller batches",
+			d.cfg.KeyAttr, members[0].Key, "items", t.tried, "batch_limit", limit, "error", err)
+		d.claimAlone(members[0], nil)
+		return
+	}
+	limit := d.size.groupTooLong(t.tried, t.elapsed)
+	d.log.Info("claim of a group with its first batches too long for one transaction; claiming each on its own",
+		"partitions", len(members), "items", t.tried, "group_limit", limit, "error", err)
+	d.claimEachAlone(members)
 }
 
 // claimEachAlone claims each of a rolled-back group's members (still
@@ -232,9 +255,9 @@ func (d *Distributor) claimTxn(gp GroupProcessor, cands, spares []taskstore.Cand
 	// margin, as any batch's local deadline allows; one that would is
 	// rolled back and claimed on its own, to run under heartbeats.
 	t := &txn{stmts: cs, lone: len(cands) == 1, group: gp, deadline: d.cfg.StaleAfter - d.cfg.SafetyMargin,
-		groupSpan: "baton.claim_group", members: make([]*member, len(cands))}
+		spanName: "baton.claim_group", members: make([]*member, len(cands))}
 	for i, c := range cands {
-		t.members[i] = &member{lease: partition.Lease{Key: c.Key, Version: c.Version + 1}, cand: c}
+		t.members[i] = claimMember(c)
 	}
 	t.what = fmt.Sprintf("claim of %d partitions with their first batches", len(cands))
 	if t.lone {
@@ -259,13 +282,13 @@ type claimStatements struct {
 // each will have if the claim commits is the version read plus one: the
 // processor writes under it, and its output commits with the claim or not
 // at all.
-func (s *claimStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*member, error) {
+func (s *claimStatements) fence(ctx context.Context, t *txn) ([]*member, error) {
 	tried := slices.SortedFunc(slices.Values(slices.Concat(s.cands, s.untried)), func(a, b taskstore.Candidate) int {
 		return strings.Compare(a.Key, b.Key)
 	})
 	// A lone candidate is a group of one: missing from the result, it was
 	// lost (another claim transaction holds it, or it moved).
-	fenced, err := s.d.store.FenceUnownedGroup(ctx, tx, tried, len(s.cands))
+	fenced, err := t.store.FenceUnownedGroup(ctx, tried, len(s.cands))
 	if err != nil {
 		return nil, causeOr(ctx, err)
 	}
@@ -283,6 +306,10 @@ func (s *claimStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*memb
 	for _, f := range fenced {
 		in[f.Key] = f.Checkpoint
 	}
+	made := make(map[string]*member, len(t.members))
+	for _, m := range t.members {
+		made[m.lease.Key] = m
+	}
 	t.members = make([]*member, 0, len(fenced))
 	for _, c := range tried {
 		cp, ok := in[c.Key]
@@ -290,10 +317,22 @@ func (s *claimStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*memb
 			s.lost = append(s.lost, c)
 			continue
 		}
-		t.members = append(t.members, &member{lease: partition.Lease{Key: c.Key, Version: c.Version + 1}, cand: c,
-			state: memberIn, cp: cp})
+		m := made[c.Key]
+		if m == nil { // a spare
+			m = claimMember(c)
+		}
+		m.state, m.cp = memberIn, cp
+		t.members = append(t.members, m)
 	}
 	return t.members, nil
+}
+
+// claimMember is the member claiming c: its lease, if the claim commits,
+// is the version read plus one.
+func claimMember(c taskstore.Candidate) *member {
+	m := newMember(partition.Lease{Key: c.Key, Version: c.Version + 1})
+	m.cand = c
+	return m
 }
 
 // record claims every member, records its checkpoint and history and, in
@@ -303,8 +342,8 @@ func (s *claimStatements) fence(ctx context.Context, tx bun.Tx, t *txn) ([]*memb
 // same statement). Each member's checkpoint
 // stores its batch span's trace context. A lone claim that finds its
 // fenced row locked (errClaimBusy) lost no race.
-func (s *claimStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*member) error {
-	d := s.d
+func (s *claimStatements) record(ctx context.Context, t *txn) error {
+	d, in := s.d, t.in
 	steps := make([]taskstore.ClaimStep, len(in))
 	released := 0
 	for i, m := range in {
@@ -326,7 +365,7 @@ func (s *claimStatements) record(ctx context.Context, tx bun.Tx, t *txn, in []*m
 	t.sent = d.cfg.Clock.Now()
 	// A lone member is a group of one; its step's trace context is its
 	// batch span's, which is also the statement's context.
-	_, err := d.store.ClaimAdvanceGroup(ctx, tx, d.worker.InstanceID, d.cfg.StaleAfter, steps, "caught_up")
+	_, err := t.store.ClaimAdvanceGroup(ctx, d.cfg.StaleAfter, steps, "caught_up")
 	won := 0
 	if err == nil {
 		won = len(steps)

@@ -66,13 +66,9 @@ func (d *Distributor) reportSplit(l partition.Lease, cp partition.Checkpoint, se
 		"segments", segments, "from", cp.Position, "to", cp.Available)
 }
 
-// releasesCaughtUp reports whether a partition that has caught up is
-// released: in lock mode every one, in leader mode segments only (they
-// get no more work).
-func (d *Distributor) releasesCaughtUp(key string) bool {
-	if d.cfg.Mode == ModeLock {
-		return true
-	}
-	_, _, seg := partition.ParseSegmentKey(key)
-	return seg
+// releasesCaughtUp reports whether a partition (or, segment, a segment of
+// one) that has caught up is released: in lock mode every one, in leader
+// mode segments only (they get no more work).
+func (d *Distributor) releasesCaughtUp(segment bool) bool {
+	return d.cfg.Mode == ModeLock || segment
 }

@@ -28,24 +28,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	url := pgtest.NewURL(t)
 	db := pgtest.Open(t, url, dbconn.Options{})
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{notify.Channel}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	next := func() string {
-		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		n, err := listener.WaitForNotification(wctx)
-		if err != nil {
-			t.Fatalf("waiting for a notification: %v", err)
-		}
-		return n.Payload
-	}
+	listener := pgtest.Listen(t, url, notify.Channel)
 	s := partition.NewStore(pgtest.Handle(db), "")
 	ws := taskstore.NewStore(db, "") // the workers' statements
 	if _, err := db.ExecContext(ctx, `CREATE TABLE public.orders (id text PRIMARY KEY)`); err != nil {
@@ -81,13 +64,13 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if err := ws.Notify(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != notify.Payload("marker", partition.DefaultKind) {
+	if got := listener.Next(); got != notify.Payload("marker", partition.DefaultKind) {
 		t.Fatalf("first notification = %q, want the marker: the producer's was sent before its commit", got)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	payload := next()
+	payload := listener.Next()
 	if reason, kind := notify.Parse(payload); reason != notify.Work || kind != partition.DefaultKind {
 		t.Fatalf("notification after commit = %q, want work of the default kind", payload)
 	}
@@ -121,7 +104,7 @@ func TestAddWorkIsPartOfTheProducersTransaction(t *testing.T) {
 	if _, err := s.AddWork(ctx, "a", 4); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); !strings.HasPrefix(got, notify.Payload(notify.Work, partition.DefaultKind)+" ") {
+	if got := listener.Next(); !strings.HasPrefix(got, notify.Payload(notify.Work, partition.DefaultKind)+" ") {
 		t.Fatalf("notification = %q, want work", got)
 	}
 	var avail int64

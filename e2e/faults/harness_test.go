@@ -242,7 +242,13 @@ func (r *run) waitProgress(frac float64) {
 // heldBy lists the contracts a worker holds now.
 func (r *run) heldBy(name string) []string {
 	r.t.Helper()
-	rows, err := r.db.Query(`SELECT partition_key FROM baton.tasks WHERE owner LIKE ? || '#%'`, name)
+	return r.keys(`SELECT partition_key FROM baton.tasks WHERE owner LIKE ? || '#%'`, name)
+}
+
+// keys runs a query of one text column and returns its values.
+func (r *run) keys(query string, args ...any) []string {
+	r.t.Helper()
+	rows, err := r.db.Query(query, args...)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -254,6 +260,9 @@ func (r *run) heldBy(name string) []string {
 			r.t.Fatal(err)
 		}
 		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		r.t.Fatal(err)
 	}
 	return out
 }

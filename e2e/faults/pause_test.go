@@ -97,18 +97,5 @@ func TestPauseWhileBatchesInFlight(t *testing.T) {
 // pendingContracts lists the contracts with records not priced yet.
 func (r *run) pendingContracts() []string {
 	r.t.Helper()
-	rows, err := r.db.Query(`SELECT partition_key FROM baton.partition_progress WHERE kind = ? AND pending > 0`, pricer.Kind)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			r.t.Fatal(err)
-		}
-		out = append(out, k)
-	}
-	return out
+	return r.keys(`SELECT partition_key FROM baton.partition_progress WHERE kind = ? AND pending > 0`, pricer.Kind)
 }

@@ -44,6 +44,11 @@ type Fenced struct {
 	Checkpoint partition.Checkpoint
 }
 
+// FenceUnownedGroup is InTx(tx, "").FenceUnownedGroup(ctx, cands, limit).
+func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candidate, limit int) ([]Fenced, error) {
+	return s.InTx(tx, "").FenceUnownedGroup(ctx, cands, limit)
+}
+
 // FenceUnownedGroup is the fence of claims' first batches, for partitions
 // nobody owns (never owned, or released), inside tx, before the claim, in
 // one statement: it tries the candidates in partition_key order and fences
@@ -70,7 +75,7 @@ type Fenced struct {
 // the statement never waits for a lock, so two workers fencing overlapping
 // groups cannot deadlock, and a candidate another worker is fencing is
 // passed over rather than waited for.
-func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candidate, limit int) ([]Fenced, error) {
+func (t Txn) FenceUnownedGroup(ctx context.Context, cands []Candidate, limit int) ([]Fenced, error) {
 	if len(cands) == 0 {
 		return nil, nil
 	}
@@ -83,7 +88,7 @@ func (s *Store) FenceUnownedGroup(ctx context.Context, tx bun.Tx, cands []Candid
 	for i, c := range sorted {
 		keys[i], versions[i] = c.Key, c.Version
 	}
-	rows, err := s.queryTx(ctx, tx, fenceUnownedGroupSQL, keys, versions, claimLockClass, limit, s.kind)
+	rows, err := t.s.queryTx(ctx, t.tx, fenceUnownedGroupSQL, keys, versions, claimLockClass, limit, t.s.kind)
 	if err != nil {
 		return nil, fmt.Errorf("fencing %d partitions for their claim: %w", len(cands), err)
 	}
@@ -120,8 +125,15 @@ type ClaimStep struct {
 	Traceparent string
 }
 
+// ClaimAdvanceGroup is InTx(tx, owner).ClaimAdvanceGroup(ctx, ttl, steps,
+// reason).
+func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, ttl time.Duration,
+	steps []ClaimStep, reason string) ([]partition.Lease, error) {
+	return s.InTx(tx, owner).ClaimAdvanceGroup(ctx, ttl, steps, reason)
+}
+
 // ClaimAdvanceGroup ends the first batches of unowned partitions fenced by
-// FenceUnownedGroup in the same tx, in one statement, all or nothing: for
+// FenceUnownedGroup in the same transaction, in one statement, all or nothing: for
 // each step Claim's compare-and-set (FOR UPDATE SKIP LOCKED, version still
 // the candidate's, no owner, claimable), Advance's checkpoint
 // compare-and-set (position still From), and, with Release, ReleaseFor's
@@ -140,8 +152,7 @@ type ClaimStep struct {
 // any member was not won (another transaction fences the row too, or the
 // row moved): tx must then roll back, with every member's output.
 // Everything commits together or not at all.
-func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, ttl time.Duration,
-	steps []ClaimStep, reason string) ([]partition.Lease, error) {
+func (t Txn) ClaimAdvanceGroup(ctx context.Context, ttl time.Duration, steps []ClaimStep, reason string) ([]partition.Lease, error) {
 	n := len(steps)
 	if n == 0 {
 		return nil, nil
@@ -169,12 +180,12 @@ func (s *Store) ClaimAdvanceGroup(ctx context.Context, tx bun.Tx, owner string, 
 		leases[i] = partition.Lease{Key: st.Candidate.Key, Version: st.Candidate.Version + 1}
 	}
 	q := claimAdvanceGroupSQL
-	args := []any{keys, versions, froms, positions, states, releases, owner, micros(ttl), traces, notify.Channel,
-		s.kind, notify.Payload(notify.Released, s.kind)}
-	if !s.noEvents {
+	args := []any{keys, versions, froms, positions, states, releases, t.owner, micros(ttl), traces, notify.Channel,
+		t.s.kind, notify.Payload(notify.Released, t.s.kind)}
+	if !t.s.noEvents {
 		q, args = claimAdvanceGroupEventsSQL, append(args, reason)
 	}
-	rows, err := s.queryTx(ctx, tx, q, args...)
+	rows, err := t.s.queryTx(ctx, t.tx, q, args...)
 	var won int
 	if err == nil {
 		err = scanCount(rows, &won)

@@ -22,6 +22,7 @@ import (
 var notStatements = map[string]string{
 	"Kind":             "selects the kind",
 	"WithDB":           "selects the connection",
+	"InTx":             "selects the transaction (Txn's statements are Store's of the same names)",
 	"PrepareWhen":      "selects prepared statements",
 	"WithoutEvents":    "turns history off",
 	"Record":           "history row",

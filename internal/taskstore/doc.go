@@ -7,6 +7,8 @@
 // (Release, ReleaseFor, Fail), the fair-share inputs (FairShareLoad,
 // PendingWork, QuarantinedCount), a worker's stop (StopWorker) and the
 // history the protocol writes (Record, RecordFirstBatch, PruneEvents).
+// A fenced transaction takes its statements from one Txn (Store.InTx): its
+// fence, checkpoint or claim, release and first-batch history, on its tx.
 // Package distributor runs them (its renewals through package heartbeat); the
 // safety argument, in docs/protocol.md, is stated in terms of these
 // statements.

@@ -38,23 +38,29 @@ func (s *Store) events(cte string, args ...any) (string, []any) {
 	return cte, args
 }
 
+// RecordFirstBatch is InTx(tx, owner).RecordFirstBatch(ctx, l, position,
+// items, prevBeat).
+func (s *Store) RecordFirstBatch(ctx context.Context, tx bun.Tx, owner string, l partition.Lease, position, items int64, prevBeat time.Time) error {
+	return s.InTx(tx, owner).RecordFirstBatch(ctx, l, position, items, prevBeat)
+}
+
 // RecordFirstBatch records, inside a claim's first committed batch, that
 // processing started: position and items of the batch and, after a
 // takeover, the time from the previous owner's last heartbeat (prevBeat,
 // database clock) to this commit. It commits or rolls back with the batch.
-func (s *Store) RecordFirstBatch(ctx context.Context, tx bun.Tx, owner string, l partition.Lease, position, items int64, prevBeat time.Time) error {
-	if s.noEvents {
+func (t Txn) RecordFirstBatch(ctx context.Context, l partition.Lease, position, items int64, prevBeat time.Time) error {
+	if t.s.noEvents {
 		return nil
 	}
 	var prev any
 	if !prevBeat.IsZero() {
 		prev = prevBeat
 	}
-	_, err := tx.ExecContext(ctx, s.sql(`
+	_, err := t.tx.ExecContext(ctx, t.s.sql(`
 		INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, items, prev_heartbeat_at, takeover_ms)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?::timestamptz,
 		        (extract(epoch FROM clock_timestamp() - ?::timestamptz) * 1000)::bigint)`),
-		s.kind, l.Key, partition.EventFirstBatch, l.Version, owner, position, items, prev, prev)
+		t.s.kind, l.Key, partition.EventFirstBatch, l.Version, t.owner, position, items, prev, prev)
 	if err != nil {
 		return fmt.Errorf("recording first batch of %s: %w", l, err)
 	}

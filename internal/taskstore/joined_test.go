@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/taskstore"
@@ -38,24 +36,7 @@ func TestOnlyTheFirstHeartbeatNotifiesJoined(t *testing.T) {
 			url := pgtest.NewURL(t)
 			db := pgtest.Open(t, url, dbconn.Options{})
 			ctx := context.Background()
-			listener, err := pgx.Connect(ctx, url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer listener.Close(ctx)
-			if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{notify.Channel}.Sanitize()); err != nil {
-				t.Fatal(err)
-			}
-			next := func() string {
-				t.Helper()
-				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				n, err := listener.WaitForNotification(wctx)
-				if err != nil {
-					t.Fatalf("waiting for a notification: %v", err)
-				}
-				return n.Payload
-			}
+			listener := pgtest.Listen(t, url, notify.Channel)
 			// Notifications arrive in commit order: a marker sent after a
 			// heartbeat committed comes first only if that heartbeat
 			// notified nothing.
@@ -79,25 +60,25 @@ func TestOnlyTheFirstHeartbeatNotifiesJoined(t *testing.T) {
 				}
 			}
 			beat()
-			if got := next(); got != joined {
+			if got := listener.Next(); got != joined {
 				t.Fatalf("first heartbeat notified %q, want %q", got, joined)
 			}
 			for i := range 2 {
 				beat()
 				want := marker(fmt.Sprint("after beat ", i+2))
-				if got := next(); got != want {
+				if got := listener.Next(); got != want {
 					t.Fatalf("heartbeat %d notified %q, want nothing", i+2, got)
 				}
 			}
 			if err := s.StopWorker(ctx, w.InstanceID); err != nil {
 				t.Fatal(err)
 			}
-			if got, want := next(), notify.Payload(notify.Left, partition.DefaultKind); got != want {
+			if got, want := listener.Next(), notify.Payload(notify.Left, partition.DefaultKind); got != want {
 				t.Fatalf("stopping the worker notified %q, want %q", got, want)
 			}
 			beat()
 			want := marker("after the late beat")
-			if got := next(); got != want {
+			if got := listener.Next(); got != want {
 				t.Fatalf("a late heartbeat of the stopped worker notified %q, want nothing", got)
 			}
 			var stopped bool

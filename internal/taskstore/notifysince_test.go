@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
@@ -27,29 +26,14 @@ func TestClaimableNotificationsSayWhen(t *testing.T) {
 	url := pgtest.NewURL(t)
 	db := pgtest.Open(t, url, dbconn.Options{})
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{notify.Channel}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	listener := pgtest.Listen(t, url, notify.Channel)
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available, position)
 		VALUES ('released', 5, 0), ('handed-back', 5, 0), ('retried', 5, 0)`); err != nil {
 		t.Fatal(err)
 	}
 	s := taskstore.NewStore(db, "")
-	claim := func(key string) partition.Lease {
-		t.Helper()
-		won, err := s.Claim(ctx, "w#1", time.Minute, []taskstore.Candidate{{Key: key, Version: 0}})
-		if err != nil || len(won) != 1 {
-			t.Fatalf("claiming %s: %v %v", key, won, err)
-		}
-		return won[0].Lease
-	}
-	released := claim("released")
-	claim("handed-back")
+	released := claimOne(t, s, "released")
+	claimOne(t, s, "handed-back")
 	// Its lease ended without its owner listing it: the owner's next
 	// heartbeat hands it back.
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET lease_expires_at = now() - interval '1 second' WHERE partition_key = 'handed-back'`); err != nil {
@@ -91,18 +75,13 @@ func TestClaimableNotificationsSayWhen(t *testing.T) {
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		n, err := listener.WaitForNotification(wctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("%s: waiting for its notification: %v", c.key, err)
+		payload := listener.Next()
+		if reason, kind := notify.Parse(payload); reason != c.reason || kind != partition.DefaultKind {
+			t.Fatalf("%s: notification %q, want %s of the default kind", c.key, payload, c.reason)
 		}
-		if reason, kind := notify.Parse(n.Payload); reason != c.reason || kind != partition.DefaultKind {
-			t.Fatalf("%s: notification %q, want %s of the default kind", c.key, n.Payload, c.reason)
-		}
-		since, ok := notify.Since(n.Payload)
+		since, ok := notify.Since(payload)
 		if !ok {
-			t.Fatalf("%s: notification %q says not when the row became claimable", c.key, n.Payload)
+			t.Fatalf("%s: notification %q says not when the row became claimable", c.key, payload)
 		}
 		if since.After(at) || at.Sub(since) > 100*time.Millisecond {
 			t.Fatalf("%s: notification says claimable since %v, the row since %v: want no later, and not long before", c.key, since, at)

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/notify"
 	"github.com/batonhq/baton/internal/pgtest"
@@ -42,14 +40,7 @@ func TestPausedPartitionsAreNotClaimed(t *testing.T) {
 	url := pgtest.NewURL(t)
 	db := pgtest.Open(t, url, dbconn.Options{})
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{notify.Channel}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	listener := pgtest.Listen(t, url, notify.Channel)
 	// a is split into a segment; dead is owned by a worker that is not
 	// live, its lease ended (a takeover candidate).
 	if _, err := db.ExecContext(ctx, `
@@ -101,14 +92,7 @@ func TestPausedPartitionsAreNotClaimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Drain the notifications so far (work added).
-	for {
-		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		_, err := listener.WaitForNotification(wctx)
-		cancel()
-		if err != nil {
-			break
-		}
-	}
+	listener.Drain(200 * time.Millisecond)
 
 	// Kind pause: every partition of the kind, one created after it too;
 	// other kinds are untouched.
@@ -143,32 +127,20 @@ func TestPausedPartitionsAreNotClaimed(t *testing.T) {
 	if got := candidateKeys(t, so); len(got) != 0 {
 		t.Fatalf("o1 resumed, orders paused: candidates %v, want none", got)
 	}
-	for {
-		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		_, err := listener.WaitForNotification(wctx)
-		cancel()
-		if err != nil {
-			break
-		}
-	}
+	listener.Drain(200 * time.Millisecond)
 
 	// Resume: announced with a time no later than a's place in line.
 	resumed, err := admin.Resume(ctx, "ops", "a", "dead", "never-paused")
 	if err != nil || len(resumed) != 2 {
 		t.Fatalf("Resume = %+v, %v; want a and dead", resumed, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	n, err := listener.WaitForNotification(wctx)
-	cancel()
-	if err != nil {
-		t.Fatalf("waiting for the resume's notification: %v", err)
+	payload := listener.Next()
+	if reason, kind := notify.Parse(payload); reason != notify.Resumed || kind != partition.DefaultKind {
+		t.Fatalf("notification %q, want resumed of the default kind", payload)
 	}
-	if reason, kind := notify.Parse(n.Payload); reason != notify.Resumed || kind != partition.DefaultKind {
-		t.Fatalf("notification %q, want resumed of the default kind", n.Payload)
-	}
-	since, ok := notify.Since(n.Payload)
+	since, ok := notify.Since(payload)
 	if !ok || since.After(aSince) {
-		t.Fatalf("notification %q: claimable since %v, a since %v", n.Payload, since, aSince)
+		t.Fatalf("notification %q: claimable since %v, a since %v", payload, since, aSince)
 	}
 	s.LowerFloor(since) // as a worker that hears it does
 	if got := candidateKeys(t, s); !slices.Equal(got, []string{"a", "a#00000000000000000000", "b", "dead"}) {

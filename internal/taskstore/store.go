@@ -598,8 +598,13 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []p
 	return released, nil
 }
 
-// Fence locks the task row of lease inside tx and returns its checkpoint,
-// or ErrFenced if the lease is no longer owner's. The row lock is held
+// Fence is InTx(tx, owner).Fence(ctx, l).
+func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l partition.Lease) (partition.Checkpoint, error) {
+	return s.InTx(tx, owner).Fence(ctx, l)
+}
+
+// Fence locks the task row of lease inside the transaction and returns its
+// checkpoint, or ErrFenced if the lease is no longer the owner's. The row lock is held
 // until tx ends, so no claim can change ownership between this check and
 // the commit: the ownership check is part of the write.
 //
@@ -607,14 +612,14 @@ func (s *Store) ReleaseFor(ctx context.Context, owner, reason string, leases []p
 // ownership change (claim, release, failure) takes before bumping the
 // version, while heartbeats (FOR NO KEY UPDATE) and the checkpoint update
 // proceed. So a long batch does not delay its own lease renewals.
-func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l partition.Lease) (partition.Checkpoint, error) {
+func (t Txn) Fence(ctx context.Context, l partition.Lease) (partition.Checkpoint, error) {
 	var cp partition.Checkpoint
 	var state []byte
-	err := tx.QueryRowContext(ctx, s.sql(`
+	err := t.tx.QueryRowContext(ctx, t.s.sql(`
 		SELECT position, available, checkpoint, coalesce(traceparent, ''), generation
 		FROM {{.Schema}}.tasks
 		WHERE kind = ? AND partition_key = ? AND version = ? AND `+ownedBy("owner", "?")+`
-		FOR KEY SHARE`), s.kind, l.Key, l.Version, owner).Scan(&cp.Position, &cp.Available, &state, &cp.Traceparent, &cp.Generation)
+		FOR KEY SHARE`), t.s.kind, l.Key, l.Version, t.owner).Scan(&cp.Position, &cp.Available, &state, &cp.Traceparent, &cp.Generation)
 	if errors.Is(err, sql.ErrNoRows) {
 		return cp, fmt.Errorf("fencing %s: %w", l, partition.ErrFenced)
 	}
@@ -625,18 +630,23 @@ func (s *Store) Fence(ctx context.Context, tx bun.Tx, owner string, l partition.
 	return cp, nil
 }
 
-// Advance records a new checkpoint inside a fenced tx. It is a
+// Advance is InTx(tx, "").Advance(ctx, l, from, position, state).
+func (s *Store) Advance(ctx context.Context, tx bun.Tx, l partition.Lease, from, position int64, state json.RawMessage) error {
+	return s.InTx(tx, "").Advance(ctx, l, from, position, state)
+}
+
+// Advance records a new checkpoint inside the fenced transaction. It is a
 // compare-and-set on both the version and the position the fence read
 // (from), so a batch retried after a commit whose outcome was unknown can
 // never commit the same items twice or move the checkpoint backwards.
 // The trace context of the span in ctx, if any, is stored with the
 // checkpoint (Checkpoint.Traceparent).
-func (s *Store) Advance(ctx context.Context, tx bun.Tx, l partition.Lease, from, position int64, state json.RawMessage) error {
+func (t Txn) Advance(ctx context.Context, l partition.Lease, from, position int64, state json.RawMessage) error {
 	if state == nil {
 		state = json.RawMessage(`{}`)
 	}
 	var version, current int64
-	err := tx.QueryRowContext(ctx, s.sql(`
+	err := t.tx.QueryRowContext(ctx, t.s.sql(`
 		WITH u AS (
 			UPDATE {{.Schema}}.tasks
 			SET position = ?, checkpoint = ?::jsonb, attempts = 0, last_error = NULL, updated_at = now(),
@@ -646,7 +656,7 @@ func (s *Store) Advance(ctx context.Context, tx bun.Tx, l partition.Lease, from,
 		)
 		SELECT version, position FROM {{.Schema}}.tasks
 		WHERE kind = ? AND partition_key = ? AND NOT EXISTS (SELECT 1 FROM u)`),
-		position, string(state), traceparent(ctx), s.kind, l.Key, l.Version, from, s.kind, l.Key).Scan(&version, &current)
+		position, string(state), traceparent(ctx), t.s.kind, l.Key, l.Version, from, t.s.kind, l.Key).Scan(&version, &current)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil // updated

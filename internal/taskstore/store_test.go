@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"go.uber.org/goleak"
@@ -119,6 +118,16 @@ func TestCandidateQueriesAreIndexDriven(t *testing.T) {
 // connection does, and returns its plans (EXPLAIN ANALYZE, JSON) executed
 // with args both as a custom plan and as the generic plan the server may
 // switch to after a few executions: both must be index-driven.
+// claimOne claims key, unowned at version 0, for worker w#1.
+func claimOne(t *testing.T, s *taskstore.Store, key string) partition.Lease {
+	t.Helper()
+	won, err := s.Claim(context.Background(), "w#1", time.Minute, []taskstore.Candidate{{Key: key, Version: 0}})
+	if err != nil || len(won) != 1 {
+		t.Fatalf("claiming %s: %v %v", key, won, err)
+	}
+	return won[0].Lease
+}
+
 func explainPrepared(t *testing.T, db *bun.DB, q string, args ...any) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -306,38 +315,13 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 	url := pgtest.NewURL(t)
 	db := pgtest.Open(t, url, dbconn.Options{})
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{notify.Channel}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	next := func() string {
-		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		n, err := listener.WaitForNotification(wctx)
-		if err != nil {
-			t.Fatalf("waiting for a notification: %v", err)
-		}
-		return n.Payload
-	}
+	listener := pgtest.Listen(t, url, notify.Channel)
 	if _, err := db.ExecContext(ctx, `INSERT INTO baton.tasks (partition_key, available, position)
 		VALUES ('done', 5, 2), ('pending', 5, 2)`); err != nil {
 		t.Fatal(err)
 	}
 	s := taskstore.NewStore(db, "")
-	claim := func(key string) partition.Lease {
-		t.Helper()
-		won, err := s.Claim(ctx, "w#1", time.Minute, []taskstore.Candidate{{Key: key, Version: 0}})
-		if err != nil || len(won) != 1 {
-			t.Fatalf("claiming %s: %v %v", key, won, err)
-		}
-		return won[0].Lease
-	}
-	done, pending := claim("done"), claim("pending")
+	done, pending := claimOne(t, s, "done"), claimOne(t, s, "pending")
 	// The owner's last batch catches "done" up.
 	if _, err := db.ExecContext(ctx, `UPDATE baton.tasks SET position = available WHERE partition_key = 'done'`); err != nil {
 		t.Fatal(err)
@@ -352,14 +336,14 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 	if err := s.Notify(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != notify.Payload("marker", partition.DefaultKind) {
+	if got := listener.Next(); got != notify.Payload("marker", partition.DefaultKind) {
 		t.Fatalf("first notification %q after releasing a caught-up partition; want none before the marker", got)
 	}
 	rel, err = s.Release(ctx, "w#1", []partition.Lease{pending})
 	if err != nil || len(rel) != 1 || rel[0] != "pending" {
 		t.Fatalf("releasing pending: %v %v", rel, err)
 	}
-	if got := next(); !strings.HasPrefix(got, notify.Payload(notify.Released, partition.DefaultKind)+" ") {
+	if got := listener.Next(); !strings.HasPrefix(got, notify.Payload(notify.Released, partition.DefaultKind)+" ") {
 		t.Fatalf("notification %q after releasing a partition with pending work; want released, with a time", got)
 	}
 	// Releasing again is fenced by version: nothing released, no notification.
@@ -369,7 +353,7 @@ func TestReleaseNotifiesOnlyWithPendingWork(t *testing.T) {
 	if err := s.Notify(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != notify.Payload("marker", partition.DefaultKind) {
+	if got := listener.Next(); got != notify.Payload("marker", partition.DefaultKind) {
 		t.Fatalf("notification %q after a fenced release; want none before the marker", got)
 	}
 }
