@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/interrupt"
 	"github.com/batonhq/baton/internal/progress"
@@ -46,7 +47,7 @@ data, and baton's row is removed from bun_migrations.`,
 				return err
 			}
 			defer db.Close()
-			applied, err := schema.Migrate(cmd.Context(), db, g.schemaConfig())
+			applied, err := schema.Migrate(cmd.Context(), db, g.SchemaConfig())
 			if err != nil {
 				return err
 			}
@@ -131,14 +132,14 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			defer db.Close()
 			opts.MemoryLimit = memoryMiB << 20
 			limitHeap(opts.MemoryLimit)
-			p := progress.NewLoad(g.stderr, "loading", g.logFormat)
+			p := progress.NewLoad(g.stderr, "loading", g.LogFormat)
 			opts.Progress = p.Update
 			opts.ReadProgress = p.Reading
-			g.ownsDurability = true // a NotReplicatedError names the load
+			g.OwnsDurability = true // a NotReplicatedError names the load
 			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), opts)
 			if errors.Is(err, ingest.ErrInterrupted) {
 				p.End()
-				return &exitError{interrupt.ExitCode(cmd.Context()), err}
+				return clienv.Exit(interrupt.ExitCode(cmd.Context()), err)
 			}
 			p.Done()
 			var unconfirmed *ingest.NotReplicatedError
@@ -253,7 +254,7 @@ output instead). It only reads the database.`,
 				n, err = export.ToFile(out, write)
 			}
 			if errors.Is(err, export.ErrIncomplete) {
-				return &exitError{exitIncomplete, fmt.Errorf("%w; nothing was exported (run the workers to completion, see worker status, or export without --complete)", err)}
+				return clienv.Exit(clienv.ExitIncomplete, fmt.Errorf("%w; nothing was exported (run the workers to completion, see worker status, or export without --complete)", err))
 			}
 			if err != nil {
 				return err
@@ -333,7 +334,7 @@ not exist is reported after the others are done, with exit code 5.`,
 				}
 			}
 			if len(missing) > 0 {
-				return &exitError{exitNotFound, fmt.Errorf("no such contract: %s (see worker status)", strings.Join(missing, ", "))}
+				return clienv.Exit(clienv.ExitNotFound, fmt.Errorf("no such contract: %s (see worker status)", strings.Join(missing, ", ")))
 			}
 			return nil
 		},
@@ -395,7 +396,7 @@ records.`,
 			rep, err := ingest.NewStore(db, g.schema).Load(cmd.Context(), ingest.Options{TiersPath: tiers, RecordsPath: records, Progress: p.Update})
 			if errors.Is(err, ingest.ErrInterrupted) {
 				p.End()
-				return &exitError{interrupt.ExitCode(cmd.Context()), err}
+				return clienv.Exit(interrupt.ExitCode(cmd.Context()), err)
 			}
 			p.Done()
 			if err != nil {

@@ -98,8 +98,8 @@ data in --pg-dir.`,
 
 // demoConfig completes a demo's options with the global flags.
 func (g *globals) demoConfig(c demo.Config) demo.Config {
-	c.DatabaseURL, c.Schema = g.databaseURL, g.schemaConfig()
-	c.Stdout, c.Stderr, c.Logger = g.stdout, g.stderr, g.logger
+	c.DatabaseURL, c.Schema = g.DatabaseURL, g.SchemaConfig()
+	c.Stdout, c.Stderr, c.Logger = g.stdout, g.stderr, g.Logger
 	return c
 }
 

@@ -13,84 +13,15 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/buildinfo"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
-	"github.com/batonhq/baton/internal/dberr"
-	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/interrupt"
 	"github.com/batonhq/baton/internal/redact"
-	"github.com/batonhq/baton/partition"
-	"github.com/batonhq/baton/pricing/ingest"
-	"github.com/batonhq/baton/schema"
 )
-
-// Exit codes, as the README's table documents them.
-const (
-	exitFailure    = 1
-	exitUsage      = 2
-	exitBadInput   = 3
-	exitIncomplete = 4
-	exitNotFound   = 5
-	// exitNotReplicated: the command's changes committed on the primary,
-	// but PostgreSQL reported that its synchronous standby did not
-	// confirm them (dbconn.ErrNotReplicated).
-	exitNotReplicated = 6
-)
-
-// exitCodesHelp is the exit-code table shown by --help.
-const exitCodesHelp = `Exit codes:
-  0  success
-  1  failure: the database failed or is unreachable, verification failed,
-     an output file could not be written, or a second signal cut a
-     graceful stop short
-  2  bad usage or configuration: unknown command or flag, a missing or
-     extra argument, a flag value out of range, a missing input file, no
-     or a malformed database URL, a schema this binary does not match
-  3  invalid input: rows of the input files break the rules (nothing was
-     loaded)
-  4  work left: contracts are quarantined (run --until-done), or records
-     are unpriced (export --complete)
-  5  not found: no such contract (retry) or job (schedule trigger,
-     schedule remove)
-  6  not confirmed by the standby: the changes committed on the primary,
-     but PostgreSQL stopped waiting for its synchronous standby (an HA
-     manager dropped it, or the session was cancelled at COMMIT), so a
-     failover may lose them; check once the cluster is stable (worker
-     status --loads for a load) and run the command again if they are
-     missing
-  130, 143
-     interrupted by SIGINT (130) or SIGTERM (143) before a load
-     committed: nothing was loaded (load, seed --load)`
-
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-// rewordedError says what err means in this command's words (contracts
-// rather than partitions, say) while errors.Is still finds err.
-type rewordedError struct {
-	msg string
-	err error
-}
-
-func (e *rewordedError) Error() string { return e.msg }
-func (e *rewordedError) Unwrap() error { return e.err }
-
-func reworded(err error, msg string) error { return &rewordedError{msg, err} }
-
-func usageError(format string, args ...any) error {
-	return &exitError{exitUsage, fmt.Errorf(format, args...)}
-}
 
 func main() {
 	os.Exit(execute(os.Args[1:]))
@@ -107,7 +38,7 @@ func execute(args []string) (code int) {
 	if redact.ServeStderrFilter() {
 		return 0
 	}
-	dsns := append([]string{os.Getenv("DATABASE_URL"), os.Getenv("BATON_LISTEN_DATABASE_URL")}, databaseURLArgs(args)...)
+	dsns := append([]string{os.Getenv("DATABASE_URL"), os.Getenv("BATON_LISTEN_DATABASE_URL")}, clienv.DatabaseURLArgs(args)...)
 	red := redact.New(dsns...)
 	out := os.Stderr
 	guard, gerr := redact.GuardStderr(dsns...)
@@ -127,11 +58,11 @@ func execute(args []string) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(stderr, "worker: internal error: %v\n%s", r, debug.Stack())
-			code = exitFailure
+			code = clienv.ExitFailure
 		}
 	}()
 	root, g := newRoot()
-	g.redactor = red
+	g.Redactor = red
 	root.SetArgs(args)
 	root.SetOut(os.Stdout)
 	root.SetErr(stderr)
@@ -139,82 +70,21 @@ func execute(args []string) (code int) {
 	defer stop()
 	err := root.ExecuteContext(ctx)
 	if err == nil {
-		err = g.notReplicated()
+		err = g.NotReplicated()
 	}
 	if err == nil {
 		return 0
 	}
-	if g.logger != nil && g.logFormat == "json" {
-		g.logger.Error("command failed", "event", "error", "error", dberr.Message(err))
-	} else {
-		fmt.Fprintln(stderr, "worker:", dberr.Message(err))
-	}
-	return exitCode(err)
-}
-
-// exitCode maps an error to the documented exit codes: the code an
-// exitError carries, else the first row of exitCodes that matches.
-func exitCode(err error) int {
-	if ee, ok := errors.AsType[*exitError](err); ok {
-		return ee.code
-	}
-	for _, row := range exitCodes {
-		if row.matches(err) {
-			return row.code
-		}
-	}
-	return exitFailure
-}
-
-// exitCodes maps the typed errors of the packages the commands call to
-// the exit codes README's table documents.
-var exitCodes = []struct {
-	code    int
-	matches func(error) bool
-}{
-	{exitUsage, isType[*demo.UsageError]},
-	// A schema that does not exist, lacks migrations or is newer than
-	// this binary: the flags (--schema) or the deployment are wrong.
-	{exitUsage, is(schema.ErrOutdated)},
-	{exitUsage, is(schema.ErrTooNew)},
-	{exitBadInput, isType[*ingest.InvalidInputError]},
-	{exitIncomplete, is(distributor.ErrIncomplete)},
-	{exitNotFound, is(partition.ErrNotFound)},
-	{exitNotReplicated, is(dbconn.ErrNotReplicated)},
-}
-
-func is(target error) func(error) bool {
-	return func(err error) bool { return errors.Is(err, target) }
-}
-
-func isType[E error](err error) bool {
-	_, ok := errors.AsType[E](err)
-	return ok
+	g.ReportError(stderr, err)
+	return clienv.ExitCode(err)
 }
 
 // testHookGuarded, when set (by tests only), runs once standard error is
 // guarded, before the command.
 var testHookGuarded func()
 
-// databaseURLArgs returns the values given to --database-url and
-// --listen-database-url in args, so that they are redacted even when flag
-// parsing fails.
-func databaseURLArgs(args []string) []string {
-	var urls []string
-	for i, a := range args {
-		for _, flag := range []string{"--database-url", "--listen-database-url"} {
-			if v, ok := strings.CutPrefix(a, flag+"="); ok {
-				urls = append(urls, v)
-			} else if a == flag && i+1 < len(args) {
-				urls = append(urls, args[i+1])
-			}
-		}
-	}
-	return urls
-}
-
 func newRoot() (*cobra.Command, *globals) {
-	g := &globals{}
+	g := &globals{Env: &clienv.Env{}}
 	root := &cobra.Command{
 		Use:   "worker",
 		Short: "baton: database-coordinated batch pricing workers",
@@ -224,7 +94,7 @@ share one PostgreSQL database and nothing else.
 Each command's help says whether it changes the database or writes files;
 "demo" and "schedule demo" never touch the database DATABASE_URL names.
 
-` + exitCodesHelp,
+` + clienv.ExitCodesHelp,
 		Example: `  export DATABASE_URL=postgres://baton@db.example/baton
   worker migrate
   worker load --tiers tiers.csv --records records.csv
@@ -250,8 +120,8 @@ Each command's help says whether it changes the database or writes files;
 	}
 	root.Version = buildinfo.Version("worker")
 	root.SetVersionTemplate("{{.Version}}")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{exitUsage, err} })
-	g.register(root)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return clienv.Exit(clienv.ExitUsage, err) })
+	g.Register(root.PersistentFlags())
 	root.AddCommand(
 		newMigrateCmd(g), newLoadCmd(g), newRunCmd(g), newExportCmd(g),
 		newStatusCmd(g), newRetryCmd(g), newPauseCmd(g), newResumeCmd(g), newSeedCmd(g), newDemoCmd(g), newProbeCmd(g),
@@ -287,12 +157,11 @@ Each command's help says whether it changes the database or writes files;
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		err := check(cmd, args)
-		var ee *exitError
-		if errors.As(err, &ee) {
+		if _, ok := errors.AsType[*clienv.ExitError](err); ok {
 			return err
 		}
 		if err != nil {
-			return &exitError{exitUsage, fmt.Errorf("%s: %w; see %s --help", cmd.CommandPath(), err, cmd.CommandPath())}
+			return clienv.Exit(clienv.ExitUsage, fmt.Errorf("%s: %w; see %s --help", cmd.CommandPath(), err, cmd.CommandPath()))
 		}
 		return nil
 	}

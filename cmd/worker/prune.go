@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/pricing/pricer"
@@ -46,7 +47,7 @@ and the rest stays: run the same command again to carry on.
 --dry-run only reports what would go. The output is one line per load that
 is not pruned, then a summary line; --json prints the same as JSON.
 
-` + exitCodesHelp,
+` + clienv.ExitCodesHelp,
 		Example: `  worker prune --load 3 --dry-run
   worker prune --load 3 4 5
   worker prune --older-than 720h --json`,
@@ -94,7 +95,7 @@ is not pruned, then a summary line; --json prints the same as JSON.
 			}
 			res, err := tables.PruneLoads(cmd.Context(), pricer.PruneConfig{BatchRecords: batch, DryRun: dryRun,
 				OnBatch: func(load, records int64, took time.Duration) {
-					g.logger.Debug("prune batch", "event", "prune_batch", "load_id", load, "records", records, "took_ms", took.Milliseconds())
+					g.Logger.Debug("prune batch", "event", "prune_batch", "load_id", load, "records", records, "took_ms", took.Milliseconds())
 				}}, loads)
 			out := pricer.NewPruneReport(res, time.Since(start), dryRun)
 			if err != nil {
@@ -112,12 +113,12 @@ is not pruned, then a summary line; --json prints the same as JSON.
 			missing, interrupted, skipped := out.IDs(pricer.PruneNotFound), out.IDs(pricer.PruneInterrupted), out.IDs(pricer.PruneSkipped)
 			switch {
 			case len(missing) > 0:
-				return &exitError{exitNotFound, fmt.Errorf("no such load: %s", strings.Join(missing, ", "))}
+				return clienv.Exit(clienv.ExitNotFound, fmt.Errorf("no such load: %s", strings.Join(missing, ", ")))
 			case len(interrupted) > 0:
-				return &exitError{exitIncomplete, fmt.Errorf("interrupted while pruning load %s: run the same command again to carry on", interrupted[0])}
+				return clienv.Exit(clienv.ExitIncomplete, fmt.Errorf("interrupted while pruning load %s: run the same command again to carry on", interrupted[0]))
 			case len(skipped) > 0:
-				return &exitError{exitIncomplete, fmt.Errorf("%s not pruned: not all their records are priced yet",
-					noun.Count(int64(len(skipped)), "load", "loads")+" ("+strings.Join(skipped, ", ")+")")}
+				return clienv.Exit(clienv.ExitIncomplete, fmt.Errorf("%s not pruned: not all their records are priced yet",
+					noun.Count(int64(len(skipped)), "load", "loads")+" ("+strings.Join(skipped, ", ")+")"))
 			}
 			return nil
 		},

@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/jobs"
 	"github.com/batonhq/baton/internal/noun"
@@ -68,7 +69,7 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	cfg.Mode = distributor.Mode(r.mode)
 	cfg.Kind = pricer.Kind // the loader's partitions, and only those
 	cfg.KeyAttr = "contract_id"
-	cfg.Logger = g.logger
+	cfg.Logger = g.Logger
 	cfg.Schema = g.schema
 	// A database that goes away while the worker registers is waited for
 	// as long as one that is not there when it starts.
@@ -95,11 +96,11 @@ func incomplete(ctx context.Context, err error, store *partition.Store) error {
 	if cerr != nil {
 		var ie *distributor.IncompleteError
 		if !errors.As(err, &ie) {
-			return reworded(err, "work remains: contracts are quarantined"+what)
+			return clienv.Reworded(err, "work remains: contracts are quarantined"+what)
 		}
 		n = ie.Quarantined
 	}
-	return reworded(err, fmt.Sprintf("work remains: %s quarantined%s", noun.Count(n, "contract is", "contracts are"), what))
+	return clienv.Reworded(err, fmt.Sprintf("work remains: %s quarantined%s", noun.Count(n, "contract is", "contracts are"), what))
 }
 
 // check refuses flag values the distributor would refuse, in the flags'
@@ -173,9 +174,9 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	// A worker logs each batch not confirmed by the standby (event
 	// not_replicated) and counts them in its metrics; its exit code stays
 	// that of its run.
-	g.ownsDurability = true
+	g.OwnsDurability = true
 	stmt, lock, idle := cfg.ConnectionLimits()
-	db, err := g.openWaiting(ctx, dbconn.Options{
+	db, err := g.OpenWaiting(ctx, dbconn.Options{
 		ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,
 		IdleInTransactionTimeout: idle, MaxOpenConns: cfg.PoolSize() + 1 + jobs.Conns(r.jobs),
 	}, r.waitForDB)
@@ -192,16 +193,16 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	if r.listenURL != "" {
 		ldb, err := dbconn.Open(r.listenURL, dbconn.Options{ApplicationName: "baton-listen", MaxOpenConns: 2})
 		if err != nil {
-			return &exitError{exitUsage, fmt.Errorf("--listen-database-url: %w", err)}
+			return clienv.Exit(clienv.ExitUsage, fmt.Errorf("--listen-database-url: %w", err))
 		}
 		defer ldb.Close()
 		cfg.ListenDB = ldb
 	}
 	pc := workerproc.Config{
 		DB: db, Processor: pricer.NewStore(db, g.schema).Processor(), Distributor: cfg, MetricsAddr: r.metricsAddr,
-		HorizonWarnAfter: r.console.horizonWarnAfter, TracingService: "baton-worker", Logger: g.logger,
+		HorizonWarnAfter: r.console.horizonWarnAfter, TracingService: "baton-worker", Logger: g.Logger,
 		Backlog: backlog.Config{DrainTarget: r.drainTarget},
-		Ready:   g.ready(db),
+		Ready:   g.Ready(db),
 	}
 	if r.metricsAddr != "" {
 		pc.Metrics = metrics.New()
@@ -216,7 +217,7 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 		pc.Console, pc.ConsoleDB = &ccfg, cdb
 	}
 	if r.jobs {
-		pc.Jobs = jobs.Resolve(db, g.schema, g.logger, pc.Metrics)
+		pc.Jobs = jobs.Resolve(db, g.schema, g.Logger, pc.Metrics)
 	}
 	p, err := workerproc.New(pc)
 	if err != nil {
@@ -227,12 +228,12 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	var se *workerproc.StartError
 	switch {
 	case errors.As(err, &se):
-		return &exitError{exitUsage, err}
+		return clienv.Exit(clienv.ExitUsage, err)
 	case errors.Is(err, distributor.ErrIncomplete):
 		return incomplete(context.WithoutCancel(ctx), err, pricingStore(db, g.schema))
 	case err != nil:
 		return fmt.Errorf("worker %s: %w", p.InstanceID(), err)
 	}
-	g.logger.Info("worker exiting", "worker", p.InstanceID(), "elapsed_ms", time.Since(start).Milliseconds())
+	g.Logger.Info("worker exiting", "worker", p.InstanceID(), "elapsed_ms", time.Since(start).Milliseconds())
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/jobs"
 	"github.com/batonhq/baton/internal/report/text"
@@ -232,7 +233,7 @@ Changes the database: records the request on the job's row.`,
 // leaves other errors as they are.
 func jobNotFound(name string, err error) error {
 	if errors.Is(err, partition.ErrNotFound) {
-		return &exitError{exitNotFound, fmt.Errorf("no such job %s (see worker schedule list)", name)}
+		return clienv.Exit(clienv.ExitNotFound, fmt.Errorf("no such job %s (see worker schedule list)", name))
 	}
 	return err
 }

@@ -36,7 +36,7 @@ deletes the ones older than two hours.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			db, err := g.openWaiting(ctx, dbconn.Options{MaxOpenConns: 2}, 5*time.Minute)
+			db, err := g.OpenWaiting(ctx, dbconn.Options{MaxOpenConns: 2}, 5*time.Minute)
 			if err != nil {
 				return err
 			}
@@ -45,13 +45,13 @@ deletes the ones older than two hours.`,
 			m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
 				return horizon.NewReader(db, g.schema).Read(ctx, warnAfter)
 			})
-			pub, err := workerproc.BacklogPublisher(db, backlog.Config{Schema: g.schema, DrainTarget: drainTarget, SampleEvery: sampleEvery}, m, g.logger)
+			pub, err := workerproc.BacklogPublisher(db, backlog.Config{Schema: g.schema, DrainTarget: drainTarget, SampleEvery: sampleEvery}, m, g.Logger)
 			if err != nil {
 				return usageError("%v", err)
 			}
 			var grp workerproc.Group
 			grp.Add("backlog", pub)
-			grp.Add("metrics", workerproc.MetricsServer(addr, m, g.ready(db), g.logger))
+			grp.Add("metrics", workerproc.MetricsServer(addr, m, g.Ready(db), g.Logger))
 			if err := grp.Start(ctx); err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/internal/report"
@@ -80,7 +81,7 @@ run such reports on a standby.
 is not present, which is how to check a load that exited 6 (committed on
 the primary, not confirmed by the standby) once the cluster is stable.
 
-` + statesHelp + "\n\n" + exitCodesHelp,
+` + statesHelp + "\n\n" + clienv.ExitCodesHelp,
 		Example: `  worker status
   worker status --json | jq '.totals'
   worker status --json | jq '.horizon.warning'
@@ -105,7 +106,7 @@ the primary, not confirmed by the standby) once the cluster is stable.
 			if watch {
 				// A live view outlasts outages, one at start included.
 				open = func() (*dbconn.DB, error) {
-					return g.openWaiting(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, 24*time.Hour)
+					return g.OpenWaiting(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, 24*time.Hour)
 				}
 			}
 			db, err := open()
@@ -117,7 +118,7 @@ the primary, not confirmed by the standby) once the cluster is stable.
 			}
 			defer db.Close()
 			if watch {
-				return text.Watch(cmd.Context(), g.stdout, g.logger, every, func(ctx context.Context) (report.Status, error) {
+				return text.Watch(cmd.Context(), g.stdout, g.Logger, every, func(ctx context.Context) (report.Status, error) {
 					return report.Read(ctx, db, g.schema, warnAfter)
 				})
 			}

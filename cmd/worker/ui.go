@@ -37,7 +37,7 @@ func (c *consoleFlags) register(f *pflag.FlagSet, addrFlag, tokenFlag, addrDefau
 
 // config completes the flags from the environment.
 func (c *consoleFlags) config(g *globals) console.Config {
-	return console.Config{Schema: g.schema, Addr: c.addr, Token: cmp.Or(c.token, os.Getenv(console.TokenEnv)), Logger: g.logger, Noun: "contract", Nouns: "contracts", ItemUnit: "records", Kind: pricer.Kind, HorizonWarnAfter: c.horizonWarnAfter}
+	return console.Config{Schema: g.schema, Addr: c.addr, Token: cmp.Or(c.token, os.Getenv(console.TokenEnv)), Logger: g.Logger, Noun: "contract", Nouns: "contracts", ItemUnit: "records", Kind: pricer.Kind, HorizonWarnAfter: c.horizonWarnAfter}
 }
 
 // open completes the console's configuration and opens its own small
@@ -108,7 +108,7 @@ never printed.`,
 			}
 			defer db.Close()
 			cfg.DrainTarget = drainTarget
-			srv := workerproc.Console(db, cfg, g.logger)
+			srv := workerproc.Console(db, cfg, g.Logger)
 			if err := srv.Start(cmd.Context()); err != nil {
 				return usageError("%v", err)
 			}
