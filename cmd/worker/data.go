@@ -314,7 +314,7 @@ not exist is reported after the others are done, with exit code 5.`,
 				return err
 			}
 			defer db.Close()
-			store := pricingStore(db, g.schema)
+			store := pricer.Partitions(db, g.schema)
 			var missing []string
 			for _, c := range args {
 				changed, err := store.Retry(cmd.Context(), c)

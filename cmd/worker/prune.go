@@ -2,9 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,7 +10,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
-	"github.com/batonhq/baton/internal/noun"
+	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
 )
@@ -102,25 +100,13 @@ is not pruned, then a summary line; --json prints the same as JSON.
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(out); err != nil {
+				if err := report.WriteJSON(g.stdout, out); err != nil {
 					return err
 				}
 			} else {
 				out.WriteText(g.stdout)
 			}
-			missing, interrupted, skipped := out.IDs(pricer.PruneNotFound), out.IDs(pricer.PruneInterrupted), out.IDs(pricer.PruneSkipped)
-			switch {
-			case len(missing) > 0:
-				return clienv.Exit(clienv.ExitNotFound, fmt.Errorf("no such load: %s", strings.Join(missing, ", ")))
-			case len(interrupted) > 0:
-				return clienv.Exit(clienv.ExitIncomplete, fmt.Errorf("interrupted while pruning load %s: run the same command again to carry on", interrupted[0]))
-			case len(skipped) > 0:
-				return clienv.Exit(clienv.ExitIncomplete, fmt.Errorf("%s not pruned: not all their records are priced yet",
-					noun.Count(int64(len(skipped)), "load", "loads")+" ("+strings.Join(skipped, ", ")+")"))
-			}
-			return nil
+			return out.Err()
 		},
 	}
 	f := cmd.Flags()
@@ -147,9 +133,9 @@ func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, a
 		return err
 	}
 	defer db.Close()
-	prune, verb := rerate.NewStore(db, g.schema).Prune, "pruned"
+	prune := rerate.NewStore(db, g.schema).Prune
 	if dryRun {
-		prune, verb = rerate.NewStore(db, g.schema).PrunePlan, "would prune"
+		prune = rerate.NewStore(db, g.schema).PrunePlan
 	}
 	p, err := prune(cmd.Context(), olderThan)
 	if err != nil {
@@ -158,7 +144,6 @@ func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, a
 	if asJSON {
 		return json.NewEncoder(g.stdout).Encode(p)
 	}
-	fmt.Fprintf(g.stdout, verb+" %s and their %s (replaced more than %s ago)\n",
-		noun.Count(p.Generations, "generation", "generations"), noun.Count(p.Rows, "priced row", "priced rows"), olderThan)
+	p.WriteText(g.stdout, olderThan, dryRun)
 	return nil
 }

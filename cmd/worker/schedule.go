@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/jobs"
+	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schedule"
@@ -168,9 +168,7 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 				if jobs == nil {
 					jobs = []schedule.Status{}
 				}
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(jobs)
+				return report.WriteJSON(g.stdout, jobs)
 			}
 			return text.PrintJobs(g.stdout, jobs)
 		},

@@ -62,10 +62,10 @@ deletes the ones older than two hours.`,
 		},
 	}
 	cmd.Flags().StringVar(&addr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 0.0.0.0:9091)")
-	drainTargetFlag(cmd.Flags(), &drainTarget)
+	cliflags.DrainTarget(cmd.Flags(), &drainTarget)
 	cmd.Flags().DurationVar(&sampleEvery, "sample-every", backlog.SampleEveryDefault, "interval between readings of the backlog (and stored samples of it)")
-	cmd.Flags().DurationVar(&warnAfter, "horizon-warn-after", horizon.WarnAfterDefault, "warn when a transaction has held back the xmin horizon (and so vacuum) this long")
+	cliflags.HorizonWarnAfter(cmd.Flags(), &warnAfter)
 	_ = cmd.MarkFlagRequired("metrics-addr")
-	cliflags.Positive(cmd.Flags(), "sample-every", "horizon-warn-after")
+	cliflags.Positive(cmd.Flags(), "sample-every")
 	return cmd
 }

@@ -8,7 +8,9 @@ import (
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -107,6 +109,8 @@ var exitCodes = []struct {
 	{ExitUsage, is(schema.ErrTooNew)},
 	{ExitBadInput, isType[*ingest.InvalidInputError]},
 	{ExitIncomplete, is(distributor.ErrIncomplete)},
+	{ExitIncomplete, is(export.ErrIncomplete)},
+	{ExitIncomplete, is(pricer.ErrNotPruned)},
 	{ExitNotFound, is(partition.ErrNotFound)},
 	{ExitNotReplicated, is(dbconn.ErrNotReplicated)},
 }

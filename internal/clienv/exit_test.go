@@ -9,7 +9,9 @@ import (
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schema"
 )
 
@@ -31,6 +33,9 @@ func TestExitCodeTable(t *testing.T) {
 		{fmt.Errorf("%w: upgrade this worker", schema.ErrTooNew), ExitUsage},
 		{&ingest.InvalidInputError{Total: 1}, ExitBadInput},
 		{&distributor.IncompleteError{Quarantined: 2}, ExitIncomplete},
+		{export.ErrIncomplete, ExitIncomplete},
+		{pricer.PruneReport{Loads: []pricer.PruneReportLoad{{LoadPrune: pricer.LoadPrune{LoadID: 1, Outcome: pricer.PruneSkipped}}}}.Err(), ExitIncomplete},
+		{pricer.PruneReport{Loads: []pricer.PruneReportLoad{{LoadPrune: pricer.LoadPrune{LoadID: 1, Outcome: pricer.PruneNotFound}}}}.Err(), ExitNotFound},
 		{partition.ErrNotFound, ExitNotFound},
 		{dbconn.ErrNotReplicated, ExitNotReplicated},
 	} {
