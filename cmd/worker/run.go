@@ -16,7 +16,6 @@ import (
 	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/jobs"
-	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
@@ -66,24 +65,6 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 		return cfg, usageError("invalid worker configuration: %v", err)
 	}
 	return cfg, nil
-}
-
-// incomplete is the error of run --until-done when contracts are left
-// quarantined (exit 4), in the words of contracts rather than partitions:
-// the distributor counts task rows, and a contract split into segments may
-// have several quarantined, so it counts the contracts if it can and
-// otherwise says the distributor's count.
-func incomplete(ctx context.Context, err error, store *partition.Store) error {
-	const what = "; see worker status, then worker retry CONTRACT"
-	n, cerr := store.QuarantinedPartitions(ctx)
-	if cerr != nil {
-		var ie *distributor.IncompleteError
-		if !errors.As(err, &ie) {
-			return clienv.Reworded(err, "work remains: contracts are quarantined"+what)
-		}
-		n = ie.Quarantined
-	}
-	return clienv.Reworded(err, fmt.Sprintf("work remains: %s quarantined%s", noun.Count(n, "contract is", "contracts are"), what))
 }
 
 // check refuses flag values the distributor would refuse, in the flags'
@@ -207,12 +188,11 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	}
 	start := time.Now()
 	err = p.Run(ctx)
-	var se *workerproc.StartError
 	switch {
-	case errors.As(err, &se):
-		return clienv.Exit(clienv.ExitUsage, err)
 	case errors.Is(err, distributor.ErrIncomplete):
-		return incomplete(context.WithoutCancel(ctx), err, pricer.Partitions(db, g.schema))
+		return pricer.Incomplete(context.WithoutCancel(ctx), db, g.schema, err)
+	case errors.As(err, new(*workerproc.StartError)):
+		return err // a server that could not start: a usage error (clienv)
 	case err != nil:
 		return fmt.Errorf("worker %s: %w", p.InstanceID(), err)
 	}

@@ -65,14 +65,11 @@ the primary, not confirmed by the standby) once the cluster is stable.
 			if !asJSON && !cmd.Flags().Changed("limit") {
 				q.Filter.Limit = listedByDefault
 			}
-			open := func() (*dbconn.DB, error) { return g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true) }
+			wait := time.Duration(0)
 			if watch {
-				// A live view outlasts outages, one at start included.
-				open = func() (*dbconn.DB, error) {
-					return g.OpenWaiting(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, 24*time.Hour)
-				}
+				wait = 24 * time.Hour // a live view outlasts outages, one at start included
 			}
-			db, err := open()
+			db, err := g.OpenWaiting(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, wait)
 			if err != nil {
 				if watch && cmd.Context().Err() != nil {
 					return nil // interrupted while waiting

@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schema"
+	"github.com/batonhq/baton/workerproc"
 )
 
 // Exit codes, as ExitCodesHelp and the README's table document them.
@@ -107,6 +108,8 @@ var exitCodes = []struct {
 	// this binary: the flags (--schema) or the deployment are wrong.
 	{ExitUsage, is(schema.ErrOutdated)},
 	{ExitUsage, is(schema.ErrTooNew)},
+	// A worker's server that cannot start: its address is taken or wrong.
+	{ExitUsage, isType[*workerproc.StartError]},
 	{ExitBadInput, isType[*ingest.InvalidInputError]},
 	{ExitIncomplete, is(distributor.ErrIncomplete)},
 	{ExitIncomplete, is(export.ErrIncomplete)},

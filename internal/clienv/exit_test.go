@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/schema"
+	"github.com/batonhq/baton/workerproc"
 )
 
 // Each typed error a command may return, however deeply wrapped, maps to
@@ -31,6 +32,7 @@ func TestExitCodeTable(t *testing.T) {
 		{&schema.MissingError{Schema: "nosuch"}, ExitUsage},
 		{fmt.Errorf("%w: 1 migration pending", schema.ErrOutdated), ExitUsage},
 		{fmt.Errorf("%w: upgrade this worker", schema.ErrTooNew), ExitUsage},
+		{&workerproc.StartError{Err: errors.New("listen tcp: address already in use")}, ExitUsage},
 		{&ingest.InvalidInputError{Total: 1}, ExitBadInput},
 		{&distributor.IncompleteError{Quarantined: 2}, ExitIncomplete},
 		{export.ErrIncomplete, ExitIncomplete},

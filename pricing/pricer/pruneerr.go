@@ -22,22 +22,22 @@ func (out PruneReport) Err() error {
 	missing, interrupted, skipped := out.IDs(PruneNotFound), out.IDs(PruneInterrupted), out.IDs(PruneSkipped)
 	switch {
 	case len(missing) > 0:
-		return &pruneError{"no such load: " + strings.Join(missing, ", "), partition.ErrNotFound}
+		return &wordedError{"no such load: " + strings.Join(missing, ", "), partition.ErrNotFound}
 	case len(interrupted) > 0:
-		return &pruneError{fmt.Sprintf("interrupted while pruning load %s: run the same command again to carry on", interrupted[0]), ErrNotPruned}
+		return &wordedError{fmt.Sprintf("interrupted while pruning load %s: run the same command again to carry on", interrupted[0]), ErrNotPruned}
 	case len(skipped) > 0:
-		return &pruneError{fmt.Sprintf("%s (%s) not pruned: not all their records are priced yet",
+		return &wordedError{fmt.Sprintf("%s (%s) not pruned: not all their records are priced yet",
 			noun.Count(int64(len(skipped)), "load", "loads"), strings.Join(skipped, ", ")), ErrNotPruned}
 	}
 	return nil
 }
 
-// pruneError says what a prune left, in its own words, while errors.Is
-// finds its cause.
-type pruneError struct {
+// wordedError says what an error means for contracts (what a prune left,
+// what an until-done run left), while errors.Is finds its cause.
+type wordedError struct {
 	msg   string
 	cause error
 }
 
-func (e *pruneError) Error() string { return e.msg }
-func (e *pruneError) Unwrap() error { return e.cause }
+func (e *wordedError) Error() string { return e.msg }
+func (e *wordedError) Unwrap() error { return e.cause }
