@@ -84,18 +84,10 @@ is not pruned, then a summary line; --json prints the same as JSON.
 				return err
 			}
 			defer db.Close()
-			start := time.Now()
-			tables := pricer.NewStore(db, g.schema)
-			if len(loads) == 0 {
-				if loads, err = tables.LoadsOlderThan(cmd.Context(), olderThan); err != nil {
-					return err
-				}
-			}
-			res, err := tables.PruneLoads(cmd.Context(), pricer.PruneConfig{BatchRecords: batch, DryRun: dryRun,
+			out, err := pricer.NewStore(db, g.schema).Prune(cmd.Context(), pricer.PruneConfig{BatchRecords: batch, DryRun: dryRun,
 				OnBatch: func(load, records int64, took time.Duration) {
 					g.Logger.Debug("prune batch", "event", "prune_batch", "load_id", load, "records", records, "took_ms", took.Milliseconds())
-				}}, loads)
-			out := pricer.NewPruneReport(res, time.Since(start), dryRun)
+				}}, loads, olderThan)
 			if err != nil {
 				return err
 			}
