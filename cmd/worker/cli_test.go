@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/report"
 )
@@ -181,7 +182,7 @@ func TestExportWarnsOnUnpricedAndHonoursTheUmask(t *testing.T) {
 	if st.Mode().Perm() != 0o640 {
 		t.Fatalf("mode %v under umask 027, want -rw-r-----", st.Mode().Perm())
 	}
-	if _, errs, code := c.run("export", "--complete", "--out", out); code != exitIncomplete || !strings.Contains(errs, "3544 records are not priced yet") {
+	if _, errs, code := c.run("export", "--complete", "--out", out); code != clienv.ExitIncomplete || !strings.Contains(errs, "3544 records are not priced yet") {
 		t.Fatalf("export --complete: exit %d\n%s", code, errs)
 	}
 	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")

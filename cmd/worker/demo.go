@@ -1,16 +1,12 @@
 package main
 
 import (
-	"time"
-
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/pglocal"
-	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/internal/report/text"
-	"github.com/batonhq/baton/partition"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -40,7 +36,7 @@ directory removed at the end; without DATABASE_URL, the private server's
 data in --pg-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.View = &demoView{live: text.NewLive(g.stdout)}
+			o.View = text.NewDemoView(g.stdout)
 			o.Config = g.demoConfig(o.Config)
 			return demo.Pricing(cmd.Context(), o)
 		},
@@ -98,16 +94,7 @@ data in --pg-dir.`,
 
 // demoConfig completes a demo's options with the global flags.
 func (g *globals) demoConfig(c demo.Config) demo.Config {
-	c.DatabaseURL, c.Schema = g.databaseURL, g.schemaConfig()
-	c.Stdout, c.Stderr, c.Logger = g.stdout, g.stderr, g.logger
+	c.DatabaseURL, c.Schema = g.DatabaseURL, g.SchemaConfig()
+	c.Stdout, c.Stderr, c.Logger = g.stdout, g.stderr, g.Logger
 	return c
 }
-
-// demoView shows the pricing demo on the live status view.
-type demoView struct{ live *text.Live }
-
-func (v *demoView) Draw(parts []partition.PartitionStatus, workers []partition.WorkerStatus, total int64, elapsed time.Duration) {
-	v.live.Draw(report.Build(parts, workers), total, elapsed)
-}
-
-func (v *demoView) Note(line string) { v.live.Note(line) }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 )
 
@@ -103,9 +104,9 @@ func TestEveryNumericFlagRefusesZeroNegativeAndMalformedValues(t *testing.T) {
 				args := append(strings.Fields(fc.path), "--"+fc.flag.Name+"="+v)
 				args = append(args, positionalArgs[fc.path]...)
 				out, errs, code := runBounded(t, args...)
-				if code != exitUsage || !strings.Contains(errs, "--"+fc.flag.Name) {
+				if code != clienv.ExitUsage || !strings.Contains(errs, "--"+fc.flag.Name) {
 					t.Fatalf("worker %s: exit %d, want %d with --%s named in the message\nstdout: %s\nstderr: %s",
-						strings.Join(args, " "), code, exitUsage, fc.flag.Name, out, errs)
+						strings.Join(args, " "), code, clienv.ExitUsage, fc.flag.Name, out, errs)
 				}
 			})
 		}
@@ -178,8 +179,8 @@ func TestFlagMessagesNameTheFlags(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()
 			out, errs, code := runBounded(t, tc.args...)
-			if code != exitUsage || !strings.Contains(errs, tc.want) {
-				t.Fatalf("worker %s: exit %d, want %d with %q\nstdout: %s\nstderr: %s", strings.Join(tc.args, " "), code, exitUsage, tc.want, out, errs)
+			if code != clienv.ExitUsage || !strings.Contains(errs, tc.want) {
+				t.Fatalf("worker %s: exit %d, want %d with %q\nstdout: %s\nstderr: %s", strings.Join(tc.args, " "), code, clienv.ExitUsage, tc.want, out, errs)
 			}
 			for _, field := range []string{"EventRetention", "Mode must", "UntilDone", "Name", "MaxListed", "exactly one of every and cron"} {
 				if strings.Contains(errs, field) {

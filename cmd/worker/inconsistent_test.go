@@ -10,6 +10,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/report"
 )
 
@@ -61,13 +62,13 @@ func TestCheckpointBeyondTheRecordsIsAnError(t *testing.T) {
 
 	out := filepath.Join(dir, "after.csv")
 	stdout, stderr, code := c.run("export", "--complete", "--out", out)
-	if code != exitIncomplete || !strings.Contains(stderr, key) || !strings.Contains(stderr, "beyond") {
-		t.Errorf("export --complete with %s inconsistent: exit %d\n%s%s; want exit %d naming it", key, code, stdout, stderr, exitIncomplete)
+	if code != clienv.ExitIncomplete || !strings.Contains(stderr, key) || !strings.Contains(stderr, "beyond") {
+		t.Errorf("export --complete with %s inconsistent: exit %d\n%s%s; want exit %d naming it", key, code, stdout, stderr, clienv.ExitIncomplete)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("export --complete that failed left %s: %v", out, err)
 	}
-	if _, stderr, code := c.run("export", "--complete", "--out", "-"); code != exitIncomplete {
+	if _, stderr, code := c.run("export", "--complete", "--out", "-"); code != clienv.ExitIncomplete {
 		t.Errorf("export --complete --out - with %s inconsistent: exit %d\n%s", key, code, stderr)
 	}
 	if _, stderr, code := c.run("export", "--out", out); code != 0 || !strings.Contains(stderr, "warning: contract "+key) {

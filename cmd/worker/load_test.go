@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -18,7 +19,7 @@ func TestLoadSummaryAndIDs(t *testing.T) {
 	bad := writeFile(t, "tiers.csv", "contract_id,threshold_minor,discount_bp\nc1,0,0\nc1,10,x\nc1,20,y\n")
 	for range 2 {
 		_, errs, code := c.run("load", "--tiers", bad)
-		if code != exitBadInput || !strings.Contains(errs, bad+":2: tier set of contract c1 is rejected because 2 of its lines are invalid: 3, 4") {
+		if code != clienv.ExitBadInput || !strings.Contains(errs, bad+":2: tier set of contract c1 is rejected because 2 of its lines are invalid: 3, 4") {
 			t.Fatalf("invalid tiers: exit %d\n%s", code, errs)
 		}
 	}

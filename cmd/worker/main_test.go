@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/pricing/pricingschema"
@@ -158,7 +159,7 @@ func TestExitCodesAndMessages(t *testing.T) {
 	c := cli{t, pgtest.NewURL(t)}
 	// Bad configuration is a usage error naming the problem.
 	_, errs, code := c.run("run", "--heartbeat", "1s", "--stale-after", "2s")
-	if code != exitUsage || !strings.Contains(errs, "stale-after") {
+	if code != clienv.ExitUsage || !strings.Contains(errs, "stale-after") {
 		t.Fatalf("bad timings: exit %d, %q", code, errs)
 	}
 	// Invalid input: exit 3, FILE:LINE: reason, nothing loaded.
@@ -167,7 +168,7 @@ func TestExitCodesAndMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, errs, code = c.run("load", "--tiers", bad)
-	if code != exitBadInput || !strings.Contains(errs, bad+":3:") {
+	if code != clienv.ExitBadInput || !strings.Contains(errs, bad+":3:") {
 		t.Fatalf("invalid tiers: exit %d, %q", code, errs)
 	}
 	status := c.mustRun("status", "--json")
@@ -182,7 +183,7 @@ func TestExitCodesAndMessages(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "status")
 	cmd.Env = append(os.Environ(), "BATON_RUN_AS_WORKER=1", "DATABASE_URL=")
 	outb, _ := cmd.CombinedOutput()
-	if cmd.ProcessState.ExitCode() != exitUsage || !strings.Contains(string(outb), "DATABASE_URL") {
+	if cmd.ProcessState.ExitCode() != clienv.ExitUsage || !strings.Contains(string(outb), "DATABASE_URL") {
 		t.Fatalf("no database: exit %d, %q", cmd.ProcessState.ExitCode(), outb)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -31,19 +32,19 @@ func TestNotFoundAndMissingSchemaAreSaidPlainly(t *testing.T) {
 		wantOut    string
 		notWantErr string
 	}{
-		{"retry nosuch", c, []string{"retry", "nosuch"}, exitNotFound, "no such contract: nosuch", "", "partition"},
+		{"retry nosuch", c, []string{"retry", "nosuch"}, clienv.ExitNotFound, "no such contract: nosuch", "", "partition"},
 		// The others are still retried; the missing ones are reported at the end.
-		{"retry found and not", c, []string{"retry", "nosuch", first, "gone"}, exitNotFound, "no such contract: nosuch, gone",
+		{"retry found and not", c, []string{"retry", "nosuch", first, "gone"}, clienv.ExitNotFound, "no such contract: nosuch, gone",
 			first + ": re-enabled", "partition"},
-		{"schedule trigger nosuch", c, []string{"schedule", "trigger", "nosuch"}, exitNotFound, "no such job nosuch", "", ""},
-		{"schedule remove nosuch", c, []string{"schedule", "remove", "nosuch"}, exitNotFound, "no such job nosuch", "", ""},
-		{"--schema nosuch", c, []string{"status", "--schema", "nosuch"}, exitUsage,
+		{"schedule trigger nosuch", c, []string{"schedule", "trigger", "nosuch"}, clienv.ExitNotFound, "no such job nosuch", "", ""},
+		{"schedule remove nosuch", c, []string{"schedule", "remove", "nosuch"}, clienv.ExitNotFound, "no such job nosuch", "", ""},
+		{"--schema nosuch", c, []string{"status", "--schema", "nosuch"}, clienv.ExitUsage,
 			"schema nosuch does not exist: run worker migrate --schema nosuch", "", "older than this binary"},
-		{"never migrated", empty, []string{"status"}, exitUsage, "schema baton does not exist: run worker migrate", "", "older than this binary"},
+		{"never migrated", empty, []string{"status"}, clienv.ExitUsage, "schema baton does not exist: run worker migrate", "", "older than this binary"},
 		// A worker waits for a database that does not answer (and for a
 		// migration under way), not for a schema that does not exist: it
 		// fails at once, well before its 5-minute wait.
-		{"run --schema nosuch", c, []string{"run", "--schema", "nosuch", "--wait-for-database", "10m"}, exitUsage,
+		{"run --schema nosuch", c, []string{"run", "--schema", "nosuch", "--wait-for-database", "10m"}, clienv.ExitUsage,
 			"schema nosuch does not exist: run worker migrate --schema nosuch", "", "waiting"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,7 +65,7 @@ func TestNotFoundAndMissingSchemaAreSaidPlainly(t *testing.T) {
 	_, errs, code := c.run("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
 	last := strings.TrimSpace(errs)
 	last = last[strings.LastIndex(last, "\n")+1:]
-	if code != exitIncomplete || last != "worker: work remains: 1 contract is quarantined; see worker status, then worker retry CONTRACT" {
+	if code != clienv.ExitIncomplete || last != "worker: work remains: 1 contract is quarantined; see worker status, then worker retry CONTRACT" {
 		t.Fatalf("run --until-done with a quarantined contract: exit %d, last line %q\n%s", code, last, errs)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/pricing/pricingschema"
 )
@@ -42,8 +43,8 @@ func TestLoadNotConfirmedByStandbyExits6(t *testing.T) {
 			rep.Cancel(t, pid, tc.terminate)
 			err := cmd.Wait()
 			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != exitNotReplicated {
-				t.Fatalf("worker load: %v, want exit %d\nstdout: %s\nstderr: %s", err, exitNotReplicated, out.String(), errb.String())
+			if !errors.As(err, &ee) || ee.ExitCode() != clienv.ExitNotReplicated {
+				t.Fatalf("worker load: %v, want exit %d\nstdout: %s\nstderr: %s", err, clienv.ExitNotReplicated, out.String(), errb.String())
 			}
 			for _, want := range []string{
 				"load " + tc.loadID + " committed on the primary, but the synchronous standby did not confirm it",
@@ -68,7 +69,7 @@ func TestLoadNotConfirmedByStandbyExits6(t *testing.T) {
 	}
 	c.t = t
 	out, errs, code := c.run("status", "--load", "99")
-	if code != exitNotFound || !strings.Contains(errs, "load 99 not present") || !strings.Contains(out, "NOT PRESENT") {
-		t.Errorf("status --load 99: exit %d, want %d\nstdout: %s\nstderr: %s", code, exitNotFound, out, errs)
+	if code != clienv.ExitNotFound || !strings.Contains(errs, "load 99 not present") || !strings.Contains(out, "NOT PRESENT") {
+		t.Errorf("status --load 99: exit %d, want %d\nstdout: %s\nstderr: %s", code, clienv.ExitNotFound, out, errs)
 	}
 }

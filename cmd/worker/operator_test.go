@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -33,11 +34,11 @@ func TestProbePrintsTheStatusLine(t *testing.T) {
 	}
 	down := strings.Replace(srv.URL, "http://", "http://baton:pw-S3CRET@", 1) + "/down"
 	out, errs, code := c.run("probe", down)
-	if code != exitFailure || !strings.Contains(errs, "503 Service Unavailable") || strings.Contains(errs, "database unreachable") || out != "" {
+	if code != clienv.ExitFailure || !strings.Contains(errs, "503 Service Unavailable") || strings.Contains(errs, "database unreachable") || out != "" {
 		t.Fatalf("probe of a 503: exit %d\nstdout %q\nstderr %q", code, out, errs)
 	}
 	out, errs, code = c.run("probe", "--verbose", down)
-	if code != exitFailure || !strings.Contains(errs, "503 Service Unavailable") || !strings.Contains(errs, "database unreachable") {
+	if code != clienv.ExitFailure || !strings.Contains(errs, "503 Service Unavailable") || !strings.Contains(errs, "database unreachable") {
 		t.Fatalf("probe --verbose of a 503: exit %d\nstdout %q\nstderr %q", code, out, errs)
 	}
 	for _, o := range []string{out, errs} {

@@ -34,7 +34,7 @@ func (f *pauseFlags) run(cmd *cobra.Command, g *globals, contracts []string, do 
 		return err
 	}
 	defer db.Close()
-	store := pricingStore(db, g.schema).Kind(f.kind)
+	store := pricer.Partitions(db, g.schema).Kind(f.kind)
 	what := "kind " + store.KindName()
 	if len(contracts) > 0 {
 		what = strings.Join(contracts, ", ")

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -14,7 +15,7 @@ func TestPauseAndResumeCommands(t *testing.T) {
 	t.Parallel()
 	c := cli{t, pgtest.NewURL(t)}
 	c.mustRun("load", "--tiers", vectors+"tiers.csv", "--records", vectors+"records.csv")
-	if _, stderr, code := c.run("pause"); code != exitUsage || !strings.Contains(stderr, "--kind") {
+	if _, stderr, code := c.run("pause"); code != clienv.ExitUsage || !strings.Contains(stderr, "--kind") {
 		t.Fatalf("pause with nothing named: exit %d, %q; want usage naming --kind", code, stderr)
 	}
 	c.mustRun("pause", "random-mix", "--reason", "tiers under review", "--by", "alice")

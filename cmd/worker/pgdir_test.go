@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pglocal"
 )
 
@@ -31,8 +32,8 @@ func TestDemoDataDirectoryInUseNamesPGDir(t *testing.T) {
 	t.Cleanup(func() { srv.Stop(pglocal.Immediate) })
 	c := cli{t: t} // no DATABASE_URL: the demo starts its own server
 	out, errs, code := c.run("demo", "--pg-dir", dir, "--contracts", "1", "--records-per-contract", "1")
-	if code != exitUsage || !strings.Contains(errs, "is used by a running PostgreSQL server") || !strings.Contains(errs, "--pg-dir") {
-		t.Fatalf("demo on a directory in use: exit %d, want %d naming --pg-dir\nstdout: %s\nstderr: %s", code, exitUsage, out, errs)
+	if code != clienv.ExitUsage || !strings.Contains(errs, "is used by a running PostgreSQL server") || !strings.Contains(errs, "--pg-dir") {
+		t.Fatalf("demo on a directory in use: exit %d, want %d naming --pg-dir\nstdout: %s\nstderr: %s", code, clienv.ExitUsage, out, errs)
 	}
 	if d := pglocal.DefaultDir(); os.Geteuid() == 0 && !strings.HasSuffix(d, "baton-pgdata-0") {
 		t.Errorf("root's default data directory %s does not carry its user id", d)

@@ -2,18 +2,16 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/internal/cliflags"
+	"github.com/batonhq/baton/internal/probe"
 )
 
-// newProbeCmd is a health check for minimal container images: it GETs a URL
-// (normally a worker's /readyz or /healthz) and exits 0 only on 200.
+// newProbeCmd is the health check for minimal container images (package
+// probe).
 func newProbeCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
 	var verbose bool
@@ -30,27 +28,12 @@ It only reads: neither the database nor files are changed.`,
   worker probe --verbose http://127.0.0.1:9090/readyz`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			target := redactedURL(args[0])
-			client := &http.Client{Timeout: timeout}
-			resp, err := client.Get(args[0])
+			status, body, err := probe.Get(cmd.Context(), args[0], timeout, verbose)
 			if err != nil {
-				return fmt.Errorf("probing %s: %w", target, err)
+				return err
 			}
-			defer resp.Body.Close()
-			var body []byte
-			if verbose {
-				body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-			}
-			if resp.StatusCode != http.StatusOK {
-				if verbose && len(body) > 0 {
-					return fmt.Errorf("probing %s: %s\n%s", target, resp.Status, body)
-				}
-				return fmt.Errorf("probing %s: %s (--verbose shows the response)", target, resp.Status)
-			}
-			fmt.Fprintln(g.stdout, resp.Status)
-			if verbose {
-				_, _ = g.stdout.Write(body)
-			}
+			fmt.Fprintln(g.stdout, status)
+			_, _ = g.stdout.Write(body)
 			return nil
 		},
 	}
@@ -58,13 +41,4 @@ It only reads: neither the database nor files are changed.`,
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "also print the response body")
 	cliflags.Positive(cmd.Flags(), "timeout")
 	return cmd
-}
-
-// redactedURL is rawURL with any password replaced by "xxxxx".
-func redactedURL(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "the URL given"
-	}
-	return u.Redacted()
 }

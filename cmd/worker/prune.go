@@ -2,16 +2,15 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
-	"github.com/batonhq/baton/internal/noun"
+	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
 )
@@ -46,7 +45,7 @@ and the rest stays: run the same command again to carry on.
 --dry-run only reports what would go. The output is one line per load that
 is not pruned, then a summary line; --json prints the same as JSON.
 
-` + exitCodesHelp,
+` + clienv.ExitCodesHelp,
 		Example: `  worker prune --load 3 --dry-run
   worker prune --load 3 4 5
   worker prune --older-than 720h --json`,
@@ -85,41 +84,21 @@ is not pruned, then a summary line; --json prints the same as JSON.
 				return err
 			}
 			defer db.Close()
-			start := time.Now()
-			tables := pricer.NewStore(db, g.schema)
-			if len(loads) == 0 {
-				if loads, err = tables.LoadsOlderThan(cmd.Context(), olderThan); err != nil {
-					return err
-				}
-			}
-			res, err := tables.PruneLoads(cmd.Context(), pricer.PruneConfig{BatchRecords: batch, DryRun: dryRun,
+			out, err := pricer.NewStore(db, g.schema).Prune(cmd.Context(), pricer.PruneConfig{BatchRecords: batch, DryRun: dryRun,
 				OnBatch: func(load, records int64, took time.Duration) {
-					g.logger.Debug("prune batch", "event", "prune_batch", "load_id", load, "records", records, "took_ms", took.Milliseconds())
-				}}, loads)
-			out := pricer.NewPruneReport(res, time.Since(start), dryRun)
+					g.Logger.Debug("prune batch", "event", "prune_batch", "load_id", load, "records", records, "took_ms", took.Milliseconds())
+				}}, loads, olderThan)
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(out); err != nil {
+				if err := report.WriteJSON(g.stdout, out); err != nil {
 					return err
 				}
 			} else {
 				out.WriteText(g.stdout)
 			}
-			missing, interrupted, skipped := out.IDs(pricer.PruneNotFound), out.IDs(pricer.PruneInterrupted), out.IDs(pricer.PruneSkipped)
-			switch {
-			case len(missing) > 0:
-				return &exitError{exitNotFound, fmt.Errorf("no such load: %s", strings.Join(missing, ", "))}
-			case len(interrupted) > 0:
-				return &exitError{exitIncomplete, fmt.Errorf("interrupted while pruning load %s: run the same command again to carry on", interrupted[0])}
-			case len(skipped) > 0:
-				return &exitError{exitIncomplete, fmt.Errorf("%s not pruned: not all their records are priced yet",
-					noun.Count(int64(len(skipped)), "load", "loads")+" ("+strings.Join(skipped, ", ")+")")}
-			}
-			return nil
+			return out.Err()
 		},
 	}
 	f := cmd.Flags()
@@ -146,9 +125,9 @@ func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, a
 		return err
 	}
 	defer db.Close()
-	prune, verb := rerate.NewStore(db, g.schema).Prune, "pruned"
+	prune := rerate.NewStore(db, g.schema).Prune
 	if dryRun {
-		prune, verb = rerate.NewStore(db, g.schema).PrunePlan, "would prune"
+		prune = rerate.NewStore(db, g.schema).PrunePlan
 	}
 	p, err := prune(cmd.Context(), olderThan)
 	if err != nil {
@@ -157,7 +136,6 @@ func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, a
 	if asJSON {
 		return json.NewEncoder(g.stdout).Encode(p)
 	}
-	fmt.Fprintf(g.stdout, verb+" %s and their %s (replaced more than %s ago)\n",
-		noun.Count(p.Generations, "generation", "generations"), noun.Count(p.Rows, "priced row", "priced rows"), olderThan)
+	p.WriteText(g.stdout, olderThan, dryRun)
 	return nil
 }

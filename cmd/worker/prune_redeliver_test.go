@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -57,10 +58,10 @@ func TestRedeliveryAfterPruneIsNotBilledTwice(t *testing.T) {
 	_, errs, code := c.run("load", "--records", changed)
 	want := changed + `:3: record_id "a1" of contract acme has amount_minor 7000, but load 2 (` + records +
 		`) accepted it with amount_minor 6000 and it has been pruned since (worker prune); a pruned record cannot be amended (nothing was loaded)`
-	if code != exitBadInput || !strings.Contains(errs, want) {
+	if code != clienv.ExitBadInput || !strings.Contains(errs, want) {
 		t.Fatalf("a pruned id with another amount: exit %d\n%s\nwant %s", code, errs, want)
 	}
-	if _, errs, code := c.run("load", "--records", changed, "--amend"); code != exitBadInput || !strings.Contains(errs, "a pruned record cannot be amended") {
+	if _, errs, code := c.run("load", "--records", changed, "--amend"); code != clienv.ExitBadInput || !strings.Contains(errs, "a pruned record cannot be amended") {
 		t.Fatalf("--amend of a pruned record: exit %d\n%s", code, errs)
 	}
 	if n := count(`SELECT count(*) FROM baton.loads`); n != loads {

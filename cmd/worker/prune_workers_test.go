@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/internal/testutil"
@@ -66,7 +67,7 @@ func TestPruneWhileWorkersPrice(t *testing.T) {
 	// The load being priced is refused whole: nothing of it goes.
 	before := count(`SELECT count(*) FROM baton.record_chunks WHERE load_id = ?`, newLoad)
 	out, _, code := c.run("prune", "--load", fmt.Sprint(newLoad))
-	if code != exitIncomplete || !strings.Contains(out, fmt.Sprintf("load %d: skipped: ", newLoad)) || !strings.Contains(out, "not priced yet") {
+	if code != clienv.ExitIncomplete || !strings.Contains(out, fmt.Sprintf("load %d: skipped: ", newLoad)) || !strings.Contains(out, "not priced yet") {
 		t.Fatalf("prune of the load being priced: exit %d\n%s", code, out)
 	}
 	if n := count(`SELECT count(*) FROM baton.record_chunks WHERE load_id = ?`, newLoad); n != before {
@@ -133,10 +134,10 @@ func TestPruneWhileWorkersPrice(t *testing.T) {
 	if !strings.Contains(out, fmt.Sprintf("load %d: already pruned", oldLoad)) || !strings.Contains(out, "pruned 1 load: 60000 records and their priced rows, of 10 contracts, in ") {
 		t.Fatalf("prune:\n%s", out)
 	}
-	if _, errs, code := c.run("prune", "--load", "7"); code != exitNotFound || !strings.Contains(errs, "no such load: 7") {
+	if _, errs, code := c.run("prune", "--load", "7"); code != clienv.ExitNotFound || !strings.Contains(errs, "no such load: 7") {
 		t.Fatalf("prune of a missing load: exit %d\n%s", code, errs)
 	}
-	if _, errs, code := c.run("prune"); code != exitUsage || !strings.Contains(errs, "--load N") {
+	if _, errs, code := c.run("prune"); code != clienv.ExitUsage || !strings.Contains(errs, "--load N") {
 		t.Fatalf("prune without a selection: exit %d\n%s", code, errs)
 	}
 	if n := count(`SELECT count(*) FROM baton.loads WHERE pruned_at IS NOT NULL`); n != 2 {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 )
 
@@ -41,20 +42,20 @@ func TestRerateCommands(t *testing.T) {
 	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
 	first := c.mustRun("export", "--out", "-")
 
-	if _, errs, code := c.run("load", "--tiers", vectorsDir+"tiers.csv"); code != exitBadInput || !strings.Contains(errs, "--reprice") {
+	if _, errs, code := c.run("load", "--tiers", vectorsDir+"tiers.csv"); code != clienv.ExitBadInput || !strings.Contains(errs, "--reprice") {
 		t.Fatalf("tier change without --reprice: exit %d\n%s", code, errs)
 	}
-	if _, errs, code := c.run("load", "--records", vectorsDir+"records.csv", "--reprice"); code != exitUsage || !strings.Contains(errs, "--tiers") {
+	if _, errs, code := c.run("load", "--records", vectorsDir+"records.csv", "--reprice"); code != clienv.ExitUsage || !strings.Contains(errs, "--tiers") {
 		t.Fatalf("--reprice without --tiers: exit %d\n%s", code, errs)
 	}
 	out := c.mustRun("load", "--tiers", vectorsDir+"tiers.csv", "--reprice", "--reason", "tiers corrected")
 	if !strings.Contains(out, "0 records amended, 11 contracts re-pricing") {
 		t.Fatalf("load --reprice summary:\n%s", out)
 	}
-	if _, errs, code := c.run("reprice", "no-such-contract"); code != exitUsage || !strings.Contains(errs, "unknown contract") {
+	if _, errs, code := c.run("reprice", "no-such-contract"); code != clienv.ExitUsage || !strings.Contains(errs, "unknown contract") {
 		t.Fatalf("reprice of an unknown contract: exit %d\n%s", code, errs)
 	}
-	if _, _, code := c.run("reprice"); code != exitUsage {
+	if _, _, code := c.run("reprice"); code != clienv.ExitUsage {
 		t.Fatalf("reprice without contracts: exit %d", code)
 	}
 	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")

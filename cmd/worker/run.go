@@ -13,23 +13,22 @@ import (
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/jobs"
-	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/workerproc"
 )
 
-// runFlags are the flags of "worker run", shared with the demo's workers.
+// runFlags are the flags of "worker run".
 type runFlags struct {
 	cfg         distributor.Config
-	mode        string
 	metricsAddr string
 	jobs        bool
-	history     historyFlags
-	console     consoleFlags
+	history     cliflags.History
+	console     cliflags.Console
 	waitForDB   time.Duration
 	listenURL   string
 	drainTarget time.Duration
@@ -37,43 +36,27 @@ type runFlags struct {
 
 func (r *runFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&r.cfg.Name, "id", "", "worker name shown in status and logs (default: host name); a unique suffix is added per process")
-	f.DurationVar(&r.cfg.Heartbeat, "heartbeat", distributor.HeartbeatDefault, "heartbeat interval")
-	f.DurationVar(&r.cfg.StaleAfter, "stale-after", distributor.StaleAfterDefault, "lease length: a contract not renewed for this long may be taken over (≥ 3 × heartbeat)")
-	f.IntVar(&r.cfg.Confirm, "confirm", distributor.ConfirmDefault, "consecutive heartbeats a taken-over contract needs before it is priced")
-	f.IntVar(&r.cfg.MaxPartitions, "max-partitions", distributor.MaxPartitionsDefault, "most contracts held at once")
-	f.IntVar(&r.cfg.BatchSize, "batch-size", distributor.BatchSizeDefault, "most records priced per committed batch; batches start at 1000 (or this, if lower) and grow while quicker than --batch-target (halved for a while after a batch too long for the statement timeout)")
-	f.DurationVar(&r.cfg.BatchTarget, "batch-target", 0, "time a batch should take: batch sizes grow, up to --batch-size, while batches take less than half of it and shrink after one takes twice it (0: 1s, or --stale-after/8 if shorter; at most --stale-after/4)")
-	f.IntVar(&r.cfg.ClaimGroup, "claim-group", distributor.ClaimGroupDefault, "most unclaimed contracts claimed and given their first batch in one transaction, and most held contracts' batches committed in one (1: each in its own)")
-	f.IntVar(&r.cfg.ClaimGroupItems, "claim-group-records", distributor.ClaimGroupItemsDefault, "most records priced in all by the batches of one --claim-group transaction")
-	f.Int64Var(&r.cfg.SegmentRecords, "segment-records", distributor.SegmentRecordsDefault, "split a contract with more than twice this many unpriced records into segments of about this many, which several workers price at once")
-	f.StringVar(&r.mode, "mode", string(distributor.ModeLock), "lock: release caught-up contracts; leader: keep them and price new records as they arrive")
-	f.BoolVar(&r.cfg.UntilDone, "until-done", false, "exit once no contract has unpriced records and none is held")
-	f.IntVar(&r.cfg.MaxAttempts, "max-attempts", distributor.MaxAttemptsDefault, "failed attempts before a contract is quarantined")
-	f.DurationVar(&r.cfg.ShutdownTimeout, "shutdown-timeout", distributor.ShutdownTimeoutDefault, "how long a graceful stop waits for batches in flight")
+	cliflags.Distributor(f, &r.cfg)
 	f.BoolVar(&r.jobs, "jobs", true, "also run due scheduled jobs (see \"worker schedule\"); --jobs=false opts out")
-	f.BoolVar(&r.cfg.PollOnly, "poll-only", false, "never LISTEN: look for new work every heartbeat only (for databases without LISTEN/NOTIFY)")
 	f.StringVar(&r.listenURL, "listen-database-url", "", "direct PostgreSQL URL used only to LISTEN for new work, when --database-url goes through a transaction pooler (default $BATON_LISTEN_DATABASE_URL; without either, such workers poll)")
 	f.StringVar(&r.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9090); off when empty")
-	drainTargetFlag(f, &r.drainTarget)
-	r.history.register(f)
-	r.console.register(f, "ui-addr", "ui-token", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
+	cliflags.DrainTarget(f, &r.drainTarget)
+	r.history.Register(f)
+	r.console.Register(f, "ui-addr", "", "also serve the operator console on this address (e.g. 127.0.0.1:8080); off when empty")
 	f.DurationVar(&r.waitForDB, "wait-for-database", 5*time.Minute, "at start, how long to wait for the database to answer and register the worker, retrying with back-off (0: fail at once if it cannot connect)")
-	cliflags.Positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "claim-group", "claim-group-records", "segment-records", "max-attempts", "shutdown-timeout")
-	cliflags.NonNegative(f, "wait-for-database", "batch-target")
+	cliflags.NonNegative(f, "wait-for-database")
 }
 
 func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	cfg := r.cfg
-	cfg.Mode = distributor.Mode(r.mode)
 	cfg.Kind = pricer.Kind // the loader's partitions, and only those
 	cfg.KeyAttr = "contract_id"
-	cfg.Logger = g.logger
+	cfg.Logger = g.Logger
 	cfg.Schema = g.schema
 	// A database that goes away while the worker registers is waited for
 	// as long as one that is not there when it starts.
 	cfg.StartTimeout = r.waitForDB
-	r.history.apply(&cfg)
+	r.history.Apply(&cfg)
 	if err := r.check(); err != nil {
 		return cfg, err
 	}
@@ -84,34 +67,16 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	return cfg, nil
 }
 
-// incomplete is the error of run --until-done when contracts are left
-// quarantined (exit 4), in the words of contracts rather than partitions:
-// the distributor counts task rows, and a contract split into segments may
-// have several quarantined, so it counts the contracts if it can and
-// otherwise says the distributor's count.
-func incomplete(ctx context.Context, err error, store *partition.Store) error {
-	const what = "; see worker status, then worker retry CONTRACT"
-	n, cerr := store.QuarantinedPartitions(ctx)
-	if cerr != nil {
-		var ie *distributor.IncompleteError
-		if !errors.As(err, &ie) {
-			return reworded(err, "work remains: contracts are quarantined"+what)
-		}
-		n = ie.Quarantined
-	}
-	return reworded(err, fmt.Sprintf("work remains: %s quarantined%s", noun.Count(n, "contract is", "contracts are"), what))
-}
-
 // check refuses flag values the distributor would refuse, in the flags'
 // own words rather than its configuration fields'. (Zero and negative
 // values are refused before, by cliflags.Check.)
 func (r *runFlags) check() error {
-	switch distributor.Mode(r.mode) {
+	switch r.cfg.Mode {
 	case distributor.ModeLock, distributor.ModeLeader:
 	default:
-		return usageError("--mode must be %s or %s, got %q", distributor.ModeLock, distributor.ModeLeader, r.mode)
+		return usageError("--mode must be %s or %s, got %q", distributor.ModeLock, distributor.ModeLeader, r.cfg.Mode)
 	}
-	if r.cfg.UntilDone && distributor.Mode(r.mode) != distributor.ModeLock {
+	if r.cfg.UntilDone && r.cfg.Mode != distributor.ModeLock {
 		return usageError("--until-done needs --mode %s: a leader keeps caught-up contracts and never finishes", distributor.ModeLock)
 	}
 	if strings.Contains(r.cfg.Name, partition.InstanceSeparator) {
@@ -173,9 +138,9 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	// A worker logs each batch not confirmed by the standby (event
 	// not_replicated) and counts them in its metrics; its exit code stays
 	// that of its run.
-	g.ownsDurability = true
+	g.OwnsDurability = true
 	stmt, lock, idle := cfg.ConnectionLimits()
-	db, err := g.openWaiting(ctx, dbconn.Options{
+	db, err := g.OpenWaiting(ctx, dbconn.Options{
 		ApplicationName: "baton-worker", StatementTimeout: stmt, LockTimeout: lock,
 		IdleInTransactionTimeout: idle, MaxOpenConns: cfg.PoolSize() + 1 + jobs.Conns(r.jobs),
 	}, r.waitForDB)
@@ -192,31 +157,30 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	if r.listenURL != "" {
 		ldb, err := dbconn.Open(r.listenURL, dbconn.Options{ApplicationName: "baton-listen", MaxOpenConns: 2})
 		if err != nil {
-			return &exitError{exitUsage, fmt.Errorf("--listen-database-url: %w", err)}
+			return clienv.Exit(clienv.ExitUsage, fmt.Errorf("--listen-database-url: %w", err))
 		}
 		defer ldb.Close()
 		cfg.ListenDB = ldb
 	}
 	pc := workerproc.Config{
 		DB: db, Processor: pricer.NewStore(db, g.schema).Processor(), Distributor: cfg, MetricsAddr: r.metricsAddr,
-		HorizonWarnAfter: r.console.horizonWarnAfter, TracingService: "baton-worker", Logger: g.logger,
+		HorizonWarnAfter: r.console.HorizonWarnAfter, TracingService: "baton-worker", Logger: g.Logger,
 		Backlog: backlog.Config{DrainTarget: r.drainTarget},
-		Ready:   g.ready(db),
+		Ready:   g.Ready(db),
 	}
 	if r.metricsAddr != "" {
 		pc.Metrics = metrics.New()
 	}
-	if r.console.addr != "" {
-		ccfg, cdb, err := r.console.open(ctx, g)
+	if r.console.Addr != "" {
+		ccfg, cdb, err := openConsole(ctx, g, r.console, r.drainTarget)
 		if err != nil {
 			return err
 		}
 		defer cdb.Close()
-		ccfg.DrainTarget = r.drainTarget
 		pc.Console, pc.ConsoleDB = &ccfg, cdb
 	}
 	if r.jobs {
-		pc.Jobs = jobs.Resolve(db, g.schema, g.logger, pc.Metrics)
+		pc.Jobs = jobs.Resolve(db, g.schema, g.Logger, pc.Metrics)
 	}
 	p, err := workerproc.New(pc)
 	if err != nil {
@@ -224,15 +188,14 @@ func (r *runFlags) run(ctx context.Context, g *globals) error {
 	}
 	start := time.Now()
 	err = p.Run(ctx)
-	var se *workerproc.StartError
 	switch {
-	case errors.As(err, &se):
-		return &exitError{exitUsage, err}
 	case errors.Is(err, distributor.ErrIncomplete):
-		return incomplete(context.WithoutCancel(ctx), err, pricingStore(db, g.schema))
+		return pricer.Incomplete(context.WithoutCancel(ctx), db, g.schema, err)
+	case errors.As(err, new(*workerproc.StartError)):
+		return err // a server that could not start: a usage error (clienv)
 	case err != nil:
 		return fmt.Errorf("worker %s: %w", p.InstanceID(), err)
 	}
-	g.logger.Info("worker exiting", "worker", p.InstanceID(), "elapsed_ms", time.Since(start).Milliseconds())
+	g.Logger.Info("worker exiting", "worker", p.InstanceID(), "elapsed_ms", time.Since(start).Milliseconds())
 	return nil
 }

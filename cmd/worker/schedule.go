@@ -2,17 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/jobs"
+	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/schedule"
@@ -68,8 +68,8 @@ that name (a changed schedule restarts its slots from the next one). Every
 			}
 			d.Name, d.Command = args[0], args[dash:]
 			d.Mode, d.Missed = schedule.Mode(mode), schedule.Missed(missed)
-			if err := checkScheduleFlags(d); err != nil {
-				return err
+			if err := jobs.Check(d); err != nil {
+				return usageError("%v", err)
 			}
 			db, err := g.openForSchedule(cmd.Context())
 			if err != nil {
@@ -84,66 +84,17 @@ that name (a changed schedule restarts its slots from the next one). Every
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&d.Every, "every", 0, "run every DURATION, at least "+minEvery.String()+" (slots are multiples of it since the Unix epoch, database clock)")
+	f.DurationVar(&d.Every, "every", 0, "run every DURATION, at least "+jobs.MinEvery.String()+" (slots are multiples of it since the Unix epoch, database clock)")
 	f.StringVar(&d.Cron, "cron", "", "run at the times of a five-field cron expression, UTC (e.g. \"*/5 * * * *\")")
 	f.StringVar(&mode, "mode", string(schedule.ModeLock), "lock: release after each run; expire: let the lease run out; leader: keep the job on one worker while it lives")
 	f.StringVar(&missed, "missed", string(schedule.MissedSkip), "skip: run the latest missed slot once; catch-up: run every missed slot, in order")
 	f.DurationVar(&d.LockAtMostFor, "lock-at-most-for", schedule.LockAtMostForDefault, "longest a run may hold the job; the command is then stopped (SIGTERM, then SIGKILL)")
 	f.DurationVar(&d.LockAtLeastFor, "lock-at-least-for", 0, "shortest time between two runs' starts (0: no minimum)")
 	f.StringVar(&d.Builtin, "builtin", "", "run a built-in job instead of a command: verify")
-	cliflags.AtLeast(f, "every", minEvery.String())
+	cliflags.AtLeast(f, "every", jobs.MinEvery.String())
 	cliflags.AtLeast(f, "lock-at-most-for", "1ms")
 	cliflags.NonNegative(f, "lock-at-least-for")
 	return cmd
-}
-
-// minEvery is the shortest --every: each run is a claim, a command started
-// and a fenced completion, and slots closer than this would only pile up
-// behind one another.
-const minEvery = time.Second
-
-// checkScheduleFlags refuses what schedule.Definition.Validate does, in
-// the flags' own words, and what only the command line needs: something
-// to run, a built-in it knows. Ranges are checked before, by
-// cliflags.Check.
-func checkScheduleFlags(d schedule.Definition) error {
-	if err := d.Validate(); err != nil {
-		var msgs []string
-		for _, e := range joined(err) {
-			if fe, ok := errors.AsType[*schedule.FieldError](e); ok {
-				msgs = append(msgs, fe.Format(scheduleFlag))
-			} else {
-				msgs = append(msgs, e.Error())
-			}
-		}
-		return usageError("schedule add %s: %s", d.Name, strings.Join(msgs, "; "))
-	}
-	switch {
-	case len(d.Command) == 0 && d.Builtin == "":
-		return usageError("schedule add %s: give a command after -- or --builtin", d.Name)
-	case d.Builtin != "" && d.Builtin != jobs.VerifyBuiltin:
-		return usageError("--builtin %q: no such built-in job (known: %s)", d.Builtin, jobs.VerifyBuiltin)
-	}
-	return nil
-}
-
-// scheduleFlag names a schedule.Definition field as schedule add takes it.
-func scheduleFlag(field string) string {
-	switch field {
-	case "name":
-		return "NAME"
-	case "command":
-		return "a command after --"
-	}
-	return "--" + field
-}
-
-// joined returns the errors errors.Join joined in err, or err alone.
-func joined(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }
 
 func newScheduleListCmd(g *globals) *cobra.Command {
@@ -159,19 +110,17 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			jobs, err := schedule.NewStore(db, g.schema).List(cmd.Context())
+			list, err := schedule.NewStore(db, g.schema).List(cmd.Context())
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				if jobs == nil {
-					jobs = []schedule.Status{}
+				if list == nil {
+					list = []schedule.Status{}
 				}
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(jobs)
+				return report.WriteJSON(g.stdout, list)
 			}
-			return text.PrintJobs(g.stdout, jobs)
+			return text.PrintJobs(g.stdout, list)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (with each job's whole command)")
@@ -232,7 +181,7 @@ Changes the database: records the request on the job's row.`,
 // leaves other errors as they are.
 func jobNotFound(name string, err error) error {
 	if errors.Is(err, partition.ErrNotFound) {
-		return &exitError{exitNotFound, fmt.Errorf("no such job %s (see worker schedule list)", name)}
+		return clienv.Exit(clienv.ExitNotFound, fmt.Errorf("no such job %s (see worker schedule list)", name))
 	}
 	return err
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
@@ -261,9 +262,9 @@ func TestDemosInterruptedDropTheirDatabase(t *testing.T) {
 			}
 			err := testutil.Receive(t, done, 60*time.Second, "the demo's exit after SIGINT")
 			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != exitFailure || !strings.Contains(errs.String(), "interrupted") {
+			if !errors.As(err, &ee) || ee.ExitCode() != clienv.ExitFailure || !strings.Contains(errs.String(), "interrupted") {
 				t.Errorf("interrupted %s: %v, want exit %d saying it was interrupted\n%s%s",
-					strings.Join(tc.args, " "), err, exitFailure, out.String(), errs.String())
+					strings.Join(tc.args, " "), err, clienv.ExitFailure, out.String(), errs.String())
 			}
 			if databaseExists(t, db, name) {
 				t.Errorf("the interrupted demo left its database %s behind\n%s%s", name, out.String(), errs.String())

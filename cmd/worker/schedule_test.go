@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/demo"
 	"github.com/batonhq/baton/internal/pgtest"
 )
@@ -25,14 +26,14 @@ func TestScheduleCommands(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"schedule", "add", "x", "--", "true"}, exitUsage},                                         // no schedule
-		{[]string{"schedule", "add", "x", "--every", "1s", "--cron", "* * * * *", "--", "true"}, exitUsage}, // both
-		{[]string{"schedule", "add", "x", "--every", "1s"}, exitUsage},                                      // nothing to run
-		{[]string{"schedule", "add", "x", "--cron", "61 * * * *", "--", "true"}, exitUsage},                 // bad cron
-		{[]string{"schedule", "add", "x", "--every", "1s", "--mode", "auto", "--", "true"}, exitUsage},
-		{[]string{"schedule", "add", "x", "--every", "1s", "--builtin", "nope"}, exitUsage},
-		{[]string{"schedule", "remove", "nope"}, exitNotFound},
-		{[]string{"schedule", "trigger", "nope"}, exitNotFound},
+		{[]string{"schedule", "add", "x", "--", "true"}, clienv.ExitUsage},                                         // no schedule
+		{[]string{"schedule", "add", "x", "--every", "1s", "--cron", "* * * * *", "--", "true"}, clienv.ExitUsage}, // both
+		{[]string{"schedule", "add", "x", "--every", "1s"}, clienv.ExitUsage},                                      // nothing to run
+		{[]string{"schedule", "add", "x", "--cron", "61 * * * *", "--", "true"}, clienv.ExitUsage},                 // bad cron
+		{[]string{"schedule", "add", "x", "--every", "1s", "--mode", "auto", "--", "true"}, clienv.ExitUsage},
+		{[]string{"schedule", "add", "x", "--every", "1s", "--builtin", "nope"}, clienv.ExitUsage},
+		{[]string{"schedule", "remove", "nope"}, clienv.ExitNotFound},
+		{[]string{"schedule", "trigger", "nope"}, clienv.ExitNotFound},
 	} {
 		if _, errs, code := c.run(tc.args...); code != tc.code {
 			t.Errorf("worker %s: exit %d, want %d\n%s", strings.Join(tc.args, " "), code, tc.code, errs)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/report"
 )
@@ -104,10 +105,10 @@ func TestSplitContractIsOneContract(t *testing.T) {
 		t.Errorf("status:\n%s", out)
 	}
 
-	if _, stderr, code := c.run("export", "--complete", "--out", filepath.Join(dir, "early.csv")); code != exitIncomplete {
+	if _, stderr, code := c.run("export", "--complete", "--out", filepath.Join(dir, "early.csv")); code != clienv.ExitIncomplete {
 		t.Errorf("export --complete with a segment unpriced: exit %d\n%s", code, stderr)
 	}
-	if _, stderr, code := c.run("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s"); code != exitIncomplete ||
+	if _, stderr, code := c.run("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s"); code != clienv.ExitIncomplete ||
 		!strings.Contains(stderr, "1 contract is quarantined") {
 		t.Errorf("run --until-done with two segments of one contract quarantined: exit %d\n%s; want 1 contract", code, stderr)
 	}

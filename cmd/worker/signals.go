@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/backlog"
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/horizon"
 	"github.com/batonhq/baton/internal/cliflags"
-	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/workerproc"
 )
 
@@ -35,37 +32,25 @@ deletes the ones older than two hours.`,
 		Example: `  worker signals --metrics-addr 0.0.0.0:9091 --drain-target 15m`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			db, err := g.openWaiting(ctx, dbconn.Options{MaxOpenConns: 2}, 5*time.Minute)
+			db, err := g.OpenWaiting(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, 5*time.Minute)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			m := metrics.New()
-			m.WatchHorizon(func(ctx context.Context) (horizon.Report, error) {
-				return horizon.NewReader(db, g.schema).Read(ctx, warnAfter)
-			})
-			pub, err := workerproc.BacklogPublisher(db, backlog.Config{Schema: g.schema, DrainTarget: drainTarget, SampleEvery: sampleEvery}, m, g.logger)
+			s, err := workerproc.NewSignals(workerproc.SignalsConfig{DB: db, MetricsAddr: addr, HorizonWarnAfter: warnAfter,
+				Backlog: backlog.Config{Schema: g.schema, DrainTarget: drainTarget, SampleEvery: sampleEvery},
+				Ready:   g.Ready(db), Logger: g.Logger})
 			if err != nil {
 				return usageError("%v", err)
 			}
-			var grp workerproc.Group
-			grp.Add("backlog", pub)
-			grp.Add("metrics", workerproc.MetricsServer(addr, m, g.ready(db), g.logger))
-			if err := grp.Start(ctx); err != nil {
-				return err
-			}
-			<-ctx.Done()
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), workerproc.StopGrace)
-			defer cancel()
-			return grp.Stop(sctx)
+			return s.Run(cmd.Context())
 		},
 	}
 	cmd.Flags().StringVar(&addr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (e.g. 0.0.0.0:9091)")
-	drainTargetFlag(cmd.Flags(), &drainTarget)
+	cliflags.DrainTarget(cmd.Flags(), &drainTarget)
 	cmd.Flags().DurationVar(&sampleEvery, "sample-every", backlog.SampleEveryDefault, "interval between readings of the backlog (and stored samples of it)")
-	cmd.Flags().DurationVar(&warnAfter, "horizon-warn-after", horizon.WarnAfterDefault, "warn when a transaction has held back the xmin horizon (and so vacuum) this long")
+	cliflags.HorizonWarnAfter(cmd.Flags(), &warnAfter)
 	_ = cmd.MarkFlagRequired("metrics-addr")
-	cliflags.Positive(cmd.Flags(), "sample-every", "horizon-warn-after")
+	cliflags.Positive(cmd.Flags(), "sample-every")
 	return cmd
 }

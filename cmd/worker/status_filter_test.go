@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/report"
 )
@@ -32,7 +33,7 @@ func TestStatusFiltersByStateAndLimits(t *testing.T) {
 	if rows := strings.Count(out, "  pending  "); rows != 3 || !strings.Contains(out, "… 7 more not listed") {
 		t.Errorf("--state pending --limit 3: %d pending rows, want 3 and 7 more not listed:\n%s", rows, out)
 	}
-	if _, errs, code := c.run("status", "--state", "sleeping"); code != exitUsage || !strings.Contains(errs, `--state "sleeping"`) {
-		t.Errorf("--state sleeping: exit %d, want %d naming the state:\n%s", code, exitUsage, errs)
+	if _, errs, code := c.run("status", "--state", "sleeping"); code != clienv.ExitUsage || !strings.Contains(errs, `--state "sleeping"`) {
+		t.Errorf("--state sleeping: exit %d, want %d naming the state:\n%s", code, clienv.ExitUsage, errs)
 	}
 }

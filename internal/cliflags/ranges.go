@@ -1,7 +1,10 @@
 // Package cliflags is what the worker command's flags share beyond cobra:
 // range annotations, checked before a command runs so that a zero or
-// negative value is refused naming the flag (ranges.go), and --help
-// listing a command's flags in titled groups (groups.go).
+// negative value is refused naming the flag (ranges.go); --help listing a
+// command's flags in titled groups (groups.go); and the flags several
+// commands take, defined once: a worker's distributor settings
+// (distributor.go), its ownership history, the console, the drain target
+// and the horizon warning (shared.go).
 package cliflags
 
 import (

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/noun"
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/ingest"
 )
 
@@ -39,4 +42,21 @@ func ReadLoads(ctx context.Context, db *dbconn.DB, schemaName string, q LoadsQue
 		}
 	}
 	return nil
+}
+
+// MissingLoadsError is the error of a status asked to check loads that are
+// not present (s.MissingLoads), wrapping partition.ErrNotFound; nil when
+// every load asked for is present.
+func (s Status) MissingLoadsError() error {
+	ids := s.MissingLoads
+	if len(ids) == 0 {
+		return nil
+	}
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = fmt.Sprint(id)
+	}
+	list := strings.Join(names, ", ")
+	return fmt.Errorf("%s not present: %w (it never committed, or its commit did not survive a failover: load its files again)",
+		noun.Count(int64(len(ids)), "load "+list, "loads "+list), partition.ErrNotFound)
 }

@@ -173,7 +173,7 @@ func Build(parts []partition.PartitionStatus, workers []partition.WorkerStatus) 
 // records, so it never makes a consistent contract look inconsistent. Then
 // it reads what holds back vacuum, warning past warnAfter.
 func Read(ctx context.Context, db *dbconn.DB, schemaName string, warnAfter time.Duration) (Status, error) {
-	store := partition.NewStore(db, schemaName).Kind(pricer.Kind)
+	store := pricer.Partitions(db, schemaName)
 	parts, workers, err := store.Status(ctx)
 	if err != nil {
 		return Status{}, err

@@ -118,10 +118,6 @@ type LoadPrune struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// ErrNotPruned is what PruneLoads' error wraps when a named load was
-// skipped (not all priced) or not found.
-var ErrNotPruned = errors.New("not every load was pruned")
-
 // LoadsOlderThan returns the ids of the loads that finished more than age
 // ago (by the database clock) and are not pruned yet, oldest first.
 func (s *Store) LoadsOlderThan(ctx context.Context, age time.Duration) ([]int64, error) {

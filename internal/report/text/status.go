@@ -53,7 +53,7 @@ func Print(w io.Writer, s report.Status) {
 		}
 		tw.Flush()
 	}
-	report.WritePaused(w, s.Paused)
+	printPaused(w, s.Paused)
 	printBacklog(w, s.Backlog)
 	printHorizon(w, s.Horizon)
 	printLoads(w, s)
