@@ -243,6 +243,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	// ones still ahead of the unowned ones (pickClaims takes them first).
 	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	decide.StaleFirst(cands, candOwned)
+	cands = d.withinBacklogShare(cands)
 	// A dead worker's partitions are taken within the share, like unowned
 	// ones, and beyond it (up to room) only those the other live workers
 	// have left for SpreadTakeovers (spread.go).
@@ -323,6 +324,33 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	}
 	return started, nil
 }
+
+// withinBacklogShare leaves out the unowned candidates beyond this
+// worker's part of the work in sight (decide.WithinBacklogShare): what it
+// holds and what the candidates hold, by items, among the live workers.
+// The count share alone let the first worker to see a split partition's
+// segments take as many as it had room for, and the other finish early
+// and wait while it priced them (a 90 % contract's 9 segments went 6 and
+// 3, or 5 and 2, run after run). Skipped once work may be taken beyond
+// the share (nobody else wants it).
+func (d *Distributor) withinBacklogShare(cands []taskstore.Candidate) []taskstore.Candidate {
+	d.mu.Lock()
+	live, overflow := d.liveWorkers, d.overflow
+	self := int64(0)
+	for _, h := range d.held {
+		if !h.handBack.Load() {
+			self += h.pending.Load()
+		}
+	}
+	d.mu.Unlock()
+	if overflow {
+		return cands
+	}
+	return decide.WithinBacklogShare(cands, candOwned, candBacklog, self, live)
+}
+
+// candBacklog is a candidate's pending items when it was read.
+func candBacklog(c taskstore.Candidate) int64 { return c.Backlog }
 
 // candOwned reports whether a candidate is a dead worker's partition.
 func candOwned(c taskstore.Candidate) bool { return c.Owned }
