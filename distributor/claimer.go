@@ -325,20 +325,22 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	return started, nil
 }
 
-// withinBacklogShare leaves out the unowned candidates beyond this
-// worker's part of the work in sight (decide.WithinBacklogShare): what it
-// holds and what the candidates hold, by items, among the live workers.
-// The count share alone let the first worker to see a split partition's
-// segments take as many as it had room for, and the other finish early
-// and wait while it priced them (a 90 % contract's 9 segments went 6 and
-// 3, or 5 and 2, run after run). Skipped once work may be taken beyond
-// the share (nobody else wants it).
+// withinBacklogShare leaves out the segment candidates beyond this
+// worker's part of the segments in sight (decide.WithinBacklogShare): the
+// pending items of the segments it holds and of those it read, among the
+// live workers. The count share alone let the first worker to see a split
+// partition's segments take as many as it had room for (a 90 % contract's
+// 9 segments went 6 and 3, or 5 and 2, run after run), and the other
+// finish early and wait while it priced them; shared by items, a worker
+// takes the rest as its own run low. Other partitions (and a dead
+// worker's) are left to the count share; nothing is left out once work
+// may be taken beyond the share (nobody else wants it).
 func (d *Distributor) withinBacklogShare(cands []taskstore.Candidate) []taskstore.Candidate {
 	d.mu.Lock()
 	live, overflow := d.liveWorkers, d.overflow
 	self := int64(0)
-	for _, h := range d.held {
-		if !h.handBack.Load() {
+	for k, h := range d.held {
+		if _, _, seg := partition.ParseSegmentKey(k); seg && !h.handBack.Load() {
 			self += h.pending.Load()
 		}
 	}
@@ -346,7 +348,14 @@ func (d *Distributor) withinBacklogShare(cands []taskstore.Candidate) []taskstor
 	if overflow {
 		return cands
 	}
-	return decide.WithinBacklogShare(cands, candOwned, candBacklog, self, live)
+	return decide.WithinBacklogShare(cands, notSegment, candBacklog, self, live)
+}
+
+// notSegment reports whether a candidate is anything but an unowned
+// segment: withinBacklogShare leaves those to the count share.
+func notSegment(c taskstore.Candidate) bool {
+	_, _, seg := partition.ParseSegmentKey(c.Key)
+	return c.Owned || !seg
 }
 
 // candBacklog is a candidate's pending items when it was read.

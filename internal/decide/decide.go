@@ -163,23 +163,24 @@ func StaleFirst[C any](cands []C, owned func(C) bool) {
 	})
 }
 
-// WithinBacklogShare is cands without the unowned candidates that would
-// take a worker holding self pending items beyond its part of the work in
-// sight: ceil((self + the unowned candidates' backlog) / live) items in
-// all. Candidates are kept in order while they fit; a worker below that
-// part keeps at least the first unowned one, however large, and one at
-// or above it keeps none. Owned candidates (a dead worker's) are all
-// kept. With one live worker, or no backlog known, cands is returned as
-// it is. So two workers that find the segments of a split partition
-// share them by items instead of the first to look taking as many as it
-// has room for, and a worker takes more once its own backlog runs low.
-func WithinBacklogShare[C any](cands []C, owned func(C) bool, backlog func(C) int64, self int64, live int) []C {
+// WithinBacklogShare is cands without the shared candidates (those
+// exempt does not pick out) that would take a worker holding self pending
+// items of such partitions beyond its part of them in sight: ceil((self +
+// the shared candidates' backlog) / live) items in all. Candidates are
+// kept in order while they fit; a worker below that part keeps at least
+// the first shared one, however large, and one at or above it keeps none.
+// Exempt candidates are all kept. With one live worker, or no backlog
+// known, cands is returned as it is. So two workers that find the
+// segments of a split partition share them by items instead of the first
+// to look taking as many as it has room for, and a worker takes more once
+// its own run low.
+func WithinBacklogShare[C any](cands []C, exempt func(C) bool, backlog func(C) int64, self int64, live int) []C {
 	if live < 2 {
 		return cands
 	}
 	var seen int64
 	for _, c := range cands {
-		if !owned(c) {
+		if !exempt(c) {
 			seen += max(0, backlog(c))
 		}
 	}
@@ -190,7 +191,7 @@ func WithinBacklogShare[C any](cands []C, owned func(C) bool, backlog func(C) in
 	out := make([]C, 0, len(cands))
 	first := true
 	for _, c := range cands {
-		if owned(c) {
+		if exempt(c) {
 			out = append(out, c)
 			continue
 		}

@@ -351,7 +351,7 @@ func TestWithinBacklogShare(t *testing.T) {
 		{"holding its part already, none", seg(4), 400, 2, ""},
 		{"below its part, at least the first, however large", []bc{u("big", 1000), u("s", 10)}, 0, 2, "big"},
 		{"smaller ones that fit are kept past one that does not", []bc{u("a", 300), u("b", 500), u("c", 200)}, 0, 2, "ac"},
-		{"a dead worker's are kept whatever the backlog", []bc{{"x", true, 1000}, u("a", 100), u("b", 100)}, 1000, 2, "x"},
+		{"exempt ones (a dead worker's, not a segment) are kept whatever the backlog", []bc{{"x", true, 1000}, u("a", 100), u("b", 100)}, 1000, 2, "x"},
 		{"alone: all", seg(4), 1000, 1, "abcd"},
 		{"no backlog known: all", []bc{u("a", 0), u("b", 0)}, 50, 2, "ab"},
 		{"three workers: a third", seg(9), 0, 3, "abc"},
