@@ -191,6 +191,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	// ones still ahead of the unowned ones (pickClaims takes them first).
 	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	decide.StaleFirst(cands, candOwned)
+	cands = d.withinBacklogShare(cands)
 	// A dead worker's partitions are taken within the share, like unowned
 	// ones, and beyond it (up to room) only those the other live workers
 	// have left for SpreadTakeovers (spread.go).
@@ -365,6 +366,42 @@ func (d *Distributor) claimTakeovers(ctx context.Context, try []taskstore.Candid
 	}
 	return won, nil
 }
+
+// withinBacklogShare leaves out the segment candidates beyond this
+// worker's part of the segments in sight (decide.WithinBacklogShare): the
+// pending items of the segments it holds and of those it read, among the
+// live workers. The count share alone let the first worker to see a split
+// partition's segments take as many as it had room for (a 90 % contract's
+// 9 segments went 6 and 3, or 5 and 2, run after run), and the other
+// finish early and wait while it priced them; shared by items, a worker
+// takes the rest as its own run low. Other partitions (and a dead
+// worker's) are left to the count share; nothing is left out once work
+// may be taken beyond the share (nobody else wants it).
+func (d *Distributor) withinBacklogShare(cands []taskstore.Candidate) []taskstore.Candidate {
+	d.mu.Lock()
+	live, overflow := d.liveWorkers, d.overflow
+	self := int64(0)
+	for k, h := range d.held {
+		if _, _, seg := partition.ParseSegmentKey(k); seg && !h.handBack.Load() {
+			self += h.pending.Load()
+		}
+	}
+	d.mu.Unlock()
+	if overflow {
+		return cands
+	}
+	return decide.WithinBacklogShare(cands, notSegment, candBacklog, self, live)
+}
+
+// notSegment reports whether a candidate is anything but an unowned
+// segment: withinBacklogShare leaves those to the count share.
+func notSegment(c taskstore.Candidate) bool {
+	_, _, seg := partition.ParseSegmentKey(c.Key)
+	return c.Owned || !seg
+}
+
+// candBacklog is a candidate's pending items when it was read.
+func candBacklog(c taskstore.Candidate) int64 { return c.Backlog }
 
 // candOwned reports whether a candidate is a dead worker's partition.
 func candOwned(c taskstore.Candidate) bool { return c.Owned }

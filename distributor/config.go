@@ -148,7 +148,9 @@ type Config struct {
 	// partition's backlog is split into when the Processor is a Splitter:
 	// a partition holding more than twice as many unprocessed items is
 	// split, by the batch that finds it so, into segments of about this
-	// many items (where the processor allows a segment to start), which
+	// many items (where the processor allows a segment to start; a little
+	// fewer when that makes their number a multiple of the live workers,
+	// so that those share them evenly), which
 	// any worker claims and processes like partitions, at the same time
 	// (see Splitter). Defaults to 100,000, about a second of a pricing
 	// worker's time: large enough that a segment's claim and release cost

@@ -15,9 +15,18 @@ func (d *Distributor) rebalance(ctx context.Context) (*finished, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.cfg.UntilDone && d.heldCount() == 0 && load.Busy == 0 {
+	if d.cfg.UntilDone && d.heldCount() == 0 && (load.Busy == 0 || load.Unclaimed == 0) {
 		// The load reads claimable rows from the store's floor; whether
-		// anything is pending is answered exactly before stopping.
+		// anything is pending is answered exactly before stopping. Busy
+		// alone is not enough: it counts the partitions that the workers'
+		// last heartbeats said they held, and a partition released with
+		// its last batch (in the batch's transaction) is counted until
+		// its worker's next heartbeat, so a run whose last partitions
+		// end that way would wait that long, and then for a poll, to
+		// notice. With nothing claimable and nothing held, the exact
+		// answer decides: pending work held by others keeps the worker
+		// waiting as before, and the last worker to finish stops at once
+		// (its stop notifies the others, which then do too).
 		pending, err := d.store.PendingWork(ctx)
 		if err != nil {
 			return nil, err

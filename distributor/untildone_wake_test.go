@@ -66,3 +66,37 @@ func TestUntilDoneWorkerHoldingNothingClaimsNotifiedWork(t *testing.T) {
 	})
 	d.Stop()
 }
+
+// Until-done workers stop as soon as the last partition is done, not at
+// the heartbeat and poll after it: a partition released with its last
+// batch is counted as held by the load until its worker's next
+// heartbeat, so the end used to wait for that heartbeat and then a poll
+// (here 10 s each; the run's own work takes well under a second).
+func TestUntilDoneWorkersStopWhenTheLastPartitionIsDone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	parts := keys("p", 6)
+	e.addWork(50, parts...)
+	ev := newEvents()
+	var ds []*distributor.Distributor
+	for _, name := range []string{"w1", "w2"} {
+		cfg := fastConfig(name, ev)
+		cfg.UntilDone, cfg.Heartbeat, cfg.StaleAfter = true, 10*time.Second, 40*time.Second
+		ds = append(ds, e.start(cfg, newProc()))
+	}
+	for _, k := range parts {
+		ev.wait(t, 30*time.Second, k+" done", func(x distributor.Event) bool {
+			return x.Kind == distributor.EventCheckpoint && x.Key == k && x.Position == 50
+		})
+	}
+	done := time.Now()
+	for _, d := range ds {
+		if err := waitDone(t, d, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(done); took > 3*time.Second {
+		t.Fatalf("the workers stopped %v after the last partition was done, want at most 3s (heartbeat and poll are 10s)", took.Round(time.Millisecond))
+	}
+	e.verify()
+}

@@ -163,6 +163,48 @@ func StaleFirst[C any](cands []C, owned func(C) bool) {
 	})
 }
 
+// WithinBacklogShare is cands without the shared candidates (those
+// exempt does not pick out) that would take a worker holding self pending
+// items of such partitions beyond its part of them in sight: ceil((self +
+// the shared candidates' backlog) / live) items in all. Candidates are
+// kept in order while they fit; a worker below that part keeps at least
+// the first shared one, however large, and one at or above it keeps none.
+// Exempt candidates are all kept. With one live worker, or no backlog
+// known, cands is returned as it is. So two workers that find the
+// segments of a split partition share them by items instead of the first
+// to look taking as many as it has room for, and a worker takes more once
+// its own run low.
+func WithinBacklogShare[C any](cands []C, exempt func(C) bool, backlog func(C) int64, self int64, live int) []C {
+	if live < 2 {
+		return cands
+	}
+	var seen int64
+	for _, c := range cands {
+		if !exempt(c) {
+			seen += max(0, backlog(c))
+		}
+	}
+	if seen == 0 {
+		return cands
+	}
+	left := (self+seen+int64(live)-1)/int64(live) - self
+	out := make([]C, 0, len(cands))
+	first := true
+	for _, c := range cands {
+		if exempt(c) {
+			out = append(out, c)
+			continue
+		}
+		b := max(0, backlog(c))
+		if left > 0 && (first || b <= left) {
+			out = append(out, c)
+			left -= b
+			first = false
+		}
+	}
+	return out
+}
+
 // PickClaims chooses the candidates to claim in one round: a dead
 // worker's partitions (owned) up to room, whatever the share, unowned ones
 // up to want within room. It returns the choice and the candidates left

@@ -3,6 +3,7 @@ package decide
 import (
 	"github.com/batonhq/baton/internal/leaseinfo"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -321,5 +322,49 @@ func TestSightStale(t *testing.T) {
 	}
 	if seen, _, _ = SightStale(seen, []int{2}, []int64{6}, 16, since(16), 5); len(seen) != 1 {
 		t.Fatalf("rows no longer stale kept: %v", seen)
+	}
+}
+
+func TestWithinBacklogShare(t *testing.T) {
+	type bc struct {
+		key     string
+		owned   bool
+		backlog int64
+	}
+	u := func(k string, n int64) bc { return bc{key: k, backlog: n} }
+	seg := func(n int) []bc {
+		out := make([]bc, n)
+		for i := range out {
+			out[i] = u(string(rune('a'+i)), 100)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		cands []bc
+		self  int64
+		live  int
+		keep  string
+	}{
+		{"idle worker takes half of ten equal segments", seg(10), 0, 2, "abcde"},
+		{"the other then takes half of what is left", seg(5), 0, 2, "ab"},
+		{"holding its part already, none", seg(4), 400, 2, ""},
+		{"below its part, at least the first, however large", []bc{u("big", 1000), u("s", 10)}, 0, 2, "big"},
+		{"smaller ones that fit are kept past one that does not", []bc{u("a", 300), u("b", 500), u("c", 200)}, 0, 2, "ac"},
+		{"exempt ones (a dead worker's, not a segment) are kept whatever the backlog", []bc{{"x", true, 1000}, u("a", 100), u("b", 100)}, 1000, 2, "x"},
+		{"alone: all", seg(4), 1000, 1, "abcd"},
+		{"no backlog known: all", []bc{u("a", 0), u("b", 0)}, 50, 2, "ab"},
+		{"three workers: a third", seg(9), 0, 3, "abc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := WithinBacklogShare(tc.cands, func(c bc) bool { return c.owned }, func(c bc) int64 { return c.backlog }, tc.self, tc.live)
+			var ks []string
+			for _, c := range got {
+				ks = append(ks, c.key)
+			}
+			if strings.Join(ks, "") != tc.keep {
+				t.Fatalf("WithinBacklogShare kept %v, want %q", ks, tc.keep)
+			}
+		})
 	}
 }

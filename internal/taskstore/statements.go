@@ -51,17 +51,17 @@ func staleRows(k, limit string) string {
 // index from floor $3, and the stale rows; with each, when it became
 // claimable (or its lease ended) and the statement's time, in seconds
 // since the Unix epoch (-Infinity for a row made claimable by hand with
-// lease_expires_at '-infinity').
+// lease_expires_at '-infinity'), and its pending items.
 var candidatesSQL = `
-		SELECT partition_key, version, owned, extract(epoch FROM at)::float8, extract(epoch FROM now())::float8 FROM (
-			(SELECT partition_key, version, false AS owned, claimable_at AS at
+		SELECT partition_key, version, owned, extract(epoch FROM at)::float8, extract(epoch FROM now())::float8, backlog FROM (
+			(SELECT partition_key, version, false AS owned, claimable_at AS at, greatest(available - position, 0) AS backlog
 			 FROM {{.Schema}}.tasks t
 			 WHERE kind = $2 AND claimable_at >= $3::timestamptz AND claimable_at <= now()
 			   AND ` + partitionNotPausedT + ` AND ` + kindNotPaused("$2") + `
 			 ORDER BY claimable_at
 			 LIMIT $1)
 			UNION ALL
-			(SELECT partition_key, version, true, at FROM (` + staleRows("$2", "$1") + `) s
+			(SELECT partition_key, version, true, at, backlog FROM (` + staleRows("$2", "$1") + `) s
 			 ORDER BY at
 			 LIMIT $1)
 		) c

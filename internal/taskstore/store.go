@@ -28,6 +28,9 @@ type Candidate struct {
 	// claiming it is a takeover, and the new owner must wait for
 	// confirmation before processing.
 	Owned bool
+	// Backlog is its pending items (available − position) when read by
+	// Candidates; StaleCandidates leaves it 0.
+	Backlog int64
 }
 
 // Claimed is a won claim.
@@ -212,7 +215,7 @@ func (s *Store) Candidates(ctx context.Context, limit int) ([]Candidate, error) 
 			c  Candidate
 			at float64
 		)
-		if err := rows.Scan(&c.Key, &c.Version, &c.Owned, &at, &now); err != nil {
+		if err := rows.Scan(&c.Key, &c.Version, &c.Owned, &at, &now, &c.Backlog); err != nil {
 			return nil, fmt.Errorf("reading claim candidates: %w", err)
 		}
 		if !c.Owned && math.IsNaN(earliest) {
