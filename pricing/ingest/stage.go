@@ -291,7 +291,7 @@ WITH new AS (
 SELECT n.contract_id, c.contract_id IS NOT NULL,
        o.th IS DISTINCT FROM n.th OR o.bp IS DISTINCT FROM n.bp,
        coalesce(k.position, 0),
-       EXISTS (SELECT 1 FROM {{.Schema}}.generations g WHERE g.contract_id = n.contract_id AND g.state = 'pricing')
+       EXISTS (SELECT 1 FROM {{.Schema}}.generations g WHERE g.contract_id = n.contract_id AND g.state IN ('pricing', 'preview'))
   FROM new n
   LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = n.contract_id
   LEFT JOIN old o ON o.contract_id = n.contract_id

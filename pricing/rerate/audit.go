@@ -14,7 +14,7 @@ import (
 type Generation struct {
 	Contract   string `json:"contract_id"`
 	Generation int64  `json:"generation"`
-	State      string `json:"state"` // pricing, current, superseded, abandoned or pruned
+	State      string `json:"state"` // pricing, preview, current, superseded, abandoned, discarded or pruned
 	FromSeq    int64  `json:"from_seq"`
 	// StartedAt is when the generation was requested (a load or worker
 	// reprice), PricingStartedAt when workers committed its first batch
@@ -41,10 +41,10 @@ func (s *Store) List(ctx context.Context, contracts []string) ([]Generation, err
 	rows, err := s.t.DB.QueryContext(ctx, s.t.SQL(`
 SELECT g.contract_id, g.generation, g.state, g.from_seq, g.started_at, g.pricing_started_at, g.finished_at, g.pruned_at,
        g.started_by, g.reason,
-       CASE WHEN g.state IN ('pricing', 'current', 'superseded')
+       CASE WHEN g.state IN ('pricing', 'preview', 'current', 'superseded')
             THEN (SELECT count(*) FROM {{.Schema}}.priced_generation(g.contract_id, g.generation))
             ELSE coalesce(g.records, 0) END,
-       CASE WHEN g.state IN ('pricing', 'current', 'superseded')
+       CASE WHEN g.state IN ('pricing', 'preview', 'current', 'superseded')
             THEN (SELECT coalesce(sum(net_minor), 0) FROM {{.Schema}}.priced_generation(g.contract_id, g.generation))
             ELSE coalesce(g.net_total, 0) END
   FROM {{.Schema}}.generations g
