@@ -32,6 +32,9 @@ type Generation struct {
 	// was abandoned or its rows were pruned.
 	Records  int64 `json:"records"`
 	NetTotal int64 `json:"net_total"`
+	// NetChange, of a preview, is its net total less the current
+	// generation's.
+	NetChange *int64 `json:"net_change,omitempty"`
 }
 
 // List lists the generations of the re-priced contracts (all of them if
@@ -67,6 +70,18 @@ SELECT g.contract_id, g.generation, g.state, g.from_seq, g.started_at, g.pricing
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("listing generations: %w", err)
+	}
+	current := map[string]int64{}
+	for _, g := range out {
+		if g.State == "current" {
+			current[g.Contract] = g.NetTotal
+		}
+	}
+	for i, g := range out {
+		if c, ok := current[g.Contract]; ok && g.State == "preview" {
+			d := g.NetTotal - c
+			out[i].NetChange = &d
+		}
 	}
 	return out, nil
 }
