@@ -323,6 +323,8 @@ func TestPreviewResumedAfterAWorkerStops(t *testing.T) {
 	if left := count(t, db.DB, `SELECT count(*) FROM baton.tasks WHERE kind = 'pricing' AND position < available`); left == 0 {
 		t.Fatal("the first worker priced every preview before it was stopped")
 	}
+	// The export is complete and unchanged part-way through the previews.
+	sameBytes(t, "export mid-preview", exportBytes(t, db), first)
 	runUntilDone(t, db, distributor.Config{BatchSize: 97})
 	sameBytes(t, "export", exportBytes(t, db), first)
 	sameBytes(t, "the previews", previewBytes(t, db), golden(t))
