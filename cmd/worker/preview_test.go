@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/csv"
 	"encoding/json"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -111,5 +112,33 @@ func TestPreviewCommands(t *testing.T) {
 	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
 	if got := c.mustRun("export", "--out", "-", "--complete"); got != string(golden) {
 		t.Fatal("export after a discarded preview differs from expected.csv")
+	}
+}
+
+// The console's overview lists the previews waiting, with their change,
+// and a contract's page shows its preview among its generations.
+func TestConsoleShowsPreviews(t *testing.T) {
+	t.Parallel()
+	c := cli{t, pgtest.NewURL(t)}
+	c.mustRun("load", "--tiers", vectorsDir+"tiers.csv", "--records", vectorsDir+"records.csv")
+	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+	base := serveConsole(t, c.command("ui", "--addr", "127.0.0.1:0", "--log-format", "json"))
+	if _, body := get(t, base+"/"); strings.Contains(body, `id="previews"`) {
+		t.Error("the overview lists previews before there are any")
+	}
+	c.mustRun("reprice", "--preview", "--reason", "same tiers", "basic-3-tiers")
+	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+	code, body := get(t, base+"/")
+	if code != http.StatusOK {
+		t.Fatalf("overview = %d:\n%s", code, body)
+	}
+	// The same tiers price the same nets: the change is 0.
+	for _, want := range []string{`id="previews"`, `href="/contracts/basic-3-tiers"`, "caught up", `class="num preview-change">0<`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+	if _, body := get(t, base+"/contracts/basic-3-tiers"); !strings.Contains(body, `class="state preview"`) {
+		t.Error("the contract's page does not show its preview")
 	}
 }
