@@ -50,6 +50,9 @@ func TestPreviewCommands(t *testing.T) {
 	if got := c.mustRun("export", "--out", "-", "--complete"); got != first {
 		t.Fatal("export changed while the previews wait")
 	}
+	if got := c.mustRun("export", "--out", "-", "--generation", "preview"); got != string(golden) {
+		t.Fatal("export of the previews differs from expected.csv")
+	}
 
 	var gens []struct {
 		Contract   string `json:"contract_id"`

@@ -27,6 +27,19 @@ SELECT v.contract_id, r.record_id, r.gross_minor, r.discount_minor, r.net_minor
   FROM prev v CROSS JOIN LATERAL {{.Schema}}.priced_generation(v.contract_id, v.previous) r
  ORDER BY v.contract_id COLLATE "C", r.seq`
 
+// PreviewSQL selects, with PreviousSQL's columns and order, each
+// contract's preview waiting for a decision (its view, priced_generation,
+// as far as it is priced) or, for a contract without one, its current
+// rows. Its table names use schema.Placeholder.
+const PreviewSQL = `WITH v AS (
+    SELECT c.contract_id,
+           coalesce((SELECT g.generation FROM {{.Schema}}.generations g
+                      WHERE g.contract_id = c.contract_id AND g.state = 'preview'), c.current_generation) AS gen
+      FROM {{.Schema}}.contracts c)
+SELECT v.contract_id, r.record_id, r.gross_minor, r.discount_minor, r.net_minor
+  FROM v CROSS JOIN LATERAL {{.Schema}}.priced_generation(v.contract_id, v.gen) r
+ ORDER BY v.contract_id COLLATE "C", r.seq`
+
 // Change is one record whose priced row differs between a contract's
 // previous and current generations: amounts changed, or a record priced
 // in only one of them (Added: no old row; Removed: no new row, their
