@@ -10,7 +10,8 @@ import (
 	"github.com/batonhq/baton/pricing/internal/reprice"
 )
 
-// Previews. A Request with Preview set starts a preview: a new generation
+// Previews (the package documentation's last paragraphs say more). A
+// Request with Preview set starts a preview: a new generation
 // priced like any other (the contract's partition is rewound and workers
 // price it through the usual protocol, so a worker that dies part-way is
 // taken over and its checkpoint resumed) that does not become current when
@@ -55,9 +56,9 @@ func (s *Store) Approve(ctx context.Context, contracts []string) ([]Decided, err
 }
 
 // ApproveTx approves, in tx, the previews of contracts (every preview
-// waiting if contracts is empty): see Previews above. It refuses unknown
-// contracts (ErrUnknownContract) and contracts without a preview
-// (ErrNoPreview), changing nothing.
+// waiting if contracts is empty), as the package documentation says. It
+// refuses unknown contracts (ErrUnknownContract) and contracts without a
+// preview (ErrNoPreview), changing nothing.
 func (s *Store) ApproveTx(ctx context.Context, tx bun.Tx, contracts []string) ([]Decided, error) {
 	return reprice.Approve(ctx, reprice.Bun(tx), s.t.Schema, contracts)
 }
@@ -68,8 +69,8 @@ func (s *Store) Discard(ctx context.Context, contracts []string) ([]Decided, err
 }
 
 // DiscardTx discards, in tx, the previews of contracts (every preview
-// waiting if contracts is empty): see Previews above. It refuses as
-// ApproveTx does.
+// waiting if contracts is empty), as the package documentation says. It
+// refuses as ApproveTx does.
 func (s *Store) DiscardTx(ctx context.Context, tx bun.Tx, contracts []string) ([]Decided, error) {
 	return reprice.Discard(ctx, reprice.Bun(tx), s.t.Schema, contracts)
 }
