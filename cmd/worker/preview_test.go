@@ -24,17 +24,7 @@ func TestPreviewCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tiers, err := os.ReadFile(vectorsDir + "tiers.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimRight(string(tiers), "\n"), "\n")
-	for i := 1; i < len(lines); i++ {
-		f := strings.Split(lines[i], ",")
-		f[2] = "0"
-		lines[i] = strings.Join(f, ",")
-	}
-	zero := writeFile(t, "tiers0.csv", strings.Join(lines, "\n")+"\n")
+	zero := zeroDiscountTiers(t)
 	c.mustRun("load", "--tiers", zero, "--records", vectorsDir+"records.csv")
 	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
 	first := c.mustRun("export", "--out", "-", "--complete")
@@ -144,4 +134,20 @@ func TestConsoleShowsPreviews(t *testing.T) {
 	if _, body := get(t, base+"/contracts/basic-3-tiers"); !strings.Contains(body, `class="state preview"`) {
 		t.Error("the contract's page does not show its preview")
 	}
+}
+
+// zeroDiscountTiers writes the golden tiers with every discount 0.
+func zeroDiscountTiers(t *testing.T) string {
+	t.Helper()
+	tiers, err := os.ReadFile(vectorsDir + "tiers.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(string(tiers), "\n"), "\n")
+	for i := 1; i < len(lines); i++ {
+		f := strings.Split(lines[i], ",")
+		f[2] = "0"
+		lines[i] = strings.Join(f, ",")
+	}
+	return writeFile(t, "tiers0.csv", strings.Join(lines, "\n")+"\n")
 }

@@ -85,20 +85,41 @@ func previewAll(t *testing.T, db *dbconn.DB, noDiscount bool) []rerate.Started {
 	return started
 }
 
+// previewedUndiscounted loads the golden records under tiers without
+// discounts, prices them and previews the golden tiers of every contract;
+// it returns the database and the first pricing's export.
+func previewedUndiscounted(t *testing.T) (*dbconn.DB, []byte) {
+	t.Helper()
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
+	if _, err := ingest.NewStore(db, "").Load(context.Background(), ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
+		t.Fatal(err)
+	}
+	runUntilDone(t, db, distributor.Config{BatchSize: 97})
+	first := exportBytes(t, db)
+	previewAll(t, db, false)
+	return db, first
+}
+
+// linesOf is the lines of the CSV b about contract key, after header if
+// it is set.
+func linesOf(b []byte, key, header string) []byte {
+	out := bytes.NewBufferString(header)
+	for _, l := range bytes.SplitAfter(b, []byte("\n")) {
+		if bytes.HasPrefix(l, []byte(key+",")) {
+			out.Write(l)
+		}
+	}
+	return out.Bytes()
+}
+
 // A preview of the golden tiers over output priced without discounts
 // prices the golden rows under its generation while the export stays the
 // first pricing's; its totals and diff agree with its rows; approving
 // makes it the export, byte for byte, and verification holds.
 func TestPreviewApprovedBecomesCurrent(t *testing.T) {
 	t.Parallel()
-	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
+	db, first := previewedUndiscounted(t)
 	ctx := context.Background()
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-		t.Fatal(err)
-	}
-	runUntilDone(t, db, distributor.Config{BatchSize: 97})
-	first := exportBytes(t, db)
-	previewAll(t, db, false)
 	// A second re-pricing or preview is refused while one waits.
 	if _, err := start(t, db, []rerate.Request{{Contract: "random-mix"}}); !errors.Is(err, rerate.ErrPreviewPending) ||
 		!strings.Contains(err.Error(), "approve") {
@@ -262,14 +283,7 @@ func TestPreviewOfAnAmendment(t *testing.T) {
 	if got := count(t, db.DB, amountOf); got != wrong {
 		t.Errorf("the record's amount is %d while previewed, want %d", got, wrong)
 	}
-	var want bytes.Buffer
-	want.WriteString("contract_id,record_id,gross_minor,discount_minor,net_minor\n")
-	for _, l := range bytes.SplitAfter(golden(t), []byte("\n")) {
-		if bytes.HasPrefix(l, []byte(key+",")) {
-			want.Write(l)
-		}
-	}
-	sameBytes(t, "the preview", previewBytes(t, db), want.Bytes())
+	sameBytes(t, "the preview", previewBytes(t, db), linesOf(golden(t), key, "contract_id,record_id,gross_minor,discount_minor,net_minor\n"))
 	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE generation = 2`); n != 2000-seq+1 {
 		t.Errorf("%d rows priced by the preview, want the %d from the amended record on", n, 2000-seq+1)
 	}
@@ -289,14 +303,8 @@ func TestPreviewOfAnAmendment(t *testing.T) {
 // preview is exact, the export untouched.
 func TestPreviewResumedAfterAWorkerStops(t *testing.T) {
 	t.Parallel()
-	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
+	db, first := previewedUndiscounted(t)
 	ctx := context.Background()
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-		t.Fatal(err)
-	}
-	runUntilDone(t, db, distributor.Config{BatchSize: 97})
-	first := exportBytes(t, db)
-	previewAll(t, db, false)
 
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -402,16 +410,5 @@ func TestApproveWaitsForABatchInFlight(t *testing.T) {
 	if g := count(t, db.DB, `SELECT current_generation FROM baton.contracts WHERE contract_id = ?`, key); g != 2 {
 		t.Fatalf("current generation %d once caught up, want 2", g)
 	}
-	var want, got bytes.Buffer
-	for _, l := range bytes.SplitAfter(golden(t), []byte("\n")) {
-		if bytes.HasPrefix(l, []byte(key+",")) {
-			want.Write(l)
-		}
-	}
-	for _, l := range bytes.SplitAfter(exportBytes(t, db), []byte("\n")) {
-		if bytes.HasPrefix(l, []byte(key+",")) {
-			got.Write(l)
-		}
-	}
-	sameBytes(t, key+"'s export", got.Bytes(), want.Bytes())
+	sameBytes(t, key+"'s export", linesOf(exportBytes(t, db), key, ""), linesOf(golden(t), key, ""))
 }
