@@ -25,7 +25,14 @@ func rerateSection(w writer, r *results) {
 	if s.Amend.Seconds > 0 {
 		w("| re-pricing after an amendment of each contract's middle record | %s | %.1f | %s | **%.2f×** |\n", count(s.Amend.Records), s.Amend.Seconds, rate(s.Amend.PerSec), s.AmendRatio)
 	}
+	if s.Preview.Seconds > 0 {
+		w("| pricing of a preview of a tier change of every contract (`--preview`) | %s | %.1f | %s | **%.2f×** |\n", count(s.Preview.Records), s.Preview.Seconds, rate(s.Preview.PerSec), s.PreviewRatio)
+	}
 	w("\nContracts not named untouched: %s. Verified after the tier change: %s; after the amendment: %s.\n\n", yesNo(s.Untouched), yesNo(s.Verified), yesNo(s.AmendVerified))
+	if s.Preview.Seconds > 0 {
+		w("`worker generations approve` made every caught-up preview current in %.2f s (the command, process start included; one transaction, three rows per contract); verified after it: %s.\n\n",
+			s.ApproveSeconds, yesNo(s.PreviewVerified))
+	}
 	w("A re-priced record is written once, as in a first pricing: its batch writes it into `priced_rows` under its generation, where it stays, and the switch that makes the generation current " +
 		"updates the contract's current generation (three rows, whatever the contract's size); readers see each contract's current generation through the `priced` view.\n\n")
 	if s.Error != "" {
