@@ -92,8 +92,9 @@ type Options struct {
 	// Preview, with Reprice or Amend, starts the new generations as
 	// previews (package rerate): priced without becoming current, the new
 	// tiers and amounts kept with them, not made the contracts' own, until
-	// approved (rerate.Store.Approve) or discarded. A changed tier set of
-	// a contract with nothing priced yet still just replaces its tiers.
+	// approved (rerate.Store.Approve) or discarded, even for a contract
+	// with nothing priced yet (its records, when they come, are priced
+	// under both its tiers and the preview's).
 	Preview bool
 	// Reason and StartedBy are recorded with the generations and
 	// amendments a load with Reprice or Amend starts.

@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
@@ -411,4 +412,33 @@ func TestApproveWaitsForABatchInFlight(t *testing.T) {
 		t.Fatalf("current generation %d once caught up, want 2", g)
 	}
 	sameBytes(t, key+"'s export", linesOf(exportBytes(t, db), key, ""), linesOf(golden(t), key, ""))
+}
+
+// A tier change previewed before any record is loaded: the records loaded
+// afterwards are priced under the contracts' tiers (the export is the
+// golden file) and under the preview's (no discount).
+func TestPreviewBeforeAnyRecord(t *testing.T) {
+	t.Parallel()
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
+	ctx := context.Background()
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: vectors + "tiers.csv"}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), Reprice: true, Preview: true})
+	if err != nil || rep.ContractsRepriced == 0 {
+		t.Fatalf("previewing tiers: %+v, %v", rep, err)
+	}
+	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{RecordsPath: vectors + "records.csv"}); err != nil {
+		t.Fatal(err)
+	}
+	runUntilDone(t, db, distributor.Config{BatchSize: 97})
+	sameBytes(t, "export", exportBytes(t, db), golden(t))
+	// Contracts whose tiers had no discount already were not previewed:
+	// their current output is their preview's export.
+	var buf bytes.Buffer
+	if _, err := export.NewStore(db, "").WritePreview(ctx, &buf); err != nil {
+		t.Fatal(err)
+	}
+	sameBytes(t, "export of the previews", buf.Bytes(), undiscounted(t))
+	verifyClean(t, db)
 }
