@@ -339,18 +339,21 @@ func TestPreviewResumedAfterAWorkerStops(t *testing.T) {
 	sameBytes(t, "the previews", previewBytes(t, db), golden(t))
 }
 
-// Approving while a batch of the preview is in flight waits for it to
-// commit (the task row's lock); a preview not caught up then is priced on
-// as a generation to become current, and becomes current, exact, when
-// caught up.
-func TestApproveWaitsForABatchInFlight(t *testing.T) {
-	t.Parallel()
+// decideDuringABatch previews the golden tiers of random-mix over output
+// priced without discounts and, while a worker's batch of the preview
+// (past seq 500) is in flight, calls decide: it must wait for the batch
+// (the task row's lock) and return once it has committed. The worker then
+// runs until done. It returns the database, what decide returned and the
+// first pricing's export.
+func decideDuringABatch(t *testing.T, decide func(*rerate.Store) ([]rerate.Decided, error)) (*dbconn.DB, []rerate.Decided, []byte) {
+	t.Helper()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
 	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
 		t.Fatal(err)
 	}
 	runUntilDone(t, db, distributor.Config{BatchSize: 97})
+	first := exportBytes(t, db)
 	const key = "random-mix"
 	if _, err := start(t, db, []rerate.Request{{Contract: key, NewTiers: vectorTiers(t)[key], Preview: true}}); err != nil {
 		t.Fatal(err)
@@ -382,36 +385,69 @@ func TestApproveWaitsForABatchInFlight(t *testing.T) {
 	case <-wctx.Done():
 		t.Fatal("no batch of the preview past seq 500")
 	}
-	approved := make(chan []rerate.Decided, 1)
+	decided := make(chan []rerate.Decided, 1)
 	go func() {
-		a, err := rerate.NewStore(db, "").Approve(ctx, []string{key})
+		a, err := decide(rerate.NewStore(db, ""))
 		if err != nil {
 			t.Error(err)
 		}
-		approved <- a
+		decided <- a
 	}()
-	// The approval waits on the task row the batch holds.
-	for count(t, db.DB, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'`) == 0 {
+	// The decision waits on the task row the batch holds.
+	for count(t, db.DB, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'`) == 0 {
 		select {
-		case a := <-approved:
-			t.Fatalf("approved %+v while a batch was in flight", a)
+		case a := <-decided:
+			t.Fatalf("decided %+v while a batch was in flight", a)
 		case <-wctx.Done():
-			t.Fatal("the approval never waited for the batch")
+			t.Fatal("the decision never waited for the batch")
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	close(release)
-	a := <-approved
-	if len(a) != 1 || !a[0].Pricing || a[0].Current != 1 {
-		t.Fatalf("approved %+v, want generation 2 priced on to become current", a)
-	}
+	a := <-decided
 	if err := <-ran; err != nil {
 		t.Fatal(err)
+	}
+	return db, a, first
+}
+
+// Approving while a batch of the preview is in flight waits for it to
+// commit; a preview not caught up then is priced on as a generation to
+// become current, and becomes current, exact, when caught up.
+func TestApproveWaitsForABatchInFlight(t *testing.T) {
+	t.Parallel()
+	const key = "random-mix"
+	db, a, _ := decideDuringABatch(t, func(s *rerate.Store) ([]rerate.Decided, error) {
+		return s.Approve(context.Background(), []string{key})
+	})
+	if len(a) != 1 || !a[0].Pricing || a[0].Current != 1 {
+		t.Fatalf("approved %+v, want generation 2 priced on to become current", a)
 	}
 	if g := count(t, db.DB, `SELECT current_generation FROM baton.contracts WHERE contract_id = ?`, key); g != 2 {
 		t.Fatalf("current generation %d once caught up, want 2", g)
 	}
 	sameBytes(t, key+"'s export", linesOf(exportBytes(t, db), key, ""), linesOf(golden(t), key, ""))
+}
+
+// Discarding while a batch of the preview is in flight waits for it to
+// commit, then deletes its rows too and fences the worker's claim out:
+// nothing of the preview is left, and the export is the first pricing's.
+func TestDiscardWaitsForABatchInFlight(t *testing.T) {
+	t.Parallel()
+	db, a, first := decideDuringABatch(t, func(s *rerate.Store) ([]rerate.Decided, error) {
+		return s.Discard(context.Background(), nil)
+	})
+	if len(a) != 1 || a[0].Generation != 2 || a[0].Current != 1 {
+		t.Fatalf("discarded %+v, want generation 2", a)
+	}
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE generation = 2`); n != 0 {
+		t.Errorf("%d rows of the discarded preview left", n)
+	}
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.tasks WHERE kind = 'pricing' AND (generation <> 1 OR position <> available)`); n != 0 {
+		t.Errorf("%d partitions not back at generation 1, caught up", n)
+	}
+	sameBytes(t, "export", exportBytes(t, db), first)
 }
 
 // A tier change previewed before any record is loaded: the records loaded
