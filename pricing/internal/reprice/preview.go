@@ -147,69 +147,88 @@ func lockPreviews(ctx context.Context, tx Tx, q func(string) string, verb string
 }
 
 // Approve is rerate.Store.ApproveTx (see there) in tx, for the pricing
-// tables in schema schemaName.
+// tables in schema schemaName. The contracts are decided together, a few
+// statements for them all (the previews' tiers and amendments become the
+// contracts', the previews not caught up go on as generations being
+// priced), then one switch per contract caught up.
 func Approve(ctx context.Context, tx Tx, schemaName string, contracts []string) ([]Decided, error) {
 	q := func(s string) string { return schema.SQL(schemaName, s) }
 	keys, states, err := lockPreviews(ctx, tx, q, "approving", contracts)
-	if err != nil {
+	if err != nil || len(keys) == 0 {
 		return nil, err
 	}
-	out := make([]Decided, 0, len(keys))
+	for _, step := range []struct{ doing, sql string }{
+		{"replacing their tiers", `DELETE FROM {{.Schema}}.tiers WHERE contract_id = ANY ($1::text[])`},
+		{"replacing their tiers", approveTiersSQL},
+		{"amending their records", applyPreviewAmendmentsSQL},
+		{"recording their amendments", `UPDATE {{.Schema}}.amendments a SET preview = false
+  FROM {{.Schema}}.generations g
+ WHERE a.contract_id = ANY ($1::text[]) AND a.preview
+   AND g.contract_id = a.contract_id AND g.generation = a.generation AND g.state = 'preview'`},
+	} {
+		if err := tx.Exec(ctx, q(step.sql), keys); err != nil {
+			return nil, fmt.Errorf("approving %d previews: %s: %w", len(keys), step.doing, err)
+		}
+	}
+	out := make([]Decided, len(keys))
+	var behind []string
 	for i, c := range keys {
 		s := states[i]
-		tiers, err := parseTiers(s.tiersJSON)
-		if err != nil {
-			return nil, fmt.Errorf("approving the preview of contract %s: its tiers: %w", c, err)
-		}
-		if err := replaceTiers(ctx, tx, q, c, tiers); err != nil {
-			return nil, err
-		}
-		if err := tx.Exec(ctx, q(applyPreviewAmendmentsSQL), c, s.generation); err != nil {
-			return nil, fmt.Errorf("approving the preview of contract %s: amending its records: %w", c, err)
-		}
-		if err := tx.Exec(ctx, q(`UPDATE {{.Schema}}.amendments SET preview = false WHERE contract_id = $1 AND generation = $2 AND preview`),
-			c, s.generation); err != nil {
-			return nil, fmt.Errorf("approving the preview of contract %s: recording its amendments: %w", c, err)
-		}
-		d := Decided{Contract: c, Generation: s.generation, Current: s.current}
+		out[i] = Decided{Contract: c, Generation: s.generation, Current: s.current}
 		if s.position < s.available {
 			// Not caught up: it goes on as a generation being priced,
 			// which the batch that catches up makes current.
-			if err := tx.Exec(ctx, q(`UPDATE {{.Schema}}.generations SET state = 'pricing'
- WHERE contract_id = $1 AND generation = $2 AND state = 'preview'`), c, s.generation); err != nil {
-				return nil, fmt.Errorf("approving the preview of contract %s: %w", c, err)
-			}
-			d.Pricing = true
-			out = append(out, d)
+			out[i].Pricing = true
+			behind = append(behind, c)
+		}
+	}
+	if err := tx.Exec(ctx, q(`UPDATE {{.Schema}}.generations SET state = 'pricing'
+ WHERE contract_id = ANY ($1::text[]) AND state = 'preview'`), behind); err != nil {
+		return nil, fmt.Errorf("approving %d previews not caught up: %w", len(behind), err)
+	}
+	for i := range out {
+		d := &out[i]
+		if d.Pricing {
 			continue
 		}
 		var old, promoted, switched int64
-		if err := tx.QueryRow(ctx, q(tables.SwitchSQL), c, s.generation).Scan(&old, &promoted, &switched); err != nil {
-			return nil, fmt.Errorf("approving the preview of contract %s: switching to generation %d: %w", c, s.generation, err)
+		if err := tx.QueryRow(ctx, q(tables.SwitchSQL), d.Contract, d.Generation).Scan(&old, &promoted, &switched); err != nil {
+			return nil, fmt.Errorf("approving the preview of contract %s: switching to generation %d: %w", d.Contract, d.Generation, err)
 		}
-		if old != s.current || promoted != 1 || switched != 1 {
+		if old != d.Current || promoted != 1 || switched != 1 {
 			return nil, fmt.Errorf("approving the preview of contract %s: %w: generation %d cannot supersede generation %d",
-				c, pricer.ErrCorrupt, s.generation, old)
+				d.Contract, pricer.ErrCorrupt, d.Generation, old)
 		}
-		d.Current = s.generation
-		out = append(out, d)
+		d.Current = d.Generation
 	}
 	return out, nil
 }
 
-// applyPreviewAmendmentsSQL gives the records of contract $1 the amounts
-// generation $2's preview amendments set (one UPDATE per chunk).
+// approveTiersSQL makes the tiers of the previews of contracts $1 theirs
+// (their former tiers already deleted).
+const approveTiersSQL = `
+INSERT INTO {{.Schema}}.tiers (contract_id, threshold_minor, discount_bp)
+SELECT g.contract_id, (t ->> 'threshold_minor')::bigint, (t ->> 'discount_bp')::integer
+  FROM {{.Schema}}.generations g CROSS JOIN LATERAL jsonb_array_elements(g.tiers) AS t
+ WHERE g.contract_id = ANY ($1::text[]) AND g.state = 'preview'
+ ORDER BY 1, 2`
+
+// applyPreviewAmendmentsSQL gives the records of contracts $1 the amounts
+// their previews' amendments set (one UPDATE per chunk).
 const applyPreviewAmendmentsSQL = `
 WITH a AS (
-    SELECT DISTINCT ON (seq) seq, new_amount_minor AS amount
-      FROM {{.Schema}}.amendments WHERE contract_id = $1 AND generation = $2 AND preview
-     ORDER BY seq, amendment_id DESC
+    SELECT DISTINCT ON (a.contract_id, a.seq) a.contract_id, a.seq, a.new_amount_minor AS amount
+      FROM {{.Schema}}.amendments a
+      JOIN {{.Schema}}.generations g ON g.contract_id = a.contract_id AND g.generation = a.generation AND g.state = 'preview'
+     WHERE a.contract_id = ANY ($1::text[]) AND a.preview
+     ORDER BY a.contract_id, a.seq, a.amendment_id DESC
 )
 UPDATE {{.Schema}}.record_chunks c
    SET amounts = (SELECT array_agg(coalesce(x.amount, u.amount) ORDER BY u.i)
                     FROM unnest(c.amounts) WITH ORDINALITY AS u (amount, i)
-                    LEFT JOIN a x ON x.seq = c.first_seq + u.i - 1)
- WHERE c.contract_id = $1 AND EXISTS (SELECT 1 FROM a WHERE a.seq BETWEEN c.first_seq AND c.last_seq)`
+                    LEFT JOIN a x ON x.contract_id = c.contract_id AND x.seq = c.first_seq + u.i - 1)
+ WHERE c.contract_id = ANY ($1::text[])
+   AND EXISTS (SELECT 1 FROM a WHERE a.contract_id = c.contract_id AND a.seq BETWEEN c.first_seq AND c.last_seq)`
 
 // Discard is rerate.Store.DiscardTx (see there) in tx, for the pricing
 // tables in schema schemaName.
