@@ -51,9 +51,12 @@ type genState struct {
 
 // readGenerationSQL reads a contract's current generation, the state of
 // generation ?1 (of contract ?0) and whether its pricing started, and, of
-// a preview, its tiers and how far the current generation is priced.
+// a preview, its tiers, how far the current generation is priced and
+// whether it has amendments.
 const readGenerationSQL = `SELECT c.current_generation, coalesce(g.state, ''), g.pricing_started_at IS NOT NULL,
-       coalesce(g.tiers::text, ''), coalesce(g.base_position, 0), coalesce(g.base_checkpoint::text, '')
+       coalesce(g.tiers::text, ''), coalesce(g.base_position, 0), coalesce(g.base_checkpoint::text, ''),
+       coalesce(g.state = 'preview' AND EXISTS (SELECT 1 FROM {{.Schema}}.amendments a
+                                                 WHERE a.contract_id = ?0 AND a.generation = ?1 AND a.preview), false)
   FROM {{.Schema}}.contracts c
   LEFT JOIN {{.Schema}}.generations g ON g.contract_id = c.contract_id AND g.generation = ?1
  WHERE c.contract_id = ?0`
@@ -69,8 +72,9 @@ func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract stri
 		started       bool
 		tiers, baseCP string
 		basePos       int64
+		amended       bool
 	)
-	err := tx.QueryRowContext(ctx, p.sql(readGenerationSQL), contract, gen).Scan(&current, &state, &started, &tiers, &basePos, &baseCP)
+	err := tx.QueryRowContext(ctx, p.sql(readGenerationSQL), contract, gen).Scan(&current, &state, &started, &tiers, &basePos, &baseCP, &amended)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return genState{}, fmt.Errorf("%w: partition of contract %s has no contract", ErrCorrupt, contract)
@@ -90,6 +94,7 @@ func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract stri
 			if err != nil {
 				return genState{}, err
 			}
+			pv.amended = amended
 			st.preview = pv
 		}
 		return st, nil

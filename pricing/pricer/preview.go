@@ -32,6 +32,7 @@ type previewState struct {
 	tiers   []pricing.Tier // the preview's
 	basePos int64          // every record up to it is priced under current
 	base    Checkpoint     // the current generation's checkpoint at basePos
+	amended bool           // it has amendments (amendForPreview)
 }
 
 func newPreviewState(contract string, current int64, tiersJSON string, basePos int64, baseCP string) (*previewState, error) {

@@ -134,8 +134,8 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 	if err := p.readRecords(ctx, b, w, contract, b.Checkpoint.Position, b.Limit); err != nil {
 		return distributor.Result{}, err
 	}
-	var restore func()
-	if st.preview != nil {
+	restore := func() {}
+	if st.preview != nil && st.preview.amended {
 		if restore, err = p.amendForPreview(ctx, b, w, contract, gen); err != nil {
 			return distributor.Result{}, err
 		}
