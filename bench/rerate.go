@@ -30,6 +30,10 @@ import (
 //  3. An amendment of each contract's middle record (worker load --records
 //     --amend): only the records from it on are re-priced; records/s of
 //     those, over the first pricing's.
+//  4. A preview of another tier change of every contract (worker load
+//     --tiers --reprice --preview): records/s of its pricing over the
+//     first pricing's, and the time of `worker generations approve`,
+//     which makes every preview current.
 //
 // pricer.Verify must pass after each re-pricing.
 
@@ -79,7 +83,15 @@ type rerateResult struct {
 	Amend         rerateRun `json:"amend"`
 	AmendRatio    float64   `json:"amend_ratio"`
 	AmendVerified bool      `json:"amend_verified"`
-	Error         string    `json:"error,omitempty"`
+	// The preview of a tier change of every contract: Preview its pricing,
+	// PreviewRatio its records/s over First's, ApproveSeconds the time of
+	// the approval command (process start included), PreviewVerified
+	// pricer.Verify once approved.
+	Preview         rerateRun `json:"preview"`
+	PreviewRatio    float64   `json:"preview_ratio"`
+	ApproveSeconds  float64   `json:"approve_seconds"`
+	PreviewVerified bool      `json:"preview_verified"`
+	Error           string    `json:"error,omitempty"`
 }
 
 func (e *env) runRerate(ctx context.Context, res *results) error {
@@ -118,7 +130,10 @@ func (e *env) rerate(ctx context.Context, r *rerateResult, res *results) error {
 	if err := e.rerateTiers(ctx, r, res, ds, name, db, dir); err != nil {
 		return err
 	}
-	return e.rerateAmend(ctx, r, res, name, db, dir)
+	if err := e.rerateAmend(ctx, r, res, name, db, dir); err != nil {
+		return err
+	}
+	return e.reratePreview(ctx, r, res, ds, name, db, dir)
 }
 
 // rerateTiers changes the tiers of every retierEvery-th contract and
@@ -223,6 +238,53 @@ func (e *env) rerateAmend(ctx context.Context, r *rerateResult, res *results, na
 	r.AmendRatio = r.Amend.PerSec / r.First.PerSec
 	log.Printf("rerate: each contract's middle record amended: %d records re-priced at %.0f records/s (%.2f× the first pricing); verified: %v",
 		r.Amend.Records, r.Amend.PerSec, r.AmendRatio, r.AmendVerified)
+	return nil
+}
+
+// reratePreview previews another tier change of every contract, measures
+// the preview's pricing and then the approval of every preview.
+func (e *env) reratePreview(ctx context.Context, r *rerateResult, res *results, ds *dataset, name string, db *bun.DB, dir string) error {
+	tiers := filepath.Join(dir, "tiers-preview.csv")
+	var b bytes.Buffer
+	b.WriteString("contract_id,threshold_minor,discount_bp\n")
+	for i := 0; i < r.Contracts; i++ {
+		id := ds.opts.ContractID(i)
+		fmt.Fprintf(&b, "%s,0,50\n%s,50000,500\n%s,500000,1000\n", id, id, id)
+	}
+	if err := os.WriteFile(tiers, b.Bytes(), 0o644); err != nil {
+		return err
+	}
+	since, err := rerateStart(ctx, db)
+	if err != nil {
+		return err
+	}
+	if _, err := e.workerCLI(ctx, name, "load", "--tiers", tiers, "--reprice", "--preview", "--reason", "bench: what if"); err != nil {
+		return err
+	}
+	res.addCommand("worker load --tiers tiers-preview.csv --reprice --preview --reason ...")
+	if r.Preview, err = e.rerateWorkers(ctx, name, db, "preview"); err != nil {
+		return err
+	}
+	if err := db.QueryRowContext(ctx, `SELECT coalesce(sum(t.available - g.from_seq), 0) FROM baton.generations g
+		JOIN baton.tasks t ON t.kind = 'pricing' AND t.segment_of IS NULL AND t.partition_key = g.contract_id
+		WHERE g.state = 'preview' AND g.started_at >= ?`, since).Scan(&r.Preview.Records); err != nil {
+		return fmt.Errorf("counting the records previewed: %w", err)
+	}
+	r.Preview.PerSec = float64(r.Preview.Records) / r.Preview.Seconds
+	r.PreviewRatio = r.Preview.PerSec / r.First.PerSec
+	start := time.Now()
+	if _, err := e.workerCLI(ctx, name, "generations", "approve"); err != nil {
+		return err
+	}
+	r.ApproveSeconds = time.Since(start).Seconds()
+	res.addCommand("worker generations approve")
+	sum, err := verifyPricing(ctx, db)
+	if err != nil {
+		return err
+	}
+	r.PreviewVerified = len(sum.Mismatches) == 0 && sum.Priced == sum.Records
+	log.Printf("rerate: preview of a tier change of every contract: %d records at %.0f records/s (%.2f× the first pricing); approve took %.2f s; verified: %v",
+		r.Preview.Records, r.Preview.PerSec, r.PreviewRatio, r.ApproveSeconds, r.PreviewVerified)
 	return nil
 }
 

@@ -9,7 +9,8 @@ func rerateSection(w writer, r *results) {
 	}
 	w("## Re-rating\n\n")
 	w("%s contracts × %s records (seed %d), priced by %d `worker run --until-done` processes at default flags; then, back to back in the same database with the same processes, "+
-		"a tier change of %d of the contracts (`worker load --tiers --reprice`) and an amendment of each contract's middle record (`worker load --records --amend`). "+
+		"a tier change of %d of the contracts (`worker load --tiers --reprice`), an amendment of each contract's middle record (`worker load --records --amend`) "+
+		"and a preview of another tier change of every contract (`worker load --tiers --reprice --preview`, then `worker generations approve`). "+
 		"Records/s of a re-pricing count the records it re-priced (all of a re-tiered contract's; an amended contract's from the amended record on). "+
 		"The contracts not named must keep their generation and priced rows identical (fingerprint before and after), and `pricer.Verify` must pass after each switch.\n\n",
 		count(int64(s.Contracts)), count(s.Records/int64(max(1, s.Contracts))), s.Seed, s.Workers, s.Retiered)
@@ -25,7 +26,14 @@ func rerateSection(w writer, r *results) {
 	if s.Amend.Seconds > 0 {
 		w("| re-pricing after an amendment of each contract's middle record | %s | %.1f | %s | **%.2f×** |\n", count(s.Amend.Records), s.Amend.Seconds, rate(s.Amend.PerSec), s.AmendRatio)
 	}
+	if s.Preview.Seconds > 0 {
+		w("| pricing of a preview of a tier change of every contract (`--preview`) | %s | %.1f | %s | **%.2f×** |\n", count(s.Preview.Records), s.Preview.Seconds, rate(s.Preview.PerSec), s.PreviewRatio)
+	}
 	w("\nContracts not named untouched: %s. Verified after the tier change: %s; after the amendment: %s.\n\n", yesNo(s.Untouched), yesNo(s.Verified), yesNo(s.AmendVerified))
+	if s.Preview.Seconds > 0 {
+		w("`worker generations approve` made every caught-up preview current in %.2f s (the command, process start included; one transaction: per contract its tiers replaced and the three-row switch); verified after it: %s.\n\n",
+			s.ApproveSeconds, yesNo(s.PreviewVerified))
+	}
 	w("A re-priced record is written once, as in a first pricing: its batch writes it into `priced_rows` under its generation, where it stays, and the switch that makes the generation current " +
 		"updates the contract's current generation (three rows, whatever the contract's size); readers see each contract's current generation through the `priced` view.\n\n")
 	if s.Error != "" {

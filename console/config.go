@@ -78,6 +78,11 @@ type Config struct {
 	// Nil (the default) shows none; a partition never rewound may return
 	// none.
 	Generations func(ctx context.Context, key string) ([]Generation, error)
+	// Previews, if set, returns the previews waiting for a decision, by
+	// key: the overview counts them and lists each one's change, read
+	// only (for pricing, "worker generations approve|discard" decides).
+	// Nil (the default) shows none.
+	Previews func(ctx context.Context) ([]Preview, error)
 	// HorizonWarnAfter is the age of the oldest transaction holding back
 	// the xmin horizon past which the overview's vacuum section is
 	// highlighted as a warning (package horizon). Defaults to

@@ -46,3 +46,17 @@ func generationRows(gens []Generation) []generationRow {
 	}
 	return rows
 }
+
+// Preview is a new generation of a partition's output that waits for an
+// operator's decision before it replaces the current one
+// (Config.Previews): for pricing, a re-pricing priced as a preview.
+type Preview struct {
+	Key        string
+	Generation int64
+	// CaughtUp says it has processed every item; until then Total is what
+	// it has so far.
+	CaughtUp bool
+	// Total is its total in the workload's unit, Change the change from
+	// the current generation's.
+	Total, Change int64
+}

@@ -199,11 +199,19 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
+	var previews []Preview
+	if s.cfg.Previews != nil {
+		if previews, err = s.cfg.Previews(ctx); err != nil {
+			s.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("reading the previews: %w", err))
+			return
+		}
+	}
 	s.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Snap: snap,
 		Data: struct {
-			States []string
-			Recent []partition.HistoryEntry
-		}{states, recent}})
+			States   []string
+			Recent   []partition.HistoryEntry
+			Previews []Preview
+		}{states, recent, previews}})
 }
 
 // partitionsView is the partitions page's data.

@@ -82,13 +82,21 @@ var funcs = template.FuncMap{
 		}
 		return fmtCount(*p)
 	},
-	// signed writes a change with its sign: +1,200, −300, 0.
-	"signed": func(p *int64) string {
+	// signed writes a change (an int64 or a pointer to one) with its
+	// sign: +1,200, −300, 0.
+	"signed": func(v any) string {
+		var n int64
+		switch x := v.(type) {
+		case *int64:
+			n = *x
+		case int64:
+			n = x
+		}
 		switch {
-		case *p > 0:
-			return "+" + fmtCount(*p)
-		case *p < 0:
-			return "−" + fmtCount(-*p)
+		case n > 0:
+			return "+" + fmtCount(n)
+		case n < 0:
+			return "−" + fmtCount(-n)
 		}
 		return "0"
 	},

@@ -15,7 +15,7 @@ func newExportCmd(g *globals) *cobra.Command {
 	var out, generation string
 	var complete bool
 	cmd := &cobra.Command{
-		Use:   "export --out FILE [--generation previous|current]",
+		Use:   "export --out FILE [--generation previous|current|preview]",
 		Short: "Write priced records as CSV, ordered by contract id (byte order) then acceptance order",
 		Long: `export writes every priced record as CSV. A file is written under a
 temporary name, synced and renamed, so a failed export never leaves a
@@ -30,7 +30,9 @@ refuses to export rather than leave them out silently.
 --generation previous writes, for each re-priced contract, the output its
 current generation replaced (see worker generations), and for the other
 contracts their current output; current (the default) writes what
-priced holds now.
+priced holds now; preview writes each contract's preview waiting for
+worker generations approve|discard (as far as it is priced), and the
+current output of the others.
 
 Writes a file: --out, replacing a file of that name (- writes to standard
 output instead). It only reads the database.`,
@@ -44,12 +46,12 @@ output instead). It only reads the database.`,
 			}
 			switch generation {
 			case "current":
-			case "previous":
+			case "previous", "preview":
 				if complete {
-					return usageError("--complete checks the current generation; it does not go with --generation previous")
+					return usageError("--complete checks the current generation; it does not go with --generation %s", generation)
 				}
 			default:
-				return usageError("--generation %q: want previous or current", generation)
+				return usageError("--generation %q: want previous, current or preview", generation)
 			}
 			if out != "-" {
 				if st, err := os.Stat(out); err == nil && st.IsDir() {
@@ -62,7 +64,7 @@ output instead). It only reads the database.`,
 			}
 			defer db.Close()
 			res, err := export.NewStore(db, g.schema).Export(cmd.Context(),
-				export.Options{Out: out, Stdout: g.stdout, Previous: generation == "previous", Complete: complete})
+				export.Options{Out: out, Stdout: g.stdout, Previous: generation == "previous", Preview: generation == "preview", Complete: complete})
 			if errors.Is(err, export.ErrIncomplete) {
 				return fmt.Errorf("%w; nothing was exported (run the workers to completion, see worker status, or export without --complete)", err)
 			}
@@ -75,6 +77,6 @@ output instead). It only reads the database.`,
 	}
 	cmd.Flags().StringVar(&out, "out", "", "output file, or - for standard output")
 	cmd.Flags().BoolVar(&complete, "complete", false, "fail (exit 4) instead of exporting while some records are unpriced")
-	cmd.Flags().StringVar(&generation, "generation", "current", "which generation of re-priced contracts: previous or current")
+	cmd.Flags().StringVar(&generation, "generation", "current", "which generation of re-priced contracts: previous, current or preview")
 	return cmd
 }

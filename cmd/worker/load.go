@@ -19,7 +19,7 @@ func newLoadCmd(g *globals) *cobra.Command {
 	var opts ingest.Options
 	var memoryMiB int64
 	cmd := &cobra.Command{
-		Use:   "load [--tiers FILE [--reprice]] [--records FILE [--amend]] [--reason TEXT] [--skip-invalid --reject-file FILE]",
+		Use:   "load [--tiers FILE [--reprice]] [--records FILE [--amend]] [--preview] [--reason TEXT] [--skip-invalid --reject-file FILE]",
 		Short: "Validate and load tiers and/or records (all or nothing by default)",
 		Long: `load validates tiers and/or records CSV files and loads them in one
 transaction: by default all or nothing, listing invalid rows as
@@ -44,8 +44,10 @@ priced records, unless --reprice: the new tiers then apply and the
 contract is re-priced under them as a new generation, see worker
 generations). A stored record id with another amount is refused, unless
 --amend: the amount is replaced (the old one kept in the audit trail) and
-the contract re-priced from that record on. --reason is recorded with
-the generations and amendments.
+the contract re-priced from that record on. With --preview the new
+generations are previews, current only once approved (worker generations
+approve|discard). --reason is recorded with the generations and
+amendments.
 Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 		Example: `  worker load --tiers tiers.csv --records records.csv
   worker load --records more.csv --skip-invalid --reject-file rejected.csv
@@ -65,6 +67,9 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 			}
 			if opts.Amend && opts.RecordsPath == "" {
 				return usageError("--amend applies a records file: give --records")
+			}
+			if opts.Preview && !opts.Reprice && !opts.Amend {
+				return usageError("--preview goes with --reprice or --amend")
 			}
 			if opts.Reason != "" && !opts.Reprice && !opts.Amend {
 				return usageError("--reason goes with --reprice or --amend")
@@ -105,6 +110,7 @@ Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
 	f.BoolVar(&opts.Reprice, "reprice", false, "apply changed tier sets of contracts with priced records and re-price them")
 	f.BoolVar(&opts.Amend, "amend", false, "a stored record id with another amount replaces the amount and re-prices from that record")
 	f.StringVar(&opts.Reason, "reason", "", "why, recorded with the re-pricing (with --reprice or --amend)")
+	f.BoolVar(&opts.Preview, "preview", false, "with --reprice or --amend: price the new generations as previews, current only once approved (worker generations approve)")
 	f.IntVar(&opts.MaxListed, "max-errors", ingest.MaxListedDefault, "invalid rows listed in the error, 0 for all (all are counted either way)")
 	cliflags.NonNegative(f, "max-errors")
 	f.DurationVar(&opts.StatementTimeout, "statement-timeout", ingest.StatementTimeoutDefault, "longest statement of the load (0: no limit)")

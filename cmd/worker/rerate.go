@@ -41,10 +41,10 @@ type repriceJSON struct {
 }
 
 func newRepriceCmd(g *globals) *cobra.Command {
-	var all, asJSON bool
+	var all, asJSON, preview bool
 	var reason string
 	cmd := &cobra.Command{
-		Use:   "reprice (--all | CONTRACT...) [--reason TEXT] [--json]",
+		Use:   "reprice (--all | CONTRACT...) [--preview] [--reason TEXT] [--json]",
 		Short: "Re-price contracts under their current tiers, as a new generation",
 		Long: `reprice starts a new generation of the priced output of the contracts
 named (or of every contract with --all) under their current tiers: their
@@ -53,6 +53,11 @@ price them again while readers (export, status, the console) keep seeing
 the current generation; it becomes current in one commit once caught up.
 A generation still being priced is abandoned for the new one. Contracts
 with nothing priced yet are left as they are.
+
+With --preview the new generation is a preview: priced the same way, it
+does not become current when caught up, and a contract with a preview
+waiting is not re-priced again until worker generations approve or
+discard decides it (worker diff --preview shows what it changes).
 
 Changes the database: generation rows, the contracts' task rows (a worker
 pricing one of them loses its claim). See worker generations for the
@@ -73,8 +78,8 @@ result and worker diff for what changed.`,
 			}
 			defer db.Close()
 			started, err := ingest.NewStore(db, g.schema).Reprice(cmd.Context(), ingest.RepriceOptions{Contracts: args, All: all,
-				Reason: reason, StartedBy: startedBy("reprice")})
-			if errors.Is(err, rerate.ErrUnknownContract) {
+				Reason: reason, StartedBy: startedBy("reprice"), Preview: preview})
+			if errors.Is(err, rerate.ErrUnknownContract) || errors.Is(err, rerate.ErrPreviewPending) {
 				return usageError("%v; nothing was re-priced", err)
 			}
 			if err != nil {
@@ -96,12 +101,18 @@ result and worker diff for what changed.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(out)
 			}
+			if preview {
+				fmt.Fprintf(g.stdout, "reprice: %s previewed as a new generation (worker generations approve|discard)\n",
+					noun.Count(int64(out.Repricing), "contract", "contracts"))
+				return nil
+			}
 			fmt.Fprintf(g.stdout, "reprice: %s re-pricing as a new generation, %d with nothing priced to re-price\n",
 				noun.Count(int64(out.Repricing), "contract", "contracts"), out.Unchanged)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "every contract")
+	cmd.Flags().BoolVar(&preview, "preview", false, "price the new generations as previews, current only once approved")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the new generations")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the outcome as JSON")
 	return cmd
@@ -115,19 +126,26 @@ func newGenerationsCmd(g *globals) *cobra.Command {
 		Long: `generations lists, for each re-priced contract (those named, or all),
 its generations: state (pricing: being priced; current: what export and
 status read; superseded: replaced, kept for audit until worker prune
---generations-older-than; abandoned: replaced before it became current),
+--generations-older-than; abandoned: replaced before it became current;
+preview: priced without becoming current, waiting for worker generations
+approve or discard; discarded),
 when it started and finished, who started it and why, the record after
 which it priced anew (from_seq), its records and net total. Contracts never
-re-priced are not listed. It only reads the database.`,
+re-priced are not listed. Each preview waiting is then summed up on
+stderr: its net total, the change from the current generation and
+whether it has caught up (--json: net_change on the preview's entry). It
+only reads the database.`,
 		Example: `  worker generations
-  worker generations --json acme-1`,
+  worker generations --json acme-1
+  worker generations approve acme-1`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 1}, true)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			gens, err := rerate.NewStore(db, g.schema).List(cmd.Context(), args)
+			store := rerate.NewStore(db, g.schema)
+			gens, err := store.List(cmd.Context(), args)
 			if err != nil {
 				return err
 			}
@@ -150,10 +168,11 @@ re-priced are not listed. It only reads the database.`,
 				return err
 			}
 			fmt.Fprintf(g.stderr, "%s\n", noun.Count(int64(len(gens)), "generation", "generations"))
-			return nil
+			return printPreviews(g, store, cmd, args)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the generations as JSON")
+	cmd.AddCommand(newDecideCmd(g, "approve"), newDecideCmd(g, "discard"))
 	return cmd
 }
 
@@ -163,8 +182,9 @@ const diffHeader = "contract_id,record_id,old_gross_minor,old_discount_minor,old
 func newDiffCmd(g *globals) *cobra.Command {
 	var contracts []string
 	var out string
+	var preview bool
 	cmd := &cobra.Command{
-		Use:   "diff [--contract C...] [--out FILE]",
+		Use:   "diff [--contract C...] [--preview] [--out FILE]",
 		Short: "List the records whose priced amounts changed between each re-priced contract's previous and current generation",
 		Long: `diff writes, for each re-priced contract whose previous generation is
 kept (those given with --contract, or all), the records whose gross,
@@ -174,6 +194,10 @@ that only one of them priced (its old or new columns empty), as CSV:
 ordered by contract and acceptance order; and, on stderr, each contract's
 old and new net totals, which its rows sum to exactly. It only reads the
 database.
+
+With --preview it compares each contract's current generation (old) with
+its preview waiting for a decision (new) instead, with the same columns
+and totals; a preview still being priced as far as it got.
 
 Writes a file with --out, replacing a file of that name (standard output
 by default, or -).`,
@@ -192,7 +216,11 @@ by default, or -).`,
 					return 0, err
 				}
 				var n int64
-				diffs, err := rerate.NewStore(db, g.schema).Diff(cmd.Context(), contracts, func(c rerate.Change) error {
+				diff := rerate.NewStore(db, g.schema).Diff
+				if preview {
+					diff = rerate.NewStore(db, g.schema).DiffPreview
+				}
+				diffs, err := diff(cmd.Context(), contracts, func(c rerate.Change) error {
 					n++
 					return cw.Write(c.Columns())
 				})
@@ -222,6 +250,7 @@ by default, or -).`,
 	}
 	cmd.Flags().StringSliceVar(&contracts, "contract", nil, "only these contracts (repeat or separate with commas)")
 	cmd.Flags().StringVar(&out, "out", "", "output file, or - for standard output (the default)")
+	cmd.Flags().BoolVar(&preview, "preview", false, "compare the current generations with their previews")
 	return cmd
 }
 

@@ -27,17 +27,7 @@ func TestRerateCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tiers, err := os.ReadFile(vectorsDir + "tiers.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimRight(string(tiers), "\n"), "\n")
-	for i := 1; i < len(lines); i++ {
-		f := strings.Split(lines[i], ",")
-		f[2] = "0"
-		lines[i] = strings.Join(f, ",")
-	}
-	zero := writeFile(t, "tiers0.csv", strings.Join(lines, "\n")+"\n")
+	zero := zeroDiscountTiers(t)
 	c.mustRun("load", "--tiers", zero, "--records", vectorsDir+"records.csv")
 	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
 	first := c.mustRun("export", "--out", "-")

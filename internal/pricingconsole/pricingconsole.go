@@ -1,6 +1,7 @@
 // Package pricingconsole is the pricing workload as the operator console
 // shows it: its nouns and kind, a contract whose checkpoint lies beyond its
-// stored records shown as an error, and a re-priced contract's generations.
+// stored records shown as an error, a re-priced contract's generations and
+// the previews waiting for a decision.
 package pricingconsole
 
 import (
@@ -47,6 +48,16 @@ func Complete(cfg *console.Config, db *dbconn.DB) {
 			return nil, err
 		}
 		return generations(gens), nil
+	}
+	// The overview lists the previews waiting for a decision, with the
+	// change of their net totals.
+	cfg.Previews = func(ctx context.Context) ([]console.Preview, error) {
+		previews, err := rerate.NewStore(db, cfg.Schema).Previews(ctx, nil)
+		out := make([]console.Preview, len(previews))
+		for i, p := range previews {
+			out[i] = console.Preview{Key: p.Contract, Generation: p.Generation, CaughtUp: p.CaughtUp, Total: p.NetTotal, Change: p.NetChange}
+		}
+		return out, err
 	}
 }
 

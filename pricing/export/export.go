@@ -105,17 +105,29 @@ func (s *Store) Write(ctx context.Context, w io.Writer) (rows int64, err error) 
 // order. The rows of a re-priced contract are sorted, not read in key
 // order.
 func (s *Store) WritePrevious(ctx context.Context, w io.Writer) (rows int64, err error) {
+	return s.writeGeneration(ctx, w, "the previous generation", rerate.PreviousSQL)
+}
+
+// WritePreview is Write for the previews waiting for a decision (package
+// rerate): for a contract with one, the preview's output as far as it is
+// priced; for any other, its current output. Same format and order.
+func (s *Store) WritePreview(ctx context.Context, w io.Writer) (rows int64, err error) {
+	return s.writeGeneration(ctx, w, "the previews", rerate.PreviewSQL)
+}
+
+// writeGeneration writes the rows query selects, in one snapshot.
+func (s *Store) writeGeneration(ctx context.Context, w io.Writer, what, query string) (rows int64, err error) {
 	conn, err := s.t.DB.Conn(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("exporting the previous generation: acquiring a database connection: %w", err)
+		return 0, fmt.Errorf("exporting %s: acquiring a database connection: %w", what, err)
 	}
 	defer conn.Close()
 	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
-		return 0, fmt.Errorf("exporting the previous generation: %w", err)
+		return 0, fmt.Errorf("exporting %s: %w", what, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if rows, err = s.copyQuery(ctx, conn, `COPY (`+rerate.PreviousSQL+`) TO STDOUT WITH (FORMAT csv, HEADER true)`, w); err != nil {
+	if rows, err = s.copyQuery(ctx, conn, `COPY (`+query+`) TO STDOUT WITH (FORMAT csv, HEADER true)`, w); err != nil {
 		return 0, err
 	}
 	return rows, tx.Commit()

@@ -19,6 +19,10 @@ type Options struct {
 	// current generation replaced (WritePrevious) instead of the current
 	// output.
 	Previous bool
+	// Preview writes, for each contract with a preview waiting for a
+	// decision, the preview's output (WritePreview) instead of the current
+	// output.
+	Preview bool
 	// Complete writes the current output only when pricing is complete
 	// (WriteComplete): otherwise nothing, and an error wrapping
 	// ErrIncomplete.
@@ -29,7 +33,7 @@ type Options struct {
 type Result struct {
 	Rows int64
 	// Progress is the pricing progress checked before a plain export (not
-	// Previous or Complete): its unpriced records and inconsistent
+	// Previous, Preview or Complete): its unpriced records and inconsistent
 	// contracts were left out.
 	Progress pricer.Progress
 }
@@ -42,6 +46,8 @@ func (s *Store) Export(ctx context.Context, o Options) (Result, error) {
 	switch {
 	case o.Previous:
 		write = func(w io.Writer) (int64, error) { return s.WritePrevious(ctx, w) }
+	case o.Preview:
+		write = func(w io.Writer) (int64, error) { return s.WritePreview(ctx, w) }
 	case o.Complete:
 		// One snapshot: checked complete, then written.
 		write = func(w io.Writer) (int64, error) { return s.WriteComplete(ctx, w) }

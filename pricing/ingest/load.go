@@ -89,6 +89,13 @@ type Options struct {
 	// new records and the same id with the same amount is a re-delivery,
 	// as always.
 	Amend bool
+	// Preview, with Reprice or Amend, starts the new generations as
+	// previews (package rerate): priced without becoming current, the new
+	// tiers and amounts kept with them, not made the contracts' own, until
+	// approved (rerate.Store.Approve) or discarded, even for a contract
+	// with nothing priced yet (its records, when they come, are priced
+	// under both its tiers and the preview's).
+	Preview bool
 	// Reason and StartedBy are recorded with the generations and
 	// amendments a load with Reprice or Amend starts.
 	Reason    string
@@ -166,6 +173,8 @@ func (o Options) validate() error {
 		return errors.New("re-pricing changed tiers needs a tiers file")
 	case o.Amend && o.RecordsPath == "":
 		return errors.New("amending records needs a records file")
+	case o.Preview && !o.Reprice && !o.Amend:
+		return errors.New("a preview is of a re-pricing: give Reprice or Amend with Preview")
 	case o.MaxListed < 0:
 		return fmt.Errorf("MaxListed is %d, want ≥ 0", o.MaxListed)
 	case o.MemoryLimit != 0 && o.MemoryLimit < minMemoryLimit:
@@ -663,25 +672,29 @@ UPDATE {{.Schema}}.record_chunks c
  WHERE EXISTS (SELECT 1 FROM a WHERE a.contract_id = c.contract_id AND a.seq BETWEEN c.first_seq AND c.last_seq)`
 
 // sqlRecordAmendments keeps the amounts replaced, each with the
-// generation that prices the new one (the one being priced if re-pricing
-// started one, the current one otherwise).
+// generation that prices the new one (the one being priced or previewed if
+// re-pricing started one, the current one otherwise), and whether it waits
+// as a preview's ($3).
 const sqlRecordAmendments = `
-INSERT INTO {{.Schema}}.amendments (contract_id, record_id, seq, old_amount_minor, new_amount_minor, load_id, generation, reason)
+INSERT INTO {{.Schema}}.amendments (contract_id, record_id, seq, old_amount_minor, new_amount_minor, load_id, generation, reason, preview)
 SELECT r.contract_id, r.record_id, r.amend_seq, r.amend_old, r.amount_minor, $1,
-       coalesce((SELECT g.generation FROM {{.Schema}}.generations g WHERE g.contract_id = r.contract_id AND g.state = 'pricing'),
+       coalesce((SELECT g.generation FROM {{.Schema}}.generations g WHERE g.contract_id = r.contract_id AND g.state IN ('pricing', 'preview')),
                 (SELECT c.current_generation FROM {{.Schema}}.contracts c WHERE c.contract_id = r.contract_id)),
-       $2
+       $2, $3
   FROM load_records r
  WHERE r.err IS NULL AND r.amend_seq IS NOT NULL
  ORDER BY r.contract_id, r.amend_seq`
 
-// rerate applies the amendments and starts the re-pricing of the
-// contracts whose tiers changed or records were amended, with the task
-// rows locked.
+// rerate applies the amendments (but for a preview, whose amendments
+// wait with it) and starts the re-pricing of the contracts whose tiers
+// changed or records were amended, with the task rows locked.
 func (l *loader) rerate(ctx context.Context, tx pgx.Tx) error {
-	n, err := exec(ctx, tx, "loading: amending records", sqlApplyAmendments)
-	if err != nil {
-		return err
+	var n int64
+	if !l.opts.Preview {
+		var err error
+		if n, err = exec(ctx, tx, "loading: amending records", sqlApplyAmendments); err != nil {
+			return err
+		}
 	}
 	var reqs []rerate.Request
 	rows, err := tx.Query(ctx, `
@@ -700,7 +713,7 @@ SELECT t.contract_id, 0, array_agg(t.threshold_minor ORDER BY t.threshold_minor)
 		th, bp       []int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&contract, &from, &th, &bp, &amends}, func() error {
-		r := rerate.Request{Contract: contract, From: from, Reason: l.opts.Reason, StartedBy: l.opts.StartedBy}
+		r := rerate.Request{Contract: contract, From: from, Reason: l.opts.Reason, StartedBy: l.opts.StartedBy, Preview: l.opts.Preview}
 		if th != nil {
 			r.NewTiers = make([]pricing.Tier, len(th))
 			for i := range th {
@@ -714,7 +727,7 @@ SELECT t.contract_id, 0, array_agg(t.threshold_minor ORDER BY t.threshold_minor)
 	if err != nil {
 		return fmt.Errorf("loading: collecting contracts to re-price: %w", err)
 	}
-	if n == 0 && l.rep.RecordsAmended > 0 {
+	if n == 0 && l.rep.RecordsAmended > 0 && !l.opts.Preview {
 		return fmt.Errorf("loading: %d records to amend, but no chunk holds them", l.rep.RecordsAmended)
 	}
 	started, err := reprice.Start(ctx, reprice.Pgx(tx), l.opts.schema, reqs)
@@ -726,7 +739,7 @@ SELECT t.contract_id, 0, array_agg(t.threshold_minor ORDER BY t.threshold_minor)
 			l.rep.ContractsRepriced++
 		}
 	}
-	if _, err := exec(ctx, tx, "loading: recording amendments", sqlRecordAmendments, l.rep.LoadID, l.opts.Reason); err != nil {
+	if _, err := exec(ctx, tx, "loading: recording amendments", sqlRecordAmendments, l.rep.LoadID, l.opts.Reason, l.opts.Preview); err != nil {
 		return err
 	}
 	return nil

@@ -18,6 +18,9 @@ type RepriceOptions struct {
 	// Reason and StartedBy are recorded with the new generations.
 	Reason    string
 	StartedBy string
+	// Preview starts the new generations as previews (see package
+	// rerate): priced without becoming current until approved.
+	Preview bool
 }
 
 // Reprice starts a new generation of the priced output of the contracts
@@ -43,7 +46,7 @@ func (s *Store) Reprice(ctx context.Context, opts RepriceOptions) ([]rerate.Star
 		}
 		reqs := make([]rerate.Request, len(contracts))
 		for i, c := range contracts {
-			reqs[i] = rerate.Request{Contract: c, Reason: opts.Reason, StartedBy: opts.StartedBy}
+			reqs[i] = rerate.Request{Contract: c, Reason: opts.Reason, StartedBy: opts.StartedBy, Preview: opts.Preview}
 		}
 		var err error
 		started, err = rerate.NewStore(s.t.DB, s.t.Schema).StartTx(ctx, tx, reqs)

@@ -204,12 +204,16 @@ func (l *loader) stageTiers(ctx context.Context, tx pgx.Tx) error {
 		{"rejecting incomplete tier sets", sqlTierSetRejected, []any{min(l.opts.MaxListed, MaxListedDefault)}},
 		{"comparing with stored tier sets", sqlTierSets, nil},
 	}
+	// A preview of changed tiers keeps them with the preview even for a
+	// contract with nothing priced yet: its records, when they come, are
+	// priced under its current tiers until the preview is approved.
+	preview := l.opts.Reprice && l.opts.Preview
 	if l.opts.Reprice {
-		steps = append(steps, step{"collecting contracts to re-price", sqlTierReprice, nil})
+		steps = append(steps, step{"collecting contracts to re-price", sqlTierReprice, []any{preview}})
 	} else {
 		steps = append(steps, step{"checking for priced contracts", sqlTierFrozen, nil})
 	}
-	steps = append(steps, step{"checking for priced contracts", sqlTierSetsDropRejected, nil})
+	steps = append(steps, step{"checking for priced contracts", sqlTierSetsDropRejected, []any{preview}})
 	for _, s := range steps {
 		if _, err := exec(ctx, tx, s.doing, s.sql, s.args...); err != nil {
 			return err
@@ -291,7 +295,7 @@ WITH new AS (
 SELECT n.contract_id, c.contract_id IS NOT NULL,
        o.th IS DISTINCT FROM n.th OR o.bp IS DISTINCT FROM n.bp,
        coalesce(k.position, 0),
-       EXISTS (SELECT 1 FROM {{.Schema}}.generations g WHERE g.contract_id = n.contract_id AND g.state = 'pricing')
+       EXISTS (SELECT 1 FROM {{.Schema}}.generations g WHERE g.contract_id = n.contract_id AND g.state IN ('pricing', 'preview'))
   FROM new n
   LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = n.contract_id
   LEFT JOIN old o ON o.contract_id = n.contract_id
@@ -311,13 +315,14 @@ UPDATE load_tiers t
  WHERE s.contract_id = t.contract_id AND s.existed AND s.changed AND (s.position > 0 OR s.in_flight) AND t.err IS NULL`
 
 // sqlTierReprice (with Options.Reprice) sets aside the changed tier sets
-// of contracts with priced records: reprice.Start applies them, under the
-// task row lock, as it starts their new generation.
+// of contracts with priced records (with Options.Preview, $1, of every
+// existing contract): reprice.Start applies them, under the task row
+// lock, as it starts their new generation.
 const sqlTierReprice = `
 INSERT INTO load_reprice (contract_id)
-SELECT contract_id FROM load_tier_sets WHERE existed AND changed AND (position > 0 OR in_flight) ORDER BY contract_id`
+SELECT contract_id FROM load_tier_sets WHERE existed AND changed AND (position > 0 OR in_flight OR $1::boolean) ORDER BY contract_id`
 
-const sqlTierSetsDropRejected = `DELETE FROM load_tier_sets WHERE existed AND changed AND (position > 0 OR in_flight)`
+const sqlTierSetsDropRejected = `DELETE FROM load_tier_sets WHERE existed AND changed AND (position > 0 OR in_flight OR $1::boolean)`
 
 const sqlInsertContracts = `
 INSERT INTO {{.Schema}}.contracts (contract_id)

@@ -74,7 +74,7 @@ func (s *Store) verifyCommitted(ctx context.Context, db bun.IDB) ([]CommittedMis
 			FROM {{.Schema}}.partition_progress t
 			WHERE t.kind = '`+Kind+`'
 			  AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations ge
-			                   WHERE ge.contract_id = t.partition_key AND ge.state = 'pricing')
+			                   WHERE ge.contract_id = t.partition_key AND ge.state IN ('pricing', 'preview'))
 		), totals AS (
 			SELECT t.contract_id, t.done_through, t.position, t.after,
 			       coalesce(sum(r.amount_minor), 0)::numeric + coalesce(max(pt.gross_minor), 0) AS g,

@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/pricing/internal/tables"
 )
 
 // Generations. A contract's priced output belongs to a generation; re-rating
@@ -44,26 +45,36 @@ func generationOf(b *distributor.Batch) int64 { return max(b.Checkpoint.Generati
 // genState is what a batch of a generation past the first needs to know.
 type genState struct {
 	pending bool // the generation is being priced (not current yet)
+	// preview is set for a preview's batch (see preview.go).
+	preview *previewState
 }
 
 // readGenerationSQL reads a contract's current generation, the state of
-// generation ?1 (of contract ?0) and whether its pricing started.
-const readGenerationSQL = `SELECT c.current_generation, coalesce(g.state, ''), g.pricing_started_at IS NOT NULL
+// generation ?1 (of contract ?0) and whether its pricing started, and, of
+// a preview, its tiers, how far the current generation is priced and
+// whether it has amendments.
+const readGenerationSQL = `SELECT c.current_generation, coalesce(g.state, ''), g.pricing_started_at IS NOT NULL,
+       coalesce(g.tiers::text, ''), coalesce(g.base_position, 0), coalesce(g.base_checkpoint::text, ''),
+       coalesce(g.state = 'preview' AND EXISTS (SELECT 1 FROM {{.Schema}}.amendments a
+                                                 WHERE a.contract_id = ?0 AND a.generation = ?1 AND a.preview), false)
   FROM {{.Schema}}.contracts c
   LEFT JOIN {{.Schema}}.generations g ON g.contract_id = c.contract_id AND g.generation = ?1
  WHERE c.contract_id = ?0`
 
 // readGeneration reads how generation gen of contract stands. A batch of a
 // generation older than the current one, or of one that is neither being
-// priced nor current, is corrupt: the rewind that started a generation
-// fenced out every claim of the ones before.
+// priced (nor previewed) nor current, is corrupt: the rewind that started
+// a generation fenced out every claim of the ones before.
 func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract string, gen int64) (genState, error) {
 	var (
-		current int64
-		state   string
-		started bool
+		current       int64
+		state         string
+		started       bool
+		tiers, baseCP string
+		basePos       int64
+		amended       bool
 	)
-	err := tx.QueryRowContext(ctx, p.sql(readGenerationSQL), contract, gen).Scan(&current, &state, &started)
+	err := tx.QueryRowContext(ctx, p.sql(readGenerationSQL), contract, gen).Scan(&current, &state, &started, &tiers, &basePos, &baseCP, &amended)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return genState{}, fmt.Errorf("%w: partition of contract %s has no contract", ErrCorrupt, contract)
@@ -71,13 +82,22 @@ func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract stri
 		return genState{}, fmt.Errorf("reading the generations of contract %s: %w", contract, err)
 	case current == gen:
 		return genState{}, nil
-	case current < gen && state == "pricing":
+	case current < gen && (state == "pricing" || state == "preview"):
 		if !started {
 			if err := p.markPricingStarted(ctx, tx, contract, gen); err != nil {
 				return genState{}, err
 			}
 		}
-		return genState{pending: true}, nil
+		st := genState{pending: true}
+		if state == "preview" {
+			pv, err := newPreviewState(contract, current, tiers, basePos, baseCP)
+			if err != nil {
+				return genState{}, err
+			}
+			pv.amended = amended
+			st.preview = pv
+		}
+		return st, nil
 	}
 	return genState{}, fmt.Errorf("%w: contract %s: a batch of generation %d (%q), the current generation is %d",
 		ErrCorrupt, contract, gen, state, current)
@@ -94,34 +114,13 @@ func (p *Processor) markPricingStarted(ctx context.Context, tx bun.Tx, contract 
 	return nil
 }
 
-// switchSQL makes generation ?1 of contract ?0 current: the current one
-// superseded, ?1 (being priced) current, contracts.current_generation set.
-// All its CTEs see the statement's snapshot, so old is the generation
-// current before it. It returns the old generation and the rows updated.
-const switchSQL = `WITH old AS (
-    UPDATE {{.Schema}}.generations g
-       SET state = 'superseded', superseded_at = now()
-      FROM {{.Schema}}.contracts c
-     WHERE c.contract_id = ?0 AND g.contract_id = ?0 AND g.generation = c.current_generation AND g.state = 'current'
-    RETURNING g.generation
-), promoted AS (
-    UPDATE {{.Schema}}.generations
-       SET state = 'current', finished_at = now()
-     WHERE contract_id = ?0 AND generation = ?1 AND state = 'pricing'
-    RETURNING 1
-), switched AS (
-    UPDATE {{.Schema}}.contracts SET current_generation = ?1 WHERE contract_id = ?0
-    RETURNING 1
-)
-SELECT coalesce((SELECT generation FROM old), 0), (SELECT count(*) FROM promoted), (SELECT count(*) FROM switched)`
-
 // switchGeneration makes generation gen of contract current (see above),
 // in the batch's transaction. It touches one row of contracts and two of
 // generations, so the statement timeout applies to it as to the batch's
 // other statements.
 func (p *Processor) switchGeneration(ctx context.Context, tx bun.Tx, contract string, gen int64) error {
 	var old, promoted, switched int64
-	if err := tx.QueryRowContext(ctx, p.sql(switchSQL), contract, gen).Scan(&old, &promoted, &switched); err != nil {
+	if err := tx.Tx.QueryRowContext(ctx, p.sql(tables.SwitchSQL), contract, gen).Scan(&old, &promoted, &switched); err != nil {
 		return fmt.Errorf("switching contract %s to generation %d: %w", contract, gen, err)
 	}
 	if old == 0 || old >= gen || promoted != 1 || switched != 1 {

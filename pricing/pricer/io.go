@@ -167,13 +167,13 @@ const insertOneSQL = `INSERT INTO {{.Schema}}.priced_rows
 (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by, generation)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
-// writePriced copies w's priced lines into priced_rows as rows of
-// generation gen (a single line is inserted): where they stay, whether gen
-// is current or being priced.
-func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *workspace, gen int64) error {
+// writePriced copies lines, the priced lines of recs (of w), into
+// priced_rows as rows of generation gen (a single line is inserted): where
+// they stay, whether gen is current, being priced or a preview.
+func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *workspace, recs []record, lines []pricing.Line, gen int64) error {
 	cols := pricedColumns
-	if len(w.lines) == 1 {
-		r, l := &w.recs[0], &w.lines[0]
+	if len(lines) == 1 {
+		r, l := &recs[0], &lines[0]
 		_, err := b.Exec(ctx, p.sql(insertOneSQL),
 			contractOf(b), r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner, gen)
 		return err
@@ -186,15 +186,15 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 	i := -1
 	n, err := b.CopyFrom(ctx, []string{p.schema, "priced_rows"}, cols, func() ([]any, error) {
 		i++
-		if i == len(w.lines) {
+		if i == len(lines) {
 			return nil, nil
 		}
-		r, l := &w.recs[i], &w.lines[i]
+		r, l := &recs[i], &lines[i]
 		vals[1], vals[2], vals[3], vals[4], vals[5] = r.seq, r.recordID, l.Gross, l.Discount, l.Net
 		return vals, nil
 	})
-	if err == nil && n != int64(len(w.lines)) {
-		err = fmt.Errorf("copied %d rows, want %d", n, len(w.lines))
+	if err == nil && n != int64(len(lines)) {
+		err = fmt.Errorf("copied %d rows, want %d", n, len(lines))
 	}
 	return err
 }

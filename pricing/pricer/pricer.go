@@ -120,7 +120,12 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 			return distributor.Result{}, err
 		}
 	}
-	sched, err := p.schedule(ctx, b.Tx, contract, gen, b.Checkpoint.Position > 0 || gen > 1)
+	var sched *pricing.Schedule
+	if st.preview != nil {
+		sched, err = p.previewSchedule(contract, gen, st.preview)
+	} else {
+		sched, err = p.schedule(ctx, b.Tx, contract, gen, b.Checkpoint.Position > 0 || gen > 1)
+	}
 	if err != nil {
 		return distributor.Result{}, err
 	}
@@ -129,18 +134,28 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 	if err := p.readRecords(ctx, b, w, contract, b.Checkpoint.Position, b.Limit); err != nil {
 		return distributor.Result{}, err
 	}
+	restore := func() {}
+	if st.preview != nil && st.preview.amended {
+		if restore, err = p.amendForPreview(ctx, b, w, contract, gen); err != nil {
+			return distributor.Result{}, err
+		}
+	}
 	w.lines = w.lines[:0]
 	res, err := priceBatch(b, sched, cp, w.recs, &w.lines)
 	if err != nil {
 		return distributor.Result{}, err
 	}
-	if err := p.writePriced(ctx, b, w, gen); err != nil {
+	if err := p.writePriced(ctx, b, w, w.recs, w.lines, gen); err != nil {
 		return distributor.Result{}, fmt.Errorf("writing %d priced records of generation %d of contract %s: %w", len(w.lines), gen, contract, err)
 	}
-	if !st.pending {
-		return res, nil
-	}
-	if res.Position >= b.Checkpoint.Available {
+	switch {
+	case st.preview != nil:
+		// A preview never switches: it prices, beside its own rows, the
+		// records the current generation has not priced yet (loaded
+		// while it waits), under the current generation.
+		restore()
+		return res, p.priceCurrent(ctx, b, w, gen, st.preview, res.Position)
+	case st.pending && res.Position >= b.Checkpoint.Available:
 		if err := p.switchGeneration(ctx, b.Tx, contract, gen); err != nil {
 			return distributor.Result{}, err
 		}
@@ -171,32 +186,39 @@ func priceBatch(b *distributor.Batch, sched *pricing.Schedule, cp Checkpoint, re
 		return distributor.Result{}, fmt.Errorf("%w: contract %s has %d records available but none after seq %d",
 			ErrCorrupt, contract, b.Checkpoint.Available, b.Checkpoint.Position)
 	}
+	state, err := priceRecords(contract, b.Checkpoint.Position, sched, cp, recs, lines)
+	if err != nil {
+		return distributor.Result{}, err
+	}
+	return distributor.Result{Position: recs[len(recs)-1].seq, State: state}, nil
+}
+
+// priceRecords prices recs, the records of contract that follow seq after,
+// whose checkpoint there is cp, appending their lines to lines, and
+// returns the checkpoint after the last of them.
+func priceRecords(contract string, after int64, sched *pricing.Schedule, cp Checkpoint, recs []record, lines *[]pricing.Line) (json.RawMessage, error) {
 	cur, err := sched.Resume(cp.CumGross)
 	if err != nil {
-		return distributor.Result{}, fmt.Errorf("resuming contract %s at gross %d: %w", contract, cp.CumGross, err)
+		return nil, fmt.Errorf("resuming contract %s at gross %d: %w", contract, cp.CumGross, err)
 	}
-	if cur.CumNet() != cp.CumNet && b.Checkpoint.Position > 0 {
-		return distributor.Result{}, fmt.Errorf("%w: contract %s checkpoint net %d, tiers give %d", ErrCorrupt, contract, cp.CumNet, cur.CumNet())
+	if cur.CumNet() != cp.CumNet && after > 0 {
+		return nil, fmt.Errorf("%w: contract %s checkpoint net %d, tiers give %d", ErrCorrupt, contract, cp.CumNet, cur.CumNet())
 	}
 	for i, r := range recs {
-		if want := b.Checkpoint.Position + int64(i) + 1; r.seq != want {
-			return distributor.Result{}, fmt.Errorf("%w: contract %s record seq %d where %d was expected", ErrCorrupt, contract, r.seq, want)
+		if want := after + int64(i) + 1; r.seq != want {
+			return nil, fmt.Errorf("%w: contract %s record seq %d where %d was expected", ErrCorrupt, contract, r.seq, want)
 		}
 		line, err := cur.Next(r.amount)
 		if err != nil {
-			return distributor.Result{}, fmt.Errorf("pricing record %s of contract %s: %w", r.recordID, contract, err)
+			return nil, fmt.Errorf("pricing record %s of contract %s: %w", r.recordID, contract, err)
 		}
 		*lines = append(*lines, line)
 	}
 	exact, err := sched.ExactNet(cur.CumGross())
 	if err != nil {
-		return distributor.Result{}, err
+		return nil, err
 	}
-	state, err := json.Marshal(Checkpoint{CumGross: cur.CumGross(), CumNet: cur.CumNet(), CumNetExact: exact})
-	if err != nil {
-		return distributor.Result{}, err
-	}
-	return distributor.Result{Position: recs[len(recs)-1].seq, State: state}, nil
+	return json.Marshal(Checkpoint{CumGross: cur.CumGross(), CumNet: cur.CumNet(), CumNetExact: exact})
 }
 
 // schedKey names a cached schedule: a contract's tiers in one generation.

@@ -66,7 +66,9 @@ func (i Inconsistent) String() string { return "contract " + i.ContractID + ": "
 // last seq is their number. It reads one task row (and those of its
 // segments not caught up) and one index entry per contract, not the
 // records. A contract's number of records is its highest seq, stored or
-// pruned.
+// pruned. Of a contract with a preview waiting (package rerate), whose
+// partition prices the preview, it counts the records its current
+// generation has priced, which the preview's batches keep up to date.
 func (s *Store) CheckProgress(ctx context.Context) (Progress, error) {
 	return s.checkProgress(ctx, s.t.DB)
 }
@@ -95,12 +97,15 @@ func (s *Store) checkProgress(ctx context.Context, db bun.IDB) (Progress, error)
 const progressSQL = `
 		WITH c AS (
 			SELECT k.contract_id, coalesce(t.position, 0) AS position, coalesce(t.available, 0) AS available,
-			       coalesce(t.available - t.pending, 0) AS processed,
+			       -- A contract with a preview waiting: its current generation's
+			       -- priced records (the partition prices the preview).
+			       coalesce(g.base_position, t.available - t.pending, 0) AS processed,
 			       greatest(coalesce(r.last_seq, 0), coalesce(pt.last_seq, 0)) AS records,
 			       coalesce(pt.records, 0) AS pruned
 			FROM {{.Schema}}.contracts k
 			LEFT JOIN {{.Schema}}.partition_progress t ON t.kind = '` + Kind + `' AND t.partition_key = k.contract_id
 			LEFT JOIN {{.Schema}}.pruned_totals pt ON pt.contract_id = k.contract_id
+			LEFT JOIN {{.Schema}}.generations g ON g.contract_id = k.contract_id AND g.state = 'preview'
 			LEFT JOIN LATERAL (
 				SELECT x.last_seq FROM {{.Schema}}.record_chunks x
 				WHERE x.contract_id = k.contract_id

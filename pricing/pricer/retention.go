@@ -187,7 +187,7 @@ SELECT l.load_id, coalesce(l.finished_at, l.started_at), l.pruned_at IS NOT NULL
          FROM {{.Schema}}.record_chunks x
          LEFT JOIN {{.Schema}}.partition_progress t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
                    AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations g
-                                    WHERE g.contract_id = x.contract_id AND g.state = 'pricing')
+                                    WHERE g.contract_id = x.contract_id AND g.state IN ('pricing', 'preview'))
         WHERE x.load_id = l.load_id) c ON true
  WHERE l.load_id = ?`
 
@@ -229,7 +229,7 @@ WITH pick AS (
           JOIN {{.Schema}}.partition_progress t ON t.kind = '` + Kind + `' AND t.partition_key = x.contract_id
          WHERE x.load_id = ?0 AND x.last_seq <= t.done_through AND x.contract_id = ANY (?2)
            AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations g
-                            WHERE g.contract_id = x.contract_id AND g.state = 'pricing')
+                            WHERE g.contract_id = x.contract_id AND g.state IN ('pricing', 'preview'))
          ORDER BY x.contract_id, x.first_seq
          LIMIT ?1) s
      WHERE upto - n < ?1
@@ -239,7 +239,7 @@ WITH pick AS (
      WHERE c.contract_id = pick.contract_id AND c.first_seq = pick.first_seq
        AND t.kind = '` + Kind + `' AND t.partition_key = c.contract_id AND c.last_seq <= t.done_through
        AND NOT EXISTS (SELECT 1 FROM {{.Schema}}.generations g
-                        WHERE g.contract_id = c.contract_id AND g.state = 'pricing')
+                        WHERE g.contract_id = c.contract_id AND g.state IN ('pricing', 'preview'))
     RETURNING c.contract_id, c.first_seq, c.last_seq, c.load_id, c.record_ids, c.amounts,
               (SELECT sum(a) FROM unnest(c.amounts) a) AS amount
 ), kept AS (

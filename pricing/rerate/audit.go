@@ -14,7 +14,7 @@ import (
 type Generation struct {
 	Contract   string `json:"contract_id"`
 	Generation int64  `json:"generation"`
-	State      string `json:"state"` // pricing, current, superseded, abandoned or pruned
+	State      string `json:"state"` // pricing, preview, current, superseded, abandoned, discarded or pruned
 	FromSeq    int64  `json:"from_seq"`
 	// StartedAt is when the generation was requested (a load or worker
 	// reprice), PricingStartedAt when workers committed its first batch
@@ -32,6 +32,9 @@ type Generation struct {
 	// was abandoned or its rows were pruned.
 	Records  int64 `json:"records"`
 	NetTotal int64 `json:"net_total"`
+	// NetChange, of a preview, is its net total less the current
+	// generation's.
+	NetChange *int64 `json:"net_change,omitempty"`
 }
 
 // List lists the generations of the re-priced contracts (all of them if
@@ -41,10 +44,10 @@ func (s *Store) List(ctx context.Context, contracts []string) ([]Generation, err
 	rows, err := s.t.DB.QueryContext(ctx, s.t.SQL(`
 SELECT g.contract_id, g.generation, g.state, g.from_seq, g.started_at, g.pricing_started_at, g.finished_at, g.pruned_at,
        g.started_by, g.reason,
-       CASE WHEN g.state IN ('pricing', 'current', 'superseded')
+       CASE WHEN g.state IN ('pricing', 'preview', 'current', 'superseded')
             THEN (SELECT count(*) FROM {{.Schema}}.priced_generation(g.contract_id, g.generation))
             ELSE coalesce(g.records, 0) END,
-       CASE WHEN g.state IN ('pricing', 'current', 'superseded')
+       CASE WHEN g.state IN ('pricing', 'preview', 'current', 'superseded')
             THEN (SELECT coalesce(sum(net_minor), 0) FROM {{.Schema}}.priced_generation(g.contract_id, g.generation))
             ELSE coalesce(g.net_total, 0) END
   FROM {{.Schema}}.generations g
@@ -67,6 +70,18 @@ SELECT g.contract_id, g.generation, g.state, g.from_seq, g.started_at, g.pricing
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("listing generations: %w", err)
+	}
+	current := map[string]int64{}
+	for _, g := range out {
+		if g.State == "current" {
+			current[g.Contract] = g.NetTotal
+		}
+	}
+	for i, g := range out {
+		if c, ok := current[g.Contract]; ok && g.State == "preview" {
+			d := g.NetTotal - c
+			out[i].NetChange = &d
+		}
 	}
 	return out, nil
 }

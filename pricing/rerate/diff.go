@@ -27,6 +27,19 @@ SELECT v.contract_id, r.record_id, r.gross_minor, r.discount_minor, r.net_minor
   FROM prev v CROSS JOIN LATERAL {{.Schema}}.priced_generation(v.contract_id, v.previous) r
  ORDER BY v.contract_id COLLATE "C", r.seq`
 
+// PreviewSQL selects, with PreviousSQL's columns and order, each
+// contract's preview waiting for a decision (its view, priced_generation,
+// as far as it is priced) or, for a contract without one, its current
+// rows. Its table names use schema.Placeholder.
+const PreviewSQL = `WITH v AS (
+    SELECT c.contract_id,
+           coalesce((SELECT g.generation FROM {{.Schema}}.generations g
+                      WHERE g.contract_id = c.contract_id AND g.state = 'preview'), c.current_generation) AS gen
+      FROM {{.Schema}}.contracts c)
+SELECT v.contract_id, r.record_id, r.gross_minor, r.discount_minor, r.net_minor
+  FROM v CROSS JOIN LATERAL {{.Schema}}.priced_generation(v.contract_id, v.gen) r
+ ORDER BY v.contract_id COLLATE "C", r.seq`
+
 // Change is one record whose priced row differs between a contract's
 // previous and current generations: amounts changed, or a record priced
 // in only one of them (Added: no old row; Removed: no new row, their
@@ -101,7 +114,11 @@ const diffRowsSQL = `SELECT coalesce(n.record_id, o.record_id), coalesce(n.seq, 
 // changes (a missing row counting 0) sum exactly to the change in its
 // total.
 func (s *Store) Diff(ctx context.Context, contracts []string, fn func(Change) error) ([]ContractDiff, error) {
-	out, err := s.diffTotals(ctx, contracts)
+	return s.diff(ctx, diffTotalsSQL, contracts, fn)
+}
+
+func (s *Store) diff(ctx context.Context, totals string, contracts []string, fn func(Change) error) ([]ContractDiff, error) {
+	out, err := s.readTotals(ctx, totals, contracts)
 	if err != nil {
 		return nil, err
 	}
@@ -113,8 +130,31 @@ func (s *Store) Diff(ctx context.Context, contracts []string, fn func(Change) er
 	return out, nil
 }
 
-func (s *Store) diffTotals(ctx context.Context, contracts []string) ([]ContractDiff, error) {
-	rows, err := s.t.DB.QueryContext(ctx, s.t.SQL(diffTotalsSQL), pgdialect.Array(contracts), pgdialect.Array(contracts))
+// previewTotalsSQL is, for each contract with a preview waiting, its
+// current generation's and its preview's net totals, and the preview's
+// from_seq.
+const previewTotalsSQL = `SELECT g.contract_id, c.current_generation, g.generation,
+       (SELECT coalesce(sum(r.net_minor), 0) FROM {{.Schema}}.priced_generation(g.contract_id, c.current_generation) r),
+       (SELECT coalesce(sum(r.net_minor), 0) FROM {{.Schema}}.priced_generation(g.contract_id, g.generation) r),
+       g.from_seq
+  FROM {{.Schema}}.generations g JOIN {{.Schema}}.contracts c ON c.contract_id = g.contract_id
+ WHERE g.state = 'preview' AND (coalesce(cardinality(?::text[]), 0) = 0 OR g.contract_id = ANY (?::text[]))
+ ORDER BY g.contract_id COLLATE "C"`
+
+// DiffPreview is Diff between each contract's current generation
+// (ContractDiff.Previous, the old columns) and its preview waiting for a
+// decision (ContractDiff.Current, the new columns), for the contracts with
+// a preview (of contracts if it is not empty). A preview still being
+// priced is compared as far as it got: the records it has not priced yet
+// show their current rows in it, unchanged.
+func (s *Store) DiffPreview(ctx context.Context, contracts []string, fn func(Change) error) ([]ContractDiff, error) {
+	return s.diff(ctx, previewTotalsSQL, contracts, fn)
+}
+
+// readTotals reads the generations to compare and their totals with
+// query (diffTotalsSQL or previewTotalsSQL).
+func (s *Store) readTotals(ctx context.Context, query string, contracts []string) ([]ContractDiff, error) {
+	rows, err := s.t.DB.QueryContext(ctx, s.t.SQL(query), pgdialect.Array(contracts), pgdialect.Array(contracts))
 	if err != nil {
 		return nil, fmt.Errorf("comparing generations: %w", err)
 	}

@@ -27,6 +27,17 @@
 // record from which it priced anew (from_seq), who started it and why,
 // when it started and finished, the tiers it priced with and its totals;
 // the amendments table the amounts an amendment replaced.
+//
+// A preview (Request.Preview) is a new generation priced without becoming
+// current: its tiers and amended amounts wait with it, readers and exports
+// keep the current generation, and records loaded meanwhile are priced in
+// both (the preview's batches price them under the current generation
+// too, from its checkpoint kept with the preview). Store.ApproveTx makes it
+// current (at once if it has caught up, otherwise once it does), and
+// Store.DiscardTx drops it and moves the contract's partition back to its
+// current generation; both lock the contracts' task rows, so a decision
+// falls between two batches and nothing of a preview is half applied.
+// Store.Previews, DiffPreview and List show the previews waiting.
 package rerate
 
 import (

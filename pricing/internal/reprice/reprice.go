@@ -34,6 +34,10 @@ type Request struct {
 	// NewTiers, if set, become the contract's tiers, and the whole
 	// contract is re-priced with them (From is then 0).
 	NewTiers []pricing.Tier
+	// Preview prices the new generation without making it current: the
+	// new tiers are kept with it, not made the contract's, until it is
+	// approved (Approve) or discarded (Discard); see package rerate.
+	Preview bool
 }
 
 // Started is what Start did for one contract.
@@ -51,7 +55,14 @@ type Started struct {
 	// Abandoned is the generation that was being priced and is replaced
 	// by the new one, 0 if none.
 	Abandoned int64 `json:"abandoned,omitempty"`
+	// Preview says the new generation is a preview.
+	Preview bool `json:"preview,omitempty"`
 }
+
+// ErrPreviewPending is returned, wrapped, for a re-pricing or a preview of
+// a contract whose preview waits to be approved or discarded, and for a
+// preview of a contract with a generation being priced.
+var ErrPreviewPending = errors.New("a preview is pending")
 
 // ErrUnknownContract is rerate.ErrUnknownContract.
 var ErrUnknownContract = errors.New("unknown contract")
@@ -70,6 +81,8 @@ type contractState struct {
 	generations  int64 // generation rows
 	inFlight     int64 // generation being priced, 0 if none
 	inFlightFrom int64
+	preview      int64 // generation waiting as a preview, 0 if none
+	lastGen      int64 // the greatest generation recorded (discarded ones included)
 	pruned       bool
 	tiersJSON    string
 }
@@ -106,6 +119,8 @@ SELECT k.id, c.contract_id IS NOT NULL, l.partition_key IS NOT NULL, coalesce(l.
        (SELECT count(*) FROM {{.Schema}}.generations g WHERE g.contract_id = k.id),
        coalesce((SELECT g.generation FROM {{.Schema}}.generations g WHERE g.contract_id = k.id AND g.state = 'pricing'), 0),
        coalesce((SELECT g.from_seq FROM {{.Schema}}.generations g WHERE g.contract_id = k.id AND g.state = 'pricing'), 0),
+       coalesce((SELECT g.generation FROM {{.Schema}}.generations g WHERE g.contract_id = k.id AND g.state = 'preview'), 0),
+       coalesce((SELECT max(g.generation) FROM {{.Schema}}.generations g WHERE g.contract_id = k.id), 0),
        EXISTS (SELECT 1 FROM {{.Schema}}.pruned_totals p WHERE p.contract_id = k.id AND p.records > 0),
        coalesce((SELECT jsonb_agg(jsonb_build_object('threshold_minor', t.threshold_minor, 'discount_bp', t.discount_bp)
                                   ORDER BY t.threshold_minor)
@@ -134,7 +149,7 @@ func Start(ctx context.Context, tx Tx, schemaName string, reqs []Request) ([]Sta
 	var id string
 	var st contractState
 	err = tx.ForEachRow(ctx, q(readStateSQL), []any{keys}, []any{&id, &st.exists, &st.hasTask, &st.position, &st.doneThrough, &st.current, &st.generations,
-		&st.inFlight, &st.inFlightFrom, &st.pruned, &st.tiersJSON}, func() error {
+		&st.inFlight, &st.inFlightFrom, &st.preview, &st.lastGen, &st.pruned, &st.tiersJSON}, func() error {
 		states = append(states, st)
 		return nil
 	})
@@ -150,6 +165,14 @@ func Start(ctx context.Context, tx Tx, schemaName string, reqs []Request) ([]Sta
 			return nil, fmt.Errorf("re-pricing contract %s: %w", r.Contract, ErrUnknownContract)
 		case s.pruned:
 			return nil, fmt.Errorf("re-pricing contract %s: %w by worker prune; its output can no longer be priced again", r.Contract, ErrPruned)
+		case s.preview > 0:
+			return nil, fmt.Errorf("re-pricing contract %s: %w (generation %d): approve it or discard it first (worker generations approve|discard %s)",
+				r.Contract, ErrPreviewPending, s.preview, r.Contract)
+		case r.Preview && s.inFlight > 0:
+			return nil, fmt.Errorf("previewing contract %s: generation %d is being priced to become current; preview once it is",
+				r.Contract, s.inFlight)
+		case r.Preview && !s.hasTask:
+			return nil, fmt.Errorf("previewing contract %s: it has no pricing partition", r.Contract)
 		}
 	}
 
@@ -158,6 +181,7 @@ func Start(ctx context.Context, tx Tx, schemaName string, reqs []Request) ([]Sta
 		rewinds []partition.Rewind
 		pending []int // indexes into reqs of the rewound contracts, in key order
 		tiers   = make([]string, len(reqs))
+		bases   = map[string]base{} // of the previews
 	)
 	for i, r := range reqs {
 		s := states[i]
@@ -171,7 +195,7 @@ func Start(ctx context.Context, tx Tx, schemaName string, reqs []Request) ([]Sta
 				return nil, fmt.Errorf("re-pricing contract %s: %w", r.Contract, err)
 			}
 		}
-		if !s.hasTask || (s.position <= from && s.inFlight == 0) {
+		if !r.Preview && (!s.hasTask || (s.position <= from && s.inFlight == 0)) {
 			// Nothing priced that the change affects.
 			if r.NewTiers != nil {
 				if err := replaceTiers(ctx, tx, q, r.Contract, r.NewTiers); err != nil {
@@ -200,13 +224,19 @@ SELECT contract_id, 1, 'current', 0, created_at, created_at, $2::jsonb FROM {{.S
 		from = min(from, s.doneThrough)
 		started := Started{Contract: r.Contract, From: from}
 		if s.inFlight > 0 {
-			if err := abandon(ctx, tx, q, r.Contract, s.inFlight); err != nil {
+			if err := abandon(ctx, tx, q, r.Contract, s.inFlight, "pricing", "abandoned"); err != nil {
 				return nil, err
 			}
 			started.Abandoned = s.inFlight
 		}
-		if r.NewTiers != nil {
+		if r.NewTiers != nil && !r.Preview {
 			if err := replaceTiers(ctx, tx, q, r.Contract, r.NewTiers); err != nil {
+				return nil, err
+			}
+		}
+		if r.Preview {
+			started.Preview = true
+			if bases[r.Contract], err = previewBase(ctx, tx, q, r.Contract, s); err != nil {
 				return nil, err
 			}
 		}
@@ -237,10 +267,18 @@ SELECT contract_id, 1, 'current', 0, created_at, created_at, $2::jsonb FROM {{.S
 				return nil, fmt.Errorf("re-pricing contract %s: %w: the partition's generation %d is not past the current generation %d",
 					r.Contract, pricer.ErrCorrupt, rw.Generation, states[i].current)
 			}
+			if rw.Generation, err = skipUsed(ctx, tx, q, r.Contract, rw.Generation, states[i].lastGen); err != nil {
+				return nil, err
+			}
 			from := rewinds[slices.IndexFunc(rewinds, func(x partition.Rewind) bool { return x.Key == r.Contract })].Position
+			state, b := "pricing", bases[r.Contract]
+			if r.Preview {
+				state = "preview"
+			}
 			if err := tx.Exec(ctx, q(`
-INSERT INTO {{.Schema}}.generations (contract_id, generation, state, from_seq, started_by, reason, tiers)
-VALUES ($1, $2, 'pricing', $3, $4, $5, $6::jsonb)`), r.Contract, rw.Generation, from, r.StartedBy, r.Reason, tiers[i]); err != nil {
+INSERT INTO {{.Schema}}.generations (contract_id, generation, state, from_seq, started_by, reason, tiers, base_position, base_checkpoint)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9::jsonb)`), r.Contract, rw.Generation, state, from, r.StartedBy, r.Reason, tiers[i],
+				b.position, b.checkpoint); err != nil {
 				return nil, fmt.Errorf("re-pricing contract %s: recording generation %d: %w", r.Contract, rw.Generation, err)
 			}
 			for j := range out {
@@ -281,6 +319,7 @@ func merge(reqs []Request) ([]Request, error) {
 				m.NewTiers = r.NewTiers
 			}
 			m.Reason = cmp.Or(m.Reason, r.Reason)
+			m.Preview = m.Preview || r.Preview
 			m.StartedBy = cmp.Or(m.StartedBy, r.StartedBy)
 			if m.NewTiers != nil {
 				m.From = 0
@@ -339,10 +378,12 @@ SELECT $1, th, bp FROM unnest($2::bigint[], $3::bigint[]) AS u(th, bp) ORDER BY 
 	return nil
 }
 
-// abandon ends generation gen of contract, still being priced: its totals
-// are frozen as far as it got (its view: the rows it shares with the
-// current generation and the ones it priced), and its rows are deleted.
-func abandon(ctx context.Context, tx Tx, q func(string) string, contract string, gen int64) error {
+// abandon ends generation gen of contract, still being priced (in state
+// from: pricing, or preview), as state to (abandoned, or discarded): its
+// totals are frozen as far as it got (its view: the rows it shares with
+// the current generation and the ones it priced), and its rows are
+// deleted.
+func abandon(ctx context.Context, tx Tx, q func(string) string, contract string, gen int64, from, to string) error {
 	if err := tx.Exec(ctx, q(`
 WITH t AS (
     SELECT count(*) AS n, coalesce(sum(gross_minor), 0) AS gr, coalesce(sum(discount_minor), 0) AS d,
@@ -352,11 +393,11 @@ WITH t AS (
     DELETE FROM {{.Schema}}.priced_rows WHERE contract_id = $1 AND generation = $2
 )
 UPDATE {{.Schema}}.generations ge
-   SET state = 'abandoned', finished_at = now(),
+   SET state = $4, finished_at = now(),
        records = t.n, gross_total = t.gr, discount_total = t.d, net_total = t.net
   FROM t
- WHERE ge.contract_id = $1 AND ge.generation = $2 AND ge.state = 'pricing'`), contract, gen); err != nil {
-		return fmt.Errorf("re-pricing contract %s: abandoning generation %d: %w", contract, gen, err)
+ WHERE ge.contract_id = $1 AND ge.generation = $2 AND ge.state = $3`), contract, gen, from, to); err != nil {
+		return fmt.Errorf("re-pricing contract %s: ending generation %d (%s): %w", contract, gen, from, err)
 	}
 	return nil
 }

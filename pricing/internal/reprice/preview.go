@@ -1,0 +1,267 @@
+package reprice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/pricing/internal/tables"
+	"github.com/batonhq/baton/pricing/pricer"
+	"github.com/batonhq/baton/schema"
+)
+
+// ErrNoPreview is returned, wrapped, by Approve and Discard for a contract
+// named that has no preview waiting.
+var ErrNoPreview = errors.New("no preview is pending")
+
+// Decided is what Approve or Discard did to one contract's preview.
+type Decided struct {
+	Contract string `json:"contract_id"`
+	// Generation is the preview's.
+	Generation int64 `json:"generation"`
+	// Current is the contract's current generation afterwards.
+	Current int64 `json:"current_generation"`
+	// Pricing (Approve only) says the preview had not caught up with the
+	// contract's records: it is being priced, and becomes current in the
+	// batch that catches up, as any re-pricing does.
+	Pricing bool `json:"pricing,omitempty"`
+}
+
+// base is where a preview's contract's current generation is priced to:
+// every record up to position, with checkpoint there (both NULL for a
+// generation that is not a preview).
+type base struct{ position, checkpoint any }
+
+// previewBase is the current generation's priced prefix of a contract
+// about to be previewed (its processed prefix) and its checkpoint there,
+// under the contract's tiers. Rows of the current generation past the
+// prefix (a segment's, ahead of it) are deleted: the preview's batches
+// price those records under the current generation again, from the
+// prefix on.
+func previewBase(ctx context.Context, tx Tx, q func(string) string, contract string, s contractState) (base, error) {
+	if err := tx.Exec(ctx, q(`DELETE FROM {{.Schema}}.priced_rows WHERE contract_id = $1 AND generation = $2 AND seq > $3`),
+		contract, s.current, s.doneThrough); err != nil {
+		return base{}, fmt.Errorf("previewing contract %s: removing rows past its priced prefix %d: %w", contract, s.doneThrough, err)
+	}
+	cp, err := checkpointAt(ctx, tx, q, contract, s.doneThrough, s.tiersJSON)
+	if err != nil {
+		return base{}, err
+	}
+	return base{s.doneThrough, string(cp)}, nil
+}
+
+// skipUsed gives contract's partition, just rewound to generation gen, a
+// generation past every one recorded (last): a discarded preview's
+// partition went back to the current generation, and its number is not
+// used again.
+func skipUsed(ctx context.Context, tx Tx, q func(string) string, contract string, gen, last int64) (int64, error) {
+	if gen > last {
+		return gen, nil
+	}
+	if err := setGeneration(ctx, tx, q, contract, last+1); err != nil {
+		return 0, fmt.Errorf("re-pricing contract %s: %w", contract, err)
+	}
+	return last + 1, nil
+}
+
+// setGeneration sets the generation of contract's partition (its row is
+// locked, and was just rewound: its version fences out earlier claims).
+func setGeneration(ctx context.Context, tx Tx, q func(string) string, contract string, gen int64) error {
+	if err := tx.Exec(ctx, q(`UPDATE {{.Schema}}.tasks SET generation = $2
+ WHERE kind = '`+pricer.Kind+`' AND partition_key = $1 AND segment_of IS NULL`), contract, gen); err != nil {
+		return fmt.Errorf("setting its partition's generation to %d: %w", gen, err)
+	}
+	return nil
+}
+
+// previewState is what Approve and Discard read of a contract, under its
+// task row's lock.
+type previewState struct {
+	exists              bool
+	generation, current int64 // the preview's (0 if none), the current one
+	partitionGen        int64
+	position, available int64
+	tiersJSON           string
+	basePos             int64
+	baseCP              string
+}
+
+const readPreviewsSQL = `
+SELECT k.id, c.contract_id IS NOT NULL, coalesce(g.generation, 0), coalesce(c.current_generation, 0),
+       coalesce(t.generation, 0), coalesce(t.position, 0), coalesce(t.available, 0),
+       coalesce(g.tiers::text, '[]'), coalesce(g.base_position, 0), coalesce(g.base_checkpoint::text, '{}')
+  FROM unnest($1::text[]) AS k(id)
+  LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = k.id
+  LEFT JOIN {{.Schema}}.generations g ON g.contract_id = k.id AND g.state = 'preview'
+  LEFT JOIN {{.Schema}}.tasks t ON t.kind = '` + pricer.Kind + `' AND t.partition_key = k.id AND t.segment_of IS NULL
+ ORDER BY k.id`
+
+// lockPreviews locks the task rows of contracts (every contract with a
+// preview if empty) as Start does, and reads their previews. A contract
+// named without a preview is refused (ErrNoPreview), as is an unknown one.
+func lockPreviews(ctx context.Context, tx Tx, q func(string) string, verb string, contracts []string) ([]string, []previewState, error) {
+	keys := slices.Clone(contracts)
+	if len(keys) == 0 {
+		var id string
+		if err := tx.ForEachRow(ctx, q(`SELECT contract_id FROM {{.Schema}}.generations WHERE state = 'preview'`), nil,
+			[]any{&id}, func() error { keys = append(keys, id); return nil }); err != nil {
+			return nil, nil, fmt.Errorf("%s previews: listing them: %w", verb, err)
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	if len(keys) == 0 {
+		return nil, nil, nil
+	}
+	if err := tx.Exec(ctx, q(lockSQL), keys); err != nil {
+		return nil, nil, fmt.Errorf("%s previews: locking %d contracts: %w", verb, len(keys), err)
+	}
+	var (
+		id  string
+		st  previewState
+		out []previewState
+	)
+	err := tx.ForEachRow(ctx, q(readPreviewsSQL), []any{keys}, []any{&id, &st.exists, &st.generation, &st.current, &st.partitionGen,
+		&st.position, &st.available, &st.tiersJSON, &st.basePos, &st.baseCP}, func() error {
+		out = append(out, st)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s previews: reading %d contracts: %w", verb, len(keys), err)
+	}
+	for i, s := range out {
+		switch {
+		case !s.exists:
+			return nil, nil, fmt.Errorf("%s the preview of contract %s: %w", verb, keys[i], ErrUnknownContract)
+		case s.generation == 0:
+			return nil, nil, fmt.Errorf("%s the preview of contract %s: %w", verb, keys[i], ErrNoPreview)
+		case s.partitionGen != s.generation:
+			return nil, nil, fmt.Errorf("%s the preview of contract %s: %w: its partition prices generation %d, its preview is %d",
+				verb, keys[i], pricer.ErrCorrupt, s.partitionGen, s.generation)
+		}
+	}
+	return keys, out, nil
+}
+
+// Approve is rerate.Store.ApproveTx (see there) in tx, for the pricing
+// tables in schema schemaName. The contracts are decided together, a few
+// statements for them all (the previews' tiers and amendments become the
+// contracts', the previews not caught up go on as generations being
+// priced), then one switch per contract caught up.
+func Approve(ctx context.Context, tx Tx, schemaName string, contracts []string) ([]Decided, error) {
+	q := func(s string) string { return schema.SQL(schemaName, s) }
+	keys, states, err := lockPreviews(ctx, tx, q, "approving", contracts)
+	if err != nil || len(keys) == 0 {
+		return nil, err
+	}
+	for _, step := range []struct{ doing, sql string }{
+		{"replacing their tiers", `DELETE FROM {{.Schema}}.tiers WHERE contract_id = ANY ($1::text[])`},
+		{"replacing their tiers", approveTiersSQL},
+		{"amending their records", applyPreviewAmendmentsSQL},
+		{"recording their amendments", `UPDATE {{.Schema}}.amendments a SET preview = false
+  FROM {{.Schema}}.generations g
+ WHERE a.contract_id = ANY ($1::text[]) AND a.preview
+   AND g.contract_id = a.contract_id AND g.generation = a.generation AND g.state = 'preview'`},
+	} {
+		if err := tx.Exec(ctx, q(step.sql), keys); err != nil {
+			return nil, fmt.Errorf("approving %d previews: %s: %w", len(keys), step.doing, err)
+		}
+	}
+	out := make([]Decided, len(keys))
+	var behind []string
+	for i, c := range keys {
+		s := states[i]
+		out[i] = Decided{Contract: c, Generation: s.generation, Current: s.current}
+		if s.position < s.available {
+			// Not caught up: it goes on as a generation being priced,
+			// which the batch that catches up makes current.
+			out[i].Pricing = true
+			behind = append(behind, c)
+		}
+	}
+	if err := tx.Exec(ctx, q(`UPDATE {{.Schema}}.generations SET state = 'pricing'
+ WHERE contract_id = ANY ($1::text[]) AND state = 'preview'`), behind); err != nil {
+		return nil, fmt.Errorf("approving %d previews not caught up: %w", len(behind), err)
+	}
+	for i := range out {
+		d := &out[i]
+		if d.Pricing {
+			continue
+		}
+		var old, promoted, switched int64
+		if err := tx.QueryRow(ctx, q(tables.SwitchSQL), d.Contract, d.Generation).Scan(&old, &promoted, &switched); err != nil {
+			return nil, fmt.Errorf("approving the preview of contract %s: switching to generation %d: %w", d.Contract, d.Generation, err)
+		}
+		if old != d.Current || promoted != 1 || switched != 1 {
+			return nil, fmt.Errorf("approving the preview of contract %s: %w: generation %d cannot supersede generation %d",
+				d.Contract, pricer.ErrCorrupt, d.Generation, old)
+		}
+		d.Current = d.Generation
+	}
+	return out, nil
+}
+
+// approveTiersSQL makes the tiers of the previews of contracts $1 theirs
+// (their former tiers already deleted).
+const approveTiersSQL = `
+INSERT INTO {{.Schema}}.tiers (contract_id, threshold_minor, discount_bp)
+SELECT g.contract_id, (t ->> 'threshold_minor')::bigint, (t ->> 'discount_bp')::integer
+  FROM {{.Schema}}.generations g CROSS JOIN LATERAL jsonb_array_elements(g.tiers) AS t
+ WHERE g.contract_id = ANY ($1::text[]) AND g.state = 'preview'
+ ORDER BY 1, 2`
+
+// applyPreviewAmendmentsSQL gives the records of contracts $1 the amounts
+// their previews' amendments set (one UPDATE per chunk).
+const applyPreviewAmendmentsSQL = `
+WITH a AS (
+    SELECT DISTINCT ON (a.contract_id, a.seq) a.contract_id, a.seq, a.new_amount_minor AS amount
+      FROM {{.Schema}}.amendments a
+      JOIN {{.Schema}}.generations g ON g.contract_id = a.contract_id AND g.generation = a.generation AND g.state = 'preview'
+     WHERE a.contract_id = ANY ($1::text[]) AND a.preview
+     ORDER BY a.contract_id, a.seq, a.amendment_id DESC
+)
+UPDATE {{.Schema}}.record_chunks c
+   SET amounts = (SELECT array_agg(coalesce(x.amount, u.amount) ORDER BY u.i)
+                    FROM unnest(c.amounts) WITH ORDINALITY AS u (amount, i)
+                    LEFT JOIN a x ON x.contract_id = c.contract_id AND x.seq = c.first_seq + u.i - 1)
+ WHERE c.contract_id = ANY ($1::text[])
+   AND EXISTS (SELECT 1 FROM a WHERE a.contract_id = c.contract_id AND a.seq BETWEEN c.first_seq AND c.last_seq)`
+
+// Discard is rerate.Store.DiscardTx (see there) in tx, for the pricing
+// tables in schema schemaName.
+func Discard(ctx context.Context, tx Tx, schemaName string, contracts []string) ([]Decided, error) {
+	q := func(s string) string { return schema.SQL(schemaName, s) }
+	keys, states, err := lockPreviews(ctx, tx, q, "discarding", contracts)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Decided, 0, len(keys))
+	rewinds := make([]partition.Rewind, 0, len(keys))
+	for i, c := range keys {
+		s := states[i]
+		if err := abandon(ctx, tx, q, c, s.generation, "preview", "discarded"); err != nil {
+			return nil, err
+		}
+		if err := tx.Exec(ctx, q(`DELETE FROM {{.Schema}}.amendments WHERE contract_id = $1 AND generation = $2 AND preview`),
+			c, s.generation); err != nil {
+			return nil, fmt.Errorf("discarding the preview of contract %s: removing its amendments: %w", c, err)
+		}
+		rewinds = append(rewinds, partition.Rewind{Key: c, Position: s.basePos, State: json.RawMessage(s.baseCP)})
+		out = append(out, Decided{Contract: c, Generation: s.generation, Current: s.current})
+	}
+	// The partitions go back to the current generation where it is priced
+	// to: the rewind fences out a preview batch's claim (version + 1), and
+	// the generation number is set back to the current one.
+	if _, err := tx.Rewind(ctx, schemaName, pricer.Kind, rewinds); err != nil {
+		return nil, fmt.Errorf("discarding %d previews: moving their partitions back: %w", len(rewinds), err)
+	}
+	for i, c := range keys {
+		if err := setGeneration(ctx, tx, q, c, states[i].current); err != nil {
+			return nil, fmt.Errorf("discarding the preview of contract %s: %w", c, err)
+		}
+	}
+	return out, nil
+}
