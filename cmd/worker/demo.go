@@ -12,29 +12,9 @@ import (
 func newDemoCmd(g *globals) *cobra.Command {
 	var o demo.PricingOptions
 	cmd := &cobra.Command{
-		Use: "demo",
-		Example: `  worker demo
-  worker demo --contracts 20 --records-per-contract 500 --kill-at 0.5
-  DATABASE_URL=postgres://baton@db.example/postgres worker demo`,
+		Use:   "demo",
 		Short: "Show baton end to end: seed, three workers, one killed mid-run, takeover, exact verification",
-		Long: `demo seeds synthetic contracts, starts worker processes, SIGKILLs one part-way
-through, shows the takeover as it happens, and verifies every contract's
-per-record nets against an independent recomputation.
-
-Never touches the database named by DATABASE_URL (or --database-url):
-with it set, the demo creates a database of its own on the same server
-(the role needs CREATEDB), loads, prices and verifies there, and drops it
-at the end, also when interrupted (SIGINT, SIGTERM). The jobs, records and
-workers of the named database are left alone.
-
-With DATABASE_URL unset it runs a private PostgreSQL from the locally
-installed binaries, in --pg-dir (reused by later runs; --fresh starts over),
-listening on 127.0.0.1 on a free port, stopped when the demo ends.
-
-Writes files: the generated data and the workers' logs, in a temporary
-directory removed at the end; without DATABASE_URL, the private server's
-data in --pg-dir.`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.View = text.NewDemoView(g.stdout)
 			o.Config = g.demoConfig(o.Config)
@@ -58,27 +38,9 @@ data in --pg-dir.`,
 func newScheduleDemoCmd(g *globals) *cobra.Command {
 	var o demo.ScheduleOptions
 	cmd := &cobra.Command{
-		Use:     "demo",
-		Short:   "Show scheduled jobs: workers run a 1-second catch-up job and a leader job through a SIGKILL and a SIGSTOP",
-		Example: `  worker schedule demo`,
-		Long: `demo adds two jobs, "tick" (every second, catch-up, lock mode) and "lead"
-(every second, leader mode), starts worker processes, SIGKILLs the leader's
-worker, then SIGSTOPs the new leader for three times the lease, and checks
-the runs: every slot ran, a slot ran twice only when its first runner was
-killed or stopped, and the leader job moved only when its worker died.
-
-Never touches the database named by DATABASE_URL (or --database-url):
-with it set, the demo creates a database of its own on the same server
-(the role needs CREATEDB), adds its jobs and runs its workers there, and
-drops it at the end, also when interrupted (SIGINT, SIGTERM). The jobs
-(even ones named "tick" or "lead"), records and workers of the named
-database are left alone. With DATABASE_URL unset it runs a private
-PostgreSQL (see "worker demo").
-
-Writes files: the jobs' output and the workers' logs, in a temporary
-directory removed at the end; without DATABASE_URL, the private server's
-data in --pg-dir.`,
-		Args: cobra.NoArgs,
+		Use:   "demo",
+		Short: "Show scheduled jobs: workers run a 1-second catch-up job and a leader job through a SIGKILL and a SIGSTOP",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Config = g.demoConfig(o.Config)
 			return demo.Schedule(cmd.Context(), o)

@@ -17,29 +17,7 @@ func newExportCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "export --out FILE [--generation previous|current|preview]",
 		Short: "Write priced records as CSV, ordered by contract id (byte order) then acceptance order",
-		Long: `export writes every priced record as CSV. A file is written under a
-temporary name, synced and renamed, so a failed export never leaves a
-truncated file; it gets the usual permissions (0666 less the umask).
-
-Records not yet priced are left out: export says how many on stderr, and
-with --complete fails instead (exit 4) without writing anything. So does
-a contract whose checkpoint lies beyond its stored records (state
-inconsistent in status): records skipped are not priced, and --complete
-refuses to export rather than leave them out silently.
-
---generation previous writes, for each re-priced contract, the output its
-current generation replaced (see worker generations), and for the other
-contracts their current output; current (the default) writes what
-priced holds now; preview writes each contract's preview waiting for
-worker generations approve|discard (as far as it is priced), and the
-current output of the others.
-
-Writes a file: --out, replacing a file of that name (- writes to standard
-output instead). It only reads the database.`,
-		Example: `  worker export --out priced.csv
-  worker export --out - | gzip > priced.csv.gz
-  worker run --until-done && worker export --complete --out priced.csv`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return usageError("--out is required (use - for standard output)")

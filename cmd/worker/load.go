@@ -21,40 +21,7 @@ func newLoadCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "load [--tiers FILE [--reprice]] [--records FILE [--amend]] [--preview] [--reason TEXT] [--skip-invalid --reject-file FILE]",
 		Short: "Validate and load tiers and/or records (all or nothing by default)",
-		Long: `load validates tiers and/or records CSV files and loads them in one
-transaction: by default all or nothing, listing invalid rows as
-FILE:LINE: reason (exit 3). A UTF-8 byte order mark at the start of a file
-is ignored. On a terminal (and not with --log-format json), progress shows
-the current stage: reading each file (for records: rows read, the share
-of the file, the rate and the time left), validating, inserting the
-records, then updating the contracts. SIGINT (Ctrl-C) or SIGTERM before
-the commit rolls the load back: nothing is loaded, and the exit code is
-130 (143 for SIGTERM).
-
-Records are written while the file is read, in at most --memory MiB
-whatever the file's size, in whole chunks however the file interleaves
-its contracts: what does not fit waits in temporary files (removed as
-soon as they are made) until the file has been read. A larger budget
-writes less to those files (a file whose records fit writes none) and
-reads them back in fewer, larger parts.
-
-Changes the database: adds contracts, their tiers and records; a tiers file
-replaces the tiers of a contract it names (refused once the contract has
-priced records, unless --reprice: the new tiers then apply and the
-contract is re-priced under them as a new generation, see worker
-generations). A stored record id with another amount is refused, unless
---amend: the amount is replaced (the old one kept in the audit trail) and
-the contract re-priced from that record on. With --preview the new
-generations are previews, current only once approved (worker generations
-approve|discard). --reason is recorded with the generations and
-amendments.
-Writes a file with --skip-invalid: the rejected rows, to --reject-file.`,
-		Example: `  worker load --tiers tiers.csv --records records.csv
-  worker load --records more.csv --skip-invalid --reject-file rejected.csv
-  worker load --records records.csv --max-errors 0   # list every invalid row
-  worker load --tiers corrected-tiers.csv --reprice --reason "Q3 tiers corrected"
-  worker load --records corrections.csv --amend --reason "meter 7 re-read"`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.TiersPath == "" && opts.RecordsPath == "" {
 				return usageError("give --tiers, --records or both")

@@ -38,21 +38,8 @@ var testHookGuarded func()
 func newRoot() (*cobra.Command, *globals) {
 	g := &globals{Env: &clienv.Env{}}
 	root := &cobra.Command{
-		Use:   "worker",
-		Short: "baton: database-coordinated batch pricing workers",
-		Long: `baton distributes batch pricing over many identical worker processes that
-share one PostgreSQL database and nothing else.
-
-Each command's help says whether it changes the database or writes files;
-"demo" and "schedule demo" never touch the database DATABASE_URL names.
-
-` + clienv.ExitCodesHelp,
-		Example: `  export DATABASE_URL=postgres://baton@db.example/baton
-  worker migrate
-  worker load --tiers tiers.csv --records records.csv
-  worker run --until-done
-  worker status
-  worker export --out priced.csv`,
+		Use:           "worker",
+		Short:         "baton: database-coordinated batch pricing workers",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -77,5 +64,8 @@ Each command's help says whether it changes the database or writes files;
 	// as a usage error, as for an unknown command; wrong arguments are
 	// usage errors (exit 2) for every command.
 	clienv.UsageErrors(root)
+	if err := applyHelp(root); err != nil {
+		panic(err) // a help file missing from this binary: TestHelpFiles
+	}
 	return root, g
 }

@@ -13,16 +13,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending schema migrations (safe to run from many processes at once)",
-		Long: `migrate applies baton's embedded migrations (core, pricing) under an
-advisory lock, so many processes may run it at once.
-
-Changes the database: creates baton's schema (--schema) and its tables, or
-applies the migrations it lacks. A database of a release without its own
-schema is upgraded first: baton's tables move into the schema with their
-data, and baton's row is removed from bun_migrations.`,
-		Example: `  worker migrate
-  DATABASE_URL=postgres://baton@db.example/baton worker migrate`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, false)
 			if err != nil {

@@ -47,19 +47,7 @@ func newPauseCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pause [--kind K] [CONTRACT...] [--reason TEXT] [--by NAME]",
 		Short: "Pause contracts, or a whole kind, until resumed",
-		Long: `pause stops the named contracts (with their segments), or with --kind and no
-contract every partition of that kind, including those created later, from
-being processed until "worker resume". A worker pricing one finishes or rolls
-back the batch in flight and releases it within a heartbeat; nothing is lost
-and order is kept. Records are still loaded while paused, and wait.
-
-Changes the database: records the pause (who, when, why) and a "paused"
-event in each contract's history. A contract need not exist yet; pausing
-what is paused already keeps the first pause. "worker status" lists the
-pauses in force.`,
-		Example: `  worker pause c-17 --reason "tiers under review"
-  worker pause --kind pricing --reason "month-end freeze"`,
-		Args: cobra.ArbitraryArgs,
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, g, args, func(store *partition.Store, what string) error {
 				made, err := store.Pause(cmd.Context(), f.by, f.reason, args...)
@@ -82,16 +70,7 @@ func newResumeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resume [--kind K] [CONTRACT...] [--by NAME]",
 		Short: "Resume paused contracts, or a paused kind",
-		Long: `resume lifts the pauses of the named contracts, or with --kind and no contract
-the kind's own pause (contracts paused by name stay paused), and wakes the
-workers: the contracts are claimable at once, in their places in line. A
-contract of a paused kind stays paused until the kind is resumed.
-
-Changes the database: removes the pause and records a "resumed" event in
-each contract's history.`,
-		Example: `  worker resume c-17
-  worker resume --kind pricing`,
-		Args: cobra.ArbitraryArgs,
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, g, args, func(store *partition.Store, what string) error {
 				lifted, err := store.Resume(cmd.Context(), f.by, args...)

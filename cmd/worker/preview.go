@@ -27,26 +27,9 @@ type decidedJSON struct {
 // newDecideCmd is worker generations approve or discard.
 func newDecideCmd(g *globals, verb string) *cobra.Command {
 	var asJSON bool
-	long := map[string]string{
-		"approve": `approve makes the previews of the contracts named (or every preview
-waiting) current: their tiers and amended amounts become the contracts'
-own, and a preview that has priced every record becomes current at once,
-in one transaction; one still being priced goes on as a generation being
-priced and becomes current in the batch that catches up. Exports show it
-from then on.`,
-		"discard": `discard drops the previews of the contracts named (or every preview
-waiting): their rows are deleted, their tiers and amendments forgotten,
-and the contracts' partitions go back to their current generation, which
-stays what it was.`,
-	}[verb]
 	cmd := &cobra.Command{
 		Use:   verb + " [CONTRACT...] [--json]",
 		Short: map[string]string{"approve": "Make previews current", "discard": "Drop previews"}[verb],
-		Long: long + `
-
-Changes the database: generation rows, the contracts' tiers, records and
-task rows (waiting for a batch in flight on them to commit).`,
-		Example: "  worker generations " + verb + " acme-1 acme-2\n  worker generations " + verb + " --json",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			db, err := g.open(cmd.Context(), dbconn.Options{ApplicationName: "baton-" + verb, MaxOpenConns: 1,
 				LockTimeout: 10 * time.Second, StatementTimeout: 10 * time.Minute}, true)

@@ -18,15 +18,7 @@ func newProbeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "probe URL",
 		Short: "Exit 0 if URL answers 200 (container health checks: /healthz, /readyz)",
-		Long: `probe GETs URL and exits 0 if it answers 200, 1 otherwise. It prints the
-response's status line ("200 OK"); --verbose adds the response body (the
-first 64 KiB), which for /readyz says why a worker is not ready.
-
-It only reads: neither the database nor files are changed.`,
-		Example: `  worker probe http://127.0.0.1:9090/readyz
-  worker probe --timeout 1s http://127.0.0.1:9090/healthz
-  worker probe --verbose http://127.0.0.1:9090/readyz`,
-		Args: cobra.ExactArgs(1),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			status, body, err := probe.Get(cmd.Context(), args[0], timeout, verbose)
 			if err != nil {

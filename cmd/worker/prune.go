@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/pricing/pricer"
@@ -23,33 +22,7 @@ func newPruneCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "prune (--load N [N...] | --older-than DURATION | --generations-older-than DURATION) [--dry-run] [--batch-size N] [--json]",
 		Short: "Remove finished loads' records and priced output, in small transactions, while workers run",
-		Long: `prune removes the records of finished loads and their priced output: the
-loads named by --load, or every load that finished more than --older-than
-ago (by the database clock) and is not pruned yet.
-
-Changes the database: deletes the load's record chunks and priced rows in
-transactions of about --batch-size records each, so workers go on pricing
-other contracts meanwhile and no lock is held for long; a contract's
-checkpoint and cumulative totals stay, and what went is summed per contract
-(pruned_totals) so that status, export --complete and verify still add up.
-Each pruned record's id and amount are kept (compressed), so a record
-delivered again later is still skipped as a re-delivery, or refused with
-another amount; a contract with pruned records can no longer be re-priced.
-The loads row stays and records when it was pruned. Only records that are
-priced are removed: a load with records not priced yet is skipped, whole,
-with a message, and nothing of it is removed (exit code 4); a load that
-does not exist is reported (exit code 5); the others are pruned all the
-same. Interrupted (Ctrl-C, a lost connection), whole batches are removed
-and the rest stays: run the same command again to carry on.
-
---dry-run only reports what would go. The output is one line per load that
-is not pruned, then a summary line; --json prints the same as JSON.
-
-` + clienv.ExitCodesHelp,
-		Example: `  worker prune --load 3 --dry-run
-  worker prune --load 3 4 5
-  worker prune --older-than 720h --json`,
-		Args: cobra.ArbitraryArgs,
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, a := range args {
 				if !cmd.Flags().Changed("load") {

@@ -46,24 +46,6 @@ func newRepriceCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reprice (--all | CONTRACT...) [--preview] [--reason TEXT] [--json]",
 		Short: "Re-price contracts under their current tiers, as a new generation",
-		Long: `reprice starts a new generation of the priced output of the contracts
-named (or of every contract with --all) under their current tiers: their
-pricing partitions are rewound to their first record, and the workers
-price them again while readers (export, status, the console) keep seeing
-the current generation; it becomes current in one commit once caught up.
-A generation still being priced is abandoned for the new one. Contracts
-with nothing priced yet are left as they are.
-
-With --preview the new generation is a preview: priced the same way, it
-does not become current when caught up, and a contract with a preview
-waiting is not re-priced again until worker generations approve or
-discard decides it (worker diff --preview shows what it changes).
-
-Changes the database: generation rows, the contracts' task rows (a worker
-pricing one of them loses its claim). See worker generations for the
-result and worker diff for what changed.`,
-		Example: `  worker reprice acme-1 acme-2 --reason "rounding fix verified"
-  worker reprice --all --json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case all && len(args) > 0:
@@ -123,21 +105,6 @@ func newGenerationsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "generations [--json] [CONTRACT...]",
 		Short: "List the generations of re-priced contracts",
-		Long: `generations lists, for each re-priced contract (those named, or all),
-its generations: state (pricing: being priced; current: what export and
-status read; superseded: replaced, kept for audit until worker prune
---generations-older-than; abandoned: replaced before it became current;
-preview: priced without becoming current, waiting for worker generations
-approve or discard; discarded),
-when it started and finished, who started it and why, the record after
-which it priced anew (from_seq), its records and net total. Contracts never
-re-priced are not listed. Each preview waiting is then summed up on
-stderr: its net total, the change from the current generation and
-whether it has caught up (--json: net_change on the preview's entry). It
-only reads the database.`,
-		Example: `  worker generations
-  worker generations --json acme-1
-  worker generations approve acme-1`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 1}, true)
 			if err != nil {
@@ -186,24 +153,7 @@ func newDiffCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "diff [--contract C...] [--preview] [--out FILE]",
 		Short: "List the records whose priced amounts changed between each re-priced contract's previous and current generation",
-		Long: `diff writes, for each re-priced contract whose previous generation is
-kept (those given with --contract, or all), the records whose gross,
-discount or net differ between its previous and current generation, or
-that only one of them priced (its old or new columns empty), as CSV:
-` + diffHeader + `
-ordered by contract and acceptance order; and, on stderr, each contract's
-old and new net totals, which its rows sum to exactly. It only reads the
-database.
-
-With --preview it compares each contract's current generation (old) with
-its preview waiting for a decision (new) instead, with the same columns
-and totals; a preview still being priced as far as it got.
-
-Writes a file with --out, replacing a file of that name (standard output
-by default, or -).`,
-		Example: `  worker diff --out changes.csv
-  worker diff --contract acme-1 --contract acme-2`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 1}, true)
 			if err != nil {

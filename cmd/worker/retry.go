@@ -17,15 +17,7 @@ func newRetryCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "retry CONTRACT...",
 		Short: "Re-enable quarantined (or backing-off) contracts",
-		Long: `retry re-enables quarantined (or backing-off) contracts, so workers claim
-them again at once.
-
-Changes the database: resets each named failed contract's attempts, error
-and back-off, and records the retry in its history. A contract that does
-not exist is reported after the others are done, with exit code 5.`,
-		Example: `  worker retry c-17
-  worker status --json | jq -r '.partitions[] | select(.state=="quarantined") | .contract_id' | xargs worker retry`,
-		Args: cobra.MinimumNArgs(1),
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			db, err := g.open(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, true)
 			if err != nil {

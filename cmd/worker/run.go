@@ -94,27 +94,8 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run a pricing worker: claim contracts, price their records, hand them over on failure",
-		Long: `run prices contracts until stopped: it claims unowned or stale contracts,
-prices their records in fenced, checkpointed batches, heartbeats its leases,
-and takes over the contracts of workers that stop heartbeating. Run as many
-as you like, on any machines, against the same database.
-
-At start it waits for the database (--wait-for-database), so a worker
-started before the database does not exit at once. SIGTERM or SIGINT stops
-it gracefully (batches in flight commit, contracts are released); a second
-signal exits at once with code 1.
-
-Changes the database: writes the priced records and each contract's
-checkpoint, takes, renews and releases contracts, and registers itself as a
-worker. With --jobs (the default) it also runs the due scheduled jobs of
-"worker schedule", whose commands can change anything they can reach; with
---ui-addr and --ui-token its console's actions can retry contracts and
-trigger jobs (see "worker ui").`,
-		Example: `  worker run
-  worker run --until-done --max-partitions 4
-  worker run --id pricer-a --metrics-addr 0.0.0.0:9090 --log-format json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return r.run(cmd.Context(), g) },
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return r.run(cmd.Context(), g) },
 	}
 	r.register(cmd)
 	cliflags.Grouped(cmd,

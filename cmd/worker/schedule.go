@@ -25,9 +25,7 @@ func newScheduleCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "schedule",
 		Short: "Manage scheduled jobs, run by every \"worker run\" once per due time across the farm",
-		Example: `  worker schedule add nightly-verify --cron "0 3 * * *" --builtin verify
-  worker schedule list`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newScheduleAddCmd(g), newScheduleListCmd(g), newScheduleRemoveCmd(g), newScheduleTriggerCmd(g),
 		newScheduleDemoCmd(g))
@@ -44,20 +42,7 @@ func newScheduleAddCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "add NAME (--every DURATION | --cron \"EXPR\") [flags] (-- COMMAND [ARGS...] | --builtin NAME)",
 		Short: "Add a scheduled job, or update the job of that name",
-		Example: `  worker schedule add cleanup --every 10m -- /usr/local/bin/cleanup --older-than 7d
-  worker schedule add nightly-verify --cron "0 3 * * *" --builtin verify`,
-		Long: `Add a scheduled job, or update the job of that name.
-
-The command runs with BATON_JOB, BATON_SLOT (the due time, RFC 3339 UTC, from
-the database clock), BATON_FENCE, BATON_IDEMPOTENCY_KEY (job@slot) and
-BATON_WORKER in its environment; its output goes to the worker's log and its
-exit status is the run's result. Built-in jobs: verify (recomputes every
-contract's totals in SQL and checks the priced output and checkpoints).
-
-Changes the database: stores the job, replacing the definition of a job of
-that name (a changed schedule restarts its slots from the next one). Every
-"worker run" with --jobs then runs it.`,
-		Args: cobra.MinimumNArgs(1),
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
 			if dash < 0 {
@@ -100,10 +85,9 @@ that name (a changed schedule restarts its slots from the next one). Every
 func newScheduleListCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:     "list",
-		Short:   "List scheduled jobs: state, owner, schedule, command, next and last runs",
-		Example: `  worker schedule list`,
-		Args:    cobra.NoArgs,
+		Use:   "list",
+		Short: "List scheduled jobs: state, owner, schedule, command, next and last runs",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := g.openForSchedule(cmd.Context())
 			if err != nil {
@@ -131,11 +115,7 @@ func newScheduleRemoveCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "remove NAME",
 		Short: "Remove a scheduled job (a run in progress can no longer record its completion)",
-		Long: `remove deletes a scheduled job; no worker runs it again.
-
-Changes the database: deletes the job's row, with its state and run history.`,
-		Example: `  worker schedule remove cleanup`,
-		Args:    cobra.ExactArgs(1),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			db, err := g.openForSchedule(cmd.Context())
 			if err != nil {
@@ -155,12 +135,7 @@ func newScheduleTriggerCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "trigger NAME",
 		Short: "Ask for one extra run of a job now, beside its schedule",
-		Long: `trigger asks for one extra run of a job now, beside its schedule; the next
-worker to look runs it.
-
-Changes the database: records the request on the job's row.`,
-		Example: `  worker schedule trigger nightly-verify`,
-		Args:    cobra.ExactArgs(1),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			db, err := g.openForSchedule(cmd.Context())
 			if err != nil {

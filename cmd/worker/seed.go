@@ -20,23 +20,7 @@ func newSeedCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "seed --contracts N --records-per-contract M [--shape uniform|zipf:S|hot:F] [--seed S] [--dir DIR] [--load]",
 		Short: "Generate deterministic synthetic tiers and records CSV (and optionally load them)",
-		Long: `seed generates synthetic tiers and records: the same --seed gives the
-same data. There are N × M records whatever the --shape: uniform gives
-every contract M; zipf:S gives contract i a share proportional to
-1/(i+1)^S (zipf:1.1: the largest of 1,000 contracts holds 18%); hot:F
-gives one contract the fraction F of them and spreads the rest evenly.
-Every contract has at least one record, and the contracts' records are
-interleaved in the file.
-
-Writes files: tiers.csv and records.csv in --dir, replacing files of those
-names. Changes the database with --load: loads them as "worker load"
-does, adding contracts (ids --prefix and a number), their tiers and
-records.`,
-		Example: `  worker seed --contracts 100 --records-per-contract 1000 --dir data
-  worker seed --contracts 10 --records-per-contract 50 --seed 7 --load
-  worker seed --contracts 1000 --records-per-contract 1000 --shape zipf:1.1
-  worker seed --contracts 1000 --records-per-contract 1000 --shape hot:0.5`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if o.Shape, err = seed.ParseShape(shape); err != nil {

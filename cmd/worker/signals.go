@@ -17,20 +17,7 @@ func newSignalsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "signals --metrics-addr ADDR",
 		Short: "Serve the backlog, lag, drain and horizon metrics without pricing (for autoscalers and alerts)",
-		Long: `signals serves at /metrics the figures every worker run with --metrics-addr
-serves about the whole fleet: per kind, the pending records and contracts,
-the lag, the rate, the drain time and the workers that would drain the
-backlog within --drain-target (baton_backlog_*), and the xmin horizon. It
-prices nothing and holds nothing, so it keeps publishing while no worker
-runs: run one beside a fleet that an autoscaler scales to zero, so that the
-signal that starts the first worker exists. Like the workers, it stores a
-sample of the totals at most every --sample-every (whoever is first), from
-which the rate is computed.
-
-Changes the database: writes those samples (table backlog_samples) and
-deletes the ones older than two hours.`,
-		Example: `  worker signals --metrics-addr 0.0.0.0:9091 --drain-target 15m`,
-		Args:    cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := g.OpenWaiting(cmd.Context(), dbconn.Options{MaxOpenConns: 2}, 5*time.Minute)
 			if err != nil {

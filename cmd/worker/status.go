@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
-	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/report"
 	"github.com/batonhq/baton/internal/report/text"
@@ -21,37 +20,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [--json | --watch]",
 		Short: "Show every contract's owner, state and progress, and the live workers",
-		Long: `status lists every contract with its state, owner, progress and last error,
-then the totals and the live workers. --json prints the same as JSON with
-stable field names; --watch redraws a live view that fits the terminal,
-and keeps running through database outages ("database unreachable,
-retrying").
-
-Workers and their held counts include only live leases: a worker that
-stopped heartbeating is not counted.
-
-Then what holds back vacuum: the oldest transactions holding back the
-xmin horizon on the server (sessions of any database, replication slots,
-prepared transactions: pid, application, state, the query's first
-characters with its literals hidden) and the dead row versions of baton's
-tables. A transaction older than --horizon-warn-after (or an inactive
-replication slot holding the horizon) prints a WARNING line; in --json,
-horizon.warning is true. While it lasts, the dead row versions of the
-task rows cannot be vacuumed and pricing slows down: end that session, or
-run such reports on a standby.
-
---loads lists the newest loads; --load N shows load N and exits 5 when it
-is not present, which is how to check a load that exited 6 (committed on
-the primary, not confirmed by the standby) once the cluster is stable.
-
-` + text.StatesHelp + "\n\n" + clienv.ExitCodesHelp,
-		Example: `  worker status
-  worker status --json | jq '.totals'
-  worker status --json | jq '.horizon.warning'
-  worker status --watch --interval 2s
-  worker status --state quarantined,backoff
-  worker status --load 7   # is load 7 present? (exit 5 if not)`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if watch && asJSON {
 				return usageError("--watch and --json do not go together")

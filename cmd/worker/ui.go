@@ -36,18 +36,7 @@ func newUICmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve the operator console: contracts, their ownership history, workers (read-only unless --ui-token)",
-		Long: `ui serves the operator console over HTTP: contracts, their ownership
-history, the live workers and the scheduled jobs.
-
-Without a token it only reads the database. Changes the database with a
-token: its actions re-enable failed contracts (as "worker retry") and
-trigger scheduled jobs (as "worker schedule trigger"). Give the token in
-$` + console.TokenEnv + `, not with --ui-token: other users of the machine can
-read a process's command line (ps), not its environment. The token is
-never printed.`,
-		Example: `  worker ui
-  ` + console.TokenEnv + `="$(openssl rand -hex 16)" worker ui --addr 0.0.0.0:8080`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, db, err := openConsole(cmd.Context(), g, c, drainTarget)
 			if err != nil {
