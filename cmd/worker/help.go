@@ -11,6 +11,7 @@ import (
 	"github.com/batonhq/baton/console"
 	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/report/text"
+	"github.com/batonhq/baton/pricing/rerate"
 )
 
 // Each command's description and examples are a text file in help/, named
@@ -45,7 +46,7 @@ func helpData() map[string]string {
 	return map[string]string{
 		"ExitCodes":  clienv.ExitCodesHelp,
 		"States":     text.StatesHelp,
-		"DiffHeader": diffHeader,
+		"DiffHeader": rerate.DiffHeader,
 		"TokenEnv":   console.TokenEnv,
 	}
 }

@@ -41,7 +41,7 @@ func newLoadCmd(g *globals) *cobra.Command {
 			if opts.Reason != "" && !opts.Reprice && !opts.Amend {
 				return usageError("--reason goes with --reprice or --amend")
 			}
-			opts.StartedBy = startedBy("load")
+			opts.StartedBy = clienv.Operator("load")
 			for flag, path := range map[string]string{"--tiers": opts.TiersPath, "--records": opts.RecordsPath} {
 				if err := cliflags.InputFile(flag, path); err != nil {
 					return usageError("%v", err)

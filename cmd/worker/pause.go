@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/dbconn"
+	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
 )
@@ -61,7 +62,7 @@ func newPauseCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&f.kind, "kind", pricer.Kind, "the kind of the contracts; with no contract named, pause the whole kind")
 	cmd.Flags().StringVar(&f.reason, "reason", "", "why, recorded with the pause and shown by status")
-	cmd.Flags().StringVar(&f.by, "by", startedBy("pause"), "who pauses, recorded with the pause")
+	cmd.Flags().StringVar(&f.by, "by", clienv.Operator("pause"), "who pauses, recorded with the pause")
 	return cmd
 }
 
@@ -88,7 +89,7 @@ func newResumeCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&f.kind, "kind", pricer.Kind, "the kind of the contracts; with no contract named, resume the kind")
-	cmd.Flags().StringVar(&f.by, "by", startedBy("resume"), "who resumes, recorded in the history")
+	cmd.Flags().StringVar(&f.by, "by", clienv.Operator("resume"), "who resumes, recorded in the history")
 	return cmd
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/pricing/rerate"
 )
 
 const vectorsDir = "../../testdata/vectors/"
@@ -61,7 +62,7 @@ func TestRerateCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(d, []byte(diffHeader+"\n")) || bytes.Count(d, []byte("\n")) < 2 {
+	if !bytes.HasPrefix(d, []byte(rerate.DiffHeader+"\n")) || bytes.Count(d, []byte("\n")) < 2 {
 		t.Fatalf("diff:\n%.300s", d)
 	}
 	var gens []struct {

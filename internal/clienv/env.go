@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/user"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -110,4 +111,18 @@ func DatabaseURLArgs(args []string) []string {
 		}
 	}
 	return urls
+}
+
+// Operator names who runs a command that records its author (a
+// re-pricing, a pause): "worker COMMAND (user@host)", from the operating
+// system's user and host names.
+func Operator(command string) string {
+	who := "unknown"
+	if u, err := user.Current(); err == nil {
+		who = u.Username
+	}
+	if h, err := os.Hostname(); err == nil {
+		who += "@" + h
+	}
+	return "worker " + command + " (" + who + ")"
 }

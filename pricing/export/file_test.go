@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -91,5 +92,26 @@ func assertDir(t *testing.T, dir, path, want string) {
 	}
 	if string(got) != want {
 		t.Errorf("%s holds %q, want %q", path, got, want)
+	}
+}
+
+// ToPath writes "-" and "" to standard output and any other path as
+// ToFile does.
+func TestToPath(t *testing.T) {
+	t.Parallel()
+	write := func(w io.Writer) (int64, error) { _, err := io.WriteString(w, "a,b\n"); return 1, err }
+	for _, path := range []string{"-", ""} {
+		var stdout strings.Builder
+		if n, err := export.ToPath(path, &stdout, write); err != nil || n != 1 || stdout.String() != "a,b\n" {
+			t.Errorf("ToPath(%q): %d, %v, stdout %q", path, n, err, stdout.String())
+		}
+	}
+	file := filepath.Join(t.TempDir(), "out.csv")
+	var stdout strings.Builder
+	if _, err := export.ToPath(file, &stdout, write); err != nil || stdout.Len() != 0 {
+		t.Fatalf("ToPath(file): %v, stdout %q", err, stdout.String())
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "a,b\n" {
+		t.Errorf("file: %q, %v", b, err)
 	}
 }

@@ -58,18 +58,25 @@ func (s *Store) Export(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	var err error
-	if o.Out != "-" {
-		res.Rows, err = ToFile(o.Out, write)
-		return res, err
+	res.Rows, err = ToPath(o.Out, o.Stdout, write)
+	return res, err
+}
+
+// ToPath is ToFile for a path that may be "-" (or empty): write then
+// writes to stdout, buffered.
+func ToPath(path string, stdout io.Writer, write func(io.Writer) (int64, error)) (int64, error) {
+	if path != "-" && path != "" {
+		return ToFile(path, write)
 	}
-	w := bufio.NewWriterSize(o.Stdout, 1<<16)
-	if res.Rows, err = write(w); err != nil {
-		return res, err
+	w := bufio.NewWriterSize(stdout, 1<<16)
+	n, err := write(w)
+	if err != nil {
+		return n, err
 	}
 	if err := w.Flush(); err != nil {
-		return res, fmt.Errorf("writing the export: %w", err)
+		return n, fmt.Errorf("writing to standard output: %w", err)
 	}
-	return res, nil
+	return n, nil
 }
 
 // WriteSummary writes to w what an export to out did and left out: how
