@@ -33,6 +33,13 @@ var zeroAllowed = map[string]struct{ reason, help string }{
 	"schedule add --lock-at-least-for": {"0 sets no minimum time between runs", "0: no minimum"},
 	"prune --generations-older-than":   {"0 removes every superseded generation", "0: every one"},
 	"status --limit":                   {"0 lists every contract", "0: all"},
+	"run --spread-takeovers":           {"0 takes the default, 2 × the poll interval", "0: 2 × the poll interval"},
+}
+
+// negativeAllowed are the numeric flags to which a negative value means
+// something, with the words their help says it in.
+var negativeAllowed = map[string]string{
+	"run --spread-takeovers": "negative: take every one found at once",
 }
 
 // positionalArgs are the arguments a command needs before its flags are
@@ -96,6 +103,12 @@ func TestEveryNumericFlagRefusesZeroNegativeAndMalformedValues(t *testing.T) {
 			delete(values, "zero") // it would run the command
 			if !strings.Contains(fc.flag.Usage, allowed.help) {
 				t.Errorf("worker %s: 0 is accepted (%s) but its help does not say so with %q: %q", key, allowed.reason, allowed.help, fc.flag.Usage)
+			}
+		}
+		if help, ok := negativeAllowed[key]; ok {
+			delete(values, "negative") // it would run the command
+			if !strings.Contains(fc.flag.Usage, help) {
+				t.Errorf("worker %s: a negative value is accepted but its help does not say so with %q: %q", key, help, fc.flag.Usage)
 			}
 		}
 		for name, v := range values {

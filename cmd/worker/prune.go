@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"strconv"
 	"time"
 
@@ -89,11 +88,7 @@ func newPruneCmd(g *globals) *cobra.Command {
 
 // pruneGenerations is "worker prune --generations-older-than".
 func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, asJSON, dryRun bool) error {
-	if olderThan < 0 {
-		return usageError("--generations-older-than %s: must not be negative", olderThan)
-	}
-	db, err := g.open(cmd.Context(), dbconn.Options{ApplicationName: "baton-prune", MaxOpenConns: 1,
-		LockTimeout: 10 * time.Second, StatementTimeout: 10 * time.Minute}, true)
+	db, err := g.open(cmd.Context(), rerateConn("prune"), true)
 	if err != nil {
 		return err
 	}
@@ -107,7 +102,7 @@ func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, a
 		return err
 	}
 	if asJSON {
-		return json.NewEncoder(g.stdout).Encode(p)
+		return report.WriteJSON(g.stdout, p)
 	}
 	p.WriteText(g.stdout, olderThan, dryRun)
 	return nil

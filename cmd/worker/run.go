@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,7 +16,6 @@ import (
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/jobs"
 	"github.com/batonhq/baton/metrics"
-	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/workerproc"
 )
@@ -57,36 +55,14 @@ func (r *runFlags) config(g *globals) (distributor.Config, error) {
 	// as long as one that is not there when it starts.
 	cfg.StartTimeout = r.waitForDB
 	r.history.Apply(&cfg)
-	if err := r.check(); err != nil {
-		return cfg, err
+	if err := cliflags.CheckDistributor(cfg); err != nil {
+		return cfg, usageError("%v", err)
 	}
 	if err := cfg.Validate(); err != nil {
 		// The checks above name the flags; this catches what they miss.
 		return cfg, usageError("invalid worker configuration: %v", err)
 	}
 	return cfg, nil
-}
-
-// check refuses flag values the distributor would refuse, in the flags'
-// own words rather than its configuration fields'. (Zero and negative
-// values are refused before, by cliflags.Check.)
-func (r *runFlags) check() error {
-	switch r.cfg.Mode {
-	case distributor.ModeLock, distributor.ModeLeader:
-	default:
-		return usageError("--mode must be %s or %s, got %q", distributor.ModeLock, distributor.ModeLeader, r.cfg.Mode)
-	}
-	if r.cfg.UntilDone && r.cfg.Mode != distributor.ModeLock {
-		return usageError("--until-done needs --mode %s: a leader keeps caught-up contracts and never finishes", distributor.ModeLock)
-	}
-	if strings.Contains(r.cfg.Name, partition.InstanceSeparator) {
-		return usageError("--id %q must not contain %q (it separates the name from the per-process suffix)", r.cfg.Name, partition.InstanceSeparator)
-	}
-	if r.cfg.StaleAfter < 3*r.cfg.Heartbeat {
-		return usageError("--stale-after (%s) must be at least 3 × --heartbeat (%s), so that a lease survives a missed beat",
-			r.cfg.StaleAfter, r.cfg.Heartbeat)
-	}
-	return nil
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -103,7 +79,7 @@ func newRunCmd(g *globals) *cobra.Command {
 		cliflags.Group{Title: "Operating", Names: []string{"mode", "jobs", "ui-addr", "ui-token", "events", "event-retention",
 			"wait-for-database", "shutdown-timeout", "listen-database-url", "poll-only"}},
 		cliflags.Group{Title: "Tuning (the defaults suit most fleets)", Names: []string{"heartbeat", "stale-after", "confirm", "batch-size",
-			"batch-target", "claim-group", "claim-group-records", "segment-records", "max-attempts"}},
+			"batch-target", "claim-group", "claim-group-records", "segment-records", "spread-takeovers", "max-attempts"}},
 	)
 	return cmd
 }

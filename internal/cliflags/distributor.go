@@ -1,9 +1,13 @@
 package cliflags
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/spf13/pflag"
 
 	"github.com/batonhq/baton/distributor"
+	"github.com/batonhq/baton/partition"
 )
 
 // Distributor adds a worker's distributor settings to f, stored in cfg:
@@ -24,7 +28,32 @@ func Distributor(f *pflag.FlagSet, cfg *distributor.Config) {
 	f.BoolVar(&cfg.UntilDone, "until-done", false, "exit once no contract has unpriced records and none is held")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", distributor.MaxAttemptsDefault, "failed attempts before a contract is quarantined")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", distributor.ShutdownTimeoutDefault, "how long a graceful stop waits for batches in flight")
+	f.DurationVar(&cfg.SpreadTakeovers, "spread-takeovers", 0, "how long a dead worker's contracts beyond this worker's fair share are left to the other live workers before it takes them itself (0: 2 × the poll interval; negative: take every one found at once)")
 	f.BoolVar(&cfg.PollOnly, "poll-only", false, "never LISTEN: look for new work every heartbeat only (for databases without LISTEN/NOTIFY)")
 	Positive(f, "heartbeat", "stale-after", "confirm", "max-partitions", "batch-size", "claim-group", "claim-group-records", "segment-records", "max-attempts", "shutdown-timeout")
 	NonNegative(f, "batch-target")
+	AnyValue(f, "spread-takeovers")
+}
+
+// CheckDistributor refuses the values of Distributor's flags that the
+// distributor would refuse, in the flags' own words rather than its
+// configuration fields'. (Zero and negative values are refused before, by
+// Check.)
+func CheckDistributor(cfg distributor.Config) error {
+	switch cfg.Mode {
+	case distributor.ModeLock, distributor.ModeLeader:
+	default:
+		return fmt.Errorf("--mode must be %s or %s, got %q", distributor.ModeLock, distributor.ModeLeader, cfg.Mode)
+	}
+	if cfg.UntilDone && cfg.Mode != distributor.ModeLock {
+		return fmt.Errorf("--until-done needs --mode %s: a leader keeps caught-up contracts and never finishes", distributor.ModeLock)
+	}
+	if strings.Contains(cfg.Name, partition.InstanceSeparator) {
+		return fmt.Errorf("--id %q must not contain %q (it separates the name from the per-process suffix)", cfg.Name, partition.InstanceSeparator)
+	}
+	if cfg.StaleAfter < 3*cfg.Heartbeat {
+		return fmt.Errorf("--stale-after (%s) must be at least 3 × --heartbeat (%s), so that a lease survives a missed beat",
+			cfg.StaleAfter, cfg.Heartbeat)
+	}
+	return nil
 }
