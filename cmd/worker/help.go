@@ -11,7 +11,6 @@ import (
 	"github.com/batonhq/baton/console"
 	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/report/text"
-	"github.com/batonhq/baton/pricing/rerate"
 )
 
 // Each command's description and examples are a text file in help/, named
@@ -46,7 +45,7 @@ func helpData() map[string]string {
 	return map[string]string{
 		"ExitCodes":  clienv.ExitCodesHelp,
 		"States":     text.StatesHelp,
-		"DiffHeader": rerate.DiffHeader,
+		"DiffHeader": text.DiffHeader,
 		"TokenEnv":   console.TokenEnv,
 	}
 }

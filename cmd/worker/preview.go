@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/internal/report"
+	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/pricing/rerate"
 )
 
@@ -28,12 +29,12 @@ func newDecideCmd(g *globals, verb string) *cobra.Command {
 			}
 			decided, err := decide(cmd.Context(), args)
 			if errors.Is(err, rerate.ErrUnknownContract) || errors.Is(err, rerate.ErrNoPreview) {
-				return usageError("%v; nothing was %s", err, rerate.Decision(verb))
+				return usageError("%v; nothing was %s", err, text.Decision(verb))
 			}
 			if err != nil {
 				return err
 			}
-			rep := rerate.NewDecideReport(verb, decided)
+			rep := text.NewDecideReport(verb, decided)
 			if asJSON {
 				return report.WriteJSON(g.stdout, rep)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/cliflags"
 	"github.com/batonhq/baton/internal/report"
+	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
 )
@@ -104,6 +105,6 @@ func pruneGenerations(cmd *cobra.Command, g *globals, olderThan time.Duration, a
 	if asJSON {
 		return report.WriteJSON(g.stdout, p)
 	}
-	p.WriteText(g.stdout, olderThan, dryRun)
+	text.WritePruned(g.stdout, p, olderThan, dryRun)
 	return nil
 }

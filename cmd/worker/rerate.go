@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/internal/report"
+	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/rerate"
@@ -50,7 +51,7 @@ func newRepriceCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep := rerate.NewStartReport(started)
+			rep := text.NewStartReport(started)
 			if asJSON {
 				return report.WriteJSON(g.stdout, rep)
 			}
@@ -84,12 +85,12 @@ func newGenerationsCmd(g *globals) *cobra.Command {
 			if asJSON {
 				return report.WriteJSON(g.stdout, append([]rerate.Generation{}, gens...))
 			}
-			if err := rerate.WriteGenerations(g.stdout, gens); err != nil {
+			if err := text.WriteGenerations(g.stdout, gens); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stderr, "%s\n", noun.Count(int64(len(gens)), "generation", "generations"))
 			previews, err := store.Previews(cmd.Context(), args)
-			rerate.WritePreviews(g.stderr, previews)
+			text.WritePreviews(g.stderr, previews)
 			return err
 		},
 	}
@@ -113,7 +114,7 @@ func newDiffCmd(g *globals) *cobra.Command {
 			}
 			defer db.Close()
 			_, err = export.ToPath(out, g.stdout, func(w io.Writer) (int64, error) {
-				return rerate.NewStore(db, g.schema).WriteDiff(cmd.Context(), w, g.stderr, contracts, preview)
+				return text.WriteDiff(cmd.Context(), rerate.NewStore(db, g.schema), w, g.stderr, contracts, preview)
 			})
 			return err
 		},

@@ -11,7 +11,7 @@ import (
 
 	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
-	"github.com/batonhq/baton/pricing/rerate"
+	"github.com/batonhq/baton/internal/report/text"
 )
 
 const vectorsDir = "../../testdata/vectors/"
@@ -62,7 +62,7 @@ func TestRerateCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(d, []byte(rerate.DiffHeader+"\n")) || bytes.Count(d, []byte("\n")) < 2 {
+	if !bytes.HasPrefix(d, []byte(text.DiffHeader+"\n")) || bytes.Count(d, []byte("\n")) < 2 {
 		t.Fatalf("diff:\n%.300s", d)
 	}
 	var gens []struct {

@@ -1,4 +1,4 @@
-package rerate
+package text
 
 import (
 	"cmp"
@@ -11,24 +11,25 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/noun"
+	"github.com/batonhq/baton/pricing/rerate"
 )
 
-// The outcomes of re-rating as the worker command prints them: a line for
+// The outcomes of re-rating (package rerate) as the worker command prints them: a line for
 // people, or the same as JSON (the exported fields' tags).
 
 // StartReport is what a re-pricing started: each contract's outcome, how
 // many got a new generation and how many had nothing priced to re-price.
 type StartReport struct {
-	Started   []Started `json:"contracts"`
-	Repricing int       `json:"repricing"` // contracts with a new generation
-	Unchanged int       `json:"unchanged"` // contracts with nothing priced to re-price
+	Started   []rerate.Started `json:"contracts"`
+	Repricing int              `json:"repricing"` // contracts with a new generation
+	Unchanged int              `json:"unchanged"` // contracts with nothing priced to re-price
 }
 
-// NewStartReport counts what Start returned.
-func NewStartReport(started []Started) StartReport {
+// NewStartReport counts what a re-pricing started.
+func NewStartReport(started []rerate.Started) StartReport {
 	r := StartReport{Started: started}
 	if r.Started == nil {
-		r.Started = []Started{}
+		r.Started = []rerate.Started{}
 	}
 	for _, s := range started {
 		if s.Generation > 0 {
@@ -40,7 +41,7 @@ func NewStartReport(started []Started) StartReport {
 	return r
 }
 
-// WriteText writes r as one line, for a preview (Request.Preview) or not.
+// WriteText writes r as one line, for a preview or not.
 func (r StartReport) WriteText(w io.Writer, command string, preview bool) {
 	if preview {
 		fmt.Fprintf(w, "%s: %s previewed as a new generation (worker generations approve|discard)\n",
@@ -51,23 +52,23 @@ func (r StartReport) WriteText(w io.Writer, command string, preview bool) {
 		command, noun.Count(int64(r.Repricing), "contract", "contracts"), r.Unchanged)
 }
 
-// DecideReport is what Approve or Discard did: the previews decided and,
+// DecideReport is what rerate's Approve or Discard did: the previews decided and,
 // of those approved, how many became current at once (Current) and how
 // many are priced on to become current once caught up (Pricing).
 type DecideReport struct {
-	Contracts []Decided `json:"contracts"`
-	Previews  int       `json:"previews"`
-	Current   int       `json:"current,omitempty"`
-	Pricing   int       `json:"pricing,omitempty"`
+	Contracts []rerate.Decided `json:"contracts"`
+	Previews  int              `json:"previews"`
+	Current   int              `json:"current,omitempty"`
+	Pricing   int              `json:"pricing,omitempty"`
 	verb      string
 }
 
-// NewDecideReport counts what Approve (verb "approve") or Discard
-// ("discard") returned.
-func NewDecideReport(verb string, decided []Decided) DecideReport {
+// NewDecideReport counts what rerate's Approve (verb "approve") or
+// Discard ("discard") returned.
+func NewDecideReport(verb string, decided []rerate.Decided) DecideReport {
 	r := DecideReport{Contracts: decided, Previews: len(decided), verb: verb}
 	if r.Contracts == nil {
-		r.Contracts = []Decided{}
+		r.Contracts = []rerate.Decided{}
 	}
 	for _, d := range decided {
 		if d.Pricing {
@@ -94,7 +95,7 @@ func (r DecideReport) WriteText(w io.Writer) {
 
 // WritePreviews writes a line for each preview: its totals, its change
 // from the current generation, how far it is priced, and what decides it.
-func WritePreviews(w io.Writer, previews []Preview) {
+func WritePreviews(w io.Writer, previews []rerate.Preview) {
 	for _, p := range previews {
 		progress := "caught up"
 		if !p.CaughtUp {
@@ -108,10 +109,10 @@ func WritePreviews(w io.Writer, previews []Preview) {
 // DiffHeader is the header of the CSV WriteDiff writes.
 const DiffHeader = "contract_id,record_id,old_gross_minor,old_discount_minor,old_net_minor,new_gross_minor,new_discount_minor,new_net_minor"
 
-// WriteDiff writes Diff's changes of contracts (all when empty) as CSV to
-// w, or with preview DiffPreview's, and each contract's totals and a
+// WriteDiff writes s.Diff's changes of contracts (all when empty) as CSV to
+// w, or with preview s.DiffPreview's, and each contract's totals and a
 // summary line to summary. It returns the number of changed records.
-func (s *Store) WriteDiff(ctx context.Context, w, summary io.Writer, contracts []string, preview bool) (int64, error) {
+func WriteDiff(ctx context.Context, s *rerate.Store, w, summary io.Writer, contracts []string, preview bool) (int64, error) {
 	if _, err := io.WriteString(w, DiffHeader+"\n"); err != nil {
 		return 0, err
 	}
@@ -121,7 +122,7 @@ func (s *Store) WriteDiff(ctx context.Context, w, summary io.Writer, contracts [
 	if preview {
 		diff = s.DiffPreview
 	}
-	diffs, err := diff(ctx, contracts, func(c Change) error {
+	diffs, err := diff(ctx, contracts, func(c rerate.Change) error {
 		n++
 		return cw.Write(c.Columns())
 	})
@@ -143,7 +144,7 @@ func (s *Store) WriteDiff(ctx context.Context, w, summary io.Writer, contracts [
 }
 
 // WriteGenerations writes gens as a table, a row each.
-func WriteGenerations(w io.Writer, gens []Generation) error {
+func WriteGenerations(w io.Writer, gens []rerate.Generation) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONTRACT\tGENERATION\tSTATE\tREQUESTED\tPRICING_STARTED\tFINISHED\tFROM_SEQ\tRECORDS\tNET_TOTAL\tSTARTED_BY\tREASON")
 	for _, x := range gens {
@@ -160,4 +161,15 @@ func timeCell(t *time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// WritePruned writes what "worker prune --generations-older-than" pruned
+// as one line, "would prune" with dryRun (p is then rerate's PrunePlan's).
+func WritePruned(w io.Writer, p rerate.Pruned, olderThan time.Duration, dryRun bool) {
+	verb := "pruned"
+	if dryRun {
+		verb = "would prune"
+	}
+	fmt.Fprintf(w, "%s %s and their %s (replaced more than %s ago)\n", verb,
+		noun.Count(p.Generations, "generation", "generations"), noun.Count(p.Rows, "priced row", "priced rows"), olderThan)
 }

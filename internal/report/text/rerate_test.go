@@ -1,4 +1,4 @@
-package rerate_test
+package text_test
 
 import (
 	"encoding/json"
@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/report/text"
 	"github.com/batonhq/baton/pricing/rerate"
 )
 
 // The outcome lines and their JSON count what was started and decided.
 func TestStartAndDecideReports(t *testing.T) {
-	started := rerate.NewStartReport([]rerate.Started{{Contract: "a", Generation: 2}, {Contract: "b"}, {Contract: "c", Generation: 3}})
+	started := text.NewStartReport([]rerate.Started{{Contract: "a", Generation: 2}, {Contract: "b"}, {Contract: "c", Generation: 3}})
 	var b strings.Builder
 	started.WriteText(&b, "reprice", false)
 	started.WriteText(&b, "load", true)
@@ -20,16 +21,16 @@ func TestStartAndDecideReports(t *testing.T) {
 	if b.String() != want {
 		t.Errorf("start report:\n%s\nwant\n%s", b.String(), want)
 	}
-	if j, _ := json.Marshal(rerate.NewStartReport(nil)); string(j) != `{"contracts":[],"repricing":0,"unchanged":0}` {
+	if j, _ := json.Marshal(text.NewStartReport(nil)); string(j) != `{"contracts":[],"repricing":0,"unchanged":0}` {
 		t.Errorf("empty start report as JSON: %s", j)
 	}
 
-	approved := rerate.NewDecideReport("approve", []rerate.Decided{{Contract: "a"}, {Contract: "b", Pricing: true}})
-	discarded := rerate.NewDecideReport("discard", []rerate.Decided{{Contract: "c"}})
+	approved := text.NewDecideReport("approve", []rerate.Decided{{Contract: "a"}, {Contract: "b", Pricing: true}})
+	discarded := text.NewDecideReport("discard", []rerate.Decided{{Contract: "c"}})
 	b.Reset()
 	approved.WriteText(&b)
 	discarded.WriteText(&b)
-	rerate.NewDecideReport("approve", nil).WriteText(&b)
+	text.NewDecideReport("approve", nil).WriteText(&b)
 	want = "approve: 2 previews approved (1 current now, 1 being priced to become current once caught up)\n" +
 		"discard: 1 preview discarded\n" +
 		"approve: 0 previews approved\n"
@@ -44,7 +45,7 @@ func TestStartAndDecideReports(t *testing.T) {
 // Previews and generations are written a line and a row each.
 func TestWritePreviewsAndGenerations(t *testing.T) {
 	var b strings.Builder
-	rerate.WritePreviews(&b, []rerate.Preview{
+	text.WritePreviews(&b, []rerate.Preview{
 		{Contract: "a", Generation: 3, Current: 2, CaughtUp: true, NetTotal: 900, NetChange: -100},
 		{Contract: "b", Generation: 2, Current: 1, Priced: 4, Records: 10, NetTotal: 50, NetChange: 7},
 	})
@@ -55,7 +56,7 @@ func TestWritePreviewsAndGenerations(t *testing.T) {
 	}
 	b.Reset()
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	if err := rerate.WriteGenerations(&b, []rerate.Generation{
+	if err := text.WriteGenerations(&b, []rerate.Generation{
 		{Contract: "a", Generation: 2, State: "current", StartedAt: at, FinishedAt: &at, Records: 5, NetTotal: 900, Reason: "tiers fixed"},
 	}); err != nil {
 		t.Fatal(err)
@@ -64,5 +65,17 @@ func TestWritePreviewsAndGenerations(t *testing.T) {
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "CONTRACT") ||
 		strings.Join(strings.Fields(lines[1]), " ") != "a 2 current 2026-11-30T12:00:00Z - 2026-11-30T12:00:00Z 0 5 900 - tiers fixed" {
 		t.Errorf("generations table:\n%s", b.String())
+	}
+}
+
+func TestWritePruned(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	text.WritePruned(&b, rerate.Pruned{Generations: 1, Rows: 3}, 48*time.Hour, false)
+	text.WritePruned(&b, rerate.Pruned{Generations: 2, Rows: 1}, 0, true)
+	want := "pruned 1 generation and their 3 priced rows (replaced more than 48h0m0s ago)\n" +
+		"would prune 2 generations and their 1 priced row (replaced more than 0s ago)\n"
+	if b.String() != want {
+		t.Errorf("WritePruned wrote\n%s\nwant\n%s", b.String(), want)
 	}
 }
