@@ -19,14 +19,7 @@ import (
 // --preview is discarded, leaving the export as it was.
 func TestPreviewCommands(t *testing.T) {
 	t.Parallel()
-	c := cli{t, pgtest.NewURL(t)}
-	golden, err := os.ReadFile(vectorsDir + "expected.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	zero := zeroDiscountTiers(t)
-	c.mustRun("load", "--tiers", zero, "--records", vectorsDir+"records.csv")
-	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+	c, golden := pricedWithoutDiscounts(t)
 	first := c.mustRun("export", "--out", "-", "--complete")
 
 	if _, errs, code := c.run("load", "--records", vectorsDir+"records.csv", "--preview"); code != clienv.ExitUsage || !strings.Contains(errs, "--reprice") {

@@ -20,17 +20,27 @@ const vectorsDir = "../../testdata/vectors/"
 // --reprice, applied with it; the export becomes the golden file, the
 // previous generation's is the first export, diff lists the changed
 // records, generations the states, and prune removes only generations
-// older than asked.
-func TestRerateCommands(t *testing.T) {
-	t.Parallel()
+
+// pricedWithoutDiscounts loads the golden vectors' records under tiers
+// without discounts into a database of its own and prices them; it
+// returns the CLI on that database and the golden output (the output with
+// the real tiers).
+func pricedWithoutDiscounts(t *testing.T) (cli, []byte) {
+	t.Helper()
 	c := cli{t, pgtest.NewURL(t)}
 	golden, err := os.ReadFile(vectorsDir + "expected.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
-	zero := zeroDiscountTiers(t)
-	c.mustRun("load", "--tiers", zero, "--records", vectorsDir+"records.csv")
+	c.mustRun("load", "--tiers", zeroDiscountTiers(t), "--records", vectorsDir+"records.csv")
 	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+	return c, golden
+}
+
+// older than asked.
+func TestRerateCommands(t *testing.T) {
+	t.Parallel()
+	c, golden := pricedWithoutDiscounts(t)
 	first := c.mustRun("export", "--out", "-")
 
 	if _, errs, code := c.run("load", "--tiers", vectorsDir+"tiers.csv"); code != clienv.ExitBadInput || !strings.Contains(errs, "--reprice") {

@@ -25,17 +25,7 @@ func TestWriteComplete(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
-	dir := t.TempDir()
-	tiers, records := filepath.Join(dir, "tiers.csv"), filepath.Join(dir, "records.csv")
-	if err := os.WriteFile(tiers, []byte("contract_id,threshold_minor,discount_bp\na,0,0\nb,0,0\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(records, []byte("contract_id,record_id,amount_minor\na,r1,10\na,r2,20\nb,r1,5\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: tiers, RecordsPath: records}); err != nil {
-		t.Fatal(err)
-	}
+	loadCSV(t, db, "contract_id,threshold_minor,discount_bp\na,0,0\nb,0,0\n", "contract_id,record_id,amount_minor\na,r1,10\na,r2,20\nb,r1,5\n")
 	// Another kind's partition named like a contract, with work of its own.
 	if _, err := partition.NewStore(db, "").Kind("orders").AddWork(ctx, "a", 7); err != nil {
 		t.Fatal(err)
@@ -116,5 +106,20 @@ func TestWriteComplete(t *testing.T) {
 	}
 	if n, _, err := write(); !errors.Is(err, export.ErrIncomplete) || n != 2 {
 		t.Fatalf("a priced row missing: %d rows, %v; want ErrIncomplete after 2 rows", n, err)
+	}
+}
+
+// loadCSV loads the tiers and records CSV texts given into db.
+func loadCSV(t *testing.T, db *dbconn.DB, tiers, records string) {
+	t.Helper()
+	dir := t.TempDir()
+	tp, rp := filepath.Join(dir, "tiers.csv"), filepath.Join(dir, "records.csv")
+	for path, text := range map[string]string{tp: tiers, rp: records} {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ingest.NewStore(db, "").Load(context.Background(), ingest.Options{TiersPath: tp, RecordsPath: rp}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/pricing/export"
-	"github.com/batonhq/baton/pricing/ingest"
 )
 
 // Export writes to standard output or a file; a plain export says what it
@@ -21,17 +20,7 @@ func TestExport(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
-	dir := t.TempDir()
-	tiers, records := filepath.Join(dir, "tiers.csv"), filepath.Join(dir, "records.csv")
-	if err := os.WriteFile(tiers, []byte("contract_id,threshold_minor,discount_bp\na,0,0\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(records, []byte("contract_id,record_id,amount_minor\na,r1,10\na,r2,20\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: tiers, RecordsPath: records}); err != nil {
-		t.Fatal(err)
-	}
+	loadCSV(t, db, "contract_id,threshold_minor,discount_bp\na,0,0\n", "contract_id,record_id,amount_minor\na,r1,10\na,r2,20\n")
 	// A priced row, but no checkpoint yet: both records count as unpriced.
 	insertPriced(t, db.DB, "a", 1, "r1", 10, 0)
 	store := export.NewStore(db, "")
@@ -47,7 +36,7 @@ func TestExport(t *testing.T) {
 		t.Errorf("summary: %q", summary.String())
 	}
 
-	out := filepath.Join(dir, "priced.csv")
+	out := filepath.Join(t.TempDir(), "priced.csv")
 	if _, err := store.Export(ctx, export.Options{Out: out, Complete: true}); !errors.Is(err, export.ErrIncomplete) {
 		t.Fatalf("complete export of an unpriced record: %v, want ErrIncomplete", err)
 	}

@@ -266,10 +266,7 @@ func TestPreviewOfAnAmendment(t *testing.T) {
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
 	const key, seq = "random-mix", 1500
-	lines, truth := vectorsWithAWrongAmount(t, key, seq)
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: writeFile(t, "records.csv", lines)}); err != nil {
-		t.Fatal(err)
-	}
+	truth := loadWithAWrongAmount(t, db, key, seq)
 	runUntilDone(t, db, distributor.Config{BatchSize: 83})
 	first := exportBytes(t, db)
 	amountOf := `SELECT amount_minor FROM baton.records WHERE contract_id = 'random-mix' AND seq = 1500`

@@ -150,10 +150,7 @@ func TestDiffWithAnAddedRecordSumsToItsTotals(t *testing.T) {
 	const key, seq = "random-mix", 1500
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
-	lines, truth := vectorsWithAWrongAmount(t, key, seq)
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: writeFile(t, "records.csv", lines)}); err != nil {
-		t.Fatal(err)
-	}
+	truth := loadWithAWrongAmount(t, db, key, seq)
 	runUntilDone(t, db, distributor.Config{BatchSize: 64})
 	amend := writeFile(t, "amend.csv", []string{"contract_id,record_id,amount_minor", truth, key + ",late-record,500"})
 	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{RecordsPath: amend, Amend: true, Reason: "meter corrected", StartedBy: "test"}); err != nil {

@@ -562,6 +562,18 @@ func TestLoadRepriceToGolden(t *testing.T) {
 	sameBytes(t, "previous generation", previousBytes(t, db), first)
 }
 
+// loadWithAWrongAmount loads the golden vectors with record seq of
+// contract key at a wrong amount, and returns the amend file's line that
+// corrects it.
+func loadWithAWrongAmount(t *testing.T, db *dbconn.DB, key string, seq int) (truth string) {
+	t.Helper()
+	lines, truth := vectorsWithAWrongAmount(t, key, seq)
+	if _, err := ingest.NewStore(db, "").Load(context.Background(), ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: writeFile(t, "records.csv", lines)}); err != nil {
+		t.Fatal(err)
+	}
+	return truth
+}
+
 // A contract split into segments, one of which has not priced its
 // records, has its task row's position past them: an amendment inside
 // the unpriced segment re-prices the contract from its processed prefix
@@ -573,10 +585,7 @@ func TestAmendInsideAnUnpricedSegment(t *testing.T) {
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
 	const key, seq = "random-mix", 1500
-	lines, truth := vectorsWithAWrongAmount(t, key, seq)
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: writeFile(t, "records.csv", lines)}); err != nil {
-		t.Fatal(err)
-	}
+	truth := loadWithAWrongAmount(t, db, key, seq)
 	runUntilDone(t, db, distributor.Config{BatchSize: 500})
 	// The split state: records 1025–2000 of the contract in a segment
 	// that has priced none of them; the contract's row stays at 2000.
