@@ -61,10 +61,9 @@ const readGenerationSQL = `SELECT c.current_generation, coalesce(g.state, ''), g
   LEFT JOIN {{.Schema}}.generations g ON g.contract_id = c.contract_id AND g.generation = ?1
  WHERE c.contract_id = ?0`
 
-// readGeneration reads how generation gen of contract stands. A batch of a
-// generation older than the current one, or of one that is neither being
-// priced (nor previewed) nor current, is corrupt: the rewind that started
-// a generation fenced out every claim of the ones before.
+// readGeneration reads how generation gen of contract stands
+// (generationStanding), and records the start of its pricing with its
+// first batch.
 func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract string, gen int64) (genState, error) {
 	var (
 		current       int64
@@ -80,26 +79,42 @@ func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract stri
 		return genState{}, fmt.Errorf("%w: partition of contract %s has no contract", ErrCorrupt, contract)
 	case err != nil:
 		return genState{}, fmt.Errorf("reading the generations of contract %s: %w", contract, err)
-	case current == gen:
-		return genState{}, nil
-	case current < gen && (state == "pricing" || state == "preview"):
-		if !started {
-			if err := p.markPricingStarted(ctx, tx, contract, gen); err != nil {
-				return genState{}, err
-			}
-		}
-		st := genState{pending: true}
-		if state == "preview" {
-			pv, err := newPreviewState(contract, current, tiers, basePos, baseCP)
-			if err != nil {
-				return genState{}, err
-			}
-			pv.amended = amended
-			st.preview = pv
-		}
-		return st, nil
 	}
-	return genState{}, fmt.Errorf("%w: contract %s: a batch of generation %d (%q), the current generation is %d",
+	pending, err := generationStanding(contract, gen, current, state)
+	if err != nil || !pending {
+		return genState{}, err
+	}
+	if !started {
+		if err := p.markPricingStarted(ctx, tx, contract, gen); err != nil {
+			return genState{}, err
+		}
+	}
+	st := genState{pending: true}
+	if state == "preview" {
+		pv, err := newPreviewState(contract, current, tiers, basePos, baseCP)
+		if err != nil {
+			return genState{}, err
+		}
+		pv.amended = amended
+		st.preview = pv
+	}
+	return st, nil
+}
+
+// generationStanding reports whether generation gen of contract, in state
+// state, is being priced (or previewed) and not current yet, where current
+// is the contract's current generation. A batch of a generation older
+// than the current one, or of one that is neither being priced nor
+// current, is corrupt: the rewind that started a generation fenced out
+// every claim of the ones before.
+func generationStanding(contract string, gen, current int64, state string) (pending bool, err error) {
+	switch {
+	case current == gen:
+		return false, nil
+	case current < gen && (state == "pricing" || state == "preview"):
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: contract %s: a batch of generation %d (%q), the current generation is %d",
 		ErrCorrupt, contract, gen, state, current)
 }
 

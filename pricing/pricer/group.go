@@ -15,7 +15,11 @@ import (
 // one read of every member's records and of the tiers not cached yet,
 // pricing in memory exactly as Process does for each member, and one write
 // of every priced row. Each member's rows and checkpoint are those Process
-// would give it alone.
+// would give it alone. Members past their first generation (re-priced
+// contracts) add a read of their generations, and the statements Process
+// makes for them: the start of a generation's pricing, and the switch of
+// each member that catches up (groupgen.go). A group with a member that
+// prices a preview is priced member by member, in its transaction.
 
 var _ distributor.GroupProcessor = (*Processor)(nil)
 
@@ -25,13 +29,15 @@ const groupInsertMax = 256
 
 // ProcessGroup prices the next batch of every contract in g.
 func (p *Processor) ProcessGroup(ctx context.Context, g *distributor.Group) ([]distributor.Result, error) {
-	for _, b := range g.Batches {
-		if generationOf(b) > 1 {
-			// A re-priced contract's batch reads its generation and may
-			// switch it (see Process): the members are priced one by
-			// one, still in the group's transaction.
-			return p.processEach(ctx, g)
-		}
+	gens, err := p.readGroupGenerations(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	if gens.preview {
+		// A preview's batch prices beside its own rows those of the
+		// current generation (see Process): such a group is priced
+		// member by member, still in its transaction.
+		return p.processEach(ctx, g)
 	}
 	cps := make([]Checkpoint, len(g.Batches))
 	for i, b := range g.Batches {
@@ -65,6 +71,9 @@ func (p *Processor) ProcessGroup(ctx context.Context, g *distributor.Group) ([]d
 	if err := p.writeGroupPriced(ctx, g, w, ends); err != nil {
 		return nil, fmt.Errorf("writing %d priced records of %d contracts (%s, …): %w",
 			len(w.lines), len(g.Batches), contractOf(g.Batches[0]), err)
+	}
+	if err := p.switchCaughtUp(ctx, g, gens, results); err != nil {
+		return nil, err
 	}
 	return results, nil
 }
@@ -109,7 +118,7 @@ func (p *Processor) newSchedules(g *distributor.Group, scheds []*pricing.Schedul
 			return fmt.Errorf("tiers of contract %s: %w", contract, err)
 		}
 		scheds[i] = s
-		if b.Checkpoint.Position > 0 {
+		if b.Checkpoint.Position > 0 || generationOf(b) > 1 {
 			p.mu.Lock()
 			p.schedules[schedKey{contract, generationOf(b)}] = s
 			p.mu.Unlock()
@@ -225,18 +234,18 @@ func decodeTiers(thresholds, discounts []byte) ([]pricing.Tier, error) {
 	return out, nil
 }
 
-// insertGroupSQL writes a group's rows, all of generation 1 (a re-priced
-// contract's batches are priced one by one, see ProcessGroup).
+// insertGroupSQL writes a group's rows, each under its member's
+// generation.
 const insertGroupSQL = `INSERT INTO {{.Schema}}.priced_rows
 (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by, generation)
-SELECT contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, $8, 1
-FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
-	AS u(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version)`
+SELECT contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, $8, generation
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $9::bigint[])
+	AS u(contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, generation)`
 
 // writeGroupPriced writes every member's priced lines (w.lines, in
 // w.recs's order; ends as readGroupRecords returned) into priced_rows, each
-// under its member's claim version: one INSERT of arrays, or COPY for many
-// rows.
+// under its member's claim version and generation: one INSERT of arrays,
+// or COPY for many rows.
 func (p *Processor) writeGroupPriced(ctx context.Context, g *distributor.Group, w *workspace, ends []int) error {
 	if len(w.lines) > groupInsertMax {
 		return p.copyGroupPriced(ctx, g, w, ends)
@@ -249,6 +258,7 @@ func (p *Processor) writeGroupPriced(ctx context.Context, g *distributor.Group, 
 	discount := make([]int64, n)
 	net := make([]int64, n)
 	versions := make([]int64, n)
+	gens := make([]int64, n)
 	m := 0
 	for i := range n {
 		for i >= ends[m] {
@@ -257,9 +267,9 @@ func (p *Processor) writeGroupPriced(ctx context.Context, g *distributor.Group, 
 		b := g.Batches[m]
 		r, l := &w.recs[i], &w.lines[i]
 		contracts[i], seqs[i], ids[i] = contractOf(b), r.seq, string(r.recordID)
-		gross[i], discount[i], net[i], versions[i] = l.Gross, l.Discount, l.Net, b.Lease.Version
+		gross[i], discount[i], net[i], versions[i], gens[i] = l.Gross, l.Discount, l.Net, b.Lease.Version, generationOf(b)
 	}
-	rows, err := g.Exec(ctx, p.sql(insertGroupSQL), contracts, seqs, ids, gross, discount, net, versions, g.Owner)
+	rows, err := g.Exec(ctx, p.sql(insertGroupSQL), contracts, seqs, ids, gross, discount, net, versions, g.Owner, gens)
 	if err == nil && rows != int64(n) {
 		err = fmt.Errorf("inserted %d rows, want %d", rows, n)
 	}
@@ -272,7 +282,7 @@ func (p *Processor) copyGroupPriced(ctx context.Context, g *distributor.Group, w
 		w.vals = make([]any, len(pricedColumns))
 	}
 	vals := w.vals[:len(pricedColumns)]
-	vals[7], vals[8] = g.Owner, int64(1)
+	vals[7] = g.Owner
 	i, m := -1, 0
 	n, err := g.CopyFrom(ctx, []string{p.schema, "priced_rows"}, pricedColumns, func() ([]any, error) {
 		i++
@@ -284,6 +294,7 @@ func (p *Processor) copyGroupPriced(ctx context.Context, g *distributor.Group, w
 		}
 		b, r, l := g.Batches[m], &w.recs[i], &w.lines[i]
 		vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6] = contractOf(b), r.seq, r.recordID, l.Gross, l.Discount, l.Net, b.Lease.Version
+		vals[8] = generationOf(b)
 		return vals, nil
 	})
 	if err == nil && n != int64(len(w.lines)) {

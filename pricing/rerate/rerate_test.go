@@ -650,3 +650,50 @@ func vectorsWithAWrongAmount(t *testing.T, key string, seq int) (lines []string,
 	}
 	return lines, truth
 }
+
+// Re-priced contracts claimed together are priced together (one read and
+// one write for the group, pricer's groupgen.go): a tier change of every
+// contract, re-priced by a worker that claims them in groups, gives the
+// golden output and the previous generation unchanged, with every
+// contract's new generation current, whether each member catches up in its
+// group's first batch (the group switches it) or carries on in held groups
+// (the held group that catches up switches it).
+func TestGroupedRepricingToGolden(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{5000, 40} {
+		t.Run(strconv.Itoa(batch), func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 24})
+			ctx := context.Background()
+			if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
+				t.Fatal(err)
+			}
+			runUntilDone(t, db, distributor.Config{BatchSize: batch})
+			first := exportBytes(t, db)
+			var reqs []rerate.Request
+			for c, tiers := range vectorTiers(t) {
+				reqs = append(reqs, rerate.Request{Contract: c, NewTiers: tiers, Reason: "tiers corrected", StartedBy: "test"})
+			}
+			if _, err := start(t, db, reqs); err != nil {
+				t.Fatal(err)
+			}
+			var since int64
+			if err := db.QueryRow(`SELECT coalesce(max(event_id), 0) FROM baton.events`).Scan(&since); err != nil {
+				t.Fatal(err)
+			}
+			runUntilDone(t, db, distributor.Config{BatchSize: batch, ClaimGroup: 16, MaxPartitions: 16})
+			sameBytes(t, "export after re-pricing", exportBytes(t, db), golden(t))
+			sameBytes(t, "previous generation", previousBytes(t, db), first)
+			verifyClean(t, db)
+			if n := count(t, db.DB, `SELECT coalesce(max(c), 0) FROM (SELECT count(*) AS c FROM baton.events
+				WHERE kind = 'claimed' AND event_id > ? GROUP BY xmin::text) g`, since); n < 2 {
+				t.Fatalf("largest group of re-priced contracts claimed in one transaction: %d; want several", n)
+			}
+			if n := count(t, db.DB, `SELECT count(*) FROM baton.contracts c JOIN baton.generations g
+				ON g.contract_id = c.contract_id AND g.generation = c.current_generation
+				WHERE c.current_generation = 2 AND g.state = 'current' AND g.pricing_started_at IS NOT NULL AND g.finished_at IS NOT NULL`); n != 12 {
+				t.Fatalf("%d contracts with generation 2 current, started and finished; want 12", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,121 @@
+package pricer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/batonhq/baton/distributor"
+)
+
+// A group's members past their first generation (re-priced contracts) are
+// priced with the others, in the group's two statements, and get what
+// Process gives a batch of theirs alone (generations.go): one read of all
+// their generations, the start of each generation's pricing recorded with
+// its first batch, and the switch of each member whose batch catches up
+// with its contract's records. The statements that lock generation and
+// contract rows run member by member, in the group's partition_key order,
+// so two groups take those locks in the same order.
+
+// groupGens is how a group's members stand in their generations.
+type groupGens struct {
+	pending []bool // member i prices a generation that is not current yet; nil: none does
+	preview bool   // some member prices a preview (the group is priced member by member)
+}
+
+// readGroupGenerationsSQL reads, for each member (contracts $1,
+// generations $2), its contract's current generation, the state of its
+// own generation and whether its pricing started.
+const readGroupGenerationsSQL = `SELECT m.i, coalesce(c.current_generation, 0), coalesce(g.state, ''), g.pricing_started_at IS NOT NULL
+  FROM unnest(?::text[], ?::bigint[]) WITH ORDINALITY AS m(contract, gen, i)
+  LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = m.contract
+  LEFT JOIN {{.Schema}}.generations g ON g.contract_id = m.contract AND g.generation = m.gen
+ ORDER BY m.i`
+
+// readGroupGenerations reads how the group's members past their first
+// generation stand, and records the start of the pricing of those whose
+// generation's first batch this is. It reads nothing when every member is
+// in its first generation.
+func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Group) (groupGens, error) {
+	var idx []int
+	var contracts []string
+	var gens []int64
+	for i, b := range g.Batches {
+		if gen := generationOf(b); gen > 1 {
+			idx, contracts, gens = append(idx, i), append(contracts, contractOf(b)), append(gens, gen)
+		}
+	}
+	var out groupGens
+	if len(idx) == 0 {
+		return out, nil
+	}
+	rows, err := g.Tx.QueryContext(ctx, p.sql(readGroupGenerationsSQL), pgdialect.Array(contracts), pgdialect.Array(gens))
+	if err != nil {
+		return out, fmt.Errorf("reading the generations of %d contracts (%s, …): %w", len(idx), contracts[0], err)
+	}
+	defer rows.Close()
+	out.pending = make([]bool, len(g.Batches))
+	var unstarted []int
+	seen := 0
+	for rows.Next() {
+		var (
+			m, current int64
+			state      string
+			started    bool
+		)
+		if err := rows.Scan(&m, &current, &state, &started); err != nil {
+			return out, fmt.Errorf("reading the generations of %d contracts (%s, …): %w", len(idx), contracts[0], err)
+		}
+		if m < 1 || m > int64(len(idx)) {
+			return out, fmt.Errorf("reading the generations of %d contracts: a row for member %d", len(idx), m)
+		}
+		k := int(m - 1)
+		if current == 0 {
+			return out, fmt.Errorf("%w: partition of contract %s has no contract", ErrCorrupt, contracts[k])
+		}
+		pending, err := generationStanding(contracts[k], gens[k], current, state)
+		if err != nil {
+			return out, err
+		}
+		out.pending[idx[k]] = pending
+		out.preview = out.preview || pending && state == "preview"
+		if pending && !started {
+			unstarted = append(unstarted, k)
+		}
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("reading the generations of %d contracts (%s, …): %w", len(idx), contracts[0], err)
+	}
+	rows.Close()
+	if seen != len(idx) {
+		return out, fmt.Errorf("reading the generations of %d contracts: %d rows", len(idx), seen)
+	}
+	if out.preview {
+		return out, nil // Process reads each member's again, and records the start
+	}
+	for _, k := range unstarted {
+		if err := p.markPricingStarted(ctx, g.Tx, contracts[k], gens[k]); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// switchCaughtUp makes current the generation of each member that prices
+// one not current yet and whose batch caught up with its records
+// (results[i], its new checkpoint), as Process does for a batch alone.
+func (p *Processor) switchCaughtUp(ctx context.Context, g *distributor.Group, gens groupGens, results []distributor.Result) error {
+	if gens.pending == nil {
+		return nil
+	}
+	for i, b := range g.Batches {
+		if gens.pending[i] && results[i].Position >= b.Checkpoint.Available {
+			if err := p.switchGeneration(ctx, g.Tx, contractOf(b), generationOf(b)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
