@@ -42,7 +42,7 @@ import (
 //
 // The group's batches take at most the group bound in all (at most
 // ClaimGroupItems), shared among the members as for a group of first
-// batches (shareItems: each at most the batch bound), and feed the same
+// batches (shareItems: each at most the member bound), and feed the same
 // sizer, by time as lone batches do (sizing.go): the group bound by the
 // group's items and duration, so that a slow group makes the next one
 // smaller and quick ones grow it back, and the batch bound once per

@@ -167,3 +167,33 @@ func TestSizerSizesGroupsByTheBatchTarget(t *testing.T) {
 		t.Fatalf("group limit %d with ClaimGroupItems 500, want 500", g)
 	}
 }
+
+// A group member takes the batch bound, or its even part of the group
+// bound among ClaimGroup members when that is more, never more than
+// BatchSize.
+func TestMemberLimit(t *testing.T) {
+	s := newSizer(16384, 1000, 65536, 5*time.Second, time.Second)
+	if l := s.memberLimit(16); l != 4096 {
+		t.Errorf("member bound of a new sizer, groups of 16: %d, want 4096 (65536 / 16)", l)
+	}
+	if l := s.memberLimit(2); l != 16384 {
+		t.Errorf("member bound, groups of 2: %d, want 16384 (BatchSize)", l)
+	}
+	if l := s.memberLimit(0); l != 16384 {
+		t.Errorf("member bound, no group size: %d, want 16384 (BatchSize)", l)
+	}
+	// The group bound halved by a slow group: the batch bound decides.
+	for range 3 {
+		s.groupTook(s.groupLimit(), 3*time.Second)
+	}
+	if l := s.memberLimit(16); l != 1000 {
+		t.Errorf("member bound after slow groups (group bound %d): %d, want 1000 (the batch bound)", s.groupLimit(), l)
+	}
+	// A batch bound grown past the group's even part decides.
+	for range 4 {
+		s.batchTook(s.batchLimit(), time.Millisecond)
+	}
+	if l, b := s.memberLimit(16), s.batchLimit(); l != b || b != 16000 {
+		t.Errorf("member bound %d with the batch bound at %d, want both 16000", l, b)
+	}
+}

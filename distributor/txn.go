@@ -298,7 +298,8 @@ func stopReleasing(in []*member) {
 }
 
 // batches makes the fenced members' batches, in one Group: a lone one
-// takes at most the batch bound, a group's share the group bound.
+// takes at most the batch bound, a group's share the group bound, each
+// member at most the member bound (sizing.go).
 func (d *Distributor) batches(ctx context.Context, t *txn, conn bun.Conn, tx bun.Tx) *Group {
 	var limits []int
 	if t.lone {
@@ -308,7 +309,7 @@ func (d *Distributor) batches(ctx context.Context, t *txn, conn bun.Conn, tx bun
 		for k, m := range t.in {
 			pending[k] = m.cp.Available - m.cp.Position
 		}
-		limits = shareItems(pending, d.size.batchLimit(), d.size.groupLimit())
+		limits = shareItems(pending, d.size.memberLimit(d.cfg.ClaimGroup), d.size.groupLimit())
 	}
 	tc := &txConn{conn: conn, prepare: d.db.Direct()}
 	g := &Group{Owner: d.worker.InstanceID, Tx: tx, Batches: make([]*Batch, len(t.in)), Owned: t.in[0].h != nil, conn: tc}
