@@ -474,14 +474,20 @@ func failoverSection(w writer, r *results) {
 			ms(s.First.P50), ms(s.First.P99), ms(s.First.Max), ms(s.All.P50), ms(s.All.Max), bound, s.TimedOut, s.RebalanceS,
 			s.Duplicates, s.Lost, s.Mismatches, yesNo(s.Drained))
 	}
-	w("\nPer contract: for every contract the victim held, the time from the signal to the first batch another worker committed on it, over all the series' events. With %d workers a crash leaves %d survivors, which should each take their share of the victim's contracts at the takeover: a contract that one survivor takes and hands to another before its first batch shows here, not in the first-batch column.\n\n",
-		f.Workers, f.Workers-1)
-	w("| kind | timing | contracts | p50 | p95 | max | did not resume | takeovers | handed back for rebalance | of which to another survivor (before a batch) |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	perContract := false
 	for _, s := range f.Series {
-		w("| %s (%s) | %s | %d | %s | %s | %s | %d | %d | %d | %d (%d) |\n", s.Kind, s.Signal, s.Timing, s.Each.N, ms(s.Each.P50), ms(s.Each.P95), ms(s.Each.Max), s.NotResumed,
-			s.Fates.Takeovers, s.Fates.HandedBack, s.Fates.ToSurvivor, s.Fates.ToSurvivorUnbatched)
+		perContract = perContract || s.Each.N > 0
 	}
-	w("\nA takeover handed back for rebalance to the replacement started after the kill is the fair share at work; one handed to another survivor is a takeover beyond the taker's share.\n")
+	if perContract { // runs before the per-contract figures were measured have none
+		w("\nPer contract: for every contract the victim held, the time from the signal to the first batch another worker committed on it, over all the series' events. With %d workers a crash leaves %d survivors, which should each take their share of the victim's contracts at the takeover: a contract that one survivor takes and hands to another before its first batch shows here, not in the first-batch column.\n\n",
+			f.Workers, f.Workers-1)
+		w("| kind | timing | contracts | p50 | p95 | max | did not resume | takeovers | handed back for rebalance | of which to another survivor (before a batch) |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, s := range f.Series {
+			w("| %s (%s) | %s | %d | %s | %s | %s | %d | %d | %d | %d (%d) |\n", s.Kind, s.Signal, s.Timing, s.Each.N, ms(s.Each.P50), ms(s.Each.P95), ms(s.Each.Max), s.NotResumed,
+				s.Fates.Takeovers, s.Fates.HandedBack, s.Fates.ToSurvivor, s.Fates.ToSurvivorUnbatched)
+		}
+		w("\nA takeover handed back for rebalance to the replacement started after the kill is the fair share at work; one handed to another survivor is a takeover beyond the taker's share.\n")
+	}
 	w("\nEvery event, seconds from the signal to the first batch by another worker (contracts the victim held):\n\n")
 	for _, s := range f.Series {
 		var vals []string
