@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton/internal/clienv"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/report"
 )
 
 // Previews from the command line: a tier change loaded with --preview is
@@ -76,8 +77,23 @@ func TestPreviewCommands(t *testing.T) {
 		t.Fatalf("diff --preview rows change the net by %d, the preview by %d\n%s", change, *gens[1].NetChange, errs)
 	}
 
+	// status flags the previews waiting, in text and in JSON, until they
+	// are decided.
+	if out := c.mustRun("status"); !strings.Contains(out, "\npreviews waiting: 11 (worker generations approve|discard") ||
+		strings.Contains(out, "re-pricing:") {
+		t.Fatalf("status with 11 previews waiting:\n%s", out)
+	}
+	if g := statusGenerations(t, c); g.Repricing != 0 || g.PreviewsWaiting != 11 {
+		t.Fatalf("status --json generations with 11 previews waiting: %+v", g)
+	}
 	if out := c.mustRun("generations", "approve"); !strings.HasPrefix(out, "approve: 11 previews approved (11 current now") {
 		t.Fatalf("approve:\n%s", out)
+	}
+	if out := c.mustRun("status"); strings.Contains(out, "previews waiting") {
+		t.Fatalf("status after the previews were approved:\n%s", out)
+	}
+	if g := statusGenerations(t, c); g.Repricing != 0 || g.PreviewsWaiting != 0 {
+		t.Fatalf("status --json generations after approval: %+v", g)
 	}
 	if got := c.mustRun("export", "--out", "-", "--complete"); got != string(golden) {
 		t.Fatal("export after approval differs from expected.csv")
@@ -143,4 +159,15 @@ func zeroDiscountTiers(t *testing.T) string {
 		lines[i] = strings.Join(f, ",")
 	}
 	return writeFile(t, "tiers0.csv", strings.Join(lines, "\n")+"\n")
+}
+
+// statusGenerations is status --json's count of re-pricings in flight and
+// previews waiting.
+func statusGenerations(t *testing.T, c cli) report.Generations {
+	t.Helper()
+	var st report.Status
+	if err := json.Unmarshal([]byte(c.mustRun("status", "--json")), &st); err != nil || st.Generations == nil {
+		t.Fatalf("status --json: %v, generations %v", err, st.Generations)
+	}
+	return *st.Generations
 }

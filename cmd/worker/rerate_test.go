@@ -59,7 +59,13 @@ func TestRerateCommands(t *testing.T) {
 	if _, _, code := c.run("reprice"); code != clienv.ExitUsage {
 		t.Fatalf("reprice without contracts: exit %d", code)
 	}
+	if out := c.mustRun("status"); !strings.Contains(out, "\nre-pricing: 11 contracts (exports show the previous generation") {
+		t.Fatalf("status with 11 contracts re-pricing:\n%s", out)
+	}
 	c.mustRun("run", "--until-done", "--heartbeat", "100ms", "--stale-after", "1s")
+	if g := statusGenerations(t, c); g.Repricing != 0 || g.PreviewsWaiting != 0 {
+		t.Fatalf("status --json generations once re-priced: %+v", g)
+	}
 	if got := c.mustRun("export", "--out", "-", "--complete"); got != string(golden) {
 		t.Fatal("export after re-pricing differs from expected.csv")
 	}

@@ -23,13 +23,17 @@ type Query struct {
 }
 
 // ReadAll reads the whole status "worker status" shows: Read, then the
-// backlog, the loads asked for, and the filter applied.
+// backlog, the generations in flight, the loads asked for, and the filter
+// applied.
 func ReadAll(ctx context.Context, db *dbconn.DB, schemaName string, q Query) (Status, error) {
 	s, err := Read(ctx, db, schemaName, q.WarnAfter)
 	if err != nil {
 		return s, err
 	}
 	if err := ReadBacklog(ctx, db, schemaName, q.DrainTarget, &s); err != nil {
+		return s, err
+	}
+	if err := ReadGenerations(ctx, db, schemaName, &s); err != nil {
 		return s, err
 	}
 	if err := ReadLoads(ctx, db, schemaName, q.Loads, &s); err != nil {

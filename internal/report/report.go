@@ -46,6 +46,10 @@ type Status struct {
 	// Paused is the pauses in force (paused.go): empty when nothing is
 	// paused.
 	Paused []Paused `json:"paused"`
+	// Generations counts the re-pricings in flight and the previews
+	// waiting for a decision; nil where status is built without reading
+	// it.
+	Generations *Generations `json:"generations,omitempty"`
 }
 
 // Backlog is the pricing kind's backlog signals (package backlog defines

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/horizon"
+	"github.com/batonhq/baton/internal/noun"
 	"github.com/batonhq/baton/internal/report"
 )
 
@@ -54,6 +55,7 @@ func Print(w io.Writer, s report.Status) {
 		tw.Flush()
 	}
 	printPaused(w, s.Paused)
+	printGenerations(w, s.Generations)
 	printBacklog(w, s.Backlog)
 	printHorizon(w, s.Horizon)
 	printLoads(w, s)
@@ -129,6 +131,22 @@ func shortDuration(d time.Duration) string {
 		return d.Round(time.Minute).String()
 	}
 	return d.Round(time.Second).String()
+}
+
+// printGenerations writes the re-pricings in flight and the previews
+// waiting, when there are any.
+func printGenerations(w io.Writer, g *report.Generations) {
+	if g == nil || g.Repricing == 0 && g.PreviewsWaiting == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	if g.Repricing > 0 {
+		fmt.Fprintf(w, "re-pricing: %s (exports show the previous generation until each catches up)\n",
+			noun.Count(g.Repricing, "contract", "contracts"))
+	}
+	if g.PreviewsWaiting > 0 {
+		fmt.Fprintf(w, "previews waiting: %d (worker generations approve|discard; worker diff --preview)\n", g.PreviewsWaiting)
+	}
 }
 
 // printBacklog writes the backlog signals.
