@@ -390,9 +390,14 @@ func decideDuringABatch(t *testing.T, decide func(*rerate.Store) ([]rerate.Decid
 		}
 		decided <- a
 	}()
-	// The decision waits on the task row the batch holds.
+	// The decision waits on the task row the batch holds: its statement
+	// locking the task rows, named by its text. Other statements mention
+	// FOR UPDATE too (the worker's, in their comments) and may wait on a
+	// lock for a moment: matching one of those would release the batch
+	// before the decision waits for it.
 	for count(t, db.DB, `SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'`) == 0 {
+		WHERE datname = current_database() AND wait_event_type = 'Lock'
+		  AND query LIKE '%t.segment_of IS NULL%ORDER BY t.partition_key%FOR UPDATE'`) == 0 {
 		select {
 		case a := <-decided:
 			t.Fatalf("decided %+v while a batch was in flight", a)
