@@ -43,10 +43,10 @@ var shapeSpecs = []shapeSpec{
 }
 
 // Goals of the table: every shape at 1.5× the ceiling, and a hot shape
-// at no less than 0.8× the uniform 1,000-contract shape of the same size.
+// at no less than 0.9× the uniform 1,000-contract shape of the same size.
 const (
 	shapesCeilingGoal = 1.5
-	shapesHotGoal     = 0.8
+	shapesHotGoal     = 0.9
 )
 
 // shapesConfig holds the shapes scenario's knobs.

@@ -58,15 +58,15 @@ func TestShapeGoalsAndReport(t *testing.T) {
 	s := &shapesResult{Workers: 2, Seed: 1, Rows: []shapeRow{
 		shapeFixture("uniform", "uniform", 400_000, 200_000, false),                                // 2.0: met
 		shapeFixture("zipf", "zipf:1.1", 240_000, 200_000, false),                                  // 1.2: not met
-		shapeFixture("hot fast", "hot:0.5", 340_000, 200_000, false),                               // 1.7, 0.85 of uniform: met
-		shapeFixture("hot slow", "hot:0.9", 310_000, 200_000, false),                               // 1.55 but 0.775 of uniform: not met
+		shapeFixture("hot fast", "hot:0.5", 380_000, 200_000, false),                               // 1.9, 0.95 of uniform: met
+		shapeFixture("hot slow", "hot:0.9", 350_000, 200_000, false),                               // 1.75 but 0.875 of uniform: not met
 		shapeFixture("differs", "uniform", 400_000, 200_000, true),                                 // no ceiling: unknown
 		{Label: "failed", Shape: "uniform", Records: 1_000_000, Error: "worker w1: exit status 1"}, // no run
 	}}
 	want := []struct {
 		met, known bool
 		hot        float64
-	}{{true, true, 0}, {false, true, 0}, {true, true, 0.85}, {false, true, 0.775}, {false, false, 0}, {false, false, 0}}
+	}{{true, true, 0}, {false, true, 0}, {true, true, 0.95}, {false, true, 0.875}, {false, false, 0}, {false, false, 0}}
 	for i, row := range s.Rows {
 		met, known, hot := s.goals(row)
 		if met != want[i].met || known != want[i].known || math.Abs(hot-want[i].hot) > 1e-9 {
@@ -85,8 +85,8 @@ func TestShapeGoalsAndReport(t *testing.T) {
 	for _, line := range []string{
 		"| uniform | 1,000,000 | 1,000 | 400000 | 200000 | 2.00 |  | met |",
 		"| zipf | 1,000,000 | 1,000 | 240000 | 200000 | 1.20 |  | **not met** |",
-		"| hot fast | 1,000,000 | 1,000 | 340000 | 200000 | 1.70 | 0.85 | met |",
-		"| hot slow | 1,000,000 | 1,000 | 310000 | 200000 | 1.55 | 0.78 | **not met** |",
+		"| hot fast | 1,000,000 | 1,000 | 380000 | 200000 | 1.90 | 0.95 | met |",
+		"| hot slow | 1,000,000 | 1,000 | 350000 | 200000 | 1.75 | 0.88 | **not met** |",
 		"| differs | 1,000,000 | 1,000 | 400000 | 200000 (output differs) | — |  | — |",
 		"| failed | 1,000,000 | 0 | — |",
 		"- failed at 1,000,000 records failed: worker w1: exit status 1",
