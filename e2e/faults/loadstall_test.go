@@ -60,7 +60,8 @@ func TestLoadPausedInItsLastStepCostsNoUnrelatedLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hold.Rollback()
-	if _, err := hold.ExecContext(ctx, `SELECT 1 FROM baton.tasks WHERE partition_key = 'st-c' FOR SHARE`); err != nil {
+	var holder int
+	if err := hold.QueryRowContext(ctx, `SELECT pg_backend_pid() FROM baton.tasks WHERE partition_key = 'st-c' FOR SHARE`).Scan(&holder); err != nil {
 		t.Fatal(err)
 	}
 	second := filepath.Join(r.dir, "records-2.csv")
@@ -83,8 +84,14 @@ func TestLoadPausedInItsLastStepCostsNoUnrelatedLease(t *testing.T) {
 		_ = load.Process.Signal(syscall.SIGCONT)
 		<-loadDone
 	})
-	// The load's last step has locked st-a and waits for st-c.
-	pgtest.WaitForLockWait(t, r.db.DB, "JOIN load_affected")
+	// The load's last step has locked st-a and waits for st-c: for this
+	// transaction's lock, which only the commit below ends, so the load
+	// cannot finish before it is stopped. Any lock wait of that statement
+	// would not do: beside busy loops, 2 runs in 100 then found the load
+	// gone 27 ms after the SIGSTOP, or committed 9 ms after it and idle
+	// outside a transaction, so what it had been seen waiting for was not
+	// this lock (a worker's renewal briefly holding st-a would fit).
+	pgtest.WaitForLockWaitOn(t, r.db.DB, "JOIN load_affected", holder)
 	if err := load.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -98,20 +105,27 @@ func TestLoadPausedInItsLastStepCostsNoUnrelatedLease(t *testing.T) {
 	// pg_stat_activity offers no notification: poll it.
 	var ended time.Duration
 	testutil.Eventually(t, 30*time.Second, "the server ending the paused load's session", func() error {
-		var n int
-		if err := r.db.QueryRow(`SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = 'baton-load'`).Scan(&n); err != nil {
+		var sessions []string
+		if err := r.db.NewRaw(`SELECT format('pid %s %s, started %s, transaction since %s, state since %s: %s',
+				pid, state, backend_start, xact_start, state_change, left(query, 80))
+			FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'baton-load'`).Scan(ctx, &sessions); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			return fmt.Errorf("%d load sessions", n)
+		if len(sessions) > 0 {
+			return fmt.Errorf("%d load sessions (SIGSTOP at %s):\n%s", len(sessions),
+				stoppedAt.Format(time.RFC3339Nano), strings.Join(sessions, "\n"))
 		}
 		ended = time.Since(stoppedAt)
 		return nil
 	})
 	t.Logf("paused load ended by the server %s after SIGSTOP (idle limit %s)", ended.Round(time.Millisecond), idle)
 	if ended < idle {
-		t.Fatalf("the load's session ended after %s, before its idle limit %s: something else ended it", ended, idle)
+		_ = load.Process.Signal(syscall.SIGCONT)
+		err := <-loadDone
+		loadDone <- err // for the cleanup
+		t.Fatalf("the load's session ended after %s, before its idle limit %s: something else ended it; the load, continued, exited with %v:\n%s",
+			ended, idle, err, loadOut.String())
 	}
 
 	// b was renewed throughout: same claim, never lost.

@@ -256,6 +256,28 @@ func WaitForLockWait(t testing.TB, db *bun.DB, marker string) {
 		wait_event_type = 'Lock' AND strpos(query, ?) > 0`, marker)
 }
 
+// WaitForLockWaitOn blocks until a statement whose text contains marker is
+// waiting for a lock held by the session blocker (a backend pid): unlike
+// WaitForLockWait, a wait on some other session's lock (a worker's
+// heartbeat briefly holding a row, say) does not count.
+func WaitForLockWaitOn(t testing.TB, db *bun.DB, marker string, blocker int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, ?) > 0
+			  AND ? = ANY (pg_blocking_pids(pid))`, marker, blocker).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // pg_stat_activity offers no notification
+	}
+	t.Fatalf("timed out waiting for a statement containing %q waiting for a lock held by pid %d", marker, blocker)
+}
+
 // WaitForNoLockWait blocks until no statement whose text contains marker
 // is waiting for a lock in the test's database: the signal that a wait
 // abandoned by its client (a cancelled context) has ended on the server
