@@ -262,20 +262,8 @@ func WaitForLockWait(t testing.TB, db *bun.DB, marker string) {
 // heartbeat briefly holding a row, say) does not count.
 func WaitForLockWaitOn(t testing.TB, db *bun.DB, marker string, blocker int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		var n int
-		if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, ?) > 0
-			  AND ? = ANY (pg_blocking_pids(pid))`, marker, blocker).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond) // pg_stat_activity offers no notification
-	}
-	t.Fatalf("timed out waiting for a statement containing %q waiting for a lock held by pid %d", marker, blocker)
+	waitForSessions(t, db, fmt.Sprintf("a statement containing %q waiting for a lock held by pid %d", marker, blocker), `
+		wait_event_type = 'Lock' AND strpos(query, ?) > 0 AND ? = ANY (pg_blocking_pids(pid))`, true, marker, blocker)
 }
 
 // WaitForNoLockWait blocks until no statement whose text contains marker
@@ -287,7 +275,7 @@ func WaitForLockWaitOn(t testing.TB, db *bun.DB, marker string, blocker int) {
 func WaitForNoLockWait(t testing.TB, db *bun.DB, marker string) {
 	t.Helper()
 	waitForSessions(t, db, fmt.Sprintf("no statement containing %q waiting for a lock", marker), `
-		wait_event_type = 'Lock' AND strpos(query, ?) > 0`, marker, false)
+		wait_event_type = 'Lock' AND strpos(query, ?) > 0`, false, marker)
 }
 
 // WaitForStatement waits until some session of this database has run a
@@ -300,20 +288,20 @@ func WaitForStatement(t testing.TB, db *bun.DB, prefix string) {
 
 // waitForSession polls pg_stat_activity until a session of this database
 // matches cond, or fails the test.
-func waitForSession(t testing.TB, db *bun.DB, what, cond string, arg any) {
+func waitForSession(t testing.TB, db *bun.DB, what, cond string, args ...any) {
 	t.Helper()
-	waitForSessions(t, db, what, cond, arg, true)
+	waitForSessions(t, db, what, cond, true, args...)
 }
 
 // waitForSessions polls pg_stat_activity until whether a session of this
 // database matches cond is want, or fails the test.
-func waitForSessions(t testing.TB, db *bun.DB, what, cond string, arg any, want bool) {
+func waitForSessions(t testing.TB, db *bun.DB, what, cond string, want bool, args ...any) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		var n int
 		if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND `+cond, arg).Scan(&n); err != nil {
+			WHERE datname = current_database() AND `+cond, args...).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if (n > 0) == want {
