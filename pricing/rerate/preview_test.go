@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -357,13 +358,28 @@ func decideDuringABatch(t *testing.T, decide func(*rerate.Store) ([]rerate.Decid
 	}
 	inFlight, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
+	var batchPID int // the backend of the batch held in flight
+	// Once the held batch is released and until the decision returns, the
+	// worker's batches fail (the partition backs off for a second). A
+	// stream of batches can otherwise starve the decision: each takes the
+	// task row FOR KEY SHARE without queueing behind the decision's FOR
+	// UPDATE, and in 1 run in about 60 the worker priced the preview to its
+	// end before the decision got the row.
+	var releasedHeld, returned atomic.Bool
 	proc := pricer.NewStore(db, "").Processor()
 	held := distributor.ProcessorFunc(func(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
+		if b.Lease.Key == key && releasedHeld.Load() && !returned.Load() {
+			return distributor.Result{}, errors.New("held back until the decision returns")
+		}
 		res, err := proc.Process(ctx, b)
-		if b.Lease.Key == key && b.Checkpoint.Position >= 500 {
+		if err == nil && b.Lease.Key == key && b.Checkpoint.Position >= 500 {
 			once.Do(func() {
+				if err = b.Tx.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&batchPID); err != nil {
+					err = fmt.Errorf("reading the batch's backend: %w", err)
+				}
 				close(inFlight)
 				<-release
+				releasedHeld.Store(true)
 			})
 		}
 		return res, err
@@ -388,16 +404,20 @@ func decideDuringABatch(t *testing.T, decide func(*rerate.Store) ([]rerate.Decid
 		if err != nil {
 			t.Error(err)
 		}
+		returned.Store(true)
 		decided <- a
 	}()
 	// The decision waits on the task row the batch holds: its statement
-	// locking the task rows, named by its text. Other statements mention
-	// FOR UPDATE too (the worker's, in their comments) and may wait on a
-	// lock for a moment: matching one of those would release the batch
-	// before the decision waits for it.
+	// locking the task rows, named by its text, blocked by the batch's
+	// own session. Other statements mention FOR UPDATE too (the worker's,
+	// in their comments), and the decision may wait for a moment on a
+	// heartbeat renewing the row: matching either would release the batch
+	// before the decision waits for it, and the worker could then price
+	// the preview to its end first.
 	for count(t, db.DB, `SELECT count(*) FROM pg_stat_activity
 		WHERE datname = current_database() AND wait_event_type = 'Lock'
-		  AND query LIKE '%t.segment_of IS NULL%ORDER BY t.partition_key%FOR UPDATE'`) == 0 {
+		  AND query LIKE '%t.segment_of IS NULL%ORDER BY t.partition_key%FOR UPDATE'
+		  AND ? = ANY (pg_blocking_pids(pid))`, batchPID) == 0 {
 		select {
 		case a := <-decided:
 			t.Fatalf("decided %+v while a batch was in flight", a)
