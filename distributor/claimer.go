@@ -177,7 +177,7 @@ type finished struct{ err error }
 // So no survivor takes all of them only to hand some back after
 // confirming them.
 func (d *Distributor) claim(ctx context.Context) (started int, err error) {
-	cands, want, room, err := d.claimCandidates(ctx)
+	cands, want, room, segmentsOnly, err := d.claimCandidates(ctx)
 	if err != nil || len(cands) == 0 {
 		return 0, err
 	}
@@ -191,11 +191,19 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 	// ones still ahead of the unowned ones (pickClaims takes them first).
 	mrand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	decide.StaleFirst(cands, candOwned)
-	cands = d.withinBacklogShare(cands)
+	if cands, err = d.withinBacklogShare(ctx, cands); err != nil {
+		return 0, err
+	}
 	// A dead worker's partitions are taken within the share, like unowned
 	// ones, and beyond it (up to room) only those the other live workers
 	// have left for SpreadTakeovers (spread.go).
 	beyond, first := d.takeovers.beyondShare(cands, d.cfg.Clock.Now(), d.cfg.SpreadTakeovers)
+	if segmentsOnly {
+		// want is the count share's, for unowned segments only: what
+		// else the round read it takes as a worker at its share does
+		// (a dead worker's partitions beyond the share).
+		cands = slices.DeleteFunc(cands, func(c taskstore.Candidate) bool { return notSegment(c) && !beyond[c.Key] })
+	}
 	taken := map[string]bool{}
 	defer func() { d.leftToOthers(ctx, first, taken) }()
 	anyShare := func(c taskstore.Candidate) bool { return c.Owned && beyond[c.Key] }
@@ -238,10 +246,13 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 
 // claimCandidates reads the candidates of a claim round and how many this
 // worker wants and has room for; none when it has no room or finds none.
-func (d *Distributor) claimCandidates(ctx context.Context) (cands []taskstore.Candidate, want, room int, err error) {
+// segmentsOnly says that it wants no partition but unowned segments (and
+// a dead worker's partitions beyond its share): it holds its part of the
+// backlog, and want is what the count share would allow.
+func (d *Distributor) claimCandidates(ctx context.Context) (cands []taskstore.Candidate, want, room int, segmentsOnly bool, err error) {
 	want, room, idle := d.wanted()
 	if room <= 0 {
-		return nil, 0, 0, nil
+		return nil, 0, 0, false, nil
 	}
 	// A dead worker's partitions first: their work has started and was
 	// interrupted, and their owner's lease has run out already. Unowned
@@ -250,22 +261,31 @@ func (d *Distributor) claimCandidates(ctx context.Context) (cands []taskstore.Ca
 	// head: they are read from just past the unowned rows.
 	cands, err = d.store.StaleCandidates(ctx, decide.StaleReadLimit(room))
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, false, err
 	}
 	if len(cands) > 0 && d.cfg.SpreadTakeovers >= 0 {
 		// The share decides how many of them this worker takes now.
 		if want, room, err = d.spreadShare(ctx); err != nil || room <= 0 {
-			return nil, 0, 0, err
+			return nil, 0, 0, false, err
 		}
 		idle = false
 	}
+	if want <= 0 && room > 0 {
+		// Holding its part of the backlog as the last load counted it,
+		// it still looks for unowned segments, of which its part is
+		// reckoned afresh (withinBacklogShare): the load counts the
+		// claimable rows only up to a cap in claimable order, and a split
+		// partition's segments queue behind the rows claimable before
+		// them, so the load read right after a split does not see them.
+		want, segmentsOnly = d.segmentWant(), true
+	}
 	if decide.ReadHead(want, len(cands), room) {
 		if cands, err = d.headCandidates(ctx, cands, want); err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, false, err
 		}
 	}
 	if len(cands) == 0 {
-		return nil, 0, 0, nil
+		return nil, 0, 0, false, nil
 	}
 	if idle && want > 0 {
 		// The share was computed when there was no work (1 of nothing, or
@@ -274,14 +294,14 @@ func (d *Distributor) claimCandidates(ctx context.Context) (cands []taskstore.Ca
 		// before claiming. This costs one load read per idle-to-busy turn.
 		load, err := d.store.FairShareLoad(ctx, d.worker.InstanceID, d.cfg.MaxPartitions, d.cfg.StaleAfter)
 		if err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, false, err
 		}
 		d.applyShare(load)
 		if want, room, _ = d.wanted(); room <= 0 {
-			return nil, 0, 0, nil
+			return nil, 0, 0, false, nil
 		}
 	}
-	return cands, want, room, nil
+	return cands, want, room, segmentsOnly, nil
 }
 
 // headCandidates adds the head of the claimable index to the stale
@@ -369,28 +389,49 @@ func (d *Distributor) claimTakeovers(ctx context.Context, try []taskstore.Candid
 
 // withinBacklogShare leaves out the segment candidates beyond this
 // worker's part of the segments in sight (decide.WithinBacklogShare): the
-// pending items of the segments it holds and of those it read, among the
-// live workers. The count share alone let the first worker to see a split
+// pending items of the segments of their partitions that it holds or is
+// claiming, that it read, and that the other workers hold, among the live
+// workers. The count share alone let the first worker to see a split
 // partition's segments take as many as it had room for (a 90 % contract's
 // 9 segments went 6 and 3, or 5 and 2, run after run), and the other
 // finish early and wait while it priced them; shared by items, a worker
-// takes the rest as its own run low. Other partitions (and a dead
-// worker's) are left to the count share; nothing is left out once work
-// may be taken beyond the share (nobody else wants it).
-func (d *Distributor) withinBacklogShare(cands []taskstore.Candidate) []taskstore.Candidate {
+// takes the rest as its own run low. What the others hold is read afresh
+// (their segments' positions as last committed): reckoned without it, a
+// worker holding 4 of 10 segments and seeing the last 2 took none (its
+// part of the 6 in its sight reached), and they waited, unclaimed, until
+// its own ran low, to be priced by one worker at the end. Other
+// partitions (and a dead worker's) are left to the count share; nothing
+// is left out once work may be taken beyond the share (nobody else wants
+// it).
+func (d *Distributor) withinBacklogShare(ctx context.Context, cands []taskstore.Candidate) ([]taskstore.Candidate, error) {
+	var parents []string
+	for _, c := range cands {
+		if p, _, seg := partition.ParseSegmentKey(c.Key); seg && !c.Owned && !slices.Contains(parents, p) {
+			parents = append(parents, p)
+		}
+	}
 	d.mu.Lock()
 	live, overflow := d.liveWorkers, d.overflow
 	self := int64(0)
 	for k, h := range d.held {
-		if _, _, seg := partition.ParseSegmentKey(k); seg && !h.handBack.Load() {
+		if p, _, seg := partition.ParseSegmentKey(k); seg && !h.handBack.Load() && slices.Contains(parents, p) {
 			self += h.pending.Load()
 		}
 	}
-	d.mu.Unlock()
-	if overflow {
-		return cands
+	for k, n := range d.claiming {
+		if p, _, seg := partition.ParseSegmentKey(k); seg && slices.Contains(parents, p) {
+			self += n
+		}
 	}
-	return decide.WithinBacklogShare(cands, notSegment, candBacklog, self, live)
+	d.mu.Unlock()
+	if overflow || len(parents) == 0 || live < 2 {
+		return cands, nil
+	}
+	others, err := d.store.SegmentsHeldByOthers(ctx, d.worker.InstanceID, parents)
+	if err != nil {
+		return nil, err
+	}
+	return decide.WithinBacklogShare(cands, notSegment, candBacklog, self, others, live), nil
 }
 
 // notSegment reports whether a candidate is anything but an unowned
@@ -437,6 +478,21 @@ func (d *Distributor) wanted() (want, room int, idle bool) {
 	share := decide.BacklogShare(d.share, held, self, d.othersBacklog, d.liveWorkers)
 	want, room = decide.Wanted(share, d.cfg.MaxPartitions, d.occupied(), d.overflow, handingBack)
 	return want, room, d.shareIdle
+}
+
+// segmentWant is how many more partitions the count share allows,
+// whatever the backlog this worker holds (decide.BacklogShare): the most
+// unowned segments it looks for when that backlog is its part already.
+func (d *Distributor) segmentWant() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range d.held {
+		if h.handBack.Load() {
+			return 0
+		}
+	}
+	want, _ := decide.Wanted(d.share, d.cfg.MaxPartitions, d.occupied(), d.overflow, false)
+	return want
 }
 
 // wantedMore is how many more partitions the share allows this worker,

@@ -50,8 +50,11 @@ func (d *Distributor) claimFreshAll(cands, spares []taskstore.Candidate) {
 			spares = spares[k:]
 		}
 		d.mu.Lock()
-		for _, c := range slices.Concat(g, sp) {
-			d.claiming[c.Key] = struct{}{}
+		for _, c := range g {
+			d.claiming[c.Key] = c.Backlog
+		}
+		for _, c := range sp {
+			d.claiming[c.Key] = 0
 		}
 		d.mu.Unlock()
 		d.wg.Add(1)

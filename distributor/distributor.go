@@ -53,8 +53,9 @@ type Distributor struct {
 	held map[string]*held
 	// claiming holds the keys of claims in flight with their first batch
 	// (claimFreshAll): they take room as held partitions do, and are not
-	// claimed a second time meanwhile.
-	claiming map[string]struct{}
+	// claimed a second time meanwhile. Each maps to its pending items as
+	// read for a member of a group, 0 for a spare (withinBacklogShare).
+	claiming map[string]int64
 	// lostClaims are candidates another worker's claim transaction held
 	// at their fence: skipped while at the same version, for a lease's
 	// length at most (that transaction has ended by then).
@@ -176,7 +177,7 @@ func New(db *dbconn.DB, p Processor, cfg Config) (*Distributor, error) {
 	d := &Distributor{
 		db: db, store: newStore(db, cfg), admin: partition.NewStore(db, cfg.Schema).Kind(cfg.Kind), proc: p, cfg: cfg,
 		log:    cfg.Logger.With("worker", w.InstanceID),
-		worker: w, held: map[string]*held{}, claiming: map[string]struct{}{}, lostClaims: map[string]lostClaim{},
+		worker: w, held: map[string]*held{}, claiming: map[string]int64{}, lostClaims: map[string]lostClaim{},
 		dying: map[string]time.Time{}, size: newSizer(cfg.BatchSize, batchStart, cfg.ClaimGroupItems, cfg.StaleAfter/2, cfg.BatchTarget),
 		wakeClaim: make(chan struct{}, 1), stopping: make(chan struct{}),
 		leaving:  make(chan struct{}),

@@ -165,16 +165,21 @@ func StaleFirst[C any](cands []C, owned func(C) bool) {
 
 // WithinBacklogShare is cands without the shared candidates (those
 // exempt does not pick out) that would take a worker holding self pending
-// items of such partitions beyond its part of them in sight: ceil((self +
-// the shared candidates' backlog) / live) items in all. Candidates are
-// kept in order while they fit; a worker below that part keeps at least
-// the first shared one, however large, and one at or above it keeps none.
-// Exempt candidates are all kept. With one live worker, or no backlog
-// known, cands is returned as it is. So two workers that find the
+// items of such partitions away from its part of them: ceil((self +
+// others, those the other workers hold, + the shared candidates' backlog)
+// / live) items in all. Candidates are kept in order while each brings it
+// no further from its part than it was without (at least half of the
+// candidate is still below the part), so that two workers sharing equal
+// segments end up with as many each, or one more, rather than the first
+// to look rounding its part up by a whole segment, and of two workers
+// holding as much, both try for the last one (one of them wins it)
+// rather than neither; a worker that holds none keeps at least the
+// first, however large, and one at or above its part keeps none. Exempt candidates are all kept. With one live worker, or no
+// backlog known, cands is returned as it is. So two workers that find the
 // segments of a split partition share them by items instead of the first
 // to look taking as many as it has room for, and a worker takes more once
 // its own run low.
-func WithinBacklogShare[C any](cands []C, exempt func(C) bool, backlog func(C) int64, self int64, live int) []C {
+func WithinBacklogShare[C any](cands []C, exempt func(C) bool, backlog func(C) int64, self, others int64, live int) []C {
 	if live < 2 {
 		return cands
 	}
@@ -187,7 +192,7 @@ func WithinBacklogShare[C any](cands []C, exempt func(C) bool, backlog func(C) i
 	if seen == 0 {
 		return cands
 	}
-	left := (self+seen+int64(live)-1)/int64(live) - self
+	left := (self+max(0, others)+seen+int64(live)-1)/int64(live) - self
 	out := make([]C, 0, len(cands))
 	first := true
 	for _, c := range cands {
@@ -196,7 +201,7 @@ func WithinBacklogShare[C any](cands []C, exempt func(C) bool, backlog func(C) i
 			continue
 		}
 		b := max(0, backlog(c))
-		if left > 0 && (first || b <= left) {
+		if left > 0 && (first && self == 0 || 2*left >= b) {
 			out = append(out, c)
 			left -= b
 			first = false

@@ -340,24 +340,30 @@ func TestWithinBacklogShare(t *testing.T) {
 		return out
 	}
 	for _, tc := range []struct {
-		name  string
-		cands []bc
-		self  int64
-		live  int
-		keep  string
+		name   string
+		cands  []bc
+		self   int64
+		others int64
+		live   int
+		keep   string
 	}{
-		{"idle worker takes half of ten equal segments", seg(10), 0, 2, "abcde"},
-		{"the other then takes half of what is left", seg(5), 0, 2, "ab"},
-		{"holding its part already, none", seg(4), 400, 2, ""},
-		{"below its part, at least the first, however large", []bc{u("big", 1000), u("s", 10)}, 0, 2, "big"},
-		{"smaller ones that fit are kept past one that does not", []bc{u("a", 300), u("b", 500), u("c", 200)}, 0, 2, "ac"},
-		{"exempt ones (a dead worker's, not a segment) are kept whatever the backlog", []bc{{"x", true, 1000}, u("a", 100), u("b", 100)}, 1000, 2, "x"},
-		{"alone: all", seg(4), 1000, 1, "abcd"},
-		{"no backlog known: all", []bc{u("a", 0), u("b", 0)}, 50, 2, "ab"},
-		{"three workers: a third", seg(9), 0, 3, "abc"},
+		{"idle worker takes half of ten equal segments", seg(10), 0, 0, 2, "abcde"},
+		{"the other then takes half of what is left, a tie rounded up", seg(5), 0, 0, 2, "abc"},
+		{"the other, once the first's claims show, takes the rest", seg(5), 0, 500, 2, "abcde"},
+		{"holding its part already, none", seg(4), 400, 0, 2, ""},
+		{"holding 4 of 10 while the other holds 4: one of the last 2", seg(2), 400, 400, 2, "a"},
+		{"holding 5 while the other holds 4: none of the last 1", seg(1), 500, 400, 2, ""},
+		{"holding 4 while the other holds 5: the last 1", seg(1), 400, 500, 2, "a"},
+		{"40 below its part: no segment of 100, which would take it 60 above", seg(2), 470, 350, 2, ""},
+		{"below its part, at least the first, however large", []bc{u("big", 1000), u("s", 10)}, 0, 0, 2, "big"},
+		{"smaller ones that fit are kept past one that does not", []bc{u("a", 300), u("b", 500), u("c", 200)}, 0, 0, 2, "ac"},
+		{"exempt ones (a dead worker's, not a segment) are kept whatever the backlog", []bc{{"x", true, 1000}, u("a", 100), u("b", 100)}, 1000, 0, 2, "x"},
+		{"alone: all", seg(4), 1000, 0, 1, "abcd"},
+		{"no backlog known: all", []bc{u("a", 0), u("b", 0)}, 50, 0, 2, "ab"},
+		{"three workers: a third", seg(9), 0, 0, 3, "abc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := WithinBacklogShare(tc.cands, func(c bc) bool { return c.owned }, func(c bc) int64 { return c.backlog }, tc.self, tc.live)
+			got := WithinBacklogShare(tc.cands, func(c bc) bool { return c.owned }, func(c bc) int64 { return c.backlog }, tc.self, tc.others, tc.live)
 			var ks []string
 			for _, c := range got {
 				ks = append(ks, c.key)

@@ -188,7 +188,11 @@ func (h *modelHarness) Produce(key string, n int64) {
 }
 
 func (h *modelHarness) ExpireLease(key string) {
-	if r := h.s.st.rows[h.keys[key]]; r.leaseExp > h.s.now && r.leaseExp != posInf {
+	k, ok := h.key(key)
+	if !ok {
+		return
+	}
+	if r := h.s.st.rows[k]; r.leaseExp > h.s.now && r.leaseExp != posInf {
 		r.leaseExp = h.s.now - time.Millisecond
 	}
 }
@@ -326,6 +330,17 @@ func (h *modelHarness) FairShareLoad(_ context.Context, self string) (taskstore.
 func (h *modelHarness) QuarantinedCount(context.Context) (int, error) {
 	r := h.do(&request{kind: reqQuarantinedCount})
 	return r.count, asError(r.err)
+}
+
+func (h *modelHarness) SegmentsHeldByOthers(_ context.Context, self string, partitions []string) (int64, error) {
+	var keys []int
+	for _, p := range partitions {
+		if k, ok := h.keys[p]; ok {
+			keys = append(keys, k)
+		}
+	}
+	r := h.do(&request{kind: reqSegmentsHeldByOthers, owner: h.owner(self), keys: keys})
+	return r.items, asError(r.err)
 }
 
 func (h *modelHarness) PendingWork(context.Context) (bool, error) {

@@ -157,7 +157,11 @@
 // once it is held, locked and deleted, a new generation and version; the
 // conformance suite sends it, the simulated workers never do), the
 // checkpoint states segments start from
-// (the Splitter's contract), the distributor's batch sizing by time
+// (the Splitter's contract), the sharing of segments by their pending
+// items (distributor's withinBacklogShare and, once a worker's backlog is
+// its part, its reading the claimable head for segments only: simulated
+// workers share them by count, and one at its part claims none), the
+// distributor's batch sizing by time
 // (BatchTarget: batches take BatchSize items), server-side TCP keepalives, pool size
 // limits, the LISTEN connection's own failures (a notification reaches every
 // worker not cut off), output tables' unique keys (the model's output log

@@ -135,6 +135,7 @@ const (
 	reqFairShareLoad
 	reqQuarantinedCount
 	reqPendingWork
+	reqSegmentsHeldByOthers
 	reqStopWorker
 	reqBeginFence
 	reqWrite
@@ -177,6 +178,8 @@ type request struct {
 	maxPartitions int
 	// Split: the segments, in order.
 	segs []segSpan
+	// SegmentsHeldByOthers: the partitions whose segments count.
+	keys []int
 }
 
 // segSpan is a segment's items (start, end] of its partition
@@ -195,7 +198,8 @@ type response struct {
 	won       []claimed
 	released  bool // Release, Fail: the lease was current; Retry: the row changed
 	load      taskstore.Load
-	count     int // QuarantinedCount
+	count     int   // QuarantinedCount
+	items     int64 // SegmentsHeldByOthers
 	// Fail: what the failure did.
 	attempts    int
 	quarantined bool
@@ -1059,6 +1063,16 @@ func (st *store) exec(x *stmt) {
 			}
 		}
 		st.done(x, response{count: n})
+
+	case reqSegmentsHeldByOthers:
+		var n int64
+		for _, r := range st.rows {
+			if r.segment && r.visible() && r.owner != 0 && r.owner != req.owner && left(r.leaseExp, x.start) > 0 &&
+				slices.Contains(req.keys, r.parent) {
+				n += max(0, r.available-r.position)
+			}
+		}
+		st.done(x, response{items: n})
 
 	case reqStopWorker:
 		st.commit(x, func() response {

@@ -57,6 +57,7 @@ func Cases() []Case {
 		{"ClaimWithBatch/LostToACommittedClaim", claimBatchLost},
 		{"ClaimWithBatch/RolledBackChangesNothing", claimBatchRollback},
 		{"PendingWork/OwnedUnownedBackingOffNotQuarantined", pendingWork},
+		{"SegmentsHeldByOthers/LiveLeasesOfOtherOwnersOnThosePartitions", segmentsHeldByOthers},
 		{"Pause/NeverClaimedOwnerToldResumedClaimable", pauseCase},
 		{kindCasePrefix + "CandidatesOfTheStoresKindOnly", kindCandidates},
 		{kindCasePrefix + "ClaimWinsOnlyTheStoresKind", kindClaim},
@@ -1332,6 +1333,44 @@ func kindClaim(c *C, h Harness) {
 	oc, err := other.Candidates(c.Ctx, 10)
 	c.must(err, "the other kind's Candidates")
 	c.wantKeys("the other kind's candidates after the store's claims", candKeys(oc), []string{"c"})
+}
+
+// SegmentsHeldByOthers sums the pending items, as of their last commits,
+// of the given partitions' segments held under a live lease by owners
+// other than self: not self's, not unowned ones, not another partition's,
+// not one whose lease has run out.
+func segmentsHeldByOthers(c *C, h Harness) {
+	split := func(key string) []string {
+		h.AddPartition(key, 30)
+		l := c.claimOne(h, "w1", key)
+		b, _, err := h.Begin(c.Ctx, "w1", l.Lease)
+		c.must(err, "Begin")
+		c.must(b.Split(c.Ctx, 0, 30, []taskstore.Segment{{Start: 0, End: 10}, {Start: 10, End: 20}, {Start: 20, End: 30}}), "Split")
+		c.must(b.Commit(c.Ctx), "Commit")
+		return []string{partition.SegmentKey(key, 0), partition.SegmentKey(key, 10), partition.SegmentKey(key, 20)}
+	}
+	a, b := split("a"), split("b")
+	want := func(what, self string, partitions []string, n int64) {
+		if got, err := h.SegmentsHeldByOthers(c.Ctx, self, partitions); err != nil || got != n {
+			c.Errorf("SegmentsHeldByOthers %s = %d, %v; want %d", what, got, err, n)
+		}
+	}
+	want("with no segment held", "w1", []string{"a"}, 0)
+	s1 := c.claimOne(h, "w2", a[1])
+	sb, _, err := h.Begin(c.Ctx, "w2", s1.Lease)
+	c.must(err, "Begin segment")
+	c.must(sb.Advance(c.Ctx, 10, 15), "Advance segment")
+	c.must(sb.Commit(c.Ctx), "Commit segment")
+	c.claimOne(h, "w3", a[2])
+	c.claimOne(h, "w1", a[0])
+	c.claimOne(h, "w2", b[0])
+	want("of w2's (5 left) and w3's (10), not w1's own", "w1", []string{"a"}, 15)
+	want("of w1's and w3's, not w2's own", "w2", []string{"a"}, 20)
+	want("of both partitions", "w3", []string{"a", "b"}, 25)
+	want("of the other partition only", "w1", []string{"b"}, 10)
+	want("of no partition", "w1", nil, 0)
+	h.ExpireLease(a[2])
+	want("without a lease that ran out", "w1", []string{"a"}, 5)
 }
 
 // PendingWork is exact: any partition with work left counts, unowned,

@@ -80,6 +80,10 @@ type Store interface {
 	// room for MaxPartitions and leases of TTL.
 	FairShareLoad(ctx context.Context, self string) (taskstore.Load, error)
 	QuarantinedCount(ctx context.Context) (int, error)
+	// SegmentsHeldByOthers is taskstore.Store.SegmentsHeldByOthers: the
+	// pending items of the segments of partitions that owners other than
+	// self hold under a live lease.
+	SegmentsHeldByOthers(ctx context.Context, self string, partitions []string) (int64, error)
 	// PendingWork is taskstore.Store.PendingWork: whether any partition
 	// has work left that is not quarantined.
 	PendingWork(ctx context.Context) (bool, error)

@@ -133,6 +133,10 @@ func (h *pgHarness) QuarantinedCount(ctx context.Context) (int, error) {
 	return h.s.QuarantinedCount(ctx)
 }
 
+func (h *pgHarness) SegmentsHeldByOthers(ctx context.Context, self string, partitions []string) (int64, error) {
+	return h.s.SegmentsHeldByOthers(ctx, self, partitions)
+}
+
 func (h *pgHarness) PendingWork(ctx context.Context) (bool, error) {
 	return h.s.PendingWork(ctx)
 }

@@ -85,3 +85,19 @@ func (s *Store) Split(ctx context.Context, tx bun.Tx, l partition.Lease, generat
 	}
 	return nil
 }
+
+// SegmentsHeldByOthers sums the pending items of the segments of
+// partitions that owners other than self hold under a lease that has not
+// run out: as of their last commits, so fresher than the workers'
+// heartbeats. A worker sharing a split partition's unowned segments with
+// the others reckons its part against it (distributor.withinBacklogShare).
+func (s *Store) SegmentsHeldByOthers(ctx context.Context, self string, partitions []string) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.sql(`
+		SELECT coalesce(sum(greatest(available - position, 0)), 0)::bigint FROM {{.Schema}}.tasks
+		WHERE kind = ? AND segment_of = ANY(?::text[]) AND owner <> ? AND lease_expires_at > now()`),
+		s.kind, pgdialect.Array(partitions), self).Scan(&n); err != nil {
+		return 0, fmt.Errorf("reading the pending items of segments others hold: %w", err)
+	}
+	return n, nil
+}
