@@ -173,12 +173,13 @@ func StaleFirst[C any](cands []C, owned func(C) bool) {
 // segments end up with as many each, or one more, rather than the first
 // to look rounding its part up by a whole segment, and of two workers
 // holding as much, both try for the last one (one of them wins it)
-// rather than neither; a worker that holds none keeps at least the
-// first, however large, and one at or above its part keeps none. Exempt candidates are all kept. With one live worker, or no
-// backlog known, cands is returned as it is. So two workers that find the
-// segments of a split partition share them by items instead of the first
-// to look taking as many as it has room for, and a worker takes more once
-// its own run low.
+// rather than neither. A worker that holds none keeps at least the
+// first, however large, and one at or above its part keeps none. Exempt
+// candidates are all kept. With one live worker, or no backlog known,
+// cands is returned as it is. So two workers that find the segments of a
+// split partition share them by items instead of the first to look
+// taking as many as it has room for, and a worker takes more once its own
+// run low.
 func WithinBacklogShare[C any](cands []C, exempt func(C) bool, backlog func(C) int64, self, others int64, live int) []C {
 	if live < 2 {
 		return cands
