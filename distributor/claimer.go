@@ -250,7 +250,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 // a dead worker's partitions beyond its share): it holds its part of the
 // backlog, and want is what the count share would allow.
 func (d *Distributor) claimCandidates(ctx context.Context) (cands []taskstore.Candidate, want, room int, segmentsOnly bool, err error) {
-	want, room, idle := d.wanted()
+	want, room, idle, _ := d.wanted()
 	if room <= 0 {
 		return nil, 0, 0, false, nil
 	}
@@ -277,7 +277,8 @@ func (d *Distributor) claimCandidates(ctx context.Context) (cands []taskstore.Ca
 		// claimable rows only up to a cap in claimable order, and a split
 		// partition's segments queue behind the rows claimable before
 		// them, so the load read right after a split does not see them.
-		want, segmentsOnly = d.segmentWant(), true
+		_, _, _, want = d.wanted()
+		segmentsOnly = true
 	}
 	if decide.ReadHead(want, len(cands), room) {
 		if cands, err = d.headCandidates(ctx, cands, want); err != nil {
@@ -297,7 +298,7 @@ func (d *Distributor) claimCandidates(ctx context.Context) (cands []taskstore.Ca
 			return nil, 0, 0, false, err
 		}
 		d.applyShare(load)
-		if want, room, _ = d.wanted(); room <= 0 {
+		if want, room, _, _ = d.wanted(); room <= 0 {
 			return nil, 0, 0, false, nil
 		}
 	}
@@ -461,8 +462,10 @@ func countStale(cands []taskstore.Candidate) int {
 // wanted is how many more partitions the share allows (want) and
 // MaxPartitions allows (room), and whether the share was computed when
 // there was no work at all. Both are zero while partitions are being handed
-// back: claiming then would churn.
-func (d *Distributor) wanted() (want, room int, idle bool) {
+// back: claiming then would churn. segments is want before the cut for
+// the backlog this worker holds (decide.BacklogShare): the most unowned
+// segments it looks for once that backlog is its part.
+func (d *Distributor) wanted() (want, room int, idle bool, segments int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	handingBack := false
@@ -477,29 +480,15 @@ func (d *Distributor) wanted() (want, room int, idle bool) {
 	}
 	share := decide.BacklogShare(d.share, held, self, d.othersBacklog, d.liveWorkers)
 	want, room = decide.Wanted(share, d.cfg.MaxPartitions, d.occupied(), d.overflow, handingBack)
-	return want, room, d.shareIdle
-}
-
-// segmentWant is how many more partitions the count share allows,
-// whatever the backlog this worker holds (decide.BacklogShare): the most
-// unowned segments it looks for when that backlog is its part already.
-func (d *Distributor) segmentWant() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, h := range d.held {
-		if h.handBack.Load() {
-			return 0
-		}
-	}
-	want, _ := decide.Wanted(d.share, d.cfg.MaxPartitions, d.occupied(), d.overflow, false)
-	return want
+	segments, _ = decide.Wanted(d.share, d.cfg.MaxPartitions, d.occupied(), d.overflow, handingBack)
+	return want, room, d.shareIdle, segments
 }
 
 // wantedMore is how many more partitions the share allows this worker,
 // published by its heartbeats (taskstore.Worker.Wanted) so that the others
 // hand surplus back only to a worker that will take it.
 func (d *Distributor) wantedMore() int {
-	want, _, _ := d.wanted()
+	want, _, _, _ := d.wanted()
 	return max(0, want)
 }
 

@@ -244,8 +244,9 @@ func TestSegmentsAreSharedByItemsWhileTheirBatchesRun(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	// 6 and 4 when both take the last but one in the same instant: each
-	// reads the other's claim in flight as an unowned segment.
+	// 6 and 4 was seen once in 20 runs beside two busy loops: a claim in
+	// flight reads as an unowned segment to the other worker until its
+	// first batch commits.
 	if len(counts) != 2 || counts[0]+counts[1] != 10 || max(counts[0]-counts[1], counts[1]-counts[0]) > 2 {
 		t.Fatalf("segments held: %v; want 10, 5 by each of the two workers (or 6 and 4)", shares)
 	}

@@ -69,6 +69,6 @@ func (d *Distributor) spreadShare(ctx context.Context) (want, room int, err erro
 		return 0, 0, err
 	}
 	d.applyShare(load)
-	want, room, _ = d.wanted()
+	want, room, _, _ = d.wanted()
 	return want, room, nil
 }
