@@ -43,11 +43,20 @@ func TestAutoFailoverThreeNodesStaysSynchronous(t *testing.T) {
 		}
 	})
 	// Small loads (200 records) back to back whenever fewer than 4,000
-	// records wait: the kill finds loads in flight.
+	// records wait: the kill finds loads in flight. The worker starts once
+	// the loads have built a backlog: started with the seeded records
+	// alone, it can price each load before the next arrives, and the
+	// records waiting that the kill needs never build up.
 	const contracts, per, perLoad = 8, 250, 25
 	r.seedData(contracts, per)
-	r.launch(r.dsn, "--batch-size", "20")
 	loader := r.startHALoader(contracts, perLoad, 4000)
+	testutil.Eventually(t, 2*time.Minute, "a backlog of 3,000 records", func() error {
+		if left, err := r.pendingNow(); err != nil || left < 3000 {
+			return fmt.Errorf("%d waiting (%v)", left, err)
+		}
+		return nil
+	})
+	r.launch(r.dsn, "--batch-size", "20")
 
 	// Loads acknowledged and batches committed on the primary, records
 	// waiting, then the crash.
