@@ -250,7 +250,7 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 // a dead worker's partitions beyond its share): it holds its part of the
 // backlog, and want is what the count share would allow.
 func (d *Distributor) claimCandidates(ctx context.Context) (cands []taskstore.Candidate, want, room int, segmentsOnly bool, err error) {
-	want, room, idle, _ := d.wanted()
+	want, room, idle, segments := d.wanted()
 	if room <= 0 {
 		return nil, 0, 0, false, nil
 	}
@@ -265,7 +265,7 @@ func (d *Distributor) claimCandidates(ctx context.Context) (cands []taskstore.Ca
 	}
 	if len(cands) > 0 && d.cfg.SpreadTakeovers >= 0 {
 		// The share decides how many of them this worker takes now.
-		if want, room, err = d.spreadShare(ctx); err != nil || room <= 0 {
+		if want, room, segments, err = d.spreadShare(ctx); err != nil || room <= 0 {
 			return nil, 0, 0, false, err
 		}
 		idle = false
@@ -277,8 +277,7 @@ func (d *Distributor) claimCandidates(ctx context.Context) (cands []taskstore.Ca
 		// claimable rows only up to a cap in claimable order, and a split
 		// partition's segments queue behind the rows claimable before
 		// them, so the load read right after a split does not see them.
-		_, _, _, want = d.wanted()
-		segmentsOnly = true
+		want, segmentsOnly = segments, true
 	}
 	if decide.ReadHead(want, len(cands), room) {
 		if cands, err = d.headCandidates(ctx, cands, want); err != nil {

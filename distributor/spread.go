@@ -61,14 +61,14 @@ func (d *Distributor) leftToOthers(ctx context.Context, first map[string]bool, w
 // those partitions as its. The new share counts the live workers, what
 // they hold and what is claimable, the dead worker's partitions
 // included, so that this worker takes its part of them now and leaves
-// the rest to the others. It returns the share's want and room as
-// wanted does.
-func (d *Distributor) spreadShare(ctx context.Context) (want, room int, err error) {
+// the rest to the others. It returns the share's want, room and
+// segments as wanted does.
+func (d *Distributor) spreadShare(ctx context.Context) (want, room, segments int, err error) {
 	load, err := d.store.FairShareLoad(ctx, d.worker.InstanceID, d.cfg.MaxPartitions, d.cfg.StaleAfter)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	d.applyShare(load)
-	want, room, _, _ = d.wanted()
-	return want, room, nil
+	want, room, _, segments = d.wanted()
+	return want, room, segments, nil
 }
