@@ -283,16 +283,19 @@ func (p *Processor) copyGroupPriced(ctx context.Context, g *distributor.Group, w
 	}
 	vals := w.vals[:len(pricedColumns)]
 	vals[7] = g.Owner
-	i, m := -1, 0
+	m, lo := 0, 0
+	next := copyOrder(g.Batches[0], ends[0])
 	n, err := g.CopyFrom(ctx, []string{p.schema, "priced_rows"}, pricedColumns, func() ([]any, error) {
-		i++
-		if i == len(w.lines) {
-			return nil, nil
+		k, ok := next()
+		for !ok {
+			if m++; m == len(g.Batches) {
+				return nil, nil
+			}
+			lo = ends[m-1]
+			next = copyOrder(g.Batches[m], ends[m]-lo)
+			k, ok = next()
 		}
-		for i >= ends[m] {
-			m++
-		}
-		b, r, l := g.Batches[m], &w.recs[i], &w.lines[i]
+		b, r, l := g.Batches[m], &w.recs[lo+k], &w.lines[lo+k]
 		vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6] = contractOf(b), r.seq, r.recordID, l.Gross, l.Discount, l.Net, b.Lease.Version
 		vals[8] = generationOf(b)
 		return vals, nil

@@ -183,10 +183,10 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 	}
 	vals := w.vals[:len(cols)]
 	vals[0], vals[6], vals[7], vals[8] = contractOf(b), b.Lease.Version, b.Owner, gen
-	i := -1
+	next := copyOrder(b, len(lines))
 	n, err := b.CopyFrom(ctx, []string{p.schema, "priced_rows"}, cols, func() ([]any, error) {
-		i++
-		if i == len(lines) {
+		i, ok := next()
+		if !ok {
 			return nil, nil
 		}
 		r, l := &recs[i], &lines[i]
@@ -197,4 +197,59 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 		err = fmt.Errorf("copied %d rows, want %d", n, len(lines))
 	}
 	return err
+}
+
+// copyOrder yields the indexes of b's n priced lines in the order they
+// are copied: interleaved for a segment's batch, in order otherwise.
+func copyOrder(b *distributor.Batch, n int) func() (int, bool) {
+	if b.Partition != b.Lease.Key {
+		return interleaved(n)
+	}
+	return inOrder(n)
+}
+
+// inOrder yields 0, 1, …, n-1: the order a batch's rows are copied in.
+func inOrder(n int) func() (int, bool) {
+	i := -1
+	return func() (int, bool) {
+		i++
+		return i, i < n
+	}
+}
+
+// interleaved yields 0 … n-1 in two ascending passes: first the indexes
+// whose remainder by 9 is even (five of every nine), then the rest. It is
+// the order a segment's batch copies its rows in, alone or in a group.
+//
+// A segment's rows ascend in priced_rows_key, usually just before keys
+// already written (the contract's later segments, priced at the same
+// time, and the contracts after it) rather than after the last one.
+// PostgreSQL splits a leaf that such an ascending run overflows in the
+// middle (its split for ascending inserts applies only to index tuples of
+// at most two int8 whose first column equals the previous tuple's, and
+// this key's are wider), and the run never comes back to the left half, so
+// every leaf a segment fills in order ends about half full: twice the
+// splits and leaves of rows written at the end of the index, which made a
+// contract priced in segments cost 15–19 % more per record. The second
+// pass fills the gaps the first left, so those leaves end nine tenths full
+// (half a leaf, times 9/5). A contract priced in one piece is copied in
+// order: its rows often do reach the end of the index, and a re-pricing of
+// it writes each new row beside the one it supersedes, which the half-full
+// leaves of a first pricing take without a split (a re-pricing of a
+// contract first priced in segments splits its fuller leaves instead).
+func interleaved(n int) func() (int, bool) {
+	i, pass := -1, 0
+	return func() (int, bool) {
+		for {
+			if i++; i >= n {
+				if pass == 1 {
+					return 0, false
+				}
+				pass, i = 1, 0
+			}
+			if i%9%2 == pass {
+				return i, true
+			}
+		}
+	}
 }
