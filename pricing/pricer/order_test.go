@@ -1,6 +1,9 @@
 package pricer
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func drain(next func() (int, bool)) []int {
 	var out []int
@@ -35,22 +38,10 @@ func TestInterleavedIsTwoAscendingPassesOfEveryRow(t *testing.T) {
 			last = i
 		}
 	}
-	if got, want := drain(interleaved(20)), []int{0, 2, 4, 6, 8, 9, 11, 13, 15, 17, 18, 1, 3, 5, 7, 10, 12, 14, 16, 19}; !equal(got, want) {
+	if got, want := drain(interleaved(20)), []int{0, 2, 4, 6, 8, 9, 11, 13, 15, 17, 18, 1, 3, 5, 7, 10, 12, 14, 16, 19}; !slices.Equal(got, want) {
 		t.Errorf("interleaved(20) = %v, want %v", got, want)
 	}
-	if got, want := drain(inOrder(3)), []int{0, 1, 2}; !equal(got, want) {
+	if got, want := drain(inOrder(3)), []int{0, 1, 2}; !slices.Equal(got, want) {
 		t.Errorf("inOrder(3) = %v, want %v", got, want)
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
