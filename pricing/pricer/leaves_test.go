@@ -1,12 +1,14 @@
 package pricer_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/pricing/pricer"
 )
 
 // A contract priced in segments writes its rows between keys already in
@@ -17,7 +19,8 @@ import (
 // worker's held segments (most are, see distributor's held groups). The
 // key's pages then hold about 190 rows each (its tuples are 32 bytes for a
 // one-letter contract, 226 to a full page), where rows copied in order
-// leave them about half full (114 a page).
+// leave them about half full (114 a page). The committed-output check
+// (VerifyCommitted) then reads the large split contract in one join.
 func TestSegmentsLeaveTheKeysLeavesFull(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
@@ -40,4 +43,14 @@ func TestSegmentsLeaveTheKeysLeavesFull(t *testing.T) {
 		t.Logf("priced_rows_key holds %d rows in %d pages, %.0f a page", rows, pages, perPage)
 	}
 	verifyClean(t, db)
+	// The committed-output check reads the same large split contract. It
+	// takes about a second; the limit only stops a plan that looks every
+	// priced row's record up through the records view (quadratic: hours).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if m, err := pricer.NewStore(db, "").VerifyCommitted(ctx); err != nil {
+		t.Fatalf("verifying the committed output of a contract priced in segments: %v", err)
+	} else if len(m) != 0 {
+		t.Fatalf("committed output: %v", m)
+	}
 }
