@@ -66,6 +66,19 @@
 // claimable, so they read the claimable rows from below it (the claim
 // floor) and claim them at once.
 //
+// # A processor's own locks
+//
+// A batch's transaction holds its task row (the fence) from its start. A
+// processor that locks rows of its own in it (Batch.Tx) takes them after
+// that row, never the other way round, and whoever else locks those rows
+// and task rows in one transaction takes the task rows first, so no cycle
+// forms with the protocol's lockers. Pricing does: the last batch of each
+// piece of a contract's generation being priced (its partition, or a
+// segment) locks the generation's row to decide, against the other
+// pieces' checkpoints, whether it is the last and switches the contract
+// to it; a re-pricing that abandons that generation takes it after its
+// rewind holds the contract's task rows, segments included.
+//
 // The protocol in full (the task row, claims, fair shares, confirmation,
 // the fence, pauses, states, the takeover bound, the claim floor,
 // PostgreSQL versions, where each step lives in this package) and the

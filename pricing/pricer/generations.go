@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/pricing/internal/tables"
@@ -26,17 +27,41 @@ import (
 // contract's current rows, which every reader sees through the priced view,
 // are its current generation's: a generation being priced is newer than
 // the current one and invisible there. The batch that catches up with the
-// contract's records (its new position at or beyond the available count
-// its fence read) switches, in its own transaction, so with its checkpoint
-// and its last rows: the current generation's row becomes superseded, the
-// new one's current, and contracts.current_generation is set to it. Three
-// single-row updates, whatever the contract's size; no priced row is read
-// or moved. Totals are read from the rows when asked (rerate.List) and
-// frozen when a generation's rows are pruned.
+// contract's records switches, in its own transaction, so with its
+// checkpoint and its last rows: the current generation's row becomes
+// superseded, the new one's current, and contracts.current_generation is
+// set to it. Three single-row updates, whatever the contract's size; no
+// priced row is read or moved. Totals are read from the rows when asked
+// (rerate.List) and frozen when a generation's rows are pruned.
+//
+// A generation being priced is split into segments like any backlog
+// (Split), so a large contract is re-priced by as many workers as it is
+// first priced by. Its pieces (the contract's partition and its segments)
+// then catch up each in its own batch, in any order, and the generation
+// may switch only in the batch of the last. A piece's batch that catches
+// up (its new position at or beyond the available count its fence read)
+// first locks the generation's row (an UPDATE that changes nothing), then,
+// in a statement of its own, so under a snapshot taken once it holds the
+// lock, counts the contract's other pieces not caught up, and switches
+// when there are none. The lock serializes the pieces' last batches: of
+// two that run at once the second reads after the first committed, so it
+// sees that piece caught up, and the last to commit switches; neither can
+// miss the other (in REPEATABLE READ the second's UPDATE fails on the
+// first's, and its retry starts a new snapshot). A piece not caught up
+// is either behind, and its own last batch will look, or has records
+// added meanwhile (the partition, by a load), which it prices and then
+// looks. The partition of a contract with no segments skips the lock:
+// only its own batches split it (read at its batch's start), so it is the
+// only piece. Lock order: a batch holds its task row (the fence) before
+// the generation row; a re-pricing that abandons the generation takes the
+// contract's task rows (its rewind, segments included) before that row
+// (package reprice), and the first batch of a generation, which records
+// the start of its pricing on the row, is its partition's before any
+// segment exists, so no cycle forms.
 //
 // Exactly once per generation: rows are keyed (contract, seq, generation)
 // and written under the fence, and a switch happens once, in the batch
-// that commits the last position.
+// that commits the last position of the last piece.
 
 // generationOf is the generation of b's checkpoint (1 for a partition
 // never rewound).
@@ -45,6 +70,9 @@ func generationOf(b *distributor.Batch) int64 { return max(b.Checkpoint.Generati
 // genState is what a batch of a generation past the first needs to know.
 type genState struct {
 	pending bool // the generation is being priced (not current yet)
+	// segmented: the contract has segment rows, so the partition's batch
+	// that catches up may not be the last piece to (switchWhenLast).
+	segmented bool
 	// preview is set for a preview's batch (see preview.go).
 	preview *previewState
 }
@@ -52,11 +80,12 @@ type genState struct {
 // readGenerationSQL reads a contract's current generation, the state of
 // generation ?1 (of contract ?0) and whether its pricing started, and, of
 // a preview, its tiers, how far the current generation is priced and
-// whether it has amendments.
+// whether it has amendments; and whether the contract has segments.
 const readGenerationSQL = `SELECT c.current_generation, coalesce(g.state, ''), g.pricing_started_at IS NOT NULL,
        coalesce(g.tiers::text, ''), coalesce(g.base_position, 0), coalesce(g.base_checkpoint::text, ''),
        coalesce(g.state = 'preview' AND EXISTS (SELECT 1 FROM {{.Schema}}.amendments a
-                                                 WHERE a.contract_id = ?0 AND a.generation = ?1 AND a.preview), false)
+                                                 WHERE a.contract_id = ?0 AND a.generation = ?1 AND a.preview), false),
+       EXISTS (SELECT 1 FROM {{.Schema}}.tasks t WHERE t.kind = '` + Kind + `' AND t.segment_of = ?0)
   FROM {{.Schema}}.contracts c
   LEFT JOIN {{.Schema}}.generations g ON g.contract_id = c.contract_id AND g.generation = ?1
  WHERE c.contract_id = ?0`
@@ -72,8 +101,9 @@ func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract stri
 		tiers, baseCP string
 		basePos       int64
 		amended       bool
+		segmented     bool
 	)
-	err := tx.QueryRowContext(ctx, p.sql(readGenerationSQL), contract, gen).Scan(&current, &state, &started, &tiers, &basePos, &baseCP, &amended)
+	err := tx.QueryRowContext(ctx, p.sql(readGenerationSQL), contract, gen).Scan(&current, &state, &started, &tiers, &basePos, &baseCP, &amended, &segmented)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return genState{}, fmt.Errorf("%w: partition of contract %s has no contract", ErrCorrupt, contract)
@@ -89,7 +119,7 @@ func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract stri
 			return genState{}, err
 		}
 	}
-	st := genState{pending: true}
+	st := genState{pending: true, segmented: segmented}
 	if state == "preview" {
 		pv, err := newPreviewState(contract, current, tiers, basePos, baseCP)
 		if err != nil {
@@ -128,6 +158,49 @@ func (p *Processor) markPricingStarted(ctx context.Context, tx bun.Tx, contract 
 	}
 	return nil
 }
+
+// lockPricingSQL locks generation ?1 of contract ?0, being priced, for the
+// batch of one of its pieces that caught up (see above): an UPDATE that
+// changes nothing, so that in REPEATABLE READ a concurrent one fails
+// instead of leaving a stale snapshot.
+const lockPricingSQL = `UPDATE {{.Schema}}.generations SET state = state
+ WHERE contract_id = ?0 AND generation = ?1 AND state = 'pricing'`
+
+// piecesBehindSQL counts the pieces of contract ?0 (its partition and its
+// segments) but those named ?1 that have not caught up with their records.
+const piecesBehindSQL = `SELECT count(*) FROM {{.Schema}}.tasks
+ WHERE kind = '` + Kind + `' AND (partition_key = ?0 OR segment_of = ?0) AND partition_key <> ALL (?1::text[]) AND position < available`
+
+// switchWhenLast is called in the transaction of batches of a generation
+// being priced (not a preview), of contract, that caught up with their
+// pieces' records (caughtUp, their keys: one for a batch alone, every
+// such member of the contract for a group, whose checkpoints are written
+// after the processor returns): it switches the contract to generation
+// gen if no other piece is behind (see above). look says to look: the
+// contract has segments, or a batch is a segment's; the partition of a
+// contract with no segments is its only piece.
+func (p *Processor) switchWhenLast(ctx context.Context, tx bun.Tx, contract string, gen int64, caughtUp []string, look bool) error {
+	if look {
+		res, err := tx.ExecContext(ctx, p.sql(lockPricingSQL), contract, gen)
+		if err != nil {
+			return fmt.Errorf("locking generation %d of contract %s: %w", gen, contract, err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("%w: contract %s: generation %d is not being priced (%d rows, %v)", ErrCorrupt, contract, gen, n, err)
+		}
+		var behind int64
+		if err := tx.QueryRowContext(ctx, p.sql(piecesBehindSQL), contract, pgdialect.Array(caughtUp)).Scan(&behind); err != nil {
+			return fmt.Errorf("reading the pieces of contract %s: %w", contract, err)
+		}
+		if behind > 0 {
+			return nil
+		}
+	}
+	return p.switchGeneration(ctx, tx, contract, gen)
+}
+
+// isSegment reports whether b is a segment's batch.
+func isSegment(b *distributor.Batch) bool { return contractOf(b) != b.Lease.Key }
 
 // switchGeneration makes generation gen of contract current (see above),
 // in the batch's transaction. It touches one row of contracts and two of

@@ -20,14 +20,17 @@ import (
 
 // groupGens is how a group's members stand in their generations.
 type groupGens struct {
-	pending []bool // member i prices a generation that is not current yet; nil: none does
-	preview bool   // some member prices a preview (the group is priced member by member)
+	pending   []bool // member i prices a generation that is not current yet; nil: none does
+	segmented []bool // member i's contract has segments (genState.segmented)
+	preview   bool   // some member prices a preview (the group is priced member by member)
 }
 
 // readGroupGenerationsSQL reads, for each member (contracts $1,
 // generations $2), its contract's current generation, the state of its
-// own generation and whether its pricing started.
-const readGroupGenerationsSQL = `SELECT m.i, coalesce(c.current_generation, 0), coalesce(g.state, ''), g.pricing_started_at IS NOT NULL
+// own generation, whether its pricing started and whether the contract has
+// segments.
+const readGroupGenerationsSQL = `SELECT m.i, coalesce(c.current_generation, 0), coalesce(g.state, ''), g.pricing_started_at IS NOT NULL,
+       EXISTS (SELECT 1 FROM {{.Schema}}.tasks t WHERE t.kind = '` + Kind + `' AND t.segment_of = m.contract)
   FROM unnest(?::text[], ?::bigint[]) WITH ORDINALITY AS m(contract, gen, i)
   LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = m.contract
   LEFT JOIN {{.Schema}}.generations g ON g.contract_id = m.contract AND g.generation = m.gen
@@ -55,16 +58,16 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 		return out, fmt.Errorf("reading the generations of %d contracts (%s, …): %w", len(idx), contracts[0], err)
 	}
 	defer rows.Close()
-	out.pending = make([]bool, len(g.Batches))
+	out.pending, out.segmented = make([]bool, len(g.Batches)), make([]bool, len(g.Batches))
 	var unstarted []int
 	seen := 0
 	for rows.Next() {
 		var (
-			m, current int64
-			state      string
-			started    bool
+			m, current         int64
+			state              string
+			started, segmented bool
 		)
-		if err := rows.Scan(&m, &current, &state, &started); err != nil {
+		if err := rows.Scan(&m, &current, &state, &started, &segmented); err != nil {
 			return out, fmt.Errorf("reading the generations of %d contracts (%s, …): %w", len(idx), contracts[0], err)
 		}
 		if m < 1 || m > int64(len(idx)) {
@@ -78,7 +81,7 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 		if err != nil {
 			return out, err
 		}
-		out.pending[idx[k]] = pending
+		out.pending[idx[k]], out.segmented[idx[k]] = pending, segmented
 		out.preview = out.preview || pending && state == "preview"
 		if pending && !started {
 			unstarted = append(unstarted, k)
@@ -105,16 +108,35 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 
 // switchCaughtUp makes current the generation of each member that prices
 // one not current yet and whose batch caught up with its records
-// (results[i], its new checkpoint), as Process does for a batch alone.
+// (results[i], its new checkpoint) as the last of its contract's pieces
+// to, as Process does for a batch alone. Members that are pieces of one
+// contract are looked at together: their checkpoints are written after
+// this returns, so each reads as behind to the others.
 func (p *Processor) switchCaughtUp(ctx context.Context, g *distributor.Group, gens groupGens, results []distributor.Result) error {
 	if gens.pending == nil {
 		return nil
 	}
+	caughtUp := func(i int) bool { return gens.pending[i] && results[i].Position >= g.Batches[i].Checkpoint.Available }
+	done := map[string]bool{}
 	for i, b := range g.Batches {
-		if gens.pending[i] && results[i].Position >= b.Checkpoint.Available {
-			if err := p.switchGeneration(ctx, g.Tx, contractOf(b), generationOf(b)); err != nil {
-				return err
+		contract := contractOf(b)
+		if !caughtUp(i) || done[contract] {
+			continue
+		}
+		done[contract] = true
+		var keys []string
+		look := gens.segmented[i]
+		for j, o := range g.Batches {
+			if contractOf(o) != contract {
+				continue
 			}
+			look = look || isSegment(o) || j != i
+			if caughtUp(j) {
+				keys = append(keys, o.Lease.Key)
+			}
+		}
+		if err := p.switchWhenLast(ctx, g.Tx, contract, generationOf(b), keys, look); err != nil {
+			return err
 		}
 	}
 	return nil

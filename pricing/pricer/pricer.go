@@ -106,7 +106,8 @@ type record struct {
 // contract never re-priced). A batch of a later generation reads the
 // contract's current generation first: if its own is newer (being priced,
 // see generations.go), the batch that catches up with the contract's
-// records makes it current in the same transaction.
+// records (the last of its pieces to, when it is split) makes it current
+// in the same transaction.
 func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
 	contract := contractOf(b)
 	cp, err := checkpointOf(b)
@@ -156,7 +157,7 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 		restore()
 		return res, p.priceCurrent(ctx, b, w, gen, st.preview, res.Position)
 	case st.pending && res.Position >= b.Checkpoint.Available:
-		if err := p.switchGeneration(ctx, b.Tx, contract, gen); err != nil {
+		if err := p.switchWhenLast(ctx, b.Tx, contract, gen, []string{b.Lease.Key}, st.segmented || isSegment(b)); err != nil {
 			return distributor.Result{}, err
 		}
 	}

@@ -16,15 +16,16 @@ var _ distributor.Splitter = (*Processor)(nil)
 // priced from the cumulative gross of the contract's records up to s:
 // the checkpoint's, plus the grosses of the chunks in between
 // (record_chunks.gross_minor, the server's sum of each chunk's amounts),
-// so splitting reads one small row per chunk and no record. A contract
-// whose generation is being re-priced is not split: its switch to the new
-// generation is made by the batch that catches up with all its records.
+// so splitting reads one small row per chunk and no record. A generation
+// being re-priced is split the same way (its switch is made by the last
+// of its pieces to catch up, see generations.go); a preview is not (see
+// preview.go).
 func (p *Processor) Split(ctx context.Context, b *distributor.Batch, size int64) (distributor.Split, error) {
 	contract := contractOf(b)
 	gen := generationOf(b)
 	if gen > 1 {
 		st, err := p.readGeneration(ctx, b.Tx, contract, gen)
-		if err != nil || st.pending {
+		if err != nil || st.preview != nil {
 			return distributor.Split{}, err
 		}
 	}

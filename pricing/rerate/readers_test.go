@@ -83,12 +83,34 @@ func TestReadersSeeOneGenerationThroughTheSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	stop := make(chan struct{})
-	type report struct {
-		reads, mixed int
-		err          error
+	stop := watchTotals(t, db, old, want)
+	runUntilDone(t, db, distributor.Config{BatchSize: 7})
+	reads := stop()
+	got, err := readTotals(ctx, db)
+	if err != nil {
+		t.Fatal(err)
 	}
-	done := make(chan report)
+	for c, w := range want {
+		if got[c] != w {
+			t.Errorf("contract %s after the re-pricing: %+v, want %+v", c, got[c], w)
+		}
+	}
+	t.Logf("%d reads through the re-pricing, none mixed", reads)
+}
+
+// watchTotals reads every contract's totals in a loop, failing t for each
+// read in which a contract's are neither old's nor want's (a mix of two
+// generations), until stop is called; stop reads once more and returns
+// how many reads there were, and fails t if there were fewer than two
+// (none during the work it watched) or a read failed.
+func watchTotals(t *testing.T, db *dbconn.DB, old, want map[string]totals) (stop func() int) {
+	t.Helper()
+	ctx := context.Background()
+	type report struct {
+		reads int
+		err   error
+	}
+	quit, done := make(chan struct{}), make(chan report)
 	go func() {
 		var r report
 		check := func() bool {
@@ -100,7 +122,6 @@ func TestReadersSeeOneGenerationThroughTheSwitch(t *testing.T) {
 			r.reads++
 			for c, w := range want {
 				if g := got[c]; g != old[c] && g != w {
-					r.mixed++
 					t.Errorf("read %d: contract %s totals %+v, neither the old generation's %+v nor the new one's %+v", r.reads, c, g, old[c], w)
 				}
 			}
@@ -108,7 +129,7 @@ func TestReadersSeeOneGenerationThroughTheSwitch(t *testing.T) {
 		}
 		for {
 			select {
-			case <-stop:
+			case <-quit:
 				check() // after the last switch
 				done <- r
 				return
@@ -120,25 +141,18 @@ func TestReadersSeeOneGenerationThroughTheSwitch(t *testing.T) {
 			}
 		}
 	}()
-	runUntilDone(t, db, distributor.Config{BatchSize: 7})
-	close(stop)
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if r.reads < 2 {
-		t.Fatalf("%d reads, want reads during the re-pricing and after it", r.reads)
-	}
-	got, err := readTotals(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for c, w := range want {
-		if got[c] != w {
-			t.Errorf("contract %s after the re-pricing: %+v, want %+v", c, got[c], w)
+	return func() int {
+		t.Helper()
+		close(quit)
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("reading the totals: %v", r.err)
 		}
+		if r.reads < 2 {
+			t.Fatalf("%d reads, want reads during the re-pricing and after it", r.reads)
+		}
+		return r.reads
 	}
-	t.Logf("%d reads through the re-pricing, none mixed", r.reads)
 }
 
 // An amendment file that also adds a record: the diff lists the amended

@@ -152,6 +152,12 @@ func start(t *testing.T, db *dbconn.DB, reqs []rerate.Request) ([]rerate.Started
 
 func verifyClean(t *testing.T, db *dbconn.DB) {
 	t.Helper()
+	verifyRecords(t, db, 3544)
+}
+
+// verifyRecords checks the output as verifyClean does, for n records.
+func verifyRecords(t *testing.T, db *dbconn.DB, n int64) {
+	t.Helper()
 	s, err := pricer.NewStore(db, "").Verify(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -159,8 +165,8 @@ func verifyClean(t *testing.T, db *dbconn.DB) {
 	for _, m := range s.Mismatches {
 		t.Errorf("verification: %s", m.Description)
 	}
-	if s.Records != 3544 || s.Priced != 3544 {
-		t.Errorf("verified %d records, %d priced; want 3544", s.Records, s.Priced)
+	if s.Records != n || s.Priced != n {
+		t.Errorf("verified %d records, %d priced; want %d", s.Records, s.Priced, n)
 	}
 	found, err := pricer.NewStore(db, "").VerifyCommitted(context.Background())
 	if err != nil {

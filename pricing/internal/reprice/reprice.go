@@ -182,6 +182,15 @@ func Start(ctx context.Context, tx Tx, schemaName string, reqs []Request) ([]Sta
 		pending []int // indexes into reqs of the rewound contracts, in key order
 		tiers   = make([]string, len(reqs))
 		bases   = map[string]base{} // of the previews
+		// The generations being priced that the new ones replace, ended
+		// once the rewind holds their contracts' task rows, segments
+		// included: a segment's batch of such a generation may be in
+		// flight until then (the lock above takes the contracts' own
+		// rows only), and it locks the generation's row after its task
+		// row when it catches up (pricer's switchWhenLast). Ended
+		// before the rewind, the generation's rows that batch commits
+		// would outlive it, and the two could wait for each other.
+		abandons []abandoned
 	)
 	for i, r := range reqs {
 		s := states[i]
@@ -224,9 +233,7 @@ SELECT contract_id, 1, 'current', 0, created_at, created_at, $2::jsonb FROM {{.S
 		from = min(from, s.doneThrough)
 		started := Started{Contract: r.Contract, From: from}
 		if s.inFlight > 0 {
-			if err := abandon(ctx, tx, q, r.Contract, s.inFlight, "pricing", "abandoned"); err != nil {
-				return nil, err
-			}
+			abandons = append(abandons, abandoned{r.Contract, s.inFlight})
 			started.Abandoned = s.inFlight
 		}
 		if r.NewTiers != nil && !r.Preview {
@@ -252,6 +259,11 @@ SELECT contract_id, 1, 'current', 0, created_at, created_at, $2::jsonb FROM {{.S
 		rewound, err := tx.Rewind(ctx, schemaName, pricer.Kind, rewinds)
 		if err != nil {
 			return nil, fmt.Errorf("re-pricing: rewinding %d contracts: %w", len(rewinds), err)
+		}
+		for _, a := range abandons {
+			if err := abandon(ctx, tx, q, a.contract, a.generation, "pricing", "abandoned"); err != nil {
+				return nil, err
+			}
 		}
 		byKey := make(map[string]partition.Rewound, len(rewound))
 		for _, rw := range rewound {
@@ -376,6 +388,12 @@ SELECT $1, th, bp FROM unnest($2::bigint[], $3::bigint[]) AS u(th, bp) ORDER BY 
 		return fmt.Errorf("re-pricing contract %s: replacing its tiers: %w", contract, err)
 	}
 	return nil
+}
+
+// abandoned is a generation being priced that a re-pricing replaces.
+type abandoned struct {
+	contract   string
+	generation int64
 }
 
 // abandon ends generation gen of contract, still being priced (in state
