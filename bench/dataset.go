@@ -38,9 +38,19 @@ type dataset struct {
 // seedTemplate generates the seed CSV files and loads them with baton's
 // loader into a template database, once per name.
 func (e *env) seedTemplate(ctx context.Context, name string, contracts, perContract int) (*dataset, error) {
+	return e.seedShapedTemplate(ctx, name, contracts, perContract, seed.Shape{})
+}
+
+// seedShapedTemplate is seedTemplate with the records spread over the
+// contracts by shape (the zero Shape: uniform).
+func (e *env) seedShapedTemplate(ctx context.Context, name string, contracts, perContract int, shape seed.Shape) (*dataset, error) {
 	ds := &dataset{Name: name, Contracts: contracts, PerContract: perContract, Seed: e.cfg.seed,
-		opts: seed.Options{Contracts: contracts, RecordsPerContract: perContract, Seed: e.cfg.seed, Prefix: "c"}}
-	tpl, err := e.template(ctx, fmt.Sprintf("%s_%dx%d_s%d", name, contracts, perContract, e.cfg.seed), func(ctx context.Context, db *bun.DB) error {
+		opts: seed.Options{Contracts: contracts, RecordsPerContract: perContract, Seed: e.cfg.seed, Prefix: "c", Shape: shape}}
+	tplName := fmt.Sprintf("%s_%dx%d_s%d", name, contracts, perContract, e.cfg.seed)
+	if shape.Kind != seed.Uniform {
+		tplName += "_" + shapeSlug(shape)
+	}
+	tpl, err := e.template(ctx, tplName, func(ctx context.Context, db *bun.DB) error {
 		dir := filepath.Join(e.tmp, "data-"+name)
 		tiers, records, err := writeSeed(dir, ds.opts)
 		if err != nil {
@@ -62,7 +72,7 @@ func (e *env) seedTemplate(ctx context.Context, name string, contracts, perContr
 		return nil, err
 	}
 	ds.template = tpl
-	ds.Records = int64(contracts) * int64(perContract)
+	ds.Records = ds.opts.Records()
 	return ds, nil
 }
 

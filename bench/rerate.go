@@ -14,6 +14,8 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/batonhq/baton/pricing/seed"
 )
 
 // The rerate scenario: what a re-rating costs against the first pricing
@@ -21,7 +23,9 @@ import (
 // processes.
 //
 //  1. The first pricing of 1,000,000 records over 200 contracts by 2
-//     `worker run --until-done` processes.
+//     `worker run --until-done` processes (spread evenly, or by
+//     -rerate-shape: with hot:0.9 one contract holds 90 % of them, and
+//     each of its pricings is shared out in segments).
 //  2. A tier change of every contract (worker load --tiers --reprice; of
 //     every Nth with -rerate-retier-every), re-priced by the same
 //     processes: records/s of the records re-priced, over the first
@@ -40,6 +44,7 @@ import (
 // rerateConfig holds the scenario's knobs.
 type rerateConfig struct {
 	records, contracts, retierEvery, workers intFlag
+	shape                                    string
 }
 
 func (c *rerateConfig) flags(fs *flag.FlagSet) {
@@ -48,6 +53,7 @@ func (c *rerateConfig) flags(fs *flag.FlagSet) {
 	fs.Var(&c.contracts, "rerate-contracts", "rerate: contracts of the data set (default 200)")
 	fs.Var(&c.retierEvery, "rerate-retier-every", "rerate: the tier change names every Nth contract (default 1: all)")
 	fs.Var(&c.workers, "rerate-workers", "rerate: worker processes (default 2)")
+	fs.StringVar(&c.shape, "rerate-shape", "uniform", "rerate: how the records spread over the contracts, as worker seed --shape takes it (hot:0.9: one contract holds 90 %, re-priced in segments)")
 }
 
 func (c *rerateConfig) applyQuick() {
@@ -69,6 +75,7 @@ type rerateResult struct {
 	Seed      uint64 `json:"seed"`
 	Contracts int    `json:"contracts"`
 	Records   int64  `json:"records"`
+	Shape     string `json:"shape"`
 	// First is the first pricing of every record; Reprice the re-pricing
 	// of Retiered contracts after their tier change; Ratio Reprice's
 	// records/s over First's.
@@ -109,7 +116,12 @@ func (e *env) runRerate(ctx context.Context, res *results) error {
 // after an amendment of each contract's middle record.
 func (e *env) rerate(ctx context.Context, r *rerateResult, res *results) error {
 	per := max(1, e.cfg.rerate.records.v/r.Contracts)
-	ds, err := e.seedTemplate(ctx, "rerate", r.Contracts, per)
+	shape, err := seed.ParseShape(e.cfg.rerate.shape)
+	if err != nil {
+		return fmt.Errorf("-rerate-shape: %w", err)
+	}
+	r.Shape = shape.String()
+	ds, err := e.seedShapedTemplate(ctx, "rerate", r.Contracts, per, shape)
 	if err != nil {
 		return err
 	}

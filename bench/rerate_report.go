@@ -1,5 +1,7 @@
 package main
 
+import "fmt"
+
 // rerateSection renders the rerate scenario: a re-pricing after a tier
 // change against the first pricing, and an amendment's suffix.
 func rerateSection(w writer, r *results) {
@@ -8,12 +10,16 @@ func rerateSection(w writer, r *results) {
 		return
 	}
 	w("## Re-rating\n\n")
-	w("%s contracts × %s records (seed %d), priced by %d `worker run --until-done` processes at default flags; then, back to back in the same database with the same processes, "+
+	spread := ""
+	if s.Shape != "" && s.Shape != "uniform" {
+		spread = fmt.Sprintf(" on average, spread %s (`worker seed --shape`)", s.Shape)
+	}
+	w("%s contracts × %s records%s (seed %d), priced by %d `worker run --until-done` processes at default flags; then, back to back in the same database with the same processes, "+
 		"a tier change of %d of the contracts (`worker load --tiers --reprice`), an amendment of each contract's middle record (`worker load --records --amend`) "+
 		"and a preview of another tier change of every contract (`worker load --tiers --reprice --preview`, then `worker generations approve`). "+
 		"Records/s of a re-pricing count the records it re-priced (all of a re-tiered contract's; an amended contract's from the amended record on). "+
 		"The contracts not named must keep their generation and priced rows identical (fingerprint before and after), and `pricer.Verify` must pass after each switch.\n\n",
-		count(int64(s.Contracts)), count(s.Records/int64(max(1, s.Contracts))), s.Seed, s.Workers, s.Retiered)
+		count(int64(s.Contracts)), count(s.Records/int64(max(1, s.Contracts))), spread, s.Seed, s.Workers, s.Retiered)
 	if s.First.Seconds == 0 {
 		w("The scenario failed before its first pricing: %s\n\n", oneLine(s.Error, 300))
 		return

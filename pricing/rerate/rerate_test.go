@@ -79,6 +79,15 @@ func noDiscountTiers(t *testing.T) string {
 	return p
 }
 
+// testLogger discards the workers' logs, or writes them to stderr with
+// TEST_LOG set.
+func testLogger() *slog.Logger {
+	if os.Getenv("TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
 func runUntilDone(t *testing.T, db *dbconn.DB, cfg distributor.Config) {
 	t.Helper()
 	cfg.UntilDone = true
@@ -87,10 +96,7 @@ func runUntilDone(t *testing.T, db *dbconn.DB, cfg distributor.Config) {
 		cfg.Heartbeat, cfg.StaleAfter = 100*time.Millisecond, time.Second
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		if os.Getenv("TEST_LOG") != "" {
-			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		}
+		cfg.Logger = testLogger()
 	}
 	d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), cfg)
 	if err != nil {

@@ -6,12 +6,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/pricing"
 	"github.com/batonhq/baton/pricing/ingest"
+	"github.com/batonhq/baton/pricing/pricer"
 	"github.com/batonhq/baton/pricing/rerate"
 )
 
@@ -172,7 +174,9 @@ func TestRepricingAbandonsAGenerationPricedInSegments(t *testing.T) {
 	t.Logf("%d of 12 contracts' generation 2 abandoned while priced in segments", abandoned)
 }
 
-// A contract of 30,000 records re-priced in segments by three workers
+// A contract of 30,000 records re-priced in segments by three workers,
+// with 5,000 more loaded after the split (the contract's partition prices
+// them while its segments price the rest, so either may catch up last),
 // prices exactly what a re-pricing in one piece does, record for record
 // (the same tiers again, by one worker without segments: the previous
 // generation's export equals the current one's), and a reader sees its
@@ -181,16 +185,20 @@ func TestRepricingInSegmentsEqualsOnePiece(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 32})
 	ctx := context.Background()
-	const n = 30_000
-	records := make([]string, 0, n+1)
-	records = append(records, "contract_id,record_id,amount_minor")
-	for i := range n {
-		records = append(records, fmt.Sprintf("big,big-r%05d,%d", i, 1+i*7919%100_000))
+	const first, later = 30_000, 5_000
+	load := func(from, to int, opts ingest.Options) {
+		t.Helper()
+		records := []string{"contract_id,record_id,amount_minor"}
+		for i := from; i < to; i++ {
+			records = append(records, fmt.Sprintf("big,big-r%05d,%d", i, 1+i*7919%100_000))
+		}
+		opts.RecordsPath = writeFile(t, "records.csv", records)
+		if _, err := ingest.NewStore(db, "").Load(ctx, opts); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tiers := writeFile(t, "tiers.csv", []string{"contract_id,threshold_minor,discount_bp", "big,0,0", "big,100000000,250"})
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: tiers, RecordsPath: writeFile(t, "records.csv", records)}); err != nil {
-		t.Fatal(err)
-	}
+	load(0, first, ingest.Options{TiersPath: tiers})
 	runUntilDone(t, db, distributor.Config{BatchSize: 4096})
 	old, err := readTotals(ctx, db)
 	if err != nil {
@@ -225,13 +233,36 @@ func TestRepricingInSegmentsEqualsOnePiece(t *testing.T) {
 			}
 		}
 	}()
-	splits := runWorkers(t, db, 3, distributor.Config{BatchSize: 512, SegmentRecords: 2048})
+	// A worker that stops once it has split the contract; the records
+	// loaded then are its partition's to price, past its segments.
+	cfg := distributor.Config{BatchSize: 512, SegmentRecords: 2048}
+	splitCtx, split := context.WithCancel(ctx)
+	one := cfg
+	one.Logger, one.UntilDone = testLogger(), true // it ends by itself if it never splits
+	one.Heartbeat, one.StaleAfter = 100*time.Millisecond, time.Second
+	one.OnEvent = func(e distributor.Event) {
+		if e.Kind == distributor.EventSplit {
+			split()
+		}
+	}
+	d, err := distributor.New(db, pricer.NewStore(db, "").Processor(), withName(one, "splitter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Run(splitCtx); err != nil {
+		t.Fatal(err)
+	}
+	if splitCtx.Err() == nil {
+		t.Fatal("the worker stopped without splitting the re-pricing")
+	}
+	load(first, first+later, ingest.Options{})
+	runWorkers(t, db, 3, cfg)
 	close(quit)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if splits == 0 {
-		t.Fatal("the re-pricing was not split")
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.tasks WHERE segment_of = 'big' AND generation = 2`); n < 2 {
+		t.Fatalf("%d segments of generation 2, want the re-pricing split", n)
 	}
 	if n := count(t, db.DB, `SELECT count(*) FROM baton.generations WHERE contract_id = 'big' AND generation = 2 AND state = 'current'`); n != 1 {
 		t.Fatal("generation 2 is not current")
@@ -248,7 +279,7 @@ func TestRepricingInSegmentsEqualsOnePiece(t *testing.T) {
 	if final["big"] == old["big"] {
 		t.Fatalf("the new tiers changed nothing: %+v", final["big"])
 	}
-	verifyRecords(t, db, n)
+	verifyRecords(t, db, first+later)
 	inSegments := exportBytes(t, db)
 
 	if _, err := start(t, db, []rerate.Request{{Contract: "big", Reason: "once more, in one piece", StartedBy: "test"}}); err != nil {
@@ -259,8 +290,8 @@ func TestRepricingInSegmentsEqualsOnePiece(t *testing.T) {
 	}
 	sameBytes(t, "generation 2 (in segments) against generation 3 (in one piece)", previousBytes(t, db), exportBytes(t, db))
 	sameBytes(t, "generation 2's export", inSegments, previousBytes(t, db))
-	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE generation = 2`); n != 30_000 {
-		t.Errorf("%d rows of generation 2, want 30000", n)
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE generation = 2`); n != first+later {
+		t.Errorf("%d rows of generation 2, want %d", n, first+later)
 	}
-	t.Logf("%d splits; a reader saw %d distinct totals", splits, len(seen))
+	t.Logf("a reader saw %d distinct totals", len(seen))
 }
