@@ -347,9 +347,7 @@ func decideDuringABatch(t *testing.T, decide func(*rerate.Store) ([]rerate.Decid
 	t.Helper()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-		t.Fatal(err)
-	}
+	loadUndiscounted(t, db)
 	runUntilDone(t, db, distributor.Config{BatchSize: 97})
 	first := exportBytes(t, db)
 	const key = "random-mix"

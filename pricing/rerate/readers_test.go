@@ -66,9 +66,7 @@ func TestReadersSeeOneGenerationThroughTheSwitch(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-		t.Fatal(err)
-	}
+	loadUndiscounted(t, db)
 	runUntilDone(t, db, distributor.Config{BatchSize: 97})
 	old, err := readTotals(ctx, db)
 	if err != nil {

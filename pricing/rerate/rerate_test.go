@@ -60,6 +60,15 @@ func vectorTiers(t *testing.T) map[string][]pricing.Tier {
 }
 
 // noDiscountTiers writes the golden tiers file with every discount 0.
+// loadUndiscounted loads the golden vectors' records with tiers that give
+// no discount (noDiscountTiers), to be re-priced with the golden tiers.
+func loadUndiscounted(t *testing.T, db *dbconn.DB) {
+	t.Helper()
+	if _, err := ingest.NewStore(db, "").Load(context.Background(), ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func noDiscountTiers(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile(vectors + "tiers.csv")
@@ -201,9 +210,7 @@ func TestTierChangeRepricesToGolden(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-		t.Fatal(err)
-	}
+	loadUndiscounted(t, db)
 	runUntilDone(t, db, distributor.Config{BatchSize: 97})
 	first := exportBytes(t, db)
 
@@ -328,10 +335,7 @@ func unchangedGolden(t *testing.T) int {
 func TestRewindFencesTheOldGeneration(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
-	ctx := context.Background()
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-		t.Fatal(err)
-	}
+	loadUndiscounted(t, db)
 	const key = "random-mix"
 	paused, resume := make(chan struct{}), make(chan struct{})
 	fenced := make(chan struct{}, 100)
@@ -421,9 +425,7 @@ func TestStartTxInTheCallersTransaction(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
 	ctx := context.Background()
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-		t.Fatal(err)
-	}
+	loadUndiscounted(t, db)
 	runUntilDone(t, db, distributor.Config{BatchSize: 97})
 	generations := rerate.NewStore(db, "")
 	reqs := []rerate.Request{{Contract: "random-mix", NewTiers: vectorTiers(t)["random-mix"], Reason: "tiers corrected"}}
@@ -553,9 +555,7 @@ func TestLoadRepriceToGolden(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
 	ctx := context.Background()
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-		t.Fatal(err)
-	}
+	loadUndiscounted(t, db)
 	runUntilDone(t, db, distributor.Config{BatchSize: 64})
 	first := exportBytes(t, db)
 	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: vectors + "tiers.csv"}); err == nil || !strings.Contains(err.Error(), "--reprice") {
@@ -678,10 +678,7 @@ func TestGroupedRepricingToGolden(t *testing.T) {
 		t.Run(strconv.Itoa(batch), func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 24})
-			ctx := context.Background()
-			if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-				t.Fatal(err)
-			}
+			loadUndiscounted(t, db)
 			runUntilDone(t, db, distributor.Config{BatchSize: batch})
 			first := exportBytes(t, db)
 			var reqs []rerate.Request

@@ -56,9 +56,7 @@ func TestRepricingInSegmentsSwitchesOnceAllCaughtUp(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 32})
 	ctx := context.Background()
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-		t.Fatal(err)
-	}
+	loadUndiscounted(t, db)
 	runUntilDone(t, db, distributor.Config{BatchSize: 97})
 	first := exportBytes(t, db)
 	old, err := readTotals(ctx, db)
@@ -103,10 +101,7 @@ func TestRepricingInSegmentsSwitchesOnceAllCaughtUp(t *testing.T) {
 func TestRepricingAbandonsAGenerationPricedInSegments(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 32})
-	ctx := context.Background()
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-		t.Fatal(err)
-	}
+	loadUndiscounted(t, db)
 	runUntilDone(t, db, distributor.Config{BatchSize: 97})
 	tiers := vectorTiers(t)
 	var reqs []rerate.Request

@@ -8,7 +8,6 @@ import (
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
-	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/rerate"
 )
 
@@ -33,9 +32,7 @@ func TestPricedViewAgreesWithPricedGeneration(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 4})
 	ctx := context.Background()
-	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: noDiscountTiers(t), RecordsPath: vectors + "records.csv"}); err != nil {
-		t.Fatal(err)
-	}
+	loadUndiscounted(t, db)
 	agree := func(when string, wantRows int64) {
 		t.Helper()
 		var onlyView, onlyFunc, rows int64
