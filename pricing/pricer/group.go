@@ -79,17 +79,20 @@ func (p *Processor) ProcessGroup(ctx context.Context, g *distributor.Group) ([]d
 }
 
 // processEach prices each member of g as Process would alone, in g's
-// transaction.
+// transaction, then makes the switches of the members that caught up
+// together (switchCaughtUp: pieces of one contract in g each read as
+// behind to the others until g commits).
 func (p *Processor) processEach(ctx context.Context, g *distributor.Group) ([]distributor.Result, error) {
 	results := make([]distributor.Result, len(g.Batches))
+	gens := groupGens{pending: make([]bool, len(g.Batches)), segmented: make([]bool, len(g.Batches))}
 	for i, b := range g.Batches {
-		res, err := p.Process(ctx, b)
+		res, st, err := p.process(ctx, b)
 		if err != nil {
 			return nil, err
 		}
-		results[i] = res
+		results[i], gens.pending[i], gens.segmented[i] = res, st.pending, st.segmented
 	}
-	return results, nil
+	return results, p.switchCaughtUp(ctx, g, gens, results)
 }
 
 // cachedSchedules returns the members' tier schedules found in the cache,

@@ -109,16 +109,28 @@ type record struct {
 // records (the last of its pieces to, when it is split) makes it current
 // in the same transaction.
 func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distributor.Result, error) {
+	res, switches, err := p.process(ctx, b)
+	if err != nil || !switches.pending || res.Position < b.Checkpoint.Available {
+		return res, err
+	}
+	return res, p.switchWhenLast(ctx, b.Tx, contractOf(b), generationOf(b), []string{b.Lease.Key}, switches.segmented || isSegment(b))
+}
+
+// process prices b as Process does but for the switch: it returns how b's
+// generation stands where a switch may follow (pending: a generation being
+// priced, not a preview), for its caller to make (Process for a batch
+// alone, processEach for a group's members together).
+func (p *Processor) process(ctx context.Context, b *distributor.Batch) (distributor.Result, genState, error) {
 	contract := contractOf(b)
 	cp, err := checkpointOf(b)
 	if err != nil {
-		return distributor.Result{}, err
+		return distributor.Result{}, genState{}, err
 	}
 	gen := generationOf(b)
 	var st genState
 	if gen > 1 {
 		if st, err = p.readGeneration(ctx, b.Tx, contract, gen); err != nil {
-			return distributor.Result{}, err
+			return distributor.Result{}, genState{}, err
 		}
 	}
 	var sched *pricing.Schedule
@@ -128,40 +140,35 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 		sched, err = p.schedule(ctx, b.Tx, contract, gen, b.Checkpoint.Position > 0 || gen > 1)
 	}
 	if err != nil {
-		return distributor.Result{}, err
+		return distributor.Result{}, genState{}, err
 	}
 	w := getWorkspace()
 	defer putWorkspace(w)
 	if err := p.readRecords(ctx, b, w, contract, b.Checkpoint.Position, b.Limit); err != nil {
-		return distributor.Result{}, err
+		return distributor.Result{}, genState{}, err
 	}
 	restore := func() {}
 	if st.preview != nil && st.preview.amended {
 		if restore, err = p.amendForPreview(ctx, b, w, contract, gen); err != nil {
-			return distributor.Result{}, err
+			return distributor.Result{}, genState{}, err
 		}
 	}
 	w.lines = w.lines[:0]
 	res, err := priceBatch(b, sched, cp, w.recs, &w.lines)
 	if err != nil {
-		return distributor.Result{}, err
+		return distributor.Result{}, genState{}, err
 	}
 	if err := p.writePriced(ctx, b, w, w.recs, w.lines, gen); err != nil {
-		return distributor.Result{}, fmt.Errorf("writing %d priced records of generation %d of contract %s: %w", len(w.lines), gen, contract, err)
+		return distributor.Result{}, genState{}, fmt.Errorf("writing %d priced records of generation %d of contract %s: %w", len(w.lines), gen, contract, err)
 	}
-	switch {
-	case st.preview != nil:
+	if st.preview != nil {
 		// A preview never switches: it prices, beside its own rows, the
 		// records the current generation has not priced yet (loaded
 		// while it waits), under the current generation.
 		restore()
-		return res, p.priceCurrent(ctx, b, w, gen, st.preview, res.Position)
-	case st.pending && res.Position >= b.Checkpoint.Available:
-		if err := p.switchWhenLast(ctx, b.Tx, contract, gen, []string{b.Lease.Key}, st.segmented || isSegment(b)); err != nil {
-			return distributor.Result{}, err
-		}
+		return res, genState{}, p.priceCurrent(ctx, b, w, gen, st.preview, res.Position)
 	}
-	return res, nil
+	return res, st, nil
 }
 
 // checkpointOf decodes b's checkpoint state.

@@ -43,6 +43,12 @@ func loadVectors(t *testing.T, db *dbconn.DB) {
 
 func runUntilDone(t *testing.T, db *dbconn.DB, cfg distributor.Config) {
 	t.Helper()
+	runUntilDoneCtx(t, context.Background(), db, cfg)
+}
+
+// runUntilDoneCtx is runUntilDone stopping early when ctx is cancelled.
+func runUntilDoneCtx(t *testing.T, ctx context.Context, db *dbconn.DB, cfg distributor.Config) {
+	t.Helper()
 	cfg.UntilDone = true
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -51,7 +57,7 @@ func runUntilDone(t *testing.T, db *dbconn.DB, cfg distributor.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := d.Run(ctx); err != nil {
 		t.Fatal(err)
