@@ -46,13 +46,15 @@ func TestAGroupWithAPreviewSwitchesItsSegmentsTogether(t *testing.T) {
 	ctx := context.Background()
 	loadRecords(t, db, []string{"a", "p"}, map[string]int{"a": 3000, "p": 50}, "r")
 	runUntilDone(t, db, distributor.Config{Name: "first", Heartbeat: 100 * time.Millisecond, StaleAfter: 2 * time.Second})
-	if _, err := rerate.NewStore(db, "").Start(ctx, []rerate.Request{
-		{Contract: "a", Reason: "re-price", StartedBy: "test"},
-		{Contract: "p", Reason: "what if", StartedBy: "test", Preview: true},
-	}); err != nil {
+	if _, err := rerate.NewStore(db, "").Start(ctx, []rerate.Request{{Contract: "a", Reason: "re-price", StartedBy: "test"}}); err != nil {
 		t.Fatal(err)
 	}
 	splitOnly(t, db)
+	// The preview starts once the splitter has stopped, so that none of
+	// it is priced yet.
+	if _, err := rerate.NewStore(db, "").Start(ctx, []rerate.Request{{Contract: "p", Reason: "what if", StartedBy: "test", Preview: true}}); err != nil {
+		t.Fatal(err)
+	}
 
 	var keys []string
 	if err := db.NewSelect().Table("baton.tasks").Column("partition_key").
@@ -66,16 +68,8 @@ func TestAGroupWithAPreviewSwitchesItsSegmentsTogether(t *testing.T) {
 	for i, k := range keys {
 		leases[i] = claimOne(t, db.DB, "w#1", k)
 	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
+	conn, tx, done := beginOnConn(t, db)
+	defer done()
 	store := taskstore.NewStore(db, "").Kind(pricer.Kind)
 	g := &distributor.Group{Owner: "w#1", Tx: tx, Owned: true}
 	for i, l := range leases {

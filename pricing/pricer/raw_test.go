@@ -35,6 +35,26 @@ func claimOne(t *testing.T, db *bun.DB, owner, key string) partition.Lease {
 	return won[0].Lease
 }
 
+// beginOnConn begins a transaction on a connection of its own, on which
+// batches built by hand run (batchconn.Attach); done rolls it back, unless
+// it committed, and returns the connection.
+func beginOnConn(t *testing.T, db *dbconn.DB) (conn bun.Conn, tx bun.Tx, done func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tx, err = conn.BeginTx(ctx, nil); err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	return conn, tx, func() {
+		_ = tx.Rollback()
+		conn.Close()
+	}
+}
+
 func pricedCount(t *testing.T, db *bun.DB, key string) int {
 	t.Helper()
 	var n int
@@ -66,16 +86,8 @@ func pricedRowsCommitWithTheBatch(t *testing.T, db *dbconn.DB, key string, limit
 	store := taskstore.NewStore(db, "").Kind(pricer.Kind)
 
 	process := func(commit bool) (distributor.Result, error) {
-		conn, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		tx, err := conn.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
+		conn, tx, done := beginOnConn(t, db)
+		defer done()
 		cp, err := store.Fence(ctx, tx, "w#1", lease)
 		if err != nil {
 			t.Fatal(err)
