@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -155,4 +156,70 @@ func TestVerifyReportsPricedRowsWithoutRecords(t *testing.T) {
 	if gone == 0 || !found {
 		t.Fatalf("mismatches %+v, want %q", s.Mismatches, want)
 	}
+}
+
+// Verify's totals and its count of rows without a record take in every
+// priced row, of contracts with no records at all too, and an empty
+// database verifies with totals of zero (its one pass still yields them
+// when there is no contract to list).
+func TestVerifyCountsEveryPricedRowInItsTotals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
+	st := pricer.NewStore(db, "")
+	s, err := st.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Contracts != 0 || s.Gross != "0" || s.Net != "0" || len(s.Mismatches) != 0 {
+		t.Fatalf("empty database: %+v, want no contracts and totals of 0", s)
+	}
+
+	loadVectors(t, db)
+	runUntilDone(t, db, distributor.Config{Name: "totals", Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second})
+	before, err := st.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before.Mismatches) != 0 || before.Priced != before.Records || before.Records == 0 {
+		t.Fatalf("after pricing: %+v", before)
+	}
+	var gross, net string
+	if err := db.QueryRow(`SELECT sum(gross_minor)::text, sum(net_minor)::text FROM baton.priced`).Scan(&gross, &net); err != nil {
+		t.Fatal(err)
+	}
+	if before.Gross != gross || before.Net != net {
+		t.Fatalf("totals %s / %s, the priced rows sum to %s / %s", before.Gross, before.Net, gross, net)
+	}
+
+	// Two rows of a contract that has no records (the view's insert
+	// creates the contract).
+	if _, err := db.Exec(`INSERT INTO baton.priced (contract_id, seq, record_id, gross_minor, discount_minor, net_minor, claim_version, priced_by)
+		VALUES ('ghost', 1, 'g1', 700, 0, 700, 1, 'test'), ('ghost', 2, 'g2', 300, 100, 200, 1, 'test')`); err != nil {
+		t.Fatal(err)
+	}
+	after, err := st.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Contracts != before.Contracts || after.Priced != before.Priced {
+		t.Fatalf("contracts %d, priced %d after the ghost rows; want %d and %d (only contracts with records are listed)",
+			after.Contracts, after.Priced, before.Contracts, before.Priced)
+	}
+	wantGross, wantNet := addMinor(t, before.Gross, 1000), addMinor(t, before.Net, 900)
+	if after.Gross != wantGross || after.Net != wantNet {
+		t.Fatalf("totals %s / %s, want %s / %s", after.Gross, after.Net, wantGross, wantNet)
+	}
+	if len(after.Mismatches) != 1 || after.Mismatches[0].Description != "2 priced rows have no record" {
+		t.Fatalf("mismatches %+v, want the 2 rows without a record", after.Mismatches)
+	}
+}
+
+func addMinor(t *testing.T, s string, d int64) string {
+	t.Helper()
+	v, ok := new(big.Int).SetString(s, 10)
+	if !ok {
+		t.Fatalf("total %q is not an integer", s)
+	}
+	return v.Add(v, big.NewInt(d)).String()
 }
