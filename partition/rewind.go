@@ -73,8 +73,9 @@ func (s *Store) RewindTx(ctx context.Context, tx bun.Tx, rw []Rewind) ([]Rewound
 		return nil, err
 	}
 	lock, keys := s.rewindLocks(rw, "?")
+	held := heldKeys(keys)
 	for i := range keys {
-		if _, err := tx.ExecContext(ctx, lock, s.rewindLockArgs(keys, i, "?")...); err != nil {
+		if _, err := tx.ExecContext(ctx, lock, s.rewindLockArgs(keys, held, i, "?")...); err != nil {
 			return nil, fmt.Errorf("rewinding %d partition(s) of kind %s: locking %s: %w", len(rw), s.kind, keys[i], err)
 		}
 	}
@@ -93,8 +94,9 @@ func (s *Store) rewindPgx(ctx context.Context, tx pgxwork.Tx, rw []Rewind) ([]Re
 		return nil, err
 	}
 	lock, keys := s.rewindLocks(rw, "$")
+	held := heldKeys(keys)
 	for i := range keys {
-		rows, err := tx.Query(ctx, lock, s.rewindLockArgs(keys, i, "$")...)
+		rows, err := tx.Query(ctx, lock, s.rewindLockArgs(keys, held, i, "$")...)
 		if err == nil {
 			rows.Close()
 			err = rows.Err()
@@ -153,16 +155,40 @@ func (s *Store) rewindLocks(rw []Rewind, style string) (string, []string) {
 		FOR UPDATE OF t`), keys
 }
 
+// heldKeys is the set of a rewind's keys, for rewindLockArgs.
+func heldKeys(keys []string) map[string]bool {
+	held := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		held[k] = true
+	}
+	return held
+}
+
 // rewindLockArgs are the arguments of rewindLocks' statement for the i-th
-// partition of keys (sorted).
-func (s *Store) rewindLockArgs(keys []string, i int, style string) []any {
-	held, after := keys[:i], ""
+// partition of keys (sorted; held is their set). Of the partitions already
+// locked, it names only those whose segments can lie between the previous
+// key and this one: the previous key itself and those of the rewind's keys
+// that are prefixes of it. A segment's key is its partition's, "#" and
+// digits, so a segment of a partition P ≤ the previous key that sorts
+// after that key (byte order, the keys' collation "C") has P as a prefix
+// of it: where the two first differ, the previous key is the greater, and
+// so is it than every key that starts with P. Naming every partition
+// already locked would send the i-th statement i keys, a rewind of n
+// partitions n²/2 in all (50 million for 10,000).
+func (s *Store) rewindLockArgs(keys []string, held map[string]bool, i int, style string) []any {
+	prev := []string{}
+	after := ""
 	if i > 0 {
 		after = keys[i-1]
+		for l := 0; l <= len(after); l++ {
+			if held[after[:l]] {
+				prev = append(prev, after[:l])
+			}
+		}
 	}
-	var heldArg any = held
+	var heldArg any = prev
 	if style == "?" {
-		heldArg = pgdialect.Array(held)
+		heldArg = pgdialect.Array(prev)
 	}
 	return []any{s.kind, keys[i], heldArg, after, keys[i]}
 }

@@ -115,7 +115,7 @@ func (p *Processor) readGeneration(ctx context.Context, tx bun.Tx, contract stri
 		return genState{}, err
 	}
 	if !started {
-		if err := p.markPricingStarted(ctx, tx, contract, gen); err != nil {
+		if err := p.markPricingStarted(ctx, tx, []string{contract}, []int64{gen}); err != nil {
 			return genState{}, err
 		}
 	}
@@ -148,13 +148,21 @@ func generationStanding(contract string, gen, current int64, state string) (pend
 		ErrCorrupt, contract, gen, state, current)
 }
 
-// markPricingStarted records, with a generation's first batch, when its
-// pricing started. Batches of the contract's segments may race to it: the
-// later ones wait for the first's commit and then change nothing.
-func (p *Processor) markPricingStarted(ctx context.Context, tx bun.Tx, contract string, gen int64) error {
-	if _, err := tx.ExecContext(ctx, p.sql(`UPDATE {{.Schema}}.generations SET pricing_started_at = now()
-		WHERE contract_id = ? AND generation = ? AND pricing_started_at IS NULL`), contract, gen); err != nil {
-		return fmt.Errorf("recording the start of generation %d of contract %s: %w", gen, contract, err)
+// markPricingStarted records, with the first batch of each generation
+// gens[i] of contracts[i], when its pricing started: one statement for a
+// group's members. That batch is the contract's partition's (a rewind
+// removes the segments, and only the partition's batches split it anew),
+// so no other batch contends for the rows; were one to, it would wait for
+// this commit and then change nothing.
+func (p *Processor) markPricingStarted(ctx context.Context, tx bun.Tx, contracts []string, gens []int64) error {
+	if _, err := tx.ExecContext(ctx, p.sql(`UPDATE {{.Schema}}.generations g SET pricing_started_at = now()
+		  FROM unnest(?::text[], ?::bigint[]) AS m(contract_id, generation)
+		 WHERE g.contract_id = m.contract_id AND g.generation = m.generation AND g.pricing_started_at IS NULL`),
+		pgdialect.Array(contracts), pgdialect.Array(gens)); err != nil {
+		if len(contracts) == 1 {
+			return fmt.Errorf("recording the start of generation %d of contract %s: %w", gens[0], contracts[0], err)
+		}
+		return fmt.Errorf("recording the start of the new generations of %d contracts (%s, …): %w", len(contracts), contracts[0], err)
 	}
 	return nil
 }
@@ -196,24 +204,52 @@ func (p *Processor) switchWhenLast(ctx context.Context, tx bun.Tx, contract stri
 			return nil
 		}
 	}
-	return p.switchGeneration(ctx, tx, contract, gen)
+	return p.switchGenerations(ctx, tx, []string{contract}, []int64{gen})
 }
 
 // isSegment reports whether b is a segment's batch.
 func isSegment(b *distributor.Batch) bool { return contractOf(b) != b.Lease.Key }
 
-// switchGeneration makes generation gen of contract current (see above),
-// in the batch's transaction. It touches one row of contracts and two of
-// generations, so the statement timeout applies to it as to the batch's
+// switchGenerations makes generation gens[i] of contracts[i] current,
+// for each i (see above), in the batch's transaction: one statement for
+// them all (a group's members that caught up), three single-row updates
+// a contract, so the statement timeout applies to it as to the batch's
 // other statements.
-func (p *Processor) switchGeneration(ctx context.Context, tx bun.Tx, contract string, gen int64) error {
-	var old, promoted, switched int64
-	if err := tx.Tx.QueryRowContext(ctx, p.sql(tables.SwitchSQL), contract, gen).Scan(&old, &promoted, &switched); err != nil {
-		return fmt.Errorf("switching contract %s to generation %d: %w", contract, gen, err)
+func (p *Processor) switchGenerations(ctx context.Context, tx bun.Tx, contracts []string, gens []int64) error {
+	doing := func() string {
+		if len(contracts) == 1 {
+			return fmt.Sprintf("switching contract %s to generation %d", contracts[0], gens[0])
+		}
+		return fmt.Sprintf("switching %d contracts (%s, …) to their new generations", len(contracts), contracts[0])
 	}
-	if old == 0 || old >= gen || promoted != 1 || switched != 1 {
-		return fmt.Errorf("%w: contract %s: generation %d cannot supersede generation %d (%d being priced)",
-			ErrCorrupt, contract, gen, old, promoted)
+	rows, err := tx.Tx.QueryContext(ctx, p.sql(tables.SwitchSQL), contracts, gens)
+	if err != nil {
+		return fmt.Errorf("%s: %w", doing(), err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var (
+			contract                string
+			old, promoted, switched int64
+		)
+		if err := rows.Scan(&contract, &old, &promoted, &switched); err != nil {
+			return fmt.Errorf("%s: %w", doing(), err)
+		}
+		if n >= len(contracts) || contract != contracts[n] {
+			return fmt.Errorf("%s: %w: a row for contract %s, at %d", doing(), ErrCorrupt, contract, n)
+		}
+		if gen := gens[n]; old == 0 || old >= gen || promoted != 1 || switched != 1 {
+			return fmt.Errorf("%w: contract %s: generation %d cannot supersede generation %d (%d being priced)",
+				ErrCorrupt, contract, gen, old, promoted)
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s: %w", doing(), err)
+	}
+	if n != len(contracts) {
+		return fmt.Errorf("%s: %w: %d rows", doing(), ErrCorrupt, n)
 	}
 	return nil
 }

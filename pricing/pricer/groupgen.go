@@ -98,8 +98,12 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 	if out.preview {
 		return out, nil // Process reads each member's again, and records the start
 	}
-	for _, k := range unstarted {
-		if err := p.markPricingStarted(ctx, g.Tx, contracts[k], gens[k]); err != nil {
+	if len(unstarted) > 0 {
+		cs, gs := make([]string, len(unstarted)), make([]int64, len(unstarted))
+		for j, k := range unstarted {
+			cs[j], gs[j] = contracts[k], gens[k]
+		}
+		if err := p.markPricingStarted(ctx, g.Tx, cs, gs); err != nil {
 			return out, err
 		}
 	}
@@ -111,13 +115,17 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 // (results[i], its new checkpoint) as the last of its contract's pieces
 // to, as Process does for a batch alone. Members that are pieces of one
 // contract are looked at together: their checkpoints are written after
-// this returns, so each reads as behind to the others.
+// this returns, so each reads as behind to the others. The members that
+// need not look (a contract's partition, with no segments: its only
+// piece) switch together, in one statement.
 func (p *Processor) switchCaughtUp(ctx context.Context, g *distributor.Group, gens groupGens, results []distributor.Result) error {
 	if gens.pending == nil {
 		return nil
 	}
 	caughtUp := func(i int) bool { return gens.pending[i] && results[i].Position >= g.Batches[i].Checkpoint.Available }
 	done := map[string]bool{}
+	var direct []string
+	var directGens []int64
 	for i, b := range g.Batches {
 		contract := contractOf(b)
 		if !caughtUp(i) || done[contract] {
@@ -135,9 +143,16 @@ func (p *Processor) switchCaughtUp(ctx context.Context, g *distributor.Group, ge
 				keys = append(keys, o.Lease.Key)
 			}
 		}
-		if err := p.switchWhenLast(ctx, g.Tx, contract, generationOf(b), keys, look); err != nil {
+		if !look {
+			direct, directGens = append(direct, contract), append(directGens, generationOf(b))
+			continue
+		}
+		if err := p.switchWhenLast(ctx, g.Tx, contract, generationOf(b), keys, true); err != nil {
 			return err
 		}
 	}
-	return nil
+	if len(direct) == 0 {
+		return nil
+	}
+	return p.switchGenerations(ctx, g.Tx, direct, directGens)
 }

@@ -31,26 +31,43 @@ type Decided struct {
 }
 
 // base is where a preview's contract's current generation is priced to:
-// every record up to position, with checkpoint there (both NULL for a
-// generation that is not a preview).
-type base struct{ position, checkpoint any }
+// every record up to position, with checkpoint (JSON) there.
+type base struct {
+	position   int64
+	checkpoint string
+}
 
-// previewBase is the current generation's priced prefix of a contract
-// about to be previewed (its processed prefix) and its checkpoint there,
-// under the contract's tiers. Rows of the current generation past the
-// prefix (a segment's, ahead of it) are deleted: the preview's batches
-// price those records under the current generation again, from the
-// prefix on.
-func previewBase(ctx context.Context, tx Tx, q func(string) string, contract string, s contractState) (base, error) {
-	if err := tx.Exec(ctx, q(`DELETE FROM {{.Schema}}.priced_rows WHERE contract_id = $1 AND generation = $2 AND seq > $3`),
-		contract, s.current, s.doneThrough); err != nil {
-		return base{}, fmt.Errorf("previewing contract %s: removing rows past its priced prefix %d: %w", contract, s.doneThrough, err)
+// previewBases is, for each contract about to be previewed (states[i] is
+// contracts[i]'s), the current generation's priced prefix (its processed
+// prefix) and its checkpoint there, under the contract's tiers. Rows of
+// the current generation past the prefix (a segment's, ahead of it) are
+// deleted: the preview's batches price those records under the current
+// generation again, from the prefix on.
+func previewBases(ctx context.Context, tx Tx, q func(string) string, contracts []string, states []contractState) (map[string]base, error) {
+	if len(contracts) == 0 {
+		return nil, nil
 	}
-	cp, err := checkpointAt(ctx, tx, q, contract, s.doneThrough, s.tiersJSON)
+	gens, upto := make([]int64, len(contracts)), make([]int64, len(contracts))
+	reqs := make([]checkpointReq, len(contracts))
+	for i, s := range states {
+		gens[i], upto[i] = s.current, s.doneThrough
+		reqs[i] = checkpointReq{contracts[i], s.doneThrough, s.tiersJSON}
+	}
+	if err := tx.Exec(ctx, q(`
+DELETE FROM {{.Schema}}.priced_rows p
+ USING unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, gen, upto)
+ WHERE p.contract_id = u.id AND p.generation = u.gen AND p.seq > u.upto`), contracts, gens, upto); err != nil {
+		return nil, fmt.Errorf("previewing %d contracts (%s, …): removing rows past their priced prefixes: %w", len(contracts), contracts[0], err)
+	}
+	cps, err := checkpointsAt(ctx, tx, q, reqs)
 	if err != nil {
-		return base{}, err
+		return nil, err
 	}
-	return base{s.doneThrough, string(cp)}, nil
+	out := make(map[string]base, len(contracts))
+	for i, c := range contracts {
+		out[c] = base{upto[i], string(cps[i])}
+	}
+	return out, nil
 }
 
 // skipUsed gives contract's partition, just rewound to generation gen, a
@@ -150,7 +167,7 @@ func lockPreviews(ctx context.Context, tx Tx, q func(string) string, verb string
 // tables in schema schemaName. The contracts are decided together, a few
 // statements for them all (the previews' tiers and amendments become the
 // contracts', the previews not caught up go on as generations being
-// priced), then one switch per contract caught up.
+// priced), then one switch for those caught up.
 func Approve(ctx context.Context, tx Tx, schemaName string, contracts []string) ([]Decided, error) {
 	q := func(s string) string { return schema.SQL(schemaName, s) }
 	keys, states, err := lockPreviews(ctx, tx, q, "approving", contracts)
@@ -186,22 +203,53 @@ func Approve(ctx context.Context, tx Tx, schemaName string, contracts []string) 
  WHERE contract_id = ANY ($1::text[]) AND state = 'preview'`), behind); err != nil {
 		return nil, fmt.Errorf("approving %d previews not caught up: %w", len(behind), err)
 	}
-	for i := range out {
-		d := &out[i]
-		if d.Pricing {
-			continue
+	if err := switchCaughtUp(ctx, tx, q, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// switchCaughtUp makes the approved previews of out that are caught up
+// (not Pricing) current, in one statement for them all.
+func switchCaughtUp(ctx context.Context, tx Tx, q func(string) string, out []Decided) error {
+	var (
+		contracts []string
+		gens      []int64
+		at        []int // their places in out
+	)
+	for i, d := range out {
+		if !d.Pricing {
+			contracts, gens, at = append(contracts, d.Contract), append(gens, d.Generation), append(at, i)
 		}
-		var old, promoted, switched int64
-		if err := tx.QueryRow(ctx, q(tables.SwitchSQL), d.Contract, d.Generation).Scan(&old, &promoted, &switched); err != nil {
-			return nil, fmt.Errorf("approving the preview of contract %s: switching to generation %d: %w", d.Contract, d.Generation, err)
+	}
+	if len(contracts) == 0 {
+		return nil
+	}
+	var (
+		n                       int
+		contract                string
+		old, promoted, switched int64
+	)
+	err := tx.ForEachRow(ctx, q(tables.SwitchSQL), []any{contracts, gens}, []any{&contract, &old, &promoted, &switched}, func() error {
+		if n >= len(at) || contract != contracts[n] {
+			return fmt.Errorf("%w: a row for contract %s, at %d", pricer.ErrCorrupt, contract, n)
 		}
+		d := &out[at[n]]
 		if old != d.Current || promoted != 1 || switched != 1 {
-			return nil, fmt.Errorf("approving the preview of contract %s: %w: generation %d cannot supersede generation %d",
+			return fmt.Errorf("approving the preview of contract %s: %w: generation %d cannot supersede generation %d",
 				d.Contract, pricer.ErrCorrupt, d.Generation, old)
 		}
 		d.Current = d.Generation
+		n++
+		return nil
+	})
+	if err == nil && n != len(at) {
+		err = fmt.Errorf("%w: %d rows", pricer.ErrCorrupt, n)
 	}
-	return out, nil
+	if err != nil {
+		return fmt.Errorf("approving %d previews: switching them to their new generations: %w", len(contracts), err)
+	}
+	return nil
 }
 
 // approveTiersSQL makes the tiers of the previews of contracts $1 theirs

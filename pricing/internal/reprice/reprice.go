@@ -179,9 +179,8 @@ func Start(ctx context.Context, tx Tx, schemaName string, reqs []Request) ([]Sta
 	var (
 		out     []Started
 		rewinds []partition.Rewind
-		pending []int // indexes into reqs of the rewound contracts, in key order
+		pending []pendingGeneration // the rewound contracts, in key order (rewinds[k] is pending[k]'s)
 		tiers   = make([]string, len(reqs))
-		bases   = map[string]base{} // of the previews
 		// The generations being priced that the new ones replace, ended
 		// once the rewind holds their contracts' task rows, segments
 		// included: a segment's batch of such a generation may be in
@@ -191,6 +190,13 @@ func Start(ctx context.Context, tx Tx, schemaName string, reqs []Request) ([]Sta
 		// before the rewind, the generation's rows that batch commits
 		// would outlive it, and the two could wait for each other.
 		abandons []abandoned
+		// What the steps below do for all the contracts at once.
+		newTiers           []string // contracts whose tiers NewTiers replace
+		newTierSets        [][]pricing.Tier
+		firsts, firstTiers []string // contracts whose generation 1 is recorded now, with its tiers
+		previews           []string // contracts previewed, and their states
+		previewStates      []contractState
+		cpReqs             []checkpointReq // rewinds[k]'s checkpoint
 	)
 	for i, r := range reqs {
 		s := states[i]
@@ -207,24 +213,16 @@ func Start(ctx context.Context, tx Tx, schemaName string, reqs []Request) ([]Sta
 		if !r.Preview && (!s.hasTask || (s.position <= from && s.inFlight == 0)) {
 			// Nothing priced that the change affects.
 			if r.NewTiers != nil {
-				if err := replaceTiers(ctx, tx, q, r.Contract, r.NewTiers); err != nil {
-					return nil, err
-				}
+				newTiers, newTierSets = append(newTiers, r.Contract), append(newTierSets, r.NewTiers)
 			}
 			out = append(out, Started{Contract: r.Contract, From: from})
 			continue
 		}
 		if s.generations == 0 {
 			// Generation 1, recorded now that it is about to be
-			// superseded: current, priced from the first record, with
-			// the tiers it was priced with (the stored ones, before
-			// NewTiers replace them).
-			if err := tx.Exec(ctx, q(`
-INSERT INTO {{.Schema}}.generations (contract_id, generation, state, from_seq, started_at, finished_at, tiers)
-SELECT contract_id, 1, 'current', 0, created_at, created_at, $2::jsonb FROM {{.Schema}}.contracts WHERE contract_id = $1`),
-				r.Contract, s.tiersJSON); err != nil {
-				return nil, fmt.Errorf("re-pricing contract %s: recording generation 1: %w", r.Contract, err)
-			}
+			// superseded, with the tiers it was priced with (the stored
+			// ones, before NewTiers replace them).
+			firsts, firstTiers = append(firsts, r.Contract), append(firstTiers, s.tiersJSON)
 		}
 		// A contract split into segments has records past its processed
 		// prefix that are not priced yet: the new generation starts
@@ -237,71 +235,82 @@ SELECT contract_id, 1, 'current', 0, created_at, created_at, $2::jsonb FROM {{.S
 			started.Abandoned = s.inFlight
 		}
 		if r.NewTiers != nil && !r.Preview {
-			if err := replaceTiers(ctx, tx, q, r.Contract, r.NewTiers); err != nil {
-				return nil, err
-			}
+			newTiers, newTierSets = append(newTiers, r.Contract), append(newTierSets, r.NewTiers)
 		}
 		if r.Preview {
 			started.Preview = true
-			if bases[r.Contract], err = previewBase(ctx, tx, q, r.Contract, s); err != nil {
-				return nil, err
-			}
+			previews, previewStates = append(previews, r.Contract), append(previewStates, s)
 		}
-		state, err := checkpointAt(ctx, tx, q, r.Contract, from, tiers[i])
-		if err != nil {
-			return nil, err
-		}
-		rewinds = append(rewinds, partition.Rewind{Key: r.Contract, Position: from, State: state})
-		pending = append(pending, i)
+		cpReqs = append(cpReqs, checkpointReq{r.Contract, from, tiers[i]})
+		rewinds = append(rewinds, partition.Rewind{Key: r.Contract, Position: from})
+		pending = append(pending, pendingGeneration{req: i, out: len(out)})
 		out = append(out, started)
 	}
-	if len(rewinds) > 0 {
-		rewound, err := tx.Rewind(ctx, schemaName, pricer.Kind, rewinds)
-		if err != nil {
-			return nil, fmt.Errorf("re-pricing: rewinding %d contracts: %w", len(rewinds), err)
+	if err := recordFirstGenerations(ctx, tx, q, firsts, firstTiers); err != nil {
+		return nil, err
+	}
+	if err := replaceTiers(ctx, tx, q, newTiers, newTierSets); err != nil {
+		return nil, err
+	}
+	bases, err := previewBases(ctx, tx, q, previews, previewStates)
+	if err != nil {
+		return nil, err
+	}
+	cps, err := checkpointsAt(ctx, tx, q, cpReqs)
+	if err != nil {
+		return nil, err
+	}
+	for k := range rewinds {
+		rewinds[k].State = cps[k]
+	}
+	if len(rewinds) == 0 {
+		return out, nil
+	}
+	rewound, err := tx.Rewind(ctx, schemaName, pricer.Kind, rewinds)
+	if err != nil {
+		return nil, fmt.Errorf("re-pricing: rewinding %d contracts: %w", len(rewinds), err)
+	}
+	for _, a := range abandons {
+		if err := abandon(ctx, tx, q, a.contract, a.generation, "pricing", "abandoned"); err != nil {
+			return nil, err
 		}
-		for _, a := range abandons {
-			if err := abandon(ctx, tx, q, a.contract, a.generation, "pricing", "abandoned"); err != nil {
-				return nil, err
-			}
+	}
+	byKey := make(map[string]partition.Rewound, len(rewound))
+	for _, rw := range rewound {
+		byKey[rw.Key] = rw
+	}
+	gens := make([]newGeneration, 0, len(pending))
+	for k, pg := range pending {
+		r := reqs[pg.req]
+		rw, ok := byKey[r.Contract]
+		if !ok {
+			return nil, fmt.Errorf("re-pricing contract %s: its partition was not rewound", r.Contract)
 		}
-		byKey := make(map[string]partition.Rewound, len(rewound))
-		for _, rw := range rewound {
-			byKey[rw.Key] = rw
+		if rw.Generation <= states[pg.req].current {
+			return nil, fmt.Errorf("re-pricing contract %s: %w: the partition's generation %d is not past the current generation %d",
+				r.Contract, pricer.ErrCorrupt, rw.Generation, states[pg.req].current)
 		}
-		for _, i := range pending {
-			r := reqs[i]
-			rw, ok := byKey[r.Contract]
-			if !ok {
-				return nil, fmt.Errorf("re-pricing contract %s: its partition was not rewound", r.Contract)
-			}
-			if rw.Generation <= states[i].current {
-				return nil, fmt.Errorf("re-pricing contract %s: %w: the partition's generation %d is not past the current generation %d",
-					r.Contract, pricer.ErrCorrupt, rw.Generation, states[i].current)
-			}
-			if rw.Generation, err = skipUsed(ctx, tx, q, r.Contract, rw.Generation, states[i].lastGen); err != nil {
-				return nil, err
-			}
-			from := rewinds[slices.IndexFunc(rewinds, func(x partition.Rewind) bool { return x.Key == r.Contract })].Position
-			state, b := "pricing", bases[r.Contract]
-			if r.Preview {
-				state = "preview"
-			}
-			if err := tx.Exec(ctx, q(`
-INSERT INTO {{.Schema}}.generations (contract_id, generation, state, from_seq, started_by, reason, tiers, base_position, base_checkpoint)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9::jsonb)`), r.Contract, rw.Generation, state, from, r.StartedBy, r.Reason, tiers[i],
-				b.position, b.checkpoint); err != nil {
-				return nil, fmt.Errorf("re-pricing contract %s: recording generation %d: %w", r.Contract, rw.Generation, err)
-			}
-			for j := range out {
-				if out[j].Contract == r.Contract {
-					out[j].Generation = rw.Generation
-				}
-			}
+		if rw.Generation, err = skipUsed(ctx, tx, q, r.Contract, rw.Generation, states[pg.req].lastGen); err != nil {
+			return nil, err
 		}
+		g := newGeneration{contract: r.Contract, generation: rw.Generation, from: rewinds[k].Position, state: "pricing",
+			startedBy: r.StartedBy, reason: r.Reason, tiers: tiers[pg.req]}
+		if r.Preview {
+			b := bases[r.Contract]
+			g.state, g.basePos, g.baseCP = "preview", &b.position, &b.checkpoint
+		}
+		gens = append(gens, g)
+		out[pg.out].Generation = rw.Generation
+	}
+	if err := recordGenerations(ctx, tx, q, gens); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
+
+// pendingGeneration is a contract Start rewinds: its request's place in
+// reqs and its place in Start's result.
+type pendingGeneration struct{ req, out int }
 
 // merge sorts reqs by contract and merges requests for the same one.
 func merge(reqs []Request) ([]Request, error) {
@@ -371,25 +380,6 @@ func parseTiers(s string) ([]pricing.Tier, error) {
 	return out, nil
 }
 
-func replaceTiers(ctx context.Context, tx Tx, q func(string) string, contract string, tiers []pricing.Tier) error {
-	th := make([]int64, len(tiers))
-	bp := make([]int64, len(tiers))
-	for i, t := range tiers {
-		th[i], bp[i] = t.ThresholdMinor, t.DiscountBP
-	}
-	// Two statements: an insert does not see a delete of the same
-	// statement, and would conflict with the rows it removes.
-	if err := tx.Exec(ctx, q(`DELETE FROM {{.Schema}}.tiers WHERE contract_id = $1`), contract); err != nil {
-		return fmt.Errorf("re-pricing contract %s: replacing its tiers: %w", contract, err)
-	}
-	if err := tx.Exec(ctx, q(`
-INSERT INTO {{.Schema}}.tiers (contract_id, threshold_minor, discount_bp)
-SELECT $1, th, bp FROM unnest($2::bigint[], $3::bigint[]) AS u(th, bp) ORDER BY th`), contract, th, bp); err != nil {
-		return fmt.Errorf("re-pricing contract %s: replacing its tiers: %w", contract, err)
-	}
-	return nil
-}
-
 // abandoned is a generation being priced that a re-pricing replaces.
 type abandoned struct {
 	contract   string
@@ -418,40 +408,4 @@ UPDATE {{.Schema}}.generations ge
 		return fmt.Errorf("re-pricing contract %s: ending generation %d (%s): %w", contract, gen, from, err)
 	}
 	return nil
-}
-
-// checkpointAt is the pricing checkpoint of contract after record from,
-// under tiers: the cumulative gross of its current generation's priced
-// rows up to from (their amounts are the records' own, unchanged), and
-// the cumulative net the tiers give it.
-func checkpointAt(ctx context.Context, tx Tx, q func(string) string, contract string, from int64, tiersJSON string) (json.RawMessage, error) {
-	var n, gross int64
-	if err := tx.QueryRow(ctx, q(`SELECT count(*), coalesce(sum(gross_minor), 0)::bigint FROM {{.Schema}}.priced WHERE contract_id = $1 AND seq <= $2`),
-		contract, from).Scan(&n, &gross); err != nil {
-		return nil, fmt.Errorf("re-pricing contract %s: reading its priced records up to seq %d: %w", contract, from, err)
-	}
-	if n != from {
-		return nil, fmt.Errorf("re-pricing contract %s: %w: %d priced records up to seq %d", contract, pricer.ErrCorrupt, n, from)
-	}
-	tiers, err := parseTiers(tiersJSON)
-	if err != nil {
-		return nil, fmt.Errorf("re-pricing contract %s: its tiers: %w", contract, err)
-	}
-	sched, err := pricing.NewSchedule(tiers)
-	if err != nil {
-		return nil, fmt.Errorf("re-pricing contract %s: its tiers: %w", contract, err)
-	}
-	cur, err := sched.Resume(gross)
-	if err != nil {
-		return nil, fmt.Errorf("re-pricing contract %s at gross %d: %w", contract, gross, err)
-	}
-	exact, err := sched.ExactNet(gross)
-	if err != nil {
-		return nil, fmt.Errorf("re-pricing contract %s at gross %d: %w", contract, gross, err)
-	}
-	state, err := json.Marshal(pricer.Checkpoint{CumGross: gross, CumNet: cur.CumNet(), CumNetExact: exact})
-	if err != nil {
-		return nil, err
-	}
-	return state, nil
 }
