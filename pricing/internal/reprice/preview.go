@@ -78,18 +78,20 @@ func skipUsed(ctx context.Context, tx Tx, q func(string) string, contract string
 	if gen > last {
 		return gen, nil
 	}
-	if err := setGeneration(ctx, tx, q, contract, last+1); err != nil {
+	if err := setGenerations(ctx, tx, q, []string{contract}, []int64{last + 1}); err != nil {
 		return 0, fmt.Errorf("re-pricing contract %s: %w", contract, err)
 	}
 	return last + 1, nil
 }
 
-// setGeneration sets the generation of contract's partition (its row is
-// locked, and was just rewound: its version fences out earlier claims).
-func setGeneration(ctx context.Context, tx Tx, q func(string) string, contract string, gen int64) error {
-	if err := tx.Exec(ctx, q(`UPDATE {{.Schema}}.tasks SET generation = $2
- WHERE kind = '`+pricer.Kind+`' AND partition_key = $1 AND segment_of IS NULL`), contract, gen); err != nil {
-		return fmt.Errorf("setting its partition's generation to %d: %w", gen, err)
+// setGenerations sets the generation of each contract's partition to
+// gens[i] (their rows are locked, and were just rewound: their versions
+// fence out earlier claims).
+func setGenerations(ctx context.Context, tx Tx, q func(string) string, contracts []string, gens []int64) error {
+	if err := tx.Exec(ctx, q(`UPDATE {{.Schema}}.tasks t SET generation = u.gen
+  FROM unnest($1::text[], $2::bigint[]) AS u(id, gen)
+ WHERE t.kind = '`+pricer.Kind+`' AND t.partition_key = u.id AND t.segment_of IS NULL`), contracts, gens); err != nil {
+		return fmt.Errorf("setting their partitions' generations: %w", err)
 	}
 	return nil
 }
@@ -288,17 +290,25 @@ func Discard(ctx context.Context, tx Tx, schemaName string, contracts []string) 
 	}
 	out := make([]Decided, 0, len(keys))
 	rewinds := make([]partition.Rewind, 0, len(keys))
+	gens := make([]abandoned, len(keys))
+	current := make([]int64, len(keys))
 	for i, c := range keys {
 		s := states[i]
-		if err := abandon(ctx, tx, q, c, s.generation, "preview", "discarded"); err != nil {
-			return nil, err
-		}
-		if err := tx.Exec(ctx, q(`DELETE FROM {{.Schema}}.amendments WHERE contract_id = $1 AND generation = $2 AND preview`),
-			c, s.generation); err != nil {
-			return nil, fmt.Errorf("discarding the preview of contract %s: removing its amendments: %w", c, err)
-		}
+		gens[i], current[i] = abandoned{c, s.generation}, s.current
 		rewinds = append(rewinds, partition.Rewind{Key: c, Position: s.basePos, State: json.RawMessage(s.baseCP)})
 		out = append(out, Decided{Contract: c, Generation: s.generation, Current: s.current})
+	}
+	if err := abandon(ctx, tx, q, gens, "preview", "discarded"); err != nil {
+		return nil, err
+	}
+	previews := make([]int64, len(keys))
+	for i, g := range gens {
+		previews[i] = g.generation
+	}
+	if err := tx.Exec(ctx, q(`DELETE FROM {{.Schema}}.amendments a
+ USING unnest($1::text[], $2::bigint[]) AS u(id, gen)
+ WHERE a.contract_id = u.id AND a.generation = u.gen AND a.preview`), keys, previews); err != nil {
+		return nil, fmt.Errorf("discarding %d previews: removing their amendments: %w", len(keys), err)
 	}
 	// The partitions go back to the current generation where it is priced
 	// to: the rewind fences out a preview batch's claim (version + 1), and
@@ -306,10 +316,8 @@ func Discard(ctx context.Context, tx Tx, schemaName string, contracts []string) 
 	if _, err := tx.Rewind(ctx, schemaName, pricer.Kind, rewinds); err != nil {
 		return nil, fmt.Errorf("discarding %d previews: moving their partitions back: %w", len(rewinds), err)
 	}
-	for i, c := range keys {
-		if err := setGeneration(ctx, tx, q, c, states[i].current); err != nil {
-			return nil, fmt.Errorf("discarding the preview of contract %s: %w", c, err)
-		}
+	if err := setGenerations(ctx, tx, q, keys, current); err != nil {
+		return nil, fmt.Errorf("discarding %d previews: %w", len(keys), err)
 	}
 	return out, nil
 }

@@ -270,10 +270,8 @@ func Start(ctx context.Context, tx Tx, schemaName string, reqs []Request) ([]Sta
 	if err != nil {
 		return nil, fmt.Errorf("re-pricing: rewinding %d contracts: %w", len(rewinds), err)
 	}
-	for _, a := range abandons {
-		if err := abandon(ctx, tx, q, a.contract, a.generation, "pricing", "abandoned"); err != nil {
-			return nil, err
-		}
+	if err := abandon(ctx, tx, q, abandons, "pricing", "abandoned"); err != nil {
+		return nil, err
 	}
 	byKey := make(map[string]partition.Rewound, len(rewound))
 	for _, rw := range rewound {
@@ -386,26 +384,40 @@ type abandoned struct {
 	generation int64
 }
 
-// abandon ends generation gen of contract, still being priced (in state
+// abandon ends each generation of gens, still being priced (in state
 // from: pricing, or preview), as state to (abandoned, or discarded): its
 // totals are frozen as far as it got (its view: the rows it shares with
 // the current generation and the ones it priced), and its rows are
-// deleted.
-func abandon(ctx context.Context, tx Tx, q func(string) string, contract string, gen int64, from, to string) error {
+// deleted. One statement for them all.
+func abandon(ctx context.Context, tx Tx, q func(string) string, gens []abandoned, from, to string) error {
+	if len(gens) == 0 {
+		return nil
+	}
+	contracts, numbers := make([]string, len(gens)), make([]int64, len(gens))
+	for i, g := range gens {
+		contracts[i], numbers[i] = g.contract, g.generation
+	}
 	if err := tx.Exec(ctx, q(`
-WITH t AS (
-    SELECT count(*) AS n, coalesce(sum(gross_minor), 0) AS gr, coalesce(sum(discount_minor), 0) AS d,
-           coalesce(sum(net_minor), 0) AS net
-      FROM {{.Schema}}.priced_generation($1, $2)
+WITH m AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[]) AS m(contract_id, generation)
+), t AS (
+    SELECT m.contract_id, m.generation, x.n, x.gr, x.d, x.net
+      FROM m CROSS JOIN LATERAL (
+           SELECT count(*) AS n, coalesce(sum(gross_minor), 0) AS gr, coalesce(sum(discount_minor), 0) AS d,
+                  coalesce(sum(net_minor), 0) AS net
+             FROM {{.Schema}}.priced_generation(m.contract_id, m.generation)) x
 ), gone AS (
-    DELETE FROM {{.Schema}}.priced_rows WHERE contract_id = $1 AND generation = $2
+    DELETE FROM {{.Schema}}.priced_rows p USING m WHERE p.contract_id = m.contract_id AND p.generation = m.generation
 )
 UPDATE {{.Schema}}.generations ge
    SET state = $4, finished_at = now(),
        records = t.n, gross_total = t.gr, discount_total = t.d, net_total = t.net
   FROM t
- WHERE ge.contract_id = $1 AND ge.generation = $2 AND ge.state = $3`), contract, gen, from, to); err != nil {
-		return fmt.Errorf("re-pricing contract %s: ending generation %d (%s): %w", contract, gen, from, err)
+ WHERE ge.contract_id = t.contract_id AND ge.generation = t.generation AND ge.state = $3`), contracts, numbers, from, to); err != nil {
+		if len(gens) == 1 {
+			return fmt.Errorf("re-pricing contract %s: ending generation %d (%s): %w", contracts[0], numbers[0], from, err)
+		}
+		return fmt.Errorf("re-pricing %d contracts (%s, …): ending their generations (%s): %w", len(gens), contracts[0], from, err)
 	}
 	return nil
 }

@@ -4,7 +4,8 @@ package tables
 // same place) current: the current one superseded, the new one (being
 // priced, or a preview being approved) current, and
 // contracts.current_generation set. All its CTEs see the statement's
-// snapshot, so old is the generation current before it. It returns a row
+// snapshot, so old is the generation current before it, and promoted
+// runs after old (see there). It returns a row
 // per contract, in $1's order: the contract, its old generation (0 if
 // none was current) and the generation and contract rows it updated (1
 // and 1). Three single-row updates a contract: no priced row is read or
@@ -27,9 +28,14 @@ const SwitchSQL = `WITH m AS (
        AND g.generation = c.current_generation AND g.state = 'current'
     RETURNING g.contract_id, g.generation
 ), promoted AS (
+    -- After old: (SELECT count(*) FROM old) has its one row only once
+    -- old has run to its end, and no row of promoted is updated before
+    -- that row joins it. Each contract may have one current generation
+    -- (generations_current, checked row by row), so a new one made
+    -- current before the old one is superseded is refused.
     UPDATE {{.Schema}}.generations g
        SET state = 'current', finished_at = now()
-      FROM m
+      FROM m, (SELECT count(*) FROM old) AS after_old
      WHERE g.contract_id = m.contract_id AND g.generation = m.generation AND g.state IN ('pricing', 'preview')
     RETURNING g.contract_id
 ), switched AS (
