@@ -77,7 +77,13 @@
 // segment) locks the generation's row to decide, against the other
 // pieces' checkpoints, whether it is the last and switches the contract
 // to it; a re-pricing that abandons that generation takes it after its
-// rewind holds the contract's task rows, segments included.
+// rewind holds the contract's task rows, segments included. A group's
+// members that are their contracts' only pieces record their
+// generations' starts and switch in one statement for them all, locking
+// those rows in whatever order the statement reaches them: every task
+// row of those contracts is held by the group's fence, so no other batch
+// and no re-pricing (which takes the task rows first) can hold one of
+// them meanwhile.
 //
 // The protocol in full (the task row, claims, fair shares, confirmation,
 // the fence, pauses, states, the takeover bound, the claim floor,
