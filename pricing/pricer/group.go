@@ -18,7 +18,8 @@ import (
 // would give it alone. Members past their first generation (re-priced
 // contracts) add a read of their generations, and the statements Process
 // makes for them: the start of a generation's pricing, and the switch of
-// each member that catches up (groupgen.go). A group with a member that
+// each member that catches up, each one statement for all the members
+// that need it (groupgen.go). A group with a member that
 // prices a preview is priced member by member, in its transaction.
 
 var _ distributor.GroupProcessor = (*Processor)(nil)

@@ -14,9 +14,16 @@ import (
 // Process gives a batch of theirs alone (generations.go): one read of all
 // their generations, the start of each generation's pricing recorded with
 // its first batch, and the switch of each member whose batch catches up
-// with its contract's records. The statements that lock generation and
-// contract rows run member by member, in the group's partition_key order,
-// so two groups take those locks in the same order.
+// with its contract's records. The starts are one statement for the
+// group, and so are the switches of the members that are their
+// contracts' only piece (SwitchSQL takes arrays); a member whose contract
+// has segments locks its generation's row and counts the other pieces
+// first (switchWhenLast), member by member in the group's partition_key
+// order, so two groups take those locks in the same order. The rows the
+// group-wide statements lock are no other transaction's to take
+// meanwhile: a generation's start is recorded by its partition's first
+// batch, before any segment of it exists, and a contract's only piece is
+// held by this group's fence (a re-pricing takes the task rows first).
 
 // groupGens is how a group's members stand in their generations.
 type groupGens struct {
