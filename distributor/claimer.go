@@ -211,19 +211,27 @@ func (d *Distributor) claim(ctx context.Context) (started int, err error) {
 		d.log.Debug("spreading a dead worker's partitions", "stale", countStale(cands), "beyond_share", len(beyond),
 			"left_to_others_unless_in_share", left, "want", want, "room", room)
 	}
+	// Riders only while room, not the share, bounds the worker: there is
+	// more work than the workers have room for.
+	ride := !segmentsOnly && want >= room
 	for round := 0; round < 2 && room > 0 && len(cands) > 0; round++ {
-		var try, fresh, spares []taskstore.Candidate
+		var try, fresh, riders, spares []taskstore.Candidate
 		try, cands = decide.PickClaims(cands, anyShare, want, room)
 		if len(try) == 0 {
 			break
 		}
 		// Unowned partitions are claimed each in the transaction of its
 		// first batch, several in one when the processor can group them
-		// (claimFreshAll); a lost one wakes the loop for another round.
-		// Takeovers are claimed together here, to be confirmed.
-		try, fresh, spares, cands = freshAndSpares(try, cands)
+		// (claimFreshAll), with riders (riders.go) filling the groups; a
+		// lost one wakes the loop for another round. Takeovers are
+		// claimed together here, to be confirmed.
+		try, fresh, cands = splitFresh(try, cands)
+		if ride {
+			riders, cands = d.pickRiders(fresh, cands)
+		}
+		spares, cands = pickSpares(len(fresh)+len(riders), cands)
 		want, room = want-len(fresh), room-len(fresh)
-		d.claimFreshAll(fresh, spares)
+		d.claimFreshAll(fresh, riders, spares)
 		started += len(fresh)
 		if len(try) == 0 {
 			break
@@ -333,11 +341,9 @@ func (d *Distributor) headCandidates(ctx context.Context, stale []taskstore.Cand
 	return cands, nil
 }
 
-// freshAndSpares takes the unowned candidates (fresh) out of try, leaving
-// the takeovers, and when there are two or more of them, spares out of
-// cands: more unowned candidates than there is room for, which a group
-// fences in place of members it loses to other workers.
-func freshAndSpares(try, cands []taskstore.Candidate) (takeovers, fresh, spares, rest []taskstore.Candidate) {
+// splitFresh takes the unowned candidates (fresh) out of try, leaving the
+// takeovers.
+func splitFresh(try, cands []taskstore.Candidate) (takeovers, fresh, rest []taskstore.Candidate) {
 	takeovers = slices.DeleteFunc(try, func(c taskstore.Candidate) bool {
 		if c.Owned {
 			return false
@@ -345,17 +351,25 @@ func freshAndSpares(try, cands []taskstore.Candidate) (takeovers, fresh, spares,
 		fresh = append(fresh, c)
 		return true
 	})
-	rest = cands
-	if len(fresh) > 1 {
-		rest = slices.DeleteFunc(cands, func(c taskstore.Candidate) bool {
-			if c.Owned || len(spares) > len(fresh)/2 {
-				return false
-			}
-			spares = append(spares, c)
-			return true
-		})
+	return takeovers, fresh, cands
+}
+
+// pickSpares takes, when claims claims are made with first batches and
+// they are two or more, spares out of cands: more unowned candidates than
+// there is room for, which a group fences in place of members it loses
+// to other workers.
+func pickSpares(claims int, cands []taskstore.Candidate) (spares, rest []taskstore.Candidate) {
+	if claims < 2 {
+		return nil, cands
 	}
-	return takeovers, fresh, spares, rest
+	rest = slices.DeleteFunc(cands, func(c taskstore.Candidate) bool {
+		if c.Owned || len(spares) > claims/2 {
+			return false
+		}
+		spares = append(spares, c)
+		return true
+	})
+	return spares, rest
 }
 
 // claimTakeovers claims try (a dead worker's partitions) together, to be

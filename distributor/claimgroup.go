@@ -27,22 +27,18 @@ import (
 
 // claimFreshAll claims unowned candidates with their first batches: in
 // groups of up to ClaimGroup when the processor implements GroupProcessor,
-// each in its own transaction otherwise. spares are more candidates, shared
-// out among the groups, that a group fences in place of members it loses
+// each in its own transaction otherwise. riders (riders.go) are shared out
+// among the groups beyond the room cands take; spares are more candidates,
+// shared out likewise, that a group fences in place of members it loses
 // at its fence (up to its size, never more).
-func (d *Distributor) claimFreshAll(cands, spares []taskstore.Candidate) {
-	gp, ok := d.proc.(GroupProcessor)
-	size := 1
-	if ok && d.cfg.ClaimGroup >= 2 && len(cands) >= 2 {
-		// As many groups as ClaimGroup requires, of even sizes; no more
-		// members than the group's items allow (one each at least).
-		size = max(1, min(d.cfg.ClaimGroup, d.size.groupLimit()))
-	}
+func (d *Distributor) claimFreshAll(cands, riders, spares []taskstore.Candidate) {
+	gp, size := d.claimGroupSize(len(cands) + len(riders))
 	groups := (len(cands) + size - 1) / size
 	for ; groups > 0; groups-- {
 		n := (len(cands) + groups - 1) / groups
-		g := cands[:n:n]
-		cands = cands[n:]
+		r := (len(riders) + groups - 1) / groups
+		g := slices.Concat(cands[:n], riders[:r])
+		cands, riders = cands[n:], riders[r:]
 		var sp []taskstore.Candidate
 		if len(g) > 1 {
 			k := (len(spares) + groups - 1) / groups
@@ -57,20 +53,25 @@ func (d *Distributor) claimFreshAll(cands, spares []taskstore.Candidate) {
 			d.claiming[c.Key] = 0
 		}
 		d.mu.Unlock()
+		keep := len(g)
+		if r > 0 {
+			keep = n
+		}
 		d.wg.Add(1)
-		go d.runClaim(gp, g, sp)
+		go d.runClaim(gp, g, sp, keep)
 	}
 }
 
 // runClaim claims cands (reserved by claimFreshAll) with their first
-// batches in one transaction, and does what follows it: the members
-// committed are reported and released or held on; those lost at the fence
-// are skipped for a while; after a rollback each member of a group is
-// claimed with its first batch on its own, and a lone one on its own
-// without it (claimAlone).
-func (d *Distributor) runClaim(gp GroupProcessor, cands, spares []taskstore.Candidate) {
+// batches in one transaction, holding on to at most keep of them after it
+// (riders.go), and does what follows it: the members committed are
+// reported and released or held on; those lost at the fence are skipped
+// for a while; after a rollback each member of a group is claimed with its
+// first batch on its own, and a lone one on its own without it
+// (claimAlone).
+func (d *Distributor) runClaim(gp GroupProcessor, cands, spares []taskstore.Candidate, keep int) {
 	defer d.wg.Done()
-	t, cs := d.claimTxn(gp, cands, spares)
+	t, cs := d.claimTxn(gp, cands, spares, keep)
 	err := d.runTxn(t)
 	members := make([]taskstore.Candidate, len(t.members))
 	for i, m := range t.members {
@@ -193,7 +194,7 @@ func (d *Distributor) claimRolledBack(t *txn, err error, members []taskstore.Can
 		// against its partition, and runs a long batch under heartbeats.
 		d.log.Debug("claim of a group with its first batches rolled back; claiming each on its own",
 			"partitions", len(members), "error", err)
-		d.claimEachAlone(members)
+		d.claimEachAlone(t, members)
 	}
 }
 
@@ -220,15 +221,21 @@ func (d *Distributor) claimTooLong(t *txn, err error, members []taskstore.Candid
 	limit := d.size.groupTooLong(t.tried, t.elapsed)
 	d.log.Info("claim of a group with its first batches too long for one transaction; claiming each on its own",
 		"partitions", len(members), "items", t.tried, "group_limit", limit, "error", err)
-	d.claimEachAlone(members)
+	d.claimEachAlone(t, members)
 }
 
 // claimEachAlone claims each of a rolled-back group's members (still
-// reserved) with its first batch in a transaction of its own.
-func (d *Distributor) claimEachAlone(members []taskstore.Candidate) {
-	for _, c := range members {
+// reserved) with its first batch in a transaction of its own; those
+// beyond the room t was formed for (its riders, or spares in their place)
+// are released after it, caught up or not.
+func (d *Distributor) claimEachAlone(t *txn, members []taskstore.Candidate) {
+	for i, c := range members {
+		keep := 1
+		if i >= t.keep {
+			keep = 0
+		}
 		d.wg.Add(1)
-		go d.runClaim(nil, []taskstore.Candidate{c}, nil)
+		go d.runClaim(nil, []taskstore.Candidate{c}, nil, keep)
 	}
 }
 
@@ -241,9 +248,10 @@ func (d *Distributor) claimedWithBatch(t *txn, m *member) {
 	d.reportClaim(c)
 	d.reportCheckpoint(m.lease, m.items, m.res.Position, t.elapsed)
 	if m.released {
-		d.emit(Event{Kind: EventReleased, Key: m.lease.Key, Version: m.lease.Version, Reason: "caught_up"})
+		reason := m.releaseReason()
+		d.emit(Event{Kind: EventReleased, Key: m.lease.Key, Version: m.lease.Version, Reason: reason})
 		d.log.Info("released partition", "event", "released", d.cfg.KeyAttr, m.lease.Key, "version", m.lease.Version,
-			"reason", "caught_up", "with_batch", true, "with_claim", true)
+			"reason", reason, "with_batch", true, "with_claim", true)
 		return
 	}
 	c.Position = m.res.Position // after its first batch
@@ -252,13 +260,13 @@ func (d *Distributor) claimedWithBatch(t *txn, m *member) {
 
 // claimTxn is the transaction claiming cands with their first batches:
 // alone (one candidate) or as a group processed by gp, with spares.
-func (d *Distributor) claimTxn(gp GroupProcessor, cands, spares []taskstore.Candidate) (*txn, *claimStatements) {
+func (d *Distributor) claimTxn(gp GroupProcessor, cands, spares []taskstore.Candidate, keep int) (*txn, *claimStatements) {
 	cs := &claimStatements{d: d, cands: cands, untried: spares}
 	// A first batch may take no longer than a lease less the safety
 	// margin, as any batch's local deadline allows; one that would is
 	// rolled back and claimed on its own, to run under heartbeats.
 	t := &txn{stmts: cs, lone: len(cands) == 1, group: gp, deadline: d.cfg.StaleAfter - d.cfg.SafetyMargin,
-		spanName: "baton.claim_group", members: make([]*member, len(cands))}
+		spanName: "baton.claim_group", members: make([]*member, len(cands)), keep: keep, limitKeep: keep < len(cands)}
 	for i, c := range cands {
 		t.members[i] = claimMember(c)
 	}
@@ -330,6 +338,19 @@ func (s *claimStatements) fence(ctx context.Context, t *txn) ([]*member, error) 
 	return t.members, nil
 }
 
+// releaseReason is why m is released with its batch: it caught up, or it
+// is beyond the room of its claim (riders.go).
+func (m *member) releaseReason() string {
+	if m.noRoom {
+		return reasonNoRoom
+	}
+	return "caught_up"
+}
+
+// reasonNoRoom is the release reason of a claim group's member released
+// before it caught up, beyond the room the group was formed for.
+const reasonNoRoom = "no_room"
+
 // claimMember is the member claiming c: its lease, if the claim commits,
 // is the version read plus one.
 func claimMember(c taskstore.Candidate) *member {
@@ -351,7 +372,7 @@ func (s *claimStatements) record(ctx context.Context, t *txn) error {
 	released := 0
 	for i, m := range in {
 		steps[i] = taskstore.ClaimStep{Candidate: m.cand, From: m.cp.Position, Position: m.res.Position,
-			State: m.res.State, Release: m.release, Traceparent: traceparentOf(m.ctx)}
+			State: m.res.State, Release: m.release, Reason: m.releaseReason(), Traceparent: traceparentOf(m.ctx)}
 		if m.release {
 			released++
 		}
@@ -362,7 +383,7 @@ func (s *claimStatements) record(ctx context.Context, t *txn) error {
 	var rspan trace.Span
 	if t.lone && released > 0 {
 		_, rspan = tracer.Start(sctx, "baton.release", d.leaseAttrs(in[0].lease), trace.WithAttributes(
-			attribute.String("baton.reason", "caught_up"), attribute.Bool("baton.with_batch", true),
+			attribute.String("baton.reason", in[0].releaseReason()), attribute.Bool("baton.with_batch", true),
 			attribute.Bool("baton.with_claim", true)))
 	}
 	t.sent = d.cfg.Clock.Now()

@@ -412,11 +412,12 @@ func TestClaimGroupInLeaderModeKeepsItsMembers(t *testing.T) {
 }
 
 // A group fences spare candidates in place of members another transaction
-// holds, so it is as full as the worker's room allows, never fuller.
+// holds, so it is as full as the worker's room allows, never fuller. (Each
+// partition has more items than a member's bound, so none rides.)
 func TestClaimGroupFillsWithSpares(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.addWork(1, keys("s", 6)...)
+	e.addWork(11, keys("s", 6)...)
 	other := e.fenceElsewhere("s003")
 	defer func() { _ = other.Rollback() }()
 	ev := newEvents()

@@ -126,8 +126,12 @@ type Config struct {
 	// worker has room for several and the Processor implements
 	// GroupProcessor; and the most held partitions whose batches, queued
 	// while another batch of the worker was in flight, commit together
-	// in one transaction. Defaults to 16; 1 claims each in a transaction
-	// of its own and runs every batch alone.
+	// in one transaction. In lock mode, while MaxPartitions rather than
+	// the fair share bounds the worker, a group's members beyond its room
+	// are small partitions its first batches finish (riders), released
+	// with the commit, caught up or not, so a group may exceed
+	// MaxPartitions but the partitions held never do. Defaults to 16; 1
+	// claims each in a transaction of its own and runs every batch alone.
 	ClaimGroup int
 	// ClaimGroupItems is the most work items a group's batches (first
 	// batches, or held partitions' batches) take in all: the group's

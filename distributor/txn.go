@@ -78,6 +78,11 @@ type txn struct {
 	// batchBound: a group also counts as one batch of its largest
 	// member's items for the batch bound.
 	batchBound bool
+	// keep, with limitKeep (a claim with riders, riders.go): the most
+	// members held on after the commit; the others are released with it,
+	// caught up or not.
+	keep      int
+	limitKeep bool
 
 	in      []*member     // the members fenced, in the order of their locks
 	span    trace.Span    // a group's
@@ -114,6 +119,7 @@ type member struct {
 	items    int64 // processed (0 for a split)
 	caughtUp bool
 	release  bool // to be released with the commit
+	noRoom   bool // released not caught up: beyond the room of its claim (riders.go)
 	released bool
 	// committed: its batch committed; err: its own failure (fence,
 	// release, outcome re-read) when the transaction's is nil.
@@ -378,6 +384,18 @@ func (d *Distributor) check(t *txn) error {
 		}
 		m.caughtUp = pos >= cp.Available
 		m.release = m.caughtUp && d.releasesCaughtUp(m.segment())
+	}
+	if t.limitKeep {
+		kept := 0
+		for _, m := range t.in {
+			switch {
+			case m.release:
+			case kept < t.keep:
+				kept++
+			default:
+				m.release, m.noRoom = true, true
+			}
+		}
 	}
 	return nil
 }

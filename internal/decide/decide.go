@@ -232,6 +232,27 @@ func PickClaims[C any](cands []C, owned func(C) bool, want, room int) (try, rest
 	return try, rest
 }
 
+// PickRiders chooses, from the candidates a round left (rest of
+// PickClaims), the riders of its claim groups: unowned partitions (those
+// eligible picks out) whose pending items, as read, fit a member's bound
+// (memberItems), at most n of them and at most items pending in all. A
+// rider is claimed and processed in a group beyond the worker's room
+// (MaxPartitions), because its first batch should finish it and release
+// it with the commit; one that does not finish is released anyway, so it
+// is never held. It returns the riders and the candidates left, in their
+// order.
+func PickRiders[C any](cands []C, eligible func(C) bool, backlog func(C) int64, n int, memberItems, items int64) (riders, rest []C) {
+	for _, c := range cands {
+		if b := backlog(c); len(riders) < n && eligible(c) && b > 0 && b <= memberItems && b <= items {
+			riders = append(riders, c)
+			items -= b
+			continue
+		}
+		rest = append(rest, c)
+	}
+	return riders, rest
+}
+
 // Live reports whether a worker counts as live: its registration has
 // time left and it has not stopped.
 func Live(registrationLeft time.Duration, stopped bool) bool {

@@ -139,6 +139,45 @@ func TestPickClaims(t *testing.T) {
 	}
 }
 
+func TestPickRiders(t *testing.T) {
+	type c struct {
+		key     string
+		owned   bool
+		backlog int64
+	}
+	eligible := func(x c) bool { return !x.owned }
+	backlog := func(x c) int64 { return x.backlog }
+	names := func(cs []c) []string {
+		var out []string
+		for _, x := range cs {
+			out = append(out, x.key)
+		}
+		return out
+	}
+	cands := []c{{"a", false, 10}, {"owned", true, 5}, {"big", false, 500}, {"empty", false, 0}, {"b", false, 20}, {"c", false, 30}, {"d", false, 1}}
+	for _, tc := range []struct {
+		name          string
+		n             int
+		member, items int64
+		riders, rest  []string
+	}{
+		{"small unowned ones with work, in order, up to n", 2, 100, 1000,
+			[]string{"a", "b"}, []string{"owned", "big", "empty", "c", "d"}},
+		{"a backlog above the member bound stays", 10, 499, 1000,
+			[]string{"a", "b", "c", "d"}, []string{"owned", "big", "empty"}},
+		{"the items left bound the sum, later smaller ones still fit", 10, 1000, 35,
+			[]string{"a", "b", "d"}, []string{"owned", "big", "empty", "c"}},
+		{"none wanted", 0, 1000, 1000, nil, []string{"a", "owned", "big", "empty", "b", "c", "d"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			riders, rest := PickRiders(cands, eligible, backlog, tc.n, tc.member, tc.items)
+			if !slices.Equal(names(riders), tc.riders) || !slices.Equal(names(rest), tc.rest) {
+				t.Fatalf("PickRiders = %v, %v; want %v, %v", names(riders), names(rest), tc.riders, tc.rest)
+			}
+		})
+	}
+}
+
 func TestStaleFirst(t *testing.T) {
 	cs := []cand{{"a", false}, {"b", true}, {"c", false}, {"d", true}}
 	StaleFirst(cs, owned)

@@ -1,6 +1,7 @@
 package taskstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -113,15 +114,18 @@ func (t Txn) FenceUnownedGroup(ctx context.Context, cands []Candidate, limit int
 
 // ClaimStep is one member of ClaimAdvanceGroup: a candidate fenced in the
 // same transaction, the checkpoint its first batch moves From → Position
-// with State, and whether to release it again (lock mode, caught up).
-// Traceparent is the W3C trace context of the member's batch, stored with
-// its checkpoint; empty means the span in the statement's context.
+// with State, and whether to release it again (lock mode, caught up, or
+// beyond the room of its claim) and why (Reason; empty for the
+// statement's reason). Traceparent is the W3C trace context of the
+// member's batch, stored with its checkpoint; empty means the span in the
+// statement's context.
 type ClaimStep struct {
 	Candidate   Candidate
 	From        int64
 	Position    int64
 	State       json.RawMessage
 	Release     bool
+	Reason      string
 	Traceparent string
 }
 
@@ -164,6 +168,7 @@ func (t Txn) ClaimAdvanceGroup(ctx context.Context, ttl time.Duration, steps []C
 	states := make([]string, n)
 	releases := make([]bool, n)
 	traces := make([]string, n)
+	reasons := make([]string, n)
 	leases := make([]partition.Lease, n)
 	trace := traceparent(ctx)
 	for i, st := range steps {
@@ -177,13 +182,14 @@ func (t Txn) ClaimAdvanceGroup(ctx context.Context, ttl time.Duration, steps []C
 		if traces[i] == "" {
 			traces[i] = trace
 		}
+		reasons[i] = cmp.Or(st.Reason, reason)
 		leases[i] = partition.Lease{Key: st.Candidate.Key, Version: st.Candidate.Version + 1}
 	}
 	q := claimAdvanceGroupSQL
 	args := []any{keys, versions, froms, positions, states, releases, t.owner, micros(ttl), traces, notify.Channel,
 		t.s.kind, notify.Payload(notify.Released, t.s.kind)}
 	if !t.s.noEvents {
-		q, args = claimAdvanceGroupEventsSQL, append(args, reason)
+		q, args = claimAdvanceGroupEventsSQL, append(args, reasons)
 	}
 	rows, err := t.s.queryTx(ctx, t.tx, q, args...)
 	var won int
@@ -289,14 +295,16 @@ const claimAdvanceGroupCTEs = `
 
 // claimAdvanceGroupEventsSQL is claimAdvanceGroupSQL recording each
 // member's history in the same statement: claimed, first_batch and, when
-// released, released with reason $13, all under the claim's version.
+// released, released with the member's reason ($13, in $1's order), all
+// under the claim's version.
 const claimAdvanceGroupEventsSQL = claimAdvanceGroupCTEs + `, e AS (
 			INSERT INTO {{.Schema}}.events (task_kind, partition_key, kind, version, worker, position, items, detail)
 			SELECT $11, partition_key, '` + string(partition.EventClaimed) + `', version, $7, from_pos, NULL::bigint, NULL FROM u
 			UNION ALL
 			SELECT $11, partition_key, '` + string(partition.EventFirstBatch) + `', version, $7, position, position - from_pos, NULL FROM u
 			UNION ALL
-			SELECT $11, partition_key, '` + string(partition.EventReleased) + `', version, $7, position, NULL::bigint, nullif($13, '') FROM u WHERE release
+			SELECT $11, u.partition_key, '` + string(partition.EventReleased) + `', u.version, $7, u.position, NULL::bigint, nullif(r.reason, '')
+			FROM u JOIN unnest($1::text[], $13::text[]) AS r(key, reason) ON r.key = u.partition_key WHERE u.release
 		)
 		SELECT count(*) FROM u CROSS JOIN n`
 
