@@ -21,8 +21,12 @@ import (
 // So a round that claims unowned partitions with their first batches
 // fills each group, up to ClaimGroup members, with riders: unowned
 // partitions (not segments) whose pending items, as the round read them,
-// fit a member's share of the group bound, within the items the group
-// bound leaves after the members the room allowed. A rider is fenced,
+// are no more than a batch starts at (BatchSize's start, 1,000 at the
+// defaults: where a transaction's fixed cost is a large part of its
+// time) and fit a member's share of the group bound, within the items
+// the group bound leaves after the members the room allowed. Larger
+// partitions gain little from sharing a transaction, whose fixed cost
+// their own batches already spread thin. A rider is fenced,
 // processed, checkpointed and claimed exactly as the other members, in
 // the same statements; what differs is that a group with riders holds on
 // to no more members after its commit than the room it was formed for
@@ -64,7 +68,10 @@ func (d *Distributor) pickRiders(fresh, cands []taskstore.Candidate) (riders, re
 	}
 	_, size := d.claimGroupSize(len(fresh) + 1)
 	groups := (len(fresh) + size - 1) / size
-	member := int64(d.size.memberLimit(d.cfg.ClaimGroup))
+	// Riders are the partitions whose transaction costs more than their
+	// items: no more than a batch starts at (1,000 items at the
+	// defaults), and within a member's bound.
+	member := int64(min(d.size.memberLimit(d.cfg.ClaimGroup), d.size.start()))
 	items := int64(groups) * int64(d.size.groupLimit())
 	for _, c := range fresh {
 		items -= min(c.Backlog, member)

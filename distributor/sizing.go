@@ -84,6 +84,11 @@ func (s *sizer) batchLimit() int {
 	return s.batch
 }
 
+// start is where the batch bound starts (and the lowest a slow batch
+// takes it to): batches smaller than this are dominated by their fixed
+// cost.
+func (s *sizer) start() int { return s.floor }
+
 // memberLimit is the most items one member of a group may take now: the
 // batch bound, or claimGroup members' even part of the group bound when
 // that is more, at most maxBatch. A full group takes no more than the
