@@ -2,6 +2,8 @@ package distributor_test
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -98,6 +100,48 @@ func TestClaimGroupRiderNotCaughtUpIsReleased(t *testing.T) {
 	}
 	if r := ev.count(func(x distributor.Event) bool { return x.Kind == distributor.EventReleased && x.Reason == "no_room" }); r != noRoom {
 		t.Fatalf("%d no_room releases reported, %d in the history", r, noRoom)
+	}
+	if w := e.heldBy(); len(w) != 0 {
+		t.Fatalf("held counts %v after every partition was released; want none", w)
+	}
+}
+
+// A group with riders that rolls back is claimed member by member, as any
+// group, and the members beyond the room it was formed for are released
+// after their first batch, caught up or not: here every group fails and
+// every lone first batch takes one item of two, so those members are
+// released with reason no_room rather than held beyond MaxPartitions.
+func TestClaimGroupRidersRolledBackAreReleasedAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 12
+	e.addWork(2, keys("b", n)...)
+	ev := newEvents()
+	cfg := groupConfig("w", ev)
+	cfg.MaxPartitions = 2
+	p := newGroupProc()
+	p.beforeGroup = func(ctx context.Context, g *distributor.Group) error {
+		return errors.New("the group fails")
+	}
+	p.before = func(ctx context.Context, b *distributor.Batch) error {
+		if b.Checkpoint.Position == 0 {
+			b.Limit = 1
+		}
+		return nil
+	}
+	d := e.start(cfg, p)
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, ev.dump())
+	}
+	e.verify()
+	if g := p.groupSizes(); len(g) == 0 || slices.Max(g) <= cfg.MaxPartitions {
+		t.Fatalf("group sizes %v; want a group with riders beyond MaxPartitions (%d)", g, cfg.MaxPartitions)
+	}
+	if k := e.largestGroup(); k != 1 {
+		t.Fatalf("a transaction committed %d claims; want every group rolled back and each member claimed alone", k)
+	}
+	if r := e.releasedFor("no_room"); r == 0 {
+		t.Fatal("no member released with reason no_room; want the riders claimed alone released after their first batch")
 	}
 	if w := e.heldBy(); len(w) != 0 {
 		t.Fatalf("held counts %v after every partition was released; want none", w)
