@@ -318,8 +318,10 @@ func (s *source) workers(ctx context.Context) ([]worker, error) {
 var (
 	notableKinds = []partition.EventKind{partition.EventTakeover, partition.EventFenced, partition.EventLost,
 		partition.EventFailed, partition.EventQuarantined, partition.EventRetried, partition.EventPaused, partition.EventResumed}
-	// A release because of a pause follows the pause's own event.
-	normalReleases = []string{"", "caught_up", "rebalance", "shutdown", "paused"}
+	// A release because of a pause follows the pause's own event; one
+	// for no room is a claim group's rider not finished by its first
+	// batch, resumed by the next claim.
+	normalReleases = []string{"", "caught_up", "rebalance", "shutdown", "paused", "no_room"}
 )
 
 // notable returns up to limit notable events of the last since, newest

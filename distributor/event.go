@@ -20,7 +20,7 @@ const (
 	EventClaimLost   EventKind = partition.EventClaimLost   // claim attempts lost to other workers (Items counts them)
 	EventConfirmed   EventKind = partition.EventConfirmed   // a takeover survived Confirm heartbeats
 	EventCheckpoint  EventKind = partition.EventCheckpoint  // a batch committed (Items, Position, Duration)
-	EventReleased    EventKind = partition.EventReleased    // handed back (Reason: caught_up, rebalance, paused, shutdown)
+	EventReleased    EventKind = partition.EventReleased    // handed back (Reason: caught_up, rebalance, paused, shutdown, no_room)
 	EventLost        EventKind = partition.EventLost        // ownership lost, lease expired locally, or left to expire because releasing failed (Err)
 	EventFenced      EventKind = partition.EventFenced      // a commit was rejected by the fence
 	EventFailed      EventKind = partition.EventFailed      // a batch failed; the partition backs off (Attempts, Err)
@@ -51,7 +51,7 @@ type Event struct {
 	Items    int           // checkpoint: items in the batch
 	Position int64         // checkpoint position after the event
 	Attempts int           // failed: attempts so far
-	Reason   string        // released: caught_up, rebalance, paused or shutdown
+	Reason   string        // released: caught_up, rebalance, paused, shutdown or no_room (riders.go)
 	Duration time.Duration // how long the step took (batch, confirmation)
 	Err      error         // the cause, for lost, fenced and failed
 	At       time.Time     // when, by the local clock

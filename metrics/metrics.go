@@ -82,7 +82,7 @@ func New() *Metrics {
 	m.fenced = prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_fenced_commits_total",
 		Help: "Batch commits rejected by the fence because the claim was no longer current."})
 	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_releases_total",
-		Help: "Partitions handed back, by reason: caught_up, rebalance, shutdown."}, []string{"reason"})
+		Help: "Partitions handed back, by reason: caught_up, rebalance, shutdown, no_room (a claim group's member beyond the worker's room, not finished by its first batch)."}, []string{"reason"})
 	m.lost = prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_partitions_lost_total",
 		Help: "Partitions lost: taken over by another claim or expired locally without a heartbeat."})
 	m.failures = prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_batch_failures_total",
@@ -102,7 +102,7 @@ func New() *Metrics {
 	m.claims.WithLabelValues("lost")
 	m.heartbeats.WithLabelValues("ok")
 	m.heartbeats.WithLabelValues("failed")
-	for _, r := range []string{"caught_up", "rebalance", "shutdown"} {
+	for _, r := range []string{"caught_up", "rebalance", "shutdown", "no_room"} {
 		m.releases.WithLabelValues(r)
 	}
 	f(heldCollector{m})
