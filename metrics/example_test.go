@@ -69,6 +69,7 @@ func Example() {
 	// /readyz ready
 	// /metrics baton_records_processed_total 22
 	// /metrics baton_releases_total{reason="caught_up"} 3
+	// /metrics baton_releases_total{reason="no_room"} 0
 	// /metrics baton_releases_total{reason="rebalance"} 0
 	// /metrics baton_releases_total{reason="shutdown"} 0
 }
