@@ -211,7 +211,9 @@ func (p *Processor) switchWhenLast(ctx context.Context, tx bun.Tx, contract stri
 func isSegment(b *distributor.Batch) bool { return contractOf(b) != b.Lease.Key }
 
 // switchGenerations makes generation gens[i] of contracts[i] current,
-// for each i (see above), in the batch's transaction: one statement for
+// for each i (see above), and records its pricing as started if its first
+// batch is this one (readGroupGenerations leaves that to the switch), in
+// the batch's transaction: one statement for
 // them all (a group's members that caught up), three single-row updates
 // a contract, so the statement timeout applies to it as to the batch's
 // other statements.
@@ -222,7 +224,7 @@ func (p *Processor) switchGenerations(ctx context.Context, tx bun.Tx, contracts 
 		}
 		return fmt.Sprintf("switching %d contracts (%s, …) to their new generations", len(contracts), contracts[0])
 	}
-	rows, err := tx.Tx.QueryContext(ctx, p.sql(tables.SwitchSQL), contracts, gens)
+	rows, err := tx.Tx.QueryContext(ctx, p.sql(tables.SwitchSQL), contracts, gens, true)
 	if err != nil {
 		return fmt.Errorf("%s: %w", doing(), err)
 	}

@@ -3,6 +3,7 @@ package pricer
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/uptrace/bun/dialect/pgdialect"
 
@@ -29,6 +30,7 @@ import (
 type groupGens struct {
 	pending   []bool // member i prices a generation that is not current yet; nil: none does
 	segmented []bool // member i's contract has segments (genState.segmented)
+	unstarted []bool // member i's batch is its generation's first: its start is recorded with the group's switches
 	preview   bool   // some member prices a preview (the group is priced member by member)
 }
 
@@ -44,9 +46,11 @@ const readGroupGenerationsSQL = `SELECT m.i, coalesce(c.current_generation, 0), 
  ORDER BY m.i`
 
 // readGroupGenerations reads how the group's members past their first
-// generation stand, and records the start of the pricing of those whose
-// generation's first batch this is. It reads nothing when every member is
-// in its first generation.
+// generation stand, and notes those whose generation's first batch this
+// is: switchCaughtUp records when their pricing started, in the switch of
+// those that catch up (a contract of a few records starts and finishes its
+// generation in one batch) and in one statement for the others. It reads
+// nothing when every member is in its first generation.
 func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Group) (groupGens, error) {
 	var idx []int
 	var contracts []string
@@ -65,8 +69,7 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 		return out, fmt.Errorf("reading the generations of %d contracts (%s, …): %w", len(idx), contracts[0], err)
 	}
 	defer rows.Close()
-	out.pending, out.segmented = make([]bool, len(g.Batches)), make([]bool, len(g.Batches))
-	var unstarted []int
+	out.pending, out.segmented, out.unstarted = make([]bool, len(g.Batches)), make([]bool, len(g.Batches)), make([]bool, len(g.Batches))
 	seen := 0
 	for rows.Next() {
 		var (
@@ -90,9 +93,7 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 		}
 		out.pending[idx[k]], out.segmented[idx[k]] = pending, segmented
 		out.preview = out.preview || pending && state == "preview"
-		if pending && !started {
-			unstarted = append(unstarted, k)
-		}
+		out.unstarted[idx[k]] = pending && !started
 		seen++
 	}
 	if err := rows.Err(); err != nil {
@@ -102,18 +103,8 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 	if seen != len(idx) {
 		return out, fmt.Errorf("reading the generations of %d contracts: %d rows", len(idx), seen)
 	}
-	if out.preview {
-		return out, nil // Process reads each member's again, and records the start
-	}
-	if len(unstarted) > 0 {
-		cs, gs := make([]string, len(unstarted)), make([]int64, len(unstarted))
-		for j, k := range unstarted {
-			cs[j], gs[j] = contracts[k], gens[k]
-		}
-		if err := p.markPricingStarted(ctx, g.Tx, cs, gs); err != nil {
-			return out, err
-		}
-	}
+	// With a preview, Process reads each member's again, and records the
+	// start.
 	return out, nil
 }
 
@@ -124,7 +115,10 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 // contract are looked at together: their checkpoints are written after
 // this returns, so each reads as behind to the others. The members that
 // need not look (a contract's partition, with no segments: its only
-// piece) switch together, in one statement.
+// piece) switch together, in one statement, which also records their
+// pricing's start where this batch is their generation's first; the start
+// of the other members' (gens.unstarted) is recorded in one statement
+// after.
 func (p *Processor) switchCaughtUp(ctx context.Context, g *distributor.Group, gens groupGens, results []distributor.Result) error {
 	if gens.pending == nil {
 		return nil
@@ -158,8 +152,20 @@ func (p *Processor) switchCaughtUp(ctx context.Context, g *distributor.Group, ge
 			return err
 		}
 	}
-	if len(direct) == 0 {
+	if len(direct) > 0 {
+		if err := p.switchGenerations(ctx, g.Tx, direct, directGens); err != nil {
+			return err
+		}
+	}
+	var cs []string
+	var gs []int64
+	for i, b := range g.Batches {
+		if i < len(gens.unstarted) && gens.unstarted[i] && !slices.Contains(direct, contractOf(b)) {
+			cs, gs = append(cs, contractOf(b)), append(gs, generationOf(b))
+		}
+	}
+	if len(cs) == 0 {
 		return nil
 	}
-	return p.switchGenerations(ctx, g.Tx, direct, directGens)
+	return p.markPricingStarted(ctx, g.Tx, cs, gs)
 }

@@ -232,7 +232,7 @@ func switchCaughtUp(ctx context.Context, tx Tx, q func(string) string, out []Dec
 		contract                string
 		old, promoted, switched int64
 	)
-	err := tx.ForEachRow(ctx, q(tables.SwitchSQL), []any{contracts, gens}, []any{&contract, &old, &promoted, &switched}, func() error {
+	err := tx.ForEachRow(ctx, q(tables.SwitchSQL), []any{contracts, gens, false}, []any{&contract, &old, &promoted, &switched}, func() error {
 		if n >= len(at) || contract != contracts[n] {
 			return fmt.Errorf("%w: a row for contract %s, at %d", pricer.ErrCorrupt, contract, n)
 		}

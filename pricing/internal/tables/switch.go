@@ -3,7 +3,10 @@ package tables
 // SwitchSQL makes, for each contract of $1, its generation in $2 (the
 // same place) current: the current one superseded, the new one (being
 // priced, or a preview being approved) current, and
-// contracts.current_generation set. All its CTEs see the statement's
+// contracts.current_generation set; with $3, the new one's pricing
+// recorded as started now if it was not yet (a generation whose first
+// batch caught up with its records starts and finishes in one
+// transaction). All its CTEs see the statement's
 // snapshot, so old is the generation current before it, and promoted
 // runs after old (see there). It returns a row
 // per contract, in $1's order: the contract, its old generation (0 if
@@ -34,7 +37,8 @@ const SwitchSQL = `WITH m AS (
     -- (generations_current, checked row by row), so a new one made
     -- current before the old one is superseded is refused.
     UPDATE {{.Schema}}.generations g
-       SET state = 'current', finished_at = now()
+       SET state = 'current', finished_at = now(),
+           pricing_started_at = CASE WHEN $3::boolean THEN coalesce(g.pricing_started_at, now()) ELSE g.pricing_started_at END
       FROM m, (SELECT count(*) FROM old) AS after_old
      WHERE g.contract_id = m.contract_id AND g.generation = m.generation AND g.state IN ('pricing', 'preview')
     RETURNING g.contract_id

@@ -41,7 +41,7 @@ func TestSwitchSupersedesBeforeItPromotes(t *testing.T) {
 			for i := range contracts {
 				contracts[i], gens[i] = fmt.Sprintf("c-%06d", i+1), 2
 			}
-			rows, err := db.DB.DB.QueryContext(ctx, tables.New(db, "").SQL(tables.SwitchSQL), contracts, gens)
+			rows, err := db.DB.DB.QueryContext(ctx, tables.New(db, "").SQL(tables.SwitchSQL), contracts, gens, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,6 +70,47 @@ func TestSwitchSupersedesBeforeItPromotes(t *testing.T) {
 			}
 			if i != n || current != n || superseded != n || on2 != n {
 				t.Fatalf("%d rows; %d generations 2 current, %d generations 1 superseded, %d contracts on 2; want %d of each", i, current, superseded, on2, n)
+			}
+		})
+	}
+}
+
+// With $3 the switch records the new generation's pricing as started
+// (when its first batch is the one that switches it) and leaves a start
+// already recorded alone; without it (an approval) it records none.
+func TestSwitchRecordsTheStartOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	for _, start := range []bool{true, false} {
+		t.Run(fmt.Sprint(start), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{})
+			if _, err := db.ExecContext(ctx, `
+				INSERT INTO baton.contracts (contract_id, current_generation) VALUES ('started', 1), ('unstarted', 1);
+				INSERT INTO baton.generations (contract_id, generation, state, from_seq, tiers, pricing_started_at)
+				SELECT contract_id, g, CASE g WHEN 1 THEN 'current' ELSE 'pricing' END, 0, '[]',
+				       CASE WHEN g = 2 AND contract_id = 'started' THEN timestamptz '2026-01-02 03:04:05+00' END
+				  FROM baton.contracts, generate_series(1, 2) AS g`); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := db.DB.DB.QueryContext(ctx, tables.New(db, "").SQL(tables.SwitchSQL), []string{"started", "unstarted"}, []int64{2, 2}, start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+			}
+			if err := rows.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var kept, recorded bool
+			if err := db.QueryRowContext(ctx, `SELECT
+				bool_or(contract_id = 'started' AND pricing_started_at = timestamptz '2026-01-02 03:04:05+00'),
+				bool_or(contract_id = 'unstarted' AND pricing_started_at = finished_at)
+				FROM baton.generations WHERE generation = 2 AND state = 'current'`).Scan(&kept, &recorded); err != nil {
+				t.Fatal(err)
+			}
+			if !kept || recorded != start {
+				t.Fatalf("with $3 %v: a recorded start kept %v, the missing one recorded as the finish %v; want true, %v", start, kept, recorded, start)
 			}
 		})
 	}
