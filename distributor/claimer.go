@@ -354,10 +354,10 @@ func splitFresh(try, cands []taskstore.Candidate) (takeovers, fresh, rest []task
 	return takeovers, fresh, cands
 }
 
-// pickSpares takes, when claims claims are made with first batches and
-// they are two or more, spares out of cands: more unowned candidates than
-// there is room for, which a group fences in place of members it loses
-// to other workers.
+// pickSpares takes spares out of cands when the round claims two or more
+// partitions with their first batches (claims, riders included): more
+// unowned candidates than it claims, which a group fences in place of
+// members it loses to other workers.
 func pickSpares(claims int, cands []taskstore.Candidate) (spares, rest []taskstore.Candidate) {
 	if claims < 2 {
 		return nil, cands

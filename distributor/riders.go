@@ -63,10 +63,11 @@ func (d *Distributor) pickRiders(fresh, cands []taskstore.Candidate) (riders, re
 	if len(fresh) == 0 || !d.releasesCaughtUp(false) {
 		return nil, cands
 	}
-	if _, size := d.claimGroupSize(d.cfg.ClaimGroup); size < 2 {
+	// The groups fresh are claimed in, were there riders.
+	_, size := d.claimGroupSize(len(fresh) + 1)
+	if size < 2 {
 		return nil, cands
 	}
-	_, size := d.claimGroupSize(len(fresh) + 1)
 	groups := (len(fresh) + size - 1) / size
 	// Riders are the partitions whose transaction costs more than their
 	// items: no more than a batch starts at (1,000 items at the
