@@ -33,24 +33,32 @@ func (e *env) releasedFor(detail string) int {
 	return n
 }
 
+// runRiders runs one worker with room for 2 partitions and claim groups of
+// 8 (groupConfig) over n partitions of items each, with p, until done,
+// and checks that every item was processed exactly once.
+func runRiders(t *testing.T, prefix string, n int, items int64, p *groupProc) (*env, *events, distributor.Config) {
+	t.Helper()
+	e := newEnv(t)
+	e.addWork(items, keys(prefix, n)...)
+	ev := newEvents()
+	cfg := groupConfig("w", ev)
+	cfg.MaxPartitions = 2
+	d := e.start(cfg, p)
+	if err := waitDone(t, d, 30*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, ev.dump())
+	}
+	e.verify()
+	return e, ev, cfg
+}
+
 // Partitions small enough to finish in their first batch ride in claim
 // groups beyond the worker's room: groups fill to ClaimGroup while the
 // worker has room for 2, and every partition is still claimed, processed
 // and released in one transaction, so none is held beyond MaxPartitions.
 func TestClaimGroupRidersFillGroupsBeyondTheRoom(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
 	const n = 40
-	e.addWork(1, keys("r", n)...)
-	ev := newEvents()
-	cfg := groupConfig("w", ev)
-	cfg.MaxPartitions = 2
-	p := newGroupProc()
-	d := e.start(cfg, p)
-	if err := waitDone(t, d, 30*time.Second); err != nil {
-		t.Fatalf("%v\n%s", err, ev.dump())
-	}
-	e.verify()
+	e, _, cfg := runRiders(t, "r", n, 1, newGroupProc())
 	e.wantHistory(keys("r", n), "claimed@1", "first_batch@1", "released@1")
 	if bad := e.notInOneTransaction(); bad != 0 {
 		t.Fatalf("%d partitions not claimed, processed and released in one transaction", bad)
@@ -70,12 +78,6 @@ func TestClaimGroupRidersFillGroupsBeyondTheRoom(t *testing.T) {
 // processed by a later claim from the committed checkpoint, exactly once.
 func TestClaimGroupRiderNotCaughtUpIsReleased(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	const n = 24
-	e.addWork(2, keys("q", n)...)
-	ev := newEvents()
-	cfg := groupConfig("w", ev)
-	cfg.MaxPartitions = 2
 	p := newGroupProc()
 	p.beforeGroup = func(ctx context.Context, g *distributor.Group) error {
 		for _, b := range g.Batches {
@@ -83,11 +85,7 @@ func TestClaimGroupRiderNotCaughtUpIsReleased(t *testing.T) {
 		}
 		return nil
 	}
-	d := e.start(cfg, p)
-	if err := waitDone(t, d, 30*time.Second); err != nil {
-		t.Fatalf("%v\n%s", err, ev.dump())
-	}
-	e.verify()
+	e, ev, cfg := runRiders(t, "q", 24, 2, p)
 	if g := e.largestGroup(); g <= cfg.MaxPartitions {
 		t.Fatalf("largest group %d; want riders beyond MaxPartitions (%d)", g, cfg.MaxPartitions)
 	}
@@ -113,12 +111,6 @@ func TestClaimGroupRiderNotCaughtUpIsReleased(t *testing.T) {
 // released with reason no_room rather than held beyond MaxPartitions.
 func TestClaimGroupRidersRolledBackAreReleasedAlone(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	const n = 12
-	e.addWork(2, keys("b", n)...)
-	ev := newEvents()
-	cfg := groupConfig("w", ev)
-	cfg.MaxPartitions = 2
 	p := newGroupProc()
 	p.beforeGroup = func(ctx context.Context, g *distributor.Group) error {
 		return errors.New("the group fails")
@@ -129,11 +121,7 @@ func TestClaimGroupRidersRolledBackAreReleasedAlone(t *testing.T) {
 		}
 		return nil
 	}
-	d := e.start(cfg, p)
-	if err := waitDone(t, d, 30*time.Second); err != nil {
-		t.Fatalf("%v\n%s", err, ev.dump())
-	}
-	e.verify()
+	e, _, cfg := runRiders(t, "b", 12, 2, p)
 	if g := p.groupSizes(); len(g) == 0 || slices.Max(g) <= cfg.MaxPartitions {
 		t.Fatalf("group sizes %v; want a group with riders beyond MaxPartitions (%d)", g, cfg.MaxPartitions)
 	}
