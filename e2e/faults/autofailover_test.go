@@ -754,6 +754,86 @@ func (l *haLoader) end() {
 	}
 }
 
+// waitPrimarySince is when n's keeper, as its log says (to the second),
+// first moved n from primary to wait_primary: the monitor found its
+// standby unhealthy, and the keeper turned synchronous replication off;
+// zero if it never did.
+func waitPrimarySince(n *pafNode, day time.Time) time.Time {
+	b, _ := os.ReadFile(n.proc.log)
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.Contains(l, `FSM transition from "primary" to "wait_primary"`) {
+			continue
+		}
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		if t, err := time.ParseInLocation("15:04:05", f[0], time.Local); err == nil {
+			return time.Date(day.Year(), day.Month(), day.Day(), t.Hour(), t.Minute(), t.Second(), 0, time.Local)
+		}
+	}
+	return time.Time{}
+}
+
+// leaveOutUnsynchronized takes out of the check the acknowledged loads
+// missing from the surviving primary that committed after a primary among
+// nodes went to wait_primary: with one standby,
+// pg_auto_failover turns synchronous replication off when the monitor
+// finds the standby unhealthy, and commits after that are not waited for
+// at all, so a failover before the standby catches up loses them and no
+// server says so (docs/durability.md, "What each set-up gives"). Its
+// monitor can do so during a planned failover and then fail to demote the
+// old primary, which keeps accepting writes until the new one is promoted
+// (pg_auto_failover issue 774). Any other missing load fails the test.
+func (l *haLoader) leaveOutUnsynchronized(nodes []*pafNode) {
+	r := l.r
+	r.t.Helper()
+	present := map[string]bool{}
+	rows, err := r.db.Query(`SELECT coalesce(records_file, '') FROM baton.loads`)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for rows.Next() {
+		var f string
+		if err := rows.Scan(&f); err != nil {
+			r.t.Fatal(err)
+		}
+		present[filepath.Base(f)] = true
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		r.t.Fatal(err)
+	}
+	l.mu.Lock()
+	acked := slices.Clone(l.acked)
+	l.mu.Unlock()
+	since := time.Time{}
+	var lost []string
+	for _, a := range acked {
+		if present[filepath.Base(a.path)] {
+			continue
+		}
+		if since.IsZero() {
+			for _, n := range nodes {
+				if t := waitPrimarySince(n, a.at); !t.IsZero() && (since.IsZero() || t.Before(since)) {
+					since = t
+				}
+			}
+		}
+		// The keepers' logs are to the second.
+		if since.IsZero() || a.at.Before(since.Add(-time.Second)) {
+			r.t.Errorf("load %s acknowledged at %s is missing from the surviving primary, and no primary was in wait_primary then (first at %v)",
+				filepath.Base(a.path), a.at.Format("15:04:05.000"), since)
+			continue
+		}
+		lost = append(lost, a.path)
+		r.inputs = slices.DeleteFunc(r.inputs, func(p string) bool { return p == a.path })
+	}
+	if len(lost) > 0 {
+		r.t.Logf("a primary went to wait_primary (synchronous replication off) at %s, and %d loads acknowledged after it were lost in a failover, as docs/durability.md says of one standby: left out of the check: %v",
+			since.Format("15:04:05"), len(lost), lost)
+	}
+}
+
 // report logs the loads that succeeded, as the loader saw them, and the
 // loads the surviving primary has: a load reported committed but absent
 // there, or present with every record re-delivered, shows where records
@@ -928,6 +1008,7 @@ func TestAutoFailoverUnderHAManager(t *testing.T) {
 		}
 	}
 	r.waitAll(time.Minute)
+	loader.leaveOutUnsynchronized(c.nodes)
 	r.check()
 	if t.Failed() {
 		loader.report()
