@@ -45,7 +45,12 @@
 // the takeover: each takes its fair share of them, recomputed when it finds
 // them, and leaves the rest to the others (Config.SpreadTakeovers bounds
 // how long a part left to a live worker that does not take it waits), so
-// none is confirmed by one survivor only to be handed back to another. All times that decide ownership are the database's now();
+// none is confirmed by one survivor only to be handed back to another. A
+// claim group may carry riders beyond MaxPartitions (riders.go): small
+// partitions fenced, processed and claimed by the group's own statements,
+// so they lock what any member locks at the same steps, and released by
+// its commit whether or not their first batch caught them up, so no
+// worker holds more than MaxPartitions. All times that decide ownership are the database's now();
 // a worker's clock only ever makes it stop earlier. Output written in the
 // database is exactly once; side effects outside it are at least once
 // (Batch.IdempotencyKey).
@@ -78,12 +83,15 @@
 // pieces' checkpoints, whether it is the last and switches the contract
 // to it; a re-pricing that abandons that generation takes it after its
 // rewind holds the contract's task rows, segments included. A group's
-// members that are their contracts' only pieces record their
-// generations' starts and switch in one statement for them all, locking
-// those rows in whatever order the statement reaches them: every task
-// row of those contracts is held by the group's fence, so no other batch
-// and no re-pricing (which takes the task rows first) can hold one of
-// them meanwhile.
+// members that are their contracts' only pieces switch in one statement
+// for them all (recording the starts of the generations whose first
+// batch this is; the other members' starts take one statement after),
+// locking those rows in whatever order the statement reaches them: every
+// task row of those contracts is held by the group's fence, so no other
+// batch and no re-pricing (which takes the task rows first) can hold one
+// of them meanwhile. A generation's first batch is its partition's,
+// before any segment of it exists, so no other piece's batch contends
+// for the row whose start it records.
 //
 // The protocol in full (the task row, claims, fair shares, confirmation,
 // the fence, pauses, states, the takeover bound, the claim floor,

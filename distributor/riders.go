@@ -36,7 +36,7 @@ import (
 // claim from the checkpoint committed. The worker therefore never holds
 // more than MaxPartitions, and riders change neither what is locked nor
 // when: a rider's row is locked by the group's fence and claim statements
-// like any member's (distributor/doc.go, "Claim groups").
+// like any member's (docs/protocol.md, "Claim in groups" and "Riders").
 //
 // Riders are taken only in lock mode (a leader keeps what it claims),
 // when the processor groups (GroupProcessor, ClaimGroup >= 2), and while
