@@ -93,7 +93,10 @@ type Result struct {
 // fences them all, hands them to ProcessGroup, then claims them and
 // records every checkpoint in one statement and commits once, so that tiny
 // partitions share the statements and the WAL flush that each would
-// otherwise pay alone. Likewise, the batches of partitions the worker
+// otherwise pay alone; in lock mode, while there is more work than room,
+// a group also carries riders, small partitions beyond the worker's room
+// (up to ClaimGroup members in all) released by its commit (riders.go).
+// Likewise, the batches of partitions the worker
 // holds that become ready while another of its batches is in flight run
 // together once it ends: one transaction fences each by its own claim,
 // hands them to ProcessGroup, records every checkpoint and commits once.
