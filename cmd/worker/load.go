@@ -78,6 +78,7 @@ func newLoadCmd(g *globals) *cobra.Command {
 	f.BoolVar(&opts.Amend, "amend", false, "a stored record id with another amount replaces the amount and re-prices from that record")
 	f.StringVar(&opts.Reason, "reason", "", "why, recorded with the re-pricing (with --reprice or --amend)")
 	f.BoolVar(&opts.Preview, "preview", false, "with --reprice or --amend: price the new generations as previews, current only once approved (worker generations approve)")
+	f.BoolVar(&opts.ConfirmStandby, "confirm-standby", false, "exit 6 (committed, not confirmed) unless the commit waited for a synchronous standby; without it that is checked only when commits waited for one as the load began")
 	f.IntVar(&opts.MaxListed, "max-errors", ingest.MaxListedDefault, "invalid rows listed in the error, 0 for all (all are counted either way)")
 	cliflags.NonNegative(f, "max-errors")
 	f.DurationVar(&opts.StatementTimeout, "statement-timeout", ingest.StatementTimeoutDefault, "longest statement of the load (0: no limit)")

@@ -141,6 +141,16 @@ type Options struct {
 	// 205 MiB of RSS with the default.
 	MemoryLimit int64
 
+	// ConfirmStandby makes a commit that did not wait for a synchronous
+	// standby an unconfirmed one: Load returns a *NotReplicatedError
+	// (committed, not confirmed) unless, after its COMMIT, the server
+	// still makes commits wait for a synchronous standby. Without it that
+	// is checked only when they waited as the load began, so a load that
+	// starts on a server with no synchronous standby (a single server, an
+	// asynchronous standby, an HA manager's primary already running
+	// without its standby) returns nil as before. See docs/durability.md.
+	ConfirmStandby bool
+
 	// maxGross is the limit on a contract's cumulative gross; zero means
 	// math.MaxInt64. Tests lower it.
 	maxGross int64
@@ -388,6 +398,10 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 		l.opts.IdleInTransactionTimeout.Milliseconds())); err != nil {
 		return *rep, err
 	}
+	began, err := readSyncState(ctx, tx)
+	if err != nil {
+		return *rep, fmt.Errorf("loading: %w", err)
+	}
 	if _, err := exec(ctx, tx, "loading: waiting for other loads to finish",
 		"SELECT pg_advisory_xact_lock($1)", loadLockKey); err != nil {
 		return *rep, err
@@ -454,6 +468,16 @@ func (l *loader) run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 		unconfirmed = &NotReplicatedError{LoadID: rep.LoadID, CommitErr: cerr}
 	} else if cerr != nil {
 		return *rep, fmt.Errorf("loading: committing: %w", cerr)
+	} else if began.waits || l.opts.ConfirmStandby {
+		// Did the commit wait? Replication turned off before it returned
+		// shows in the next statement (readSyncState).
+		after, err := readSyncState(context.WithoutCancel(ctx), conn)
+		switch {
+		case err != nil:
+			unconfirmed = &NotReplicatedError{LoadID: rep.LoadID, Unsynchronized: "its settings could not be read: " + err.Error()}
+		case !after.waits:
+			unconfirmed = &NotReplicatedError{LoadID: rep.LoadID, Unsynchronized: after.why}
+		}
 	}
 	if rejectTmp != "" {
 		if err := os.Rename(rejectTmp, l.opts.RejectPath); err != nil {
