@@ -49,7 +49,7 @@ func TestAutoFailoverThreeNodesStaysSynchronous(t *testing.T) {
 	// records waiting that the kill needs never build up.
 	const contracts, per, perLoad = 8, 250, 25
 	r.seedData(contracts, per)
-	loader := r.startHALoader(contracts, perLoad, 4000)
+	loader := r.startHALoader(contracts, perLoad, 4000, false)
 	testutil.Eventually(t, 2*time.Minute, "a backlog of 3,000 records", func() error {
 		if left, err := r.pendingNow(); err != nil || left < 3000 {
 			return fmt.Errorf("%d waiting (%v)", left, err)
