@@ -73,3 +73,31 @@ func TestLoadNotConfirmedByStandbyExits6(t *testing.T) {
 		t.Errorf("status --load 99: exit %d, want %d\nstdout: %s\nstderr: %s", code, clienv.ExitNotFound, out, errs)
 	}
 }
+
+// On a server whose commits wait for no standby (the test server), a load
+// with --confirm-standby commits and exits 6, naming the setting; without
+// it the same load exits 0.
+func TestLoadConfirmStandbyExits6WithoutOne(t *testing.T) {
+	c := cli{t: t, dsn: pgtest.NewURL(t)}
+	tiers := writeFile(t, "tiers.csv", "contract_id,threshold_minor,discount_bp\nacme,0,0\n")
+	records := writeFile(t, "records.csv", "contract_id,record_id,amount_minor\nacme,a1,6000\n")
+	out, errs, code := c.run("load", "--tiers", tiers, "--records", records, "--confirm-standby")
+	if code != clienv.ExitNotReplicated {
+		t.Fatalf("load --confirm-standby: exit %d, want %d\nstdout: %s\nstderr: %s", code, clienv.ExitNotReplicated, out, errs)
+	}
+	for _, want := range []string{
+		"load 1 committed on the primary, but it is not known to have waited for a synchronous standby (after its commit, synchronous_standby_names is empty)",
+		"worker status --loads",
+	} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs)
+		}
+	}
+	if !strings.Contains(out, "load 1: ") {
+		t.Errorf("stdout lacks the load's summary:\n%s", out)
+	}
+	records2 := writeFile(t, "records.csv", "contract_id,record_id,amount_minor\nacme,a2,6000\n")
+	if out, errs, code := c.run("load", "--records", records2); code != 0 {
+		t.Fatalf("load without --confirm-standby: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+}
