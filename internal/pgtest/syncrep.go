@@ -170,3 +170,16 @@ func (s *SyncRep) CancelAllWaiting(ctx context.Context, t testing.TB) {
 		}
 	}
 }
+
+// DropStandbys empties the primary's synchronous_standby_names and
+// reloads its configuration, as an HA manager does when it finds the
+// standby unhealthy (pg_auto_failover's wait_primary): commits stop
+// waiting, and those waiting are released without a warning.
+func (s *SyncRep) DropStandbys(t testing.TB) {
+	t.Helper()
+	for _, q := range []string{"ALTER SYSTEM SET synchronous_standby_names = ''", "SELECT pg_reload_conf()"} {
+		if _, err := s.admin.Exec(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
