@@ -84,7 +84,7 @@ func TestAutoscalerScalesOnTheSignal(t *testing.T) {
 				if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 					t.Fatal(err)
 				}
-				w.stopped = true
+				w.stopped, w.stoppedAt = true, time.Now()
 				testutil.Receive(t, w.done, time.Minute, "worker "+w.name+" stopping")
 				if w.err != nil {
 					t.Fatalf("worker %s stopped with %v:\n%s", w.name, w.err, tail(w.logs(), 20))
@@ -133,7 +133,8 @@ func (r *run) handedOffOnce(stopped []*proc) {
 			r.t.Fatal(err)
 		}
 		if takeovers > 0 {
-			r.t.Errorf("%d contracts of %s (stopped gracefully) were taken over", takeovers, w.name)
+			r.t.Errorf("%d contracts of %s (stopped gracefully) were taken over; its stop began at %s:\n%s",
+				takeovers, w.name, w.stoppedAt.Format("15:04:05.000"), r.takeoverTimelines(w.name))
 		}
 		rows, err := r.db.Query(`
 			SELECT e.partition_key, e.version,
@@ -168,6 +169,32 @@ func (r *run) handedOffOnce(stopped []*proc) {
 	if len(stopped) > 0 && handed == 0 {
 		r.t.Log("the stopped workers held nothing with records left when they stopped")
 	}
+}
+
+// takeoverTimelines lists, for each partition of worker name's that
+// another worker took over, its events: who did what, when.
+func (r *run) takeoverTimelines(name string) string {
+	rows, err := r.db.Query(`
+		SELECT e.partition_key, e.at, e.kind, e.version, coalesce(e.worker, ''), coalesce(e.prev_owner, ''),
+		       coalesce(e.prev_heartbeat_at::text, ''), coalesce(e.detail, '')
+		  FROM baton.events e
+		 WHERE e.partition_key IN (SELECT partition_key FROM baton.events WHERE kind = 'takeover' AND prev_owner LIKE ? || '#%')
+		 ORDER BY e.partition_key, e.event_id`, name)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var key, kind, worker, prev, prevAt, detail string
+		var at time.Time
+		var version int64
+		if err := rows.Scan(&key, &at, &kind, &version, &worker, &prev, &prevAt, &detail); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "%s %s %s v%d by %s prev %s (heartbeat %s) %s\n", key, at.Format("15:04:05.000"), kind, version, worker, prev, prevAt, detail)
+	}
+	return b.String()
 }
 
 // freeAddr is a loopback address with a port free a moment ago.

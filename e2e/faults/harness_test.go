@@ -103,6 +103,8 @@ type proc struct {
 	err     error
 	killed  bool
 	stopped bool
+	// stoppedAt is when the test sent the worker SIGTERM, if it did.
+	stoppedAt time.Time
 }
 
 func newRun(t *testing.T, seedValue uint64) *run {
