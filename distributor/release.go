@@ -2,6 +2,7 @@ package distributor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/batonhq/baton/internal/dberr"
@@ -19,12 +20,21 @@ func (d *Distributor) lost(h *held, cause error) {
 }
 
 // release hands the partition back in the database (fenced by version) and
-// stops tracking it.
+// stops tracking it. The lease is renewed until the release has an
+// outcome, so a release slowed down (a busy server, its row locked for a
+// while by a load's last step) does not let the lease run out and the
+// partition be taken over instead of handed back. The release is given
+// up, and the lease left to expire, only if the lease ends meanwhile
+// (lost, or expired locally because renewals failed too) or the worker
+// abandons its work at the shutdown timeout.
 func (d *Distributor) release(h *held, reason string) {
 	l := h.lease
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StaleAfter/2)
-	defer cancel()
-	d.hb.Release(l)
+	// A renewal that no longer finds the lease is this release.
+	l.SetReleasing(true)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	defer context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })()
+	defer context.AfterFunc(d.abandon, func() { cancel(context.Cause(d.abandon)) })()
 	ctx, span := tracer.Start(ctx, "baton.release", d.leaseAttrs(l.Lease), trace.WithAttributes(attribute.String("baton.reason", reason)))
 	var released []string
 	var err error
@@ -41,6 +51,10 @@ func (d *Distributor) release(h *held, reason string) {
 		case <-d.cfg.Clock.After(d.cfg.Heartbeat / 4):
 		}
 	}
+	if err != nil && ctx.Err() != nil {
+		err = errors.Join(err, context.Cause(ctx))
+	}
+	d.hb.Release(l)
 	if err != nil {
 		err = fmt.Errorf("releasing %s: %w", l.Lease, err)
 		d.emit(Event{Kind: EventLost, Key: l.Key, Version: l.Version, Err: err})
