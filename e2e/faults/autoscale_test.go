@@ -23,8 +23,8 @@ import (
 // workers than run, drains the backlog and scales back to none, and
 // the workers it stops hand their contracts back gracefully: each
 // contract a stopped worker released with records left is claimed next by
-// exactly one other worker (no takeover of a stopped worker's contracts),
-// and every record is priced exactly once.
+// exactly one other worker (no takeover of a lease a stopped worker still
+// held when it was stopped), and every record is priced exactly once.
 func TestAutoscalerScalesOnTheSignal(t *testing.T) {
 	r := newRun(t, scenarioSeed(t))
 	// One worker prices from about 3,000 records a second (a busy
@@ -122,19 +122,30 @@ func TestAutoscalerScalesOnTheSignal(t *testing.T) {
 
 // handedOffOnce checks that the contracts the stopped workers released
 // with records left were claimed next by exactly one other worker, and
-// that none of theirs was taken over.
+// that none of the leases they held when they were stopped was taken
+// over.
 func (r *run) handedOffOnce(stopped []*proc) {
 	r.t.Helper()
 	handed := 0
 	for _, w := range stopped {
-		var takeovers int
-		if err := r.db.QueryRow(`SELECT count(*) FROM baton.events WHERE kind = 'takeover' AND prev_owner LIKE ? || '#%'`,
-			w.name).Scan(&takeovers); err != nil {
+		// A lease whose last heartbeat was a lease length or more before
+		// the stop began had run out already: on a busy machine a worker
+		// can miss its heartbeats, lose a lease while it runs (it says
+		// so) and see it taken over, as the protocol means it to. Any
+		// other takeover is of a lease the stop should have handed back.
+		var takeovers, lapsed int
+		if err := r.db.QueryRow(`SELECT count(*) FILTER (WHERE prev_heartbeat_at + ?::interval >= ?),
+		                                count(*) FILTER (WHERE prev_heartbeat_at + ?::interval < ?)
+		                           FROM baton.events WHERE kind = 'takeover' AND prev_owner LIKE ? || '#%'`,
+			workerStaleAfter.String(), w.stoppedAt, workerStaleAfter.String(), w.stoppedAt, w.name).Scan(&takeovers, &lapsed); err != nil {
 			r.t.Fatal(err)
 		}
 		if takeovers > 0 {
 			r.t.Errorf("%d contracts of %s (stopped gracefully) were taken over; its stop began at %s:\n%s",
 				takeovers, w.name, w.stoppedAt.Format("15:04:05.000"), r.takeoverTimelines(w.name))
+		} else if lapsed > 0 {
+			r.t.Logf("%d contracts of %s were taken over after their leases ran out before its stop (heartbeats missed on a busy machine):\n%s",
+				lapsed, w.name, r.takeoverTimelines(w.name))
 		}
 		rows, err := r.db.Query(`
 			SELECT e.partition_key, e.version,

@@ -71,8 +71,11 @@ func scenarioSeed(t *testing.T) uint64 {
 	return uint64(testutil.Seed(t))
 }
 
+// workerStaleAfter is the lease length of the workers under test.
+const workerStaleAfter = time.Second
+
 // Timings of the workers under test.
-var workerTimings = []string{"--heartbeat", "200ms", "--stale-after", "1s", "--confirm", "3"}
+var workerTimings = []string{"--heartbeat", "200ms", "--stale-after", workerStaleAfter.String(), "--confirm", "3"}
 
 // run is one scenario run: a database, input data, worker processes.
 type run struct {
