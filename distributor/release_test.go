@@ -22,7 +22,11 @@ func TestStopReleasesThroughASlowRelease(t *testing.T) {
 	ev := newEvents()
 	cfg := fastConfig("a", ev)
 	cfg.Mode = distributor.ModeLeader // keeps the caught-up partition until the stop
-	cfg.StaleAfter = 6 * time.Second
+	// A lease long enough that the row held past the half lease still
+	// leaves seconds before the lease would end locally, however slowly a
+	// busy machine gets from the row lock to the release; and a shutdown
+	// timeout beyond both, which would otherwise abandon the release.
+	cfg.StaleAfter, cfg.ShutdownTimeout = 10*time.Second, time.Minute
 	d := e.start(cfg, newProc())
 	ev.wait(t, 30*time.Second, "p000 processed", func(x distributor.Event) bool {
 		return x.Kind == distributor.EventCheckpoint && x.Key == "p000" && x.Position == 10
@@ -43,7 +47,8 @@ func TestStopReleasesThroughASlowRelease(t *testing.T) {
 	pgtest.WaitForLockWaitOn(t, e.db.DB, "lease_expires_at = '-infinity'", pid)
 	// The fault: the row stays locked past the half lease a release was
 	// once allowed, and well within the lease (which ends locally
-	// SafetyMargin, 1.2 s, before its 6 s run out).
+	// SafetyMargin, 2 s, before its 10 s run out). The duration is the
+	// fault's, not a wait for something to happen.
 	time.Sleep(cfg.StaleAfter/2 + 500*time.Millisecond)
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
