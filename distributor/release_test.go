@@ -2,6 +2,8 @@ package distributor_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,5 +72,68 @@ func TestStopReleasesThroughASlowRelease(t *testing.T) {
 	}
 	if owner != nil {
 		t.Fatalf("p000 still owned by %s after the stop", *owner)
+	}
+}
+
+// A failed batch's record (its back-off, which also hands the partition
+// back) gets through when it waits longer than half a lease, here for the
+// partition's row, which another transaction holds: the lease is renewed
+// until the record is written, so the partition backs off as it should
+// instead of being left to expire and retried by the next claim at once.
+func TestFailureIsRecordedThroughASlowRecord(t *testing.T) {
+	e := newEnv(t)
+	e.addWork(30, "p000")
+	ctx := context.Background()
+	tx, err := e.db.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var pid int
+	if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid(), set_config('lock_timeout', '10s', true)`).Scan(&pid, new(string)); err != nil {
+		t.Fatal(err)
+	}
+	p := newProc()
+	p.before = func(_ context.Context, b *distributor.Batch) error {
+		if b.Checkpoint.Position < 10 {
+			return nil // the first batch, in the claim's own transaction, which locks the row
+		}
+		// A later batch's fence (FOR KEY SHARE) lets this lock through; the
+		// failure's record (FOR UPDATE) waits for it.
+		if _, err := tx.ExecContext(ctx, `SELECT FROM baton.tasks WHERE partition_key = 'p000' FOR NO KEY UPDATE`); err != nil {
+			return fmt.Errorf("locking p000 for the test: %w", err)
+		}
+		return errors.New("record 3 is malformed")
+	}
+	ev := newEvents()
+	cfg := fastConfig("a", ev)
+	// As in TestStopReleasesThroughASlowRelease: a lease with seconds to
+	// spare beyond the hold, however slow the machine.
+	cfg.StaleAfter, cfg.ShutdownTimeout = 10*time.Second, time.Minute
+	cfg.Backoff, cfg.MaxBackoff = time.Hour, time.Hour
+	d := e.start(cfg, p)
+	defer d.Stop()
+	pgtest.WaitForLockWaitOn(t, e.db.DB, "last_error = ", pid)
+	// The fault: the row stays locked past the half lease the record was
+	// once allowed, well within the lease. The duration is the fault's,
+	// not a wait for something to happen.
+	time.Sleep(cfg.StaleAfter/2 + 500*time.Millisecond)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ev.wait(t, time.Minute, "p000's failure recorded", func(x distributor.Event) bool {
+		return x.Key == "p000" && (x.Kind == distributor.EventFailed || x.Kind == distributor.EventLost)
+	})
+	if n := ev.count(kind(distributor.EventLost)); n > 0 {
+		t.Fatalf("%d partitions lost, want p000's failure recorded:\n%s", n, ev.dump())
+	}
+	var attempts int
+	var owner *string
+	var backingOff bool
+	if err := e.db.QueryRow(`SELECT attempts, owner, lease_expires_at > now() + interval '30 minutes' FROM baton.tasks WHERE partition_key = 'p000'`).Scan(&attempts, &owner, &backingOff); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 || owner != nil || !backingOff {
+		t.Fatalf("p000 after its failure: attempts %d, owner %v, backing off an hour %v; want 1, none, true", attempts, owner, backingOff)
 	}
 }
