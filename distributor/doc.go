@@ -81,8 +81,12 @@
 // piece of a contract's generation being priced (its partition, or a
 // segment) locks the generation's row to decide, against the other
 // pieces' checkpoints, whether it is the last and switches the contract
-// to it; a re-pricing that abandons that generation takes it after its
-// rewind holds the contract's task rows, segments included. A group's
+// to it (a preview's pieces lock it too, and switch nothing unless an
+// approval made the preview a generation being priced meanwhile); a
+// re-pricing that abandons that generation, and a discarded preview,
+// take it after their rewinds hold the contract's task rows, segments
+// included, and an approval takes it after the contract's own task row,
+// before it reads the pieces' checkpoints. A group's
 // members that are their contracts' only pieces switch in one statement
 // for them all (recording the starts of the generations whose first
 // batch this is; the other members' starts take one statement after),

@@ -59,6 +59,18 @@ import (
 // the start of its pricing on the row, is its partition's before any
 // segment exists, so no cycle forms.
 //
+// A preview is split too when the current generation has priced every
+// record it has pending (preview.go), and its pieces' last batches take
+// the same lock, but switch nothing while it is a preview. An approval
+// takes the contract's task row, then the generation's row, and only
+// then reads the pieces' checkpoints: a piece's last batch that locked
+// the row first has committed by then, and is read as caught up; one
+// that locks it after waits for the approval, then reads the state the
+// approval left, and if the approval found the preview behind (now being
+// priced) it counts the pieces and, as the last, switches. A discard
+// rewinds the contract's task rows, segments included, before it takes
+// the generation's row, as a re-pricing that abandons a generation does.
+//
 // Exactly once per generation: rows are keyed (contract, seq, generation)
 // and written under the fence, and a switch happens once, in the batch
 // that commits the last position of the last piece.
@@ -167,12 +179,14 @@ func (p *Processor) markPricingStarted(ctx context.Context, tx bun.Tx, contracts
 	return nil
 }
 
-// lockPricingSQL locks generation ?1 of contract ?0, being priced, for the
-// batch of one of its pieces that caught up (see above): an UPDATE that
-// changes nothing, so that in REPEATABLE READ a concurrent one fails
-// instead of leaving a stale snapshot.
+// lockPricingSQL locks generation ?1 of contract ?0, being priced or
+// previewed, for the batch of one of its pieces that caught up (see
+// above), and reads its state: an UPDATE that changes nothing, so that in
+// REPEATABLE READ a concurrent one fails instead of leaving a stale
+// snapshot.
 const lockPricingSQL = `UPDATE {{.Schema}}.generations SET state = state
- WHERE contract_id = ?0 AND generation = ?1 AND state = 'pricing'`
+ WHERE contract_id = ?0 AND generation = ?1 AND state IN ('pricing', 'preview')
+ RETURNING state`
 
 // piecesBehindSQL counts the pieces of contract ?0 (its partition and its
 // segments) but those named ?1 that have not caught up with their records.
@@ -180,21 +194,28 @@ const piecesBehindSQL = `SELECT count(*) FROM {{.Schema}}.tasks
  WHERE kind = '` + Kind + `' AND (partition_key = ?0 OR segment_of = ?0) AND partition_key <> ALL (?1::text[]) AND position < available`
 
 // switchWhenLast is called in the transaction of batches of a generation
-// being priced (not a preview), of contract, that caught up with their
+// being priced (or of a split preview's pieces), of contract, that caught up with their
 // pieces' records (caughtUp, their keys: one for a batch alone, every
 // such member of the contract for a group, whose checkpoints are written
 // after the processor returns): it switches the contract to generation
-// gen if no other piece is behind (see above). look says to look: the
+// gen if no other piece is behind (see above); a preview's piece only
+// takes the lock, and switches nothing unless an approval made the
+// preview a generation being priced meanwhile. look says to look: the
 // contract has segments, or a batch is a segment's; the partition of a
 // contract with no segments is its only piece.
 func (p *Processor) switchWhenLast(ctx context.Context, tx bun.Tx, contract string, gen int64, caughtUp []string, look bool) error {
 	if look {
-		res, err := tx.ExecContext(ctx, p.sql(lockPricingSQL), contract, gen)
-		if err != nil {
+		var state string
+		err := tx.QueryRowContext(ctx, p.sql(lockPricingSQL), contract, gen).Scan(&state)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("%w: contract %s: generation %d is neither being priced nor previewed", ErrCorrupt, contract, gen)
+		case err != nil:
 			return fmt.Errorf("locking generation %d of contract %s: %w", gen, contract, err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return fmt.Errorf("%w: contract %s: generation %d is not being priced (%d rows, %v)", ErrCorrupt, contract, gen, n, err)
+		case state == "preview":
+			// Not approved (yet): an approval from now on reads this
+			// piece caught up.
+			return nil
 		}
 		var behind int64
 		if err := tx.QueryRowContext(ctx, p.sql(piecesBehindSQL), contract, pgdialect.Array(caughtUp)).Scan(&behind); err != nil {

@@ -22,9 +22,16 @@ import (
 // there (base_checkpoint); a preview batch that reaches past it prices
 // the records after it under the current generation too, with the
 // contract's tiers and the records' own amounts, and moves base_position
-// on, in the same fenced transaction as its own rows. A preview's
-// partition is never split (Split), so its batches follow each other and
-// base_position is never behind a batch's start.
+// on, in the same fenced transaction as its own rows. So that
+// base_position is never behind a batch's start, a preview is split into
+// segments (Split) only when the current generation has priced every
+// record it has pending (base_position at the available count: no load
+// since it started): its segments then end at or before base_position,
+// and price nothing under the current generation, and the partition
+// goes on from there. A preview with records past base_position is
+// priced in order by its partition. A split preview's pieces that catch
+// up lock its generation's row, as a re-pricing's do, to serialize with
+// an approval (generations.go).
 
 // previewState is what a preview's batch reads of its generation row.
 type previewState struct {

@@ -118,8 +118,10 @@ func (p *Processor) Process(ctx context.Context, b *distributor.Batch) (distribu
 
 // process prices b as Process does but for the switch: it returns how b's
 // generation stands where a switch may follow (pending: a generation being
-// priced, not a preview), for its caller to make (Process for a batch
-// alone, processEach for a group's members together).
+// priced, or a piece of a split preview, which switchWhenLast leaves
+// alone unless an approval made it one being priced), for its caller to
+// make (Process for a batch alone, processEach for a group's members
+// together).
 func (p *Processor) process(ctx context.Context, b *distributor.Batch) (distributor.Result, genState, error) {
 	contract := contractOf(b)
 	cp, err := checkpointOf(b)
@@ -164,9 +166,14 @@ func (p *Processor) process(ctx context.Context, b *distributor.Batch) (distribu
 	if st.preview != nil {
 		// A preview never switches: it prices, beside its own rows, the
 		// records the current generation has not priced yet (loaded
-		// while it waits), under the current generation.
+		// while it waits), under the current generation. A piece of a
+		// split preview that catches up still locks the generation's row
+		// (switchWhenLast), which serializes it with an approval: the
+		// approval may have made the generation one being priced, and
+		// then the last piece switches it.
 		restore()
-		return res, genState{}, p.priceCurrent(ctx, b, w, gen, st.preview, res.Position)
+		look := st.segmented || isSegment(b)
+		return res, genState{pending: look, segmented: look, preview: st.preview}, p.priceCurrent(ctx, b, w, gen, st.preview, res.Position)
 	}
 	return res, st, nil
 }

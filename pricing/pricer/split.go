@@ -18,14 +18,15 @@ var _ distributor.Splitter = (*Processor)(nil)
 // (record_chunks.gross_minor, the server's sum of each chunk's amounts),
 // so splitting reads one small row per chunk and no record. A generation
 // being re-priced is split the same way (its switch is made by the last
-// of its pieces to catch up, see generations.go); a preview is not (see
+// of its pieces to catch up, see generations.go), and so is a preview
+// whose pending records the current generation has all priced (see
 // preview.go).
 func (p *Processor) Split(ctx context.Context, b *distributor.Batch, size int64) (distributor.Split, error) {
 	contract := contractOf(b)
 	gen := generationOf(b)
 	if gen > 1 {
 		st, err := p.readGeneration(ctx, b.Tx, contract, gen)
-		if err != nil || st.preview != nil {
+		if err != nil || st.preview != nil && st.preview.basePos < b.Checkpoint.Available {
 			return distributor.Split{}, err
 		}
 	}

@@ -115,7 +115,12 @@ type Preview struct {
 // all), by contract, with their totals read from their rows.
 func (s *Store) Previews(ctx context.Context, contracts []string) ([]Preview, error) {
 	rows, err := s.t.DB.QueryContext(ctx, s.t.SQL(`
-SELECT g.contract_id, g.generation, c.current_generation, g.from_seq, coalesce(t.position, 0), coalesce(t.available, 0),
+SELECT g.contract_id, g.generation, c.current_generation, g.from_seq,
+       -- A split preview's segments hold back what its partition's
+       -- position says is priced.
+       coalesce(t.position, 0) - coalesce((SELECT sum(s.available - s.position) FROM {{.Schema}}.tasks s
+                                            WHERE s.kind = 'pricing' AND s.segment_of = g.contract_id AND s.position < s.available), 0)::bigint,
+       coalesce(t.available, 0),
        p.gross, p.discount, p.net,
        (SELECT coalesce(sum(r.net_minor), 0)::bigint FROM {{.Schema}}.priced_generation(g.contract_id, c.current_generation) r),
        g.started_by, g.reason

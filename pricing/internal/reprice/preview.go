@@ -176,6 +176,10 @@ func Approve(ctx context.Context, tx Tx, schemaName string, contracts []string) 
 	if err != nil || len(keys) == 0 {
 		return nil, err
 	}
+	behindOf, err := previewsBehind(ctx, tx, q, keys)
+	if err != nil {
+		return nil, err
+	}
 	for _, step := range []struct{ doing, sql string }{
 		{"replacing their tiers", `DELETE FROM {{.Schema}}.tiers WHERE contract_id = ANY ($1::text[])`},
 		{"replacing their tiers", approveTiersSQL},
@@ -194,7 +198,7 @@ func Approve(ctx context.Context, tx Tx, schemaName string, contracts []string) 
 	for i, c := range keys {
 		s := states[i]
 		out[i] = Decided{Contract: c, Generation: s.generation, Current: s.current}
-		if s.position < s.available {
+		if behindOf[c] {
 			// Not caught up: it goes on as a generation being priced,
 			// which the batch that catches up makes current.
 			out[i].Pricing = true
@@ -207,6 +211,45 @@ func Approve(ctx context.Context, tx Tx, schemaName string, contracts []string) 
 	}
 	if err := switchCaughtUp(ctx, tx, q, out); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// previewsBehindSQL locks the preview generations' rows of contracts $1
+// (sorted; their task rows already locked), then, in a statement of its
+// own, so under a snapshot taken once it holds them, reads which have a
+// piece (the contract's partition or one of its segments) behind its
+// records. A split preview's piece whose last batch is in flight locks
+// the row too (pricer's switchWhenLast): either it committed before the
+// lock, and is read as caught up, or it waits for the approval and reads
+// the state it leaves.
+const (
+	lockPreviewGenerationsSQL = `SELECT g.contract_id FROM {{.Schema}}.generations g
+ WHERE g.contract_id = ANY ($1::text[]) AND g.state = 'preview'
+ ORDER BY g.contract_id COLLATE "C"
+   FOR UPDATE`
+	previewsBehindSQL = `SELECT k.id, EXISTS (SELECT 1 FROM {{.Schema}}.tasks t
+                      WHERE t.kind = '` + pricer.Kind + `' AND (t.partition_key = k.id OR t.segment_of = k.id)
+                        AND t.position < t.available)
+  FROM unnest($1::text[]) AS k(id)`
+)
+
+// previewsBehind locks the previews of contracts (their task rows already
+// locked) and says which have not caught up with their records.
+func previewsBehind(ctx context.Context, tx Tx, q func(string) string, contracts []string) (map[string]bool, error) {
+	if err := tx.Exec(ctx, q(lockPreviewGenerationsSQL), contracts); err != nil {
+		return nil, fmt.Errorf("approving %d previews: locking their generations: %w", len(contracts), err)
+	}
+	var (
+		id     string
+		behind bool
+		out    = make(map[string]bool, len(contracts))
+	)
+	if err := tx.ForEachRow(ctx, q(previewsBehindSQL), []any{contracts}, []any{&id, &behind}, func() error {
+		out[id] = behind
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("approving %d previews: reading how far they are priced: %w", len(contracts), err)
 	}
 	return out, nil
 }
@@ -298,9 +341,6 @@ func Discard(ctx context.Context, tx Tx, schemaName string, contracts []string) 
 		rewinds = append(rewinds, partition.Rewind{Key: c, Position: s.basePos, State: json.RawMessage(s.baseCP)})
 		out = append(out, Decided{Contract: c, Generation: s.generation, Current: s.current})
 	}
-	if err := abandon(ctx, tx, q, gens, "preview", "discarded"); err != nil {
-		return nil, err
-	}
 	previews := make([]int64, len(keys))
 	for i, g := range gens {
 		previews[i] = g.generation
@@ -312,12 +352,19 @@ func Discard(ctx context.Context, tx Tx, schemaName string, contracts []string) 
 	}
 	// The partitions go back to the current generation where it is priced
 	// to: the rewind fences out a preview batch's claim (version + 1), and
-	// the generation number is set back to the current one.
+	// the generation number is set back to the current one. The previews
+	// are ended after it, once it holds their contracts' task rows,
+	// segments included, as Start ends a generation it abandons: a split
+	// preview's segment may have a batch in flight until then, which locks
+	// the generation's row after its task row when it catches up.
 	if _, err := tx.Rewind(ctx, schemaName, pricer.Kind, rewinds); err != nil {
 		return nil, fmt.Errorf("discarding %d previews: moving their partitions back: %w", len(rewinds), err)
 	}
 	if err := setGenerations(ctx, tx, q, keys, current); err != nil {
 		return nil, fmt.Errorf("discarding %d previews: %w", len(keys), err)
+	}
+	if err := abandon(ctx, tx, q, gens, "preview", "discarded"); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
