@@ -19,8 +19,10 @@ import (
 // contracts) add a read of their generations, and the statements Process
 // makes for them: the start of a generation's pricing, and the switch of
 // each member that catches up, each one statement for all the members
-// that need it (groupgen.go). A group with a member that
-// prices a preview is priced member by member, in its transaction.
+// that need it (groupgen.go). A member that prices a preview is priced
+// with its preview's tiers; a group with a preview that has amendments,
+// or that may reach records its current generation has not priced, is
+// priced member by member, in its transaction.
 
 var _ distributor.GroupProcessor = (*Processor)(nil)
 
@@ -34,10 +36,11 @@ func (p *Processor) ProcessGroup(ctx context.Context, g *distributor.Group) ([]d
 	if err != nil {
 		return nil, err
 	}
-	if gens.preview {
-		// A preview's batch prices beside its own rows those of the
-		// current generation (see Process): such a group is priced
-		// member by member, still in its transaction.
+	if gens.eachMember {
+		// A preview's batch that prices beside its own rows those of
+		// the current generation, or applies amendments (see Process):
+		// such a group is priced member by member, still in its
+		// transaction.
 		return p.processEach(ctx, g)
 	}
 	cps := make([]Checkpoint, len(g.Batches))
@@ -49,6 +52,16 @@ func (p *Processor) ProcessGroup(ctx context.Context, g *distributor.Group) ([]d
 		cps[i] = cp
 	}
 	scheds := p.cachedSchedules(g)
+	for i, pv := range gens.previews {
+		if pv != nil {
+			// The preview's tiers, not the contract's (read by readGroup
+			// for the members without a schedule).
+			b := g.Batches[i]
+			if scheds[i], err = p.previewSchedule(contractOf(b), generationOf(b), pv); err != nil {
+				return nil, err
+			}
+		}
+	}
 	w := getWorkspace()
 	defer putWorkspace(w)
 	ends, tiers, err := p.readGroup(ctx, g, w, scheds)

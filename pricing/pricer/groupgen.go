@@ -12,7 +12,10 @@ import (
 
 // A group's members past their first generation (re-priced contracts) are
 // priced with the others, in the group's two statements, and get what
-// Process gives a batch of theirs alone (generations.go): one read of all
+// Process gives a batch of theirs alone (generations.go; a preview's
+// member is priced with its preview's tiers, and a group with a preview
+// that has amendments, or whose batch may reach records the current
+// generation has not priced, is priced member by member): one read of all
 // their generations, the start of each generation's pricing recorded with
 // its first batch, and the switch of each member whose batch catches up
 // with its contract's records. The starts are one statement for the
@@ -28,18 +31,28 @@ import (
 
 // groupGens is how a group's members stand in their generations.
 type groupGens struct {
-	pending   []bool // member i prices a generation that is not current yet; nil: none does
+	pending   []bool // member i prices a generation that is not current yet (a preview: see previews); nil: none does
 	segmented []bool // member i's contract has segments (genState.segmented)
 	unstarted []bool // member i's batch is its generation's first: its start is recorded with the group's switches
-	preview   bool   // some member prices a preview (the group is priced member by member)
+	// previews[i] is member i's preview, if it prices one; nil: none does.
+	previews []*previewState
+	// eachMember: some member prices a preview that has amendments or
+	// whose batch may reach records its contract's current generation
+	// has not priced (priceCurrent): the group is priced member by
+	// member.
+	eachMember bool
 }
 
 // readGroupGenerationsSQL reads, for each member (contracts $1,
 // generations $2), its contract's current generation, the state of its
 // own generation, whether its pricing started and whether the contract has
-// segments.
+// segments; and of a preview, its tiers, how far the current generation
+// is priced and whether it has amendments.
 const readGroupGenerationsSQL = `SELECT m.i, coalesce(c.current_generation, 0), coalesce(g.state, ''), g.pricing_started_at IS NOT NULL,
-       EXISTS (SELECT 1 FROM {{.Schema}}.tasks t WHERE t.kind = '` + Kind + `' AND t.segment_of = m.contract)
+       EXISTS (SELECT 1 FROM {{.Schema}}.tasks t WHERE t.kind = '` + Kind + `' AND t.segment_of = m.contract),
+       coalesce(g.tiers::text, ''), coalesce(g.base_position, 0),
+       coalesce(g.state = 'preview' AND EXISTS (SELECT 1 FROM {{.Schema}}.amendments a
+                                                 WHERE a.contract_id = m.contract AND a.generation = m.gen AND a.preview), false)
   FROM unnest(?::text[], ?::bigint[]) WITH ORDINALITY AS m(contract, gen, i)
   LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = m.contract
   LEFT JOIN {{.Schema}}.generations g ON g.contract_id = m.contract AND g.generation = m.gen
@@ -73,11 +86,11 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 	seen := 0
 	for rows.Next() {
 		var (
-			m, current         int64
-			state              string
-			started, segmented bool
+			m, current, basePos         int64
+			state, tiers                string
+			started, segmented, amended bool
 		)
-		if err := rows.Scan(&m, &current, &state, &started, &segmented); err != nil {
+		if err := rows.Scan(&m, &current, &state, &started, &segmented, &tiers, &basePos, &amended); err != nil {
 			return out, fmt.Errorf("reading the generations of %d contracts (%s, …): %w", len(idx), contracts[0], err)
 		}
 		if m < 1 || m > int64(len(idx)) {
@@ -91,9 +104,27 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 		if err != nil {
 			return out, err
 		}
-		out.pending[idx[k]], out.segmented[idx[k]] = pending, segmented
-		out.preview = out.preview || pending && state == "preview"
-		out.unstarted[idx[k]] = pending && !started
+		i := idx[k]
+		out.pending[i], out.segmented[i] = pending, segmented
+		out.unstarted[i] = pending && !started
+		if pending && state == "preview" {
+			b := g.Batches[i]
+			pv, err := newPreviewState(contracts[k], current, tiers, basePos, "")
+			if err != nil {
+				return out, err
+			}
+			pv.amended = amended
+			if out.previews == nil {
+				out.previews = make([]*previewState, len(g.Batches))
+			}
+			out.previews[i] = pv
+			out.eachMember = out.eachMember || amended || b.Checkpoint.Available > basePos
+			// As process does for a preview's batch: only a piece of a
+			// split preview looks at the generation's row when it
+			// catches up, and no preview switches directly.
+			look := segmented || isSegment(b)
+			out.pending[i], out.segmented[i] = look, look
+		}
 		seen++
 	}
 	if err := rows.Err(); err != nil {
@@ -103,8 +134,8 @@ func (p *Processor) readGroupGenerations(ctx context.Context, g *distributor.Gro
 	if seen != len(idx) {
 		return out, fmt.Errorf("reading the generations of %d contracts: %d rows", len(idx), seen)
 	}
-	// With a preview, Process reads each member's again, and records the
-	// start.
+	// Priced member by member (eachMember), process reads each member's
+	// generation again, and records the start.
 	return out, nil
 }
 

@@ -35,7 +35,8 @@ func splitOnly(t *testing.T, db *dbconn.DB) {
 }
 
 // A held group priced member by member, because one member prices a
-// preview, holds the last batches of every segment of a contract being
+// preview whose batch reaches records loaded after the preview started
+// (priced under the current generation too), holds the last batches of every segment of a contract being
 // re-priced: each segment's checkpoint is written only after the group's
 // processing returns, so each reads as behind to the others, and the
 // contract still switches, in that group, because its caught-up members
@@ -55,6 +56,7 @@ func TestAGroupWithAPreviewSwitchesItsSegmentsTogether(t *testing.T) {
 	if _, err := rerate.NewStore(db, "").Start(ctx, []rerate.Request{{Contract: "p", Reason: "what if", StartedBy: "test", Preview: true}}); err != nil {
 		t.Fatal(err)
 	}
+	loadRecords(t, db, nil, map[string]int{"p": 5}, "late")
 
 	var keys []string
 	if err := db.NewSelect().Table("baton.tasks").Column("partition_key").
