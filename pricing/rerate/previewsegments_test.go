@@ -34,6 +34,19 @@ func segmentedPreview(t *testing.T) (*dbconn.DB, []byte, map[string]totals) {
 	return db, first, old
 }
 
+// checkApproved checks the output once every preview of segmentedPreview
+// is current: the golden export, the first pricing's as the previous
+// generation, and each record priced once under generation 2.
+func checkApproved(t *testing.T, db *dbconn.DB, first []byte) {
+	t.Helper()
+	sameBytes(t, "export after approval", exportBytes(t, db), golden(t))
+	sameBytes(t, "previous generation after approval", previousBytes(t, db), first)
+	verifyClean(t, db)
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE generation = 2`); n != 3544 {
+		t.Errorf("%d rows of generation 2, want 3544 (each record priced once)", n)
+	}
+}
+
 // gatedWorkers runs n workers that split every preview into segments of
 // one chunk, priced 5 records a batch (so a segment of more than 10
 // records is still behind when its worker waits at the gate after its
@@ -111,12 +124,7 @@ func TestPreviewInSegments(t *testing.T) {
 			t.Errorf("approved %+v, want current at once", a)
 		}
 	}
-	sameBytes(t, "export after approval", exportBytes(t, db), golden(t))
-	sameBytes(t, "previous generation after approval", previousBytes(t, db), first)
-	verifyClean(t, db)
-	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE generation = 2`); n != 3544 {
-		t.Errorf("%d rows of generation 2, want 3544 (each record priced once)", n)
-	}
+	checkApproved(t, db, first)
 }
 
 // A preview approved while its segments are being priced goes on as a
@@ -189,12 +197,7 @@ func TestPreviewInSegmentsApprovedWhilePriced(t *testing.T) {
 	if n := count(t, db.DB, `SELECT count(*) FROM baton.contracts WHERE current_generation = 2`); n != 12 {
 		t.Fatalf("%d contracts switched to generation 2, want 12", n)
 	}
-	sameBytes(t, "export after approval", exportBytes(t, db), golden(t))
-	sameBytes(t, "previous generation after approval", previousBytes(t, db), first)
-	verifyClean(t, db)
-	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE generation = 2`); n != 3544 {
-		t.Errorf("%d rows of generation 2, want 3544 (each record priced once)", n)
-	}
+	checkApproved(t, db, first)
 	t.Logf("%d of %d previews approved while still priced; %d reads through it", behind, len(approved), reads)
 }
 
