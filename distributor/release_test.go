@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
@@ -35,13 +37,8 @@ func TestStopReleasesThroughASlowRelease(t *testing.T) {
 	})
 
 	ctx := context.Background()
-	tx, err := e.db.DB.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	var pid int
-	if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid() FROM baton.tasks WHERE partition_key = 'p000' FOR NO KEY UPDATE`).Scan(&pid); err != nil {
+	tx, pid := faultTx(t, e)
+	if _, err := tx.ExecContext(ctx, `SELECT FROM baton.tasks WHERE partition_key = 'p000' FOR NO KEY UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	stopped := make(chan struct{})
@@ -84,15 +81,7 @@ func TestFailureIsRecordedThroughASlowRecord(t *testing.T) {
 	e := newEnv(t)
 	e.addWork(30, "p000")
 	ctx := context.Background()
-	tx, err := e.db.DB.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	var pid int
-	if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid(), set_config('lock_timeout', '10s', true)`).Scan(&pid, new(string)); err != nil {
-		t.Fatal(err)
-	}
+	tx, pid := faultTx(t, e)
 	p := newProc()
 	p.before = func(_ context.Context, b *distributor.Batch) error {
 		if b.Checkpoint.Position < 10 {
@@ -136,4 +125,24 @@ func TestFailureIsRecordedThroughASlowRecord(t *testing.T) {
 	if attempts != 1 || owner != nil || !backingOff {
 		t.Fatalf("p000 after its failure: attempts %d, owner %v, backing off an hour %v; want 1, none, true", attempts, owner, backingOff)
 	}
+}
+
+// faultTx begins the transaction that holds a partition's row as the
+// tests' fault (its lock waits time out after 10 s, so a wait on the
+// tested code fails the test instead of hanging it), and returns its
+// server process id; it is rolled back at the test's end if not
+// committed.
+func faultTx(t *testing.T, e *env) (bun.Tx, int) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := e.db.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	var pid int
+	if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid(), set_config('lock_timeout', '10s', true)`).Scan(&pid, new(string)); err != nil {
+		t.Fatal(err)
+	}
+	return tx, pid
 }

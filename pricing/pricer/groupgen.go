@@ -50,7 +50,7 @@ type groupGens struct {
 // is priced and whether it has amendments.
 const readGroupGenerationsSQL = `SELECT m.i, coalesce(c.current_generation, 0), coalesce(g.state, ''), g.pricing_started_at IS NOT NULL,
        EXISTS (SELECT 1 FROM {{.Schema}}.tasks t WHERE t.kind = '` + Kind + `' AND t.segment_of = m.contract),
-       coalesce(g.tiers::text, ''), coalesce(g.base_position, 0),
+       CASE WHEN g.state = 'preview' THEN coalesce(g.tiers::text, '') ELSE '' END, coalesce(g.base_position, 0),
        coalesce(g.state = 'preview' AND EXISTS (SELECT 1 FROM {{.Schema}}.amendments a
                                                  WHERE a.contract_id = m.contract AND a.generation = m.gen AND a.preview), false)
   FROM unnest(?::text[], ?::bigint[]) WITH ORDINALITY AS m(contract, gen, i)

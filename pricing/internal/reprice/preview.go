@@ -102,16 +102,13 @@ type previewState struct {
 	exists              bool
 	generation, current int64 // the preview's (0 if none), the current one
 	partitionGen        int64
-	position, available int64
-	tiersJSON           string
-	basePos             int64
+	basePos             int64 // the current generation's priced prefix
 	baseCP              string
 }
 
 const readPreviewsSQL = `
 SELECT k.id, c.contract_id IS NOT NULL, coalesce(g.generation, 0), coalesce(c.current_generation, 0),
-       coalesce(t.generation, 0), coalesce(t.position, 0), coalesce(t.available, 0),
-       coalesce(g.tiers::text, '[]'), coalesce(g.base_position, 0), coalesce(g.base_checkpoint::text, '{}')
+       coalesce(t.generation, 0), coalesce(g.base_position, 0), coalesce(g.base_checkpoint::text, '{}')
   FROM unnest($1::text[]) AS k(id)
   LEFT JOIN {{.Schema}}.contracts c ON c.contract_id = k.id
   LEFT JOIN {{.Schema}}.generations g ON g.contract_id = k.id AND g.state = 'preview'
@@ -144,7 +141,7 @@ func lockPreviews(ctx context.Context, tx Tx, q func(string) string, verb string
 		out []previewState
 	)
 	err := tx.ForEachRow(ctx, q(readPreviewsSQL), []any{keys}, []any{&id, &st.exists, &st.generation, &st.current, &st.partitionGen,
-		&st.position, &st.available, &st.tiersJSON, &st.basePos, &st.baseCP}, func() error {
+		&st.basePos, &st.baseCP}, func() error {
 		out = append(out, st)
 		return nil
 	})
