@@ -956,75 +956,83 @@ func TestWorkNobodyWantsIsClaimedBeyondTheShare(t *testing.T) {
 
 // A dead worker's partitions (started, interrupted, lease run out) are
 // claimed before partitions nobody has started: a busy survivor takes them
-// at its next free slot, not after every fresh partition.
+// at its next free slots, not after every fresh partition.
+//
+// The worker's two slots are held by fresh partitions stopped in their
+// first batch while the dead worker's leases are ended, so no claim round
+// can read the candidates in between (a worker with no room reads none):
+// every round after the gate opens reads them with the leases run out, and
+// the first two slots that free must go to the dead worker's partitions.
 func TestStalePartitionsAreClaimedBeforeFreshOnes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.addWork(30, "dead0", "dead1")
 	var ghosts []*ghost
 	// Leases that outlast the worker's start however slow the machine; the
-	// test ends them (below) once the worker is busy with fresh work.
+	// test ends them (below) once the worker's slots are held.
 	for _, k := range []string{"dead0", "dead1"} {
 		ghosts = append(ghosts, claimAsGhost(t, e, k, time.Hour))
 	}
 	fresh := keys("new", 40)
 	e.addWork(30, fresh...)
 	ev := newEvents()
+	// One log of both fresh partitions' first batches and claims, in the
+	// order they happened.
+	var (
+		mu    sync.Mutex
+		order []string
+	)
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
 	cfg := fastConfig("x", ev)
+	cfg.OnEvent = func(x distributor.Event) {
+		if x.Kind == distributor.EventClaimed && strings.HasPrefix(x.Key, "dead") {
+			note("claimed " + x.Key)
+		}
+		ev.add(x)
+	}
 	cfg.MaxPartitions, cfg.ClaimGroup = 2, 1
+	gate, held := make(chan struct{}), make(chan string, 2)
+	var first sync.Map
 	p := newProc()
-	// When each partition's first batch started: a claim made with its
-	// first batch reports "claimed" at its commit, which on a loaded
-	// machine may come long after the round that chose it.
-	var started sync.Map
 	p.before = func(ctx context.Context, b *distributor.Batch) error {
-		started.LoadOrStore(b.Lease.Key, time.Now())
-		select { // keeps both slots busy well past the ghost's lease
-		case <-time.After(10 * time.Millisecond):
+		if _, again := first.LoadOrStore(b.Lease.Key, true); again || !strings.HasPrefix(b.Lease.Key, "new") {
+			return nil
+		}
+		select {
+		case <-gate:
+			note("started " + b.Lease.Key)
+			return nil
+		default:
+		}
+		held <- b.Lease.Key // the first two hold the slots until the gate opens
+		select {
+		case <-gate:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 	e.start(cfg, p)
-	// Busy with fresh partitions: then the dead worker's leases run out.
-	ev.wait(t, 20*time.Second, "a fresh partition claimed", func(x distributor.Event) bool {
-		return x.Kind == distributor.EventClaimed && strings.HasPrefix(x.Key, "new")
-	})
-	var expired time.Time
-	if err := e.db.QueryRow(`UPDATE baton.tasks SET lease_expires_at = now() WHERE partition_key IN ('dead0', 'dead1')
-		RETURNING lease_expires_at`).Scan(&expired); err != nil {
+	for range 2 {
+		select {
+		case <-held:
+		case <-time.After(testutil.WaitTimeout(20 * time.Second)):
+			t.Fatal("the worker's two slots were not taken by fresh partitions")
+		}
+	}
+	if _, err := e.db.Exec(`UPDATE baton.tasks SET lease_expires_at = now() WHERE partition_key IN ('dead0', 'dead1')`); err != nil {
 		t.Fatal(err)
 	}
+	close(gate)
 	for _, g := range ghosts {
 		ev.wait(t, 20*time.Second, "takeover of "+g.lease.Key, func(x distributor.Event) bool {
 			return x.Kind == distributor.EventClaimed && x.Key == g.lease.Key
 		})
 	}
-	// Fresh partitions chosen (their first batch started) after the
-	// ghost's leases had run out (and a claim round had had time to see
-	// it) but claimed before both were taken over.
-	var late []string
-	taken := 0
-	for _, x := range ev.snapshot() {
-		if x.Kind != distributor.EventClaimed {
-			continue
-		}
-		if strings.HasPrefix(x.Key, "dead") {
-			if taken++; taken == 2 {
-				break
-			}
-			continue
-		}
-		chosen := x.At
-		if at, ok := started.Load(x.Key); ok {
-			chosen = at.(time.Time)
-		}
-		if chosen.After(expired.Add(200 * time.Millisecond)) {
-			late = append(late, x.Key)
-		}
-	}
-	if len(late) > 0 {
-		t.Fatalf("fresh partitions %v claimed before the dead worker's stale ones:\n%s", late, ev.dump(kind(distributor.EventClaimed)))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) < 2 || !strings.HasPrefix(order[0], "claimed dead") || !strings.HasPrefix(order[1], "claimed dead") {
+		t.Fatalf("after the dead worker's leases ran out, the slots went to %v; want its two partitions first\n%s",
+			order, ev.dump(kind(distributor.EventClaimed)))
 	}
 }

@@ -51,6 +51,12 @@ func TestLateCommitOfOwnClaimIsAMovedCheckpoint(t *testing.T) {
 	cfg.UntilDone = true
 	cfg.BatchSize = 10
 	cfg.MaxAttempts = 1 // a single counted failure would quarantine the partition
+	// The late transaction holds the task row from its advance to its
+	// commit, and heartbeats skip a locked row: a lease that outlasts that
+	// however slow the machine, so that the worker's batch is not
+	// cancelled for a lost lease before its write queues behind the late
+	// one.
+	cfg.StaleAfter = 30 * time.Second
 	d := e.start(cfg, p)
 
 	var b *distributor.Batch
