@@ -143,32 +143,65 @@ func (l *loader) checkRepeats(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
-// The stored records of the contracts named by valid staged rows are read
-// through the records view (their chunks found by contract_id), each chunk
-// unnested once in a materialized CTE, and joined to the staged rows: the
-// cost follows the records stored for the contracts the file touches, not
-// the whole table, nor their product with the rows. (Joined to the view
-// directly, the planner unnested each chunk once per staged row of its
-// contract: a pruned file of 1,571 records loaded again took 41 s in
-// sqlRecordPruned against some 6,000 pruned records a contract, 1 s once
-// each chunk is unnested once; sqlCandidateRecords is the direct copy's
-// counterpart.)
+// storedMatches (the WITH list of sqlRecordStored and
+// sqlRecordStoredAmend) finds the stored record, if any, of each valid
+// staged row: m(line, seq, amount_minor, load_id). How depends on how many
+// rows the file has for the contract:
+//
+//   - up to fewStaged: each row's id is looked for in each of the
+//     contract's chunks with array_position, which scans the chunk's ids in
+//     place. An amendment file naming a few records of large contracts
+//     (one record each of 200 contracts of 5,000) took 0.74 s unnesting
+//     every stored record and 36 ms so;
+//   - more: the contract's chunks are unnested once, in a materialized CTE,
+//     and joined to its rows by hash, so that the cost follows the records
+//     stored for the contract, not their product with the rows. (Joined to
+//     the records view directly, the planner unnested each chunk once per
+//     staged row of its contract: a pruned file of 1,571 records loaded
+//     again took 41 s in sqlRecordPruned against some 6,000 pruned records
+//     a contract, 1 s once each chunk is unnested once;
+//     sqlCandidateRecords is the direct copy's counterpart.)
+//
+// A lookup costs about what unnesting 20 records does, so fewStaged
+// lookups of a chunk cost less than unnesting its up to 1,024 records.
+const storedMatches = `
+k AS MATERIALIZED (
+    SELECT contract_id, count(*) AS n FROM load_records WHERE err IS NULL GROUP BY contract_id
+), few AS MATERIALIZED (
+    SELECT s.line, c.first_seq + p.i - 1 AS seq, c.amounts[p.i] AS amount_minor, c.load_id
+      FROM k
+      JOIN load_records s ON s.contract_id = k.contract_id AND s.err IS NULL
+      JOIN {{.Schema}}.record_chunks c ON c.contract_id = k.contract_id
+     CROSS JOIN LATERAL (SELECT array_position(c.record_ids, s.record_id) AS i) p
+     WHERE k.n <= ` + fewStaged + ` AND p.i IS NOT NULL
+), many AS MATERIALIZED (
+    SELECT x.contract_id, x.record_id, x.seq, x.amount_minor, x.load_id FROM {{.Schema}}.records x
+     WHERE x.contract_id IN (SELECT contract_id FROM k WHERE n > ` + fewStaged + `)
+), m AS (
+    SELECT line, seq, amount_minor, load_id FROM few
+     UNION ALL
+    SELECT s.line, x.seq, x.amount_minor, x.load_id
+      FROM load_records s
+      JOIN many x ON x.contract_id = s.contract_id AND x.record_id = s.record_id
+     WHERE s.err IS NULL
+)`
+
+// fewStaged is the most staged rows of a contract whose stored records
+// storedMatches looks up one by one rather than unnesting them all.
+const fewStaged = "16"
+
+// sqlRecordStored compares the valid staged rows with the stored records
+// of their contracts (storedMatches): a stored record id with the same
+// amount is a re-delivery, with another an error naming --amend.
 const sqlRecordStored = `
-WITH x AS MATERIALIZED (
-    SELECT x.contract_id, x.record_id, x.amount_minor, x.load_id FROM {{.Schema}}.records x
-     WHERE x.contract_id IN (SELECT contract_id FROM load_records WHERE err IS NULL)
-)
+WITH` + storedMatches + `
 UPDATE load_records r
    SET redelivered = m.amount_minor = r.amount_minor,
        err = CASE WHEN m.amount_minor <> r.amount_minor THEN
              format('record_id %s of contract %s has amount_minor %s, but load %s%s stored it with amount_minor %s; load the file with --amend to replace the stored amount',
                     to_json(r.record_id::text), r.contract_id, r.amount_minor, m.load_id,
-                    coalesce(' (' || m.records_file || ')', ''), m.amount_minor) END
-  FROM (SELECT s.line, x.amount_minor, x.load_id, l.records_file
-          FROM load_records s
-          JOIN x ON x.contract_id = s.contract_id AND x.record_id = s.record_id
-          LEFT JOIN {{.Schema}}.loads l ON l.load_id = x.load_id
-         WHERE s.err IS NULL) m
+                    coalesce(' (' || l.records_file || ')', ''), m.amount_minor) END
+  FROM m LEFT JOIN {{.Schema}}.loads l ON l.load_id = m.load_id
  WHERE r.line = m.line`
 
 // sqlRecordPruned compares the rows not matched to a stored record with
@@ -199,18 +232,12 @@ UPDATE load_records r
 // a stored record id and another amount amends that record (amend_seq,
 // amend_old) instead of being an error.
 const sqlRecordStoredAmend = `
-WITH x AS MATERIALIZED (
-    SELECT x.contract_id, x.record_id, x.seq, x.amount_minor FROM {{.Schema}}.records x
-     WHERE x.contract_id IN (SELECT contract_id FROM load_records WHERE err IS NULL)
-)
+WITH` + storedMatches + `
 UPDATE load_records r
    SET redelivered = m.amount_minor = r.amount_minor,
        amend_seq = CASE WHEN m.amount_minor <> r.amount_minor THEN m.seq END,
        amend_old = CASE WHEN m.amount_minor <> r.amount_minor THEN m.amount_minor END
-  FROM (SELECT s.line, x.seq, x.amount_minor
-          FROM load_records s
-          JOIN x ON x.contract_id = s.contract_id AND x.record_id = s.record_id
-         WHERE s.err IS NULL) m
+  FROM m
  WHERE r.line = m.line`
 
 // sqlAmendRepeats settles a stored record id that several rows of the file

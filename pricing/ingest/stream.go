@@ -758,9 +758,10 @@ SELECT DISTINCT k.contract_id, c.record_ids[k.seq - c.first_seq + 1]
  WHERE k.seq <= c.last_seq`
 
 // sqlCandidateRecords finds every record, stored, pruned or of this load,
-// whose id is a candidate of its contract, with whether it was pruned. A
-// stored chunk is unnested only if it holds the id; only the chunks of the
-// candidates' contracts are read. The pruned chunks of those contracts are
+// whose id is a candidate of its contract, with whether it was pruned. The
+// stored chunks of the candidates' contracts are searched in place for
+// each candidate's id (array_positions: every place it holds it, as a
+// chunk of this load may repeat an id), not unnested. The pruned chunks of those contracts are
 // unnested once, in a materialized CTE, and joined to the candidates by
 // hash: a chunk is read once however many candidates it is searched for,
 // so the cost follows the contracts' pruned records, not their product
@@ -780,11 +781,10 @@ WITH pruned AS MATERIALIZED (
      CROSS JOIN LATERAL unnest(p.record_ids, p.amounts) WITH ORDINALITY AS u (record_id, amount_minor, i)
      WHERE p.contract_id IN (SELECT contract_id FROM load_candidates)
 )
-SELECT k.contract_id, k.record_id, c.first_seq + u.i - 1, u.amount_minor, c.load_id, false
+SELECT k.contract_id, k.record_id, c.first_seq + u.i - 1, c.amounts[u.i], c.load_id, false
   FROM (SELECT DISTINCT contract_id, record_id FROM load_candidates) k
-  JOIN {{.Schema}}.record_chunks c ON c.contract_id = k.contract_id AND k.record_id = ANY (c.record_ids)
- CROSS JOIN LATERAL unnest(c.record_ids, c.amounts) WITH ORDINALITY AS u (record_id, amount_minor, i)
- WHERE u.record_id = k.record_id
+  JOIN {{.Schema}}.record_chunks c ON c.contract_id = k.contract_id
+ CROSS JOIN LATERAL unnest(array_positions(c.record_ids, k.record_id)) AS u (i)
 UNION ALL
 SELECT k.contract_id, k.record_id, x.seq, x.amount_minor, x.load_id, true
   FROM pruned x
