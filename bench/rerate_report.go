@@ -35,6 +35,10 @@ func rerateSection(w writer, r *results) {
 	if s.Preview.Seconds > 0 {
 		w("| pricing of a preview of a tier change of every contract (`--preview`) | %s | %.1f | %s | **%.2f×** |\n", count(s.Preview.Records), s.Preview.Seconds, rate(s.Preview.PerSec), s.PreviewRatio)
 	}
+	if s.Reprice.LoadSeconds > 0 || s.Amend.LoadSeconds > 0 || s.Preview.LoadSeconds > 0 {
+		w("\nThe load command that starts each re-pricing (not counted above; process start included) took %.2f s for the tier change, %.2f s for the amendment and %.2f s for the preview.\n",
+			s.Reprice.LoadSeconds, s.Amend.LoadSeconds, s.Preview.LoadSeconds)
+	}
 	w("\nContracts not named untouched: %s. Verified after the tier change: %s; after the amendment: %s.\n\n", yesNo(s.Untouched), yesNo(s.Verified), yesNo(s.AmendVerified))
 	if s.Preview.Seconds > 0 {
 		w("`worker generations approve` made every caught-up preview current in %.2f s (the command, process start included; one transaction: per contract its tiers replaced and the three-row switch); verified after it: %s.\n\n",

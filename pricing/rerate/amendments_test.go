@@ -57,14 +57,14 @@ func wrongAmounts(t *testing.T, wrong map[string][]int) (lines []string, truths 
 
 // The loader finds the stored record an amendment names one by one for a
 // contract the file names a few records of, and by unnesting the
-// contract's records for one it names many of (ingest's storedMatches); a
-// re-pricing reads the checkpoint it starts from straight off the priced
-// rows when they are of one generation, and through the priced view when
-// an earlier re-pricing from inside the prefix left rows of two. Each path
-// must give the golden output: random-mix has 20 records amended and 2
-// re-delivered in the first file (many), big-cumulative 2 and 1 (few);
-// the second file amends one record of random-mix after the first
-// amendment's start, so that its prefix holds rows of generations 1 and 2.
+// contract's records for one it names many of (ingest's storedMatches);
+// a re-pricing starts from the records' cumulative gross up to where it
+// starts, read off the chunks (reprice's recordPrefixes). Each must give
+// the golden output: random-mix has 20 records amended and 2 re-delivered
+// in the first file (many), big-cumulative 2 and 1 (few); the second file
+// amends one record of random-mix past the first amendment's, so that its
+// re-pricing starts from a prefix whose amounts the first amendment
+// changed and whose current rows are of two generations.
 func TestAmendmentsFewAndManyToGolden(t *testing.T) {
 	t.Parallel()
 	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
