@@ -95,15 +95,28 @@ func (s *Store) rewindPgx(ctx context.Context, tx pgxwork.Tx, rw []Rewind) ([]Re
 	}
 	lock, keys := s.rewindLocks(rw, "$")
 	held := heldKeys(keys)
+	// The lock statements go in one pipeline: the server still runs
+	// them one after the other, each with a snapshot taken once the one
+	// before holds its rows, but without a round trip between them (of
+	// 10,000, about 0.3 ms each).
+	b := &pgx.Batch{}
 	for i := range keys {
-		rows, err := tx.Query(ctx, lock, s.rewindLockArgs(keys, held, i, "$")...)
+		b.Queue(lock, s.rewindLockArgs(keys, held, i, "$")...)
+	}
+	br := tx.SendBatch(ctx, b)
+	for i := range keys {
+		rows, err := br.Query()
 		if err == nil {
 			rows.Close()
 			err = rows.Err()
 		}
 		if err != nil {
+			br.Close()
 			return nil, fmt.Errorf("rewinding %d partition(s) of kind %s: locking %s: %w", len(rw), s.kind, keys[i], err)
 		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("rewinding %d partition(s) of kind %s: locking: %w", len(rw), s.kind, err)
 	}
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {

@@ -683,17 +683,28 @@ SELECT contract_id, 0, 0, false, 0, true FROM c
  WHERE NOT EXISTS (SELECT 1 FROM load_affected a WHERE a.contract_id = c.contract_id)`
 
 // sqlApplyAmendments replaces the amounts of the amended records in their
-// chunks (one UPDATE per chunk, however many of its records change).
+// chunks: each amendment finds its chunk on the primary key (the last to
+// start at or before its seq), the amendments are grouped by chunk, and
+// each chunk is written once with its own (its index within the chunk,
+// new amount) pairs, however many of its records change. Joined to every
+// amendment of the file instead, each chunk read them all: 9.6 s for one
+// amendment in each of 10,000 contracts.
 const sqlApplyAmendments = `
 WITH a AS (
-    SELECT contract_id, amend_seq AS seq, amount_minor AS amount
-      FROM load_records WHERE err IS NULL AND amend_seq IS NOT NULL
+    SELECT c.contract_id, c.first_seq, array_agg(r.amend_seq - c.first_seq + 1) AS idx, array_agg(r.amount_minor) AS amounts
+      FROM load_records r
+     CROSS JOIN LATERAL (SELECT k.contract_id, k.first_seq FROM {{.Schema}}.record_chunks k
+                          WHERE k.contract_id = r.contract_id AND k.first_seq <= r.amend_seq
+                          ORDER BY k.first_seq DESC LIMIT 1) c
+     WHERE r.err IS NULL AND r.amend_seq IS NOT NULL
+     GROUP BY c.contract_id, c.first_seq
 )
 UPDATE {{.Schema}}.record_chunks c
-   SET amounts = (SELECT array_agg(coalesce(x.amount, u.amount) ORDER BY u.i)
+   SET amounts = (SELECT array_agg(coalesce(m.amount, u.amount) ORDER BY u.i)
                     FROM unnest(c.amounts) WITH ORDINALITY AS u (amount, i)
-                    LEFT JOIN a x ON x.contract_id = c.contract_id AND x.seq = c.first_seq + u.i - 1)
- WHERE EXISTS (SELECT 1 FROM a WHERE a.contract_id = c.contract_id AND a.seq BETWEEN c.first_seq AND c.last_seq)`
+                    LEFT JOIN unnest(a.idx, a.amounts) AS m (i, amount) ON m.i = u.i)
+  FROM a
+ WHERE c.contract_id = a.contract_id AND c.first_seq = a.first_seq`
 
 // sqlRecordAmendments keeps the amounts replaced, each with the
 // generation that prices the new one (the one being priced or previewed if
