@@ -669,6 +669,10 @@ func (l *loader) newWork(ctx context.Context, tx pgx.Tx) ([]partition.Work, erro
 // re-prices (changed tiers with Options.Reprice, amended records with
 // Options.Amend), so that their task rows are locked with the others, in
 // the same order, FOR UPDATE (reprice.Start waits for a batch in flight).
+// The ones not there yet are found with EXCEPT, which hashes or sorts
+// both sides whatever the planner thinks load_affected holds: with NOT
+// EXISTS, a load_affected emptied by collectAffected (dead rows, analysed
+// as empty) was scanned once per contract, 0.9 s for 10,000.
 const sqlAffectedRerate = `
 WITH c AS (
     SELECT contract_id FROM load_reprice
@@ -679,8 +683,8 @@ WITH c AS (
     RETURNING a.contract_id
 )
 INSERT INTO load_affected (contract_id, n_new, n_redelivered, tiers_changed, ord, rerate)
-SELECT contract_id, 0, 0, false, 0, true FROM c
- WHERE NOT EXISTS (SELECT 1 FROM load_affected a WHERE a.contract_id = c.contract_id)`
+SELECT contract_id, 0, 0, false, 0, true
+  FROM (SELECT contract_id FROM c EXCEPT SELECT contract_id FROM load_affected) n`
 
 // sqlApplyAmendments replaces the amounts of the amended records in their
 // chunks: each amendment finds its chunk on the primary key (the last to
