@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/distributor"
 	"github.com/batonhq/baton/internal/pgtest"
 	"github.com/batonhq/baton/internal/testutil"
+	"github.com/batonhq/baton/partition"
 	"github.com/batonhq/baton/pricing/export"
 	"github.com/batonhq/baton/pricing/ingest"
 	"github.com/batonhq/baton/pricing/pricer"
@@ -523,5 +524,47 @@ func TestPreviewBeforeAnyRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameBytes(t, "export of the previews", buf.Bytes(), undiscounted(t))
+	verifyClean(t, db)
+}
+
+// A preview of a contract whose later segment has priced its records
+// while an earlier one has not (its position past its processed prefix)
+// removes the current generation's rows past the prefix: the preview's
+// batches price those records under the current generation again, from
+// the prefix on. The current export stays the first pricing's; approval
+// makes it the golden output.
+func TestPreviewOfAContractWithASegmentAhead(t *testing.T) {
+	t.Parallel()
+	db := pgtest.OpenDB(t, pgtest.NewURL(t), dbconn.Options{MaxOpenConns: 8})
+	loadUndiscounted(t, db)
+	runUntilDone(t, db, distributor.Config{BatchSize: 97})
+	first := exportBytes(t, db)
+	// The split state: records 501–1024 of random-mix in a segment that
+	// has priced none of them, 1025–2000 in one that has priced all; the
+	// contract's row is at 2000, its processed prefix at 500.
+	const key = "random-mix"
+	for _, q := range []string{
+		`DELETE FROM baton.priced_rows WHERE contract_id = '` + key + `' AND seq > 500 AND seq <= 1024`,
+		`INSERT INTO baton.tasks (kind, partition_key, segment_of, generation, position, available)
+		 VALUES ('pricing', '` + partition.SegmentKey(key, 500) + `', '` + key + `', 1, 500, 1024),
+		        ('pricing', '` + partition.SegmentKey(key, 1024) + `', '` + key + `', 1, 2000, 2000)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(t, db.DB, `SELECT done_through FROM baton.partition_progress WHERE partition_key = ?`, key); n != 500 {
+		t.Fatalf("processed prefix %d, want 500", n)
+	}
+	previewAll(t, db, false)
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.priced_rows WHERE contract_id = ? AND seq > 500`, key); n != 0 {
+		t.Fatalf("%d rows past the prefix left after the preview started, want none", n)
+	}
+	runUntilDone(t, db, distributor.Config{BatchSize: 97})
+	sameBytes(t, "export while the preview waits", exportBytes(t, db), first)
+	if _, err := rerate.NewStore(db, "").Approve(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	sameBytes(t, "export after approval", exportBytes(t, db), golden(t))
 	verifyClean(t, db)
 }

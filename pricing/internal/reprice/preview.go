@@ -47,17 +47,26 @@ func previewBases(ctx context.Context, tx Tx, q func(string) string, contracts [
 	if len(contracts) == 0 {
 		return nil, nil
 	}
-	gens, upto := make([]int64, len(contracts)), make([]int64, len(contracts))
 	reqs := make([]checkpointReq, len(contracts))
+	// Only a contract whose position is past its prefix (a segment
+	// ahead of it) can have rows past the prefix: the others are left
+	// out of the statement, which for 10,000 contracts with none sorted
+	// every priced row (1 s).
+	var ahead []string
+	var gens, upto []int64
 	for i, s := range states {
-		gens[i], upto[i] = s.current, s.doneThrough
 		reqs[i] = checkpointReq{contracts[i], s.doneThrough, s.tiersJSON}
+		if s.position > s.doneThrough {
+			ahead, gens, upto = append(ahead, contracts[i]), append(gens, s.current), append(upto, s.doneThrough)
+		}
 	}
-	if err := tx.Exec(ctx, q(`
+	if len(ahead) > 0 {
+		if err := tx.Exec(ctx, q(`
 DELETE FROM {{.Schema}}.priced_rows p
  USING unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, gen, upto)
- WHERE p.contract_id = u.id AND p.generation = u.gen AND p.seq > u.upto`), contracts, gens, upto); err != nil {
-		return nil, fmt.Errorf("previewing %d contracts (%s, …): removing rows past their priced prefixes: %w", len(contracts), contracts[0], err)
+ WHERE p.contract_id = u.id AND p.generation = u.gen AND p.seq > u.upto`), ahead, gens, upto); err != nil {
+			return nil, fmt.Errorf("previewing %d contracts (%s, …): removing rows past their priced prefixes: %w", len(ahead), ahead[0], err)
+		}
 	}
 	cps, err := checkpointsAt(ctx, tx, q, reqs)
 	if err != nil {
@@ -65,7 +74,7 @@ DELETE FROM {{.Schema}}.priced_rows p
 	}
 	out := make(map[string]base, len(contracts))
 	for i, c := range contracts {
-		out[c] = base{upto[i], string(cps[i])}
+		out[c] = base{states[i].doneThrough, string(cps[i])}
 	}
 	return out, nil
 }
