@@ -2,13 +2,17 @@ package partition_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/batonhq/baton/dbconn"
 	"github.com/batonhq/baton/internal/pgtest"
+	"github.com/batonhq/baton/internal/pgxwork"
 	"github.com/batonhq/baton/internal/taskstore"
 	"github.com/batonhq/baton/internal/testutil"
 	"github.com/batonhq/baton/partition"
@@ -21,10 +25,28 @@ import (
 // generation's split at the same starts writes its own segments. The
 // rewind also names "o", before p, and "p!", which sorts between p and its
 // segments: each is rewound too, locked in its place in key order.
+//
+// Both ways in: a bun transaction (Store.RewindTx, one lock statement
+// after the other) and a pgx one (the loader's, its lock statements in one
+// pipeline).
 func TestRewindDeletesSegmentsSplitWhileItWaits(t *testing.T) {
 	t.Parallel()
+	for _, viaPgx := range []bool{false, true} {
+		name := "bun"
+		if viaPgx {
+			name = "pgx"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testRewindDeletesSegmentsSplitWhileItWaits(t, viaPgx)
+		})
+	}
+}
+
+func testRewindDeletesSegmentsSplitWhileItWaits(t *testing.T, viaPgx bool) {
 	ctx := context.Background()
-	db := pgtest.Open(t, pgtest.NewURL(t), dbconn.Options{})
+	url := pgtest.NewURL(t)
+	db := pgtest.Open(t, url, dbconn.Options{})
 	s := partition.NewStore(pgtest.Handle(db), "")
 	ws := taskstore.NewStore(db, "")
 	if _, err := s.AddWorks(ctx, []partition.Work{{Key: "p", N: 30}, {Key: "o", N: 5}, {Key: "p!", N: 5}}); err != nil {
@@ -69,38 +91,73 @@ func TestRewindDeletesSegmentsSplitWhileItWaits(t *testing.T) {
 	}
 
 	// The rewind starts before the split commits, and waits for the row.
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	var pid int
-	if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
 	type outcome struct {
-		r   []partition.Rewound
-		err error
+		gens map[string]int64
+		prev map[string]int64 // previous positions (bun only)
+		err  error
 	}
 	done := make(chan outcome, 1)
-	go func() {
-		tx, err := conn.BeginTx(ctx, nil)
+	rw := []partition.Rewind{{Key: "p!", Position: 1}, {Key: "p", Position: 0}, {Key: "o", Position: 2}}
+	var pid int
+	if viaPgx {
+		conn, err := pgx.Connect(ctx, url)
 		if err != nil {
-			done <- outcome{err: err}
-			return
+			t.Fatal(err)
 		}
-		r, err := s.RewindTx(ctx, tx, []partition.Rewind{{Key: "p!", Position: 1}, {Key: "p", Position: 0}, {Key: "o", Position: 2}})
-		if err == nil {
-			err = tx.Commit()
-		} else {
-			_ = tx.Rollback()
+		defer conn.Close(ctx)
+		if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
 		}
-		done <- outcome{r, err}
-	}()
+		go func() {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				done <- outcome{err: err}
+				return
+			}
+			r := pgxwork.Rewinds{States: make([]json.RawMessage, len(rw))}
+			for _, x := range rw {
+				r.Keys, r.Positions = append(r.Keys, x.Key), append(r.Positions, x.Position)
+			}
+			gens, err := pgxwork.Rewind(ctx, tx, "", partition.DefaultKind, r)
+			if err == nil {
+				err = tx.Commit(ctx)
+			} else {
+				_ = tx.Rollback(ctx)
+			}
+			done <- outcome{gens: gens, err: err}
+		}()
+	} else {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			tx, err := conn.BeginTx(ctx, nil)
+			if err != nil {
+				done <- outcome{err: err}
+				return
+			}
+			r, err := s.RewindTx(ctx, tx, rw)
+			if err == nil {
+				err = tx.Commit()
+			} else {
+				_ = tx.Rollback()
+			}
+			o := outcome{gens: map[string]int64{}, prev: map[string]int64{}, err: err}
+			for _, x := range r {
+				o.gens[x.Key], o.prev[x.Key] = x.Generation, x.PreviousPosition
+			}
+			done <- o
+		}()
+	}
 	testutil.Eventually(t, 30*time.Second, "the rewind waiting for the splitting batch", func() error {
 		select {
 		case o := <-done:
-			t.Fatalf("the rewind ended while the batch held the row: %+v, %v", o.r, o.err)
+			t.Fatalf("the rewind ended while the batch held the row: %+v, %v", o.gens, o.err)
 		default:
 		}
 		var blocked bool
@@ -119,16 +176,11 @@ func TestRewindDeletesSegmentsSplitWhileItWaits(t *testing.T) {
 	if o.err != nil {
 		t.Fatal(o.err)
 	}
-	if len(o.r) != 3 || o.r[0].Key != "o" || o.r[1].Key != "p" || o.r[2].Key != "p!" {
-		t.Fatalf("rewound %+v, want o, p and p!", o.r)
+	if len(o.gens) != 3 || o.gens["o"] != 2 || o.gens["p"] != 2 || o.gens["p!"] != 2 {
+		t.Fatalf("rewound %v, want o, p and p! at generation 2", o.gens)
 	}
-	for _, r := range o.r {
-		if r.Generation != 2 {
-			t.Errorf("rewound %+v, want generation 2", r)
-		}
-	}
-	if r := o.r[1]; r.PreviousPosition != 30 {
-		t.Fatalf("rewound %+v, want p after generation 1 at position 30", r)
+	if o.prev != nil && o.prev["p"] != 30 {
+		t.Fatalf("previous positions %v, want p after generation 1 at position 30", o.prev)
 	}
 
 	// Nothing of generation 1 is left: no segment row, nothing claimable
