@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/uptrace/bun"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/batonhq/baton/internal/pgxconn"
+	"github.com/batonhq/baton/pricing/internal/reprice"
 	"github.com/batonhq/baton/pricing/rerate"
 )
 
@@ -28,29 +30,42 @@ type RepriceOptions struct {
 // transaction that first takes the load lock: it and loads changing tiers
 // or amounts are serialised, and with All the contracts are listed after
 // the lock, so none a load adds meanwhile is missed. It refuses unknown
-// contracts (rerate.ErrUnknownContract), changing nothing.
+// contracts (rerate.ErrUnknownContract), changing nothing. The
+// transaction is a pgx one, as a load's, so that the rewind sends its lock
+// statements in one pipeline.
 func (s *Store) Reprice(ctx context.Context, opts RepriceOptions) ([]rerate.Started, error) {
 	if opts.All && len(opts.Contracts) > 0 {
 		return nil, fmt.Errorf("re-pricing: All and Contracts do not go together")
 	}
+	conn, err := s.t.DB.DB.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("re-pricing: acquiring a database connection: %w", err)
+	}
+	defer conn.Close()
 	var started []rerate.Started
-	err := s.t.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(?)", loadLockKey); err != nil {
-			return fmt.Errorf("re-pricing: waiting for loads to finish: %w", err)
-		}
-		contracts := opts.Contracts
-		if opts.All {
-			if err := tx.NewRaw(s.t.SQL(`SELECT contract_id FROM {{.Schema}}.contracts ORDER BY contract_id`)).Scan(ctx, &contracts); err != nil {
-				return fmt.Errorf("re-pricing: listing contracts: %w", err)
+	err = pgxconn.Raw(conn.Conn, func(c *pgx.Conn) error {
+		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", loadLockKey); err != nil {
+				return fmt.Errorf("re-pricing: waiting for loads to finish: %w", err)
 			}
-		}
-		reqs := make([]rerate.Request, len(contracts))
-		for i, c := range contracts {
-			reqs[i] = rerate.Request{Contract: c, Reason: opts.Reason, StartedBy: opts.StartedBy, Preview: opts.Preview}
-		}
-		var err error
-		started, err = rerate.NewStore(s.t.DB, s.t.Schema).StartTx(ctx, tx, reqs)
-		return err
+			contracts := opts.Contracts
+			if opts.All {
+				rows, err := tx.Query(ctx, s.t.SQL(`SELECT contract_id FROM {{.Schema}}.contracts ORDER BY contract_id`))
+				if err == nil {
+					contracts, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				}
+				if err != nil {
+					return fmt.Errorf("re-pricing: listing contracts: %w", err)
+				}
+			}
+			reqs := make([]rerate.Request, len(contracts))
+			for i, c := range contracts {
+				reqs[i] = rerate.Request{Contract: c, Reason: opts.Reason, StartedBy: opts.StartedBy, Preview: opts.Preview}
+			}
+			var err error
+			started, err = reprice.Start(ctx, reprice.Pgx(tx), s.t.Schema, reqs)
+			return err
+		})
 	})
 	return started, err
 }

@@ -52,7 +52,7 @@ var ErrNoPreview = reprice.ErrNoPreview
 
 // Approve is ApproveTx in a transaction of its own.
 func (s *Store) Approve(ctx context.Context, contracts []string) ([]Decided, error) {
-	return s.decide(ctx, contracts, s.ApproveTx)
+	return s.decide(ctx, contracts, reprice.Approve)
 }
 
 // ApproveTx approves, in tx, the previews of contracts (every preview
@@ -65,7 +65,7 @@ func (s *Store) ApproveTx(ctx context.Context, tx bun.Tx, contracts []string) ([
 
 // Discard is DiscardTx in a transaction of its own.
 func (s *Store) Discard(ctx context.Context, contracts []string) ([]Decided, error) {
-	return s.decide(ctx, contracts, s.DiscardTx)
+	return s.decide(ctx, contracts, reprice.Discard)
 }
 
 // DiscardTx discards, in tx, the previews of contracts (every preview
@@ -76,11 +76,11 @@ func (s *Store) DiscardTx(ctx context.Context, tx bun.Tx, contracts []string) ([
 }
 
 func (s *Store) decide(ctx context.Context, contracts []string,
-	fn func(context.Context, bun.Tx, []string) ([]Decided, error)) ([]Decided, error) {
+	fn func(context.Context, reprice.Tx, string, []string) ([]Decided, error)) ([]Decided, error) {
 	var out []Decided
-	err := s.t.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := s.inTx(ctx, func(tx reprice.Tx) error {
 		var err error
-		out, err = fn(ctx, tx, contracts)
+		out, err = fn(ctx, tx, s.t.Schema, contracts)
 		return err
 	})
 	return out, err
