@@ -61,7 +61,9 @@ func wrongAmounts(t *testing.T, wrong map[string][]int) (lines []string, truths 
 // a re-pricing starts from the records' cumulative gross up to where it
 // starts, read off the chunks (reprice's recordPrefixes). Each must give
 // the golden output: random-mix has 20 records amended and 2 re-delivered
-// in the first file (many), big-cumulative 2 and 1 (few); the second file
+// in the first file (many), big-cumulative 2 and 1 (few: the first record
+// of one chunk and the last of another, each chunk's one amendment) and
+// tiny-1-minor-records 1; the second file
 // amends one record of random-mix past the first amendment's, so that its
 // re-pricing starts from a prefix whose amounts the first amendment
 // changed and whose current rows are of two generations.
@@ -74,8 +76,9 @@ func TestAmendmentsFewAndManyToGolden(t *testing.T) {
 		many = append(many, s)
 	}
 	lines, truths := wrongAmounts(t, map[string][]int{
-		"random-mix":     append(many, 1900),
-		"big-cumulative": {5, 1150},
+		"random-mix":           append(many, 1900),
+		"big-cumulative":       {1, 1200}, // the first and last record of its two chunks, one amendment each
+		"tiny-1-minor-records": {150},
 	})
 	if _, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{TiersPath: vectors + "tiers.csv", RecordsPath: writeFile(t, "records.csv", lines)}); err != nil {
 		t.Fatal(err)
@@ -87,16 +90,17 @@ func TestAmendmentsFewAndManyToGolden(t *testing.T) {
 	first := []string{"contract_id,record_id,amount_minor"}
 	first = append(first, truths["random-mix"][:20]...)
 	first = append(first, truths["big-cumulative"]...)
+	first = append(first, truths["tiny-1-minor-records"]...)
 	first = append(first, recordLine(t, "random-mix", 1), recordLine(t, "random-mix", 2000), recordLine(t, "big-cumulative", 600))
 	rep, err := ingest.NewStore(db, "").Load(ctx, ingest.Options{RecordsPath: writeFile(t, "amend1.csv", first), Amend: true, Reason: "first"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.RecordsAmended != 22 || rep.RecordsRedelivered != 3 || rep.ContractsRepriced != 2 {
-		t.Fatalf("report %+v, want 22 records amended, 3 re-delivered, 2 contracts re-priced", rep)
+	if rep.RecordsAmended != 23 || rep.RecordsRedelivered != 3 || rep.ContractsRepriced != 3 {
+		t.Fatalf("report %+v, want 23 records amended, 3 re-delivered, 3 contracts re-priced", rep)
 	}
 	// Each amendment names the record's seq and its amount before.
-	for c, seqs := range map[string][]int{"random-mix": many, "big-cumulative": {5, 1150}} {
+	for c, seqs := range map[string][]int{"random-mix": many, "big-cumulative": {1, 1200}, "tiny-1-minor-records": {150}} {
 		for _, s := range seqs {
 			if n := count(t, db.DB, `SELECT count(*) FROM baton.amendments a JOIN baton.records r ON r.contract_id = a.contract_id AND r.seq = a.seq
 				WHERE a.contract_id = ? AND a.seq = ? AND a.reason = 'first' AND a.record_id = r.record_id
@@ -105,8 +109,8 @@ func TestAmendmentsFewAndManyToGolden(t *testing.T) {
 			}
 		}
 	}
-	if n := count(t, db.DB, `SELECT count(*) FROM baton.amendments`); n != 22 {
-		t.Errorf("%d amendment rows, want 22", n)
+	if n := count(t, db.DB, `SELECT count(*) FROM baton.amendments`); n != 23 {
+		t.Errorf("%d amendment rows, want 23", n)
 	}
 	runUntilDone(t, db, distributor.Config{BatchSize: 128})
 
