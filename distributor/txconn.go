@@ -70,21 +70,22 @@ func (c *txConn) queryRaw(ctx context.Context, fn func(row [][]byte) error, quer
 	})
 }
 
+// copyFrom is copyRows of the rows next returns, each value written
+// with CopyRow.Value.
 func (c *txConn) copyFrom(ctx context.Context, table, columns []string, next func() ([]any, error)) (int64, error) {
-	var n int64
-	err := c.raw(func(pc *pgx.Conn) error {
-		src := pgx.CopyFromFunc(func() ([]any, error) {
-			row, err := next()
-			if err != nil {
-				return nil, fmt.Errorf("reading the rows to copy: %w", err)
-			}
-			return row, nil
-		})
-		var err error
-		n, err = pc.CopyFrom(ctx, pgx.Identifier(table), columns, src)
-		return err
+	return c.copyRows(ctx, table, columns, func(r *CopyRow) (bool, error) {
+		row, err := next()
+		if err != nil || row == nil {
+			return false, err
+		}
+		if len(row) != len(columns) {
+			return false, fmt.Errorf("%d values in a row of %d columns", len(row), len(columns))
+		}
+		for _, v := range row {
+			r.Value(v)
+		}
+		return true, nil
 	})
-	return n, err
 }
 
 // Exec runs query, with PostgreSQL's own $1, $2 … placeholders, in the
@@ -114,6 +115,20 @@ func (b *Batch) QueryRaw(ctx context.Context, fn func(row [][]byte) error, query
 // returns the number of rows copied.
 func (b *Batch) CopyFrom(ctx context.Context, table, columns []string, next func() (row []any, err error)) (int64, error) {
 	return b.conn.copyFrom(ctx, table, columns, next)
+}
+
+// CopyRows copies rows into table as CopyFrom does, but fill writes each
+// row's values itself, one CopyRow call per column in columns' order,
+// and returns true, or writes nothing and returns false once there are
+// no more: a processor writing many rows this way boxes no value in an
+// interface and allocates nothing per row.
+func (b *Batch) CopyRows(ctx context.Context, table, columns []string, fill func(row *CopyRow) (more bool, err error)) (int64, error) {
+	return b.conn.copyRows(ctx, table, columns, fill)
+}
+
+// CopyRows is Batch.CopyRows in the group's transaction.
+func (g *Group) CopyRows(ctx context.Context, table, columns []string, fill func(row *CopyRow) (more bool, err error)) (int64, error) {
+	return g.conn.copyRows(ctx, table, columns, fill)
 }
 
 // Exec is Batch.Exec in the group's transaction.

@@ -295,27 +295,29 @@ func (p *Processor) writeGroupPriced(ctx context.Context, g *distributor.Group, 
 
 // copyGroupPriced is writeGroupPriced with COPY.
 func (p *Processor) copyGroupPriced(ctx context.Context, g *distributor.Group, w *workspace, ends []int) error {
-	if cap(w.vals) < len(pricedColumns) {
-		w.vals = make([]any, len(pricedColumns))
-	}
-	vals := w.vals[:len(pricedColumns)]
-	vals[7] = g.Owner
 	m, lo := 0, 0
 	next := copyOrder(g.Batches[0], ends[0])
-	n, err := g.CopyFrom(ctx, []string{p.schema, "priced_rows"}, pricedColumns, func() ([]any, error) {
+	n, err := g.CopyRows(ctx, []string{p.schema, "priced_rows"}, pricedColumns, func(row *distributor.CopyRow) (bool, error) {
 		k, ok := next()
 		for !ok {
 			if m++; m == len(g.Batches) {
-				return nil, nil
+				return false, nil
 			}
 			lo = ends[m-1]
 			next = copyOrder(g.Batches[m], ends[m]-lo)
 			k, ok = next()
 		}
 		b, r, l := g.Batches[m], &w.recs[lo+k], &w.lines[lo+k]
-		vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6] = contractOf(b), r.seq, r.recordID, l.Gross, l.Discount, l.Net, b.Lease.Version
-		vals[8] = generationOf(b)
-		return vals, nil
+		row.Text(contractOf(b))
+		row.Int64(r.seq)
+		row.Bytes(r.recordID)
+		row.Int64(l.Gross)
+		row.Int64(l.Discount)
+		row.Int64(l.Net)
+		row.Int64(b.Lease.Version)
+		row.Text(g.Owner)
+		row.Int64(generationOf(b))
+		return true, nil
 	})
 	if err == nil && n != int64(len(w.lines)) {
 		err = fmt.Errorf("copied %d rows, want %d", n, len(w.lines))

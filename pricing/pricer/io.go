@@ -30,7 +30,6 @@ type workspace struct {
 	recs  []record
 	ids   []byte // the record ids, back to back; record.recordID slices it
 	lines []pricing.Line
-	vals  []any // one COPY row
 }
 
 var workspaces = sync.Pool{New: func() any { return new(workspace) }}
@@ -178,20 +177,23 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 			contractOf(b), r.seq, string(r.recordID), l.Gross, l.Discount, l.Net, b.Lease.Version, b.Owner, gen)
 		return err
 	}
-	if cap(w.vals) < len(cols) {
-		w.vals = make([]any, len(cols))
-	}
-	vals := w.vals[:len(cols)]
-	vals[0], vals[6], vals[7], vals[8] = contractOf(b), b.Lease.Version, b.Owner, gen
-	next := copyOrder(b, len(lines))
-	n, err := b.CopyFrom(ctx, []string{p.schema, "priced_rows"}, cols, func() ([]any, error) {
+	contract, next := contractOf(b), copyOrder(b, len(lines))
+	n, err := b.CopyRows(ctx, []string{p.schema, "priced_rows"}, cols, func(row *distributor.CopyRow) (bool, error) {
 		i, ok := next()
 		if !ok {
-			return nil, nil
+			return false, nil
 		}
 		r, l := &recs[i], &lines[i]
-		vals[1], vals[2], vals[3], vals[4], vals[5] = r.seq, r.recordID, l.Gross, l.Discount, l.Net
-		return vals, nil
+		row.Text(contract)
+		row.Int64(r.seq)
+		row.Bytes(r.recordID)
+		row.Int64(l.Gross)
+		row.Int64(l.Discount)
+		row.Int64(l.Net)
+		row.Int64(b.Lease.Version)
+		row.Text(b.Owner)
+		row.Int64(gen)
+		return true, nil
 	})
 	if err == nil && n != int64(len(lines)) {
 		err = fmt.Errorf("copied %d rows, want %d", n, len(lines))
