@@ -175,11 +175,10 @@ func (e *env) rerateTiers(ctx context.Context, r *rerateResult, res *results, ds
 	if err != nil {
 		return err
 	}
-	loadStart := time.Now()
-	if _, err := e.workerCLI(ctx, name, "load", "--tiers", tiers, "--reprice", "--reason", "bench: tiers corrected"); err != nil {
+	loadSeconds, err := e.timedCLI(ctx, name, "load", "--tiers", tiers, "--reprice", "--reason", "bench: tiers corrected")
+	if err != nil {
 		return err
 	}
-	loadSeconds := time.Since(loadStart).Seconds()
 	res.addCommand("worker load --tiers tiers-new.csv --reprice --reason ...")
 	if r.Reprice, r.Verified, err = e.rerateRepricing(ctx, name, db, "reprice", since); err != nil {
 		return err
@@ -246,11 +245,10 @@ func (e *env) rerateAmend(ctx context.Context, r *rerateResult, res *results, na
 	if err != nil {
 		return err
 	}
-	loadStart := time.Now()
-	if _, err := e.workerCLI(ctx, name, "load", "--records", file, "--amend", "--reason", "bench: meter corrected"); err != nil {
+	loadSeconds, err := e.timedCLI(ctx, name, "load", "--records", file, "--amend", "--reason", "bench: meter corrected")
+	if err != nil {
 		return err
 	}
-	loadSeconds := time.Since(loadStart).Seconds()
 	res.addCommand("worker load --records amend.csv --amend --reason ...")
 	if r.Amend, r.AmendVerified, err = e.rerateRepricing(ctx, name, db, "amend", since); err != nil {
 		return err
@@ -279,11 +277,10 @@ func (e *env) reratePreview(ctx context.Context, r *rerateResult, res *results, 
 	if err != nil {
 		return err
 	}
-	loadStart := time.Now()
-	if _, err := e.workerCLI(ctx, name, "load", "--tiers", tiers, "--reprice", "--preview", "--reason", "bench: what if"); err != nil {
+	loadSeconds, err := e.timedCLI(ctx, name, "load", "--tiers", tiers, "--reprice", "--preview", "--reason", "bench: what if")
+	if err != nil {
 		return err
 	}
-	loadSeconds := time.Since(loadStart).Seconds()
 	res.addCommand("worker load --tiers tiers-preview.csv --reprice --preview --reason ...")
 	if r.Preview, err = e.rerateWorkers(ctx, name, db, "preview"); err != nil {
 		return err
@@ -380,6 +377,14 @@ func (e *env) rerateWorkers(ctx context.Context, name string, db *bun.DB, label 
 	run.Records = priced
 	run.PerSec = float64(priced) / run.Seconds
 	return run, nil
+}
+
+// timedCLI runs a worker subcommand on database name, as workerCLI
+// does, and returns how long it took in seconds.
+func (e *env) timedCLI(ctx context.Context, name string, args ...string) (float64, error) {
+	start := time.Now()
+	_, err := e.workerCLI(ctx, name, args...)
+	return time.Since(start).Seconds(), err
 }
 
 // workerCLI runs a worker subcommand on database name and returns its

@@ -26,7 +26,7 @@ type RepriceOptions struct {
 }
 
 // Reprice starts a new generation of the priced output of the contracts
-// opts names (rerate's Store.StartTx) under their current tiers, in one
+// opts names (as rerate's Store.Start does) under their current tiers, in one
 // transaction that first takes the load lock: it and loads changing tiers
 // or amounts are serialised, and with All the contracts are listed after
 // the lock, so none a load adds meanwhile is missed. It refuses unknown
@@ -37,35 +37,28 @@ func (s *Store) Reprice(ctx context.Context, opts RepriceOptions) ([]rerate.Star
 	if opts.All && len(opts.Contracts) > 0 {
 		return nil, fmt.Errorf("re-pricing: All and Contracts do not go together")
 	}
-	conn, err := s.t.DB.DB.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("re-pricing: acquiring a database connection: %w", err)
-	}
-	defer conn.Close()
 	var started []rerate.Started
-	err = pgxconn.Raw(conn.Conn, func(c *pgx.Conn) error {
-		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", loadLockKey); err != nil {
-				return fmt.Errorf("re-pricing: waiting for loads to finish: %w", err)
+	err := pgxconn.InTx(ctx, s.t.DB.DB.DB, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", loadLockKey); err != nil {
+			return fmt.Errorf("re-pricing: waiting for loads to finish: %w", err)
+		}
+		contracts := opts.Contracts
+		if opts.All {
+			rows, err := tx.Query(ctx, s.t.SQL(`SELECT contract_id FROM {{.Schema}}.contracts ORDER BY contract_id`))
+			if err == nil {
+				contracts, err = pgx.CollectRows(rows, pgx.RowTo[string])
 			}
-			contracts := opts.Contracts
-			if opts.All {
-				rows, err := tx.Query(ctx, s.t.SQL(`SELECT contract_id FROM {{.Schema}}.contracts ORDER BY contract_id`))
-				if err == nil {
-					contracts, err = pgx.CollectRows(rows, pgx.RowTo[string])
-				}
-				if err != nil {
-					return fmt.Errorf("re-pricing: listing contracts: %w", err)
-				}
+			if err != nil {
+				return fmt.Errorf("re-pricing: listing contracts: %w", err)
 			}
-			reqs := make([]rerate.Request, len(contracts))
-			for i, c := range contracts {
-				reqs[i] = rerate.Request{Contract: c, Reason: opts.Reason, StartedBy: opts.StartedBy, Preview: opts.Preview}
-			}
-			var err error
-			started, err = reprice.Start(ctx, reprice.Pgx(tx), s.t.Schema, reqs)
-			return err
-		})
+		}
+		reqs := make([]rerate.Request, len(contracts))
+		for i, c := range contracts {
+			reqs[i] = rerate.Request{Contract: c, Reason: opts.Reason, StartedBy: opts.StartedBy, Preview: opts.Preview}
+		}
+		var err error
+		started, err = reprice.Start(ctx, reprice.Pgx(tx), s.t.Schema, reqs)
+		return err
 	})
 	return started, err
 }

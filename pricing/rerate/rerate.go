@@ -42,7 +42,6 @@ package rerate
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
@@ -102,14 +101,7 @@ func (s *Store) Start(ctx context.Context, reqs []Request) ([]Started, error) {
 // lock statements, one per contract, in one pipeline rather than one
 // round trip each (10,000 contracts: about 3 s less).
 func (s *Store) inTx(ctx context.Context, fn func(reprice.Tx) error) error {
-	conn, err := s.t.DB.DB.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("acquiring a database connection: %w", err)
-	}
-	defer conn.Close()
-	return pgxconn.Raw(conn.Conn, func(c *pgx.Conn) error {
-		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return fn(reprice.Pgx(tx)) })
-	})
+	return pgxconn.InTx(ctx, s.t.DB.DB.DB, func(tx pgx.Tx) error { return fn(reprice.Pgx(tx)) })
 }
 
 // StartTx re-prices the contracts of reqs in tx (which the caller
