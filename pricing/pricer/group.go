@@ -307,16 +307,8 @@ func (p *Processor) copyGroupPriced(ctx context.Context, g *distributor.Group, w
 			next = copyOrder(g.Batches[m], ends[m]-lo)
 			k, ok = next()
 		}
-		b, r, l := g.Batches[m], &w.recs[lo+k], &w.lines[lo+k]
-		row.Text(contractOf(b))
-		row.Int64(r.seq)
-		row.Bytes(r.recordID)
-		row.Int64(l.Gross)
-		row.Int64(l.Discount)
-		row.Int64(l.Net)
-		row.Int64(b.Lease.Version)
-		row.Text(g.Owner)
-		row.Int64(generationOf(b))
+		b := g.Batches[m]
+		writePricedRow(row, contractOf(b), &w.recs[lo+k], &w.lines[lo+k], b.Lease.Version, g.Owner, generationOf(b))
 		return true, nil
 	})
 	if err == nil && n != int64(len(w.lines)) {

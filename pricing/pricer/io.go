@@ -183,22 +183,27 @@ func (p *Processor) writePriced(ctx context.Context, b *distributor.Batch, w *wo
 		if !ok {
 			return false, nil
 		}
-		r, l := &recs[i], &lines[i]
-		row.Text(contract)
-		row.Int64(r.seq)
-		row.Bytes(r.recordID)
-		row.Int64(l.Gross)
-		row.Int64(l.Discount)
-		row.Int64(l.Net)
-		row.Int64(b.Lease.Version)
-		row.Text(b.Owner)
-		row.Int64(gen)
+		writePricedRow(row, contract, &recs[i], &lines[i], b.Lease.Version, b.Owner, gen)
 		return true, nil
 	})
 	if err == nil && n != int64(len(lines)) {
 		err = fmt.Errorf("copied %d rows, want %d", n, len(lines))
 	}
 	return err
+}
+
+// writePricedRow writes the priced row of r, priced as l, in
+// pricedColumns' order.
+func writePricedRow(row *distributor.CopyRow, contract string, r *record, l *pricing.Line, version int64, owner string, gen int64) {
+	row.Text(contract)
+	row.Int64(r.seq)
+	row.Bytes(r.recordID)
+	row.Int64(l.Gross)
+	row.Int64(l.Discount)
+	row.Int64(l.Net)
+	row.Int64(version)
+	row.Text(owner)
+	row.Int64(gen)
 }
 
 // copyOrder yields the indexes of b's n priced lines in the order they
