@@ -256,6 +256,18 @@ type copyReader struct {
 	err    error // why the stream was abandoned
 }
 
+// callFill calls the fill function, turning a panic into an error: it
+// runs on the goroutine that sends the stream, where a panic could not
+// be recovered by the batch that called CopyRows.
+func (s *copyReader) callFill() (more bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic writing a row: %v", p)
+		}
+	}()
+	return s.fill(&s.row)
+}
+
 // copyHeader starts a binary COPY stream: the signature, no flags and no
 // header extension.
 const copyHeader = "PGCOPY\n\377\r\n\000\x00\x00\x00\x00\x00\x00\x00\x00"
@@ -273,7 +285,7 @@ func (s *copyReader) Read(p []byte) (int, error) {
 	for len(r.buf) < len(p) && !s.done {
 		r.start, r.n = len(r.buf), 0
 		r.buf = binary.BigEndian.AppendUint16(r.buf, uint16(len(r.cols)))
-		more, err := s.fill(r)
+		more, err := s.callFill()
 		if err == nil {
 			err = r.err
 		}

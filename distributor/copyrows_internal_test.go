@@ -150,8 +150,8 @@ func TestCopyRowsManyRows(t *testing.T) {
 	}
 }
 
-// A fill that fails, or writes the wrong number of values, or a value
-// that cannot be the column's type, fails the copy with a reason and
+// A fill that fails or panics, or writes the wrong number of values, or
+// a value that cannot be the column's type, fails the copy with a reason and
 // leaves nothing copied; the connection stays usable.
 func TestCopyRowsFailuresCopyNothing(t *testing.T) {
 	t.Parallel()
@@ -170,6 +170,7 @@ func TestCopyRowsFailuresCopyNothing(t *testing.T) {
 		{"too few values", func(r *CopyRow) error { r.Int64(1); return nil }, "1 values in a row of 2 columns"},
 		{"too many values", func(r *CopyRow) error { r.Int64(1); r.Text("a"); r.Text("b"); return nil }, "more than 2 values in a row of 2 columns"},
 		{"not the column's type", func(r *CopyRow) error { r.Text("forty-two"); r.Text("a"); return nil }, "encoding column k (string)"},
+		{"panic", func(r *CopyRow) error { panic("the row's processor broke") }, "panic writing a row: the row's processor broke"},
 	}
 	c := txConnFor(t, db)
 	for _, tc := range cases {
