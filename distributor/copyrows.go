@@ -18,15 +18,14 @@ import (
 // column, in the columns' order. The typed methods append a value in
 // PostgreSQL's binary COPY format without boxing it in an interface;
 // where the column's type is not the one the method writes directly
-// (an int8 into a numeric column, say), the value goes through Value
-// and is encoded as pgx encodes it.
+// (an int8 into a numeric column, say), the value is encoded as pgx
+// encodes it.
 type CopyRow struct {
-	cols  []copyColumn
-	m     *pgtype.Map
-	buf   []byte
-	n     int // values written to the current row
-	start int // where the current row begins in buf
-	err   error
+	cols []copyColumn
+	m    *pgtype.Map
+	buf  []byte
+	n    int // values written to the current row
+	err  error
 }
 
 // copyColumn is one column of a COPY: its name (for errors) and type.
@@ -42,7 +41,7 @@ func (r *CopyRow) Text(s string) {
 		return
 	}
 	if !textOID(c.oid) {
-		r.Value(s)
+		r.encode(c, s)
 		return
 	}
 	r.buf = binary.BigEndian.AppendUint32(r.buf, uint32(len(s)))
@@ -62,7 +61,7 @@ func (r *CopyRow) Bytes(b []byte) {
 		return
 	}
 	if !textOID(c.oid) && c.oid != pgtype.ByteaOID {
-		r.Value(b)
+		r.encode(c, b)
 		return
 	}
 	r.buf = binary.BigEndian.AppendUint32(r.buf, uint32(len(b)))
@@ -84,7 +83,7 @@ func (r *CopyRow) Int64(v int64) {
 		r.buf = binary.BigEndian.AppendUint32(r.buf, 4)
 		r.buf = binary.BigEndian.AppendUint32(r.buf, uint32(int32(v)))
 	default:
-		r.Value(v)
+		r.encode(c, v)
 		return
 	}
 	r.n++
@@ -97,7 +96,7 @@ func (r *CopyRow) Time(t time.Time) {
 		return
 	}
 	if c.oid != pgtype.TimestamptzOID {
-		r.Value(t)
+		r.encode(c, t)
 		return
 	}
 	// Microseconds since 2000-01-01 00:00:00 UTC, PostgreSQL's epoch.
@@ -124,35 +123,26 @@ func (r *CopyRow) Null() {
 // column type's text form ("42" for an integer), as pgx's CopyFrom
 // takes it.
 func (r *CopyRow) Value(v any) {
-	c, ok := r.column()
-	if !ok {
-		return
-	}
 	switch v := v.(type) {
 	case nil:
 		r.Null()
-		return
 	case string:
-		if textOID(c.oid) {
-			r.Text(v)
-			return
-		}
+		r.Text(v)
 	case []byte:
-		if textOID(c.oid) || c.oid == pgtype.ByteaOID {
-			r.Bytes(v)
-			return
-		}
+		r.Bytes(v)
 	case int64:
-		if c.oid == pgtype.Int8OID {
-			r.Int64(v)
-			return
-		}
+		r.Int64(v)
 	case time.Time:
-		if c.oid == pgtype.TimestamptzOID {
-			r.Time(v)
-			return
+		r.Time(v)
+	default:
+		if c, ok := r.column(); ok {
+			r.encode(c, v)
 		}
 	}
+}
+
+// encode writes v to column c as pgx encodes it.
+func (r *CopyRow) encode(c copyColumn, v any) {
 	at := len(r.buf)
 	r.buf = binary.BigEndian.AppendUint32(r.buf, 0)
 	out, err := r.m.Encode(c.oid, pgx.BinaryFormatCode, v, r.buf)
@@ -231,7 +221,7 @@ func (c *txConn) copyRows(ctx context.Context, table, columns []string, fill fun
 		for i, f := range sd.Fields {
 			cols[i] = copyColumn{name: columns[i], oid: f.DataTypeOID}
 		}
-		src := &copyReader{row: CopyRow{cols: cols, m: pc.TypeMap()}, fill: fill}
+		src := &copyReader{row: CopyRow{cols: cols, m: pc.TypeMap(), buf: []byte(copyHeader)}, fill: fill}
 		var tag pgconn.CommandTag
 		tag, err = pc.PgConn().CopyFrom(ctx, src, "COPY "+ident+" ("+list+") FROM STDIN BINARY")
 		if src.err != nil {
@@ -246,14 +236,14 @@ func (c *txConn) copyRows(ctx context.Context, table, columns []string, fill fun
 }
 
 // copyReader is the binary COPY stream of the rows its fill function
-// writes, encoded as the server reads it.
+// writes, encoded as the server reads it; its buffer starts with the
+// stream's header.
 type copyReader struct {
-	row    CopyRow
-	fill   func(*CopyRow) (bool, error)
-	off    int // bytes of row.buf the last read took
-	header bool
-	done   bool
-	err    error // why the stream was abandoned
+	row  CopyRow
+	fill func(*CopyRow) (bool, error)
+	off  int // bytes of row.buf the last read took
+	done bool
+	err  error // why the stream was abandoned
 }
 
 // callFill calls the fill function, turning a panic into an error: it
@@ -274,16 +264,13 @@ const copyHeader = "PGCOPY\n\377\r\n\000\x00\x00\x00\x00\x00\x00\x00\x00"
 
 func (s *copyReader) Read(p []byte) (int, error) {
 	r := &s.row
-	if !s.header {
-		r.buf = append(r.buf[:0], copyHeader...)
-		s.header = true
-	}
 	if s.off > 0 { // keep what the last read left, less than a row
 		r.buf = r.buf[:copy(r.buf, r.buf[s.off:])]
 		s.off = 0
 	}
 	for len(r.buf) < len(p) && !s.done {
-		r.start, r.n = len(r.buf), 0
+		start := len(r.buf)
+		r.n = 0
 		r.buf = binary.BigEndian.AppendUint16(r.buf, uint16(len(r.cols)))
 		more, err := s.callFill()
 		if err == nil {
@@ -300,7 +287,7 @@ func (s *copyReader) Read(p []byte) (int, error) {
 			return 0, s.err
 		}
 		if !more {
-			r.buf = binary.BigEndian.AppendUint16(r.buf[:r.start], math.MaxUint16) // -1: the trailer
+			r.buf = binary.BigEndian.AppendUint16(r.buf[:start], math.MaxUint16) // -1: the trailer
 			s.done = true
 		}
 	}
