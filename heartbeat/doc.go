@@ -26,7 +26,9 @@
 // to it) is skipped by that renewal, not waited for: the others are
 // renewed, and the skipped one keeps the time it has left by the database
 // clock, which its local deadline follows. It is lost only if it runs out
-// before a later renewal gets through. A lease with plenty of time left
+// before a later renewal gets through: the renewal is tried again a quarter
+// of an interval later, up to three times before the next beat, so a row
+// locked for a moment (the owner's own batch committing) costs nothing. A lease with plenty of time left
 // may be checked without being renewed; it still counts towards
 // confirmation.
 //

@@ -290,24 +290,45 @@ func (s *Service) Now() {
 	}
 }
 
+// lockedRetries is how many times, after a renewal that skipped leases
+// whose rows another transaction held, the loop tries again before the
+// next beat, lockedRetries+1 apart within the interval. A row locked for
+// a moment (the owner's own batch, between its checkpoint's update and
+// its commit: most of the time when batches of a record or two follow
+// each other) is then renewed a moment later rather than a beat later; a
+// lease that needs renewing has only a beat or two left to spare at tight
+// timings, so two skips in a row cost it. A row locked for long (a load
+// adding work) costs lockedRetries more renewals a beat while it lasts.
+const lockedRetries = 3
+
 func (s *Service) loop(ctx context.Context) {
 	defer close(s.stopped)
 	ticker := s.cfg.Clock.NewTicker(s.cfg.Interval)
 	defer ticker.Stop()
+	var retry <-chan time.Time
+	retries := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.Chan():
+			retries = 0
 		case <-s.wake:
+		case <-retry:
 		}
-		s.beat(ctx)
+		retry = nil
+		if s.beat(ctx) && retries < lockedRetries {
+			retries++
+			retry = s.cfg.Clock.After(s.cfg.Interval / (lockedRetries + 1))
+		}
 	}
 }
 
 // beat performs one renewal of every tracked lease now. The loop calls it
-// every Interval.
-func (s *Service) beat(ctx context.Context) {
+// every Interval (and sooner after a renewal that skipped locked rows). It
+// reports whether the renewal skipped any lease because another
+// transaction held its row.
+func (s *Service) beat(ctx context.Context) (skippedLocked bool) {
 	s.mu.Lock()
 	snapshot := make([]*Lease, 0, len(s.leases))
 	leases := make([]partition.Lease, 0, len(s.leases))
@@ -369,7 +390,8 @@ func (s *Service) beat(ctx context.Context) {
 	if s.cfg.OnBeat != nil {
 		s.cfg.OnBeat(nil, latency, renewed)
 	}
-	if skipped := len(renewals) - renewed; skipped > 0 {
+	skipped := len(renewals) - renewed
+	if skipped > 0 {
 		s.cfg.Logger.Debug("heartbeat skipped leases whose rows another transaction holds; renewing them later",
 			"skipped", skipped, "renewed", renewed)
 	}
@@ -412,6 +434,7 @@ func (s *Service) beat(ctx context.Context) {
 			}
 		}
 	}
+	return skipped > 0
 }
 
 func (s *Service) applyInspect(snapshot []*Lease, held []leaseinfo.Owned, sent time.Time) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/batonhq/baton/internal/leaseinfo"
 	"io"
 	"log/slog"
@@ -451,5 +452,72 @@ func TestFreshLeaseConfirmsAndKeepsItsRealDeadline(t *testing.T) {
 	}
 	if !errors.Is(context.Cause(l.Context()), heartbeat.ErrLeaseExpired) {
 		t.Fatalf("cause %v, want ErrLeaseExpired", context.Cause(l.Context()))
+	}
+}
+
+// A renewal that skips a lease because its row is locked is tried again
+// within the beat, a quarter of a beat apart and three times at most: a
+// row locked for a moment (its owner's own batch between its checkpoint's
+// update and its commit) is renewed a moment later rather than a beat
+// later, which a lease at tight timings may not have to spare, and a row
+// locked for long costs three more renewals a beat, not more.
+func TestLockedRowIsRetriedWithinTheBeat(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	beats := make(chan int, 10)
+	r := &fakeRenewer{locked: map[string]time.Duration{"busy": 5 * time.Second}}
+	s, err := keepalive.New(r, keepalive.Config{
+		Interval: time.Second, StaleAfter: 10 * time.Second, SafetyMargin: 2 * time.Second, Clock: clock, Logger: quiet(),
+		OnBeat: func(err error, _ time.Duration, renewed int) { beats <- renewed },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	l := s.Track(ctx, partition.Lease{Key: "busy", Version: 1}, clock.Now(), false)
+	waiters := func(n int) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, testutil.WaitTimeout(5*time.Second))
+		defer cancel()
+		if err := clock.BlockUntilContext(wctx, n); err != nil {
+			t.Fatalf("waiting for %d timers (ticker, lease deadline, retry): %v", n, err)
+		}
+	}
+	renewal := func(step time.Duration, want int, what string) {
+		t.Helper()
+		clock.Advance(step)
+		select {
+		case n := <-beats:
+			if n != want {
+				t.Fatalf("%s renewed %d leases, want %d", what, n, want)
+			}
+		case <-time.After(testutil.WaitTimeout(5 * time.Second)):
+			t.Fatalf("no %s", what)
+		}
+	}
+	waiters(2) // the ticker and the lease's deadline
+	renewal(time.Second, 0, "beat")
+	for i := 1; i <= 3; i++ {
+		waiters(3) // and the retry
+		renewal(250*time.Millisecond, 0, fmt.Sprintf("retry %d", i))
+	}
+	waiters(2) // no fourth retry before the next beat
+	renewal(250*time.Millisecond, 0, "second beat")
+	r.mu.Lock()
+	r.locked = nil
+	r.mu.Unlock()
+	waiters(3)
+	renewal(250*time.Millisecond, 1, "retry after the lock went")
+	if l.Context().Err() != nil {
+		t.Fatalf("the lease ended: %v", context.Cause(l.Context()))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.renews != 6 {
+		t.Fatalf("%d renewals, want 6 (2 beats, 4 retries)", r.renews)
 	}
 }
