@@ -27,13 +27,21 @@ import (
 // held when it was stopped), and every record is priced exactly once.
 func TestAutoscalerScalesOnTheSignal(t *testing.T) {
 	r := newRun(t, scenarioSeed(t))
-	// One worker prices from about 3,000 records a second (a busy
-	// 2-core machine) to 30,000 (a quiet one): alone it takes 20 s or
-	// more over these 600,000, so when the first rate is known (after
-	// the 10 s minimum window) what is left needs more than one worker
-	// to drain within the 5 s target, and the autoscaler must scale up.
-	r.seedData(24, 25000)
-	const target = 5 * time.Second
+	// The workers price one record a transaction and hold one contract
+	// at a time (workerArgs), so that how fast one prices is bounded by
+	// round trips rather than by the machine's speed: about 1,000
+	// records a second on a quiet 2-core machine, a few hundred on a
+	// busy one. So when the first rate is known (after the 10 s minimum
+	// window) most of these 36,000 are left (on a machine up to twice as
+	// fast a transaction, a third), more than one worker drains within
+	// the 6 s target, and the autoscaler must scale up; and the signal falls
+	// below the running count while a few seconds' work is left, so that
+	// the workers it stops have contracts to hand back. (Priced in full
+	// batches, 600,000 records drained before the first rate on a fast
+	// machine, with one worker and no scaling.)
+	r.seedData(24, 1500)
+	workerArgs := []string{"--batch-size", "1", "--max-partitions", "1"}
+	const target = 6 * time.Second
 	const maxWorkers = 4
 	addr := freeAddr(t)
 	sig := exec.Command(workerBin, "signals", "--metrics-addr", addr, "--drain-target", target.String(),
@@ -73,7 +81,7 @@ func TestAutoscalerScalesOnTheSignal(t *testing.T) {
 		case want > len(running):
 			below = 0
 			for len(running) < want {
-				running = append(running, r.launch(r.dsn))
+				running = append(running, r.launch(r.dsn, workerArgs...))
 			}
 			peak = max(peak, len(running))
 		case want < len(running):
