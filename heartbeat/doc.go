@@ -28,9 +28,9 @@
 // clock, which its local deadline follows. It is lost only if it runs out
 // before a later renewal gets through: the renewal is tried again a quarter
 // of an interval later, up to three times before the next beat, so a row
-// locked for a moment (the owner's own batch committing) costs nothing. A lease with plenty of time left
-// may be checked without being renewed; it still counts towards
-// confirmation.
+// locked for a moment (the owner's own batch committing) costs nothing. A
+// lease with plenty of time left may be checked without being renewed; it
+// still counts towards confirmation.
 //
 // A renewal that fails without a server error (connection lost, reply
 // never arrived) has an unknown outcome: it may have applied. It is
